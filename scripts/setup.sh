@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what shardlm needs on a fresh Debian machine (run as root or with sudo).
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+PACKAGES=(build-essential cmake ninja-build pkg-config clang-format
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libxxhash-dev
+  libzstd-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev nodejs npm)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

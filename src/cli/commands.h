@@ -1,0 +1,21 @@
+// The subcommands of `shardlm`. Each file cmd_*.cc registers one subcommand on the app;
+// main.cc only wires them together and turns a Status into an exit code.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+
+namespace shardlm::cli {
+
+// A registered subcommand runs this after parsing; its Status becomes the exit code.
+using Action = std::function<Status()>;
+
+void AddGgufCommand(CLI::App& app, Action& action);
+void AddTokenizeCommand(CLI::App& app, Action& action);
+void AddRunCommand(CLI::App& app, Action& action);
+void AddBenchCommand(CLI::App& app, Action& action);
+
+}  // namespace shardlm::cli

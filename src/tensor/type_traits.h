@@ -1,0 +1,54 @@
+// One traits row per weight type: how to dequantize and quantize a row, which activation
+// type a dot product wants, and the dot product itself. matmul.cc and every model-level
+// caller go through this table; ISA dispatch happens once, when the table is built.
+//
+// Determinism: a dot product's reduction order depends only on n (the row length), never on
+// the caller, the thread, or how many rows/tokens are computed together. The row kernels
+// and the multi-row kernels compute every output with that same order, so a token's result
+// does not depend on what else shares its batch.
+//
+// Numerics follow llama.cpp's x86 CPU backend: activations are converted to `act_type`
+// (Q8_0 for Q8_0/Q4_0/Q5_0, Q8_1 for Q4_1/Q5_1, Q8_K for K-quants, F16 for F16, BF16 for
+// BF16, F32 for F32), integer dot products per block are exact, accumulation is float32.
+#pragma once
+
+#include <cstdint>
+
+#include "gguf/ggml_type.h"
+
+namespace shardlm {
+
+enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2, kSentinel = 3 };
+
+struct TypeTraits {
+  GgmlType type = GgmlType::kSentinel;
+  GgmlType act_type = GgmlType::kSentinel;  // what activations are converted to
+  int64_t block_size = 1;                     // elements per block of `type`
+  // dst[0..n) = dequantized src row; n a multiple of block_size.
+  void (*dequantize_row)(const void* src, float* dst, int64_t n) = nullptr;
+  // Reference quantizer for weights (gguf synth, tests); nullptr where not provided.
+  void (*quantize_row)(const float* src, void* dst, int64_t n) = nullptr;
+  // Activation row → act_type blocks, the way llama.cpp does it on x86.
+  void (*quantize_act)(const float* src, void* dst, int64_t n) = nullptr;
+  // *out = dot(weight row, activation row), n elements.
+  void (*vec_dot)(int64_t n, const void* w_row, const void* act_row, float* out) = nullptr;
+  // Optional tile kernel for prefill: out[r * out_stride + c] = dot(w row r, act row c) for
+  // r < nr, c < nc (nr <= tile_rows, nc <= tile_cols). Every element is bitwise equal to
+  // what vec_dot gives for the same pair; it only reuses loads across rows and tokens.
+  void (*vec_dot_tile)(int64_t n, const void* w, int64_t w_stride, int nr, const void* act,
+                       int64_t act_stride, int nc, float* out, int64_t out_stride) = nullptr;
+  int tile_rows = 1;
+  int tile_cols = 1;
+};
+
+// The traits of a type for the best ISA this CPU supports (or the one forced by
+// SetIsaForTesting). Returns nullptr for types shardlm cannot compute.
+const TypeTraits* GetTypeTraits(GgmlType type);
+// The traits for a given ISA (tests compare every ISA against kGeneric); nullptr if the
+// CPU lacks that ISA or the type is not computable.
+const TypeTraits* GetTypeTraitsFor(GgmlType type, Isa isa);
+
+Isa DetectIsa();             // best ISA of this CPU, honouring SHARDLM_ISA=generic|avx2|avx512
+const char* IsaName(Isa isa);
+
+}  // namespace shardlm
