@@ -1,0 +1,107 @@
+// PagePool: the resident KV store of one stage, a fixed number of equally sized pages.
+//
+// A page holds `page_tokens` consecutive positions of K and V for every layer of the stage.
+// Byte layout of one page (elements of `kv_type`):
+//   for layer_idx in [0, n_layers):            (stage-local layer index)
+//     K: [page_tokens][n_kv_heads][head_dim]
+//     V: [page_tokens][n_kv_heads][head_dim]
+// so one position of one layer is a contiguous row of n_kv_heads × head_dim elements.
+//
+// Goals: memory bounded by configuration (n_pages), never by the prompt: running out of
+// pages is an OutOfRange error that names the limit and the flag to raise; reference counts
+// so that several block tables can share a page (prefix sharing, forks); O(1) allocate/free.
+// Non-goals: eviction to a slower tier and pinning (the pager, later), content hashing
+// (cache/), deciding which sequence gets pages (the scheduler).
+//
+// Thread safety: not thread-safe; the stage's owner thread allocates and releases. During a
+// forward pass worker threads read and write page contents through KeyRow/ValueRow, each
+// (page, layer, position) written by exactly one task.
+// Lifetime: page memory lives as long as the pool; a PageId is valid while its refcount > 0.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace shardlm {
+
+using PageId = int32_t;
+inline constexpr PageId kNoPage = -1;
+
+// Element type of the K and V cache (`--kv-type`). F32 reproduces llama.cpp's goldens
+// (F32 cache); F16 halves the memory.
+enum class KvType { kF32 = 0, kF16 = 1, kSentinel = 2 };
+const char* KvTypeName(KvType type);
+Result<KvType> ParseKvType(const std::string& name);  // "f32" | "f16"
+size_t KvTypeSize(KvType type);
+
+// Default positions per page: large enough that the per-page bookkeeping (block table
+// entries, prefix hashes) is negligible, small enough that a short sequence wastes little.
+inline constexpr int kDefaultPageTokens = 64;
+
+struct PagePoolConfig {
+  int n_pages = 0;
+  int page_tokens = kDefaultPageTokens;
+  int n_layers = 0;  // layers of the stage (its layer range), not of the model
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  KvType kv_type = KvType::kF32;
+};
+
+class PagePool {
+ public:
+  // Validates the config (positive sizes, no overflow) and allocates all pages up front.
+  static Result<std::unique_ptr<PagePool>> Create(const PagePoolConfig& config);
+  PagePool(const PagePool&) = delete;
+  PagePool& operator=(const PagePool&) = delete;
+
+  const PagePoolConfig& config() const { return config_; }
+  int page_tokens() const { return config_.page_tokens; }
+  int n_pages() const { return config_.n_pages; }
+  int n_free() const { return static_cast<int>(free_list_.size()); }
+  size_t page_bytes() const { return page_bytes_; }
+  size_t row_elements() const { return row_elements_; }  // n_kv_heads × head_dim
+
+  // A free page with refcount 1, or OutOfRange when every page is in use.
+  Result<PageId> Allocate();
+  // Refcount +1 (another block table maps the page).
+  void Retain(PageId page);
+  // Refcount −1; the page returns to the free list at 0.
+  void Release(PageId page);
+  int refcount(PageId page) const;
+  // Copies the contents of `src` into `dst` (copy-on-write of a shared page).
+  void CopyPage(PageId src, PageId dst);
+
+  // Row of K or V: [n_kv_heads][head_dim] elements of kv_type for (layer_idx, position
+  // offset inside the page). layer_idx is stage-local.
+  void* KeyRow(PageId page, int layer_idx, int offset) {
+    return RowPtr(page, layer_idx, 0, offset);
+  }
+  void* ValueRow(PageId page, int layer_idx, int offset) {
+    return RowPtr(page, layer_idx, 1, offset);
+  }
+  const void* KeyRow(PageId page, int layer_idx, int offset) const {
+    return const_cast<PagePool*>(this)->RowPtr(page, layer_idx, 0, offset);
+  }
+  const void* ValueRow(PageId page, int layer_idx, int offset) const {
+    return const_cast<PagePool*>(this)->RowPtr(page, layer_idx, 1, offset);
+  }
+
+ private:
+  explicit PagePool(const PagePoolConfig& config);
+  void* RowPtr(PageId page, int layer_idx, int kv, int offset);
+
+  PagePoolConfig config_;
+  size_t row_elements_ = 0;  // n_kv_heads × head_dim
+  size_t row_bytes_ = 0;
+  size_t page_bytes_ = 0;
+  std::unique_ptr<uint8_t[]> storage_;  // [n_pages][page_bytes]
+  std::vector<int32_t> refcounts_;      // [n_pages]
+  std::vector<PageId> free_list_;       // stack; top = next page handed out
+};
+
+}  // namespace shardlm

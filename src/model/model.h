@@ -1,0 +1,49 @@
+// Model: one stage of a GGUF model — its config, its layer range and its bound weights.
+//
+// Goals: the small object the runtime holds per stage; load = read config + bind weights
+// for [begin, end); a stage of the whole model is LayerRange{0, n_layers} (AllLayers).
+// Non-goals: computing (forward.h), KV memory (kv/), tokenization.
+//
+// Thread safety: immutable after Load; shared by any number of ForwardPass objects.
+// Lifetime: keeps the GgufFile alive (weights point into its mapping).
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "gguf/gguf_file.h"
+#include "kv/page_pool.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace shardlm {
+
+// A range meaning "every layer of the model", resolved by Model::Load.
+inline constexpr LayerRange kAllLayers{0, -1};
+
+class Model {
+ public:
+  // Errors: unknown architecture, bad metadata, missing/mis-shaped tensors, a range outside
+  // [0, n_layers] or empty.
+  static Result<std::unique_ptr<Model>> Load(std::shared_ptr<const GgufFile> file,
+                                             LayerRange range = kAllLayers);
+
+  const ModelConfig& config() const { return config_; }
+  const StageWeights& weights() const { return weights_; }
+  LayerRange layers() const { return weights_.layers; }
+  bool is_first_stage() const { return weights_.has_embedding; }
+  bool is_last_stage() const { return weights_.has_head; }
+  const GgufFile& file() const { return *file_; }
+
+  // The page pool shape this stage needs (its layers, kv heads, head_dim).
+  PagePoolConfig KvPoolConfig(int n_pages, int page_tokens = kDefaultPageTokens,
+                              KvType kv_type = KvType::kF32) const;
+
+ private:
+  Model() = default;
+  std::shared_ptr<const GgufFile> file_;
+  ModelConfig config_;
+  StageWeights weights_;
+};
+
+}  // namespace shardlm

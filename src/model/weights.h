@@ -1,0 +1,64 @@
+// StageWeights: the tensors of one stage (a layer range) bound by name to typed views.
+//
+// Goals: every tensor a stage needs is found, its shape and type checked (the type must be
+// computable: GetTypeTraits != nullptr), and viewed in place inside the mmapped GGUF (no
+// copy; a stage touches only its own layers' bytes). A missing tensor, a wrong shape or an
+// uncomputable type is a Status naming the tensor and what was expected.
+// The tensor list is keyed on config flags (use_qk_norm, tied_output), not on the arch.
+// Non-goals: repacking, tensors of other architectures (qwen35, gemma3 come later).
+//
+// Thread safety: immutable after Bind. Lifetime: views point into the GgufFile, which must
+// outlive the StageWeights (Model keeps it alive through a shared_ptr).
+#pragma once
+
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/gguf_file.h"
+#include "model/model_config.h"
+#include "tensor/matmul.h"
+
+namespace shardlm {
+
+// Half-open range of model layers a stage computes: [begin, end).
+struct LayerRange {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
+};
+
+// A 1-D float32 norm weight: [n] floats inside the file.
+struct NormWeight {
+  const float* data = nullptr;
+  int64_t n = 0;
+};
+
+struct LayerWeights {
+  NormWeight attn_norm;    // [n_embd]
+  WeightView attn_q;       // [q_dim rows][n_embd cols]
+  WeightView attn_k;       // [kv_dim][n_embd]
+  WeightView attn_v;       // [kv_dim][n_embd]
+  WeightView attn_output;  // [n_embd][q_dim]
+  NormWeight attn_q_norm;  // [head_dim], use_qk_norm only
+  NormWeight attn_k_norm;  // [head_dim], use_qk_norm only
+  NormWeight ffn_norm;     // [n_embd]
+  WeightView ffn_gate;     // [n_ff][n_embd]
+  WeightView ffn_up;       // [n_ff][n_embd]
+  WeightView ffn_down;     // [n_embd][n_ff]
+};
+
+struct StageWeights {
+  LayerRange layers;
+  bool has_embedding = false;        // stage 0
+  bool has_head = false;             // last stage
+  WeightView token_embd;             // [n_vocab][n_embd], stage 0 (also the head when tied)
+  NormWeight output_norm;            // [n_embd], last stage
+  WeightView output;                 // [n_vocab][n_embd], last stage (token_embd when tied)
+  std::vector<LayerWeights> blocks;  // [layers.size()], index = layer - layers.begin
+};
+
+// Binds the tensors of `range` (validated against config.n_layers).
+Result<StageWeights> BindStageWeights(const GgufFile& file, const ModelConfig& config,
+                                      LayerRange range);
+
+}  // namespace shardlm
