@@ -1,0 +1,116 @@
+// Sampler: turns one row of logits into one token, plus the log-probabilities a caller
+// (the OpenAI `logprobs` field) asks for.
+//
+// Goals: llama.cpp's default chain and parameter meanings (penalties → top-k → top-p →
+// min-p → temperature → softmax → draw), greedy when temperature <= 0 (argmax, lowest id
+// wins ties); a seeded PRNG of our own (xoshiro256**, seeded through splitmix64) and a draw
+// written here, so the same seed gives the same tokens on every platform and standard
+// library (std::*_distribution outputs are implementation-defined); a total order on
+// candidates (logit, then id) so no sort depends on the library's algorithm.
+// Non-goals: grammars, DRY, XTC, mirostat, typical-p, logit bias (later, as filters here).
+//
+// Thread safety: a Sampler belongs to one sequence and one thread. Lifetime: plain value;
+// copying it copies the RNG state and the penalty window (a fork of the sequence).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+
+struct SamplingParams {
+  float temperature = 0.8f;        // <= 0: greedy
+  int32_t top_k = 40;              // <= 0: off
+  float top_p = 0.95f;             // >= 1: off
+  float min_p = 0.05f;             // <= 0: off
+  float repeat_penalty = 1.0f;     // 1: off; logit > 0 is divided by it, logit <= 0 multiplied
+  int32_t repeat_last_n = 64;      // penalty window in tokens; 0: off, -1: whole history
+  float presence_penalty = 0.0f;   // subtracted once from every token seen in the window
+  float frequency_penalty = 0.0f;  // subtracted once per occurrence in the window
+  uint64_t seed = 0;
+  int32_t n_logprobs = 0;  // top alternatives to report (0: only the chosen token's)
+
+  // A clear message for values outside their meaning (negative penalty, top_p > 1, ...).
+  Status Validate() const;
+};
+
+// One candidate token with its (possibly adjusted) logit.
+struct TokenLogit {
+  TokenId id;
+  float logit;
+};
+
+struct TokenLogprob {
+  TokenId id;
+  float logprob;
+};
+
+// The chosen token, its log-probability under the model's distribution (log-softmax of the
+// raw logits, before penalties, filters and temperature, as llama.cpp's server reports
+// them), and the n_logprobs most likely alternatives under the same distribution.
+struct SampledToken {
+  TokenId id = -1;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
+// xoshiro256** (Blackman & Vigna), seeded by splitmix64: 256 bits of state, fast, and the
+// same stream everywhere.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t Next();
+  double NextDouble();  // uniform in [0, 1), 53 random bits
+
+ private:
+  uint64_t s_[4];
+};
+
+class Sampler {
+ public:
+  // `params` must be valid (Validate()); n_vocab bounds the ids Accept takes.
+  Sampler(const SamplingParams& params, int32_t n_vocab);
+
+  const SamplingParams& params() const { return params_; }
+  bool greedy() const { return params_.temperature <= 0.0f; }
+
+  // Chooses the next token from logits[n_vocab]. `want_logprobs` fills logprob and top.
+  SampledToken Sample(std::span<const float> logits, bool want_logprobs = false);
+  // Records a token of the sequence (prompt or generated) for the penalty window.
+  void Accept(TokenId id);
+  // Forgets the penalty window (a new sequence); the RNG stream continues.
+  void ResetHistory() { history_.clear(); }
+
+  // The chain's stages, public for tests. Each keeps at least one candidate.
+  void ApplyPenalties(std::vector<TokenLogit>& cands) const;
+  static void TopK(std::vector<TokenLogit>& cands, int32_t k);
+  static void TopP(std::vector<TokenLogit>& cands, float p);
+  static void MinP(std::vector<TokenLogit>& cands, float p);
+  // Softmax of cands' logits / temperature, in cands' order.
+  static std::vector<double> Softmax(const std::vector<TokenLogit>& cands, float temperature);
+  // Index i with probability probs[i] / sum(probs), given u uniform in [0, 1).
+  static size_t Draw(const std::vector<double>& probs, double u);
+  // Argmax, lowest id among equal maxima.
+  static TokenId Argmax(std::span<const float> logits);
+
+ private:
+  TokenId SampleFiltered(std::span<const float> logits);
+  void FillLogprobs(std::span<const float> logits, SampledToken& out) const;
+
+  SamplingParams params_;
+  int32_t n_vocab_;
+  Rng rng_;
+  std::vector<TokenId> history_;  // oldest first; trimmed to the window when it grows
+};
+
+// Log-softmax of logits for the given ids, and the n most likely tokens (by logit, then
+// id) with their log-probabilities.
+std::vector<TokenLogprob> TopLogprobs(std::span<const float> logits, int32_t n);
+double LogSumExp(std::span<const float> logits);
+
+}  // namespace shardlm
