@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -52,7 +53,8 @@ enum class GgufValueType : uint32_t {
 std::string_view GgufValueTypeName(GgufValueType type);
 
 // One metadata value. Arrays keep their element type and their elements decoded into the
-// matching vector (integers widened to int64/uint64, floats to double, strings as views).
+// matching vector: integers and bools widened to int64 (uint64 elements above INT64_MAX keep
+// their bit pattern), floats to double, strings as views. Arrays of arrays are rejected.
 struct GgufValue {
   GgufValueType type = GgufValueType::kSentinel;
   GgufValueType array_type = GgufValueType::kSentinel;  // for kArray only
@@ -72,15 +74,17 @@ struct GgufKeyValue {
 
 struct GgufTensorInfo {
   std::string_view name;
-  GgmlType type;
-  std::vector<int64_t> ne;   // ne[0] = row length (contiguous), ne[1] = rows, ...
-  uint64_t offset = 0;       // relative to the data section
-  uint64_t n_bytes = 0;      // checked: fits in the file
+  GgmlType type = GgmlType::kSentinel;
+  std::vector<int64_t> ne;  // ne[0] = row length (contiguous), ne[1] = rows, ...
+  uint64_t offset = 0;      // relative to the data section
+  uint64_t n_bytes = 0;     // checked: fits in the file
   const uint8_t* data = nullptr;
 
   int64_t n_elements() const;
-  int64_t rows() const { return n_elements() / ne[0]; }  // product of ne[1..]
+  int64_t rows() const;  // product of ne[1..] (also when ne[0] == 0)
 };
+
+class GgufCursor;  // gguf_file.cc: a bounds-checked read position
 
 class GgufFile {
  public:
@@ -98,6 +102,8 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return bytes_.size(); }
   uint64_t data_offset() const { return data_offset_; }
+  // The header: bytes [0, data_offset()), i.e. every key and tensor info plus the padding.
+  std::span<const uint8_t> header_bytes() const { return bytes_.first(data_offset_); }
 
   const std::vector<GgufKeyValue>& metadata() const { return metadata_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
@@ -111,6 +117,7 @@ class GgufFile {
   Result<double> GetFloat(std::string_view key) const;  // float32/float64 (and integers)
   Result<bool> GetBool(std::string_view key) const;
   Result<std::string_view> GetString(std::string_view key) const;
+  // elem_type kSentinel accepts an array of any element type.
   Result<const GgufValue*> GetArray(std::string_view key, GgufValueType elem_type) const;
   // With a default for a missing key; a present key of the wrong type is still an error.
   Result<uint64_t> GetUintOr(std::string_view key, uint64_t fallback) const;
@@ -120,6 +127,11 @@ class GgufFile {
  private:
   GgufFile() = default;
   Status Parse();
+  Status ParseMetadata(GgufCursor& cursor, uint64_t n_kv);
+  Status ParseTensorInfos(GgufCursor& cursor, uint64_t n_tensors);
+  Status ReadAlignment();
+  Status PlaceTensors();
+  Result<const GgufValue*> FindTyped(std::string_view key) const;
 
   std::string name_;
   std::span<const uint8_t> bytes_;
@@ -130,6 +142,8 @@ class GgufFile {
   uint64_t data_offset_ = 0;
   std::vector<GgufKeyValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
+  std::unordered_map<std::string_view, size_t> key_index_;     // key → metadata_ index
+  std::unordered_map<std::string_view, size_t> tensor_index_;  // name → tensors_ index
 };
 
 }  // namespace shardlm
