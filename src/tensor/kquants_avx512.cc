@@ -1,0 +1,226 @@
+// AVX-512 VNNI kernels for the K-quants (256-element super-blocks) against Q8_K
+// activations: Q4_K and Q6_K (the Q4_K_M mix), more as they land. Registered by
+// kernels_avx512.cc.
+//
+// Goals: one float conversion per super-block and pair; everything inside a super-block
+// is exact int32 arithmetic. Weights are unpacked once per row and reused across the
+// tile's tokens; activations are loaded once per token and reused across its rows.
+// Non-goals: repacked weight layouts; activation quantization (generic).
+//
+// Integer scheme (both types): vpmaddubsw multiplies the unsigned weight quants by the
+// signed activation bytes into int16 pairs (|x| <= 2·63·127, no saturation), then
+// vpdpwssd multiplies those pairs by the int16 sub-block scales and accumulates in int32
+// (|Σ| <= 256·63·127·128 < 2^31). Weight offsets (Q4_K mins, Q6_K's -32) go through the
+// activation block sums (bsums), never through per-element work.
+// GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
+// every inlined use; the warning is a known false positive, silenced for the header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "tensor/quant_blocks.h"
+#include "tensor/simd_tile.h"
+
+namespace shardlm::internal {
+namespace {
+
+inline float Fp16ToF32(fp16_t h) { return _cvtsh_ss(h); }
+
+inline __m512i Load64(const void* p) { return _mm512_loadu_si512(p); }
+
+// Lane k of the result = v[first + k / per] for int16 lanes (vpermw index vector).
+inline __m512i SpreadIndex(int first, int per) {
+  alignas(64) int16_t idx[32];
+  for (int k = 0; k < 32; ++k) idx[k] = static_cast<int16_t>(first + k / per);
+  return _mm512_load_si512(idx);
+}
+
+// The 8 six-bit scales and 8 six-bit mins of a Q4_K/Q5_K block, one byte each, from the
+// 12 packed bytes: sub-blocks 0-3 keep their low 6 bits in bytes 0-3 (scales) and 4-7
+// (mins); sub-blocks 4-7 take their low nibble from bytes 8-11 and their top 2 bits from
+// the top bits of bytes 0-3 (scales) and 4-7 (mins).
+inline void UnpackScalesMins(const uint8_t* packed, uint64_t* scales, uint64_t* mins) {
+  uint32_t w0, w1, w2;
+  __builtin_memcpy(&w0, packed, 4);
+  __builtin_memcpy(&w1, packed + 4, 4);
+  __builtin_memcpy(&w2, packed + 8, 4);
+  const uint32_t sc_lo = w0 & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+  const uint32_t mn_lo = w1 & 0x3f3f3f3fu;
+  const uint32_t mn_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+  *scales = sc_lo | (static_cast<uint64_t>(sc_hi) << 32);
+  *mins = mn_lo | (static_cast<uint64_t>(mn_hi) << 32);
+}
+
+// Q4_K: value = d·sc_j·q − dmin·m_j for sub-block j of 32. A 64-byte load of qs holds 128
+// elements: low nibbles are sub-blocks 2k (first 32 bytes) and 2k+2, high nibbles 2k+1 and
+// 2k+3; two 128-bit-lane shuffles put them back in element order so that activations are
+// plain contiguous loads.
+struct Q4KKernel {
+  template <int NR, int NC>
+  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                  int64_t act_stride, float* out, int64_t out_stride) {
+    const int64_t nb = n / kQK_K;
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    const __m512i spread[4] = {SpreadIndex(0, 16), SpreadIndex(2, 16), SpreadIndex(4, 16),
+                               SpreadIndex(6, 16)};
+    const __m512i pair_index = SpreadIndex(0, 2);  // bsum pair 2j,2j+1 ↔ min j
+    __m512 acc[NR][NC];
+    for (int r = 0; r < NR; ++r)
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i isum[NR][NC];
+      __m512i mins[NR];
+      float wd[NR], wdmin[NR];
+      __m512i scales16[NR];
+      for (int r = 0; r < NR; ++r) {
+        const auto* blk = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride) + b;
+        uint64_t sc, mn;
+        UnpackScalesMins(blk->scales, &sc, &mn);
+        scales16[r] = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc)));
+        mins[r] = _mm512_zextsi256_si512(_mm512_castsi512_si256(_mm512_permutexvar_epi16(
+            pair_index, _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn))))));
+        wd[r] = Fp16ToF32(blk->d);
+        wdmin[r] = Fp16ToF32(blk->dmin);
+        for (int c = 0; c < NC; ++c) isum[r][c] = _mm512_setzero_si512();
+      }
+      for (int half = 0; half < 2; ++half) {
+        __m512i wq[NR][2], ws[NR][2];
+        for (int r = 0; r < NR; ++r) {
+          const auto* blk = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride) + b;
+          const __m512i q = Load64(blk->qs + 64 * half);
+          const __m512i lo = _mm512_and_si512(q, nibble);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+          wq[r][0] = _mm512_shuffle_i64x2(lo, hi, 0x44);  // sub-blocks 4h, 4h+1
+          wq[r][1] = _mm512_shuffle_i64x2(lo, hi, 0xee);  // sub-blocks 4h+2, 4h+3
+          ws[r][0] = _mm512_permutexvar_epi16(spread[2 * half], scales16[r]);
+          ws[r][1] = _mm512_permutexvar_epi16(spread[2 * half + 1], scales16[r]);
+        }
+        for (int c = 0; c < NC; ++c) {
+          const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+          const __m512i a0 = Load64(ablk->qs + 128 * half);
+          const __m512i a1 = Load64(ablk->qs + 128 * half + 64);
+          for (int r = 0; r < NR; ++r) {
+            isum[r][c] =
+                _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(wq[r][0], a0), ws[r][0]);
+            isum[r][c] =
+                _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(wq[r][1], a1), ws[r][1]);
+          }
+        }
+      }
+      for (int c = 0; c < NC; ++c) {
+        const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+        const __m512i bsums = _mm512_zextsi256_si512(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ablk->bsums)));
+        for (int r = 0; r < NR; ++r) {
+          const __m512i msum = _mm512_madd_epi16(bsums, mins[r]);
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]),
+                                      _mm512_set1_ps(wd[r] * ablk->d), acc[r][c]);
+          acc[r][c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_set1_ps(wdmin[r] * ablk->d),
+                                       acc[r][c]);
+        }
+      }
+    }
+    for (int r = 0; r < NR; ++r)
+      for (int c = 0; c < NC; ++c) out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
+  }
+};
+
+// Q6_K: value = d·sc_g·(q − 32), q = 4 low bits from ql | 2 high bits from qh, 16 int8
+// scales per 16 elements. Each 128-element half has ql[64] and qh[32]: low nibbles of ql
+// are elements 0-63, high nibbles 64-127; qh bit pairs 0-1, 2-3, 4-5, 6-7 are elements
+// 0-31, 32-63, 64-95, 96-127. The -32 becomes -32·Σ_g sc_g·bsum_g, one vpdpwssd.
+struct Q6KKernel {
+  template <int NR, int NC>
+  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                  int64_t act_stride, float* out, int64_t out_stride) {
+    const int64_t nb = n / kQK_K;
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    const __m512i two_bits = _mm512_set1_epi8(0x03);
+    const __m512i spread[4] = {SpreadIndex(0, 8), SpreadIndex(4, 8), SpreadIndex(8, 8),
+                               SpreadIndex(12, 8)};
+    __m512 acc[NR][NC];
+    for (int r = 0; r < NR; ++r)
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i isum[NR][NC];
+      __m512i scales16[NR];
+      float wd[NR];
+      for (int r = 0; r < NR; ++r) {
+        const auto* blk = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride) + b;
+        scales16[r] = _mm512_zextsi256_si512(
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales))));
+        wd[r] = Fp16ToF32(blk->d);
+        // -32·sc_g in the low 16 int16 lanes, zero above: pairs with the bsums.
+        const __m512i neg32 = _mm512_zextsi256_si512(_mm256_sub_epi16(
+            _mm256_setzero_si256(), _mm256_slli_epi16(_mm512_castsi512_si256(scales16[r]), 5)));
+        for (int c = 0; c < NC; ++c) {
+          const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+          const __m512i bsums = _mm512_zextsi256_si512(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ablk->bsums)));
+          isum[r][c] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bsums, neg32);
+        }
+      }
+      for (int half = 0; half < 2; ++half) {
+        __m512i wq[NR][2], ws[NR][2];
+        for (int r = 0; r < NR; ++r) {
+          const auto* blk = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride) + b;
+          const __m512i ql = Load64(blk->ql + 64 * half);
+          const __m256i qh =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qh + 32 * half));
+          const __m512i qh_a =
+              _mm512_inserti64x4(_mm512_zextsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+          const __m512i qh_b = _mm512_inserti64x4(_mm512_zextsi256_si512(_mm256_srli_epi16(qh, 4)),
+                                                  _mm256_srli_epi16(qh, 6), 1);
+          wq[r][0] = _mm512_or_si512(_mm512_and_si512(ql, nibble),
+                                     _mm512_slli_epi16(_mm512_and_si512(qh_a, two_bits), 4));
+          wq[r][1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble),
+                                     _mm512_slli_epi16(_mm512_and_si512(qh_b, two_bits), 4));
+          ws[r][0] = _mm512_permutexvar_epi16(spread[2 * half], scales16[r]);
+          ws[r][1] = _mm512_permutexvar_epi16(spread[2 * half + 1], scales16[r]);
+        }
+        for (int c = 0; c < NC; ++c) {
+          const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+          const __m512i a0 = Load64(ablk->qs + 128 * half);
+          const __m512i a1 = Load64(ablk->qs + 128 * half + 64);
+          for (int r = 0; r < NR; ++r) {
+            isum[r][c] =
+                _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(wq[r][0], a0), ws[r][0]);
+            isum[r][c] =
+                _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(wq[r][1], a1), ws[r][1]);
+          }
+        }
+      }
+      for (int c = 0; c < NC; ++c) {
+        const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+        for (int r = 0; r < NR; ++r) {
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]),
+                                      _mm512_set1_ps(wd[r] * ablk->d), acc[r][c]);
+        }
+      }
+    }
+    for (int r = 0; r < NR; ++r)
+      for (int c = 0; c < NC; ++c) out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
+  }
+};
+
+}  // namespace
+
+// Tiles of 4 rows x 2 tokens: per pair an int32 and a float accumulator (16 registers),
+// plus 4 unpacked quant/scale registers per row (spilled to L1 where they do not fit).
+void FillKQuantsAvx512(TypeTraits& traits) {
+  switch (traits.type) {
+    case GgmlType::kQ4_K:
+      simd::Install<Q4KKernel, 4, 2>(traits);
+      break;
+    case GgmlType::kQ6_K:
+      simd::Install<Q6KKernel, 4, 2>(traits);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace shardlm::internal

@@ -1,0 +1,63 @@
+// Internal to the per-ISA kernel files (*_avx2.cc, *_avx512.cc): turns one tile kernel
+// template `K::Run<NR, NC>` into the two traits entry points, vec_dot (NR = NC = 1) and
+// vec_dot_tile (runtime nr, nc dispatched to a compile-time instantiation).
+//
+// Goals: one source of truth per type and ISA. vec_dot is literally the 1x1 instantiation
+// of the tile kernel, and every instantiation computes a (row, token) pair with the same
+// sequence of operations (per-lane accumulators over blocks in order, one fixed horizontal
+// reduction at the end), so an output never depends on the tile it was computed in.
+// Non-goals: intrinsics (this header is ISA-neutral); choosing tile sizes (each type does).
+//
+// ODR note: every kernel struct K lives in an anonymous namespace of its ISA file, so the
+// instantiations below are distinct per ISA and the linker never mixes them up.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "tensor/type_traits.h"
+
+namespace shardlm::internal::simd {
+
+using TileFn = void (*)(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                        int64_t act_stride, float* out, int64_t out_stride);
+
+template <class K, int kMaxC, size_t... kIdx>
+constexpr void FillTileTable(TileFn* table, std::index_sequence<kIdx...>) {
+  ((table[kIdx] = &K::template Run<int(kIdx) / kMaxC + 1, int(kIdx) % kMaxC + 1>), ...);
+}
+
+// Function table indexed by (nr - 1) * kMaxC + (nc - 1).
+template <class K, int kMaxR, int kMaxC>
+struct TileTable {
+  TileFn fns[kMaxR * kMaxC] = {};
+  constexpr TileTable() { FillTileTable<K, kMaxC>(fns, std::make_index_sequence<kMaxR * kMaxC>()); }
+};
+
+template <class K, int kMaxR, int kMaxC>
+inline constexpr TileTable<K, kMaxR, kMaxC> kTileTable{};
+
+template <class K, int kMaxR, int kMaxC>
+void VecDotTile(int64_t n, const void* w, int64_t w_stride, int nr, const void* act,
+                int64_t act_stride, int nc, float* out, int64_t out_stride) {
+  kTileTable<K, kMaxR, kMaxC>.fns[(nr - 1) * kMaxC + (nc - 1)](
+      n, static_cast<const uint8_t*>(w), w_stride, static_cast<const uint8_t*>(act), act_stride,
+      out, out_stride);
+}
+
+template <class K>
+void VecDot(int64_t n, const void* w_row, const void* act_row, float* out) {
+  K::template Run<1, 1>(n, static_cast<const uint8_t*>(w_row), 0,
+                        static_cast<const uint8_t*>(act_row), 0, out, 0);
+}
+
+// Installs both entry points of K with a kMaxR x kMaxC tile.
+template <class K, int kMaxR, int kMaxC>
+void Install(TypeTraits& traits) {
+  traits.vec_dot = &VecDot<K>;
+  traits.vec_dot_tile = &VecDotTile<K, kMaxR, kMaxC>;
+  traits.tile_rows = kMaxR;
+  traits.tile_cols = kMaxC;
+}
+
+}  // namespace shardlm::internal::simd
