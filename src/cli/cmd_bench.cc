@@ -1,0 +1,155 @@
+// `shardlm bench`: prefill and decode throughput of a GGUF model, like llama-bench.
+//
+// Goals: `pp<p>` (prefill p tokens in one batch, fresh KV each repetition) and `tg<n>`
+// (decode n tokens one at a time), a warm-up run each, mean ± sample stddev of tok/s over
+// -r repetitions; a markdown table like llama-bench's on stdout, or with --json one JSON
+// object per test per line (JSON lines: model_filename, model_type, model_size,
+// model_n_params, n_threads, type_k, n_prompt, n_gen, test, avg_ns, avg_ts, stddev_ts,
+// samples_ns, samples_ts) for scripts (bench/engine_bench.sh).
+// Non-goals: parameter sweeps (lists of -p/-n/-t values), several models per run.
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "runtime/bench_runner.h"
+#include "runtime/model_loader.h"
+
+namespace shardlm::cli {
+namespace {
+
+struct BenchFlags {
+  std::string model_path;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int n_threads = 0;  // 0: every hardware thread
+  int reps = 5;
+  std::string kv_type = "f32";
+  bool json = false;
+};
+
+void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
+  cmd.add_option("-m,--model", f.model_path, "GGUF model file")->required();
+  cmd.add_option("-p,--n-prompt", f.n_prompt, "Prompt tokens of the pp test (0: skip)")
+      ->capture_default_str();
+  cmd.add_option("-n,--n-gen", f.n_gen, "Generated tokens of the tg test (0: skip)")
+      ->capture_default_str();
+  cmd.add_option("-t,--threads", f.n_threads, "Threads (0: all hardware threads)")
+      ->capture_default_str();
+  cmd.add_option("-r,--repetitions", f.reps, "Timed repetitions per test")->capture_default_str();
+  cmd.add_option("--kv-type", f.kv_type, "KV cache element type: f32 | f16")->capture_default_str();
+  cmd.add_flag("--json", f.json, "Print one JSON object per test (JSON lines)");
+}
+
+// llama.cpp's names for general.file_type (llama_model_ftype), as llama-bench prints them.
+std::string FileTypeName(const GgufFile& file) {
+  static const std::map<uint64_t, const char*> kNames = {
+      {0, "all F32"},        {1, "F16"},
+      {2, "Q4_0"},           {3, "Q4_1"},
+      {7, "Q8_0"},           {8, "Q5_0"},
+      {9, "Q5_1"},           {10, "Q2_K - Medium"},
+      {11, "Q3_K - Small"},  {12, "Q3_K - Medium"},
+      {13, "Q3_K - Large"},  {14, "Q4_K - Small"},
+      {15, "Q4_K - Medium"}, {16, "Q5_K - Small"},
+      {17, "Q5_K - Medium"}, {18, "Q6_K"},
+      {32, "BF16"}};
+  Result<uint64_t> ftype = file.GetUint("general.file_type");
+  if (ftype.ok()) {
+    auto it = kNames.find(*ftype);
+    if (it != kNames.end()) return it->second;
+    return "ftype " + std::to_string(*ftype);
+  }
+  return "unknown type";
+}
+
+struct ModelFacts {
+  std::string filename;
+  std::string type;  // "qwen3 Q4_K - Medium"
+  uint64_t size_bytes = 0;
+  uint64_t n_params = 0;
+};
+
+ModelFacts DescribeModel(const LoadedModel& loaded) {
+  ModelFacts facts;
+  facts.filename = loaded.file->name();
+  facts.type =
+      std::string(ArchName(loaded.model->config().arch)) + " " + FileTypeName(*loaded.file);
+  for (const GgufTensorInfo& tensor : loaded.file->tensors()) {
+    facts.size_bytes += tensor.n_bytes;
+    facts.n_params += uint64_t(tensor.n_elements());
+  }
+  return facts;
+}
+
+nlohmann::json ToJson(const ModelFacts& facts, const BenchFlags& f, int n_threads,
+                      const BenchResult& r) {
+  return {{"model_filename", facts.filename},
+          {"model_type", facts.type},
+          {"model_size", facts.size_bytes},
+          {"model_n_params", facts.n_params},
+          {"n_threads", n_threads},
+          {"type_k", f.kv_type},
+          {"n_prompt", r.test.n_prompt},
+          {"n_gen", r.test.n_gen},
+          {"test", r.test.Name()},
+          {"avg_ns", r.avg_ns},
+          {"avg_ts", r.avg_ts},
+          {"stddev_ts", r.stddev_ts},
+          {"samples_ns", r.samples_ns},
+          {"samples_ts", r.samples_ts}};
+}
+
+void PrintTableHeader() {
+  std::printf("| model | size | params | backend | threads | test | t/s |\n");
+  std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+}
+
+void PrintTableRow(const ModelFacts& facts, int n_threads, const BenchResult& r) {
+  std::printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s | %.2f ± %.2f |\n", facts.type.c_str(),
+              double(facts.size_bytes) / (1024.0 * 1024.0), double(facts.n_params) / 1e6, n_threads,
+              r.test.Name().c_str(), r.avg_ts, r.stddev_ts);
+  std::fflush(stdout);
+}
+
+Status BenchCommand(const BenchFlags& f) {
+  SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvType(f.kv_type));
+  if (f.n_prompt < 0 || f.n_gen < 0) return InvalidArgument("-p and -n must be >= 0");
+  SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,
+                           LoadModelFile(f.model_path, {.show_progress = true}));
+  const ModelFacts facts = DescribeModel(loaded);
+  const unsigned hardware = std::thread::hardware_concurrency();
+  const int n_threads = f.n_threads > 0 ? f.n_threads : int(hardware > 0 ? hardware : 1);
+  ThreadPool threads(n_threads);
+
+  std::vector<BenchTest> tests;
+  if (f.n_prompt > 0) tests.push_back({f.n_prompt, 0});
+  if (f.n_gen > 0) tests.push_back({0, f.n_gen});
+  if (!f.json) PrintTableHeader();
+  for (const BenchTest& test : tests) {
+    std::fprintf(stderr, "bench: %s, %d threads, warm-up + %d runs\n", test.Name().c_str(),
+                 n_threads, f.reps);
+    BenchOptions options{f.reps, kv_type, 1234};
+    SHARDLM_ASSIGN_OR_RETURN(BenchResult result, RunBench(*loaded.model, threads, test, options));
+    if (f.json) {
+      std::printf("%s\n", ToJson(facts, f, n_threads, result).dump().c_str());
+      std::fflush(stdout);
+    } else {
+      PrintTableRow(facts, n_threads, result);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app, Action& action) {
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill (pp) and decode (tg) throughput");
+  auto flags = std::make_shared<BenchFlags>();
+  DeclareFlags(*cmd, *flags);
+  cmd->callback([&action, flags] { action = [flags] { return BenchCommand(*flags); }; });
+}
+
+}  // namespace shardlm::cli

@@ -1,0 +1,52 @@
+// Throughput benchmarks of the engine, as llama-bench measures them: `pp<N>` prefills N
+// tokens in one batch into an empty KV cache; `tg<N>` decodes N tokens one at a time from an
+// empty cache. Each test runs once to warm up, then `reps` timed times.
+//
+// Goals: the numbers `shardlm bench` prints and bench/engine_bench.sh records; per-sample
+// throughput, mean and sample standard deviation (llama-bench's avg_ts / stddev_ts); a
+// check that every run produced finite logits (a benchmark verifies its result).
+// Non-goals: printing (cmd_bench.cc), several sequences per batch (server benchmarks).
+//
+// Thread safety: one thread drives a run. Lifetime: nothing outlives the call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/page_pool.h"
+#include "model/model.h"
+#include "tensor/thread_pool.h"
+
+namespace shardlm {
+
+struct BenchTest {
+  int n_prompt = 0;          // > 0: a prefill test
+  int n_gen = 0;             // > 0: a decode test (exactly one of the two is set)
+  std::string Name() const;  // "pp512" / "tg128"
+};
+
+struct BenchOptions {
+  int reps = 5;
+  KvType kv_type = KvType::kF32;
+  uint64_t seed = 1234;  // random prompt tokens
+};
+
+struct BenchResult {
+  BenchTest test;
+  std::vector<uint64_t> samples_ns;  // [reps] wall time per run
+  std::vector<double> samples_ts;    // [reps] tokens per second per run
+  double avg_ts = 0.0;
+  double stddev_ts = 0.0;  // sample standard deviation (n - 1), 0 for one rep
+  uint64_t avg_ns = 0;
+};
+
+// Runs one test: a warm-up run, then options.reps timed runs.
+Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const BenchTest& test,
+                             const BenchOptions& options);
+
+// Mean and sample standard deviation.
+void MeanStddev(const std::vector<double>& values, double& mean, double& stddev);
+
+}  // namespace shardlm

@@ -1,0 +1,108 @@
+// Generator: runs one prompt through one whole model (a single stage) and samples a
+// continuation — the engine behind `shardlm run`.
+//
+// Goals: encode the prompt (special-token text parsed unless disabled; BOS as the GGUF
+// says), prefill it in chunks of at most n_batch tokens (progress on stderr for long
+// prompts), then decode one token per step with the Sampler, streaming text through a
+// StreamDecoder (never a broken UTF-8 sequence), stopping at an end-of-generation token,
+// at n_predict, or when the context is full; hand every row of logits a token was chosen
+// from to an optional recorder; time prefill and decode.
+// KV memory is bounded by n_ctx and by what the request needs: the page pool is sized per
+// request to min(n_ctx, prompt + n_predict) positions.
+// Non-goals: several sequences at once, layer splits, prefix reuse (the scheduler and
+// pipeline, later); chat templates (the caller formats the prompt).
+//
+// Thread safety: one thread calls Generate at a time. Lifetime: references the Model, the
+// Tokenizer and the ThreadPool, which must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/page_pool.h"
+#include "model/model.h"
+#include "runtime/sampler.h"
+#include "tensor/thread_pool.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+
+struct GeneratorConfig {
+  int n_ctx = 4096;   // most positions (prompt + generated) a sequence may hold
+  int n_batch = 512;  // most prompt tokens per forward pass
+  KvType kv_type = KvType::kF32;
+  int page_tokens = kDefaultPageTokens;
+};
+
+struct GenerateOptions {
+  int n_predict = 64;         // tokens to generate; < 0: until EOG or the context is full
+  bool add_special = true;    // BOS (as the vocab says)
+  bool parse_special = true;  // "<|im_start|>" in the prompt becomes that token
+  // Keep generating through end-of-generation tokens: they are fed back like any other
+  // token (and render as ""), so exactly n_predict tokens come out, as in the fixtures'
+  // greedy runs. llama.cpp's --ignore-eos instead forbids them; we keep the model's choice.
+  bool ignore_eos = false;
+  bool show_progress = false;  // prefill progress on stderr for prompts longer than n_batch
+  bool want_logprobs = false;  // fill GenerationResult::logprobs
+};
+
+enum class StopReason { kEog, kLength, kContext };
+const char* StopReasonName(StopReason reason);
+
+struct GenerationResult {
+  std::vector<TokenId> prompt_ids;
+  std::vector<TokenId> ids;  // generated, including a final EOG token when it stopped there
+  std::vector<SampledToken> logprobs;  // per generated token, when want_logprobs
+  std::string text;                    // everything passed to on_text
+  StopReason stop = StopReason::kLength;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  int decode_passes = 0;  // single-token forward passes
+
+  double PrefillTokensPerSecond() const;
+  double DecodeTokensPerSecond() const;
+};
+
+struct GenerateCallbacks {
+  // Text as it becomes complete (UTF-8 sequences never split).
+  std::function<void(std::string_view text)> on_text;
+  // logits[n_vocab] from which generated token t was chosen, t = 0, 1, ... (row 0 is the
+  // last prompt position). A non-ok Status stops generation with that error.
+  std::function<Status(std::span<const float> logits)> on_logits;
+};
+
+class Generator {
+ public:
+  // The model must hold every layer (first and last stage). Errors: a split model, bad
+  // config values.
+  static Result<std::unique_ptr<Generator>> Create(const Model& model, const Tokenizer& tokenizer,
+                                                   ThreadPool& threads,
+                                                   const GeneratorConfig& config);
+
+  Result<GenerationResult> Generate(std::string_view prompt, const SamplingParams& sampling,
+                                    const GenerateOptions& options,
+                                    const GenerateCallbacks& callbacks = {});
+  // Same, from token ids (no encoding; add_special/parse_special are ignored).
+  Result<GenerationResult> GenerateFromIds(std::vector<TokenId> prompt_ids,
+                                           const SamplingParams& sampling,
+                                           const GenerateOptions& options,
+                                           const GenerateCallbacks& callbacks = {});
+
+ private:
+  Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& threads,
+            const GeneratorConfig& config);
+  struct Run;  // generator.cc: the state of one request
+
+  const Model& model_;
+  const Tokenizer& tokenizer_;
+  ThreadPool& threads_;
+  GeneratorConfig config_;
+};
+
+}  // namespace shardlm

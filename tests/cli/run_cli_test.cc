@@ -1,0 +1,207 @@
+// Drives the real `shardlm` binary: `run` prints exactly llama.cpp's greedy text, records
+// logits with --logits-out, fails cleanly on a bad model; `bench --json` emits results.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/fixtures.h"
+
+extern char** environ;
+
+namespace shardlm {
+namespace {
+
+using nlohmann::json;
+using testing::FixturePath;
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("shardlm_cli_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+// Runs the shardlm binary with `args` (no shell), capturing stdout and stderr.
+ProcessResult RunShardlm(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_strings = {testing::ShardlmBinary()};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : argv_strings) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const std::string out_path = TempPath("stdout"), err_path = TempPath("stderr");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  ProcessResult result;
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    result.err = "posix_spawn failed: " + std::to_string(rc);
+    return result;
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = testing::ReadTextFile(out_path);
+  result.err = testing::ReadTextFile(err_path);
+  std::filesystem::remove(out_path);
+  std::filesystem::remove(err_path);
+  return result;
+}
+
+std::string HexToBytes(const std::string& hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    bytes.push_back(char(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return bytes;
+}
+
+std::vector<json> Entries() {
+  const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
+  std::vector<json> entries;
+  for (const json& entry : golden["entries"]) {
+    const std::string arch = entry["arch"];
+    if (arch == "llama" || arch == "qwen3") entries.push_back(entry);
+  }
+  return entries;
+}
+
+// Steps whose ids the printed text depends on: through the first EOG, or all 32.
+int StepsNeeded(const json& entry) {
+  const auto is_eog = entry["greedy_is_eog"].get<std::vector<bool>>();
+  for (size_t t = 0; t < is_eog.size(); ++t) {
+    if (is_eog[t]) return int(t) + 1;
+  }
+  return int(is_eog.size());
+}
+
+TEST(RunCliTest, GreedyTextEqualsGolden) {
+  SHARDLM_REQUIRE_FIXTURES();
+  int checked = 0;
+  for (const json& entry : Entries()) {
+    if (entry["greedy_safe_prefix"].get<int>() < StepsNeeded(entry)) continue;
+    SCOPED_TRACE(entry["id"].get<std::string>());
+    ProcessResult run = RunShardlm({"run", "-m", FixturePath(entry["model"]), "-p",
+                                    entry["prompt_text"], "-n", "32", "--temp", "0", "-t", "2"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_EQ(run.out, HexToBytes(entry["greedy_text_hex"]));
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+}
+
+TEST(RunCliTest, LogitsOutMatchesGoldenSteps) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
+  const json* entry = nullptr;
+  for (const json& e : golden["entries"]) {
+    if (e["id"] == "stories260K.p1") entry = &e;
+  }
+  ASSERT_NE(entry, nullptr);
+  const std::string path = TempPath("steps.f32");
+  ProcessResult run =
+      RunShardlm({"run", "-m", FixturePath("stories260K.gguf"), "-p", (*entry)["prompt_text"], "-n",
+                  "4", "--temp", "0", "--logits-out", path});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::vector<float> rows = testing::ReadF32File(path);
+  std::filesystem::remove(path);
+  const int n_vocab = (*entry)["n_vocab"];
+  ASSERT_EQ(rows.size(), size_t(4 * n_vocab));
+  const std::vector<float> last = testing::ReadF32File(FixturePath((*entry)["logits_file"]));
+  const std::vector<float> steps = testing::ReadF32File(FixturePath((*entry)["step_logits_file"]));
+  const double atol = golden["suggested_tolerances"]["per_model"]["stories260K.gguf"]["atol"];
+  double worst_row0 = 0.0, worst_steps = 0.0;
+  for (int i = 0; i < n_vocab; ++i)
+    worst_row0 = std::max(worst_row0, double(std::fabs(rows[i] - last[i])));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    worst_steps = std::max(worst_steps, double(std::fabs(rows[i] - steps[i])));
+  }
+  EXPECT_LE(worst_row0, atol);
+  EXPECT_LE(worst_steps, atol);
+}
+
+TEST(RunCliTest, MissingModelFailsWithMessage) {
+  ProcessResult run = RunShardlm({"run", "-m", "/nonexistent/model.gguf", "-p", "hi"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_TRUE(run.out.empty());
+  EXPECT_NE(run.err.find("/nonexistent/model.gguf"), std::string::npos) << run.err;
+}
+
+TEST(RunCliTest, InvalidModelFileFailsWithMessage) {
+  const std::string path = TempPath("not_a_model.gguf");
+  {
+    std::FILE* file = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(file, nullptr);
+    std::fputs("this is not a gguf file, just text", file);
+    std::fclose(file);
+  }
+  ProcessResult run = RunShardlm({"run", "-m", path, "-p", "hi"});
+  std::filesystem::remove(path);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(run.out.empty());
+  EXPECT_NE(run.err.find("error"), std::string::npos) << run.err;
+}
+
+TEST(RunCliTest, BadFlagValuesFail) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ProcessResult run =
+      RunShardlm({"run", "-m", FixturePath("stories260K.gguf"), "-p", "hi", "--top-p", "1.5"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("top_p"), std::string::npos) << run.err;
+  run = RunShardlm({"run", "-m", FixturePath("stories260K.gguf"), "-p", "hi", "--kv-type", "q9"});
+  EXPECT_NE(run.exit_code, 0);
+}
+
+TEST(RunCliTest, SeededRunIsReproducibleAndPrintsSeed) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::vector<std::string> args = {
+      "run",    "-m", FixturePath("stories260K.gguf"), "-p", "Once upon a time", "-n", "24",
+      "--seed", "11"};
+  ProcessResult a = RunShardlm(args);
+  ProcessResult b = RunShardlm(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_FALSE(a.out.empty());
+  EXPECT_NE(a.err.find("seed: 11"), std::string::npos) << a.err;
+}
+
+TEST(BenchCliTest, JsonLinesCarryResults) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ProcessResult run = RunShardlm({"bench", "-m", FixturePath("stories260K.gguf"), "-p", "32", "-n",
+                                  "8", "-r", "2", "-t", "1", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::istringstream lines(run.out);
+  std::vector<json> results;
+  for (std::string line; std::getline(lines, line);) results.push_back(json::parse(line));
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0]["test"], "pp32");
+  EXPECT_EQ(results[1]["test"], "tg8");
+  for (const json& result : results) {
+    EXPECT_GT(result["avg_ts"].get<double>(), 0.0);
+    EXPECT_EQ(result["samples_ts"].size(), 2u);
+    EXPECT_EQ(result["n_threads"], 1);
+    EXPECT_GT(result["model_size"].get<uint64_t>(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace shardlm

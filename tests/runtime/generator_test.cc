@@ -1,0 +1,231 @@
+// End-to-end generation on the fixture models: greedy continuations equal llama.cpp's over
+// the safe prefix of every llama/qwen3 golden entry, row 0 of the recorded logits equals
+// the golden last-position logits, seeded sampling is reproducible, EOG handling.
+#include "runtime/generator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/model_loader.h"
+#include "support/fixtures.h"
+
+namespace shardlm {
+namespace {
+
+using nlohmann::json;
+using testing::FixturePath;
+
+std::string HexToBytes(const std::string& hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    bytes.push_back(char(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return bytes;
+}
+
+// A loaded fixture model with a generator on 2 threads (determinism must not depend on it).
+struct Engine {
+  LoadedModel loaded;
+  std::unique_ptr<ThreadPool> threads;
+  std::unique_ptr<Generator> generator;
+};
+
+Engine& GetEngine(const std::string& model_file) {
+  static std::map<std::string, std::unique_ptr<Engine>> cache;
+  std::unique_ptr<Engine>& slot = cache[model_file];
+  if (!slot) {
+    auto engine = std::make_unique<Engine>();
+    auto loaded = LoadModelFile(FixturePath(model_file), {.prefault = false});
+    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+    if (!loaded.ok()) return *(slot = std::move(engine));
+    engine->loaded = std::move(loaded).value();
+    engine->threads = std::make_unique<ThreadPool>(2);
+    GeneratorConfig config{512, 512, KvType::kF32, kDefaultPageTokens};
+    auto generator = Generator::Create(*engine->loaded.model, *engine->loaded.tokenizer,
+                                       *engine->threads, config);
+    EXPECT_TRUE(generator.ok()) << generator.status().message();
+    if (generator.ok()) engine->generator = std::move(generator).value();
+    slot = std::move(engine);
+  }
+  return *slot;
+}
+
+SamplingParams Greedy() {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  return params;
+}
+
+std::vector<json> GoldenEntries() {
+  std::vector<json> entries;
+  const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
+  for (const json& entry : golden["entries"]) {
+    const std::string arch = entry["arch"];
+    if (arch == "llama" || arch == "qwen3") entries.push_back(entry);
+  }
+  return entries;
+}
+
+TEST(GeneratorTest, GreedyMatchesGoldenOverSafePrefix) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
+  for (const json& entry : GoldenEntries()) {
+    SCOPED_TRACE(entry["id"].get<std::string>());
+    Engine& engine = GetEngine(entry["model"]);
+    ASSERT_TRUE(engine.generator);
+    std::vector<float> row0;
+    GenerateCallbacks callbacks;
+    callbacks.on_logits = [&](std::span<const float> logits) {
+      if (row0.empty()) row0.assign(logits.begin(), logits.end());
+      return Status::Ok();
+    };
+    GenerateOptions options;
+    options.n_predict = 32;
+    options.ignore_eos = true;
+    auto result = engine.generator->Generate(entry["prompt_text"].get<std::string>(), Greedy(),
+                                             options, callbacks);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_EQ(result->prompt_ids, entry["prompt_ids"].get<std::vector<TokenId>>());
+    const auto want = entry["greedy_ids"].get<std::vector<TokenId>>();
+    ASSERT_EQ(result->ids.size(), 32u);
+    const int safe = entry["greedy_safe_prefix"];
+    for (int t = 0; t < safe; ++t) ASSERT_EQ(result->ids[t], want[t]) << "step " << t;
+
+    const double atol = golden["suggested_tolerances"]["per_model"][entry["model"]]["atol"];
+    const std::vector<float> ref = testing::ReadF32File(FixturePath(entry["logits_file"]));
+    ASSERT_EQ(row0.size(), ref.size());
+    double worst = 0.0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      worst = std::max(worst, double(std::fabs(row0[i] - ref[i])));
+    EXPECT_LE(worst, atol) << "row 0 max abs error";
+  }
+}
+
+TEST(GeneratorTest, StopsAtEogUnlessIgnored) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const json& entry : GoldenEntries()) {
+    const auto is_eog = entry["greedy_is_eog"].get<std::vector<bool>>();
+    int first_eog = -1;
+    for (int t = 0; t < int(is_eog.size()); ++t) {
+      if (is_eog[t]) {
+        first_eog = t;
+        break;
+      }
+    }
+    if (first_eog < 0 || entry["greedy_safe_prefix"].get<int>() <= first_eog) continue;
+    SCOPED_TRACE(entry["id"].get<std::string>());
+    Engine& engine = GetEngine(entry["model"]);
+    ASSERT_TRUE(engine.generator);
+    const std::string prompt = entry["prompt_text"];
+    const auto want = entry["greedy_ids"].get<std::vector<TokenId>>();
+    GenerateOptions options;
+    options.n_predict = 32;
+    auto stopped = engine.generator->Generate(prompt, Greedy(), options);
+    ASSERT_TRUE(stopped.ok()) << stopped.status().message();
+    EXPECT_EQ(stopped->stop, StopReason::kEog);
+    EXPECT_EQ(stopped->ids, std::vector<TokenId>(want.begin(), want.begin() + first_eog + 1));
+    EXPECT_EQ(stopped->text, HexToBytes(entry["greedy_text_hex"]));
+
+    options.ignore_eos = true;
+    auto ignored = engine.generator->Generate(prompt, Greedy(), options);
+    ASSERT_TRUE(ignored.ok()) << ignored.status().message();
+    EXPECT_EQ(ignored->stop, StopReason::kLength);
+    EXPECT_EQ(ignored->ids.size(), 32u);
+    return;  // one entry is enough
+  }
+  GTEST_SKIP() << "no golden entry stops at an EOG inside its safe prefix";
+}
+
+TEST(GeneratorTest, TextMatchesGoldenWhenNoEog) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const json& entry : GoldenEntries()) {
+    if (entry["greedy_safe_prefix"].get<int>() != 32) continue;
+    const auto is_eog = entry["greedy_is_eog"].get<std::vector<bool>>();
+    if (std::find(is_eog.begin(), is_eog.end(), true) != is_eog.end()) continue;
+    SCOPED_TRACE(entry["id"].get<std::string>());
+    Engine& engine = GetEngine(entry["model"]);
+    ASSERT_TRUE(engine.generator);
+    GenerateOptions options;
+    options.n_predict = 32;
+    std::string streamed;
+    GenerateCallbacks callbacks;
+    callbacks.on_text = [&](std::string_view text) { streamed += text; };
+    auto result = engine.generator->Generate(entry["prompt_text"].get<std::string>(), Greedy(),
+                                             options, callbacks);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_EQ(result->stop, StopReason::kLength);
+    EXPECT_EQ(streamed, HexToBytes(entry["greedy_text_hex"]));
+    EXPECT_EQ(result->decode_passes, 31);
+  }
+}
+
+std::vector<TokenId> Sampled(Generator& generator, uint64_t seed) {
+  SamplingParams params;
+  params.temperature = 1.5f;
+  params.top_k = 0;
+  params.top_p = 1.0f;
+  params.min_p = 0.0f;
+  params.seed = seed;
+  GenerateOptions options;
+  options.n_predict = 24;
+  options.ignore_eos = true;
+  auto result = generator.Generate("Once upon a time", params, options);
+  EXPECT_TRUE(result.ok()) << result.status().message();
+  return result.ok() ? result->ids : std::vector<TokenId>{};
+}
+
+TEST(GeneratorTest, SameSeedSameTokensOtherSeedOtherTokens) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Engine& engine = GetEngine("stories260K.gguf");
+  ASSERT_TRUE(engine.generator);
+  const std::vector<TokenId> first = Sampled(*engine.generator, 7);
+  EXPECT_EQ(first.size(), 24u);
+  EXPECT_EQ(first, Sampled(*engine.generator, 7));
+  EXPECT_NE(first, Sampled(*engine.generator, 8));
+}
+
+TEST(GeneratorTest, ChunkedPrefillGivesSameGreedyIds) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Engine& engine = GetEngine("stories260K.gguf");
+  ASSERT_TRUE(engine.generator);
+  const std::string prompt = "Once upon a time, there was a little dog named Max. He liked";
+  GenerateOptions options;
+  options.n_predict = 16;
+  auto whole = engine.generator->Generate(prompt, Greedy(), options);
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  GeneratorConfig config{512, 3, KvType::kF32, 16};  // chunks of 3 tokens, pages of 16
+  auto chunked =
+      Generator::Create(*engine.loaded.model, *engine.loaded.tokenizer, *engine.threads, config);
+  ASSERT_TRUE(chunked.ok());
+  auto result = (*chunked)->Generate(prompt, Greedy(), options);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_EQ(result->ids, whole->ids);
+}
+
+TEST(GeneratorTest, ContextLimits) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Engine& engine = GetEngine("stories260K.gguf");
+  ASSERT_TRUE(engine.generator);
+  GeneratorConfig config{8, 512, KvType::kF32, kDefaultPageTokens};
+  auto small =
+      Generator::Create(*engine.loaded.model, *engine.loaded.tokenizer, *engine.threads, config);
+  ASSERT_TRUE(small.ok());
+  GenerateOptions options;
+  options.n_predict = -1;
+  options.ignore_eos = true;
+  auto result = (*small)->Generate("Once upon a time", Greedy(), options);  // 5 tokens
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_EQ(result->stop, StopReason::kContext);
+  EXPECT_EQ(result->ids.size(), 4u);  // positions 5, 6, 7 fed back, then one more sampled
+  auto too_long = (*small)->Generate("Once upon a time there was a big dog", Greedy(), options);
+  EXPECT_FALSE(too_long.ok());
+}
+
+}  // namespace
+}  // namespace shardlm
