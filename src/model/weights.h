@@ -54,6 +54,7 @@ struct StageWeights {
   WeightView token_embd;             // [n_vocab][n_embd], stage 0 (also the head when tied)
   NormWeight output_norm;            // [n_embd], last stage
   WeightView output;                 // [n_vocab][n_embd], last stage (token_embd when tied)
+  NormWeight rope_freqs;             // [n_rot / 2] rope frequency divisors, optional (llama 3.x)
   std::vector<LayerWeights> blocks;  // [layers.size()], index = layer - layers.begin
 };
 

@@ -1,0 +1,113 @@
+// PagePool: page storage, free list and reference counts (see page_pool.h).
+#include "kv/page_pool.h"
+
+#include <cstring>
+#include <limits>
+
+#include "base/check.h"
+
+namespace shardlm {
+
+const char* KvTypeName(KvType type) {
+  switch (type) {
+    case KvType::kF32:
+      return "f32";
+    case KvType::kF16:
+      return "f16";
+    case KvType::kSentinel:
+      break;
+  }
+  return "invalid";
+}
+
+Result<KvType> ParseKvType(const std::string& name) {
+  if (name == "f32") return KvType::kF32;
+  if (name == "f16") return KvType::kF16;
+  return InvalidArgument("unknown KV cache type '{}' (use f32 or f16)", name);
+}
+
+size_t KvTypeSize(KvType type) {
+  SHARDLM_CHECK(type == KvType::kF32 || type == KvType::kF16);
+  return type == KvType::kF32 ? 4 : 2;
+}
+
+PagePool::PagePool(const PagePoolConfig& config) : config_(config) {}
+
+Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config) {
+  if (config.n_pages <= 0 || config.page_tokens <= 0 || config.n_layers <= 0 ||
+      config.n_kv_heads <= 0 || config.head_dim <= 0) {
+    return InvalidArgument(
+        "KV pool: every size must be positive (n_pages {}, page_tokens {}, n_layers {}, "
+        "n_kv_heads {}, head_dim {})",
+        config.n_pages, config.page_tokens, config.n_layers, config.n_kv_heads, config.head_dim);
+  }
+  if (config.kv_type != KvType::kF32 && config.kv_type != KvType::kF16) {
+    return InvalidArgument("KV pool: invalid kv type");
+  }
+  // Every product below stays far from overflow when the total is bounded this way.
+  constexpr double kMaxPoolBytes = double(std::numeric_limits<int64_t>::max()) / 4;
+  const double total = double(config.n_pages) * config.page_tokens * config.n_layers * 2 *
+                       config.n_kv_heads * config.head_dim * KvTypeSize(config.kv_type);
+  if (total > kMaxPoolBytes) {
+    return InvalidArgument("KV pool of {:.0f} bytes is too large (reduce the number of pages)",
+                           total);
+  }
+  std::unique_ptr<PagePool> pool(new PagePool(config));
+  pool->row_elements_ = size_t(config.n_kv_heads) * config.head_dim;
+  pool->row_bytes_ = pool->row_elements_ * KvTypeSize(config.kv_type);
+  pool->page_bytes_ = pool->row_bytes_ * config.page_tokens * config.n_layers * 2;
+  const size_t total_bytes = pool->page_bytes_ * size_t(config.n_pages);
+  pool->storage_.reset(new (std::nothrow) uint8_t[total_bytes]);
+  if (!pool->storage_) {
+    return OutOfRange("KV pool: cannot allocate {} bytes for {} pages (reduce --kv-pages)",
+                      total_bytes, config.n_pages);
+  }
+  std::memset(pool->storage_.get(), 0, total_bytes);
+  pool->refcounts_.assign(config.n_pages, 0);
+  pool->free_list_.reserve(config.n_pages);
+  for (PageId page = config.n_pages - 1; page >= 0; --page) pool->free_list_.push_back(page);
+  return pool;
+}
+
+Result<PageId> PagePool::Allocate() {
+  if (free_list_.empty()) {
+    return OutOfRange("KV pool exhausted: all {} pages of {} tokens are in use (raise --kv-pages)",
+                      config_.n_pages, config_.page_tokens);
+  }
+  const PageId page = free_list_.back();
+  free_list_.pop_back();
+  SHARDLM_CHECK(refcounts_[page] == 0);
+  refcounts_[page] = 1;
+  return page;
+}
+
+void PagePool::Retain(PageId page) {
+  SHARDLM_CHECK(page >= 0 && page < config_.n_pages && refcounts_[page] > 0);
+  ++refcounts_[page];
+}
+
+void PagePool::Release(PageId page) {
+  SHARDLM_CHECK(page >= 0 && page < config_.n_pages && refcounts_[page] > 0);
+  if (--refcounts_[page] == 0) free_list_.push_back(page);
+}
+
+int PagePool::refcount(PageId page) const {
+  SHARDLM_CHECK(page >= 0 && page < config_.n_pages);
+  return refcounts_[page];
+}
+
+void PagePool::CopyPage(PageId src, PageId dst) {
+  SHARDLM_CHECK(refcount(src) > 0 && refcount(dst) > 0);
+  std::memcpy(storage_.get() + size_t(dst) * page_bytes_,
+              storage_.get() + size_t(src) * page_bytes_, page_bytes_);
+}
+
+void* PagePool::RowPtr(PageId page, int layer_idx, int kv, int offset) {
+  SHARDLM_DCHECK(page >= 0 && page < config_.n_pages);
+  SHARDLM_DCHECK(layer_idx >= 0 && layer_idx < config_.n_layers);
+  SHARDLM_DCHECK(offset >= 0 && offset < config_.page_tokens);
+  const size_t row = (size_t(layer_idx) * 2 + kv) * config_.page_tokens + offset;
+  return storage_.get() + size_t(page) * page_bytes_ + row * row_bytes_;
+}
+
+}  // namespace shardlm

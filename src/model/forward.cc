@@ -1,0 +1,255 @@
+// ForwardPass: the layer loop of one stage over a mixed batch (see forward.h).
+#include "model/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/check.h"
+#include "model/attention.h"
+#include "model/ops.h"
+#include "tensor/matmul.h"
+
+namespace shardlm {
+
+// Every buffer is sized once for max_batch_tokens (B) rows; a batch uses its first rows.
+struct ForwardPass::Activations {
+  std::vector<float> x;            // [B][n_embd] residual stream
+  std::vector<float> xn;           // [B][n_embd] normed input of the current sublayer
+  std::vector<float> q;            // [B][n_head][head_dim]
+  std::vector<float> k;            // [B][n_head_kv][head_dim]
+  std::vector<float> v;            // [B][n_head_kv][head_dim]
+  std::vector<float> attn;         // [B][n_head][head_dim] attention output
+  std::vector<float> proj;         // [B][n_embd] attn_output / ffn_down result
+  std::vector<float> gate;         // [B][n_ff] gate projection, then SiLU(gate)·up
+  std::vector<float> up;           // [B][n_ff]
+  std::vector<float> rope;         // [B][n_rot] (cos, sin) per rotated pair
+  std::vector<float> scores;       // [n_threads][max_ctx] attention probabilities per worker
+  std::vector<int32_t> head_rows;  // [B] batch index of each logits row
+  MatMulScratch scratch;
+  size_t max_ctx = 0;  // positions a sequence can hold: the pool's capacity
+};
+
+ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads,
+                         int max_batch_tokens)
+    : model_(model),
+      config_(model.config()),
+      pool_(pool),
+      threads_(threads),
+      max_batch_tokens_(max_batch_tokens),
+      act_(std::make_unique<Activations>()) {
+  SHARDLM_CHECK(max_batch_tokens > 0);
+  const PagePoolConfig& kv = pool.config();
+  SHARDLM_CHECK_MSG(kv.n_layers == model.layers().size() && kv.n_kv_heads == config_.n_head_kv &&
+                        kv.head_dim == config_.head_dim,
+                    "page pool shape does not match the stage (use Model::KvPoolConfig)");
+  const size_t b = size_t(max_batch_tokens);
+  act_->x.resize(b * config_.n_embd);
+  act_->xn.resize(b * config_.n_embd);
+  act_->q.resize(b * config_.q_dim());
+  act_->k.resize(b * config_.kv_dim());
+  act_->v.resize(b * config_.kv_dim());
+  act_->attn.resize(b * config_.q_dim());
+  act_->proj.resize(b * config_.n_embd);
+  act_->gate.resize(b * config_.n_ff);
+  act_->up.resize(b * config_.n_ff);
+  act_->rope.resize(b * config_.n_rot);
+  act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
+  act_->scores.resize(size_t(threads.size()) * act_->max_ctx);
+  act_->head_rows.resize(b);
+}
+
+ForwardPass::~ForwardPass() = default;
+
+Status ForwardPass::Validate(std::span<const BatchEntry> batch,
+                             std::span<BlockTable* const> tables_by_slot,
+                             const float* hidden_in) const {
+  if (batch.empty() || batch.size() > size_t(max_batch_tokens_)) {
+    return InvalidArgument("batch of {} tokens (must be 1..{})", batch.size(), max_batch_tokens_);
+  }
+  if (!model_.is_first_stage() && hidden_in == nullptr) {
+    return InvalidArgument("stage [{}, {}) needs hidden rows as input", model_.layers().begin,
+                           model_.layers().end);
+  }
+  // Per slot, positions must continue the table: consecutive, starting at most at n_tokens.
+  std::vector<int64_t> next(tables_by_slot.size(), -1);
+  for (const BatchEntry& e : batch) {
+    if (e.slot < 0 || size_t(e.slot) >= tables_by_slot.size() || !tables_by_slot[e.slot]) {
+      return InvalidArgument("batch entry has slot {} without a block table", e.slot);
+    }
+    const BlockTable& table = *tables_by_slot[e.slot];
+    if (table.pool() != &pool_) {
+      return InvalidArgument("block table of slot {} belongs to another pool", e.slot);
+    }
+    if (hidden_in == nullptr && (e.token < 0 || e.token >= config_.n_vocab)) {
+      return InvalidArgument("token id {} is outside the vocabulary [0, {})", e.token,
+                             config_.n_vocab);
+    }
+    const bool first = next[e.slot] < 0;
+    if ((first && (e.position < 0 || e.position > table.n_tokens())) ||
+        (!first && e.position != next[e.slot])) {
+      return InvalidArgument("slot {}: position {} does not continue the sequence (expected {})",
+                             e.slot, e.position, first ? table.n_tokens() : next[e.slot]);
+    }
+    if (size_t(e.position) >= act_->max_ctx) {
+      return OutOfRange("slot {}: position {} exceeds the KV pool capacity of {} positions", e.slot,
+                        e.position, act_->max_ctx);
+    }
+    next[e.slot] = e.position + 1;
+  }
+  return Status::Ok();
+}
+
+Status ForwardPass::PrepareTables(std::span<const BatchEntry> batch,
+                                  std::span<BlockTable* const> tables_by_slot) {
+  std::vector<int32_t> begin(tables_by_slot.size(), -1), end(tables_by_slot.size(), -1);
+  for (const BatchEntry& e : batch) {
+    if (begin[e.slot] < 0) begin[e.slot] = e.position;
+    end[e.slot] = e.position + 1;
+  }
+  for (size_t slot = 0; slot < tables_by_slot.size(); ++slot) {
+    if (begin[slot] < 0) continue;
+    SHARDLM_TRY(tables_by_slot[slot]->PrepareWrite(begin[slot], end[slot]));
+  }
+  return Status::Ok();
+}
+
+Status ForwardPass::Run(std::span<const BatchEntry> batch,
+                        std::span<BlockTable* const> tables_by_slot, const float* hidden_in,
+                        float* out) {
+  SHARDLM_TRY(Validate(batch, tables_by_slot, hidden_in));
+  SHARDLM_TRY(PrepareTables(batch, tables_by_slot));
+  const int n_tokens = int(batch.size());
+  Embed(batch, hidden_in);
+  for (int t = 0; t < n_tokens; ++t) {
+    RopeAngles(batch[t].position, config_.n_rot, config_.rope_freq_base,
+               model_.weights().rope_freqs.data, &act_->rope[size_t(t) * config_.n_rot]);
+  }
+  for (int layer_idx = 0; layer_idx < model_.layers().size(); ++layer_idx) {
+    Layer(layer_idx, batch, tables_by_slot);
+  }
+  if (model_.is_last_stage()) {
+    Head(batch, out);
+  } else {
+    std::memcpy(out, act_->x.data(), sizeof(float) * size_t(n_tokens) * config_.n_embd);
+  }
+  for (const BatchEntry& e : batch) tables_by_slot[e.slot]->SetTokens(e.position + 1);
+  return Status::Ok();
+}
+
+void ForwardPass::Embed(std::span<const BatchEntry> batch, const float* hidden_in) {
+  const size_t n_embd = config_.n_embd;
+  if (hidden_in != nullptr) {
+    std::memcpy(act_->x.data(), hidden_in, sizeof(float) * batch.size() * n_embd);
+    return;
+  }
+  threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
+    DequantizeRow(model_.weights().token_embd, batch[t].token, &act_->x[t * n_embd]);
+  });
+}
+
+// x += Wo·Attention(...); x += FFN(...): the two residual sublayers of one block.
+void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
+                        std::span<BlockTable* const> tables_by_slot) {
+  const LayerWeights& w = model_.weights().blocks[layer_idx];
+  const int n = int(batch.size());
+  const size_t n_embd = config_.n_embd;
+  threads_.ParallelFor(n, [&](size_t t, size_t) {
+    RmsNorm(&act_->x[t * n_embd], w.attn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
+  });
+  MatMul(w.attn_q, act_->xn.data(), n, act_->q.data(), threads_, act_->scratch);
+  MatMul(w.attn_k, act_->xn.data(), n, act_->k.data(), threads_, act_->scratch);
+  MatMul(w.attn_v, act_->xn.data(), n, act_->v.data(), threads_, act_->scratch);
+  WriteKv(layer_idx, batch, tables_by_slot);
+  Attention(layer_idx, batch, tables_by_slot);
+  MatMul(w.attn_output, act_->attn.data(), n, act_->proj.data(), threads_, act_->scratch);
+  threads_.ParallelFor(n, [&](size_t t, size_t) {
+    float* x = &act_->x[t * n_embd];
+    const float* proj = &act_->proj[t * n_embd];
+    for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
+    RmsNorm(x, w.ffn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
+  });
+  Ffn(w, n);
+}
+
+// q/k per-head norm (qwen3), rope, then K and V rows into the sequence's pages.
+void ForwardPass::WriteKv(int layer_idx, std::span<const BatchEntry> batch,
+                          std::span<BlockTable* const> tables_by_slot) {
+  const LayerWeights& w = model_.weights().blocks[layer_idx];
+  const int head_dim = config_.head_dim;
+  threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
+    float* q = &act_->q[t * config_.q_dim()];
+    float* k = &act_->k[t * config_.kv_dim()];
+    if (config_.use_qk_norm) {
+      for (int h = 0; h < config_.n_head; ++h) {
+        RmsNorm(q + h * head_dim, w.attn_q_norm.data, head_dim, config_.rms_eps, q + h * head_dim);
+      }
+      for (int h = 0; h < config_.n_head_kv; ++h) {
+        RmsNorm(k + h * head_dim, w.attn_k_norm.data, head_dim, config_.rms_eps, k + h * head_dim);
+      }
+    }
+    const float* rope = &act_->rope[t * config_.n_rot];
+    ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, config_.n_head, q);
+    ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, config_.n_head_kv, k);
+    const BatchEntry& e = batch[t];
+    shardlm::WriteKv(pool_, *tables_by_slot[e.slot], layer_idx, e.position, k,
+                     &act_->v[t * config_.kv_dim()]);
+  });
+}
+
+// One task per (token, query head); each reads only KV already written for its positions.
+void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
+                            std::span<BlockTable* const> tables_by_slot) {
+  const int n_head = config_.n_head;
+  const int head_dim = config_.head_dim;
+  const float scale = 1.0f / sqrtf(float(head_dim));
+  threads_.ParallelFor(batch.size() * n_head, [&](size_t task, size_t worker) {
+    const size_t t = task / n_head;
+    const int h = int(task % n_head);
+    const BatchEntry& e = batch[t];
+    HeadQuery query;
+    query.q = &act_->q[t * config_.q_dim() + size_t(h) * head_dim];
+    query.kv_head = h / config_.gqa_group();
+    query.n_ctx = e.position + 1;
+    query.scale = scale;
+    AttendHead(pool_, *tables_by_slot[e.slot], layer_idx, head_dim, query,
+               &act_->scores[worker * act_->max_ctx],
+               &act_->attn[t * config_.q_dim() + size_t(h) * head_dim]);
+  });
+}
+
+// x += W_down · (SiLU(W_gate · xn) ⊙ W_up · xn)
+void ForwardPass::Ffn(const LayerWeights& w, int n_tokens) {
+  const size_t n_ff = config_.n_ff;
+  const size_t n_embd = config_.n_embd;
+  MatMul(w.ffn_gate, act_->xn.data(), n_tokens, act_->gate.data(), threads_, act_->scratch);
+  MatMul(w.ffn_up, act_->xn.data(), n_tokens, act_->up.data(), threads_, act_->scratch);
+  threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
+    SwiGlu(&act_->gate[t * n_ff], &act_->up[t * n_ff], n_ff, &act_->gate[t * n_ff]);
+  });
+  MatMul(w.ffn_down, act_->gate.data(), n_tokens, act_->proj.data(), threads_, act_->scratch);
+  threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
+    float* x = &act_->x[t * n_embd];
+    const float* proj = &act_->proj[t * n_embd];
+    for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
+  });
+}
+
+// logits rows = output · RMSNorm(x)·output_norm, for the entries that want logits.
+void ForwardPass::Head(std::span<const BatchEntry> batch, float* logits) {
+  int n_rows = 0;
+  for (size_t t = 0; t < batch.size(); ++t) {
+    if (batch[t].wants_logits) act_->head_rows[n_rows++] = int32_t(t);
+  }
+  if (n_rows == 0) return;
+  const size_t n_embd = config_.n_embd;
+  threads_.ParallelFor(n_rows, [&](size_t r, size_t) {
+    const size_t t = size_t(act_->head_rows[r]);
+    RmsNorm(&act_->x[t * n_embd], model_.weights().output_norm.data, n_embd, config_.rms_eps,
+            &act_->xn[r * n_embd]);
+  });
+  MatMul(model_.weights().output, act_->xn.data(), n_rows, logits, threads_, act_->scratch);
+}
+
+}  // namespace shardlm

@@ -1,0 +1,31 @@
+// Model::Load: config + weights of one stage (see model.h).
+#include "model/model.h"
+
+namespace shardlm {
+
+Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file, LayerRange range) {
+  if (file == nullptr) return InvalidArgument("Model::Load: no GGUF file");
+  std::unique_ptr<Model> model(new Model());
+  auto config = ReadModelConfig(*file);
+  if (!config.ok()) return config.status().WithContext(file->name());
+  model->config_ = config.value();
+  if (range.end == kAllLayers.end) range.end = model->config_.n_layers;
+  auto weights = BindStageWeights(*file, model->config_, range);
+  if (!weights.ok()) return weights.status().WithContext(file->name());
+  model->weights_ = std::move(weights).value();
+  model->file_ = std::move(file);
+  return model;
+}
+
+PagePoolConfig Model::KvPoolConfig(int n_pages, int page_tokens, KvType kv_type) const {
+  PagePoolConfig pool;
+  pool.n_pages = n_pages;
+  pool.page_tokens = page_tokens;
+  pool.n_layers = weights_.layers.size();
+  pool.n_kv_heads = config_.n_head_kv;
+  pool.head_dim = config_.head_dim;
+  pool.kv_type = kv_type;
+  return pool;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,134 @@
+// ReadModelConfig: GGUF metadata → ModelConfig, with defaults as llama.cpp applies them.
+#include "model/model_config.h"
+
+#include <algorithm>
+#include <string>
+
+namespace shardlm {
+namespace {
+
+// Reads `<arch>.<suffix>` as a positive int, or `fallback` when absent (fallback < 0:
+// required).
+Result<int> ReadDim(const GgufFile& file, const std::string& arch, const char* suffix,
+                    int64_t fallback) {
+  const std::string key = arch + "." + suffix;
+  uint64_t value = 0;
+  if (fallback < 0) {
+    SHARDLM_ASSIGN_OR_RETURN(value, file.GetUint(key));
+  } else {
+    SHARDLM_ASSIGN_OR_RETURN(value, file.GetUintOr(key, uint64_t(fallback)));
+  }
+  // Model dimensions beyond this are hostile metadata, not a model (2^24 = 16M).
+  constexpr uint64_t kMaxDim = uint64_t{1} << 24;
+  if (value == 0 || value > kMaxDim) {
+    return InvalidData("metadata '{}' = {} is out of range (1..{})", key, value, kMaxDim);
+  }
+  return int(value);
+}
+
+Result<Arch> ParseArch(std::string_view name) {
+  if (name == "llama") return Arch::kLlama;
+  if (name == "qwen3") return Arch::kQwen3;
+  return Unsupported("architecture '{}' is not supported (supported: llama, qwen3)", name);
+}
+
+// Flags that distinguish the architectures (STYLE 26: flags, not subclasses).
+void ApplyArchFlags(ModelConfig& config) {
+  config.rope_type = config.arch == Arch::kQwen3 ? RopeType::kNeox : RopeType::kNorm;
+  config.use_qk_norm = config.arch == Arch::kQwen3;
+}
+
+Status ReadAttentionShape(const GgufFile& file, const std::string& arch, ModelConfig& config) {
+  SHARDLM_ASSIGN_OR_RETURN(config.n_head, ReadDim(file, arch, "attention.head_count", -1));
+  SHARDLM_ASSIGN_OR_RETURN(config.n_head_kv,
+                           ReadDim(file, arch, "attention.head_count_kv", config.n_head));
+  if (config.n_head % config.n_head_kv != 0) {
+    return InvalidData("{}.attention.head_count {} is not a multiple of head_count_kv {}", arch,
+                       config.n_head, config.n_head_kv);
+  }
+  SHARDLM_ASSIGN_OR_RETURN(
+      config.head_dim, ReadDim(file, arch, "attention.key_length", config.n_embd / config.n_head));
+  SHARDLM_ASSIGN_OR_RETURN(int value_length,
+                           ReadDim(file, arch, "attention.value_length", config.head_dim));
+  if (value_length != config.head_dim) {
+    return Unsupported("{}.attention.value_length {} != key_length {}", arch, value_length,
+                       config.head_dim);
+  }
+  // The attention kernel converts one F16 key row on the stack (attention.cc).
+  constexpr int kMaxHeadDim = 512;
+  if (config.head_dim > kMaxHeadDim) {
+    return Unsupported("{}.attention.key_length {} exceeds {}", arch, config.head_dim, kMaxHeadDim);
+  }
+  SHARDLM_ASSIGN_OR_RETURN(config.n_rot,
+                           ReadDim(file, arch, "rope.dimension_count", config.head_dim));
+  if (config.n_rot % 2 != 0 || config.n_rot > config.head_dim) {
+    return InvalidData("{}.rope.dimension_count {} must be even and <= head_dim {}", arch,
+                       config.n_rot, config.head_dim);
+  }
+  return Status::Ok();
+}
+
+Status ReadNumerics(const GgufFile& file, const std::string& arch, ModelConfig& config) {
+  SHARDLM_ASSIGN_OR_RETURN(double freq_base, file.GetFloatOr(arch + ".rope.freq_base", 10000.0));
+  SHARDLM_ASSIGN_OR_RETURN(double eps,
+                           file.GetFloatOr(arch + ".attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(freq_base > 0) || !(eps > 0 && eps < 1)) {
+    return InvalidData("{}.rope.freq_base {} / layer_norm_rms_epsilon {} out of range", arch,
+                       freq_base, eps);
+  }
+  config.rope_freq_base = float(freq_base);
+  config.rms_eps = float(eps);
+  const auto* scaling = file.Find(arch + ".rope.scaling.type");
+  if (scaling != nullptr) {
+    SHARDLM_ASSIGN_OR_RETURN(std::string_view type, file.GetString(arch + ".rope.scaling.type"));
+    if (type != "none") {
+      return Unsupported("{}.rope.scaling.type '{}' is not supported yet", arch, type);
+    }
+  }
+  SHARDLM_ASSIGN_OR_RETURN(uint64_t context, file.GetUintOr(arch + ".context_length", 0));
+  config.context_length = int(std::min<uint64_t>(context, uint64_t{1} << 30));
+  return Status::Ok();
+}
+
+Status ReadVocab(const GgufFile& file, ModelConfig& config) {
+  const GgufTensorInfo* embd = file.FindTensor("token_embd.weight");
+  if (embd == nullptr) return NotFound("tensor 'token_embd.weight' is missing");
+  if (embd->ne.size() != 2 || embd->ne[0] != config.n_embd || embd->ne[1] <= 0 ||
+      embd->ne[1] > (int64_t{1} << 24)) {
+    return InvalidData("tensor 'token_embd.weight' must be [n_vocab][{}]", config.n_embd);
+  }
+  config.n_vocab = int(embd->ne[1]);
+  config.tied_output = file.FindTensor("output.weight") == nullptr;
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* ArchName(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kQwen3:
+      return "qwen3";
+    case Arch::kSentinel:
+      break;
+  }
+  return "invalid";
+}
+
+Result<ModelConfig> ReadModelConfig(const GgufFile& file) {
+  ModelConfig config;
+  SHARDLM_ASSIGN_OR_RETURN(std::string_view arch_name, file.GetString("general.architecture"));
+  SHARDLM_ASSIGN_OR_RETURN(config.arch, ParseArch(arch_name));
+  ApplyArchFlags(config);
+  const std::string arch(arch_name);
+  SHARDLM_ASSIGN_OR_RETURN(config.n_layers, ReadDim(file, arch, "block_count", -1));
+  SHARDLM_ASSIGN_OR_RETURN(config.n_embd, ReadDim(file, arch, "embedding_length", -1));
+  SHARDLM_ASSIGN_OR_RETURN(config.n_ff, ReadDim(file, arch, "feed_forward_length", -1));
+  SHARDLM_TRY(ReadAttentionShape(file, arch, config));
+  SHARDLM_TRY(ReadNumerics(file, arch, config));
+  SHARDLM_TRY(ReadVocab(file, config));
+  return config;
+}
+
+}  // namespace shardlm

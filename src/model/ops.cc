@@ -1,0 +1,120 @@
+// Row operations matching ggml's CPU arithmetic (see ops.h).
+#include "model/ops.h"
+
+#include <cmath>
+
+namespace shardlm {
+
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  const float mean = float(sum / double(n));
+  const float scale = 1.0f / sqrtf(mean + eps);
+  if (w == nullptr) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+  }
+}
+
+void RopeAngles(int position, int n_rot, float freq_base, const float* freq_factors, float* cache) {
+  const float theta_scale = powf(freq_base, -2.0f / float(n_rot));
+  float theta = float(position);
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const float angle = freq_factors ? theta / freq_factors[i] : theta;
+    cache[2 * i] = cosf(angle);
+    cache[2 * i + 1] = sinf(angle);
+    theta *= theta_scale;
+  }
+}
+
+void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n_heads, float* x) {
+  // NORM pairs (2i, 2i+1); NEOX pairs (i, i + n_rot/2). Pair i uses angle i either way.
+  const int stride = type == RopeType::kNeox ? 1 : 2;
+  const int partner = type == RopeType::kNeox ? n_rot / 2 : 1;
+  for (int h = 0; h < n_heads; ++h) {
+    float* head = x + int64_t(h) * head_dim;
+    for (int i = 0; i < n_rot / 2; ++i) {
+      const float cos_t = cache[2 * i];
+      const float sin_t = cache[2 * i + 1];
+      float* a = head + i * stride;
+      const float x0 = a[0];
+      const float x1 = a[partner];
+      a[0] = x0 * cos_t - x1 * sin_t;
+      a[partner] = x0 * sin_t + x1 * cos_t;
+    }
+  }
+}
+
+void Softmax(float* x, int n) {
+  float max = -INFINITY;
+  for (int i = 0; i < n; ++i) max = x[i] > max ? x[i] : max;
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const float e = expf(x[i] - max);
+    sum += double(e);
+    x[i] = e;
+  }
+  const float inv = float(1.0 / sum);
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = (g / (1.0f + expf(-g))) * up[i];
+  }
+}
+
+float DotF32(const float* a, const float* b, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal: rebias 15 → 127
+  } else if (mant == 0) {
+    bits = sign;  // ±0
+  } else {
+    // Subnormal half: mant · 2^-24, exactly representable as a float.
+    const float value = float(mant) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &value, 4);
+    bits |= sign;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00 : 0x7c00);  // nan / inf
+  if (abs >= 0x477ff000u) return sign | 0x7c00;  // rounds past the largest half: inf
+  if (abs < 0x38800000u) {
+    // Result is subnormal (or zero): value / 2^-24, rounded to nearest even by the FPU.
+    float a;
+    std::memcpy(&a, &abs, 4);
+    return sign | uint16_t(std::nearbyint(a * 16777216.0f));
+  }
+  // Normal: drop 13 mantissa bits with round-to-nearest-even, rebias 127 → 15.
+  const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+  return sign | uint16_t((rounded - (112u << 23)) >> 13);
+}
+
+}  // namespace shardlm

@@ -1,0 +1,48 @@
+// Row operations of a decoder layer, written to reproduce ggml's CPU arithmetic.
+//
+// Goals: the exact float order of llama.cpp's CPU backend where it is cheap to match:
+//  - RMSNorm: sum of x·x (each square in float) accumulated in double, mean cast to float,
+//    y = (x · (1/sqrtf(mean + eps))) · w.
+//  - Rope: angles by repeated float multiplication θ_{i+1} = θ_i · base^(−2/n_rot) starting
+//    from θ_0 = position (ggml's rope cache), cosf/sinf, NORM (adjacent pairs) or NEOX
+//    (halves) pairing; dimensions past n_rot pass through.
+//  - Softmax: max subtraction, expf, sum in double, multiply by (float)(1/sum).
+//  - SiLU: x / (1 + expf(−x)); SwiGLU = SiLU(gate) · up.
+// Every function handles one row with a reduction order fixed by n only (determinism).
+// Non-goals: SIMD (these are a small share of a forward; matmul dominates), batching (the
+// caller's ParallelFor runs one row per task).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "model/model_config.h"
+
+namespace shardlm {
+
+// y[0..n) = x / rms(x) · w (w may be nullptr: no weight). y may alias x.
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y);
+
+// cache[2i], cache[2i+1] = cos θ_i, sin θ_i for i < n_rot/2 at `position`;
+// freq_factors (optional, [n_rot/2]) divide θ_i as llama.cpp's rope_freqs do.
+void RopeAngles(int position, int n_rot, float freq_base, const float* freq_factors, float* cache);
+// Rotates the first n_rot dims of each of n_heads heads in x [n_heads][head_dim].
+void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n_heads, float* x);
+
+// x[0..n) ← softmax(x), in place.
+void Softmax(float* x, int n);
+
+// out[i] = SiLU(gate[i]) · up[i]; out may alias gate.
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+
+// Dot product with eight running sums (lane j takes elements ≡ j mod 8), combined in a
+// fixed tree, then the tail: the order depends only on n.
+float DotF32(const float* a, const float* b, int n);
+
+// IEEE half ↔ float, round-to-nearest-even (KV cache in F16).
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+
+}  // namespace shardlm
