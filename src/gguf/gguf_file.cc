@@ -381,9 +381,10 @@ Status CheckTensorShape(GgufTensorInfo& info, uint32_t type_raw) {
     return InvalidData("ne[0] = {} is not a multiple of the {} block size {}", info.ne[0],
                        type->name, type->block_size);
   }
-  int64_t row_bytes = RowBytes(*type, info.ne[0]);
+  int64_t row_bytes = 0;
   int64_t n_bytes = 0;
-  if (!MulNonNeg(rows, row_bytes, &n_bytes)) {
+  if (!MulNonNeg(info.ne[0] / type->block_size, type->type_size, &row_bytes) ||
+      !MulNonNeg(rows, row_bytes, &n_bytes)) {
     return InvalidData("shape {} overflows the byte size", fmt::join(info.ne, " x "));
   }
   info.n_bytes = static_cast<uint64_t>(n_bytes);

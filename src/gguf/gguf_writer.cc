@@ -258,8 +258,16 @@ Result<uint64_t> GgufWriter::CheckNewTensor(std::string_view name, GgmlType type
   for (const Tensor& t : tensors_) {
     if (t.name == name) return InvalidArgument("duplicate tensor name '{}'", name);
   }
-  int64_t rows = ne[0] == 0 ? 0 : n / ne[0];
-  return static_cast<uint64_t>(rows) * static_cast<uint64_t>(RowBytes(*info, ne[0]));
+  int64_t rows = 1;
+  bool overflow = false;
+  for (size_t d = 1; d < ne.size(); ++d) overflow |= __builtin_mul_overflow(rows, ne[d], &rows);
+  int64_t row_bytes = 0;
+  int64_t n_bytes = 0;
+  if (overflow || __builtin_mul_overflow(ne[0] / info->block_size, info->type_size, &row_bytes) ||
+      __builtin_mul_overflow(rows, row_bytes, &n_bytes)) {
+    return InvalidArgument("tensor '{}': byte size overflows", name);
+  }
+  return static_cast<uint64_t>(n_bytes);
 }
 
 Status GgufWriter::AddTensor(std::string_view name, GgmlType type, std::span<const int64_t> ne,
