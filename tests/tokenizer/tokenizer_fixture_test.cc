@@ -1,0 +1,205 @@
+// Tokenizer against llama.cpp's own outputs in ../shared/fixtures: the tokenizer vectors
+// (qwen3-vocab and stories260K, with and without parse_special), llama.cpp's
+// test-tokenizer-0 vectors for the Qwen2 vocabulary, the EOG sets, and the byte-vocab models.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_file.h"
+#include "support/fixtures.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+namespace {
+
+using ::shardlm::testing::FixturePath;
+using ::shardlm::testing::ReadTextFile;
+
+struct Loaded {
+  std::unique_ptr<GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+Loaded Load(const std::string& name) {
+  Loaded loaded;
+  auto file = GgufFile::Open(FixturePath(name));
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  if (!file.ok()) return loaded;
+  loaded.file = std::move(file).value();
+  auto tokenizer = Tokenizer::FromGguf(*loaded.file);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  if (tokenizer.ok()) loaded.tokenizer = std::move(tokenizer).value();
+  return loaded;
+}
+
+std::string Hex(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) out += fmt::format("{:02x} ", c);
+  return out;
+}
+
+// One .jsonl file: every line's ids must be identical.
+void CheckVectors(const std::string& model, const std::string& vectors) {
+  Loaded loaded = Load(model);
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  std::istringstream lines(ReadTextFile(FixturePath(vectors)));
+  int checked = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json entry = nlohmann::json::parse(line);
+    const std::string text = entry["text"];
+    const std::vector<TokenId> expected = entry["ids"];
+    const std::vector<TokenId> ids = loaded.tokenizer->Encode(
+        text, entry["add_special"].get<bool>(), entry["parse_special"].get<bool>());
+    EXPECT_EQ(ids, expected) << vectors << ": text '" << text << "' (" << Hex(text) << ")";
+    ++checked;
+  }
+  EXPECT_GE(checked, 30);
+}
+
+TEST(TokenizerFixtureTest, QwenVectorsSpecial) {
+  SHARDLM_REQUIRE_FIXTURES();
+  CheckVectors("qwen3-vocab.gguf", "qwen3-vocab.tokvec.special.jsonl");
+}
+
+TEST(TokenizerFixtureTest, QwenVectorsNoSpecial) {
+  SHARDLM_REQUIRE_FIXTURES();
+  CheckVectors("qwen3-vocab.gguf", "qwen3-vocab.tokvec.nospecial.jsonl");
+}
+
+TEST(TokenizerFixtureTest, StoriesVectorsSpecial) {
+  SHARDLM_REQUIRE_FIXTURES();
+  CheckVectors("stories260K.gguf", "stories260K.tokvec.special.jsonl");
+}
+
+TEST(TokenizerFixtureTest, StoriesVectorsNoSpecial) {
+  SHARDLM_REQUIRE_FIXTURES();
+  CheckVectors("stories260K.gguf", "stories260K.tokvec.nospecial.jsonl");
+}
+
+// llama.cpp's test-tokenizer-0 format: every input is followed by "\n__ggml_vocab_test__\n";
+// .out has one line of ids per input. Encoded without BOS and without special parsing.
+TEST(TokenizerFixtureTest, QwenTestTokenizer0) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Loaded loaded = Load("qwen3-vocab.gguf");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  const std::string raw = ReadTextFile(FixturePath("qwen3-vocab.tok.inp"));
+  const std::string separator = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> inputs;
+  for (size_t pos = 0, next; (next = raw.find(separator, pos)) != std::string::npos;
+       pos = next + separator.size()) {
+    inputs.push_back(raw.substr(pos, next - pos));
+  }
+  std::istringstream out(ReadTextFile(FixturePath("qwen3-vocab.tok.out")));
+  std::vector<std::vector<TokenId>> expected;
+  for (std::string line; std::getline(out, line);) {
+    std::istringstream fields(line);
+    expected.emplace_back();
+    for (TokenId id; fields >> id;) expected.back().push_back(id);
+  }
+  ASSERT_EQ(inputs.size(), 46u);
+  ASSERT_EQ(inputs.size(), expected.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<TokenId> ids = loaded.tokenizer->Encode(inputs[i], false, false);
+    EXPECT_EQ(ids, expected[i]) << "input " << i << " '" << inputs[i] << "'";
+    EXPECT_EQ(loaded.tokenizer->Decode(ids), inputs[i]) << "input " << i;
+  }
+}
+
+// Byte-level BPE round-trips any text (special tokens render as their text on request).
+TEST(TokenizerFixtureTest, QwenVectorsRoundTrip) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Loaded loaded = Load("qwen3-vocab.gguf");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  std::istringstream lines(ReadTextFile(FixturePath("qwen3-vocab.tokvec.special.jsonl")));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    const std::string text = nlohmann::json::parse(line)["text"];
+    EXPECT_EQ(loaded.tokenizer->Decode(loaded.tokenizer->Encode(text, false, false)), text);
+    EXPECT_EQ(loaded.tokenizer->Decode(loaded.tokenizer->Encode(text, false, true), true), text);
+  }
+}
+
+TEST(TokenizerFixtureTest, QwenVocabLoadsFast) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto file = GgufFile::Open(FixturePath("qwen3-vocab.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const auto start = std::chrono::steady_clock::now();
+  auto tokenizer = Tokenizer::FromGguf(**file);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().message();
+  EXPECT_EQ((*tokenizer)->n_vocab(), 151936);
+#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
+  EXPECT_LT(seconds, 0.5);
+#endif
+  std::printf("qwen3 vocab: tokenizer built in %.3f s\n", seconds);
+}
+
+TEST(TokenizerFixtureTest, EogSets) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::pair<std::string, std::vector<TokenId>> cases[] = {
+      {"qwen3-vocab.gguf", {128247, 151643, 151645, 151662, 151663, 151664}},
+      {"qwen3-tiny-qwenvocab-q8_0.gguf", {128247, 151643, 151645, 151662, 151663, 151664}},
+      {"qwen3-tiny-f32.gguf", {256, 258}},
+      {"qwen35-tiny.gguf", {256, 258}},
+      {"gemma3-tiny.gguf", {257, 259}},
+      {"stories260K.gguf", {2}},
+      {"llama-tiny-spm.gguf", {2}},
+  };
+  for (const auto& [model, eog] : cases) {
+    Loaded loaded = Load(model);
+    ASSERT_NE(loaded.tokenizer, nullptr) << model;
+    EXPECT_EQ(loaded.tokenizer->EogIds(), eog) << model;
+    for (TokenId id : eog) EXPECT_TRUE(loaded.tokenizer->IsEog(id)) << model << " " << id;
+    EXPECT_FALSE(loaded.tokenizer->IsEog(0)) << model;
+  }
+}
+
+// Byte vocabularies (no merges): every byte is its own token; special text becomes the
+// special id only when parse_special.
+TEST(TokenizerFixtureTest, ByteVocabSpecials) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Loaded qwen = Load("qwen3-tiny-f32.gguf");
+  ASSERT_NE(qwen.tokenizer, nullptr);
+  EXPECT_FALSE(qwen.tokenizer->add_bos());
+  EXPECT_EQ(qwen.tokenizer->Encode("<|im_start|>hi<|im_end|>", true, true),
+            (std::vector<TokenId>{257, 'h', 'i', 258}));
+  EXPECT_EQ(qwen.tokenizer->Encode("<|endoftext|>", true, false).size(), 13u);
+  EXPECT_EQ(qwen.tokenizer->Encode("é", false, false), (std::vector<TokenId>{0xC3, 0xA9}));
+  EXPECT_EQ(qwen.tokenizer->Piece(258), "");
+  EXPECT_EQ(qwen.tokenizer->Piece(258, true), "<|im_end|>");
+
+  Loaded gemma = Load("gemma3-tiny.gguf");
+  ASSERT_NE(gemma.tokenizer, nullptr);
+  EXPECT_TRUE(gemma.tokenizer->add_bos());
+  EXPECT_EQ(gemma.tokenizer->Encode("<start_of_turn>user\n<end_of_turn>", true, true),
+            (std::vector<TokenId>{256, 258, 'u', 's', 'e', 'r', '\n', 259}));
+  EXPECT_EQ(gemma.tokenizer->Encode("<eos>", false, true), (std::vector<TokenId>{257}));
+}
+
+// The golden prompts were tokenized by llama.cpp with add_special and parse_special.
+TEST(TokenizerFixtureTest, GoldenPromptIds) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const nlohmann::json golden = testing::ReadJsonFile(FixturePath("golden.json"));
+  std::map<std::string, Loaded> models;
+  int checked = 0;
+  for (const auto& entry : golden["entries"]) {
+    const std::string model = entry["model"];
+    if (!models.count(model)) models.emplace(model, Load(model));
+    const Tokenizer* tokenizer = models[model].tokenizer.get();
+    ASSERT_NE(tokenizer, nullptr) << model;
+    const std::vector<TokenId> expected = entry["prompt_ids"];
+    EXPECT_EQ(tokenizer->Encode(entry["prompt_text"].get<std::string>(), true, true), expected)
+        << model << " " << entry["prompt_id"];
+    ++checked;
+  }
+  EXPECT_GT(checked, 10);
+}
+
+}  // namespace
+}  // namespace shardlm
