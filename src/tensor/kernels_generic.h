@@ -1,0 +1,99 @@
+// Internal to tensor/: the scalar ("generic") kernels of every weight type, one function per
+// (type, operation). They define shardlm's numerics: the ISA files (kernels_avx*.cc) may call
+// them for tails and must reproduce quantize_act bit for bit.
+//
+// Conventions (the TypeTraits signatures, type_traits.h):
+//   DequantizeRowX(src, dst, n)       dst[0..n) floats from n elements of X
+//   QuantizeRowX(src, dst, n)         weights: ggml's reference quantizer (quantize_row_*_ref)
+//   QuantizeActX(src, dst, n)         activations: llama.cpp's x86 quantize_row_* for X
+//   VecDotXY(n, w, a, out)            *out = dot(row of X, row of act type Y)
+// n is a multiple of the block size everywhere (checked by callers, DCHECKed here).
+// Formulas follow ggml-quants.c (dequant, quantizers) and ggml-cpu's quants.c *_generic
+// dot products; integer sums are exact, float operations run in the order written there.
+// Non-goals: speed (ISA files), types outside type_traits.h's list.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/type_traits.h"
+
+namespace shardlm::internal {
+
+// Each fills `traits` if traits.type is one of its family's types, else leaves it alone.
+void FillGenericFloatKernels(TypeTraits& traits);   // kernels_generic_float.cc
+void FillGenericLegacyKernels(TypeTraits& traits);  // kernels_generic_legacy.cc
+void FillGenericKQuantKernels(TypeTraits& traits);  // kernels_generic_kquants.cc
+
+// F32 / F16 / BF16 (kernels_generic_float.cc). Dot products accumulate in double, like
+// ggml's scalar ggml_vec_dot_f32/f16/bf16 (products are rounded to float first).
+void DequantizeRowF32(const void* src, float* dst, int64_t n);
+void DequantizeRowF16(const void* src, float* dst, int64_t n);
+void DequantizeRowBF16(const void* src, float* dst, int64_t n);
+void QuantizeRowF32(const float* src, void* dst, int64_t n);
+void QuantizeRowF16(const float* src, void* dst, int64_t n);
+void QuantizeRowBF16(const float* src, void* dst, int64_t n);
+void VecDotF32(int64_t n, const void* w, const void* a, float* out);
+void VecDotF16(int64_t n, const void* w, const void* a, float* out);
+void VecDotBF16(int64_t n, const void* w, const void* a, float* out);
+
+// Legacy 32-element blocks (kernels_generic_legacy.cc).
+void DequantizeRowQ4_0(const void* src, float* dst, int64_t n);
+void DequantizeRowQ4_1(const void* src, float* dst, int64_t n);
+void DequantizeRowQ5_0(const void* src, float* dst, int64_t n);
+void DequantizeRowQ5_1(const void* src, float* dst, int64_t n);
+void DequantizeRowQ8_0(const void* src, float* dst, int64_t n);
+void QuantizeRowQ4_0(const float* src, void* dst, int64_t n);
+void QuantizeRowQ4_1(const float* src, void* dst, int64_t n);
+void QuantizeRowQ5_0(const float* src, void* dst, int64_t n);
+void QuantizeRowQ5_1(const float* src, void* dst, int64_t n);
+void QuantizeRowQ8_0(const float* src, void* dst, int64_t n);
+// x86 activation quantizers: d = amax/127 (fp16), q = round-half-even(x · (127/amax)).
+// Q8_1 adds s = fp16(d · Σq) with d before its fp16 rounding.
+void QuantizeActQ8_0(const float* src, void* dst, int64_t n);
+void QuantizeActQ8_1(const float* src, void* dst, int64_t n);
+void VecDotQ4_0Q8_0(int64_t n, const void* w, const void* a, float* out);
+void VecDotQ4_1Q8_1(int64_t n, const void* w, const void* a, float* out);
+void VecDotQ5_0Q8_0(int64_t n, const void* w, const void* a, float* out);
+void VecDotQ5_1Q8_1(int64_t n, const void* w, const void* a, float* out);
+void VecDotQ8_0Q8_0(int64_t n, const void* w, const void* a, float* out);
+
+// K-quants, 256-element super-blocks (kernels_generic_kquants.cc, quantize_kquants.cc).
+void DequantizeRowQ2_K(const void* src, float* dst, int64_t n);
+void DequantizeRowQ3_K(const void* src, float* dst, int64_t n);
+void DequantizeRowQ4_K(const void* src, float* dst, int64_t n);
+void DequantizeRowQ5_K(const void* src, float* dst, int64_t n);
+void DequantizeRowQ6_K(const void* src, float* dst, int64_t n);
+void QuantizeRowQ2_K(const float* src, void* dst, int64_t n);
+void QuantizeRowQ3_K(const float* src, void* dst, int64_t n);
+void QuantizeRowQ4_K(const float* src, void* dst, int64_t n);
+void QuantizeRowQ5_K(const float* src, void* dst, int64_t n);
+void QuantizeRowQ6_K(const float* src, void* dst, int64_t n);
+// Q8_K (x86 uses ggml's reference): iscale = -127/max (max = the signed element of largest
+// magnitude), q = min(127, round-half-even(iscale·x)), d = 1/iscale, bsums per 16.
+void QuantizeActQ8_K(const float* src, void* dst, int64_t n);
+void VecDotQ2_KQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotQ3_KQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotQ4_KQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotQ5_KQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotQ6_KQ8_K(int64_t n, const void* w, const void* a, float* out);
+
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K scales array.
+inline void GetScaleMinK4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+  }
+}
+
+// Round to nearest, ties to even, for |x| <= 2^22 (ggml's nearest_int, the float magic add).
+inline int NearestInt(float x) {
+  const float shifted = x + 12582912.f;  // 1.5 · 2^23: the sum's low mantissa bits hold round(x)
+  uint32_t bits;
+  __builtin_memcpy(&bits, &shifted, sizeof(bits));
+  return static_cast<int>(bits & 0x007FFFFFu) - 0x00400000;
+}
+
+}  // namespace shardlm::internal

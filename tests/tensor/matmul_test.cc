@@ -1,0 +1,176 @@
+// Tests of MatMul / DequantizeRow (tensor/matmul.h) and ThreadPool (tensor/thread_pool.h):
+// bitwise invariance over thread counts and batch composition (the Determinism contract),
+// agreement with a slow float64 reference, and the pool's own guarantees.
+#include "tensor/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/fp16.h"
+#include "tensor/thread_pool.h"
+#include "tensor/type_traits.h"
+
+namespace shardlm {
+namespace {
+
+const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                              GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                              GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                              GgmlType::kQ6_K};
+
+std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// A weight matrix quantized with the type's reference quantizer.
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  WeightView view;
+};
+
+Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  const TypeTraits* traits = GetTypeTraits(type);
+  const auto info = LookupGgmlType(static_cast<uint32_t>(type));
+  Matrix m;
+  const int64_t row_bytes = RowBytes(*info, cols);
+  m.bytes.resize(static_cast<size_t>(rows * row_bytes));
+  const std::vector<float> src = RandomFloats(static_cast<size_t>(rows * cols), seed, 0.05f);
+  for (int64_t r = 0; r < rows; ++r) {
+    traits->quantize_row(src.data() + r * cols, m.bytes.data() + r * row_bytes, cols);
+  }
+  m.view = {type, cols, rows, m.bytes.data(), row_bytes};
+  return m;
+}
+
+std::vector<float> RunMatMul(const Matrix& m, const std::vector<float>& x, int64_t n_tokens,
+                             int n_threads) {
+  ThreadPool pool(n_threads);
+  MatMulScratch scratch;
+  std::vector<float> y(static_cast<size_t>(n_tokens * m.view.rows), -1.0f);
+  MatMul(m.view, x.data(), n_tokens, y.data(), pool, scratch);
+  return y;
+}
+
+bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(MatMul, BitwiseIdenticalForAnyThreadCount) {
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(Name(type));
+    const Matrix m = MakeMatrix(type, 77, 512, 1);
+    const std::vector<float> x = RandomFloats(5 * 512, 2);
+    const std::vector<float> y1 = RunMatMul(m, x, 5, 1);
+    EXPECT_TRUE(BitwiseEqual(y1, RunMatMul(m, x, 5, 2)));
+    EXPECT_TRUE(BitwiseEqual(y1, RunMatMul(m, x, 5, 3)));
+  }
+}
+
+TEST(MatMul, TokenAloneEqualsTokenInsideBatch) {
+  constexpr int64_t kCols = 512, kRows = 70, kBatch = 7;
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(Name(type));
+    const Matrix m = MakeMatrix(type, kRows, kCols, 3);
+    const std::vector<float> batch = RandomFloats(kBatch * kCols, 4);
+    const std::vector<float> y_batch = RunMatMul(m, batch, kBatch, 2);
+    for (int64_t t = 0; t < kBatch; ++t) {
+      const std::vector<float> x(batch.begin() + t * kCols, batch.begin() + (t + 1) * kCols);
+      const std::vector<float> y_alone = RunMatMul(m, x, 1, 1);
+      ASSERT_EQ(std::memcmp(y_alone.data(), y_batch.data() + t * kRows, kRows * sizeof(float)), 0)
+          << "token " << t;
+    }
+  }
+}
+
+// Slow reference: dequantized weights times float activations in double. The tolerance is
+// the type's activation-quantization error bound, scaled by Σ|w|·|x| (STYLE rule 46).
+TEST(MatMul, MatchesSlowReference) {
+  constexpr int64_t kCols = 768, kRows = 33, kTokens = 3;
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(Name(type));
+    const Matrix m = MakeMatrix(type, kRows, kCols, 5);
+    const std::vector<float> x = RandomFloats(kTokens * kCols, 6);
+    const std::vector<float> y = RunMatMul(m, x, kTokens, 2);
+    // Relative error of the activation conversion: 8-bit ~ 1/254 per element worst case,
+    // fp16 2^-11, bf16 2^-8, f32 a few ulps of float accumulation.
+    const GgmlType act = GetTypeTraits(type)->act_type;
+    const double rel = act == GgmlType::kF32    ? 1e-6
+                       : act == GgmlType::kF16  ? 1e-3
+                       : act == GgmlType::kBF16 ? 8e-3
+                                                : 1.0 / 127;
+    std::vector<float> w_row(kCols);
+    double worst = 0;
+    for (int64_t r = 0; r < kRows; ++r) {
+      DequantizeRow(m.view, r, w_row.data());
+      for (int64_t t = 0; t < kTokens; ++t) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < kCols; ++k) {
+          ref += static_cast<double>(w_row[k]) * x[t * kCols + k];
+          mag += std::fabs(static_cast<double>(w_row[k]) * x[t * kCols + k]);
+        }
+        const double err = std::fabs(y[t * kRows + r] - ref);
+        worst = std::max(worst, err / mag);
+        ASSERT_LE(err, rel * mag + 1e-6) << "row " << r << " token " << t << " ref " << ref;
+      }
+    }
+    std::printf("%-5s worst |err| / sum|w*x| = %.3g\n", Name(type).c_str(), worst);
+  }
+}
+
+TEST(MatMul, DequantizeRowReturnsTheRow) {
+  const Matrix m = MakeMatrix(GgmlType::kF16, 4, 64, 9);
+  std::vector<float> row(64);
+  DequantizeRow(m.view, 2, row.data());
+  const auto* h = reinterpret_cast<const fp16_t*>(m.bytes.data() + 2 * m.view.row_bytes);
+  for (int k = 0; k < 64; ++k) EXPECT_EQ(row[k], Fp16ToFp32(h[k]));
+}
+
+TEST(ThreadPool, RunsEveryTaskExactlyOnce) {
+  for (int n_threads : {1, 2, 3, 5}) {
+    ThreadPool pool(n_threads);
+    EXPECT_EQ(pool.size(), n_threads);
+    for (size_t n_tasks : {0u, 1u, 7u, 1000u}) {
+      std::vector<std::atomic<int>> hits(n_tasks);
+      std::atomic<int> bad_worker{0};
+      pool.ParallelFor(n_tasks, [&](size_t task, size_t worker) {
+        hits[task].fetch_add(1);
+        if (worker >= static_cast<size_t>(n_threads)) bad_worker.fetch_add(1);
+      });
+      for (size_t t = 0; t < n_tasks; ++t) ASSERT_EQ(hits[t].load(), 1) << "task " << t;
+      EXPECT_EQ(bad_worker.load(), 0);
+    }
+  }
+}
+
+TEST(ThreadPool, ManyShortLoopsBackToBack) {
+  ThreadPool pool(3);
+  std::vector<int64_t> sums(20000, 0);
+  for (size_t loop = 0; loop < sums.size(); ++loop) {
+    std::atomic<int64_t> sum{0};
+    pool.ParallelFor(8, [&](size_t task, size_t) { sum.fetch_add(static_cast<int64_t>(task)); });
+    sums[loop] = sum.load();
+  }
+  for (int64_t s : sums) ASSERT_EQ(s, 28);
+}
+
+TEST(ThreadPool, PinnedPoolStillRuns) {
+  ThreadPool pool(2, {0});
+  std::atomic<int> count{0};
+  pool.ParallelFor(10, [&](size_t, size_t) { count.fetch_add(1); });
+  EXPECT_EQ(count.load(), 10);
+}
+
+}  // namespace
+}  // namespace shardlm
