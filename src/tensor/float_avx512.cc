@@ -43,20 +43,21 @@ struct FloatKernel {
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                   int64_t act_stride, float* out, int64_t out_stride) {
     __m512 acc[NR][NC];
-    for (int r = 0; r < NR; ++r)
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        acc[r][c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += L::kStep) {
       const int64_t left = n - i;
       const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
       __m512 wv[NR];
-      for (int r = 0; r < NR; ++r) wv[r] = L::Load(w + r * w_stride, i, mask);
-      for (int c = 0; c < NC; ++c) {
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) wv[r] = L::Load(w + r * w_stride, i, mask);
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const __m512 av = L::Load(act + c * act_stride, i, mask);
-        for (int r = 0; r < NR; ++r) acc[r][c] = _mm512_fmadd_ps(wv[r], av, acc[r][c]);
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) acc[r][c] =
+            _mm512_fmadd_ps(wv[r], av, acc[r][c]);
       }
     }
-    for (int r = 0; r < NR; ++r)
-      for (int c = 0; c < NC; ++c) out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
   }
 };
 
@@ -67,24 +68,23 @@ struct Bf16Kernel {
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                   int64_t act_stride, float* out, int64_t out_stride) {
     __m512 acc[NR][NC];
-    for (int r = 0; r < NR; ++r)
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        acc[r][c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 32) {
       const int64_t left = n - i;
       const __mmask32 mask = left >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << left) - 1);
       __m512i wv[NR];
-      for (int r = 0; r < NR; ++r)
-        wv[r] =
-            _mm512_maskz_loadu_epi16(mask, reinterpret_cast<const bf16_t*>(w + r * w_stride) + i);
-      for (int c = 0; c < NC; ++c) {
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) wv[r] =
+          _mm512_maskz_loadu_epi16(mask, reinterpret_cast<const bf16_t*>(w + r * w_stride) + i);
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const __m512i av = _mm512_maskz_loadu_epi16(
             mask, reinterpret_cast<const bf16_t*>(act + c * act_stride) + i);
-        for (int r = 0; r < NR; ++r)
-          acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv[r], (__m512bh)av);
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) acc[r][c] =
+            _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv[r], (__m512bh)av);
       }
     }
-    for (int r = 0; r < NR; ++r)
-      for (int c = 0; c < NC; ++c) out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
   }
 };
 

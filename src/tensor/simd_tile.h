@@ -17,6 +17,10 @@
 
 #include "tensor/type_traits.h"
 
+// Fully unrolls a loop over tile rows/tokens, so that per-pair accumulator arrays live in
+// registers (GCC -O2 does not unroll on its own; an indexed array would stay in memory).
+#define SHARDLM_UNROLL _Pragma("GCC unroll 16")
+
 namespace shardlm::internal::simd {
 
 using TileFn = void (*)(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
