@@ -67,14 +67,6 @@ ProcessResult RunShardlm(const std::vector<std::string>& args) {
   return result;
 }
 
-std::string HexToBytes(const std::string& hex) {
-  std::string bytes;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    bytes.push_back(char(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return bytes;
-}
-
 std::vector<json> Entries() {
   const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
   std::vector<json> entries;
@@ -98,12 +90,14 @@ TEST(RunCliTest, GreedyTextEqualsGolden) {
   SHARDLM_REQUIRE_FIXTURES();
   int checked = 0;
   for (const json& entry : Entries()) {
+    // greedy_text is null where the bytes are not valid UTF-8: `run` prints U+FFFD there.
     if (entry["greedy_safe_prefix"].get<int>() < StepsNeeded(entry)) continue;
+    if (entry["greedy_text"].is_null()) continue;
     SCOPED_TRACE(entry["id"].get<std::string>());
     ProcessResult run = RunShardlm({"run", "-m", FixturePath(entry["model"]), "-p",
                                     entry["prompt_text"], "-n", "32", "--temp", "0", "-t", "2"});
     ASSERT_EQ(run.exit_code, 0) << run.err;
-    EXPECT_EQ(run.out, HexToBytes(entry["greedy_text_hex"]));
+    EXPECT_EQ(run.out, entry["greedy_text"].get<std::string>());
     ++checked;
   }
   EXPECT_GE(checked, 3);
