@@ -1,15 +1,17 @@
-// AVX-512 VNNI kernels for the legacy 32-element block types against Q8_0 activations:
-// Q8_0 weights (and, as they land, Q4_0/Q5_0). Registered by kernels_avx512.cc.
+// AVX-512 VNNI kernels for the legacy 32-element block types: Q8_0, Q4_0, Q5_0 against
+// Q8_0 activations, Q4_1, Q5_1 against Q8_1 activations. Registered by kernels_avx512.cc.
 //
 // Goals: decode streams weight rows at memory speed; prefill reuses each loaded weight
 // block across the tile's tokens and each activation block across its rows. Every
 // (row, token) pair follows the same float sequence whatever the tile (simd_tile.h).
 // Non-goals: repacked (interleaved) weight layouts; activation quantization (generic).
 //
-// Integer trick: vpdpbusd multiplies unsigned by signed bytes. Activations are made
-// unsigned by flipping their sign bit (a + 128), and the surplus 128·Σw per 4-byte lane is
-// folded into the accumulator's start value, computed once per weight block. The int32
-// result is the exact Σ a·w of each lane; only the per-block scaling is floating point.
+// Integer tricks: vpdpbusd multiplies unsigned by signed bytes. For Q8_0, activations are
+// made unsigned by flipping their sign bit (a + 128), and the surplus 128·Σw per 4-byte
+// lane is folded into the accumulator's start value, computed once per weight block. The
+// 4- and 5-bit types keep their quants unsigned (q, not q − 8 / q − 16); their offset
+// becomes −8·Σa / −16·Σa, a start value computed once per activation block. Either way
+// the int32 lanes hold the exact Σ a·w; only the per-block scaling is floating point.
 // GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
 // every inlined use; the warning is a known false positive, silenced for the header only.
 #pragma GCC diagnostic push
@@ -78,6 +80,114 @@ struct Q8_0Kernel {
   }
 };
 
+// Unsigned-quant weight policies: Quants(b0, b1) = the two blocks' quants as unsigned bytes
+// in element order (upper half zero when b1 is null).
+// Nibbles: 16 bytes per block hold elements 0-15 (low) and 16-31 (high).
+template <class Block>
+inline __m512i Nibbles(const Block* b0, const Block* b1) {
+  const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0->qs));
+  const __m128i q1 =
+      b1 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1->qs)) : _mm_setzero_si128();
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+  // [q0, q1, q0 >> 4, q1 >> 4] → [q0, q0 >> 4, q1, q1 >> 4] in 128-bit lanes.
+  const __m512i wide =
+      _mm512_inserti64x4(_mm512_zextsi256_si512(both), _mm256_srli_epi16(both, 4), 1);
+  return _mm512_and_si512(_mm512_shuffle_i64x2(wide, wide, 0xd8), _mm512_set1_epi8(0x0f));
+}
+
+// Q5: bit j of qh is the fifth bit (16) of element j.
+template <class Block>
+inline __m512i FiveBits(const Block* b0, const Block* b1) {
+  uint32_t h0, h1 = 0;
+  __builtin_memcpy(&h0, b0->qh, 4);
+  if (b1) __builtin_memcpy(&h1, b1->qh, 4);
+  const __mmask64 high = static_cast<__mmask64>(h0) | (static_cast<__mmask64>(h1) << 32);
+  const __m512i low = Nibbles(b0, b1);
+  return _mm512_mask_add_epi8(low, high, low, _mm512_set1_epi8(16));
+}
+
+struct Q4_0Weights {
+  using Block = BlockQ4_0;
+  using ActBlock = BlockQ8_0;
+  static constexpr int kOffset = 8;
+  static __m512i Quants(const Block* b0, const Block* b1) { return Nibbles(b0, b1); }
+};
+struct Q5_0Weights {
+  using Block = BlockQ5_0;
+  using ActBlock = BlockQ8_0;
+  static constexpr int kOffset = 16;
+  static __m512i Quants(const Block* b0, const Block* b1) { return FiveBits(b0, b1); }
+};
+struct Q4_1Weights {
+  using Block = BlockQ4_1;
+  using ActBlock = BlockQ8_1;
+  static constexpr int kOffset = 0;
+  static __m512i Quants(const Block* b0, const Block* b1) { return Nibbles(b0, b1); }
+};
+struct Q5_1Weights {
+  using Block = BlockQ5_1;
+  using ActBlock = BlockQ8_1;
+  static constexpr int kOffset = 0;
+  static __m512i Quants(const Block* b0, const Block* b1) { return FiveBits(b0, b1); }
+};
+
+// Lane 0 = v0, lane 8 = v1, others 0: adds one term per block to the per-lane sums.
+inline __m512 TwoSingles(float v0, float v1) {
+  return _mm512_maskz_mov_ps(0x0101, TwoScales(v0, v1));
+}
+
+// Unsigned-quant weights (policy W) · Q8_0 or Q8_1 activations. Q8_0-activated types
+// (offset 8/16): Σ d_w·d_a·Σ(q − off)·a. Q8_1-activated types (min m): Σ d_w·d_a·Σq·a +
+// m·s_a, with s_a the activation block's stored fp16 d·Σa, as llama.cpp does.
+template <class W>
+struct UnsignedKernel {
+  static constexpr bool kHasMin = W::kOffset == 0;
+
+  template <int NR, int NC>
+  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                  int64_t act_stride, float* out, int64_t out_stride) {
+    using Block = typename W::Block;
+    using ActBlock = typename W::ActBlock;
+    const int64_t nb = n / kQK;
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(W::kOffset));
+    __m512 acc[NR][NC];
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+      const bool pair = b + 1 < nb;
+      __m512i wq[NR];
+      __m512 wd[NR], wm[NR];
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+        const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        wq[r] = W::Quants(blk, pair ? blk + 1 : nullptr);
+        wd[r] = TwoScales(Fp16ToF32(blk[0].d), pair ? Fp16ToF32(blk[1].d) : 0.0f);
+        if constexpr (kHasMin) {
+          wm[r] = TwoSingles(Fp16ToF32(blk[0].m), pair ? Fp16ToF32(blk[1].m) : 0.0f);
+        }
+      }
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const auto* ablk = reinterpret_cast<const ActBlock*>(act + c * act_stride) + b;
+        const __m512i aq = LoadTwo(ablk[0].qs, pair ? ablk[1].qs : nullptr);
+        const __m512 ad = TwoScales(Fp16ToF32(ablk[0].d), pair ? Fp16ToF32(ablk[1].d) : 0.0f);
+        __m512i start = _mm512_setzero_si512();
+        __m512 as = _mm512_setzero_ps();
+        if constexpr (kHasMin) {
+          as = TwoScales(Fp16ToF32(ablk[0].s), pair ? Fp16ToF32(ablk[1].s) : 0.0f);
+        } else {
+          start = _mm512_sub_epi32(start, _mm512_dpbusd_epi32(start, offset, aq));
+        }
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          const __m512i dot = _mm512_dpbusd_epi32(start, wq[r], aq);
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], ad), acc[r][c]);
+          if constexpr (kHasMin) acc[r][c] = _mm512_fmadd_ps(wm[r], as, acc[r][c]);
+        }
+      }
+    }
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
+  }
+};
+
 }  // namespace
 
 // Tile 4 rows x 4 tokens: 16 accumulators + 3 registers per row + 2 per token nearly fit
@@ -87,6 +197,18 @@ void FillLegacyAvx512(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kQ8_0:
       simd::Install<Q8_0Kernel, 4, 4>(traits);
+      break;
+    case GgmlType::kQ4_0:
+      simd::Install<UnsignedKernel<Q4_0Weights>, 4, 4>(traits);
+      break;
+    case GgmlType::kQ5_0:
+      simd::Install<UnsignedKernel<Q5_0Weights>, 4, 4>(traits);
+      break;
+    case GgmlType::kQ4_1:
+      simd::Install<UnsignedKernel<Q4_1Weights>, 4, 4>(traits);
+      break;
+    case GgmlType::kQ5_1:
+      simd::Install<UnsignedKernel<Q5_1Weights>, 4, 4>(traits);
       break;
     default:
       break;
