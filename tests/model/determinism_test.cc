@@ -1,0 +1,225 @@
+// Determinism contract tests (DESIGN.md): logits are bitwise identical whatever the thread
+// count, the batch composition, the chunking of the prompt, decode vs prefill, the layer
+// split, and whether KV pages were shared (fork) or written fresh.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "model/model_harness.h"
+#include "support/fixtures.h"
+
+namespace shardlm::testing {
+namespace {
+
+using nlohmann::json;
+
+// A long prompt + its greedy continuation: ~90 tokens, several 16-token pages.
+std::vector<int32_t> LongTokens(const std::string& entry_id) {
+  const json golden = ReadJsonFile(FixturePath("golden.json"));
+  for (const json& e : golden["entries"]) {
+    if (e["id"] != entry_id) continue;
+    std::vector<int32_t> ids = e["prompt_ids"].get<std::vector<int32_t>>();
+    for (int32_t id : e["greedy_ids"]) ids.push_back(id);
+    return ids;
+  }
+  ADD_FAILURE() << "no golden entry " << entry_id;
+  return {};
+}
+
+std::vector<float> Slice(const std::vector<float>& v, size_t row_begin, size_t row_end,
+                         size_t width) {
+  return std::vector<float>(v.begin() + row_begin * width, v.begin() + row_end * width);
+}
+
+struct ModelCase {
+  const char* file;
+  const char* entry;
+};
+
+class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    SHARDLM_REQUIRE_FIXTURES();
+    tokens_ = LongTokens(GetParam().entry);
+    ASSERT_FALSE(tokens_.empty());
+  }
+  std::unique_ptr<Harness> Open(int n_threads, LayerRange layers = kAllLayers,
+                                KvType kv_type = KvType::kF32) {
+    HarnessOptions options;
+    options.n_threads = n_threads;
+    options.layers = layers;
+    options.kv_type = kv_type;
+    return Harness::Open(FixturePath(GetParam().file), options);
+  }
+  // All-position logits of the whole token list in one batch.
+  std::vector<float> OneBatch(Harness& h) {
+    BlockTable table = h.NewTable();
+    return h.Run(table, tokens_, 0, true);
+  }
+  std::vector<int32_t> tokens_;
+};
+
+TEST_P(DeterminismTest, ThreadCountDoesNotChangeLogits) {
+  auto h1 = Open(1);
+  std::vector<float> want = OneBatch(*h1);
+  for (int n_threads : {2, 3}) {
+    auto h = Open(n_threads);
+    ExpectBitwise(OneBatch(*h), want, std::to_string(n_threads) + " threads vs 1");
+  }
+}
+
+TEST_P(DeterminismTest, DecodeTokenByTokenEqualsPrefill) {
+  auto h = Open(2);
+  std::vector<float> prefill = OneBatch(*h);
+  BlockTable table = h->NewTable();
+  std::vector<float> decode;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    std::vector<float> row = h->Run(table, {tokens_[i]}, int(i), false);
+    decode.insert(decode.end(), row.begin(), row.end());
+  }
+  ExpectBitwise(decode, prefill, "token-by-token decode vs one-batch prefill");
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    EXPECT_EQ(Argmax(&decode[i * h->n_vocab()], h->n_vocab()),
+              Argmax(&prefill[i * h->n_vocab()], h->n_vocab()));
+  }
+}
+
+TEST_P(DeterminismTest, ChunkedPrefillEqualsOneBatch) {
+  auto h = Open(2);
+  std::vector<float> want = OneBatch(*h);
+  BlockTable table = h->NewTable();
+  std::vector<float> got;
+  for (size_t begin = 0; begin < tokens_.size(); begin += 7) {
+    const size_t end = std::min(tokens_.size(), begin + 7);
+    std::vector<int32_t> chunk(tokens_.begin() + begin, tokens_.begin() + end);
+    std::vector<float> rows = h->Run(table, chunk, int(begin), true);
+    got.insert(got.end(), rows.begin(), rows.end());
+  }
+  ExpectBitwise(got, want, "chunks of 7 vs one batch");
+}
+
+// Sequence A prefills its second half while sequence B (another prompt) prefills all of
+// its tokens, interleaved in one batch; each must equal its run alone.
+TEST_P(DeterminismTest, MixedBatchEqualsEachAlone) {
+  auto h = Open(3);
+  const size_t n_vocab = h->n_vocab();
+  std::vector<int32_t> a = tokens_;
+  std::vector<int32_t> b(tokens_.rbegin(), tokens_.rbegin() + 40);  // another sequence
+  std::vector<float> a_alone = OneBatch(*h);
+  BlockTable b_table_alone = h->NewTable();
+  std::vector<float> b_alone = h->Run(b_table_alone, b, 0, true);
+
+  BlockTable ta = h->NewTable(), tb = h->NewTable();
+  const size_t half = a.size() / 2;
+  std::vector<int32_t> a_first(a.begin(), a.begin() + half);
+  h->Run(ta, a_first, 0, false);
+  std::vector<BatchEntry> batch;
+  for (size_t i = half, j = 0; i < a.size() || j < b.size();) {
+    if (i < a.size()) batch.push_back({a[i], int32_t(i), 0, true}), ++i;
+    if (j < b.size()) batch.push_back({b[j], int32_t(j), 1, true}), ++j;
+  }
+  BlockTable* tables[] = {&ta, &tb};
+  std::vector<float> logits(batch.size() * n_vocab);
+  ASSERT_TRUE(h->forward->Run(batch, tables, nullptr, logits.data()).ok());
+  std::vector<float> a_got, b_got;
+  for (size_t r = 0; r < batch.size(); ++r) {
+    auto& dst = batch[r].slot == 0 ? a_got : b_got;
+    dst.insert(dst.end(), logits.begin() + r * n_vocab, logits.begin() + (r + 1) * n_vocab);
+  }
+  ExpectBitwise(a_got, Slice(a_alone, half, a.size(), n_vocab), "sequence A mixed vs alone");
+  ExpectBitwise(b_got, b_alone, "sequence B mixed vs alone");
+}
+
+// Stages [0, 1) and [1, n_layers) chained through hidden rows equal the whole model.
+TEST_P(DeterminismTest, LayerSplitEqualsWholeModel) {
+  auto whole = Open(2);
+  std::vector<float> want = OneBatch(*whole);
+  const int n_layers = whole->model->config().n_layers;
+  auto first = Open(2, {0, 1});
+  auto second =
+      Harness::Open("", HarnessOptions{2, 128, 16, 16, KvType::kF32, {1, n_layers}}, first->file);
+  ASSERT_TRUE(first && second);
+  EXPECT_TRUE(first->model->is_first_stage() && !first->model->is_last_stage());
+  BlockTable t1 = first->NewTable(), t2 = second->NewTable();
+  std::vector<BatchEntry> batch;
+  for (size_t i = 0; i < tokens_.size(); ++i) batch.push_back({tokens_[i], int32_t(i), 0, true});
+  std::vector<float> hidden(tokens_.size() * first->model->config().n_embd);
+  BlockTable* tables1[] = {&t1};
+  BlockTable* tables2[] = {&t2};
+  ASSERT_TRUE(first->forward->Run(batch, tables1, nullptr, hidden.data()).ok());
+  std::vector<float> got(want.size());
+  Status missing = second->forward->Run(batch, tables2, nullptr, got.data());
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument) << "stage 1 without hidden rows";
+  ASSERT_TRUE(second->forward->Run(batch, tables2, hidden.data(), got.data()).ok());
+  ExpectBitwise(got, want, "split [0,1)+[1,n) vs whole");
+}
+
+// A forked table shares the prefix pages; both branches continue with different tokens
+// (copy-on-write of the shared partial page) and each equals a fresh run.
+TEST_P(DeterminismTest, ForkedPrefixEqualsFreshRun) {
+  auto h = Open(2);
+  const size_t n_vocab = h->n_vocab();
+  const size_t prefix = 37;  // not a page boundary: the last shared page is partial
+  std::vector<int32_t> branch_a(tokens_.begin() + prefix, tokens_.begin() + prefix + 10);
+  std::vector<int32_t> branch_b(tokens_.rbegin(), tokens_.rbegin() + 10);
+  std::vector<int32_t> head(tokens_.begin(), tokens_.begin() + prefix);
+
+  BlockTable base = h->NewTable();
+  h->Run(base, head, 0, false);
+  const int free_before = h->pool->n_free();
+  BlockTable fork = base.Fork();
+  EXPECT_EQ(h->pool->n_free(), free_before);  // sharing costs no pages
+  std::vector<float> a = h->Run(base, branch_a, int(prefix), true);
+  std::vector<float> b = h->Run(fork, branch_b, int(prefix), true);
+
+  for (const auto& [branch, got] : {std::pair{branch_a, a}, std::pair{branch_b, b}}) {
+    std::vector<int32_t> all = head;
+    all.insert(all.end(), branch.begin(), branch.end());
+    BlockTable fresh = h->NewTable();
+    std::vector<float> want = h->Run(fresh, all, 0, true);
+    ExpectBitwise(got, Slice(want, prefix, all.size(), n_vocab), "forked branch vs fresh");
+  }
+}
+
+// Rewriting from an earlier position (speculative rollback) equals a fresh run.
+TEST_P(DeterminismTest, RewriteFromEarlierPositionEqualsFreshRun) {
+  auto h = Open(1);
+  std::vector<float> want = OneBatch(*h);
+  BlockTable table = h->NewTable();
+  std::vector<int32_t> wrong(tokens_.begin(), tokens_.begin() + 30);
+  for (size_t i = 20; i < 30; ++i) wrong[i] = (wrong[i] + 1) % h->n_vocab();
+  h->Run(table, wrong, 0, false);
+  std::vector<int32_t> rest(tokens_.begin() + 20, tokens_.end());
+  std::vector<float> got = h->Run(table, rest, 20, true);
+  EXPECT_EQ(table.n_tokens(), int(tokens_.size()));
+  ExpectBitwise(got, Slice(want, 20, tokens_.size(), h->n_vocab()), "rewrite vs fresh");
+}
+
+TEST_P(DeterminismTest, F16KvCacheStaysClose) {
+  auto h32 = Open(2);
+  auto h16 = Open(2, kAllLayers, KvType::kF16);
+  std::vector<float> want = OneBatch(*h32);
+  std::vector<float> got = OneBatch(*h16);
+  // F16 keys/values carry ~5e-4 relative error into the attention.
+  ExpectClose(got.data(), want.data(), want.size(), 0.25, 0.05, "F16 KV vs F32 KV");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DeterminismTest,
+                         ::testing::Values(ModelCase{"qwen3-tiny-f32.gguf", "qwen3-tiny-f32.p3"},
+                                           ModelCase{"stories260K.gguf", "stories260K.p3"},
+                                           ModelCase{"qwen3-tiny-q8_0.gguf", "qwen3-tiny-q8_0.p3"},
+                                           ModelCase{"qwen3-tiny-q4_k_m.gguf",
+                                                     "qwen3-tiny-q4_k_m.p3"},
+                                           ModelCase{"llama-tiny-spm.gguf", "llama-tiny-spm.p3"}),
+                         [](const auto& info) {
+                           std::string name = info.param.file;
+                           name = name.substr(0, name.find(".gguf"));
+                           std::replace_if(
+                               name.begin(), name.end(), [](char c) { return !std::isalnum(c); },
+                               '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace shardlm::testing

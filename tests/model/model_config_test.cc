@@ -1,0 +1,205 @@
+// ModelConfig and weight binding: values read from the fixtures, and bad input (unknown
+// architecture, missing or mis-shaped tensor, bad layer range, bad batch) giving a Status
+// that names the culprit.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf_writer.h"
+#include "model/model_harness.h"
+#include "support/fixtures.h"
+
+namespace shardlm::testing {
+namespace {
+
+std::shared_ptr<const GgufFile> OpenFixture(const std::string& name) {
+  auto file = GgufFile::Open(FixturePath(name));
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  return std::move(file).value();
+}
+
+// A copy of `src` in memory with `edit` applied to each tensor: it may skip the tensor
+// (return false) or change its shape.
+struct EditedFile {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<GgufFile> file;
+};
+EditedFile CopyWithEdit(const GgufFile& src,
+                        const std::function<bool(std::string_view, std::vector<int64_t>&)>& edit,
+                        const std::string& arch = "") {
+  GgufWriter writer;
+  for (const GgufKeyValue& kv : src.metadata()) EXPECT_TRUE(writer.SetValue(kv.key, kv.value).ok());
+  if (!arch.empty()) writer.SetString("general.architecture", arch);
+  for (const GgufTensorInfo& t : src.tensors()) {
+    std::vector<int64_t> ne = t.ne;
+    if (!edit(t.name, ne)) continue;
+    EXPECT_TRUE(writer.AddTensor(t.name, t.type, ne, std::span(t.data, t.n_bytes)).ok());
+  }
+  EditedFile out;
+  auto bytes = writer.WriteToBytes();
+  EXPECT_TRUE(bytes.ok());
+  out.bytes = std::move(bytes).value();
+  auto file = GgufFile::FromBytes(out.bytes, "edited.gguf");
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  out.file = std::move(file).value();
+  return out;
+}
+
+TEST(ModelConfig, Stories260K) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto config = ReadModelConfig(*OpenFixture("stories260K.gguf"));
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->arch, Arch::kLlama);
+  EXPECT_EQ(config->n_layers, 5);
+  EXPECT_EQ(config->n_embd, 64);
+  EXPECT_EQ(config->n_head, 8);
+  EXPECT_EQ(config->n_head_kv, 4);
+  EXPECT_EQ(config->head_dim, 8);
+  EXPECT_EQ(config->n_ff, 172);
+  EXPECT_EQ(config->n_vocab, 512);
+  EXPECT_EQ(config->n_rot, 8);
+  EXPECT_EQ(config->rope_type, RopeType::kNorm);
+  EXPECT_FLOAT_EQ(config->rope_freq_base, 10000.0f);
+  EXPECT_FLOAT_EQ(config->rms_eps, 1e-5f);
+  EXPECT_FALSE(config->use_qk_norm);
+  EXPECT_FALSE(config->tied_output);
+}
+
+TEST(ModelConfig, Qwen3Flags) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto config = ReadModelConfig(*OpenFixture("qwen3-tiny-f32.gguf"));
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->arch, Arch::kQwen3);
+  EXPECT_EQ(config->rope_type, RopeType::kNeox);
+  EXPECT_TRUE(config->use_qk_norm);
+  EXPECT_EQ(config->head_dim, 64);
+  EXPECT_EQ(config->n_rot, 64);
+  EXPECT_FLOAT_EQ(config->rope_freq_base, 1e6f);
+  EXPECT_FLOAT_EQ(config->rms_eps, 1e-6f);
+  auto tied = ReadModelConfig(*OpenFixture("qwen3-tiny-qwenvocab-q8_0.gguf"));
+  ASSERT_TRUE(tied.ok());
+  EXPECT_TRUE(tied->tied_output);
+  EXPECT_EQ(tied->n_vocab, 151936);
+}
+
+TEST(ModelConfig, UnknownArchitectureIsUnsupportedAndNamed) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* name : {"gemma3-tiny.gguf", "qwen35-tiny.gguf"}) {
+    auto model = Model::Load(OpenFixture(name));
+    ASSERT_FALSE(model.ok());
+    EXPECT_EQ(model.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(model.status().message().find(name == std::string("gemma3-tiny.gguf") ? "'gemma3'"
+                                                                                    : "'qwen35'"),
+              std::string::npos)
+        << model.status().message();
+  }
+}
+
+TEST(Weights, MissingTensorIsNamed) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto src = OpenFixture("stories260K.gguf");
+  EditedFile edited = CopyWithEdit(
+      *src, [](std::string_view name, auto&) { return name != "blk.2.ffn_up.weight"; });
+  std::shared_ptr<const GgufFile> file(std::move(edited.file));
+  auto model = Model::Load(file);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(model.status().message().find("blk.2.ffn_up.weight"), std::string::npos);
+  // A stage that does not own layer 2 does not need it.
+  EXPECT_TRUE(Model::Load(file, {0, 2}).ok());
+  EXPECT_TRUE(Model::Load(file, {3, 5}).ok());
+}
+
+TEST(Weights, WrongShapeIsNamed) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto src = OpenFixture("stories260K.gguf");
+  EditedFile edited = CopyWithEdit(*src, [](std::string_view name, std::vector<int64_t>& ne) {
+    if (name == "blk.0.attn_k.weight") std::swap(ne[0], ne[1]);
+    return true;
+  });
+  auto model = Model::Load(std::shared_ptr<const GgufFile>(std::move(edited.file)));
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kInvalidData);
+  EXPECT_NE(model.status().message().find("blk.0.attn_k.weight"), std::string::npos)
+      << model.status().message();
+}
+
+TEST(Weights, UnknownArchInMetadataIsNamed) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto src = OpenFixture("stories260K.gguf");
+  EditedFile edited = CopyWithEdit(
+      *src, [](auto, auto&) { return true; }, "mamba");
+  auto config = ReadModelConfig(*edited.file);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(config.status().message().find("mamba"), std::string::npos);
+}
+
+TEST(Weights, BadLayerRange) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto file = OpenFixture("stories260K.gguf");
+  for (LayerRange range : {LayerRange{2, 2}, LayerRange{0, 6}, LayerRange{-1, 3}}) {
+    auto model = Model::Load(file, range);
+    ASSERT_FALSE(model.ok());
+    EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument);
+  }
+  auto stage = Model::Load(file, {1, 5});
+  ASSERT_TRUE(stage.ok());
+  EXPECT_FALSE((*stage)->is_first_stage());
+  EXPECT_TRUE((*stage)->is_last_stage());
+  EXPECT_EQ((*stage)->KvPoolConfig(8).n_layers, 4);
+}
+
+class ForwardErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SHARDLM_REQUIRE_FIXTURES();
+    HarnessOptions options;
+    options.n_pages = 2;
+    options.page_tokens = 8;
+    options.max_batch = 32;
+    h_ = Harness::Open(FixturePath("stories260K.gguf"), options);
+    ASSERT_NE(h_, nullptr);
+    logits_.resize(32 * 512);
+  }
+  Status Run(std::vector<BatchEntry> batch, BlockTable& table) {
+    BlockTable* tables[] = {&table};
+    return h_->forward->Run(batch, tables, nullptr, logits_.data());
+  }
+  std::unique_ptr<Harness> h_;
+  std::vector<float> logits_;
+};
+
+TEST_F(ForwardErrors, BadBatches) {
+  BlockTable table = h_->NewTable();
+  EXPECT_EQ(Run({}, table).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Run({{600, 0, 0, true}}, table).code(), StatusCode::kInvalidArgument);  // token
+  EXPECT_EQ(Run({{1, 0, 1, true}}, table).code(), StatusCode::kInvalidArgument);    // slot
+  EXPECT_EQ(Run({{1, 3, 0, true}}, table).code(), StatusCode::kInvalidArgument);    // hole
+  EXPECT_EQ(Run({{1, 0, 0, false}, {2, 2, 0, true}}, table).code(),
+            StatusCode::kInvalidArgument);  // gap inside the batch
+  EXPECT_EQ(table.n_pages(), 0);            // nothing was allocated
+  EXPECT_TRUE(Run({{1, 0, 0, true}}, table).ok());
+}
+
+TEST_F(ForwardErrors, PoolExhaustionIsOutOfRangeAndRecoverable) {
+  BlockTable a = h_->NewTable(), b = h_->NewTable();
+  std::vector<BatchEntry> batch;
+  for (int i = 0; i < 10; ++i) batch.push_back({1, i, 0, i == 9});  // 2 pages of 8
+  ASSERT_TRUE(Run(batch, a).ok());
+  Status st = Run({{1, 0, 0, true}}, b);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(st.message().find("--kv-pages"), std::string::npos) << st.message();
+  // A sequence that fills the whole pool cannot grow past it: an error, not a crash.
+  std::vector<BatchEntry> rest;
+  for (int i = 10; i < 16; ++i) rest.push_back({1, i, 0, i == 15});
+  ASSERT_TRUE(Run(rest, a).ok());
+  EXPECT_EQ(Run({{1, 16, 0, true}}, a).code(), StatusCode::kOutOfRange);
+  a.Clear();
+  EXPECT_TRUE(Run({{1, 0, 0, true}}, b).ok());
+}
+
+}  // namespace
+}  // namespace shardlm::testing
