@@ -1,9 +1,25 @@
-// Avx2 kernels: overrides of the generic traits rows for the types this ISA accelerates.
-// Compiled with the avx2 flags (CMakeLists.txt); only called when the CPU has avx2.
+// AVX2 kernels: overrides of the generic traits rows for the types this ISA accelerates.
+// Compiled with the avx2 flags (CMakeLists.txt); only called when the CPU has avx2 + fma +
+// f16c + bmi2 (Haswell / Zen 1 and later). On an AVX-512 CPU the AVX-512 file overrides
+// these again (type_traits.cc applies both in order).
+//
+// Goals: the registration point; the kernels live per weight-type family in
+// legacy_avx2.cc (Q8_0), kquants_avx2.cc (Q4_K, Q6_K) and float_avx2.cc (F32, F16).
+// Non-goals: the remaining types (they keep the generic kernels on AVX2-only CPUs);
+// activation quantization (generic).
 #include "tensor/kernels_impl.h"
 
 namespace shardlm::internal {
 
-void FillAvx2Kernels(TypeTraits& traits) { (void)traits; }
+// Defined in the family files named above; each leaves types it does not know untouched.
+void FillLegacyAvx2(TypeTraits& traits);
+void FillKQuantsAvx2(TypeTraits& traits);
+void FillFloatAvx2(TypeTraits& traits);
+
+void FillAvx2Kernels(TypeTraits& traits) {
+  FillLegacyAvx2(traits);
+  FillKQuantsAvx2(traits);
+  FillFloatAvx2(traits);
+}
 
 }  // namespace shardlm::internal
