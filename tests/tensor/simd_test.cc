@@ -1,0 +1,270 @@
+// Tests of the ISA kernel overrides (kernels_avx2.cc, kernels_avx512.cc and their family
+// files) against the generic (scalar) kernels, on every ISA this CPU has.
+//
+// Goals: (1) vec_dot of each ISA agrees with the generic vec_dot within a float-summation
+// bound derived from Σ|w·x| and epsilon (the worst case is printed); (2) vec_dot_tile is
+// BITWISE equal to vec_dot for every element, for every nr x nc up to the tile size, with
+// padded strides (the batch-composition invariance contract of type_traits.h);
+// (3) an overridden quantize_act produces exactly the generic bytes.
+// Non-goals: the generic kernels' own accuracy against llama.cpp (kernels_generic tests).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf/ggml_type.h"
+#include "tensor/kernels_impl.h"
+#include "tensor/quant_blocks.h"
+
+namespace shardlm {
+namespace {
+
+using internal::FillAvx2Kernels;
+using internal::FillAvx512Kernels;
+using internal::FillGenericKernels;
+
+struct IsaCase {
+  const char* name;
+  bool (*supported)();
+  void (*fill)(TypeTraits&);
+};
+
+bool HasAvx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+}
+bool HasAvx512() {
+  return HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+}
+
+const IsaCase kIsas[] = {{"avx2", HasAvx2, FillAvx2Kernels},
+                         {"avx512", HasAvx512, FillAvx512Kernels}};
+
+const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                           GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_1, GgmlType::kQ5_1,
+                           GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                           GgmlType::kQ6_K};
+
+int64_t TypeSize(GgmlType type) { return LookupGgmlType(static_cast<uint32_t>(type))->type_size; }
+int64_t BlockSize(GgmlType type) { return LookupGgmlType(static_cast<uint32_t>(type))->block_size; }
+std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
+
+uint16_t RandomScale(std::mt19937& rng) {
+  // fp16 bit patterns of positive values in about [2^-10, 2^-6): exponent 5..8, any mantissa.
+  return static_cast<uint16_t>(((5 + rng() % 4) << 10) | (rng() & 0x3ff));
+}
+
+// A weight row of random bits, with every fp16 scale field replaced by a sane positive
+// value, so all quant bit patterns (including the extremes) are exercised.
+std::vector<uint8_t> RandomWeightRow(GgmlType type, int64_t n, std::mt19937& rng) {
+  const int64_t nb = n / BlockSize(type);
+  const int64_t tsize = TypeSize(type);
+  std::vector<uint8_t> row(nb * tsize);
+  for (auto& byte : row) byte = static_cast<uint8_t>(rng());
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* blk = row.data() + b * tsize;
+    auto set = [&](size_t offset) {
+      const uint16_t v = RandomScale(rng);
+      std::memcpy(blk + offset, &v, 2);
+    };
+    switch (type) {
+      case GgmlType::kF32: {
+        const float v = std::uniform_real_distribution<float>(-1, 1)(rng);
+        std::memcpy(blk, &v, 4);
+        break;
+      }
+      case GgmlType::kF16: {  // fp16 in ±[2^-4, 2): exponent 11..15
+        const uint16_t v =
+            static_cast<uint16_t>((rng() & 0x8000) | ((11 + rng() % 5) << 10) | (rng() & 0x3ff));
+        std::memcpy(blk, &v, 2);
+        break;
+      }
+      case GgmlType::kBF16: {  // bf16 in ±[2^-4, 2)
+        const uint16_t v =
+            static_cast<uint16_t>((rng() & 0x8000) | ((123 + rng() % 5) << 7) | (rng() & 0x7f));
+        std::memcpy(blk, &v, 2);
+        break;
+      }
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ5_0:
+      case GgmlType::kQ8_0:
+        set(0);
+        break;
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:
+        set(0), set(2);
+        break;
+      case GgmlType::kQ2_K:
+        set(offsetof(BlockQ2_K, d)), set(offsetof(BlockQ2_K, dmin));
+        break;
+      case GgmlType::kQ3_K:
+        set(offsetof(BlockQ3_K, d));
+        break;
+      case GgmlType::kQ4_K:
+        set(offsetof(BlockQ4_K, d)), set(offsetof(BlockQ4_K, dmin));
+        break;
+      case GgmlType::kQ5_K:
+        set(offsetof(BlockQ5_K, d)), set(offsetof(BlockQ5_K, dmin));
+        break;
+      case GgmlType::kQ6_K:
+        set(offsetof(BlockQ6_K, d));
+        break;
+      default:
+        break;
+    }
+  }
+  return row;
+}
+
+TypeTraits Traits(GgmlType type, void (*fill)(TypeTraits&)) {
+  TypeTraits traits;
+  traits.type = type;
+  FillGenericKernels(traits);
+  if (fill != nullptr) fill(traits);
+  return traits;
+}
+
+// rows x cols matrices of weights and quantized activations, rows padded by `pad` bytes.
+struct Operands {
+  int64_t n = 0, w_stride = 0, act_stride = 0;
+  std::vector<uint8_t> w, act;
+  std::vector<std::vector<float>> w_deq, x;
+};
+
+Operands MakeOperands(const TypeTraits& generic, int64_t n, int rows, int cols, int pad,
+                      std::mt19937& rng) {
+  Operands op;
+  op.n = n;
+  const GgmlType act = generic.act_type;
+  op.w_stride = RowBytes(*LookupGgmlType(uint32_t(generic.type)), n) + pad;
+  op.act_stride = RowBytes(*LookupGgmlType(uint32_t(act)), n) + pad;
+  op.w.assign(op.w_stride * rows, 0);
+  op.act.assign(op.act_stride * cols, 0);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (int r = 0; r < rows; ++r) {
+    const auto row = RandomWeightRow(generic.type, n, rng);
+    std::memcpy(op.w.data() + r * op.w_stride, row.data(), row.size());
+    op.w_deq.emplace_back(n);
+    generic.dequantize_row(row.data(), op.w_deq.back().data(), n);
+  }
+  for (int c = 0; c < cols; ++c) {
+    op.x.emplace_back(n);
+    for (auto& v : op.x.back()) v = gauss(rng);
+    generic.quantize_act(op.x.back().data(), op.act.data() + c * op.act_stride, n);
+  }
+  return op;
+}
+
+// Bound on the difference of two float summation orders of the same exact products
+// (plus the llama.cpp quirks both share): a generous multiple of epsilon · Σ|w·x|.
+double Tolerance(const Operands& op, int r, int c) {
+  double mag = 0;
+  for (int64_t i = 0; i < op.n; ++i) mag += std::fabs(double(op.w_deq[r][i]) * op.x[c][i]);
+  return 64.0 * 1.2e-7 * mag + 1e-30;
+}
+
+class SimdIsaTest : public ::testing::TestWithParam<int> {};
+
+TEST(SimdIsa, VecDotMatchesGeneric) {
+  std::mt19937 rng(1234);
+  for (const IsaCase& isa : kIsas) {
+    if (!isa.supported()) continue;
+    for (GgmlType type : kTypes) {
+      const TypeTraits generic = Traits(type, nullptr);
+      const TypeTraits fast = Traits(type, isa.fill);
+      if (generic.vec_dot == nullptr || generic.quantize_act == nullptr) continue;
+      if (fast.vec_dot == generic.vec_dot) continue;  // not accelerated on this ISA
+      const int64_t bs = std::max<int64_t>(BlockSize(type), 32);
+      for (int64_t n : {bs, 3 * bs, 1024 * bs / 32, BlockSize(type) == 1 ? int64_t{1000} : bs}) {
+        const Operands op = MakeOperands(generic, n, 3, 3, 0, rng);
+        double worst = 0, worst_err = 0, worst_tol = 0;
+        for (int r = 0; r < 3; ++r) {
+          for (int c = 0; c < 3; ++c) {
+            float want = 0, got = 0;
+            generic.vec_dot(n, op.w.data() + r * op.w_stride, op.act.data() + c * op.act_stride,
+                            &want);
+            fast.vec_dot(n, op.w.data() + r * op.w_stride, op.act.data() + c * op.act_stride, &got);
+            const double err = std::fabs(double(got) - want), tol = Tolerance(op, r, c);
+            if (err / tol >= worst) worst = err / tol, worst_err = err, worst_tol = tol;
+            EXPECT_LE(err, tol) << isa.name << " " << Name(type) << " n=" << n << " r=" << r
+                                << " c=" << c << " got " << got << " want " << want;
+          }
+        }
+        std::printf("[%s %s n=%lld] worst |err| %.3g = %.3f of tolerance %.3g\n", isa.name,
+                    Name(type).c_str(), static_cast<long long>(n), worst_err, worst, worst_tol);
+      }
+    }
+  }
+}
+
+TEST(SimdIsa, TileIsBitwiseVecDot) {
+  std::mt19937 rng(99);
+  for (const IsaCase& isa : kIsas) {
+    if (!isa.supported()) continue;
+    for (GgmlType type : kTypes) {
+      const TypeTraits fast = Traits(type, isa.fill);
+      if (fast.vec_dot_tile == nullptr || fast.quantize_act == nullptr) continue;
+      const int64_t n = BlockSize(type) == 1 ? 1000 : 5 * std::max<int64_t>(BlockSize(type), 32);
+      const int rows = fast.tile_rows + 1, cols = fast.tile_cols + 1;
+      const Operands op = MakeOperands(fast, n, rows, cols, 7, rng);
+      std::vector<float> single(rows * cols);
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c)
+          fast.vec_dot(n, op.w.data() + r * op.w_stride, op.act.data() + c * op.act_stride,
+                       &single[r * cols + c]);
+      int checked = 0;
+      for (int nr = 1; nr <= fast.tile_rows; ++nr) {
+        for (int nc = 1; nc <= fast.tile_cols; ++nc) {
+          // Tile at offset (1, 1), so strides and base pointers are both exercised.
+          const int64_t out_stride = nc + 3;
+          std::vector<float> out(nr * out_stride, -1.0f);
+          fast.vec_dot_tile(n, op.w.data() + op.w_stride, op.w_stride, nr,
+                            op.act.data() + op.act_stride, op.act_stride, nc, out.data(),
+                            out_stride);
+          for (int r = 0; r < nr; ++r) {
+            for (int c = 0; c < nc; ++c) {
+              const float want = single[(r + 1) * cols + c + 1], got = out[r * out_stride + c];
+              EXPECT_EQ(std::memcmp(&want, &got, 4), 0)
+                  << isa.name << " " << Name(type) << " tile " << nr << "x" << nc << " (" << r
+                  << "," << c << "): " << got << " vs vec_dot " << want;
+              ++checked;
+            }
+          }
+        }
+      }
+      std::printf("[%s %s] tile %dx%d: %d elements bitwise equal to vec_dot\n", isa.name,
+                  Name(type).c_str(), fast.tile_rows, fast.tile_cols, checked);
+    }
+  }
+}
+
+TEST(SimdIsa, QuantizeActIsBitwiseGeneric) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> gauss(0.0f, 2.0f);
+  for (const IsaCase& isa : kIsas) {
+    if (!isa.supported()) continue;
+    for (GgmlType type : kTypes) {
+      const TypeTraits generic = Traits(type, nullptr);
+      const TypeTraits fast = Traits(type, isa.fill);
+      if (fast.quantize_act == generic.quantize_act) continue;
+      const int64_t n = 4 * std::max<int64_t>(BlockSize(type), 32);
+      std::vector<float> x(n);
+      for (auto& v : x) v = gauss(rng);
+      x[5] = 0.0f, x[17] = -x[3];  // ties and zeros
+      const int64_t bytes = RowBytes(*LookupGgmlType(uint32_t(generic.act_type)), n);
+      std::vector<uint8_t> want(bytes), got(bytes);
+      generic.quantize_act(x.data(), want.data(), n);
+      fast.quantize_act(x.data(), got.data(), n);
+      EXPECT_EQ(want, got) << isa.name << " " << Name(type);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardlm
