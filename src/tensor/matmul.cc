@@ -30,10 +30,12 @@ constexpr int64_t kTokensPerTask = 64;
 struct MatMulPlan {
   const TypeTraits* traits;
   const WeightView* w;
-  const uint8_t* act;
+  const uint8_t* act;  // [n_tokens][act_row_bytes]
   int64_t act_row_bytes;
-  float* y;
+  float* y;  // [n_tokens][w->rows]
   int64_t n_tokens;
+  int64_t rows_per_task;
+  int64_t row_tasks;  // tasks are (row chunk, token block), row chunk fastest
 };
 
 // y[t][r] for r in [r0, r1), t in [t0, t1), with the tile kernel where there is one.
@@ -66,6 +68,13 @@ void ComputeBlock(const MatMulPlan& plan, int64_t r0, int64_t r1, int64_t t0, in
       }
     }
   }
+}
+
+void RunTask(const MatMulPlan& plan, int64_t task) {
+  const int64_t r0 = task % plan.row_tasks * plan.rows_per_task;
+  const int64_t t0 = task / plan.row_tasks * kTokensPerTask;
+  ComputeBlock(plan, r0, std::min(plan.w->rows, r0 + plan.rows_per_task), t0,
+               std::min(plan.n_tokens, t0 + kTokensPerTask));
 }
 
 // Converts every token's activation row to act_type; returns the rows (x itself for F32).
@@ -104,18 +113,13 @@ void MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
   const uint8_t* act =
       QuantizeActivations(*traits, x, w.cols, n_tokens, act_row_bytes, pool, scratch);
 
-  const MatMulPlan plan{traits, &w, act, act_row_bytes, y, n_tokens};
   const int64_t rows_per_task = RowsPerTask(w.rows, traits->tile_rows);
   const int64_t row_tasks = (w.rows + rows_per_task - 1) / rows_per_task;
   const int64_t token_tasks = (n_tokens + kTokensPerTask - 1) / kTokensPerTask;
-  pool.ParallelFor(static_cast<size_t>(row_tasks * token_tasks), [&](size_t task, size_t) {
-    const int64_t rt = static_cast<int64_t>(task) % row_tasks;
-    const int64_t tt = static_cast<int64_t>(task) / row_tasks;
-    const int64_t r0 = rt * rows_per_task;
-    const int64_t t0 = tt * kTokensPerTask;
-    ComputeBlock(plan, r0, std::min(w.rows, r0 + rows_per_task), t0,
-                 std::min(n_tokens, t0 + kTokensPerTask));
-  });
+  const MatMulPlan plan{traits, &w, act, act_row_bytes, y, n_tokens, rows_per_task, row_tasks};
+  // Captures one pointer, so std::function stores it without allocating.
+  pool.ParallelFor(static_cast<size_t>(row_tasks * token_tasks),
+                   [p = &plan](size_t task, size_t) { RunTask(*p, static_cast<int64_t>(task)); });
 }
 
 void DequantizeRow(const WeightView& w, int64_t row, float* dst) {

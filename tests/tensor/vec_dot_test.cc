@@ -1,0 +1,156 @@
+// Tests of the generic vec_dot of every weight type against float64 references:
+//  (1) with the activations as quantized (dequantized act blocks): only float accumulation
+//      differs, so the bound is a few float epsilons of Σ|w·a|;
+//  (2) with the original float activations: the bound adds the activation rounding, at
+//      most half a quantization step per element, Σ|w_k|·step_k/2 (STYLE rules 46-47).
+// The worst ratio error/bound is printed per type.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/fp16.h"
+#include "tensor/quant_blocks.h"
+#include "tensor/type_traits.h"
+
+namespace shardlm {
+namespace {
+
+const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                              GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                              GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                              GgmlType::kQ6_K};
+
+std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
+
+std::vector<float> Gaussian(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// The activation row as the kernel sees it (act type decoded to doubles), plus the
+// largest rounding error each element may carry (half a step of its block's scale).
+struct DecodedAct {
+  std::vector<double> value;
+  std::vector<double> half_step;
+};
+
+DecodedAct DecodeAct(GgmlType act_type, const std::vector<uint8_t>& bytes,
+                     const std::vector<float>& x) {
+  const size_t n = x.size();
+  DecodedAct act{std::vector<double>(n), std::vector<double>(n)};
+  for (size_t k = 0; k < n; ++k) {
+    switch (act_type) {
+      case GgmlType::kF32:
+        act.value[k] = reinterpret_cast<const float*>(bytes.data())[k];
+        break;
+      case GgmlType::kF16:
+        act.value[k] = Fp16ToFp32(reinterpret_cast<const fp16_t*>(bytes.data())[k]);
+        act.half_step[k] = std::fabs(x[k]) * std::ldexp(1.0, -11);
+        break;
+      case GgmlType::kBF16:
+        act.value[k] = Bf16ToFp32(reinterpret_cast<const bf16_t*>(bytes.data())[k]);
+        act.half_step[k] = std::fabs(x[k]) * std::ldexp(1.0, -8);
+        break;
+      case GgmlType::kQ8_0: {
+        const auto& b = reinterpret_cast<const BlockQ8_0*>(bytes.data())[k / 32];
+        act.value[k] = Fp16ToFp32(b.d) * b.qs[k % 32];
+        // d is rounded to fp16: the step error adds up to 127·|Δd| <= 127·d·2^-11.
+        act.half_step[k] = Fp16ToFp32(b.d) * (0.5 + 127 * std::ldexp(1.0, -11));
+        break;
+      }
+      case GgmlType::kQ8_1: {
+        const auto& b = reinterpret_cast<const BlockQ8_1*>(bytes.data())[k / 32];
+        act.value[k] = Fp16ToFp32(b.d) * b.qs[k % 32];
+        act.half_step[k] = Fp16ToFp32(b.d) * (0.5 + 127 * std::ldexp(1.0, -11));
+        break;
+      }
+      case GgmlType::kQ8_K: {
+        const auto& b = reinterpret_cast<const BlockQ8_K*>(bytes.data())[k / 256];
+        act.value[k] = static_cast<double>(b.d) * b.qs[k % 256];
+        act.half_step[k] = std::fabs(b.d) * 0.5;
+        break;
+      }
+      default:
+        ADD_FAILURE() << "unexpected act type";
+    }
+  }
+  return act;
+}
+
+// Q4_1/Q5_1 use the block sum s (fp16) for the weight-min term instead of Σ d·q: the exact
+// value of what the kernel computes, and the extra error of s's fp16 rounding.
+double Q8_1MinTermCorrection(GgmlType type, const std::vector<uint8_t>& w,
+                             const std::vector<uint8_t>& act, size_t n, double* extra_bound) {
+  double correction = 0;
+  for (size_t b = 0; b < n / 32; ++b) {
+    const auto& a = reinterpret_cast<const BlockQ8_1*>(act.data())[b];
+    const fp16_t m_bits = type == GgmlType::kQ4_1
+                              ? reinterpret_cast<const BlockQ4_1*>(w.data())[b].m
+                              : reinterpret_cast<const BlockQ5_1*>(w.data())[b].m;
+    const double m = Fp16ToFp32(m_bits);
+    double sum_dq = 0;
+    for (int j = 0; j < 32; ++j) sum_dq += static_cast<double>(Fp16ToFp32(a.d)) * a.qs[j];
+    correction += m * (Fp16ToFp32(a.s) - sum_dq);
+    *extra_bound += std::fabs(m) * std::fabs(Fp16ToFp32(a.s)) * std::ldexp(1.0, -11);
+  }
+  return correction;
+}
+
+TEST(VecDot, MatchesFloat64ReferenceForEveryType) {
+  for (GgmlType type : kAllTypes) {
+    for (int64_t n : {256, 1024, 2816}) {
+      SCOPED_TRACE(Name(type) + " n=" + std::to_string(n));
+      const TypeTraits* traits = GetTypeTraitsFor(type, Isa::kGeneric);
+      ASSERT_NE(traits, nullptr);
+      const auto w_info = LookupGgmlType(static_cast<uint32_t>(type));
+      const auto a_info = LookupGgmlType(static_cast<uint32_t>(traits->act_type));
+      double worst_exact = 0, worst_float = 0;
+      for (uint32_t seed = 0; seed < 8; ++seed) {
+        const std::vector<float> w_src = Gaussian(n, 100 + seed, 0.05f);
+        const std::vector<float> x = Gaussian(n, 200 + seed, 1.0f + seed);
+        std::vector<uint8_t> w(RowBytes(*w_info, n)), act(RowBytes(*a_info, n));
+        traits->quantize_row(w_src.data(), w.data(), n);
+        traits->quantize_act(x.data(), act.data(), n);
+        std::vector<float> w_deq(n);
+        traits->dequantize_row(w.data(), w_deq.data(), n);
+        float got = 0;
+        traits->vec_dot(n, w.data(), act.data(), &got);
+
+        const DecodedAct a = DecodeAct(traits->act_type, act, x);
+        double exact = 0, magnitude = 0, with_x = 0, rounding = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          exact += w_deq[k] * a.value[k];
+          magnitude += std::fabs(w_deq[k] * a.value[k]);
+          with_x += static_cast<double>(w_deq[k]) * x[k];
+          rounding += std::fabs(w_deq[k]) * a.half_step[k];
+        }
+        if (traits->act_type == GgmlType::kQ8_1) {
+          exact += Q8_1MinTermCorrection(type, w, act, n, &rounding);
+        }
+        // Float32 accumulation over blocks and of the per-block scale products: a few
+        // float epsilons (2^-24 ~ 6e-8) of Σ|w·a|.
+        const double eps_bound = 3e-7 * magnitude + 1e-9;
+        const double err_exact = std::fabs(got - exact);
+        ASSERT_LE(err_exact, eps_bound) << "exact " << exact << " got " << got;
+        const double float_bound = rounding + eps_bound;
+        const double err_float = std::fabs(got - with_x);
+        ASSERT_LE(err_float, float_bound) << "with float activations " << with_x;
+        worst_exact = std::max(worst_exact, err_exact / eps_bound);
+        worst_float = std::max(worst_float, err_float / float_bound);
+      }
+      if (n == 1024) {
+        std::printf("%-5s error/bound: vs decoded act %.3f, vs float act %.3f\n",
+                    Name(type).c_str(), worst_exact, worst_float);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardlm
