@@ -1,0 +1,74 @@
+// ChatTemplate: apply_chat_template's variables around a jinja::Template.
+#include "chat/chat_template.h"
+
+#include <chrono>
+
+namespace shardlm {
+namespace {
+
+constexpr char kChatMlSource[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+std::tm LocalNow() {
+  std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  return tm;
+}
+
+jinja::Value StrftimeNow(const std::function<std::tm()>& clock) {
+  return jinja::Value::Function("strftime_now", [clock](jinja::CallArgs& args) {
+    jinja::Value format = args.Get(0, "format");
+    if (!format.IsString()) jinja::Fail("strftime_now() expects a format string");
+    std::tm tm = clock ? clock() : LocalNow();
+    std::string out(256, '\0');
+    size_t n = std::strftime(out.data(), out.size(), format.AsString().c_str(), &tm);
+    if (n == 0 && !format.AsString().empty()) jinja::Fail("strftime_now(): format too long");
+    out.resize(n);
+    return jinja::Value::String(std::move(out));
+  });
+}
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::Create(std::string source, std::optional<std::string> bos_token,
+                                          std::optional<std::string> eos_token,
+                                          ChatTemplateOptions options) {
+  auto parsed = jinja::Template::Parse(source);
+  if (!parsed.ok()) return parsed.status().WithContext("chat template");
+  return ChatTemplate(std::move(source), std::move(parsed).value(), std::move(bos_token),
+                      std::move(eos_token), std::move(options));
+}
+
+const char* ChatTemplate::ChatMlSource() { return kChatMlSource; }
+
+Result<ChatTemplate> ChatTemplate::ChatMl(std::optional<std::string> bos_token,
+                                          std::optional<std::string> eos_token) {
+  return Create(kChatMlSource, std::move(bos_token), std::move(eos_token));
+}
+
+Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages,
+                                         const nlohmann::ordered_json& tools,
+                                         bool add_generation_prompt, bool* raised) const {
+  jinja::Context context = {
+      {"messages", jinja::Value::FromJson(messages)},
+      {"tools", jinja::Value::FromJson(tools)},
+      {"documents", jinja::Value::None()},
+      {"add_generation_prompt", jinja::Value::Bool(add_generation_prompt)},
+      {"strftime_now", StrftimeNow(options_.clock)},
+  };
+  if (bos_token_) context.emplace_back("bos_token", jinja::Value::String(*bos_token_));
+  if (eos_token_) context.emplace_back("eos_token", jinja::Value::String(*eos_token_));
+  return template_.Render(context, options_.limits, raised);
+}
+
+Result<std::string> ChatTemplate::Render(const nlohmann::json& messages,
+                                         const nlohmann::json& tools, bool add_generation_prompt,
+                                         bool* raised) const {
+  return Render(nlohmann::ordered_json::parse(messages.dump()),
+                nlohmann::ordered_json::parse(tools.dump()), add_generation_prompt, raised);
+}
+
+}  // namespace shardlm
