@@ -1,0 +1,363 @@
+// Synthetic model builder (see synth_model.h): presets, the quantization mix, random weights,
+// the byte tokenizer and the GGUF metadata.
+#include "cli/synth_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "tensor/type_traits.h"
+
+namespace shardlm::cli {
+namespace {
+
+// Qwen3's vocabulary size: the 0.6b/1.7b presets pad to it so the LM head is realistic.
+constexpr int64_t kQwen3VocabSize = 151936;
+constexpr int64_t kByteVocab = 256;
+constexpr const char* kSpecials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+constexpr int64_t kBaseVocab = kByteVocab + 3;
+// llama.cpp token types.
+constexpr int64_t kTokenNormal = 1;
+constexpr int64_t kTokenControl = 3;
+constexpr int64_t kTokenUnused = 5;
+// Weight init: N(0, kWeightStd); norms 1 + N(0, kNormStd) (roughly what trained models show).
+constexpr float kWeightStd = 0.02f;
+constexpr float kNormStd = 0.05f;
+
+constexpr const char* kChatTemplate =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+struct TypeChoice {
+  const char* name;
+  GgmlType base;
+  uint32_t file_type;  // llama_ftype, as the fixtures record it
+};
+
+constexpr TypeChoice kTypes[] = {
+    {"f32", GgmlType::kF32, 0},      {"f16", GgmlType::kF16, 1},
+    {"bf16", GgmlType::kBF16, 32},   {"q8_0", GgmlType::kQ8_0, 7},
+    {"q4_0", GgmlType::kQ4_0, 2},    {"q4_1", GgmlType::kQ4_1, 3},
+    {"q5_0", GgmlType::kQ5_0, 8},    {"q5_1", GgmlType::kQ5_1, 9},
+    {"q2_k", GgmlType::kQ2_K, 10},   {"q3_k", GgmlType::kQ3_K, 12},
+    {"q4_k", GgmlType::kQ4_K, 15},   {"q5_k", GgmlType::kQ5_K, 17},
+    {"q6_k", GgmlType::kQ6_K, 18},   {"q4_k_m", GgmlType::kQ4_K, 15},
+    {"q5_k_m", GgmlType::kQ5_K, 17}, {"q3_k_m", GgmlType::kQ3_K, 12},
+};
+
+const TypeChoice* FindType(const std::string& name) {
+  for (const TypeChoice& t : kTypes) {
+    if (name == t.name) return &t;
+  }
+  return nullptr;
+}
+
+// llama.cpp's use_more_bits(i, n): the first and last eighth of the layers and every third
+// layer in between get more bits in the _M mixes.
+bool UseMoreBits(int64_t i, int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+enum class Role { kEmbd, kOutput, kAttnV, kAttnOut, kFfnDown, kOther };
+
+// The type llama-quantize picks for a 2-D weight under `mix` (plain types: every weight).
+GgmlType MixType(const std::string& mix, GgmlType base, Role role, int64_t layer, int64_t n) {
+  if (mix == "q4_k_m" || mix == "q5_k_m") {
+    if (role == Role::kOutput) return GgmlType::kQ6_K;
+    if ((role == Role::kAttnV || role == Role::kFfnDown) && UseMoreBits(layer, n)) {
+      return GgmlType::kQ6_K;
+    }
+    return base;
+  }
+  if (mix == "q3_k_m") {
+    switch (role) {
+      case Role::kOutput:
+        return GgmlType::kQ6_K;
+      case Role::kAttnV:
+        return layer < 2 ? GgmlType::kQ5_K : GgmlType::kQ4_K;
+      case Role::kFfnDown:
+        return layer < n / 16 ? GgmlType::kQ5_K : GgmlType::kQ4_K;
+      case Role::kAttnOut:
+        return GgmlType::kQ4_K;
+      default:
+        return base;
+    }
+  }
+  return base;
+}
+
+// When ne[0] is not a multiple of the block size, llama.cpp falls back to a 32-block type;
+// Q2_K/Q3_K would go to IQ4_NL, which we do not compute, so they take Q4_0.
+GgmlType FitRowLength(GgmlType type, int64_t ne0) {
+  auto info = LookupGgmlType(static_cast<uint32_t>(type));
+  if (info && ne0 % info->block_size == 0) return type;
+  GgmlType fallback = GgmlType::kF16;
+  switch (type) {
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+      fallback = GgmlType::kQ4_0;
+      break;
+    case GgmlType::kQ4_K:
+      fallback = GgmlType::kQ5_0;
+      break;
+    case GgmlType::kQ5_K:
+      fallback = GgmlType::kQ5_1;
+      break;
+    case GgmlType::kQ6_K:
+      fallback = GgmlType::kQ8_0;
+      break;
+    default:
+      break;
+  }
+  return ne0 % 32 == 0 ? fallback : GgmlType::kF16;
+}
+
+// ---- Random numbers ------------------------------------------------------------------------
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t HashName(const std::string& name, uint64_t seed) {
+  uint64_t h = seed ^ 0xcbf29ce484222325ull;  // FNV-1a over the name, seeded
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Approximately N(0, 1): the sum of four 16-bit uniforms (Irwin-Hall, variance 1/3 per
+// four) rescaled. One 64-bit draw per value keeps 600M values to a few seconds.
+float ApproxNormal(uint64_t& state) {
+  uint64_t r = SplitMix64(state);
+  float sum = 0.0f;
+  for (int i = 0; i < 4; ++i) sum += static_cast<float>((r >> (16 * i)) & 0xffff);
+  constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(3) / 2^16
+  return (sum - 2.0f * 65535.0f) * kScale;
+}
+
+void FillRow(const SynthTensor& t, uint64_t tensor_seed, int64_t row, float* out) {
+  uint64_t state = tensor_seed ^ (static_cast<uint64_t>(row) * 0xd1b54a32d192ed03ull);
+  for (int64_t i = 0; i < t.ne[0]; ++i) {
+    float z = ApproxNormal(state);
+    out[i] = t.init == SynthTensor::Init::kNorm ? 1.0f + kNormStd * z : kWeightStd * z;
+  }
+}
+
+// Generates and quantizes every row of `t` into dst, rows split across threads.
+Status FillTensor(const SynthTensor& t, uint64_t seed, int n_threads, std::span<uint8_t> dst) {
+  const TypeTraits* traits = GetTypeTraits(t.type);
+  if (traits == nullptr || traits->quantize_row == nullptr) {
+    return Unsupported("no quantizer for type {}", GgmlTypeName(static_cast<uint32_t>(t.type)));
+  }
+  auto info = LookupGgmlType(static_cast<uint32_t>(t.type));
+  const int64_t row_bytes = RowBytes(*info, t.ne[0]);
+  const int64_t rows = row_bytes == 0 ? 0 : static_cast<int64_t>(dst.size()) / row_bytes;
+  const uint64_t tensor_seed = HashName(t.name, seed);
+  auto work = [&](int64_t begin, int64_t end) {
+    std::vector<float> row(t.ne[0]);
+    for (int64_t r = begin; r < end; ++r) {
+      FillRow(t, tensor_seed, r, row.data());
+      traits->quantize_row(row.data(), dst.data() + r * row_bytes, t.ne[0]);
+    }
+  };
+  int64_t n_workers = std::clamp<int64_t>(rows / 64, 1, n_threads);
+  std::vector<std::thread> threads;
+  for (int64_t w = 1; w < n_workers; ++w) {
+    threads.emplace_back(work, rows * w / n_workers, rows * (w + 1) / n_workers);
+  }
+  work(0, rows / n_workers);
+  for (std::thread& th : threads) th.join();
+  return Status::Ok();
+}
+
+// ---- Tokenizer and metadata ----------------------------------------------------------------
+
+std::string Utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {  // the byte alphabet stays below U+0800
+    s += static_cast<char>(0xc0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+  return s;
+}
+
+bool PrintableByte(uint32_t b) {
+  return (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+}
+
+Status SetTokenizer(const SynthSpec& spec, GgufWriter& w) {
+  std::vector<std::string> tokens;
+  std::vector<int64_t> types;
+  tokens.reserve(spec.n_vocab);
+  for (int b = 0; b < kByteVocab; ++b) tokens.push_back(ByteToken(static_cast<uint8_t>(b)));
+  types.assign(kByteVocab, kTokenNormal);
+  for (const char* special : kSpecials) {
+    tokens.push_back(special);
+    types.push_back(kTokenControl);
+  }
+  for (int64_t id = kBaseVocab; id < spec.n_vocab; ++id) {
+    tokens.push_back(fmt::format("[PAD{}]", id));
+    types.push_back(kTokenUnused);
+  }
+  w.SetString("tokenizer.ggml.model", "gpt2");
+  w.SetString("tokenizer.ggml.pre", "qwen2");
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  SHARDLM_TRY(w.SetIntArray("tokenizer.ggml.token_type", GgufValueType::kInt32, types));
+  w.SetStringArray("tokenizer.ggml.merges", {});
+  w.SetUint32("tokenizer.ggml.bos_token_id", kByteVocab);      // <|endoftext|>
+  w.SetUint32("tokenizer.ggml.eos_token_id", kByteVocab + 2);  // <|im_end|>
+  w.SetUint32("tokenizer.ggml.padding_token_id", kByteVocab);
+  w.SetBool("tokenizer.ggml.add_bos_token", false);
+  w.SetString("tokenizer.chat_template", kChatTemplate);
+  return Status::Ok();
+}
+
+Status SetHparams(const SynthSpec& spec, GgufWriter& w) {
+  SHARDLM_ASSIGN_OR_RETURN(uint32_t file_type, SynthFileType(spec.type));
+  const std::string& a = spec.arch;
+  w.SetString("general.architecture", a);
+  w.SetString("general.name", fmt::format("synth-{}-{}-{}", a, spec.preset, spec.type));
+  w.SetUint32("general.file_type", file_type);
+  if (FindType(spec.type)->base != GgmlType::kF32) w.SetUint32("general.quantization_version", 2);
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  w.SetUint32(a + ".block_count", u32(spec.n_layers));
+  w.SetUint32(a + ".context_length", u32(spec.n_ctx));
+  w.SetUint32(a + ".embedding_length", u32(spec.n_embd));
+  w.SetUint32(a + ".feed_forward_length", u32(spec.n_ff));
+  w.SetUint32(a + ".attention.head_count", u32(spec.n_head));
+  w.SetUint32(a + ".attention.head_count_kv", u32(spec.n_head_kv));
+  w.SetUint32(a + ".attention.key_length", u32(spec.head_dim));
+  w.SetUint32(a + ".attention.value_length", u32(spec.head_dim));
+  if (a == "llama") {
+    w.SetUint32(a + ".rope.dimension_count", u32(spec.head_dim));
+    w.SetUint32(a + ".vocab_size", u32(spec.n_vocab));
+  }
+  w.SetFloat32(a + ".rope.freq_base", static_cast<float>(spec.rope_base));
+  w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(spec.rms_eps));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ByteToken(uint8_t b) {
+  if (PrintableByte(b)) return Utf8(b);
+  uint32_t n = 0;  // non-printable bytes map to U+0100.. in byte order
+  for (uint32_t x = 0; x < b; ++x) n += PrintableByte(x) ? 0 : 1;
+  return Utf8(256 + n);
+}
+
+Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset) {
+  SynthSpec spec;
+  spec.arch = arch;
+  spec.preset = preset;
+  if (arch == "llama") {
+    spec.rope_base = 10000.0;
+    spec.rms_eps = 1e-5;
+  } else if (arch != "qwen3") {
+    return InvalidArgument("--arch {}: expected llama or qwen3", arch);
+  }
+  if (preset == "tiny") return spec;
+  if (preset != "0.6b" && preset != "1.7b") {
+    return InvalidArgument("--preset {}: expected tiny, 0.6b or 1.7b", preset);
+  }
+  spec.n_layers = 28;
+  spec.n_embd = preset == "0.6b" ? 1024 : 2048;
+  spec.n_ff = preset == "0.6b" ? 3072 : 6144;
+  spec.n_head = 16;
+  spec.n_head_kv = 8;
+  spec.head_dim = 128;
+  spec.n_vocab = kQwen3VocabSize;
+  spec.n_ctx = 40960;
+  spec.tied = true;
+  return spec;
+}
+
+Status ValidateSynthSpec(const SynthSpec& s) {
+  if (s.arch != "llama" && s.arch != "qwen3") {
+    return InvalidArgument("--arch {}: expected llama or qwen3", s.arch);
+  }
+  if (FindType(s.type) == nullptr) return InvalidArgument("--type {}: unknown type", s.type);
+  const std::pair<const char*, int64_t> dims[] = {
+      {"--layers", s.n_layers}, {"--embd", s.n_embd},        {"--ff", s.n_ff},
+      {"--heads", s.n_head},    {"--kv-heads", s.n_head_kv}, {"--head-dim", s.head_dim},
+      {"--ctx", s.n_ctx}};
+  for (const auto& [flag, v] : dims) {
+    if (v < 1 || v > (1 << 20)) return InvalidArgument("{} {}: expected 1..2^20", flag, v);
+  }
+  if (s.n_head % s.n_head_kv != 0) {
+    return InvalidArgument("--heads {} is not a multiple of --kv-heads {}", s.n_head, s.n_head_kv);
+  }
+  if (s.n_vocab < kBaseVocab || s.n_vocab > (1 << 24)) {
+    return InvalidArgument("--vocab {}: expected {}..2^24 (256 bytes + 3 specials)", s.n_vocab,
+                           kBaseVocab);
+  }
+  return Status::Ok();
+}
+
+Result<uint32_t> SynthFileType(const std::string& type) {
+  const TypeChoice* t = FindType(type);
+  if (t == nullptr) return InvalidArgument("--type {}: unknown type", type);
+  return t->file_type;
+}
+
+Result<std::vector<SynthTensor>> PlanSynthTensors(const SynthSpec& s) {
+  SHARDLM_TRY(ValidateSynthSpec(s));
+  const TypeChoice& choice = *FindType(s.type);
+  std::vector<SynthTensor> out;
+  auto add = [&](std::string name, std::vector<int64_t> ne, Role role, int64_t layer) {
+    GgmlType type = MixType(s.type, choice.base, role, layer, s.n_layers);
+    out.push_back({std::move(name), ne, FitRowLength(type, ne[0])});
+  };
+  auto norm = [&](std::string name, int64_t n) {
+    out.push_back({std::move(name), {n}, GgmlType::kF32, SynthTensor::Init::kNorm});
+  };
+  const int64_t q_dim = s.n_head * s.head_dim;
+  const int64_t kv_dim = s.n_head_kv * s.head_dim;
+  add("token_embd.weight", {s.n_embd, s.n_vocab}, s.tied ? Role::kOutput : Role::kEmbd, 0);
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    std::string p = fmt::format("blk.{}.", i);
+    norm(p + "attn_norm.weight", s.n_embd);
+    add(p + "attn_q.weight", {s.n_embd, q_dim}, Role::kOther, i);
+    add(p + "attn_k.weight", {s.n_embd, kv_dim}, Role::kOther, i);
+    add(p + "attn_v.weight", {s.n_embd, kv_dim}, Role::kAttnV, i);
+    add(p + "attn_output.weight", {q_dim, s.n_embd}, Role::kAttnOut, i);
+    if (s.arch == "qwen3") {
+      norm(p + "attn_q_norm.weight", s.head_dim);
+      norm(p + "attn_k_norm.weight", s.head_dim);
+    }
+    norm(p + "ffn_norm.weight", s.n_embd);
+    add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, Role::kOther, i);
+    add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, Role::kOther, i);
+    add(p + "ffn_down.weight", {s.n_ff, s.n_embd}, Role::kFfnDown, i);
+  }
+  norm("output_norm.weight", s.n_embd);
+  if (!s.tied) add("output.weight", {s.n_embd, s.n_vocab}, Role::kOutput, 0);
+  return out;
+}
+
+Result<GgufWriter> BuildSynthModel(const SynthSpec& spec, int n_threads, SynthProgress progress) {
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<SynthTensor> tensors, PlanSynthTensors(spec));
+  if (n_threads <= 0)
+    n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  GgufWriter w;
+  SHARDLM_TRY(SetHparams(spec, w));
+  SHARDLM_TRY(SetTokenizer(spec, w));
+  const size_t count = tensors.size();
+  for (size_t i = 0; i < count; ++i) {
+    const SynthTensor& t = tensors[i];
+    auto fill = [t, i, count, seed = spec.seed, n_threads, progress](std::span<uint8_t> dst) {
+      if (progress) progress(i, count, t.name);
+      return FillTensor(t, seed, n_threads, dst);
+    };
+    SHARDLM_TRY(w.AddTensor(t.name, t.type, t.ne, std::move(fill)));
+  }
+  return w;
+}
+
+}  // namespace shardlm::cli

@@ -1,0 +1,71 @@
+// Synthetic models for `shardlm gguf synth`: shape presets, llama.cpp-style quantization
+// mixes, seeded random weights and a byte-level tokenizer, written through GgufWriter.
+//
+// Goals: files llama.cpp can load (standard tensor names and keys for llama/qwen3, a GPT-2
+// byte vocab with ChatML specials and a chat template); deterministic for a seed whatever the
+// thread count (every row has its own PRNG stream); big presets (Qwen3-0.6B/1.7B shapes with
+// the real 151936-token vocab size) written tensor by tensor, quantized in parallel.
+// Non-goals: trained weights, other architectures (qwen35/gemma3), imatrix quantization.
+//
+// Thread safety: the functions are reentrant. Lifetime: the writer returned by
+// BuildSynthModel holds callbacks that own copies of everything they need.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/ggml_type.h"
+#include "gguf/gguf_writer.h"
+
+namespace shardlm::cli {
+
+struct SynthSpec {
+  std::string arch = "qwen3";  // llama | qwen3
+  std::string preset = "tiny";
+  std::string type = "f32";  // a plain type (f32, q8_0, q4_k, ...) or a mix (q4_k_m, ...)
+  uint64_t seed = 42;
+  int64_t n_layers = 2;
+  int64_t n_embd = 256;
+  int64_t n_ff = 512;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t head_dim = 64;
+  int64_t n_vocab = 259;
+  int64_t n_ctx = 2048;
+  bool tied = false;  // token_embd doubles as the LM head (no output.weight)
+  double rope_base = 1e6;
+  double rms_eps = 1e-6;
+};
+
+// The shapes of a preset: tiny | 0.6b | 1.7b (Qwen3 shapes; for llama too).
+Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset);
+// Checks arch, type and that the shapes are consistent and positive.
+Status ValidateSynthSpec(const SynthSpec& spec);
+
+// One weight of the model.
+struct SynthTensor {
+  std::string name;
+  std::vector<int64_t> ne;
+  GgmlType type;
+  enum class Init { kWeight, kNorm } init = Init::kWeight;
+};
+
+// Every tensor of the model, in file order, with the type the mix assigns it.
+Result<std::vector<SynthTensor>> PlanSynthTensors(const SynthSpec& spec);
+// llama.cpp's general.file_type for a --type value.
+Result<uint32_t> SynthFileType(const std::string& type);
+
+// Progress callback: (index of the tensor being written, count, name).
+using SynthProgress = std::function<void(size_t, size_t, const std::string&)>;
+// Metadata + tokenizer + tensors whose data is generated and quantized when written.
+// `n_threads` 0 means all hardware threads.
+Result<GgufWriter> BuildSynthModel(const SynthSpec& spec, int n_threads,
+                                   SynthProgress progress = nullptr);
+
+// The GPT-2 byte-level alphabet: the UTF-8 text of the token for byte b.
+std::string ByteToken(uint8_t b);
+
+}  // namespace shardlm::cli
