@@ -13,4 +13,8 @@ void FillGenericKernels(TypeTraits& traits);  // kernels_generic.cc (and friends
 void FillAvx2Kernels(TypeTraits& traits);     // kernels_avx2.cc, compiled with -mavx2
 void FillAvx512Kernels(TypeTraits& traits);   // kernels_avx512.cc, compiled with -mavx512*
 
+// The ISA DetectIsa() settles on: `forced` (SHARDLM_ISA: "generic", "avx2", "avx512"; null
+// or unknown = no preference) capped by the CPU's best (type_traits.cc).
+Isa CapIsa(const char* forced, Isa best);
+
 }  // namespace shardlm::internal

@@ -109,7 +109,7 @@ void MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
                     "row length %lld is not a multiple of the block size",
                     static_cast<long long>(w.cols));
   if (n_tokens <= 0 || w.rows <= 0) return;
-  const int64_t act_row_bytes = RowBytes(*act_info, w.cols);
+  const int64_t act_row_bytes = ActRowBytes(*traits, w.cols);
   const uint8_t* act =
       QuantizeActivations(*traits, x, w.cols, n_tokens, act_row_bytes, pool, scratch);
 

@@ -73,17 +73,21 @@ const Table* TableFor(Isa isa) {
 
 }  // namespace
 
+namespace internal {
+
+Isa CapIsa(const char* forced, Isa best) {
+  if (forced == nullptr) return best;
+  Isa want = best;
+  if (std::strcmp(forced, "generic") == 0) want = Isa::kGeneric;
+  if (std::strcmp(forced, "avx2") == 0) want = Isa::kAvx2;
+  if (std::strcmp(forced, "avx512") == 0) want = Isa::kAvx512;
+  return static_cast<int>(want) < static_cast<int>(best) ? want : best;
+}
+
+}  // namespace internal
+
 Isa DetectIsa() {
-  static const Isa isa = [] {
-    Isa best = BestCpuIsa();
-    const char* forced = std::getenv("SHARDLM_ISA");
-    if (forced == nullptr) return best;
-    Isa want = best;
-    if (std::strcmp(forced, "generic") == 0) want = Isa::kGeneric;
-    if (std::strcmp(forced, "avx2") == 0) want = Isa::kAvx2;
-    if (std::strcmp(forced, "avx512") == 0) want = Isa::kAvx512;
-    return static_cast<int>(want) < static_cast<int>(best) ? want : best;
-  }();
+  static const Isa isa = internal::CapIsa(std::getenv("SHARDLM_ISA"), BestCpuIsa());
   return isa;
 }
 
@@ -108,5 +112,10 @@ const TypeTraits* GetTypeTraitsFor(GgmlType type, Isa isa) {
 }
 
 const TypeTraits* GetTypeTraits(GgmlType type) { return GetTypeTraitsFor(type, DetectIsa()); }
+
+int64_t ActRowBytes(const TypeTraits& traits, int64_t n) {
+  const auto info = LookupGgmlType(static_cast<uint32_t>(traits.act_type));
+  return info ? RowBytes(*info, n) : 0;
+}
 
 }  // namespace shardlm

@@ -23,7 +23,7 @@ enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2, kSentinel = 3 };
 struct TypeTraits {
   GgmlType type = GgmlType::kSentinel;
   GgmlType act_type = GgmlType::kSentinel;  // what activations are converted to
-  int64_t block_size = 1;                     // elements per block of `type`
+  int64_t block_size = 1;                   // elements per block of `type`
   // dst[0..n) = dequantized src row; n a multiple of block_size.
   void (*dequantize_row)(const void* src, float* dst, int64_t n) = nullptr;
   // Reference quantizer for weights (gguf synth, tests); nullptr where not provided.
@@ -41,14 +41,17 @@ struct TypeTraits {
   int tile_cols = 1;
 };
 
-// The traits of a type for the best ISA this CPU supports (or the one forced by
-// SetIsaForTesting). Returns nullptr for types shardlm cannot compute.
+// The traits of a type for DetectIsa()'s ISA (the best this CPU supports, or a lower one
+// forced by SHARDLM_ISA). Returns nullptr for types shardlm cannot compute.
 const TypeTraits* GetTypeTraits(GgmlType type);
 // The traits for a given ISA (tests compare every ISA against kGeneric); nullptr if the
 // CPU lacks that ISA or the type is not computable.
 const TypeTraits* GetTypeTraitsFor(GgmlType type, Isa isa);
 
-Isa DetectIsa();             // best ISA of this CPU, honouring SHARDLM_ISA=generic|avx2|avx512
+// Bytes of one activation row of n elements converted by traits.quantize_act.
+int64_t ActRowBytes(const TypeTraits& traits, int64_t n);
+
+Isa DetectIsa();  // best ISA of this CPU, honouring SHARDLM_ISA=generic|avx2|avx512
 const char* IsaName(Isa isa);
 
 }  // namespace shardlm
