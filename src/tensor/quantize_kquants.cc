@@ -20,7 +20,9 @@ namespace {
 constexpr float kGroupMaxEps = 1e-15f;
 
 // Scale (and min, as a positive number) of `n` values quantized to [0, nmax] with a weighted
-// least-squares refinement over `nstep` candidate scales (ggml's make_qkx2_quants).
+// least-squares refinement over `nstep` candidate scales (ggml's make_qkx2_quants). Kept as
+// one function, statement for statement, so its float operations stay in ggml's order
+// (llama_compat_test.cc checks the bytes against llama-quantize's).
 float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint8_t* L,
                      float* the_min, uint8_t* Laux, float rmin, float rdelta, int nstep,
                      bool use_mad) {
@@ -204,6 +206,38 @@ void Pack2Bit(const uint8_t* L, uint8_t* qs) {
   }
 }
 
+// Q3_K scale j (6 bits, biased by 32): low 4 bits in a nibble of bytes 0..7, high 2 bits in
+// bytes 8..11. `scales` must start zeroed.
+void PackQ3Scale(int j, int biased, uint8_t* scales) {
+  if (j < 8) {
+    scales[j] = static_cast<uint8_t>(biased & 0xF);
+  } else {
+    scales[j - 8] |= static_cast<uint8_t>((biased & 0xF) << 4);
+  }
+  scales[j % 4 + 8] |= static_cast<uint8_t>((biased >> 4) << (2 * (j / 4)));
+}
+
+int UnpackQ3Scale(int j, const uint8_t* scales) {
+  const int low = j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4;
+  return (low | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+}
+
+// Q3_K quants L (0..7): bit 2 of element j goes to hmask[j % 32] bit j / 32, the low two
+// bits to qs (Pack2Bit).
+void PackQ3Quants(const int8_t* L, uint8_t* hmask, uint8_t* qs) {
+  std::memset(hmask, 0, kQK_K / 8);
+  uint8_t low[kQK_K];
+  for (int j = 0; j < kQK_K; ++j) {
+    int l = L[j];
+    if (l > 3) {
+      hmask[j % 32] |= static_cast<uint8_t>(1u << (j / 32));
+      l -= 4;
+    }
+    low[j] = static_cast<uint8_t>(l);
+  }
+  Pack2Bit(low, qs);
+}
+
 // Q4_K/Q5_K: fits 8 groups of 32 with make_qkx2_quants and packs the 6-bit scales and
 // mins; then requantizes against the rounded scales into L (values 0..nmax).
 void QuantizeK4StyleBlock(const float* x, int nmax, float rdelta_min, int nstep, uint8_t* L,
@@ -320,42 +354,22 @@ void QuantizeRowQ3_K(const float* src, void* dst, int64_t n) {
     if (max_scale) {
       const float iscale = -32.f / max_scale;
       for (int j = 0; j < kQK_K / 16; ++j) {
-        int8_t l = static_cast<int8_t>(NearestInt(iscale * scales[j]));
-        l = static_cast<int8_t>(std::max<int>(-32, std::min<int>(31, l)) + 32);
-        if (j < 8) {
-          y[i].scales[j] = l & 0xF;
-        } else {
-          y[i].scales[j - 8] |= static_cast<uint8_t>((l & 0xF) << 4);
-        }
-        l = static_cast<int8_t>(l >> 4);
-        y[i].scales[j % 4 + 8] |= static_cast<uint8_t>(l << (2 * (j / 4)));
+        const int8_t l = static_cast<int8_t>(NearestInt(iscale * scales[j]));
+        PackQ3Scale(j, std::max<int>(-32, std::min<int>(31, l)) + 32, y[i].scales);
       }
       y[i].d = Fp32ToFp16(1 / iscale);
     } else {
       y[i].d = Fp32ToFp16(0.f);
     }
     for (int j = 0; j < kQK_K / 16; ++j) {
-      int sc = j < 8 ? y[i].scales[j] & 0xF : y[i].scales[j - 8] >> 4;
-      sc = (sc | (((y[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
-      const float d = Fp16ToFp32(y[i].d) * sc;
+      const float d = Fp16ToFp32(y[i].d) * UnpackQ3Scale(j, y[i].scales);
       if (!d) continue;
       for (int ii = 0; ii < 16; ++ii) {
         const int l = NearestInt(x[16 * j + ii] / d);
         L[16 * j + ii] = static_cast<int8_t>(std::max(-4, std::min(3, l)) + 4);
       }
     }
-    // High bit of element j goes to hmask[j % 32], bit j / 32.
-    std::memset(y[i].hmask, 0, kQK_K / 8);
-    uint8_t L2[kQK_K];
-    for (int j = 0; j < kQK_K; ++j) {
-      int l = L[j];
-      if (l > 3) {
-        y[i].hmask[j % 32] |= static_cast<uint8_t>(1u << (j / 32));
-        l -= 4;
-      }
-      L2[j] = static_cast<uint8_t>(l);
-    }
-    Pack2Bit(L2, y[i].qs);
+    PackQ3Quants(L, y[i].hmask, y[i].qs);
   }
 }
 
