@@ -1,0 +1,205 @@
+// `shardlm gguf synth` and `shardlm gguf info`, run as a user would run them: a tiny synth
+// model has exactly the tensors, shapes, quant mix, hparams and vocabulary of the llama.cpp
+// fixture of the same shape; the same seed gives the same bytes; info --json describes it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "gguf/fingerprint.h"
+#include "gguf/gguf_file.h"
+#include "gguf_test_util.h"
+#include "support/fixtures.h"
+
+namespace shardlm {
+namespace {
+
+using ::shardlm::testing::V;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class SynthCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(testing::ShardlmBinary())) {
+      if (testing::UnderCi()) FAIL() << "CI=true but " << testing::ShardlmBinary() << " is missing";
+      GTEST_SKIP() << "shardlm binary not built: " << testing::ShardlmBinary();
+    }
+    dir_ = ::testing::TempDir() + "/synth_cli_" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  RunResult Run(const std::string& args) {
+    std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
+    std::string cmd = testing::ShardlmBinary() + " " + args + " >" + out + " 2>" + err;
+    int status = std::system(cmd.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, Slurp(out), Slurp(err)};
+  }
+
+  // Writes a synth model and opens it.
+  std::unique_ptr<GgufFile> Synth(const std::string& name, const std::string& args) {
+    RunResult r = Run("gguf synth -q -o " + dir_ + "/" + name + " " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto file = GgufFile::Open(dir_ + "/" + name);
+    EXPECT_TRUE(file.ok()) << file.status().message();
+    return file.ok() ? std::move(file).value() : nullptr;
+  }
+
+  std::string dir_;
+};
+
+// Same tensor names, types and shapes as the fixture, and the same hparams/tokenizer keys.
+void ExpectLikeFixture(const GgufFile& synth, const std::string& fixture) {
+  auto ref = GgufFile::Open(testing::FixturePath(fixture));
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  ASSERT_EQ(synth.tensors().size(), (*ref)->tensors().size());
+  for (const GgufTensorInfo& t : (*ref)->tensors()) {
+    const GgufTensorInfo* s = synth.FindTensor(t.name);
+    ASSERT_NE(s, nullptr) << t.name;
+    EXPECT_EQ(s->ne, t.ne) << t.name;
+    EXPECT_EQ(GgmlTypeName(static_cast<uint32_t>(s->type)),
+              GgmlTypeName(static_cast<uint32_t>(t.type)))
+        << t.name;
+  }
+  for (const GgufKeyValue& kv : (*ref)->metadata()) {
+    if (kv.key == "general.name" || kv.key == "tokenizer.ggml.eos_token_id") continue;
+    const GgufValue* v = synth.Find(kv.key);
+    ASSERT_NE(v, nullptr) << kv.key;
+    EXPECT_EQ(v->type, kv.value.type) << kv.key;
+    EXPECT_EQ(v->scalar, kv.value.scalar) << kv.key;
+    EXPECT_EQ(v->strings, kv.value.strings) << kv.key;  // the byte vocabulary, token by token
+    EXPECT_EQ(v->ints, kv.value.ints) << kv.key;
+  }
+}
+
+TEST_F(SynthCliTest, TinyQwen3MatchesTheLlamaCppFixtureLayout) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto f32 = Synth("f32.gguf", "--arch qwen3 --preset tiny --type f32 --seed 1");
+  ASSERT_NE(f32, nullptr);
+  ExpectLikeFixture(*f32, "qwen3-tiny-f32.gguf");
+  auto mix = Synth("q4km.gguf", "--arch qwen3 --preset tiny --type q4_k_m --seed 1");
+  ASSERT_NE(mix, nullptr);
+  ExpectLikeFixture(*mix, "qwen3-tiny-q4_k_m.gguf");
+  auto q8 = Synth("q8.gguf", "--type q8_0");
+  ASSERT_NE(q8, nullptr);
+  ExpectLikeFixture(*q8, "qwen3-tiny-q8_0.gguf");
+}
+
+TEST_F(SynthCliTest, WeightsLookLikeAModelAndTheVocabIsChatReady) {
+  auto f = Synth("m.gguf", "--type f32 --seed 3");
+  ASSERT_NE(f, nullptr);
+  const GgufTensorInfo* q = f->FindTensor("blk.0.attn_q.weight");
+  const GgufTensorInfo* norm = f->FindTensor("blk.1.ffn_norm.weight");
+  ASSERT_TRUE(q && norm);
+  auto stats = [](const GgufTensorInfo& t) {
+    const float* x = reinterpret_cast<const float*>(t.data);
+    double sum = 0, sq = 0;
+    int64_t n = t.n_elements();
+    for (int64_t i = 0; i < n; ++i) sum += x[i], sq += double(x[i]) * x[i];
+    double mean = sum / n;
+    return std::pair{mean, std::sqrt(sq / n - mean * mean)};
+  };
+  auto [q_mean, q_std] = stats(*q);
+  EXPECT_NEAR(q_mean, 0.0, 0.002);
+  EXPECT_NEAR(q_std, 0.02, 0.002);
+  auto [n_mean, n_std] = stats(*norm);
+  EXPECT_NEAR(n_mean, 1.0, 0.02);
+  EXPECT_GT(n_std, 0.0);
+  EXPECT_LT(n_std, 0.1);
+  EXPECT_EQ(V(f->GetUint("tokenizer.ggml.eos_token_id")), 258u);  // <|im_end|>
+  const GgufValue* tokens = V(f->GetArray("tokenizer.ggml.tokens", GgufValueType::kString));
+  ASSERT_EQ(tokens->strings.size(), 259u);
+  EXPECT_EQ(tokens->strings[' '], "\xC4\xA0");  // GPT-2 maps space to U+0120
+  EXPECT_EQ(tokens->strings['A'], "A");
+  EXPECT_EQ(tokens->strings[258], "<|im_end|>");
+  auto tmpl = f->GetString("tokenizer.chat_template");
+  ASSERT_TRUE(tmpl.ok());
+  EXPECT_NE(tmpl->find("<|im_start|>"), std::string::npos);
+}
+
+TEST_F(SynthCliTest, SameSeedSameBytesOtherSeedOtherFingerprint) {
+  ASSERT_EQ(Run("gguf synth -q --type q4_0 --seed 7 -t 1 -o " + dir_ + "/a.gguf").exit_code, 0);
+  ASSERT_EQ(Run("gguf synth -q --type q4_0 --seed 7 -t 2 -o " + dir_ + "/b.gguf").exit_code, 0);
+  ASSERT_EQ(Run("gguf synth -q --type q4_0 --seed 8 -o " + dir_ + "/c.gguf").exit_code, 0);
+  std::string a = Slurp(dir_ + "/a.gguf");
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, Slurp(dir_ + "/b.gguf"));  // thread count does not matter
+  auto fa = GgufFile::Open(dir_ + "/a.gguf");
+  auto fc = GgufFile::Open(dir_ + "/c.gguf");
+  ASSERT_TRUE(fa.ok() && fc.ok());
+  EXPECT_NE(ModelFingerprint(**fa), ModelFingerprint(**fc));
+}
+
+TEST_F(SynthCliTest, OverridesAndTiedLlama) {
+  auto f = Synth("l.gguf",
+                 "--arch llama --layers 3 --embd 128 --ff 256 --heads 4 --kv-heads 4 "
+                 "--head-dim 32 --vocab 300 --tied --type q8_0");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(V(f->GetString("general.architecture")), "llama");
+  EXPECT_EQ(V(f->GetUint("llama.block_count")), 3u);
+  EXPECT_EQ(f->FindTensor("output.weight"), nullptr);
+  EXPECT_EQ(f->FindTensor("blk.0.attn_q_norm.weight"), nullptr);
+  const GgufTensorInfo* embd = f->FindTensor("token_embd.weight");
+  ASSERT_NE(embd, nullptr);
+  EXPECT_EQ(embd->ne, (std::vector<int64_t>{128, 300}));
+  const GgufValue* tokens = V(f->GetArray("tokenizer.ggml.tokens", GgufValueType::kString));
+  EXPECT_EQ(tokens->strings[299], "[PAD299]");
+  EXPECT_EQ(f->tensors().size(), 1u + 3 * 9 + 1);
+}
+
+TEST_F(SynthCliTest, BadFlagsFailWithAMessage) {
+  RunResult r = Run("gguf synth -q --type q9_9 -o " + dir_ + "/x.gguf");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--type q9_9"), std::string::npos) << r.err;
+  r = Run("gguf synth -q --heads 5 --kv-heads 2 -o " + dir_ + "/x.gguf");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--heads 5 is not a multiple of --kv-heads 2"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/x.gguf"));
+  r = Run("gguf info " + dir_ + "/missing.gguf");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("missing.gguf"), std::string::npos);
+}
+
+TEST_F(SynthCliTest, InfoTextAndJsonDescribeTheFile) {
+  auto f = Synth("i.gguf", "--type q4_k_m");
+  ASSERT_NE(f, nullptr);
+  RunResult r = Run("gguf info --json " + dir_ + "/i.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "qwen3");
+  EXPECT_EQ(j["fingerprint"], ModelFingerprint(*f).ToHex());
+  EXPECT_EQ(j["tensors"].size(), f->tensors().size());
+  EXPECT_EQ(j["tokenizer"]["n_vocab"], 259);
+  EXPECT_EQ(j["metadata"]["tokenizer.ggml.tokens"]["length"], 259);
+  EXPECT_FALSE(j["metadata"]["tokenizer.ggml.tokens"].contains("values"));
+  EXPECT_EQ(j["summary"]["tensor_types"]["q6_K"], 3);
+  int64_t params = 0;
+  for (const GgufTensorInfo& t : f->tensors()) params += t.n_elements();
+  EXPECT_EQ(j["summary"]["n_params"], params);
+  r = Run("gguf info " + dir_ + "/i.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("architecture: qwen3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[string x 259]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("blk.1.ffn_down.weight"), std::string::npos);
+  EXPECT_NE(r.out.find("q6_K: 3"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace shardlm
