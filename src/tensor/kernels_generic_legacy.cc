@@ -54,7 +54,10 @@ int HighBitHi(uint32_t qh, int j) { return static_cast<int>((qh >> (j + 12)) & 0
 // x86 activation block: d = amax/127, q = rne(x · 127/amax). Returns d before fp16.
 float QuantizeActBlock(const float* x, int8_t* qs, fp16_t* d_out) {
   float amax = 0.0f;
-  for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  for (int j = 0; j < kQK; ++j) {
+    const float ax = std::fabs(x[j]);
+    amax = ax > amax ? ax : amax;  // maxps (no fmaxf call); NaN-free inputs assumed
+  }
   const float d = amax / 127.f;
   *d_out = Fp32ToFp16(d);
   const float id = amax != 0.0f ? 127.f / amax : 0.0f;
