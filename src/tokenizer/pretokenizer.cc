@@ -48,6 +48,37 @@ std::vector<const char*> PatternsFor(PreType type) {
   }
 }
 
+// llama.cpp's whitespace: Unicode White_Space. PCRE2's \s also takes U+180E, which
+// llama.cpp classes as "other", so \s and \S are spelled out with this set.
+constexpr std::string_view kWhitespace =
+    R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F})"
+    R"(\x{205F}\x{3000})";
+
+// Replaces \s by [set] (or the bare set inside a class) and \S by [^set].
+std::string ExpandWhitespace(std::string_view pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char next = pattern[++i];
+      if (next == 's') {
+        out += in_class ? std::string(kWhitespace) : "[" + std::string(kWhitespace) + "]";
+      } else if (next == 'S' && !in_class) {
+        out += "[^" + std::string(kWhitespace) + "]";
+      } else {
+        out += c;
+        out += next;
+      }
+      continue;
+    }
+    if (c == '[') in_class = true;
+    if (c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 struct PreTokenizer::Regex {
@@ -59,11 +90,12 @@ PreTokenizer::~PreTokenizer() = default;
 
 Result<std::unique_ptr<PreTokenizer>> PreTokenizer::Create(PreType type) {
   std::unique_ptr<PreTokenizer> pre(new PreTokenizer());
-  for (const char* pattern : PatternsFor(type)) {
+  for (const char* raw_pattern : PatternsFor(type)) {
+    const std::string pattern = ExpandWhitespace(raw_pattern);
     int error = 0;
     PCRE2_SIZE error_offset = 0;
     auto regex = std::make_unique<Regex>();
-    regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+    regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
                                 PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
     if (regex->code == nullptr) {
       PCRE2_UCHAR message[256];
