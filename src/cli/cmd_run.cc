@@ -85,11 +85,12 @@ void PrintLoadInfo(const LoadedModel& loaded) {
 void PrintTimings(const GenerationResult& result) {
   std::fprintf(stderr,
                "\nprefill: %zu tokens in %.1f ms (%.2f tok/s)\n"
-               "decode: %zu tokens, %d passes in %.1f ms (%.2f tok/s)\nstop: %s\n",
+               "decode: %zu tokens, %d passes in %.1f ms (%.2f tok/s)\n"
+               "kv cache: %.2f MiB\nstop: %s\n",
                result.prompt_ids.size(), result.prefill_seconds * 1e3,
                result.PrefillTokensPerSecond(), result.ids.size(), result.decode_passes,
                result.decode_seconds * 1e3, result.DecodeTokensPerSecond(),
-               StopReasonName(result.stop));
+               double(result.kv_bytes) / (1024.0 * 1024.0), StopReasonName(result.stop));
 }
 
 Status RunCommand(RunFlags& f) {

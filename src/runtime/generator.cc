@@ -162,6 +162,7 @@ Result<GenerationResult> Generator::GenerateFromIds(std::vector<TokenId> prompt_
           StreamDecoder(tokenizer_),
           {}};
   for (TokenId id : prompt_ids) run.sampler.Accept(id);
+  run.result.kv_bytes = seq->kv_bytes();
 
   const Clock::time_point start = Clock::now();
   std::function<void(int, int)> progress;

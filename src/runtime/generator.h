@@ -64,6 +64,7 @@ struct GenerationResult {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   int decode_passes = 0;  // single-token forward passes
+  size_t kv_bytes = 0;    // memory of the request's page pool
 
   double PrefillTokensPerSecond() const;
   double DecodeTokensPerSecond() const;

@@ -1,6 +1,8 @@
 // LoadModelFile implementation: open, page in with progress, bind model and tokenizer.
 #include "runtime/model_loader.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 
@@ -8,8 +10,10 @@ namespace shardlm {
 namespace {
 
 // Touches one byte per 4 KiB page of every tensor, in file order, printing the percentage
-// every 10%. Returns a checksum so the reads are not optimized away.
+// every 10% (rewriting one line on a terminal; a single line when stderr is a file).
+// Returns a checksum so the reads are not optimized away.
 uint64_t Prefault(const GgufFile& file, bool show_progress) {
+  const bool tty = isatty(fileno(stderr));
   constexpr uint64_t kPage = 4096;
   uint64_t total = 0;
   for (const GgufTensorInfo& tensor : file.tensors()) total += tensor.n_bytes;
@@ -21,12 +25,15 @@ uint64_t Prefault(const GgufFile& file, bool show_progress) {
     for (uint64_t offset = 0; offset < tensor.n_bytes; offset += kPage) checksum += bytes[offset];
     done += tensor.n_bytes;
     const int decile = total ? int(done * 10 / total) : 10;
-    if (show_progress && decile != last_decile) {
+    if (show_progress && tty && decile != last_decile) {
       std::fprintf(stderr, "\rloading %s: %3d%%", file.name().c_str(), decile * 10);
       last_decile = decile;
     }
   }
-  if (show_progress) std::fputc('\n', stderr);
+  if (show_progress) {
+    std::fprintf(stderr, "%sloading %s: %.2f MiB of weights paged in\n", tty ? "\r" : "",
+                 file.name().c_str(), double(total) / (1024.0 * 1024.0));
+  }
   return checksum;
 }
 
