@@ -11,19 +11,38 @@
 #include "tensor/kernels_generic.h"
 
 namespace shardlm::internal {
+namespace {
+
+// Rows of 16-bit values may start at odd addresses (a row of odd length inside a tensor,
+// a padded activation buffer): load and store through memcpy, never a uint16_t pointer.
+uint16_t Load16(const void* base, int64_t i) {
+  uint16_t v;
+  std::memcpy(&v, static_cast<const uint8_t*>(base) + 2 * i, sizeof(v));
+  return v;
+}
+
+void Store16(void* base, int64_t i, uint16_t v) {
+  std::memcpy(static_cast<uint8_t*>(base) + 2 * i, &v, sizeof(v));
+}
+
+float LoadF32(const void* base, int64_t i) {
+  float v;
+  std::memcpy(&v, static_cast<const uint8_t*>(base) + 4 * i, sizeof(v));
+  return v;
+}
+
+}  // namespace
 
 void DequantizeRowF32(const void* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
 void DequantizeRowF16(const void* src, float* dst, int64_t n) {
-  const auto* x = static_cast<const fp16_t*>(src);
-  for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFp32(x[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFp32(Load16(src, i));
 }
 
 void DequantizeRowBF16(const void* src, float* dst, int64_t n) {
-  const auto* x = static_cast<const bf16_t*>(src);
-  for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFp32(x[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFp32(Load16(src, i));
 }
 
 void QuantizeRowF32(const float* src, void* dst, int64_t n) {
@@ -31,36 +50,32 @@ void QuantizeRowF32(const float* src, void* dst, int64_t n) {
 }
 
 void QuantizeRowF16(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<fp16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToFp16(src[i]);
+  for (int64_t i = 0; i < n; ++i) Store16(dst, i, Fp32ToFp16(src[i]));
 }
 
 void QuantizeRowBF16(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<bf16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToBf16(src[i]);
+  for (int64_t i = 0; i < n; ++i) Store16(dst, i, Fp32ToBf16(src[i]));
 }
 
 void VecDotF32(int64_t n, const void* w, const void* a, float* out) {
-  const auto* x = static_cast<const float*>(w);
-  const auto* y = static_cast<const float*>(a);
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * y[i]);
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(LoadF32(w, i) * LoadF32(a, i));
   *out = static_cast<float>(sum);
 }
 
 void VecDotF16(int64_t n, const void* w, const void* a, float* out) {
-  const auto* x = static_cast<const fp16_t*>(w);
-  const auto* y = static_cast<const fp16_t*>(a);
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(Fp16ToFp32(x[i]) * Fp16ToFp32(y[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    sum += static_cast<double>(Fp16ToFp32(Load16(w, i)) * Fp16ToFp32(Load16(a, i)));
+  }
   *out = static_cast<float>(sum);
 }
 
 void VecDotBF16(int64_t n, const void* w, const void* a, float* out) {
-  const auto* x = static_cast<const bf16_t*>(w);
-  const auto* y = static_cast<const bf16_t*>(a);
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(Bf16ToFp32(x[i]) * Bf16ToFp32(y[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    sum += static_cast<double>(Bf16ToFp32(Load16(w, i)) * Bf16ToFp32(Load16(a, i)));
+  }
   *out = static_cast<float>(sum);
 }
 

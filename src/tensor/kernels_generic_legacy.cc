@@ -51,15 +51,18 @@ uint32_t LoadQh(const uint8_t* qh) {
 int HighBitLo(uint32_t qh, int j) { return static_cast<int>(((qh >> j) << 4) & 0x10); }
 int HighBitHi(uint32_t qh, int j) { return static_cast<int>((qh >> (j + 12)) & 0x10); }
 
-// x86 activation block: d = amax/127, q = rne(x · 127/amax). Returns d before fp16.
-float QuantizeActBlock(const float* x, int8_t* qs, fp16_t* d_out) {
+// x86 activation block: d = amax/127, q = rne(x · 127/amax). Returns d before its fp16
+// rounding; stores fp16(d) in *d_out (memcpy: d_out points into a packed block, maybe
+// unaligned).
+float QuantizeActBlock(const float* x, int8_t* qs, void* d_out) {
   float amax = 0.0f;
   for (int j = 0; j < kQK; ++j) {
     const float ax = std::fabs(x[j]);
     amax = ax > amax ? ax : amax;  // maxps (no fmaxf call); NaN-free inputs assumed
   }
   const float d = amax / 127.f;
-  *d_out = Fp32ToFp16(d);
+  const fp16_t d_half = Fp32ToFp16(d);
+  std::memcpy(d_out, &d_half, sizeof(d_half));
   const float id = amax != 0.0f ? 127.f / amax : 0.0f;
   // Round half to even, as _mm256_round_ps(_MM_ROUND_NEAREST) does (|x·id| <= 127).
   for (int j = 0; j < kQK; ++j) qs[j] = static_cast<int8_t>(NearestInt(x[j] * id));

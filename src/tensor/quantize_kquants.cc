@@ -241,7 +241,7 @@ void PackQ3Quants(const int8_t* L, uint8_t* hmask, uint8_t* qs) {
 // Q4_K/Q5_K: fits 8 groups of 32 with make_qkx2_quants and packs the 6-bit scales and
 // mins; then requantizes against the rounded scales into L (values 0..nmax).
 void QuantizeK4StyleBlock(const float* x, int nmax, float rdelta_min, int nstep, uint8_t* L,
-                          uint8_t* packed_scales, fp16_t* d_out, fp16_t* dmin_out) {
+                          uint8_t* packed_scales, void* d_out, void* dmin_out) {
   uint8_t laux[32];
   float weights[32], mins[kQK_K / 32], scales[kQK_K / 32];
   float max_scale = 0, max_min = 0;
@@ -271,14 +271,17 @@ void QuantizeK4StyleBlock(const float* x, int nmax, float rdelta_min, int nstep,
       packed_scales[j - 0] |= static_cast<uint8_t>((lm >> 4) << 6);
     }
   }
-  *d_out = Fp32ToFp16(max_scale / 63.f);
-  *dmin_out = Fp32ToFp16(max_min / 63.f);
+  // d_out/dmin_out point into a packed block (maybe unaligned): store through memcpy.
+  const fp16_t d_half = Fp32ToFp16(max_scale / 63.f);
+  const fp16_t dmin_half = Fp32ToFp16(max_min / 63.f);
+  std::memcpy(d_out, &d_half, sizeof(d_half));
+  std::memcpy(dmin_out, &dmin_half, sizeof(dmin_half));
   for (int j = 0; j < kQK_K / 32; ++j) {
     uint8_t sc, m;
     GetScaleMinK4(j, packed_scales, &sc, &m);
-    const float d = Fp16ToFp32(*d_out) * sc;
+    const float d = Fp16ToFp32(d_half) * sc;
     if (!d) continue;
-    const float dm = Fp16ToFp32(*dmin_out) * m;
+    const float dm = Fp16ToFp32(dmin_half) * m;
     for (int ii = 0; ii < 32; ++ii) {
       const int l = NearestInt((x[32 * j + ii] + dm) / d);
       L[32 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(nmax, l)));
