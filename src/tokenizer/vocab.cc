@@ -141,13 +141,12 @@ Status Vocab::LoadTokens(const GgufFile& file) {
     offsets[i + 1] = text_arena_.size();
   }
   texts_.resize(n);
-  ids_.reserve(n);
+  ids_.Reserve(n);
   for (size_t i = 0; i < n; ++i) {
     texts_[i] = std::string_view(text_arena_).substr(offsets[i], offsets[i + 1] - offsets[i]);
-    auto [it, inserted] = ids_.emplace(texts_[i], static_cast<TokenId>(i));
-    if (!inserted) {
-      return InvalidData("{}: duplicate token '{}' at ids {} and {}", kKeyTokens, texts_[i],
-                         it->second, i);
+    const TokenId id = ids_.TryEmplace(texts_[i], static_cast<TokenId>(i));
+    if (id != static_cast<TokenId>(i)) {
+      return InvalidData("{}: duplicate token '{}' at ids {} and {}", kKeyTokens, texts_[i], id, i);
     }
   }
   return Status::Ok();
@@ -195,14 +194,14 @@ Status Vocab::LoadMerges(const GgufFile& file) {
     merge_arena_ += strings[i];
     offsets[i + 1] = merge_arena_.size();
   }
-  merges_.reserve(strings.size());
+  merges_.Reserve(strings.size());
   for (size_t i = 0; i < strings.size(); ++i) {
     std::string_view merge =
         std::string_view(merge_arena_).substr(offsets[i], offsets[i + 1] - offsets[i]);
     // "left right", split at the first space after the first byte; a merge without one
     // can never match (llama.cpp stores it as ("", "")). The first rank of a pair wins.
     if (merge.size() < 2 || merge.find(' ', 1) == std::string_view::npos) continue;
-    merges_.try_emplace(merge, static_cast<int32_t>(i));
+    merges_.TryEmplace(merge, static_cast<int32_t>(i));
   }
   return Status::Ok();
 }
@@ -366,10 +365,7 @@ void Vocab::BuildSpecialTokenList() {
                    [&](TokenId a, TokenId b) { return texts_[a].size() > texts_[b].size(); });
 }
 
-TokenId Vocab::Find(std::string_view text) const {
-  auto it = ids_.find(text);
-  return it == ids_.end() ? kNoToken : it->second;
-}
+TokenId Vocab::Find(std::string_view text) const { return ids_.Find(text); }
 
 int32_t Vocab::MergeRank(std::string_view left, std::string_view right) const {
   // llama.cpp keys merges by (text before, text after) the first space past byte 0, so a
@@ -379,8 +375,7 @@ int32_t Vocab::MergeRank(std::string_view left, std::string_view right) const {
   key.assign(left);
   key += ' ';
   key += right;
-  auto it = merges_.find(key);
-  return it == merges_.end() ? -1 : it->second;
+  return merges_.Find(key);
 }
 
 TokenId Vocab::ByteToken(uint8_t byte) const {

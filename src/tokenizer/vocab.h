@@ -6,7 +6,7 @@
 // look like control tokens, the special-token list used to split text); check every array
 // length and id, with errors that name the key. Loading the 151936-token Qwen vocabulary
 // takes a few tens of milliseconds: token texts and merges are copied into two arenas and
-// indexed by string_view hash maps.
+// indexed by open-addressing hash maps (string_id_map.h).
 // Non-goals: tokenizing (spm.cc, bpe.cc, tokenizer.cc), vocab types other than SPM and
 // byte-level BPE, per-model lstrip/rstrip attributes (not stored in GGUF).
 //
@@ -18,11 +18,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf_file.h"
+#include "tokenizer/string_id_map.h"
 
 namespace shardlm::tokenizer_internal {
 
@@ -117,9 +117,9 @@ class Vocab {
   std::vector<std::string_view> texts_;  // [n_vocab] views into text_arena_
   std::vector<float> scores_;            // [n_vocab]
   std::vector<uint8_t> attrs_;           // [n_vocab] TokenAttr bits
-  std::unordered_map<std::string_view, TokenId> ids_;
-  std::string merge_arena_;                               // "left right" strings
-  std::unordered_map<std::string_view, int32_t> merges_;  // "left right" -> rank
+  StringIdMap ids_;                      // text -> id
+  std::string merge_arena_;              // "left right" strings
+  StringIdMap merges_;                   // "left right" -> rank
   SpecialIds special_;
   bool add_bos_ = false;
   bool add_eos_ = false;
