@@ -42,6 +42,14 @@ std::string Hex(const std::string& text) {
   return out;
 }
 
+std::string ParseHex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return out;
+}
+
 // One .jsonl file: every line's ids must be identical.
 void CheckVectors(const std::string& model, const std::string& vectors) {
   Loaded loaded = Load(model);
@@ -199,6 +207,35 @@ TEST(TokenizerFixtureTest, GoldenPromptIds) {
     ++checked;
   }
   EXPECT_GT(checked, 10);
+}
+
+// greedy_text_hex is llama.cpp's pieces of the greedy ids up to the first EOG, concatenated
+// (special tokens render as empty): exactly Decode().
+TEST(TokenizerFixtureTest, GoldenGreedyTextIsDecode) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const nlohmann::json golden = testing::ReadJsonFile(FixturePath("golden.json"));
+  std::map<std::string, Loaded> models;
+  for (const auto& entry : golden["entries"]) {
+    const std::string model = entry["model"];
+    if (!models.count(model)) models.emplace(model, Load(model));
+    const Tokenizer* tokenizer = models[model].tokenizer.get();
+    ASSERT_NE(tokenizer, nullptr) << model;
+    std::vector<TokenId> ids;
+    for (TokenId id : entry["greedy_ids"].get<std::vector<TokenId>>()) {
+      if (tokenizer->IsEog(id)) break;
+      ids.push_back(id);
+    }
+    EXPECT_EQ(Hex(tokenizer->Decode(ids)), Hex(ParseHex(entry["greedy_text_hex"])))
+        << model << " " << entry["prompt_id"];
+    // Streaming gives the same bytes, whatever the token boundaries.
+    StreamDecoder stream(*tokenizer);
+    std::string streamed;
+    for (TokenId id : ids) streamed += stream.Push(id);
+    streamed += stream.Flush();
+    if (!entry["greedy_text"].is_null()) {
+      EXPECT_EQ(streamed, entry["greedy_text"].get<std::string>()) << model;
+    }
+  }
 }
 
 }  // namespace
