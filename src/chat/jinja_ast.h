@@ -21,6 +21,7 @@ enum class ExprKind {
   kLiteral,   // value
   kName,      // name
   kList,      // args = items
+  kTuple,     // args = items (a list that prints as a tuple)
   kDict,      // args = key0, value0, key1, value1, ...
   kGetAttr,   // args[0].name
   kGetItem,   // args[0][args[1]]

@@ -59,6 +59,21 @@ Evaluator::Flow Evaluator::Exec(const Body& body, const std::shared_ptr<Scope>& 
 
 Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, const std::shared_ptr<Scope>& scope,
                                     std::string& out) {
+  try {
+    return ExecStmtUnlocated(s, scope, out);
+  } catch (JinjaError& e) {
+    // Runtime errors name the innermost statement's line; raise_exception keeps the
+    // template's own message untouched.
+    if (!e.from_template && !e.located) {
+      e.message = "line " + std::to_string(s.line) + ": " + e.message;
+      e.located = true;
+    }
+    throw;
+  }
+}
+
+Evaluator::Flow Evaluator::ExecStmtUnlocated(const Stmt& s, const std::shared_ptr<Scope>& scope,
+                                             std::string& out) {
   Tick();
   Flow flow = Flow::kNormal;
   switch (s.kind) {
@@ -172,7 +187,7 @@ void Evaluator::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope, std:
     // `for x in xs if cond`: the filter sees the loop target, and loop.* counts survivors.
     for (const Value& item : all) {
       Tick();
-      Assign(s.targets, item, *inner, s.line);
+      Assign(s.targets, item, *inner);
       if (Eval(*s.cond, inner).Truthy()) items.push_back(item);
     }
   } else {
@@ -185,21 +200,20 @@ void Evaluator::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope, std:
   for (size_t i = 0; i < items.size(); ++i) {
     Tick();
     inner->vars["loop"] = MakeLoop(items, i);
-    Assign(s.targets, items[i], *inner, s.line);
+    Assign(s.targets, items[i], *inner);
     if (Exec(s.bodies[0], inner, out) == Flow::kBreak) break;
   }
 }
 
-void Evaluator::Assign(const std::vector<std::string>& targets, const Value& value, Scope& scope,
-                       int line) {
+void Evaluator::Assign(const std::vector<std::string>& targets, const Value& value, Scope& scope) {
   if (targets.size() == 1) {
     scope.vars[targets[0]] = value;
     return;
   }
   ValueList parts = value.Iterate();
   if (parts.size() != targets.size()) {
-    Fail("line " + std::to_string(line) + ": cannot unpack " + std::to_string(parts.size()) +
-         " values into " + std::to_string(targets.size()) + " names");
+    Fail("cannot unpack " + std::to_string(parts.size()) + " values into " +
+         std::to_string(targets.size()) + " names");
   }
   for (size_t i = 0; i < targets.size(); ++i) scope.vars[targets[i]] = parts[i];
 }
@@ -207,13 +221,12 @@ void Evaluator::Assign(const std::vector<std::string>& targets, const Value& val
 void Evaluator::ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope) {
   Value value = Eval(*s.expr, scope);
   if (s.text.empty()) {
-    Assign(s.targets, value, *scope, s.line);
+    Assign(s.targets, value, *scope);
     return;
   }
   const Value* ns = scope->Lookup(s.targets[0]);
   if (!ns || !ns->IsDict() || !ns->AsDict().is_namespace) {
-    Fail("line " + std::to_string(s.line) + ": cannot assign attribute on non-namespace object '" +
-         s.targets[0] + "'");
+    Fail("cannot assign attribute on non-namespace object '" + s.targets[0] + "'");
   }
   ns->AsDict().Set(s.text, value);
 }
@@ -264,7 +277,7 @@ Value Evaluator::CallMacro(const Stmt& s, const Body& body, const std::shared_pt
     frame->vars[s.params[i]] =
         s.defaults[i] ? Eval(*s.defaults[i], frame) : Value::Undefined(s.params[i]);
   }
-  frame->vars["varargs"] = Value::List(std::move(varargs));
+  frame->vars["varargs"] = Value::Tuple(std::move(varargs));
   frame->vars["kwargs"] = Value::Dict(std::move(kwargs));
   return Value::String(Capture(body, frame));
 }

@@ -71,10 +71,11 @@ class Evaluator {
 
   Flow Exec(const Body& body, const std::shared_ptr<Scope>& scope, std::string& out);
   Flow ExecStmt(const Stmt& s, const std::shared_ptr<Scope>& scope, std::string& out);
+  Flow ExecStmtUnlocated(const Stmt& s, const std::shared_ptr<Scope>& scope, std::string& out);
   void ExecIf(const Stmt& s, const std::shared_ptr<Scope>& scope, std::string& out, Flow* flow);
   void ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope, std::string& out);
   void ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope);
-  void Assign(const std::vector<std::string>& targets, const Value& value, Scope& scope, int line);
+  void Assign(const std::vector<std::string>& targets, const Value& value, Scope& scope);
   Value MakeMacro(const Stmt& s, const std::shared_ptr<Scope>& scope, const Body* body);
   Value CallMacro(const Stmt& s, const Body& body, const std::shared_ptr<Scope>& closure,
                   CallArgs& args);

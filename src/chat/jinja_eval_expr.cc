@@ -227,9 +227,11 @@ Value Evaluator::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
       const Value* v = scope->Lookup(e.name);
       return v ? *v : Value::Undefined("'" + e.name + "'");
     }
-    case ExprKind::kList: {
+    case ExprKind::kList:
+    case ExprKind::kTuple: {
       ValueList items;
       for (const auto& a : e.args) items.push_back(Eval(*a, scope));
+      if (e.kind == ExprKind::kTuple) return Value::Tuple(std::move(items));
       return Value::List(std::move(items));
     }
     case ExprKind::kDict: {

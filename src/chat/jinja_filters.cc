@@ -127,7 +127,7 @@ Value FItems(Evaluator&, const Value& v, const CallArgs&) {
   if (v.IsUndefined()) return Value::List();
   if (!v.IsMapping()) Fail("Can only get item pairs from a mapping.");
   ValueList out;
-  for (const auto& [k, e] : v.AsDict().items) out.push_back(Value::List({Value::String(k), e}));
+  for (const auto& [k, e] : v.AsDict().items) out.push_back(Value::Tuple({Value::String(k), e}));
   return Value::List(std::move(out));
 }
 
@@ -183,7 +183,7 @@ Value FRound(Evaluator&, const Value& v, const CallArgs& args) {
   } else if (method == "floor") {
     x = std::floor(x);
   } else if (method == "common") {
-    x = std::round(x);
+    x = std::nearbyint(x);  // Python round(): ties to even
   } else {
     Fail("method must be common, ceil or floor");
   }
@@ -388,7 +388,7 @@ Value FDictSort(Evaluator&, const Value& v, const CallArgs& args) {
     return reverse ? Less(key(b), key(a)) : Less(key(a), key(b));
   });
   ValueList out;
-  for (auto& [k, e] : items) out.push_back(Value::List({Value::String(k), e}));
+  for (auto& [k, e] : items) out.push_back(Value::Tuple({Value::String(k), e}));
   return Value::List(std::move(out));
 }
 

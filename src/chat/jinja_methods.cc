@@ -264,7 +264,7 @@ Value DictMethod(const Value& obj, const std::string& name, const CallArgs& args
   for (const auto& [k, v] : dict.items) {
     if (name == "keys") out.push_back(Value::String(k));
     if (name == "values") out.push_back(v);
-    if (name == "items") out.push_back(Value::List({Value::String(k), v}));
+    if (name == "items") out.push_back(Value::Tuple({Value::String(k), v}));
   }
   return Value::List(std::move(out));
 }

@@ -7,6 +7,8 @@
 #include <initializer_list>
 #include <string_view>
 
+#include "chat/jinja_builtins.h"
+
 namespace shardlm::jinja {
 namespace {
 
@@ -113,8 +115,9 @@ class Parser {
     while (true) {
       const Token& tok = Peek();
       if (tok.type == TokenType::kEof) {
-        if (ends.size() > 0)
-          Error("unexpected end of template, expected '" + std::string(*ends.begin()) + "'");
+        if (ends.size() > 0) {
+          Error("unexpected end of template, expected '" + std::string(*(ends.end() - 1)) + "'");
+        }
         return body;
       }
       if (tok.type == TokenType::kText) {
@@ -245,7 +248,7 @@ class Parser {
     }
     if (s->targets.size() != 1 || !s->text.empty()) Error("block set needs a single name");
     s->kind = StmtKind::kSetBlock;
-    if (SkipOp("|")) s->cond = ParseFilterChain(nullptr);
+    if (IsOp("|")) s->cond = ParseFilterChain(nullptr);
     ExpectBlockEnd();
     s->bodies.push_back(ParseBody({"endset"}));
     ExpectEndTag("endset");
@@ -323,7 +326,7 @@ class Parser {
     int line = Peek().line;
     ExprPtr first = ParseExpr(true);
     if (!IsOp(",")) return first;
-    auto list = MakeExpr(ExprKind::kList, line);
+    auto list = MakeExpr(ExprKind::kTuple, line);
     list->args.push_back(std::move(first));
     while (SkipOp(",")) {
       if (Peek().type == TokenType::kBlockEnd || Peek().type == TokenType::kVarEnd) break;
@@ -521,10 +524,10 @@ ExprPtr Parser::ParsePrimary() {
     case TokenType::kOp:
       if (tok.text == "(") {
         Next();
-        if (SkipOp(")")) return MakeExpr(ExprKind::kList, line);
+        if (SkipOp(")")) return MakeExpr(ExprKind::kTuple, line);
         ExprPtr first = ParseExpr(true);
         if (SkipOp(")")) return first;
-        auto list = MakeExpr(ExprKind::kList, line);
+        auto list = MakeExpr(ExprKind::kTuple, line);
         list->args.push_back(std::move(first));
         while (SkipOp(",")) {
           if (IsOp(")")) break;
@@ -659,6 +662,7 @@ ExprPtr Parser::ParseFilterChain(ExprPtr base, bool first_has_pipe) {
     DepthGuard guard(this);
     auto f = MakeExpr(ExprKind::kFilter, Peek().line);
     f->name = ParseDottedName();
+    if (!FindFilter(f->name)) Error("no filter named '" + f->name + "'");
     f->args.push_back(std::move(base));
     if (IsOp("(")) ParseCallArgs(f.get());
     base = std::move(f);
@@ -671,6 +675,7 @@ ExprPtr Parser::ParseTest(ExprPtr node) {
   auto test = MakeExpr(ExprKind::kTest, line);
   test->negated = SkipName("not");
   test->name = ParseDottedName();
+  if (!FindTest(test->name)) Error("no test named '" + test->name + "'");
   test->args.push_back(std::move(node));
   const Token& tok = Peek();
   bool arg_start = tok.type == TokenType::kName || tok.type == TokenType::kString ||

@@ -125,9 +125,7 @@ std::vector<std::string> SplitWhitespace(std::string_view s, int64_t maxsplit, b
       while (i < n && IsPySpace(cp.cps[i])) ++i;
       if (i >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        int end = n;
-        while (end > i && IsPySpace(cp.cps[end - 1])) --end;
-        parts.push_back(piece(i, end));
+        parts.push_back(piece(i, n));  // Python keeps the remainder's trailing whitespace
         break;
       }
       int j = i;
@@ -142,9 +140,7 @@ std::vector<std::string> SplitWhitespace(std::string_view s, int64_t maxsplit, b
     while (i > 0 && IsPySpace(cp.cps[i - 1])) --i;
     if (i <= 0) break;
     if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-      int begin = 0;
-      while (begin < i && IsPySpace(cp.cps[begin])) ++begin;
-      parts.push_back(piece(begin, i));
+      parts.push_back(piece(0, i));  // Python keeps the remainder's leading whitespace
       break;
     }
     int j = i;

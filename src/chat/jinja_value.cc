@@ -35,6 +35,12 @@ Value Value::List(ValueList items) {
   return v;
 }
 
+Value Value::Tuple(ValueList items) {
+  Value v = List(std::move(items));
+  v.tuple_ = true;
+  return v;
+}
+
 Value Value::Dict(std::shared_ptr<ValueDict> dict) {
   Value v(Kind::kDict);
   v.dict_ = dict ? std::move(dict) : std::make_shared<ValueDict>();
@@ -225,13 +231,14 @@ std::string ReprString(const std::string& s) {
 std::string ReprContainer(const Value& v) {
   std::string out;
   if (v.IsList()) {
-    out = "[";
+    out = v.IsTuple() ? "(" : "[";
     bool first = true;
     for (const auto& e : v.AsList()) {
       if (!first) out += ", ";
       first = false;
       out += e.Repr();
     }
+    if (v.IsTuple()) return out + (v.AsList().size() == 1 ? ",)" : ")");
     return out + "]";
   }
   if (v.AsDict().is_namespace) return "<Namespace>";
@@ -295,6 +302,7 @@ bool Equals(const Value& a, const Value& b) {
     case K::kString:
       return a.AsString() == b.AsString();
     case K::kList: {
+      if (a.IsTuple() != b.IsTuple()) return false;
       const auto& x = a.AsList();
       const auto& y = b.AsList();
       if (x.size() != y.size()) return false;

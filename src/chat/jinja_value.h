@@ -26,6 +26,7 @@ namespace shardlm::jinja {
 struct JinjaError {
   std::string message;
   bool from_template = false;
+  bool located = false;  // message already starts with "line N: "
 };
 [[noreturn]] void Fail(std::string message);
 
@@ -79,6 +80,8 @@ class Value {
     return v;
   }
   static Value List(ValueList items = {});
+  // A list that prints like a Python tuple: (1, 2), (1,).
+  static Value Tuple(ValueList items);
   static Value Dict(std::shared_ptr<ValueDict> dict = nullptr);
   static Value Function(std::string name, NativeFn fn);
   static Value FromJson(const nlohmann::ordered_json& j);
@@ -88,6 +91,7 @@ class Value {
   bool IsNone() const { return kind_ == Kind::kNone; }
   bool IsString() const { return kind_ == Kind::kString; }
   bool IsList() const { return kind_ == Kind::kList; }
+  bool IsTuple() const { return kind_ == Kind::kList && tuple_; }
   bool IsDict() const { return kind_ == Kind::kDict; }
   bool IsMapping() const { return IsDict() && !dict_->is_namespace; }
   bool IsNumber() const {
@@ -119,6 +123,7 @@ class Value {
   explicit Value(Kind kind) : kind_(kind) {}
 
   Kind kind_ = Kind::kUndefined;
+  bool tuple_ = false;  // kList printed as a tuple
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;  // string value, or the undefined value's hint
