@@ -1,30 +1,15 @@
-// Paged attention: one query head over a sequence's KV pages (see attention.h).
+// Paged attention: a GQA group of query heads over a sequence's KV pages (see attention.h).
 #include "model/attention.h"
 
 #include <algorithm>
 #include <type_traits>
 
 #include "base/check.h"
+#include "model/attention_kernels.h"
 #include "model/ops.h"
 
 namespace shardlm {
 namespace {
-
-inline float Load(const float* p, int i) { return p[i]; }
-inline float Load(const uint16_t* p, int i) { return HalfToFloat(p[i]); }
-
-// T = element type of the cache (float or IEEE half bits).
-template <typename T>
-float DotKey(const float* q, const T* k, int n) {
-  if constexpr (std::is_same_v<T, float>) {
-    return DotF32(q, k, n);
-  } else {
-    float buf[512];
-    SHARDLM_DCHECK(n <= 512);
-    for (int i = 0; i < n; ++i) buf[i] = Load(k, i);
-    return DotF32(q, buf, n);
-  }
-}
 
 // Calls fn(position, page, offset) for positions [0, n_ctx) in order, page by page.
 template <typename Fn>
@@ -36,33 +21,58 @@ void ForEachPosition(const BlockTable& table, int page_tokens, int n_ctx, Fn&& f
   }
 }
 
+// A K or V row of one kv head as floats: in place for F32, converted into `buf` for F16.
 template <typename T>
-void AttendHeadTyped(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                     const HeadQuery& query, float* scores, float* out) {
+const float* HeadRow(const void* row, int64_t head_offset, int head_dim, const AttentionKernels& k,
+                     float* buf) {
+  const T* p = static_cast<const T*>(row) + head_offset;
+  if constexpr (std::is_same_v<T, float>) {
+    return p;
+  } else {
+    k.half_row(p, buf, head_dim);
+    return buf;
+  }
+}
+
+template <typename T>
+void AttendGroupTyped(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+                      const GroupQuery& query, float* scores, float* out) {
+  const AttentionKernels& kern = GetAttentionKernels();
   const int64_t head_offset = int64_t(query.kv_head) * head_dim;
   const int page_tokens = pool.page_tokens();
-  ForEachPosition(table, page_tokens, query.n_ctx, [&](int pos, PageId page, int offset) {
-    const T* k = static_cast<const T*>(pool.KeyRow(page, layer_idx, offset)) + head_offset;
-    scores[pos] = DotKey(query.q, k, head_dim) * query.scale;
+  const int n_ctx = query.n_ctx;
+  float buf[512];  // one converted F16 row; head_dim <= 512 (ModelConfig)
+  // scores[h][pos] = (q_h · k_pos) · scale
+  ForEachPosition(table, page_tokens, n_ctx, [&](int pos, PageId page, int offset) {
+    const float* k =
+        HeadRow<T>(pool.KeyRow(page, layer_idx, offset), head_offset, head_dim, kern, buf);
+    for (int h = 0; h < query.n_heads; ++h) {
+      scores[int64_t(h) * n_ctx + pos] =
+          kern.dot(query.q + h * head_dim, k, head_dim) * query.scale;
+    }
   });
-  Softmax(scores, query.n_ctx);
-  std::fill(out, out + head_dim, 0.0f);
-  ForEachPosition(table, page_tokens, query.n_ctx, [&](int pos, PageId page, int offset) {
-    const T* v = static_cast<const T*>(pool.ValueRow(page, layer_idx, offset)) + head_offset;
-    const float p = scores[pos];
-    for (int d = 0; d < head_dim; ++d) out[d] += p * Load(v, d);
+  for (int h = 0; h < query.n_heads; ++h) Softmax(scores + int64_t(h) * n_ctx, n_ctx);
+  std::fill(out, out + int64_t(query.n_heads) * head_dim, 0.0f);
+  // out[h] = Σ_pos p[h][pos] · v_pos, in position order
+  ForEachPosition(table, page_tokens, n_ctx, [&](int pos, PageId page, int offset) {
+    const float* v =
+        HeadRow<T>(pool.ValueRow(page, layer_idx, offset), head_offset, head_dim, kern, buf);
+    for (int h = 0; h < query.n_heads; ++h) {
+      kern.axpy(scores[int64_t(h) * n_ctx + pos], v, out + h * head_dim, head_dim);
+    }
   });
 }
 
 }  // namespace
 
-void AttendHead(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                const HeadQuery& query, float* scores, float* out) {
+void AttendGroup(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+                 const GroupQuery& query, float* scores, float* out) {
   SHARDLM_DCHECK(query.n_ctx > 0 && query.n_ctx <= table.capacity_tokens());
+  SHARDLM_DCHECK(head_dim <= 512);
   if (pool.config().kv_type == KvType::kF32) {
-    AttendHeadTyped<float>(pool, table, layer_idx, head_dim, query, scores, out);
+    AttendGroupTyped<float>(pool, table, layer_idx, head_dim, query, scores, out);
   } else {
-    AttendHeadTyped<uint16_t>(pool, table, layer_idx, head_dim, query, scores, out);
+    AttendGroupTyped<uint16_t>(pool, table, layer_idx, head_dim, query, scores, out);
   }
 }
 

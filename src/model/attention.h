@@ -17,17 +17,20 @@
 
 namespace shardlm {
 
-struct HeadQuery {
-  const float* q = nullptr;  // [head_dim], already normed and roped
-  int kv_head = 0;           // which kv head this query head reads (GQA)
+// The query heads that share one kv head (GQA group), for one token.
+struct GroupQuery {
+  const float* q = nullptr;  // [n_heads][head_dim], already normed and roped
+  int n_heads = 1;           // query heads in the group (n_head / n_head_kv)
+  int kv_head = 0;           // the kv head they read
   int n_ctx = 0;             // attends positions [0, n_ctx)
   float scale = 1.0f;        // 1/sqrt(head_dim)
 };
 
-// out [head_dim] = attention of `query` over `table`'s KV in layer `layer_idx` (stage-local).
-// scores: scratch of at least n_ctx floats.
-void AttendHead(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                const HeadQuery& query, float* scores, float* out);
+// out [n_heads][head_dim] = attention of each query head over `table`'s KV in layer
+// `layer_idx` (stage-local). scores: scratch of at least n_heads × n_ctx floats. Each head's
+// result is the same as if it were computed alone (the group only shares K/V reads).
+void AttendGroup(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+                 const GroupQuery& query, float* scores, float* out);
 
 // Stores k, v ([n_kv_heads][head_dim] each) at `position` of `table` in layer `layer_idx`.
 // The page must be writable (BlockTable::PrepareWrite).

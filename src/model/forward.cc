@@ -25,10 +25,11 @@ struct ForwardPass::Activations {
   std::vector<float> gate;         // [B][n_ff] gate projection, then SiLU(gate)·up
   std::vector<float> up;           // [B][n_ff]
   std::vector<float> rope;         // [B][n_rot] (cos, sin) per rotated pair
-  std::vector<float> scores;       // [n_threads][max_ctx] attention probabilities per worker
+  std::vector<float> scores;       // [n_threads][gqa_group][max_ctx] attention probabilities
   std::vector<int32_t> head_rows;  // [B] batch index of each logits row
   MatMulScratch scratch;
-  size_t max_ctx = 0;  // positions a sequence can hold: the pool's capacity
+  size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
+  size_t scores_per_worker = 0;  // gqa_group × max_ctx
 };
 
 ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads,
@@ -56,7 +57,8 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->up.resize(b * config_.n_ff);
   act_->rope.resize(b * config_.n_rot);
   act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
-  act_->scores.resize(size_t(threads.size()) * act_->max_ctx);
+  act_->scores_per_worker = size_t(config_.gqa_group()) * act_->max_ctx;
+  act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
 }
 
@@ -198,24 +200,27 @@ void ForwardPass::WriteKv(int layer_idx, std::span<const BatchEntry> batch,
   });
 }
 
-// One task per (token, query head); each reads only KV already written for its positions.
+// One task per (token, kv head): the GQA group's query heads share each K/V read. Each
+// task reads only KV already written for its positions.
 void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
                             std::span<BlockTable* const> tables_by_slot) {
-  const int n_head = config_.n_head;
+  const int n_head_kv = config_.n_head_kv;
   const int head_dim = config_.head_dim;
+  const size_t group_dim = size_t(config_.gqa_group()) * head_dim;
   const float scale = 1.0f / sqrtf(float(head_dim));
-  threads_.ParallelFor(batch.size() * n_head, [&](size_t task, size_t worker) {
-    const size_t t = task / n_head;
-    const int h = int(task % n_head);
+  threads_.ParallelFor(batch.size() * n_head_kv, [&](size_t task, size_t worker) {
+    const size_t t = task / n_head_kv;
+    const int g = int(task % n_head_kv);
     const BatchEntry& e = batch[t];
-    HeadQuery query;
-    query.q = &act_->q[t * config_.q_dim() + size_t(h) * head_dim];
-    query.kv_head = h / config_.gqa_group();
+    GroupQuery query;
+    query.q = &act_->q[t * config_.q_dim() + g * group_dim];
+    query.n_heads = config_.gqa_group();
+    query.kv_head = g;
     query.n_ctx = e.position + 1;
     query.scale = scale;
-    AttendHead(pool_, *tables_by_slot[e.slot], layer_idx, head_dim, query,
-               &act_->scores[worker * act_->max_ctx],
-               &act_->attn[t * config_.q_dim() + size_t(h) * head_dim]);
+    AttendGroup(pool_, *tables_by_slot[e.slot], layer_idx, head_dim, query,
+                &act_->scores[worker * act_->scores_per_worker],
+                &act_->attn[t * config_.q_dim() + g * group_dim]);
   });
 }
 

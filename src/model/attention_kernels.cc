@@ -1,0 +1,53 @@
+// Generic (scalar) attention kernels and the per-ISA table (see attention_kernels.h).
+#include "model/attention_kernels.h"
+
+#include <cmath>
+
+#include "model/ops.h"
+
+namespace shardlm {
+namespace {
+
+float DotGeneric(const float* a, const float* b, int n) {
+  float lanes[16] = {};
+  const int n16 = n - n % 16;
+  for (int i = 0; i < n16; i += 16) {
+    for (int j = 0; j < 16; ++j) lanes[j] = std::fma(a[i + j], b[i + j], lanes[j]);
+  }
+  float sum = internal::SumLanes(lanes);
+  for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
+  return sum;
+}
+
+void AxpyGeneric(float a, const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+
+void HalfRowGeneric(const uint16_t* src, float* dst, int n) {
+  for (int i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+}
+
+AttentionKernels Build(Isa isa) {
+  AttentionKernels k{DotGeneric, AxpyGeneric, HalfRowGeneric};
+  if (isa == Isa::kAvx2 || isa == Isa::kAvx512) internal::FillAttentionAvx2(k);
+  if (isa == Isa::kAvx512) internal::FillAttentionAvx512(k);
+  return k;
+}
+
+}  // namespace
+
+const AttentionKernels* GetAttentionKernelsFor(Isa isa) {
+  static const AttentionKernels kTables[] = {Build(Isa::kGeneric), Build(Isa::kAvx2),
+                                             Build(Isa::kAvx512)};
+  // The tensor module knows which ISAs this CPU runs; F32 traits exist for each it supports.
+  if (int(isa) < 0 || isa >= Isa::kSentinel) return nullptr;
+  if (GetTypeTraitsFor(GgmlType::kF32, isa) == nullptr) return nullptr;
+  return &kTables[int(isa)];
+}
+
+const AttentionKernels& GetAttentionKernels() {
+  static const AttentionKernels* kernels = GetAttentionKernelsFor(DetectIsa());
+  return *kernels;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,45 @@
+// Attention row kernels (q·k dot, p·v accumulate, f16 → f32 rows) with one fixed arithmetic
+// order shared by every ISA, so generic, AVX2 and AVX-512 give bitwise-equal results.
+//
+// Order: Dot splits [0, n16) (n16 = n rounded down to 16) into 16 lanes, lane j taking the
+// elements i ≡ j (mod 16) in increasing i with a fused multiply-add; the lanes are summed by
+// the fixed tree of SumLanes; the tail [n16, n) is then added with fused multiply-adds in
+// order. Axpy computes y[i] = fma(a, x[i], y[i]) per element. HalfRow converts exactly.
+// Goals: attention that keeps up with the matmuls; ISA chosen once (DetectIsa).
+// Non-goals: softmax (ops.h), other element types.
+//
+// Thread safety: the table is immutable after first use.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/type_traits.h"
+
+namespace shardlm {
+
+struct AttentionKernels {
+  float (*dot)(const float* a, const float* b, int n) = nullptr;
+  void (*axpy)(float a, const float* x, float* y, int n) = nullptr;  // y += a·x
+  void (*half_row)(const uint16_t* src, float* dst, int n) = nullptr;
+};
+
+// Kernels for DetectIsa().
+const AttentionKernels& GetAttentionKernels();
+// Kernels for one ISA (tests), or nullptr when this CPU lacks it.
+const AttentionKernels* GetAttentionKernelsFor(Isa isa);
+
+namespace internal {
+// The lane reduction every ISA uses: ((l0+l8)+(l4+l12)) + ((l2+l10)+(l6+l14)) + ... as a
+// balanced tree over lane pairs (j, j+8), then (j, j+4), (j, j+2), (j, j+1).
+inline float SumLanes(const float* lanes) {
+  float s8[8], s4[4], s2[2];
+  for (int j = 0; j < 8; ++j) s8[j] = lanes[j] + lanes[j + 8];
+  for (int j = 0; j < 4; ++j) s4[j] = s8[j] + s8[j + 4];
+  for (int j = 0; j < 2; ++j) s2[j] = s4[j] + s4[j + 2];
+  return s2[0] + s2[1];
+}
+void FillAttentionAvx2(AttentionKernels& k);    // attention_kernels_avx2.cc
+void FillAttentionAvx512(AttentionKernels& k);  // attention_kernels_avx512.cc
+}  // namespace internal
+
+}  // namespace shardlm

@@ -1,0 +1,103 @@
+// Attention kernels: every compiled ISA is bitwise equal to the generic twin, and close to a
+// double-precision reference; row ops (RMSNorm, softmax, f16) against slow references.
+#include "model/attention_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model/ops.h"
+
+namespace shardlm {
+namespace {
+
+std::vector<float> RandomRow(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
+  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
+  ASSERT_NE(generic, nullptr);
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    const AttentionKernels* k = GetAttentionKernelsFor(isa);
+    if (k == nullptr) continue;
+    for (int n : {1, 7, 16, 31, 64, 100, 128, 256}) {
+      std::vector<float> a = RandomRow(n, 1 + n), b = RandomRow(n, 2 + n);
+      const float want = generic->dot(a.data(), b.data(), n);
+      const float got = k->dot(a.data(), b.data(), n);
+      EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << IsaName(isa) << " dot n=" << n;
+      double ref = 0;
+      for (int i = 0; i < n; ++i) ref += double(a[i]) * b[i];
+      EXPECT_NEAR(got, ref, 1e-5 * (1 + std::sqrt(double(n))));
+
+      std::vector<float> y1 = b, y2 = b;
+      generic->axpy(0.37f, a.data(), y1.data(), n);
+      k->axpy(0.37f, a.data(), y2.data(), n);
+      EXPECT_EQ(std::memcmp(y1.data(), y2.data(), 4 * n), 0) << IsaName(isa) << " axpy";
+
+      std::vector<uint16_t> h(n);
+      for (int i = 0; i < n; ++i) h[i] = FloatToHalf(a[i]);
+      std::vector<float> f1(n), f2(n);
+      generic->half_row(h.data(), f1.data(), n);
+      k->half_row(h.data(), f2.data(), n);
+      EXPECT_EQ(std::memcmp(f1.data(), f2.data(), 4 * n), 0) << IsaName(isa) << " half_row";
+    }
+  }
+}
+
+TEST(Ops, HalfRoundTripAndRounding) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);
+  EXPECT_EQ(FloatToHalf(5.9604645e-8f), 0x0001);       // smallest subnormal
+  EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3c00);  // tie → even
+  EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048), 0x3c02);  // tie → even (up)
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    ASSERT_EQ(FloatToHalf(HalfToFloat(uint16_t(h))), h) << h;
+    ASSERT_EQ(FloatToHalf(-HalfToFloat(uint16_t(h))), h | 0x8000) << h;
+  }
+}
+
+TEST(Ops, RmsNormAndSoftmaxAgainstDouble) {
+  std::vector<float> x = RandomRow(256, 7), w = RandomRow(256, 8), y(256);
+  RmsNorm(x.data(), w.data(), 256, 1e-6f, y.data());
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const double scale = 1.0 / std::sqrt(ss / 256 + 1e-6);
+  for (int i = 0; i < 256; ++i) EXPECT_NEAR(y[i], x[i] * scale * w[i], 1e-5);
+
+  std::vector<float> s = RandomRow(100, 9);
+  std::vector<float> p = s;
+  Softmax(p.data(), 100);
+  double sum = 0;
+  for (float v : s) sum += std::exp(double(v));
+  for (int i = 0; i < 100; ++i) EXPECT_NEAR(p[i], std::exp(double(s[i])) / sum, 1e-7);
+}
+
+TEST(Ops, RopeNormAndNeoxPairs) {
+  // One head of 8 dims, n_rot 4, position 1: pairs (0,1),(2,3) for NORM, (0,2),(1,3) NEOX.
+  float cache[4];
+  RopeAngles(1, 4, 10000.0f, nullptr, cache);
+  EXPECT_FLOAT_EQ(cache[0], std::cos(1.0f));
+  EXPECT_FLOAT_EQ(cache[3], std::sin(0.01f));
+  float norm[8] = {1, 0, 1, 0, 5, 6, 7, 8}, neox[8] = {1, 1, 0, 0, 5, 6, 7, 8};
+  ApplyRope(RopeType::kNorm, cache, 4, 8, 1, norm);
+  ApplyRope(RopeType::kNeox, cache, 4, 8, 1, neox);
+  EXPECT_FLOAT_EQ(norm[0], std::cos(1.0f));
+  EXPECT_FLOAT_EQ(norm[1], std::sin(1.0f));
+  EXPECT_FLOAT_EQ(neox[0], std::cos(1.0f));
+  EXPECT_FLOAT_EQ(neox[2], std::sin(1.0f));
+  EXPECT_FLOAT_EQ(neox[3], std::sin(0.01f));
+  EXPECT_EQ(norm[5], 6);  // dims past n_rot pass through
+  EXPECT_EQ(neox[7], 8);
+}
+
+}  // namespace
+}  // namespace shardlm
