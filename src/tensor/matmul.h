@@ -30,7 +30,8 @@ struct MatMulScratch {
   std::vector<uint8_t> act;
 };
 
-// x: [n_tokens][w.cols] floats; y: [n_tokens][w.rows] floats.
+// x: [n_tokens][w.cols] floats; y: [n_tokens][w.rows] floats (must not overlap x).
+// Uses `pool` for its parallel loops, so it must not be called from a task of `pool`.
 void MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
             MatMulScratch& scratch);
 

@@ -45,6 +45,10 @@ inline void CpuRelax() {
 #endif
 }
 
+// The pool whose task the current thread is running, to catch nested ParallelFor calls
+// (a non-goal that would corrupt the loop state) instead of deadlocking.
+thread_local const void* tls_running_pool = nullptr;
+
 void PinCurrentThread(int core) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -79,7 +83,9 @@ struct ThreadPool::Impl {
                                       std::memory_order_acquire)) {
         continue;  // `word` was reloaded
       }
+      tls_running_pool = this;
       (*fn.load(std::memory_order_acquire))(static_cast<size_t>(NextTask(word)), worker);
+      tls_running_pool = nullptr;
       done.fetch_add(1, std::memory_order_release);
       word = loop.load(std::memory_order_acquire);
     }
@@ -137,13 +143,16 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::ParallelFor(size_t n_tasks,
                              const std::function<void(size_t task, size_t worker)>& fn) {
   Impl& impl = *impl_;
+  SHARDLM_CHECK_MSG(tls_running_pool != &impl, "nested ParallelFor on the same ThreadPool");
   if (!impl.cores.empty() && impl.pinned_owner != std::this_thread::get_id()) {
     PinCurrentThread(impl.cores[0]);
     impl.pinned_owner = std::this_thread::get_id();
   }
   if (n_tasks == 0) return;
   if (n_threads_ == 1 || n_tasks == 1) {
+    tls_running_pool = &impl;
     for (size_t task = 0; task < n_tasks; ++task) fn(task, 0);
+    tls_running_pool = nullptr;
     return;
   }
   SHARDLM_CHECK_MSG(n_tasks <= kMaxTasks, "ParallelFor over %zu tasks (max %zu)", n_tasks,

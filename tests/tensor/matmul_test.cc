@@ -165,6 +165,16 @@ TEST(ThreadPool, ManyShortLoopsBackToBack) {
   for (int64_t s : sums) ASSERT_EQ(s, 28);
 }
 
+TEST(ThreadPoolDeathTest, NestedParallelForAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(2);
+        pool.ParallelFor(4, [&](size_t, size_t) { pool.ParallelFor(2, [](size_t, size_t) {}); });
+      },
+      "nested ParallelFor");
+}
+
 TEST(ThreadPool, PinnedPoolStillRuns) {
   ThreadPool pool(2, {0});
   std::atomic<int> count{0};
