@@ -4,6 +4,8 @@
 //
 // Goals: a preset plus per-dimension overrides; progress on stderr for big models; the file
 // written atomically. Non-goals: architectures beyond llama/qwen3.
+#include <fmt/ranges.h>
+
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -22,6 +24,7 @@ struct SynthFlags {
   std::string out;
   int n_threads = 0;
   bool quiet = false;
+  bool dry_run = false;
   std::optional<int64_t> layers, embd, ff, heads, kv_heads, head_dim, vocab, ctx;
   std::optional<double> rope_base;
   bool tied = false;
@@ -36,7 +39,7 @@ void DeclareFlags(CLI::App& cmd, SynthFlags& f) {
                  "q4_k_m q5_k_m q3_k_m")
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "PRNG seed (same seed, same file)")->capture_default_str();
-  cmd.add_option("-o,--output", f.out, "Output .gguf path")->required();
+  cmd.add_option("-o,--output", f.out, "Output .gguf path (required unless --dry-run)");
   cmd.add_option("-t,--threads", f.n_threads, "Quantization threads (0: all)");
   cmd.add_option("--layers", f.layers, "Override: block count");
   cmd.add_option("--embd", f.embd, "Override: embedding length");
@@ -50,6 +53,8 @@ void DeclareFlags(CLI::App& cmd, SynthFlags& f) {
   cmd.add_flag("--tied", f.tied, "Tie the LM head to token_embd (no output.weight)");
   cmd.add_flag("--untied", f.untied, "Write a separate output.weight");
   cmd.add_flag("-q,--quiet", f.quiet, "No progress on stderr");
+  cmd.add_flag("--dry-run", f.dry_run,
+               "Print the tensor plan (name, type, shape, bytes) and the total; write nothing");
 }
 
 Result<SynthSpec> SpecFromFlags(const SynthFlags& f) {
@@ -75,8 +80,32 @@ Result<SynthSpec> SpecFromFlags(const SynthFlags& f) {
   return spec;
 }
 
+// Prints every planned tensor and the totals llama-bench would report as the model size.
+Status PrintPlan(const SynthSpec& spec) {
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<SynthTensor> plan, PlanSynthTensors(spec));
+  uint64_t total_bytes = 0;
+  int64_t n_params = 0;
+  for (const SynthTensor& t : plan) {
+    auto info = LookupGgmlType(static_cast<uint32_t>(t.type));
+    int64_t rows = 1;
+    for (size_t d = 1; d < t.ne.size(); ++d) rows *= t.ne[d];
+    uint64_t bytes = static_cast<uint64_t>(rows * RowBytes(*info, t.ne[0]));
+    std::printf("%-40s %-6s [%s] %llu\n", t.name.c_str(), std::string(info->name).c_str(),
+                fmt::format("{}", fmt::join(t.ne, ", ")).c_str(),
+                static_cast<unsigned long long>(bytes));
+    total_bytes += bytes;
+    n_params += rows * t.ne[0];
+  }
+  std::printf("total: %zu tensors, %llu bytes (%.2f MiB), %lld parameters\n", plan.size(),
+              static_cast<unsigned long long>(total_bytes),
+              static_cast<double>(total_bytes) / (1 << 20), static_cast<long long>(n_params));
+  return Status::Ok();
+}
+
 Status RunSynth(const SynthFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(SynthSpec spec, SpecFromFlags(flags));
+  if (flags.dry_run) return PrintPlan(spec);
+  if (flags.out.empty()) return InvalidArgument("gguf synth: -o/--output is required");
   SynthProgress progress;
   if (!flags.quiet) {
     progress = [](size_t i, size_t n, const std::string& name) {

@@ -164,6 +164,23 @@ TEST_F(SynthCliTest, OverridesAndTiedLlama) {
   EXPECT_EQ(f->tensors().size(), 1u + 3 * 9 + 1);
 }
 
+// The 0.6B plan reproduces llama-quantize's mixes: llama-bench reports 372.65 MiB of tensors
+// for Qwen3-0.6B Q4_K_M and 604.15 MiB for Q8_0 (fixtures README, section 8).
+TEST_F(SynthCliTest, DryRunPlanMatchesLlamaQuantizeSizes) {
+  RunResult r = Run("gguf synth --preset 0.6b --type q4_k_m --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(372.65 MiB)"), std::string::npos) << r.out.substr(r.out.rfind("total"));
+  EXPECT_NE(r.out.find("token_embd.weight                        q6_K   [1024, 151936]"),
+            std::string::npos);
+  EXPECT_EQ(r.out.find("\noutput.weight "), std::string::npos);  // tied
+  r = Run("gguf synth --preset 0.6b --type q8_0 --dry-run");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(604.15 MiB)"), std::string::npos) << r.out.substr(r.out.rfind("total"));
+  r = Run("gguf synth --type q4_0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("-o/--output is required"), std::string::npos) << r.err;
+}
+
 TEST_F(SynthCliTest, BadFlagsFailWithAMessage) {
   RunResult r = Run("gguf synth -q --type q9_9 -o " + dir_ + "/x.gguf");
   EXPECT_NE(r.exit_code, 0);
