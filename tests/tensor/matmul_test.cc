@@ -94,6 +94,31 @@ TEST(MatMul, TokenAloneEqualsTokenInsideBatch) {
   }
 }
 
+// The Determinism contract itself: every y[t][r] equals one vec_dot of weight row r and
+// token t's quantized activations, also across token blocks (> 64 tokens) and partial
+// tiles (rows not a multiple of any tile size).
+TEST(MatMul, EveryElementIsOneVecDot) {
+  constexpr int64_t kCols = 256, kRows = 37, kTokens = 150;
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_1,
+                        GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    SCOPED_TRACE(Name(type));
+    const Matrix m = MakeMatrix(type, kRows, kCols, 12);
+    const std::vector<float> x = RandomFloats(kTokens * kCols, 13);
+    const std::vector<float> y = RunMatMul(m, x, kTokens, 2);
+    const TypeTraits* traits = GetTypeTraits(type);
+    std::vector<uint8_t> act(ActRowBytes(*traits, kCols));
+    for (int64_t t = 0; t < kTokens; ++t) {
+      traits->quantize_act(x.data() + t * kCols, act.data(), kCols);
+      for (int64_t r = 0; r < kRows; ++r) {
+        float want = 0;
+        traits->vec_dot(kCols, m.bytes.data() + r * m.view.row_bytes, act.data(), &want);
+        ASSERT_EQ(std::memcmp(&want, &y[t * kRows + r], sizeof(float)), 0)
+            << "token " << t << " row " << r << ": " << y[t * kRows + r] << " vs " << want;
+      }
+    }
+  }
+}
+
 // Slow reference: dequantized weights times float activations in double. The tolerance is
 // the type's activation-quantization error bound, scaled by Σ|w|·|x| (STYLE rule 46).
 TEST(MatMul, MatchesSlowReference) {
