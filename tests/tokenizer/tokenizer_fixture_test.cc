@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "gguf/gguf_file.h"
 #include "support/fixtures.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_util.h"
 
 namespace shardlm {
 namespace {
@@ -234,6 +236,38 @@ TEST(TokenizerFixtureTest, GoldenGreedyTextIsDecode) {
     streamed += stream.Flush();
     if (!entry["greedy_text"].is_null()) {
       EXPECT_EQ(streamed, entry["greedy_text"].get<std::string>()) << model;
+    }
+  }
+}
+
+// Random bytes (valid and invalid UTF-8, spaces, special-token fragments) never crash and
+// round-trip: byte-level BPE gives back the text with invalid bytes as U+FFFD, SPM gives
+// back " " + text for valid UTF-8 (its prefix space; byte fallback covers every byte).
+TEST(TokenizerFixtureTest, RandomBytesRoundTrip) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Loaded qwen = Load("qwen3-vocab.gguf");
+  Loaded stories = Load("stories260K.gguf");
+  ASSERT_NE(qwen.tokenizer, nullptr);
+  ASSERT_NE(stories.tokenizer, nullptr);
+  std::mt19937 rng(42);
+  const std::vector<std::string> atoms = {"a",        " ",    "  ",         "\n",  "\t", "é",
+                                          "中",       "😀",    "<|im_end|>", "<s>", "1",  "'s",
+                                          "\xF0\x9F", "\xFF", "\x80",       "\r\n"};
+  for (int round = 0; round < 300; ++round) {
+    std::string text;
+    const int n = static_cast<int>(rng() % 24);
+    for (int i = 0; i < n; ++i) text += atoms[rng() % atoms.size()];
+    EXPECT_EQ(qwen.tokenizer->Decode(qwen.tokenizer->Encode(text, false, false)),
+              tokenizer_internal::SanitizeUtf8(text))
+        << Hex(text);
+    EXPECT_EQ(qwen.tokenizer->Decode(qwen.tokenizer->Encode(text, false, true), true),
+              tokenizer_internal::SanitizeUtf8(text))
+        << Hex(text);
+    const std::vector<TokenId> spm = stories.tokenizer->Encode(text, false, false);
+    // (SPM splits invalid UTF-8 by lead byte, as llama.cpp, so a bad lead byte can swallow
+    // an escaped space: those bytes come back as U+2581. Only valid text round-trips.)
+    if (tokenizer_internal::SanitizeUtf8(text) == text) {
+      EXPECT_EQ(stories.tokenizer->Decode(spm), text.empty() ? "" : " " + text) << Hex(text);
     }
   }
 }
