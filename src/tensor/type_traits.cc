@@ -40,6 +40,7 @@ bool CpuHasAvx512() {
 }
 
 Isa BestCpuIsa() {
+  __builtin_cpu_init();  // safe to repeat; needed if reached from a static initializer
   if (CpuHasAvx512()) return Isa::kAvx512;
   if (CpuHasAvx2()) return Isa::kAvx2;
   return Isa::kGeneric;
