@@ -130,24 +130,35 @@ struct Generator::Run {
   }
 };
 
-Result<GenerationResult> Generator::GenerateFromIds(std::vector<TokenId> prompt_ids,
-                                                    const SamplingParams& sampling,
-                                                    const GenerateOptions& options,
-                                                    const GenerateCallbacks& callbacks) {
-  SHARDLM_TRY(sampling.Validate());
+// Checks the prompt against the vocabulary and the context; the positions the request needs.
+Result<int> Generator::PlanPositions(const std::vector<TokenId>& prompt_ids,
+                                     const GenerateOptions& options) const {
   const int n_prompt = int(prompt_ids.size());
   if (n_prompt == 0) {
     return InvalidArgument("the prompt encodes to no tokens (and the vocab adds no BOS)");
+  }
+  for (TokenId id : prompt_ids) {
+    if (id < 0 || id >= model_.config().n_vocab) {
+      return InvalidArgument("prompt token id {} is outside the vocabulary [0, {})", id,
+                             model_.config().n_vocab);
+    }
   }
   if (n_prompt > config_.n_ctx) {
     return OutOfRange("the prompt has {} tokens but the context holds {} (raise -c)", n_prompt,
                       config_.n_ctx);
   }
-  // Positions needed: the prompt, then every generated token but the last is fed back.
-  int n_positions = config_.n_ctx;
-  if (options.n_predict >= 0) {
-    n_positions = std::min(config_.n_ctx, n_prompt + std::max(options.n_predict - 1, 0));
-  }
+  // The prompt, then every generated token but the last is fed back.
+  if (options.n_predict < 0) return config_.n_ctx;
+  return std::min(config_.n_ctx, n_prompt + std::max(options.n_predict - 1, 0));
+}
+
+Result<GenerationResult> Generator::GenerateFromIds(std::vector<TokenId> prompt_ids,
+                                                    const SamplingParams& sampling,
+                                                    const GenerateOptions& options,
+                                                    const GenerateCallbacks& callbacks) {
+  SHARDLM_TRY(sampling.Validate());
+  SHARDLM_ASSIGN_OR_RETURN(const int n_positions, PlanPositions(prompt_ids, options));
+  const int n_prompt = int(prompt_ids.size());
   SequenceConfig seq_config{n_positions, std::min(config_.n_batch, n_prompt), config_.kv_type,
                             config_.page_tokens};
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,

@@ -99,6 +99,8 @@ class Generator {
   Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& threads,
             const GeneratorConfig& config);
   struct Run;  // generator.cc: the state of one request
+  Result<int> PlanPositions(const std::vector<TokenId>& prompt_ids,
+                            const GenerateOptions& options) const;
 
   const Model& model_;
   const Tokenizer& tokenizer_;
