@@ -95,13 +95,13 @@ struct Bf16Kernel {
 void FillFloatAvx512(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kF32:
-      simd::Install<FloatKernel<F32Load>, 4, 4>(traits);
+      simd::Install<FloatKernel<F32Load>, 4, 4, simd::Decode::kTile>(traits);
       break;
     case GgmlType::kF16:
-      simd::Install<FloatKernel<F16Load>, 4, 4>(traits);
+      simd::Install<FloatKernel<F16Load>, 4, 4, simd::Decode::kTile>(traits);
       break;
     case GgmlType::kBF16:
-      simd::Install<Bf16Kernel, 4, 4>(traits);
+      simd::Install<Bf16Kernel, 4, 4, simd::Decode::kTile>(traits);
       break;
     default:
       break;
