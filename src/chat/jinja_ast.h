@@ -82,6 +82,7 @@ struct Stmt {
   std::vector<std::string> targets;  // kFor / kSet names
   std::vector<std::string> params;   // kMacro / kCallBlock / kWith names
   std::vector<ExprPtr> defaults;     // same size as params (null: no default)
+  bool uses_loop = false;            // kFor: the body names `loop` (else it is not built)
 };
 
 }  // namespace shardlm::jinja

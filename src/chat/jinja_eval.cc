@@ -199,7 +199,7 @@ void Evaluator::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope, std:
   }
   for (size_t i = 0; i < items.size(); ++i) {
     Tick();
-    inner->vars["loop"] = MakeLoop(items, i);
+    if (s.uses_loop) inner->vars["loop"] = MakeLoop(items, i);
     Assign(s.targets, items[i], *inner);
     if (Exec(s.bodies[0], inner, out) == Flow::kBreak) break;
   }

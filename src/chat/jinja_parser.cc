@@ -218,7 +218,9 @@ class Parser {
     if (IsName("recursive")) Error("recursive loops are not supported");
     ExpectBlockEnd();
     ++loop_depth_;
+    int64_t refs_before = loop_refs_;
     s->bodies.push_back(ParseBody({"else", "endfor"}));
+    s->uses_loop = loop_refs_ != refs_before;
     --loop_depth_;
     Next();  // {%
     if (SkipName("else")) {
@@ -479,6 +481,7 @@ class Parser {
   size_t pos_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  int64_t loop_refs_ = 0;  // `loop` names parsed so far (for Stmt::uses_loop)
 };
 
 ExprPtr Parser::ParsePrimary() {
@@ -497,6 +500,7 @@ ExprPtr Parser::ParsePrimary() {
       } else {
         e->kind = ExprKind::kName;
         e->name = tok.text;
+        if (tok.text == "loop") ++loop_refs_;
       }
       return e;
     }
