@@ -178,6 +178,25 @@ TEST(RunCliTest, SeededRunIsReproducibleAndPrintsSeed) {
   EXPECT_NE(a.err.find("seed: 11"), std::string::npos) << a.err;
 }
 
+TEST(RunCliTest, IgnoreEosKeepsGoing) {
+  SHARDLM_REQUIRE_FIXTURES();
+  // qwen3-tiny-f32 p1: llama.cpp's greedy continuation emits <|endoftext|> at step 5.
+  const std::vector<std::string> args = {
+      "run",    "-m", FixturePath("qwen3-tiny-f32.gguf"), "-p", "Hello, world!", "-n", "32",
+      "--temp", "0"};
+  ProcessResult stopped = RunShardlm(args);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_NE(stopped.err.find("decode: 6 tokens"), std::string::npos) << stopped.err;
+  EXPECT_NE(stopped.err.find("stop: eog"), std::string::npos) << stopped.err;
+  std::vector<std::string> ignoring = args;
+  ignoring.push_back("--ignore-eos");
+  ProcessResult kept = RunShardlm(ignoring);
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_NE(kept.err.find("decode: 32 tokens"), std::string::npos) << kept.err;
+  EXPECT_NE(kept.err.find("stop: length"), std::string::npos) << kept.err;
+  EXPECT_GT(kept.out.size(), stopped.out.size());
+}
+
 TEST(BenchCliTest, JsonLinesCarryResults) {
   SHARDLM_REQUIRE_FIXTURES();
   ProcessResult run = RunShardlm({"bench", "-m", FixturePath("stories260K.gguf"), "-p", "32", "-n",

@@ -203,6 +203,29 @@ TEST(GeneratorTest, ChunkedPrefillGivesSameGreedyIds) {
   EXPECT_EQ(result->ids, whole->ids);
 }
 
+TEST(GeneratorTest, LogitsDoNotDependOnThreadCount) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto loaded = LoadModelFile(FixturePath("qwen3-tiny-q4_k_m.gguf"), {.prefault = false});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  std::vector<std::vector<float>> rows_by_threads[2];
+  for (int n_threads : {1, 2}) {
+    ThreadPool threads(n_threads);
+    GeneratorConfig config{512, 512, KvType::kF32, kDefaultPageTokens};
+    auto generator = Generator::Create(*loaded->model, *loaded->tokenizer, threads, config);
+    ASSERT_TRUE(generator.ok());
+    GenerateCallbacks callbacks;
+    callbacks.on_logits = [&](std::span<const float> logits) {
+      rows_by_threads[n_threads - 1].emplace_back(logits.begin(), logits.end());
+      return Status::Ok();
+    };
+    GenerateOptions options;
+    options.n_predict = 8;
+    options.ignore_eos = true;
+    ASSERT_TRUE((*generator)->Generate("Hello, world!", Greedy(), options, callbacks).ok());
+  }
+  EXPECT_EQ(rows_by_threads[0], rows_by_threads[1]);  // bitwise
+}
+
 TEST(GeneratorTest, ContextLimits) {
   SHARDLM_REQUIRE_FIXTURES();
   Engine& engine = GetEngine("stories260K.gguf");
