@@ -147,6 +147,7 @@ void PrintText(const GgufFile& f) {
   }
   std::vector<std::string> counts;
   for (const auto& [type, n] : s.per_type) counts.push_back(fmt::format("{}: {}", type, n));
+  if (counts.empty()) counts.push_back("no tensors");
   fmt::print("summary: {}; {} tensor bytes ({:.2f} MiB); {} parameters ({:.3f} B)\n",
              fmt::join(counts, ", "), s.total_bytes, static_cast<double>(s.total_bytes) / (1 << 20),
              s.n_params, static_cast<double>(s.n_params) / 1e9);

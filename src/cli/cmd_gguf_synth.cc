@@ -5,6 +5,7 @@
 // Goals: a preset plus per-dimension overrides; progress on stderr for big models; the file
 // written atomically. Non-goals: architectures beyond llama/qwen3.
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -108,15 +109,18 @@ Status RunSynth(const SynthFlags& flags) {
   if (flags.out.empty()) return InvalidArgument("gguf synth: -o/--output is required");
   SynthProgress progress;
   if (!flags.quiet) {
-    progress = [](size_t i, size_t n, const std::string& name) {
-      std::fprintf(stderr, "\rsynth: tensor %zu/%zu %-40s", i + 1, n, name.c_str());
+    // A terminal gets one line rewritten in place; a log gets a line per tensor.
+    const bool tty = ::isatty(STDERR_FILENO) != 0;
+    progress = [tty](size_t i, size_t n, const std::string& name) {
+      std::fprintf(stderr, tty ? "\rsynth: tensor %zu/%zu %-40s" : "synth: tensor %zu/%zu %s\n",
+                   i + 1, n, name.c_str());
       std::fflush(stderr);
     };
   }
   auto start = std::chrono::steady_clock::now();
   SHARDLM_ASSIGN_OR_RETURN(GgufWriter writer, BuildSynthModel(spec, flags.n_threads, progress));
   Status st = writer.WriteToFile(flags.out);
-  if (!flags.quiet) std::fputc('\n', stderr);
+  if (!flags.quiet && ::isatty(STDERR_FILENO)) std::fputc('\n', stderr);
   SHARDLM_TRY(st);
   if (!flags.quiet) {
     std::chrono::duration<double> s = std::chrono::steady_clock::now() - start;
