@@ -29,6 +29,10 @@ constexpr uint32_t kMaxDims = 4;
 // is name length (8) + n_dims (4) + one ne (8) + type (4) + offset (8).
 constexpr uint64_t kMinKvBytes = 13;
 constexpr uint64_t kMinTensorInfoBytes = 32;
+// Metadata arrays are decoded into vectors of 8-16 bytes per element, so their total element
+// count is capped: a hostile array of 2^32 one-byte elements must not cost 32 GiB. Real
+// files hold about 3 arrays of at most 262144 tokens/merges each.
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 26;
 
 // Bytes of one element of a scalar metadata type; 0 for string/array/unknown.
 uint64_t ScalarSize(GgufValueType type) {
@@ -129,9 +133,10 @@ void AppendElement(const GgufValue& tmp, GgufValue* value) {
 }
 
 // Errors from these do not name the key: ParseMetadata adds it as context.
-Status ReadValue(GgufCursor& cursor, GgufValueType type, GgufValue* value);
+// `budget`: array elements still allowed in this file (kMaxArrayElements in total).
+Status ReadValue(GgufCursor& cursor, GgufValueType type, GgufValue* value, uint64_t* budget);
 
-Status ReadArray(GgufCursor& cursor, GgufValue* value) {
+Status ReadArray(GgufCursor& cursor, GgufValue* value, uint64_t* budget) {
   uint32_t elem_raw = 0;
   SHARDLM_TRY(cursor.Read(&elem_raw, "array element type"));
   auto elem = static_cast<GgufValueType>(elem_raw);
@@ -148,6 +153,11 @@ Status ReadArray(GgufCursor& cursor, GgufValue* value) {
         "only {} bytes left",
         count, GgufValueTypeName(elem), min_elem, cursor.remaining());
   }
+  if (count > *budget) {
+    return InvalidData("array of {} elements exceeds the limit of {} array elements per file",
+                       count, kMaxArrayElements);
+  }
+  *budget -= count;
   value->array_type = elem;
   value->array_size = count;
   if (elem == GgufValueType::kString) {
@@ -164,13 +174,13 @@ Status ReadArray(GgufCursor& cursor, GgufValue* value) {
   }
   GgufValue tmp;
   for (uint64_t i = 0; i < count; ++i) {
-    SHARDLM_TRY(ReadValue(cursor, elem, &tmp));
+    SHARDLM_TRY(ReadValue(cursor, elem, &tmp, budget));
     AppendElement(tmp, value);
   }
   return Status::Ok();
 }
 
-Status ReadValue(GgufCursor& cursor, GgufValueType type, GgufValue* value) {
+Status ReadValue(GgufCursor& cursor, GgufValueType type, GgufValue* value, uint64_t* budget) {
   value->type = type;
   if (type == GgufValueType::kString) {
     std::string_view s;
@@ -178,7 +188,7 @@ Status ReadValue(GgufCursor& cursor, GgufValueType type, GgufValue* value) {
     value->scalar = s;
     return Status::Ok();
   }
-  if (type == GgufValueType::kArray) return ReadArray(cursor, value);
+  if (type == GgufValueType::kArray) return ReadArray(cursor, value, budget);
   SHARDLM_TRY(cursor.ReadScalar(type, value, "value"));
   if (type == GgufValueType::kBool && std::get<uint64_t>(value->scalar) > 1) {
     return InvalidData("bool value {} is neither 0 nor 1", std::get<uint64_t>(value->scalar));
@@ -322,7 +332,7 @@ Status GgufFile::Parse() {
 }
 
 Status GgufFile::ParseMetadata(GgufCursor& cursor, uint64_t n_kv) {
-  metadata_.reserve(n_kv);
+  uint64_t budget = kMaxArrayElements;
   for (uint64_t i = 0; i < n_kv; ++i) {
     GgufKeyValue kv;
     SHARDLM_TRY(cursor.ReadString(&kv.key, "metadata key"));
@@ -331,7 +341,7 @@ Status GgufFile::ParseMetadata(GgufCursor& cursor, uint64_t n_kv) {
     if (type_raw >= static_cast<uint32_t>(GgufValueType::kSentinel)) {
       return InvalidData("key '{}': unknown value type {}", kv.key, type_raw);
     }
-    Status st = ReadValue(cursor, static_cast<GgufValueType>(type_raw), &kv.value);
+    Status st = ReadValue(cursor, static_cast<GgufValueType>(type_raw), &kv.value, &budget);
     if (!st.ok()) return st.WithContext(fmt::format("key '{}'", kv.key));
     if (!key_index_.emplace(kv.key, metadata_.size()).second) {
       return InvalidData("duplicate metadata key '{}'", kv.key);
@@ -412,7 +422,6 @@ Status ReadOneTensorInfo(GgufCursor& cursor, GgufTensorInfo* info) {
 }  // namespace
 
 Status GgufFile::ParseTensorInfos(GgufCursor& cursor, uint64_t n_tensors) {
-  tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo info;
     SHARDLM_TRY(ReadOneTensorInfo(cursor, &info));

@@ -194,6 +194,15 @@ TEST(GgufFileTest, HugeCountsFailWithoutAllocating) {
       << err;
 }
 
+TEST(GgufFileTest, CapsArrayElementsPerFile) {
+  // 2^26 + 1 one-byte elements: small on disk, 512 MiB once decoded, so refused.
+  RawGguf raw;
+  raw.Header(0, 1).Str("big").U32(9).U32(0).U64((1ull << 26) + 1).Zeros((1ull << 26) + 1);
+  std::string err = ParseError(raw.bytes);
+  EXPECT_NE(err.find("key 'big': array of 67108865 elements exceeds the limit"), std::string::npos)
+      << err;
+}
+
 TEST(GgufFileTest, RejectsBadMetadata) {
   RawGguf nested;
   nested.Header(0, 1).Str("x").U32(9).U32(9).U64(1);
