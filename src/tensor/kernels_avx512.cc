@@ -4,8 +4,9 @@
 //
 // Goals: the registration point; the kernels live per weight-type family in
 // legacy_avx512.cc (32-element blocks), kquants_avx512.cc (256-element K-quants) and
-// float_avx512.cc (F32, F16, BF16). Non-goals: activation quantization (the generic
-// quantize_act is kept: it is O(n) per token, while the dot products are O(n · rows)).
+// float_avx512.cc (F32, F16, BF16), and the Q8_0/Q8_1/Q8_K activation quantizers in
+// act_avx512.cc (byte-identical to the generic ones). Non-goals: fp16/bf16 activation
+// conversion (generic).
 #include "tensor/kernels_impl.h"
 
 namespace shardlm::internal {
@@ -14,11 +15,13 @@ namespace shardlm::internal {
 void FillLegacyAvx512(TypeTraits& traits);
 void FillKQuantsAvx512(TypeTraits& traits);
 void FillFloatAvx512(TypeTraits& traits);
+void FillActAvx512(TypeTraits& traits);
 
 void FillAvx512Kernels(TypeTraits& traits) {
   FillLegacyAvx512(traits);
   FillKQuantsAvx512(traits);
   FillFloatAvx512(traits);
+  FillActAvx512(traits);
 }
 
 }  // namespace shardlm::internal

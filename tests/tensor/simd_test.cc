@@ -244,24 +244,40 @@ TEST(SimdIsa, TileIsBitwiseVecDot) {
   }
 }
 
+// Rows that stress the activation quantizers: gaussian; exact .5 products (max 127 makes
+// the Q8_0 factor 1 and max -127 the Q8_K factor 1, so k + 0.5 hits round-half-even); an
+// all-zero block; a repeated maximum of either sign (first occurrence wins in Q8_K).
+std::vector<std::vector<float>> ActRows(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> gauss(0.0f, 2.0f);
+  std::vector<std::vector<float>> rows(4, std::vector<float>(n));
+  for (auto& v : rows[0]) v = gauss(rng);
+  for (int64_t j = 0; j < n; ++j) rows[1][j] = static_cast<float>(j % 41) - 20.5f;
+  for (int64_t j = 0; j < n; j += 32) rows[1][j] = (j / 32) % 2 ? 127.0f : -127.0f;
+  for (int64_t j = 0; j < n; ++j) rows[2][j] = j < 256 ? 0.0f : gauss(rng) * 1e-3f;
+  for (int64_t j = 0; j < n; ++j) rows[3][j] = (j % 7 == 3) ? ((j / 7) % 2 ? 3.0f : -3.0f) : 1.0f;
+  return rows;
+}
+
 TEST(SimdIsa, QuantizeActIsBitwiseGeneric) {
   std::mt19937 rng(7);
-  std::normal_distribution<float> gauss(0.0f, 2.0f);
   for (const IsaCase& isa : kIsas) {
     if (!isa.supported()) continue;
     for (GgmlType type : kTypes) {
       const TypeTraits generic = Traits(type, nullptr);
       const TypeTraits fast = Traits(type, isa.fill);
       if (fast.quantize_act == generic.quantize_act) continue;
-      const int64_t n = 4 * std::max<int64_t>(BlockSize(type), 32);
-      std::vector<float> x(n);
-      for (auto& v : x) v = gauss(rng);
-      x[5] = 0.0f, x[17] = -x[3];  // ties and zeros
+      const int64_t n = 3072;
       const int64_t bytes = RowBytes(*LookupGgmlType(uint32_t(generic.act_type)), n);
-      std::vector<uint8_t> want(bytes), got(bytes);
-      generic.quantize_act(x.data(), want.data(), n);
-      fast.quantize_act(x.data(), got.data(), n);
-      EXPECT_EQ(want, got) << isa.name << " " << Name(type);
+      int row_idx = 0;
+      for (const auto& x : ActRows(n, rng)) {
+        std::vector<uint8_t> want(bytes), got(bytes);
+        generic.quantize_act(x.data(), want.data(), n);
+        fast.quantize_act(x.data(), got.data(), n);
+        EXPECT_EQ(want, got) << isa.name << " " << Name(type) << " row " << row_idx;
+        ++row_idx;
+      }
+      std::printf("[%s %s] quantize_act to %s: %d rows byte-identical\n", isa.name,
+                  Name(type).c_str(), Name(generic.act_type).c_str(), row_idx);
     }
   }
 }
