@@ -34,6 +34,30 @@ const float* HeadRow(const void* row, int64_t head_offset, int head_dim, const A
   }
 }
 
+// The F32 value pass: rows are handed to axpy_rows a page run at a time (same per-element
+// order as one axpy per position, fewer loads and stores of out).
+void AccumulateValuesF32(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+                         const GroupQuery& query, const float* scores, float* out) {
+  const AttentionKernels& kern = GetAttentionKernels();
+  const int64_t head_offset = int64_t(query.kv_head) * head_dim;
+  const int page_tokens = pool.page_tokens();
+  const int n_ctx = query.n_ctx;
+  constexpr int kMaxRows = 64;  // row pointers gathered per call
+  const float* rows[kMaxRows];
+  for (int pos = 0; pos < n_ctx;) {
+    const PageId page = table.page(pos / page_tokens);
+    const int offset = pos % page_tokens;
+    const int n = std::min({kMaxRows, page_tokens - offset, n_ctx - pos});
+    for (int r = 0; r < n; ++r) {
+      rows[r] = static_cast<const float*>(pool.ValueRow(page, layer_idx, offset + r)) + head_offset;
+    }
+    for (int h = 0; h < query.n_heads; ++h) {
+      kern.axpy_rows(scores + int64_t(h) * n_ctx + pos, rows, n, out + h * head_dim, head_dim);
+    }
+    pos += n;
+  }
+}
+
 template <typename T>
 void AttendGroupTyped(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
                       const GroupQuery& query, float* scores, float* out) {
@@ -54,13 +78,17 @@ void AttendGroupTyped(const PagePool& pool, const BlockTable& table, int layer_i
   for (int h = 0; h < query.n_heads; ++h) Softmax(scores + int64_t(h) * n_ctx, n_ctx);
   std::fill(out, out + int64_t(query.n_heads) * head_dim, 0.0f);
   // out[h] = Σ_pos p[h][pos] · v_pos, in position order
-  ForEachPosition(table, page_tokens, n_ctx, [&](int pos, PageId page, int offset) {
-    const float* v =
-        HeadRow<T>(pool.ValueRow(page, layer_idx, offset), head_offset, head_dim, kern, buf);
-    for (int h = 0; h < query.n_heads; ++h) {
-      kern.axpy(scores[int64_t(h) * n_ctx + pos], v, out + h * head_dim, head_dim);
-    }
-  });
+  if constexpr (std::is_same_v<T, float>) {
+    AccumulateValuesF32(pool, table, layer_idx, head_dim, query, scores, out);
+  } else {
+    ForEachPosition(table, page_tokens, n_ctx, [&](int pos, PageId page, int offset) {
+      const float* v =
+          HeadRow<T>(pool.ValueRow(page, layer_idx, offset), head_offset, head_dim, kern, buf);
+      for (int h = 0; h < query.n_heads; ++h) {
+        kern.axpy(scores[int64_t(h) * n_ctx + pos], v, out + h * head_dim, head_dim);
+      }
+    });
+  }
 }
 
 }  // namespace

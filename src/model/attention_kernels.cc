@@ -23,12 +23,16 @@ void AxpyGeneric(float a, const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
+void AxpyRowsGeneric(const float* w, const float* const* rows, int n_rows, float* y, int n) {
+  for (int r = 0; r < n_rows; ++r) AxpyGeneric(w[r], rows[r], y, n);
+}
+
 void HalfRowGeneric(const uint16_t* src, float* dst, int n) {
   for (int i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
 
 AttentionKernels Build(Isa isa) {
-  AttentionKernels k{DotGeneric, AxpyGeneric, HalfRowGeneric};
+  AttentionKernels k{DotGeneric, AxpyGeneric, HalfRowGeneric, AxpyRowsGeneric};
   if (isa == Isa::kAvx2 || isa == Isa::kAvx512) internal::FillAttentionAvx2(k);
   if (isa == Isa::kAvx512) internal::FillAttentionAvx512(k);
   return k;

@@ -4,7 +4,8 @@
 // Order: Dot splits [0, n16) (n16 = n rounded down to 16) into 16 lanes, lane j taking the
 // elements i ≡ j (mod 16) in increasing i with a fused multiply-add; the lanes are summed by
 // the fixed tree of SumLanes; the tail [n16, n) is then added with fused multiply-adds in
-// order. Axpy computes y[i] = fma(a, x[i], y[i]) per element. HalfRow converts exactly.
+// order. Axpy computes y[i] = fma(a, x[i], y[i]) per element; AxpyRows applies that for
+// several rows in order, keeping y in registers. HalfRow converts exactly.
 // Goals: attention that keeps up with the matmuls; ISA chosen once (DetectIsa).
 // Non-goals: softmax (ops.h), other element types.
 //
@@ -21,6 +22,9 @@ struct AttentionKernels {
   float (*dot)(const float* a, const float* b, int n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int n) = nullptr;  // y += a·x
   void (*half_row)(const uint16_t* src, float* dst, int n) = nullptr;
+  // y += Σ_r w[r]·rows[r] for r = 0, 1, ... in order: per element exactly n_rows axpy calls.
+  void (*axpy_rows)(const float* w, const float* const* rows, int n_rows, float* y,
+                    int n) = nullptr;
 };
 
 // Kernels for DetectIsa().

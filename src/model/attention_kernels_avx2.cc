@@ -15,10 +15,12 @@ float DotAvx2(const float* a, const float* b, int n) {
     lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
     hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
   }
-  alignas(32) float lanes[16];
-  _mm256_store_ps(lanes, lo);
-  _mm256_store_ps(lanes + 8, hi);
-  float sum = SumLanes(lanes);
+  // SumLanes' tree in registers: (j, j+8), (j, j+4), (j, j+2), (j, j+1).
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  float sum = _mm_cvtss_f32(s1);
   for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
   return sum;
 }
@@ -30,6 +32,31 @@ void AxpyAvx2(float a, const float* x, float* y, int n) {
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   }
   for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+
+// Four registers of y stay loaded while every row is folded in.
+void AxpyRowsAvx2(const float* w, const float* const* rows, int n_rows, float* y, int n) {
+  constexpr int kW = 8;
+  int i = 0;
+  for (; i + 4 * kW <= n; i += 4 * kW) {
+    __m256 a0 = _mm256_loadu_ps(y + i), a1 = _mm256_loadu_ps(y + i + kW);
+    __m256 a2 = _mm256_loadu_ps(y + i + 2 * kW), a3 = _mm256_loadu_ps(y + i + 3 * kW);
+    for (int r = 0; r < n_rows; ++r) {
+      const __m256 wr = _mm256_set1_ps(w[r]);
+      const float* x = rows[r] + i;
+      a0 = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x), a0);
+      a1 = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + kW), a1);
+      a2 = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + 2 * kW), a2);
+      a3 = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + 3 * kW), a3);
+    }
+    _mm256_storeu_ps(y + i, a0);
+    _mm256_storeu_ps(y + i + kW, a1);
+    _mm256_storeu_ps(y + i + 2 * kW, a2);
+    _mm256_storeu_ps(y + i + 3 * kW, a3);
+  }
+  if (i < n) {
+    for (int r = 0; r < n_rows; ++r) AxpyAvx2(w[r], rows[r] + i, y + i, n - i);
+  }
 }
 
 void HalfRowAvx2(const uint16_t* src, float* dst, int n) {
@@ -47,6 +74,7 @@ void FillAttentionAvx2(AttentionKernels& k) {
   k.dot = DotAvx2;
   k.axpy = AxpyAvx2;
   k.half_row = HalfRowAvx2;
+  k.axpy_rows = AxpyRowsAvx2;
 }
 
 }  // namespace shardlm::internal

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -40,6 +41,18 @@ TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
       generic->axpy(0.37f, a.data(), y1.data(), n);
       k->axpy(0.37f, a.data(), y2.data(), n);
       EXPECT_EQ(std::memcmp(y1.data(), y2.data(), 4 * n), 0) << IsaName(isa) << " axpy";
+
+      std::vector<float> r1 = b, r2 = b, w = RandomRow(5, 3);
+      std::vector<std::vector<float>> rows_data;
+      std::vector<const float*> rows;
+      for (int r = 0; r < 5; ++r) rows_data.push_back(RandomRow(n, 10 + r));
+      for (auto& row : rows_data) rows.push_back(row.data());
+      generic->axpy_rows(w.data(), rows.data(), 5, r1.data(), n);
+      k->axpy_rows(w.data(), rows.data(), 5, r2.data(), n);
+      EXPECT_EQ(std::memcmp(r1.data(), r2.data(), 4 * n), 0) << IsaName(isa) << " axpy_rows";
+      std::vector<float> r3 = b;
+      for (int r = 0; r < 5; ++r) generic->axpy(w[r], rows[r], r3.data(), n);
+      EXPECT_EQ(std::memcmp(r1.data(), r3.data(), 4 * n), 0) << "axpy_rows vs axpy";
 
       std::vector<uint16_t> h(n);
       for (int i = 0; i < n; ++i) h[i] = FloatToHalf(a[i]);
