@@ -199,6 +199,10 @@ void Evaluator::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope, std:
   }
   for (size_t i = 0; i < items.size(); ++i) {
     Tick();
+    // Like jinja2, each iteration starts from a fresh scope: a variable set in one
+    // iteration is not visible in the next.
+    inner = std::make_shared<Scope>();
+    inner->parent = scope;
     if (s.uses_loop) inner->vars["loop"] = MakeLoop(items, i);
     Assign(s.targets, items[i], *inner);
     if (Exec(s.bodies[0], inner, out) == Flow::kBreak) break;

@@ -1,7 +1,9 @@
 // Jinja builtin filters (see jinja_builtins.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <unordered_map>
 
 #include "chat/jinja_builtins.h"
@@ -392,6 +394,60 @@ Value FDictSort(Evaluator&, const Value& v, const CallArgs& args) {
   return Value::List(std::move(out));
 }
 
+// Python's `fmt % args` for %s %r %d %i %f %e %g %x %X %c %% with flags/width/precision.
+Value FFormat(Evaluator& ev, const Value& v, const CallArgs& args) {
+  const std::string fmt = v.Str();
+  std::string out;
+  size_t next_arg = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < fmt.size() && std::strchr("-+ 0#", fmt[j])) ++j;
+    while (j < fmt.size() && (std::isdigit(static_cast<unsigned char>(fmt[j])) || fmt[j] == '.'))
+      ++j;
+    if (j >= fmt.size()) Fail("incomplete format");
+    char conv = fmt[j];
+    std::string spec = fmt.substr(i, j - i);
+    i = j;
+    if (conv == '%') {
+      out += '%';
+      continue;
+    }
+    if (next_arg >= args.positional.size()) Fail("not enough arguments for format string");
+    const Value& arg = args.positional[next_arg++];
+    char buf[512];
+    if (conv == 's' || conv == 'r') {
+      std::string text = conv == 's' ? arg.Str() : arg.Repr();
+      std::snprintf(buf, sizeof(buf), (spec + "s").c_str(), "");
+      if (spec.size() == 1) {
+        out += text;
+        continue;
+      }
+      std::string pad(std::strlen(buf) > text.size() ? std::strlen(buf) - text.size() : 0, ' ');
+      out += spec.find('-') != std::string::npos ? text + pad : pad + text;
+      continue;
+    }
+    if (!arg.IsNumber())
+      Fail("%" + std::string(1, conv) + " format: a number is required, not " + arg.TypeName());
+    if (std::strchr("dixXc", conv)) {
+      std::snprintf(buf, sizeof(buf), (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(),
+                    static_cast<long long>(arg.AsInt()));
+    } else if (std::strchr("feEgG", conv) || conv == 'F') {
+      std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), arg.AsDouble());
+    } else {
+      Fail(std::string("unsupported format character '") + conv + "'");
+    }
+    out += buf;
+    ev.CheckSize(out.size());
+  }
+  if (next_arg < args.positional.size())
+    Fail("not all arguments converted during string formatting");
+  return Value::String(std::move(out));
+}
+
 const std::unordered_map<std::string, FilterFn>& Filters() {
   static const auto* filters = new std::unordered_map<std::string, FilterFn>{
       {"length", FLength},
@@ -434,6 +490,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"forceescape", FEscape},
       {"attr", FAttr},
       {"dictsort", FDictSort},
+      {"format", FFormat},
   };
   return *filters;
 }

@@ -65,13 +65,15 @@ class Lexer {
       }
       EmitText(std::move(text), pos);
       bool close_minus = false;
+      bool close_plus = false;
       if (kind == '#') {
         pos = SkipComment(p, &close_minus);
       } else {
-        pos = LexTag(kind, tag, p, &close_minus);
+        pos = LexTag(kind, tag, p, &close_minus, &close_plus);
       }
       strip_next = close_minus;
-      if (!close_minus && kind != '{' && pos < src_.size() && src_[pos] == '\n') ++pos;
+      bool trim = !close_minus && !close_plus && kind != '{';
+      if (trim && pos < src_.size() && src_[pos] == '\n') ++pos;
     }
     tokens_.push_back(Token{TokenType::kEof, "", LineAt(src_.size())});
     return std::move(tokens_);
@@ -122,7 +124,7 @@ class Lexer {
   }
 
   // Tokenizes one {{ }} or {% %} tag starting after its opening delimiter at `p`.
-  size_t LexTag(char kind, size_t tag, size_t p, bool* close_minus) {
+  size_t LexTag(char kind, size_t tag, size_t p, bool* close_minus, bool* close_plus) {
     bool is_var = kind == '{';
     size_t first_token = tokens_.size();
     tokens_.push_back(
@@ -134,6 +136,11 @@ class Lexer {
       if (p >= src_.size()) Error(tag, is_var ? "unterminated '{{'" : "unterminated '{%'");
       if (brace_depth == 0 && src_[p] == '-' && src_.compare(p + 1, 2, close) == 0) {
         *close_minus = true;
+        p += 3;
+        break;
+      }
+      if (!is_var && brace_depth == 0 && src_[p] == '+' && src_.compare(p + 1, 2, close) == 0) {
+        *close_plus = true;  // `+%}` turns trim_blocks off for this tag
         p += 3;
         break;
       }
@@ -256,50 +263,30 @@ class Lexer {
 
   // Python string-literal escapes; an unknown escape keeps its backslash.
   size_t DecodeEscape(size_t i, std::string& value) {
+    static constexpr std::string_view kFrom = "ntr\\'\"abfv";
+    static constexpr std::string_view kTo = "\n\t\r\\'\"\a\b\f\v";
     char e = src_[i + 1];
-    switch (e) {
-      case 'n':
-        value += '\n';
-        return i + 2;
-      case 't':
-        value += '\t';
-        return i + 2;
-      case 'r':
-        value += '\r';
-        return i + 2;
-      case '\\':
-        value += '\\';
-        return i + 2;
-      case '\'':
-        value += '\'';
-        return i + 2;
-      case '"':
-        value += '"';
-        return i + 2;
-      case 'a':
-        value += '\a';
-        return i + 2;
-      case 'b':
-        value += '\b';
-        return i + 2;
-      case 'f':
-        value += '\f';
-        return i + 2;
-      case 'v':
-        value += '\v';
-        return i + 2;
-      case '\n':
-        return i + 2;
-      case 'x':
-        return DecodeHex(i, 2, value);
-      case 'u':
-        return DecodeHex(i, 4, value);
-      case 'U':
-        return DecodeHex(i, 8, value);
-      default:
-        value += '\\';
-        return i + 1;
+    if (size_t k = kFrom.find(e); k != std::string_view::npos) {
+      value += kTo[k];
+      return i + 2;
     }
+    if (e == '\n') return i + 2;  // backslash-newline continues the literal
+    if (e == 'x') return DecodeHex(i, 2, value);
+    if (e == 'u') return DecodeHex(i, 4, value);
+    if (e == 'U') return DecodeHex(i, 8, value);
+    if (e >= '0' && e <= '7') return DecodeOctal(i, value);
+    value += '\\';
+    return i + 1;
+  }
+
+  size_t DecodeOctal(size_t i, std::string& value) {
+    size_t q = i + 1;
+    uint32_t cp = 0;
+    for (int k = 0; k < 3 && q < src_.size() && src_[q] >= '0' && src_[q] <= '7'; ++k, ++q) {
+      cp = cp * 8 + static_cast<uint32_t>(src_[q] - '0');
+    }
+    AppendUtf8(cp, value);
+    return q;
   }
 
   size_t DecodeHex(size_t i, int count, std::string& value) {
