@@ -1,4 +1,4 @@
-// Paged attention of one query head, and the KV write that feeds it.
+// Paged attention of the query heads of one GQA group, and the KV write that feeds it.
 //
 // Goals: causal softmax attention in float32 over a sequence's KV pages, visited in
 // position order (logical page 0, 1, ...; inside a page offset 0, 1, ...), so each output
@@ -6,9 +6,9 @@
 // them or how many threads run. Numerics as llama.cpp with -fa off: s_j = (q·k_j)·scale,
 // p = softmax(s), out = Σ_j p_j v_j accumulated in position order.
 // Non-goals: flash-style online softmax (it would change the rounding vs llama.cpp),
-// sliding windows (gemma3, later), SIMD beyond what the compiler does.
+// sliding windows (gemma3, later). Row kernels (dot, axpy) live in attention_kernels.h.
 //
-// Thread safety: AttendHead only reads the pool; concurrent calls are fine while no one
+// Thread safety: AttendGroup only reads the pool; concurrent calls are fine while no one
 // writes the pages it reads. WriteKv writes one position's rows.
 #pragma once
 

@@ -8,7 +8,7 @@
 // Determinism: every output element's reduction order depends only on model shapes, never
 // on the thread count, the batch composition or chunking. Attention for a token reads its
 // sequence's KV page by page in position order and is computed in float32 by one task per
-// (token, head); a token's K/V are bitwise the same whether written in this batch or an
+// (token, kv head); a token's K/V are bitwise the same whether written in this batch or an
 // earlier one, so prefill, chunked prefill and decode agree bitwise on each position.
 // Numerics follow llama.cpp's CPU backend (RMSNorm sum in double, rope angles by repeated
 // float multiplication, softmax with max subtraction, SiLU as x/(1+e^-x)).
