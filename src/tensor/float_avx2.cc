@@ -61,10 +61,8 @@ struct FloatKernel {
 // Tile 3 rows x 4 tokens: 12 accumulators + 3 weight vectors + 1 activation vector = the
 // 16 ymm registers.
 void FillFloatAvx2(TypeTraits& traits) {
-  if (traits.type == GgmlType::kF32)
-    simd::Install<FloatKernel<F32Load>, 3, 4, simd::Decode::kTile>(traits);
-  if (traits.type == GgmlType::kF16)
-    simd::Install<FloatKernel<F16Load>, 3, 4, simd::Decode::kTile>(traits);
+  if (traits.type == GgmlType::kF32) simd::Install<FloatKernel<F32Load>, 3, 4>(traits);
+  if (traits.type == GgmlType::kF16) simd::Install<FloatKernel<F16Load>, 3, 4>(traits);
 }
 
 }  // namespace shardlm::internal

@@ -5,8 +5,8 @@
 //
 // Goals: decode at memory speed; prefill reuses each weight vector across the tile's
 // tokens. Every (row, token) pair runs the same op sequence in any tile (simd_tile.h).
-// A row length that is not a multiple of the vector width is finished with masked
-// (zero-filling) loads, which add exact zeros.
+// A row length that is not a multiple of the vector width is finished with one masked
+// (zero-filling) step, which adds exact zeros.
 // Non-goals: activation conversion (generic quantize_act).
 // GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
 // every inlined use; the warning is a known false positive, silenced for the header only.
@@ -22,67 +22,80 @@
 namespace shardlm::internal {
 namespace {
 
-// Loader policies: Load(p, i, mask) → 16 floats of elements [i, i + 16) of row p.
-struct F32Load {
+// Element policies. Full(p, i) loads one step (kStep elements from element i of row p)
+// with plain loads; Tail(p, i, left) the last, partial step with a zero-filling masked
+// load. Masked loads only at the tail: on Zen 4 a masked load that misses the cache
+// streams ~3x slower (F32 decode measured 9.8 → 29 GB/s with plain loads).
+// Fma(acc, w, a) accumulates one step into 16 f32 lanes.
+struct F32Elems {
+  using Vec = __m512;
   static constexpr int kStep = 16;
-  static __m512 Load(const uint8_t* p, int64_t i, __mmask16 mask) {
-    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(p) + i);
+  static Vec Full(const uint8_t* p, int64_t i) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + i);
   }
+  static Vec Tail(const uint8_t* p, int64_t i, int64_t left) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1),
+                                 reinterpret_cast<const float*>(p) + i);
+  }
+  static __m512 Fma(__m512 acc, Vec w, Vec a) { return _mm512_fmadd_ps(w, a, acc); }
 };
-struct F16Load {
+struct F16Elems {
+  using Vec = __m512;
   static constexpr int kStep = 16;
-  static __m512 Load(const uint8_t* p, int64_t i, __mmask16 mask) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, reinterpret_cast<const fp16_t*>(p) + i));
+  static Vec Full(const uint8_t* p, int64_t i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(reinterpret_cast<const fp16_t*>(p) + i)));
+  }
+  static Vec Tail(const uint8_t* p, int64_t i, int64_t left) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << left) - 1),
+                                                    reinterpret_cast<const fp16_t*>(p) + i));
+  }
+  static __m512 Fma(__m512 acc, Vec w, Vec a) { return _mm512_fmadd_ps(w, a, acc); }
+};
+// BF16: vdpbf16ps adds two exact bf16 products per f32 lane, 32 elements per instruction.
+struct Bf16Elems {
+  using Vec = __m512i;
+  static constexpr int kStep = 32;
+  static Vec Full(const uint8_t* p, int64_t i) {
+    return _mm512_loadu_si512(reinterpret_cast<const bf16_t*>(p) + i);
+  }
+  static Vec Tail(const uint8_t* p, int64_t i, int64_t left) {
+    return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1u << left) - 1),
+                                    reinterpret_cast<const bf16_t*>(p) + i);
+  }
+  static __m512 Fma(__m512 acc, Vec w, Vec a) {
+    return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)a);
   }
 };
 
-// F32 and F16: one f32 accumulator of 16 lanes per pair, one FMA per 16 elements.
-template <class L>
+// One f32 accumulator of 16 lanes per pair, one Fma per step; the tail step runs the same
+// Fma on zero-filled vectors.
+template <class E>
 struct FloatKernel {
-  template <int NR, int NC>
-  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
-                  int64_t act_stride, float* out, int64_t out_stride) {
-    __m512 acc[NR][NC];
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
-        acc[r][c] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += L::kStep) {
-      const int64_t left = n - i;
-      const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-      __m512 wv[NR];
-      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) wv[r] = L::Load(w + r * w_stride, i, mask);
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512 av = L::Load(act + c * act_stride, i, mask);
-        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) acc[r][c] =
-            _mm512_fmadd_ps(wv[r], av, acc[r][c]);
-      }
+  template <int NR, int NC, bool kTail>
+  static void Step(const uint8_t* w, int64_t w_stride, const uint8_t* act, int64_t act_stride,
+                   int64_t i, int64_t left, __m512 (&acc)[NR][NC]) {
+    typename E::Vec wv[NR];
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) wv[r] =
+        kTail ? E::Tail(w + r * w_stride, i, left) : E::Full(w + r * w_stride, i);
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      const typename E::Vec av =
+          kTail ? E::Tail(act + c * act_stride, i, left) : E::Full(act + c * act_stride, i);
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) acc[r][c] = E::Fma(acc[r][c], wv[r], av);
     }
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
-        out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
   }
-};
 
-// BF16 weights · bf16 activations: vdpbf16ps adds two exact bf16 products per f32 lane,
-// 32 elements per instruction.
-struct Bf16Kernel {
   template <int NR, int NC>
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                   int64_t act_stride, float* out, int64_t out_stride) {
     __m512 acc[NR][NC];
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
         acc[r][c] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 32) {
-      const int64_t left = n - i;
-      const __mmask32 mask = left >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << left) - 1);
-      __m512i wv[NR];
-      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) wv[r] =
-          _mm512_maskz_loadu_epi16(mask, reinterpret_cast<const bf16_t*>(w + r * w_stride) + i);
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512i av = _mm512_maskz_loadu_epi16(
-            mask, reinterpret_cast<const bf16_t*>(act + c * act_stride) + i);
-        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) acc[r][c] =
-            _mm512_dpbf16_ps(acc[r][c], (__m512bh)wv[r], (__m512bh)av);
-      }
+    int64_t i = 0;
+    for (; i + E::kStep <= n; i += E::kStep) {
+      Step<NR, NC, false>(w, w_stride, act, act_stride, i, 0, acc);
     }
+    if (i < n) Step<NR, NC, true>(w, w_stride, act, act_stride, i, n - i, acc);
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
         out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
   }
@@ -95,13 +108,13 @@ struct Bf16Kernel {
 void FillFloatAvx512(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kF32:
-      simd::Install<FloatKernel<F32Load>, 4, 4, simd::Decode::kTile>(traits);
+      simd::Install<FloatKernel<F32Elems>, 4, 4>(traits);
       break;
     case GgmlType::kF16:
-      simd::Install<FloatKernel<F16Load>, 4, 4, simd::Decode::kTile>(traits);
+      simd::Install<FloatKernel<F16Elems>, 4, 4>(traits);
       break;
     case GgmlType::kBF16:
-      simd::Install<Bf16Kernel, 4, 4, simd::Decode::kTile>(traits);
+      simd::Install<FloatKernel<Bf16Elems>, 4, 4>(traits);
       break;
     default:
       break;

@@ -333,8 +333,8 @@ struct SixteenScaleKernel {
 // Tiles of 4 rows x 4 tokens. The per-pair int32 and float accumulators (32 registers)
 // do not all fit, but the spilled ones are touched once per super-block; measured on Zen 4
 // (one thread, L2-resident operands, n = 1024): Q4_K 216 GOPS at 4x4 vs 201 at 2x4, 184 at
-// 2x2, 167 at 4x2; Q6_K 218 at 4x4, 188 at 2x2. Decode calls the 4x1 tile (132 GOPS for
-// Q4_K, well above what DRAM can feed).
+// 2x2, 167 at 4x2; Q6_K 218 at 4x4, 188 at 2x2. Decode walks rows through the 1x1 kernel
+// (simd_tile.h): ~100 GOPS for Q4_K from L2, more than DRAM can feed.
 void FillKQuantsAvx512(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kQ4_K:
