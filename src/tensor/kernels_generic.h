@@ -8,8 +8,11 @@
 //   QuantizeActX(src, dst, n)         activations: llama.cpp's x86 quantize_row_* for X
 //   VecDotXY(n, w, a, out)            *out = dot(row of X, row of act type Y)
 // n is a multiple of the block size everywhere (checked by callers, DCHECKed here).
-// Formulas follow ggml-quants.c (dequant, quantizers) and ggml-cpu's quants.c *_generic
-// dot products; integer sums are exact, float operations run in the order written there.
+// Formulas follow ggml-quants.c (dequant, quantizers) and, for the dot products of quantized
+// types, llama.cpp's x86 AVX2 kernels (ggml-cpu arch/x86/quants.c, and llamafile's tinyBLAS
+// for Q8_0/Q5_0, which has the same float order): integer sums are exact, float operations
+// run in their order (FmaLanes / HorizontalSum8 below). With that, the fixture models' logits
+// equal llama.cpp's bitwise on most prompts (Q4_1, Q5_0, Q5_1, Q8_0 ... all checked).
 // Non-goals: speed (ISA files), types outside type_traits.h's list.
 #pragma once
 
@@ -86,6 +89,24 @@ inline void GetScaleMinK4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
     *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
     *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
   }
+}
+
+// The float side of llama.cpp's x86 (AVX2) quantized dot products, which the generic kernels
+// reproduce so that logits match llama.cpp's bit for bit where the rest of the graph does:
+// integer products go to 8 int32 lanes, lane l holding the elements e of each 32-element
+// group with (e % 32) / 4 == l (what maddubs+madd / dpbusd produce); each lane is
+// accumulated across blocks with one fused multiply-add by the block scale; the 8 lanes are
+// reduced as hsum_float_8 does: (lane i+4 + lane i), then (0 + 2) + (1 + 3).
+inline int LaneOf(int e) { return (e & 31) >> 2; }
+
+inline void FmaLanes(float d, const int32_t* lanes, float* acc) {
+  for (int l = 0; l < 8; ++l) acc[l] = __builtin_fmaf(d, static_cast<float>(lanes[l]), acc[l]);
+}
+
+inline float HorizontalSum8(const float* acc) {
+  float s4[4];
+  for (int i = 0; i < 4; ++i) s4[i] = acc[4 + i] + acc[i];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 // Round to nearest, ties to even, for |x| <= 2^22 (ggml's nearest_int, the float magic add).

@@ -3,8 +3,8 @@
 // The weight quantizers live in quantize_kquants.cc.
 //
 // Goals: dequantization bit-identical to ggml's dequantize_row_*; Q8_K equal to ggml's
-// quantize_row_q8_K_ref (what x86 uses); dot products per ggml-cpu's *_generic, including
-// their 8-lane float accumulation for Q3_K..Q6_K and the bsums trick for the mins.
+// quantize_row_q8_K_ref (what x86 uses); dot products in the float order of llama.cpp's x86
+// AVX2 kernels (kernels_generic.h), including how each type folds in the mins via bsums.
 // Non-goals: speed (the ISA files override vec_dot).
 #include <algorithm>
 #include <cmath>
@@ -46,31 +46,41 @@ void UnpackK4ScalesMins(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
   std::memcpy(mins, &utmp[2], 8);
 }
 
-// Σ over 16-element groups of scale[group] · Σ(q8·a), accumulated in 8 int lanes as ggml's
-// generic kernels do (the lane split does not change the exact integer result, but the
-// float accumulation below is per lane).
-void AccumulateGroups16(const int8_t* q8, const int8_t* a, const int* group_scale, int32_t* aux32) {
-  for (int g = 0; g < kQK_K / 16; ++g) {
-    for (int half = 0; half < 2; ++half) {
-      for (int l = 0; l < 8; ++l) {
-        const int16_t prod = static_cast<int16_t>(q8[l] * a[l]);
-        aux32[l] += group_scale[g] * prod;
-      }
-      q8 += 8;
-      a += 8;
+// The 256 signed 6-bit values of a Q6_K block, in element order, minus 32.
+void UnpackQ6(const BlockQ6_K& b, int8_t* a) {
+  const uint8_t* ql = b.ql;
+  const uint8_t* qh = b.qh;
+  for (int chunk = 0; chunk < kQK_K; chunk += 128) {
+    for (int l = 0; l < 32; ++l) {
+      a[l + 0] = static_cast<int8_t>((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      a[l + 32] = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      a[l + 64] = static_cast<int8_t>((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      a[l + 96] = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
     }
+    a += 128;
+    ql += 64;
+    qh += 32;
   }
 }
 
-// Dot of one super-block's unpacked weights `a` (int8) with Q8_K quants, per ggml: 8 lanes
-// of float sums, each += d · lane_int. Returns nothing: updates sums[8].
-void AddLaneSums(float d, const int32_t* aux32, float* sums) {
-  for (int l = 0; l < 8; ++l) sums[l] += d * aux32[l];
+// Q4_K/Q5_K: 4- or 5-bit value of element e (without scale).
+int Q4KValue(const BlockQ4_K& b, int e) {
+  const uint8_t byte = b.qs[e / 64 * 32 + e % 32];
+  return (e % 64) < 32 ? (byte & 0xF) : (byte >> 4);
+}
+int Q5KValue(const BlockQ5_K& b, int e) {
+  const uint8_t byte = b.qs[e / 64 * 32 + e % 32];
+  const int low = (e % 64) < 32 ? (byte & 0xF) : (byte >> 4);
+  return low | (((b.qh[e % 32] >> (e / 32)) & 1) << 4);
 }
 
-float ReduceLanes(float sumf, const float* sums) {
-  for (int l = 0; l < 8; ++l) sumf += sums[l];
-  return sumf;
+// Σ_j mins[j] · (bsums[2j] + bsums[2j+1]) as ggml's madd of mins by pairwise-added bsums:
+// 4 lanes, lane k covering mins 2k and 2k+1.
+void MinLanes4(const uint8_t* mins, const int16_t* bsums, int32_t* lanes) {
+  for (int k = 0; k < 4; ++k) {
+    lanes[k] = mins[2 * k] * (bsums[4 * k] + bsums[4 * k + 1]) +
+               mins[2 * k + 1] * (bsums[4 * k + 2] + bsums[4 * k + 3]);
+  }
 }
 
 }  // namespace
@@ -169,23 +179,6 @@ void DequantizeRowQ5_K(const void* src, float* dst, int64_t n) {
   }
 }
 
-// The 256 signed 6-bit values of a Q6_K block, in element order, minus 32.
-static void UnpackQ6(const BlockQ6_K& b, int8_t* a) {
-  const uint8_t* ql = b.ql;
-  const uint8_t* qh = b.qh;
-  for (int chunk = 0; chunk < kQK_K; chunk += 128) {
-    for (int l = 0; l < 32; ++l) {
-      a[l + 0] = static_cast<int8_t>((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      a[l + 32] = static_cast<int8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      a[l + 64] = static_cast<int8_t>((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      a[l + 96] = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-    }
-    a += 128;
-    ql += 64;
-    qh += 32;
-  }
-}
-
 void DequantizeRowQ6_K(const void* src, float* dst, int64_t n) {
   const auto* x = static_cast<const BlockQ6_K*>(src);
   for (int64_t i = 0; i < n / kQK_K; ++i) {
@@ -230,139 +223,109 @@ void QuantizeActQ8_K(const float* src, void* dst, int64_t n) {
 void VecDotQ2_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ2_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sumf = 0;
+  float acc[8] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const uint8_t* q2 = x[i].qs;
-    const int8_t* q8 = y[i].qs;
-    const uint8_t* sc = x[i].scales;
-    int summs = 0;
-    for (int j = 0; j < 16; ++j) summs += y[i].bsums[j] * (sc[j] >> 4);
-    const float dall = y[i].d * Fp16ToFp32(x[i].d);
-    const float dmin = y[i].d * Fp16ToFp32(x[i].dmin);
-    int isum = 0;
-    int is = 0;
-    for (int chunk = 0; chunk < kQK_K / 128; ++chunk) {
-      for (int shift = 0; shift < 8; shift += 2) {
-        for (int half = 0; half < 2; ++half) {
-          const int d = sc[is++] & 0xF;
-          int isuml = 0;
-          for (int l = 16 * half; l < 16 * half + 16; ++l) isuml += q8[l] * ((q2[l] >> shift) & 3);
-          isum += d * isuml;
-        }
-        q8 += 32;
-      }
-      q2 += 32;
+    const float d = y[i].d * Fp16ToFp32(x[i].d);
+    const float dmin = -y[i].d * Fp16ToFp32(x[i].dmin);
+    int32_t min_lanes[8];
+    for (int l = 0; l < 8; ++l) {
+      min_lanes[l] = (x[i].scales[2 * l] >> 4) * y[i].bsums[2 * l] +
+                     (x[i].scales[2 * l + 1] >> 4) * y[i].bsums[2 * l + 1];
     }
-    sumf += dall * isum - dmin * summs;
+    FmaLanes(dmin, min_lanes, acc);
+    int32_t lanes[8] = {};
+    for (int e = 0; e < kQK_K; ++e) {
+      const int q = (x[i].qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      lanes[LaneOf(e)] += ((x[i].scales[e / 16] & 0xF) * q * y[i].qs[e]);
+    }
+    FmaLanes(d, lanes, acc);
   }
-  *out = sumf;
+  *out = HorizontalSum8(acc);
 }
 
 void VecDotQ3_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ3_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sums[8] = {};
+  float acc[8] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    int8_t aux8[kQK_K];
-    int8_t* p = aux8;
-    const uint8_t* q3 = x[i].qs;
-    const uint8_t* hm = x[i].hmask;
-    uint8_t m = 1;
-    for (int chunk = 0; chunk < kQK_K; chunk += 128) {
-      for (int shift = 0; shift < 8; shift += 2) {
-        for (int l = 0; l < 32; ++l) {
-          p[l] = static_cast<int8_t>(((q3[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
-        }
-        p += 32;
-        m <<= 1;
-      }
-      q3 += 32;
-    }
+    const float d = y[i].d * Fp16ToFp32(x[i].d);
     int8_t scales[16];
     UnpackQ3Scales(x[i].scales, scales);
-    int group_scale[16];
-    for (int g = 0; g < 16; ++g) group_scale[g] = scales[g] - 32;
-    int32_t aux32[8] = {};
-    AccumulateGroups16(y[i].qs, aux8, group_scale, aux32);
-    AddLaneSums(Fp16ToFp32(x[i].d) * y[i].d, aux32, sums);
+    int32_t lanes[8] = {};
+    for (int e = 0; e < kQK_K; ++e) {
+      const int low = (x[i].qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const int high = (x[i].hmask[e % 32] >> (e / 32)) & 1;
+      lanes[LaneOf(e)] += ((scales[e / 16] - 32) * (low - (high ? 0 : 4)) * y[i].qs[e]);
+    }
+    FmaLanes(d, lanes, acc);
   }
-  *out = ReduceLanes(0.0f, sums);
-}
-
-// Q4_K and Q5_K share everything but the unpacking of the quants.
-static float DotK4Style(const int8_t* aux8, const uint8_t* packed_scales, float d_w, float dmin_w,
-                        const BlockQ8_K& y, float* sums) {
-  uint8_t scales[8], mins[8];
-  UnpackK4ScalesMins(packed_scales, scales, mins);
-  int sumi = 0;
-  for (int j = 0; j < kQK_K / 16; ++j) sumi += y.bsums[j] * mins[j / 2];
-  int group_scale[16];
-  for (int g = 0; g < 16; ++g) group_scale[g] = scales[g / 2];
-  int32_t aux32[8] = {};
-  AccumulateGroups16(y.qs, aux8, group_scale, aux32);
-  AddLaneSums(d_w * y.d, aux32, sums);
-  const float dmin = dmin_w * y.d;
-  return dmin * sumi;
+  *out = HorizontalSum8(acc);
 }
 
 void VecDotQ4_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sums[8] = {};
-  float sumf = 0;
+  float acc[8] = {};
+  float acc_m[4] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    int8_t aux8[kQK_K];
-    const uint8_t* q4 = x[i].qs;
-    for (int j = 0; j < kQK_K / 64; ++j) {
-      for (int l = 0; l < 32; ++l) aux8[64 * j + l] = static_cast<int8_t>(q4[l] & 0xF);
-      for (int l = 0; l < 32; ++l) aux8[64 * j + 32 + l] = static_cast<int8_t>(q4[l] >> 4);
-      q4 += 32;
+    const float d = y[i].d * Fp16ToFp32(x[i].d);
+    const float dmin = -y[i].d * Fp16ToFp32(x[i].dmin);
+    uint8_t scales[8], mins[8];
+    UnpackK4ScalesMins(x[i].scales, scales, mins);
+    int16_t bsums[16];
+    for (int k = 0; k < 16; ++k) bsums[k] = y[i].bsums[k];
+    int32_t min_lanes[4];
+    MinLanes4(mins, bsums, min_lanes);
+    for (int k = 0; k < 4; ++k)
+      acc_m[k] = __builtin_fmaf(dmin, static_cast<float>(min_lanes[k]), acc_m[k]);
+    int32_t lanes[8] = {};
+    for (int e = 0; e < kQK_K; ++e) {
+      lanes[LaneOf(e)] += (scales[e / 32] * Q4KValue(x[i], e) * y[i].qs[e]);
     }
-    sumf -= DotK4Style(aux8, x[i].scales, Fp16ToFp32(x[i].d), Fp16ToFp32(x[i].dmin), y[i], sums);
+    FmaLanes(d, lanes, acc);
   }
-  *out = ReduceLanes(sumf, sums);
+  const float m = (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]);
+  *out = HorizontalSum8(acc) + m;
 }
 
 void VecDotQ5_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ5_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sums[8] = {};
-  float sumf = 0;
+  float acc[8] = {};
+  float summs = 0.f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    int8_t aux8[kQK_K];
-    const uint8_t* q4 = x[i].qs;
-    const uint8_t* hm = x[i].qh;
-    uint8_t m = 1;
-    for (int j = 0; j < kQK_K / 64; ++j) {
-      for (int l = 0; l < 32; ++l) {
-        aux8[64 * j + l] = static_cast<int8_t>((q4[l] & 0xF) + (hm[l] & m ? 16 : 0));
-      }
-      m <<= 1;
-      for (int l = 0; l < 32; ++l) {
-        aux8[64 * j + 32 + l] = static_cast<int8_t>((q4[l] >> 4) + (hm[l] & m ? 16 : 0));
-      }
-      m <<= 1;
-      q4 += 32;
+    const float d = y[i].d * Fp16ToFp32(x[i].d);
+    const float dmin = -y[i].d * Fp16ToFp32(x[i].dmin);
+    uint8_t scales[8], mins[8];
+    UnpackK4ScalesMins(x[i].scales, scales, mins);
+    int16_t bsums[16];
+    for (int k = 0; k < 16; ++k) bsums[k] = y[i].bsums[k];
+    int32_t min_lanes[4];
+    MinLanes4(mins, bsums, min_lanes);
+    const int32_t min_total = min_lanes[0] + min_lanes[1] + min_lanes[2] + min_lanes[3];
+    summs += dmin * static_cast<float>(min_total);
+    int32_t lanes[8] = {};
+    for (int e = 0; e < kQK_K; ++e) {
+      lanes[LaneOf(e)] += (scales[e / 32] * Q5KValue(x[i], e) * y[i].qs[e]);
     }
-    sumf -= DotK4Style(aux8, x[i].scales, Fp16ToFp32(x[i].d), Fp16ToFp32(x[i].dmin), y[i], sums);
+    FmaLanes(d, lanes, acc);
   }
-  *out = ReduceLanes(sumf, sums);
+  *out = HorizontalSum8(acc) + summs;
 }
 
 void VecDotQ6_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  float sums[8] = {};
+  float acc[8] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    int8_t aux8[kQK_K];
-    UnpackQ6(x[i], aux8);
-    int group_scale[16];
-    for (int g = 0; g < 16; ++g) group_scale[g] = x[i].scales[g];
-    int32_t aux32[8] = {};
-    AccumulateGroups16(y[i].qs, aux8, group_scale, aux32);
-    AddLaneSums(Fp16ToFp32(x[i].d) * y[i].d, aux32, sums);
+    const float d = y[i].d * Fp16ToFp32(x[i].d);
+    int8_t q6[kQK_K];
+    UnpackQ6(x[i], q6);
+    int32_t lanes[8] = {};
+    for (int e = 0; e < kQK_K; ++e) lanes[LaneOf(e)] += (x[i].scales[e / 16] * q6[e] * y[i].qs[e]);
+    FmaLanes(d, lanes, acc);
   }
-  *out = ReduceLanes(0.0f, sums);
+  *out = HorizontalSum8(acc);
 }
 
 void FillGenericKQuantKernels(TypeTraits& traits) {

@@ -4,7 +4,7 @@
 // Goals: dequantization bit-identical to ggml's dequantize_row_*; weight quantizers equal
 // to ggml's quantize_row_*_ref; activation quantizers equal to llama.cpp's x86 AVX path
 // (id = 127/amax, round half to even), so every ISA sees the same quantized activations;
-// dot products per ggml-cpu's *_generic: exact integer sum per block, then float.
+// dot products in llama.cpp's x86 float order (kernels_generic.h): exact integer sums.
 // Non-goals: speed (the ISA files override vec_dot and may override quantize_act).
 #include <algorithm>
 #include <cfloat>
@@ -67,6 +67,15 @@ float QuantizeActBlock(const float* x, int8_t* qs, void* d_out) {
   // Round half to even, as _mm256_round_ps(_MM_ROUND_NEAREST) does (|x·id| <= 127).
   for (int j = 0; j < kQK; ++j) qs[j] = static_cast<int8_t>(NearestInt(x[j] * id));
   return d;
+}
+
+// One 32-element block of a dot product in llama.cpp's x86 order (kernels_generic.h): the
+// exact integer products of weights q and activations qa go to 8 lanes, then
+// acc[l] = fma(d, lane l, acc[l]) with d = d_w · d_a.
+void BlockLanes(const int* q, const int8_t* qa, float d, float* acc) {
+  int32_t lanes[8] = {};
+  for (int e = 0; e < kQK; ++e) lanes[LaneOf(e)] += q[e] * qa[e];
+  FmaLanes(d, lanes, acc);
 }
 
 }  // namespace
@@ -235,79 +244,81 @@ void QuantizeActQ8_1(const float* src, void* dst, int64_t n) {
 void VecDotQ4_0Q8_0(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ4_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  float sumf = 0;
+  float acc[8] = {};
   for (int64_t ib = 0; ib < n / kQK; ++ib) {
-    int sumi0 = 0, sumi1 = 0;
+    int q[kQK];
     for (int j = 0; j < kQK / 2; ++j) {
-      sumi0 += ((x[ib].qs[j] & 0x0F) - 8) * y[ib].qs[j];
-      sumi1 += ((x[ib].qs[j] >> 4) - 8) * y[ib].qs[j + kQK / 2];
+      q[j] = (x[ib].qs[j] & 0x0F) - 8;
+      q[j + kQK / 2] = (x[ib].qs[j] >> 4) - 8;
     }
-    sumf += (sumi0 + sumi1) * Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d);
+    BlockLanes(q, y[ib].qs, Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d), acc);
   }
-  *out = sumf;
+  *out = HorizontalSum8(acc);
 }
 
+// Q4_1/Q5_1: the weight-min term m·s is summed separately (plain multiply-add, as llama.cpp
+// does) and added after the lane reduction.
 void VecDotQ4_1Q8_1(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ4_1*>(w);
   const auto* y = static_cast<const BlockQ8_1*>(a);
-  float sumf = 0;
+  float acc[8] = {};
+  float summs = 0;
   for (int64_t ib = 0; ib < n / kQK; ++ib) {
-    int sumi0 = 0, sumi1 = 0;
+    summs += Fp16ToFp32(x[ib].m) * Fp16ToFp32(y[ib].s);
+    int q[kQK];
     for (int j = 0; j < kQK / 2; ++j) {
-      sumi0 += (x[ib].qs[j] & 0x0F) * y[ib].qs[j];
-      sumi1 += (x[ib].qs[j] >> 4) * y[ib].qs[j + kQK / 2];
+      q[j] = x[ib].qs[j] & 0x0F;
+      q[j + kQK / 2] = x[ib].qs[j] >> 4;
     }
-    const int sumi = sumi0 + sumi1;
-    sumf += (Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d)) * sumi +
-            Fp16ToFp32(x[ib].m) * Fp16ToFp32(y[ib].s);
+    BlockLanes(q, y[ib].qs, Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d), acc);
   }
-  *out = sumf;
+  *out = HorizontalSum8(acc) + summs;
 }
 
 void VecDotQ5_0Q8_0(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ5_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  float sumf = 0;
+  float acc[8] = {};
   for (int64_t ib = 0; ib < n / kQK; ++ib) {
     const uint32_t qh = LoadQh(x[ib].qh);
-    int sumi0 = 0, sumi1 = 0;
+    int q[kQK];
     for (int j = 0; j < kQK / 2; ++j) {
-      sumi0 += (((x[ib].qs[j] & 0x0F) | HighBitLo(qh, j)) - 16) * y[ib].qs[j];
-      sumi1 += (((x[ib].qs[j] >> 4) | HighBitHi(qh, j)) - 16) * y[ib].qs[j + kQK / 2];
+      q[j] = ((x[ib].qs[j] & 0x0F) | HighBitLo(qh, j)) - 16;
+      q[j + kQK / 2] = ((x[ib].qs[j] >> 4) | HighBitHi(qh, j)) - 16;
     }
-    sumf += (Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d)) * (sumi0 + sumi1);
+    BlockLanes(q, y[ib].qs, Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d), acc);
   }
-  *out = sumf;
+  *out = HorizontalSum8(acc);
 }
 
 void VecDotQ5_1Q8_1(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ5_1*>(w);
   const auto* y = static_cast<const BlockQ8_1*>(a);
-  float sumf = 0;
+  float acc[8] = {};
+  float summs = 0;
   for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    summs += Fp16ToFp32(x[ib].m) * Fp16ToFp32(y[ib].s);
     const uint32_t qh = LoadQh(x[ib].qh);
-    int sumi0 = 0, sumi1 = 0;
+    int q[kQK];
     for (int j = 0; j < kQK / 2; ++j) {
-      sumi0 += ((x[ib].qs[j] & 0x0F) | HighBitLo(qh, j)) * y[ib].qs[j];
-      sumi1 += ((x[ib].qs[j] >> 4) | HighBitHi(qh, j)) * y[ib].qs[j + kQK / 2];
+      q[j] = (x[ib].qs[j] & 0x0F) | HighBitLo(qh, j);
+      q[j + kQK / 2] = (x[ib].qs[j] >> 4) | HighBitHi(qh, j);
     }
-    const int sumi = sumi0 + sumi1;
-    sumf += (Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d)) * sumi +
-            Fp16ToFp32(x[ib].m) * Fp16ToFp32(y[ib].s);
+    BlockLanes(q, y[ib].qs, Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d), acc);
   }
-  *out = sumf;
+  *out = HorizontalSum8(acc) + summs;
 }
 
 void VecDotQ8_0Q8_0(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  float sumf = 0;
+  float acc[8] = {};
   for (int64_t ib = 0; ib < n / kQK; ++ib) {
-    int sumi = 0;
-    for (int j = 0; j < kQK; ++j) sumi += x[ib].qs[j] * y[ib].qs[j];
-    sumf += sumi * (Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d));
+    int q[kQK];
+    for (int j = 0; j < kQK; ++j) q[j] = x[ib].qs[j];
+    BlockLanes(q, y[ib].qs, Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d), acc);
   }
-  *out = sumf;
+  *out = HorizontalSum8(acc);
 }
 
 void FillGenericLegacyKernels(TypeTraits& traits) {
