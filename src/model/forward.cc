@@ -15,18 +15,20 @@ namespace shardlm {
 
 // Every buffer is sized once for max_batch_tokens (B) rows; a batch uses its first rows.
 struct ForwardPass::Activations {
-  std::vector<float> x;            // [B][n_embd] residual stream
-  std::vector<float> xn;           // [B][n_embd] normed input of the current sublayer
-  std::vector<float> q;            // [B][n_head][head_dim]
-  std::vector<float> k;            // [B][n_head_kv][head_dim]
-  std::vector<float> v;            // [B][n_head_kv][head_dim]
-  std::vector<float> attn;         // [B][n_head][head_dim] attention output
-  std::vector<float> proj;         // [B][n_embd] attn_output / ffn_down result
-  std::vector<float> gate;         // [B][n_ff] gate projection, then SiLU(gate)·up
-  std::vector<float> up;           // [B][n_ff]
-  std::vector<float> rope;         // [B][n_rot] (cos, sin) per rotated pair
-  std::vector<float> scores;       // [n_threads][gqa_group][max_ctx] attention probabilities
-  std::vector<int32_t> head_rows;  // [B] batch index of each logits row
+  std::vector<float> x;             // [B][n_embd] residual stream
+  std::vector<float> xn;            // [B][n_embd] normed input of the current sublayer
+  std::vector<float> q;             // [B][n_head][head_dim]
+  std::vector<float> k;             // [B][n_head_kv][head_dim]
+  std::vector<float> v;             // [B][n_head_kv][head_dim]
+  std::vector<float> attn;          // [B][n_head][head_dim] attention output
+  std::vector<float> proj;          // [B][n_embd] attn_output / ffn_down result
+  std::vector<float> gate;          // [B][n_ff] gate projection, then SiLU(gate)·up
+  std::vector<float> up;            // [B][n_ff]
+  std::vector<float> rope;          // [B][n_rot] (cos, sin) per rotated pair
+  std::vector<float> scores;        // [n_threads][gqa_group][max_ctx] attention probabilities
+  std::vector<int32_t> head_rows;   // [B] batch index of each logits row
+  std::vector<int32_t> slot_begin;  // [n_slots] first position of the slot in the batch
+  std::vector<int32_t> slot_next;   // [n_slots] last position + 1 (−1: slot unused)
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
   size_t scores_per_worker = 0;  // gqa_group × max_ctx
@@ -65,8 +67,7 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
 ForwardPass::~ForwardPass() = default;
 
 Status ForwardPass::Validate(std::span<const BatchEntry> batch,
-                             std::span<BlockTable* const> tables_by_slot,
-                             const float* hidden_in) const {
+                             std::span<BlockTable* const> tables_by_slot, const float* hidden_in) {
   if (batch.empty() || batch.size() > size_t(max_batch_tokens_)) {
     return InvalidArgument("batch of {} tokens (must be 1..{})", batch.size(), max_batch_tokens_);
   }
@@ -75,7 +76,8 @@ Status ForwardPass::Validate(std::span<const BatchEntry> batch,
                            model_.layers().end);
   }
   // Per slot, positions must continue the table: consecutive, starting at most at n_tokens.
-  std::vector<int64_t> next(tables_by_slot.size(), -1);
+  std::vector<int32_t>& next = act_->slot_next;
+  next.assign(tables_by_slot.size(), -1);
   for (const BatchEntry& e : batch) {
     if (e.slot < 0 || size_t(e.slot) >= tables_by_slot.size() || !tables_by_slot[e.slot]) {
       return InvalidArgument("batch entry has slot {} without a block table", e.slot);
@@ -105,14 +107,15 @@ Status ForwardPass::Validate(std::span<const BatchEntry> batch,
 
 Status ForwardPass::PrepareTables(std::span<const BatchEntry> batch,
                                   std::span<BlockTable* const> tables_by_slot) {
-  std::vector<int32_t> begin(tables_by_slot.size(), -1), end(tables_by_slot.size(), -1);
+  // Validate left each used slot's end position in slot_next; find each slot's first.
+  std::vector<int32_t>& begin = act_->slot_begin;
+  begin.assign(tables_by_slot.size(), -1);
   for (const BatchEntry& e : batch) {
     if (begin[e.slot] < 0) begin[e.slot] = e.position;
-    end[e.slot] = e.position + 1;
   }
   for (size_t slot = 0; slot < tables_by_slot.size(); ++slot) {
     if (begin[slot] < 0) continue;
-    SHARDLM_TRY(tables_by_slot[slot]->PrepareWrite(begin[slot], end[slot]));
+    SHARDLM_TRY(tables_by_slot[slot]->PrepareWrite(begin[slot], act_->slot_next[slot]));
   }
   return Status::Ok();
 }

@@ -66,7 +66,7 @@ class ForwardPass {
  private:
   struct Activations;
   Status Validate(std::span<const BatchEntry> batch, std::span<BlockTable* const> tables_by_slot,
-                  const float* hidden_in) const;
+                  const float* hidden_in);
   Status PrepareTables(std::span<const BatchEntry> batch,
                        std::span<BlockTable* const> tables_by_slot);
   void Embed(std::span<const BatchEntry> batch, const float* hidden_in);
