@@ -6,6 +6,7 @@
 // The worst ratio error/bound is printed per type.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <string>
@@ -149,6 +150,95 @@ TEST(VecDot, MatchesFloat64ReferenceForEveryType) {
                     Name(type).c_str(), worst_exact, worst_float);
       }
     }
+  }
+}
+
+// The generic kernels reproduce the float order of llama.cpp's x86 kernels (which is what
+// makes fixture logits bit-identical to llama.cpp's). Emulate that order from its
+// description, for Q8_0 (no mins) and Q4_K (mins via bsums in 4 lanes), and require
+// bitwise equality; also check a plain sequential order would differ on these inputs, so
+// the test can tell the two apart.
+float X86Order(const std::vector<std::vector<int>>& block_ints, const std::vector<float>& d) {
+  float acc[8] = {};
+  for (size_t b = 0; b < block_ints.size(); ++b) {
+    int32_t lanes[8] = {};
+    for (size_t e = 0; e < block_ints[b].size(); ++e) lanes[(e % 32) / 4] += block_ints[b][e];
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(d[b], static_cast<float>(lanes[l]), acc[l]);
+  }
+  float s4[4];
+  for (int i = 0; i < 4; ++i) s4[i] = acc[i + 4] + acc[i];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+TEST(VecDot, Q8_0FollowsLlamaCppX86FloatOrder) {
+  constexpr int64_t kN = 4096;
+  const TypeTraits* t = GetTypeTraitsFor(GgmlType::kQ8_0, Isa::kGeneric);
+  int sequential_differs = 0;
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    const std::vector<float> wf = Gaussian(kN, 300 + seed, 0.05f);
+    const std::vector<float> xf = Gaussian(kN, 400 + seed, 1.0f);
+    std::vector<BlockQ8_0> w(kN / 32), x(kN / 32);
+    t->quantize_row(wf.data(), w.data(), kN);
+    t->quantize_act(xf.data(), x.data(), kN);
+    std::vector<std::vector<int>> ints;
+    std::vector<float> d;
+    float sequential = 0;
+    for (int64_t b = 0; b < kN / 32; ++b) {
+      ints.emplace_back(32);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) sum += ints.back()[j] = w[b].qs[j] * x[b].qs[j];
+      d.push_back(Fp16ToFp32(w[b].d) * Fp16ToFp32(x[b].d));
+      sequential += sum * d.back();
+    }
+    float got = 0;
+    t->vec_dot(kN, w.data(), x.data(), &got);
+    const float want = X86Order(ints, d);
+    ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << got << " " << want;
+    sequential_differs += got != sequential;
+  }
+  EXPECT_GT(sequential_differs, 0);
+}
+
+TEST(VecDot, Q4_KFollowsLlamaCppX86FloatOrder) {
+  constexpr int64_t kN = 4096;
+  const TypeTraits* t = GetTypeTraitsFor(GgmlType::kQ4_K, Isa::kGeneric);
+  for (uint32_t seed = 0; seed < 10; ++seed) {
+    const std::vector<float> wf = Gaussian(kN, 500 + seed, 0.05f);
+    const std::vector<float> xf = Gaussian(kN, 600 + seed, 1.0f);
+    std::vector<BlockQ4_K> w(kN / 256);
+    std::vector<BlockQ8_K> x(kN / 256);
+    t->quantize_row(wf.data(), w.data(), kN);
+    t->quantize_act(xf.data(), x.data(), kN);
+    std::vector<std::vector<int>> ints;
+    std::vector<float> d;
+    float acc_m[4] = {};
+    for (int64_t b = 0; b < kN / 256; ++b) {
+      // Integer products scale · q · q8, with scale and q read from the block fields as
+      // the format defines them (dequant_test.cc).
+      const uint8_t* s = w[b].scales;
+      int sc[8], m[8];
+      for (int j = 0; j < 8; ++j) {
+        sc[j] = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        m[j] = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+      }
+      ints.emplace_back(256);
+      for (int e = 0; e < 256; ++e) {
+        const uint8_t byte = w[b].qs[e / 64 * 32 + e % 32];
+        const int q = (e % 64) < 32 ? (byte & 15) : (byte >> 4);
+        ints.back()[e] = sc[e / 32] * q * x[b].qs[e];
+      }
+      d.push_back(x[b].d * Fp16ToFp32(w[b].d));
+      const float dmin = -x[b].d * Fp16ToFp32(w[b].dmin);
+      for (int k = 0; k < 4; ++k) {
+        const int lane = m[2 * k] * (x[b].bsums[4 * k] + x[b].bsums[4 * k + 1]) +
+                         m[2 * k + 1] * (x[b].bsums[4 * k + 2] + x[b].bsums[4 * k + 3]);
+        acc_m[k] = std::fma(dmin, static_cast<float>(lane), acc_m[k]);
+      }
+    }
+    float got = 0;
+    t->vec_dot(kN, w.data(), x.data(), &got);
+    const float want = X86Order(ints, d) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]));
+    ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << got << " " << want;
   }
 }
 
