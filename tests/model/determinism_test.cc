@@ -69,6 +69,28 @@ TEST_P(DeterminismTest, ThreadCountDoesNotChangeLogits) {
   }
 }
 
+// Attention runs in position order whatever the page size, so pages of 1, 5, 16 or 128
+// positions give the same bits.
+TEST_P(DeterminismTest, PageSizeDoesNotChangeLogits) {
+  auto base = Open(2);
+  std::vector<float> want = OneBatch(*base);
+  for (int page_tokens : {1, 5, 128}) {
+    HarnessOptions options;
+    options.n_threads = 2;
+    options.page_tokens = page_tokens;
+    options.n_pages = 256 / page_tokens + 1;
+    auto h = Harness::Open("", options, base->file);
+    ASSERT_NE(h, nullptr);
+    ExpectBitwise(OneBatch(*h), want, "page_tokens " + std::to_string(page_tokens));
+  }
+}
+
+TEST_P(DeterminismTest, F16KvIsThreadInvariant) {
+  auto h1 = Open(1, kAllLayers, KvType::kF16);
+  auto h3 = Open(3, kAllLayers, KvType::kF16);
+  ExpectBitwise(OneBatch(*h3), OneBatch(*h1), "F16 KV, 3 threads vs 1");
+}
+
 TEST_P(DeterminismTest, DecodeTokenByTokenEqualsPrefill) {
   auto h = Open(2);
   std::vector<float> prefill = OneBatch(*h);
