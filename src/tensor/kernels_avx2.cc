@@ -4,9 +4,9 @@
 // these again (type_traits.cc applies both in order).
 //
 // Goals: the registration point; the kernels live per weight-type family in
-// legacy_avx2.cc (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1), kquants_avx2.cc (Q4_K, Q6_K) and
-// float_avx2.cc (F32, F16). Non-goals: Q2_K, Q3_K, Q5_K and BF16 (they keep the generic
-// kernels on AVX2-only CPUs); activation quantization (generic).
+// legacy_avx2.cc (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1), kquants_avx2.cc (Q2_K..Q6_K) and
+// float_avx2.cc (F32, F16). Non-goals: BF16 (generic kernels on AVX2-only CPUs);
+// activation quantization (generic).
 #include "tensor/kernels_impl.h"
 
 namespace shardlm::internal {

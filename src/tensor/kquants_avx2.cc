@@ -1,13 +1,15 @@
-// AVX2 kernels for Q4_K and Q6_K weights against Q8_K activations (the Q4_K_M mix).
-// Registered by kernels_avx2.cc.
+// AVX2 kernels for the K-quants against Q8_K activations: Q4_K and Q6_K (the Q4_K_M mix),
+// Q5_K, Q3_K, Q2_K. Registered by kernels_avx2.cc.
 //
 // Goals: exact int32 arithmetic inside a 256-element super-block, one float step per
 // super-block and pair; a small tile for prefill; the same per-pair op sequence in every
-// tile (simd_tile.h). Non-goals: Q2_K/Q3_K/Q5_K on AVX2 (generic kernels).
+// tile (simd_tile.h). Non-goals: repacked layouts.
 //
 // Integer scheme: vpmaddubsw (unsigned quants × signed activations → int16 pairs, no
 // saturation: 2·63·127 < 2^15), vpmaddwd by the broadcast sub-block scale → int32.
-// Offsets (Q4_K mins, Q6_K's −32) go through the activation block sums.
+// Offsets (Q4_K/Q5_K/Q2_K mins, Q6_K's −32, Q3_K's −4) go through the activation block sums.
+#include <type_traits>
+
 #include "tensor/simd_avx2_inl.h"
 #include "tensor/simd_tile.h"
 
@@ -34,8 +36,12 @@ inline void UnpackScalesMins(const uint8_t* packed, uint64_t* scales, uint64_t* 
 
 inline __m256i Bsums(const BlockQ8_K* a) { return Load32(a->bsums); }
 
-// Q4_K: 32 qs bytes per 64 elements: low nibbles sub-block 2j, high nibbles 2j+1.
+// Q4_K / Q5_K: 32 qs bytes per 64 elements: low nibbles sub-block 2j, high nibbles 2j+1;
+// Q5_K adds 16 where bit 2j (low) or 2j+1 (high) of qh[l] is set.
+template <bool kFiveBit>
 struct Q4KKernel {
+  using Block = std::conditional_t<kFiveBit, BlockQ5_K, BlockQ4_K>;
+
   template <int NR, int NC>
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                   int64_t act_stride, float* out, int64_t out_stride) {
@@ -49,7 +55,7 @@ struct Q4KKernel {
       uint64_t scales[NR];
       __m256i mins[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-        const auto* blk = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride) + b;
+        const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
         uint64_t mn;
         UnpackScalesMins(blk->scales, &scales[r], &mn);
         const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn)));
@@ -60,10 +66,17 @@ struct Q4KKernel {
       for (int j = 0; j < 4; ++j) {
         __m256i lo[NR], hi[NR], s_lo[NR], s_hi[NR];
         SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const auto* blk = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride) + b;
+          const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
           const __m256i q = Load32(blk->qs + 32 * j);
           lo[r] = _mm256_and_si256(q, nibble);
           hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble);
+          if constexpr (kFiveBit) {
+            const __m256i qh = _mm256_srli_epi16(Load32(blk->qh), 2 * j);
+            const __m256i one = _mm256_set1_epi8(1);
+            lo[r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(_mm256_and_si256(qh, one), 4));
+            hi[r] = _mm256_or_si256(
+                hi[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4));
+          }
           s_lo[r] = _mm256_set1_epi16(static_cast<int16_t>((scales[r] >> (16 * j)) & 0xff));
           s_hi[r] = _mm256_set1_epi16(static_cast<int16_t>((scales[r] >> (16 * j + 8)) & 0xff));
         }
@@ -82,7 +95,7 @@ struct Q4KKernel {
         const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
         const __m256i bsums = Bsums(ablk);
         SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const auto* blk = reinterpret_cast<const BlockQ4_K*>(w + r * w_stride) + b;
+          const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
           const __m256i msum = _mm256_madd_epi16(bsums, mins[r]);
           acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]),
                                       _mm256_set1_ps(Fp16ToF32(blk->d) * ablk->d), acc[r][c]);
@@ -96,42 +109,126 @@ struct Q4KKernel {
   }
 };
 
+// Per-block weight state of the types with 16 scales of 16 elements (Q6_K, Q3_K, Q2_K).
+struct SixteenScales {
+  int16_t sc[16];   // the scale of each 16-element group
+  __m256i offsets;  // 16 int16 paired with the bsums: −off·sc (Q6_K, Q3_K) or mins (Q2_K)
+  float d, dmin;    // dmin only for Q2_K
+};
+
 // Q6_K: group g (32 elements) of half h: ql[64h + 32(g & 1) ..] nibble (g >> 1), qh bits
-// 2g..2g+1 of qh[32h ..]; its two scales are sc[8h + 2g] and sc[8h + 2g + 1].
-struct Q6KKernel {
+// 2g..2g+1 of qh[32h ..]; value q − 32, the −32 through −32·Σ sc·bsum.
+struct Q6KWeights {
+  using Block = BlockQ6_K;
+  static constexpr bool kHasMins = false;
+  static SixteenScales Prepare(const Block* blk) {
+    SixteenScales s;
+    const __m256i sc =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.sc), sc);
+    s.offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 5));
+    s.d = Fp16ToF32(blk->d);
+    s.dmin = 0.0f;
+    return s;
+  }
+  static __m256i Group(const Block* blk, int h, int g) {
+    __m256i ql = Load32(blk->ql + 64 * h + 32 * (g & 1));
+    if (g >= 2) ql = _mm256_srli_epi16(ql, 4);
+    const __m256i qh = _mm256_srli_epi16(Load32(blk->qh + 32 * h), 2 * g);
+    return _mm256_or_si256(_mm256_and_si256(ql, _mm256_set1_epi8(0x0f)),
+                           _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4));
+  }
+};
+
+// Q3_K: group g of half h: 2 bits at 2g of qs[32h ..], plus 4 where hmask bit 4h + g is
+// set; value q3 − 4 with 6-bit scales s − 32 (see kquants_avx512.cc for the packing).
+struct Q3KWeights {
+  using Block = BlockQ3_K;
+  static constexpr bool kHasMins = false;
+  static SixteenScales Prepare(const Block* blk) {
+    uint32_t a0, a1, a2;
+    __builtin_memcpy(&a0, blk->scales, 4);
+    __builtin_memcpy(&a1, blk->scales + 4, 4);
+    __builtin_memcpy(&a2, blk->scales + 8, 4);
+    const uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
+    const __m128i packed =
+        _mm_set_epi32(static_cast<int>(((a1 >> 4) & k4) | (((a2 >> 6) & k2) << 4)),
+                      static_cast<int>(((a0 >> 4) & k4) | (((a2 >> 4) & k2) << 4)),
+                      static_cast<int>((a1 & k4) | (((a2 >> 2) & k2) << 4)),
+                      static_cast<int>((a0 & k4) | ((a2 & k2) << 4)));
+    const __m256i sc = _mm256_sub_epi16(_mm256_cvtepu8_epi16(packed), _mm256_set1_epi16(32));
+    SixteenScales s;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.sc), sc);
+    s.offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 2));
+    s.d = Fp16ToF32(blk->d);
+    s.dmin = 0.0f;
+    return s;
+  }
+  static __m256i Group(const Block* blk, int h, int g) {
+    const __m256i one = _mm256_set1_epi8(1);
+    const __m256i q =
+        _mm256_and_si256(_mm256_srli_epi16(Load32(blk->qs + 32 * h), 2 * g), _mm256_set1_epi8(3));
+    const __m256i hbit = _mm256_and_si256(_mm256_srli_epi16(Load32(blk->hmask), 4 * h + g), one);
+    return _mm256_or_si256(q, _mm256_slli_epi16(hbit, 2));
+  }
+};
+
+// Q2_K: group g of half h: 2 bits at 2g of qs[32h ..]; value d·(s & 15)·q − dmin·(s >> 4).
+struct Q2KWeights {
+  using Block = BlockQ2_K;
+  static constexpr bool kHasMins = true;
+  static SixteenScales Prepare(const Block* blk) {
+    const __m256i raw =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)));
+    SixteenScales s;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.sc),
+                        _mm256_and_si256(raw, _mm256_set1_epi16(15)));
+    s.offsets = _mm256_srli_epi16(raw, 4);
+    s.d = Fp16ToF32(blk->d);
+    s.dmin = Fp16ToF32(blk->dmin);
+    return s;
+  }
+  static __m256i Group(const Block* blk, int h, int g) {
+    return _mm256_and_si256(_mm256_srli_epi16(Load32(blk->qs + 32 * h), 2 * g),
+                            _mm256_set1_epi8(3));
+  }
+};
+
+// Q6_K, Q3_K, Q2_K: unsigned quants per 32-element group, two scales per group (one per
+// 128-bit half of the vpmaddubsw result); offsets through the bsums.
+template <class P>
+struct SixteenScaleKernel {
+  using Block = typename P::Block;
+
   template <int NR, int NC>
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                   int64_t act_stride, float* out, int64_t out_stride) {
     const int64_t nb = n / kQK_K;
-    const __m256i nibble = _mm256_set1_epi8(0x0f);
-    const __m256i two_bits = _mm256_set1_epi8(0x03);
     __m256 acc[NR][NC];
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
         acc[r][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      __m256i isum[NR][NC];
+      __m256i isum[NR][NC], msum[NR][NC];
+      SixteenScales ws[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-        const auto* blk = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride) + b;
-        const __m256i sc16 =
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)));
+        ws[r] = P::Prepare(reinterpret_cast<const Block*>(w + r * w_stride) + b);
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-          // −32·Σ_g sc_g·bsum_g, the offset of every quant.
-          isum[r][c] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                        _mm256_slli_epi32(_mm256_madd_epi16(Bsums(ablk), sc16), 5));
+          const __m256i offs = _mm256_madd_epi16(Bsums(ablk), ws[r].offsets);
+          if constexpr (P::kHasMins) {
+            isum[r][c] = _mm256_setzero_si256();
+            msum[r][c] = offs;
+          } else {
+            isum[r][c] = offs;
+          }
         }
       }
       for (int h = 0; h < 2; ++h) {
         for (int g = 0; g < 4; ++g) {
           __m256i q[NR], sc[NR];
           SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-            const auto* blk = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride) + b;
-            __m256i ql = Load32(blk->ql + 64 * h + 32 * (g & 1));
-            if (g >= 2) ql = _mm256_srli_epi16(ql, 4);
-            const __m256i qh = _mm256_srli_epi16(Load32(blk->qh + 32 * h), 2 * g);
-            q[r] = _mm256_or_si256(_mm256_and_si256(ql, nibble),
-                                   _mm256_slli_epi16(_mm256_and_si256(qh, two_bits), 4));
-            const int8_t* s = blk->scales + 8 * h + 2 * g;
+            q[r] = P::Group(reinterpret_cast<const Block*>(w + r * w_stride) + b, h, g);
+            const int16_t* s = ws[r].sc + 8 * h + 2 * g;
             sc[r] = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
           }
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
@@ -145,9 +242,12 @@ struct Q6KKernel {
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
         SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const auto* blk = reinterpret_cast<const BlockQ6_K*>(w + r * w_stride) + b;
           acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]),
-                                      _mm256_set1_ps(Fp16ToF32(blk->d) * ablk->d), acc[r][c]);
+                                      _mm256_set1_ps(ws[r].d * ablk->d), acc[r][c]);
+          if constexpr (P::kHasMins) {
+            acc[r][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[r][c]),
+                                         _mm256_set1_ps(ws[r].dmin * ablk->d), acc[r][c]);
+          }
         }
       }
     }
@@ -161,8 +261,25 @@ struct Q6KKernel {
 // Tiles of 2 rows x 2 tokens: per pair an int32 and a float accumulator (8 registers) plus
 // the unpacked quants of 2 rows fill the 16 ymm registers.
 void FillKQuantsAvx2(TypeTraits& traits) {
-  if (traits.type == GgmlType::kQ4_K) simd::Install<Q4KKernel, 2, 2>(traits);
-  if (traits.type == GgmlType::kQ6_K) simd::Install<Q6KKernel, 2, 2>(traits);
+  switch (traits.type) {
+    case GgmlType::kQ4_K:
+      simd::Install<Q4KKernel<false>, 2, 2>(traits);
+      break;
+    case GgmlType::kQ5_K:
+      simd::Install<Q4KKernel<true>, 2, 2>(traits);
+      break;
+    case GgmlType::kQ6_K:
+      simd::Install<SixteenScaleKernel<Q6KWeights>, 2, 2>(traits);
+      break;
+    case GgmlType::kQ3_K:
+      simd::Install<SixteenScaleKernel<Q3KWeights>, 2, 2>(traits);
+      break;
+    case GgmlType::kQ2_K:
+      simd::Install<SixteenScaleKernel<Q2KWeights>, 2, 2>(traits);
+      break;
+    default:
+      break;
+  }
 }
 
 }  // namespace shardlm::internal
