@@ -5,7 +5,7 @@
 // -r repetitions; a markdown table like llama-bench's on stdout, or with --json one JSON
 // object per test per line (JSON lines: model_filename, model_type, model_size,
 // model_n_params, n_threads, type_k, n_prompt, n_gen, test, avg_ns, avg_ts, stddev_ts,
-// samples_ns, samples_ts) for scripts (bench/engine_bench.sh).
+// median_ts, cpu_share, samples_ns, samples_ts) for scripts (bench/engine_bench.sh).
 // Non-goals: parameter sweeps (lists of -p/-n/-t values), several models per run.
 #include <cstdio>
 #include <map>
@@ -62,7 +62,20 @@ std::string FileTypeName(const GgufFile& file) {
     if (it != kNames.end()) return it->second;
     return "ftype " + std::to_string(*ftype);
   }
-  return "unknown type";
+  // No file type recorded: name the type that holds most of the bytes.
+  std::map<uint32_t, uint64_t> bytes_by_type;
+  for (const GgufTensorInfo& tensor : file.tensors()) {
+    bytes_by_type[uint32_t(tensor.type)] += tensor.n_bytes;
+  }
+  uint32_t main_type = 0;
+  uint64_t most = 0;
+  for (const auto& [type, bytes] : bytes_by_type) {
+    if (bytes > most) {
+      main_type = type;
+      most = bytes;
+    }
+  }
+  return GgmlTypeName(main_type);
 }
 
 struct ModelFacts {
@@ -98,6 +111,8 @@ nlohmann::json ToJson(const ModelFacts& facts, const BenchFlags& f, int n_thread
           {"avg_ns", r.avg_ns},
           {"avg_ts", r.avg_ts},
           {"stddev_ts", r.stddev_ts},
+          {"median_ts", r.median_ts},
+          {"cpu_share", r.cpu_share},
           {"samples_ns", r.samples_ns},
           {"samples_ts", r.samples_ts}};
 }

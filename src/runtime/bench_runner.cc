@@ -1,6 +1,8 @@
 // Bench runner implementation: fresh KV per run, random prompt tokens, timed forward passes.
 #include "runtime/bench_runner.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,10 +22,22 @@ bool AllFinite(std::span<const float> values) {
   return true;
 }
 
-// One timed run from an empty cache; returns its wall time in nanoseconds.
-Result<uint64_t> TimedRun(Sequence& seq, const BenchTest& test,
+uint64_t ProcessCpuNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+struct RunTimes {
+  uint64_t wall_ns = 0;
+  uint64_t cpu_ns = 0;
+};
+
+// One timed run from an empty cache.
+Result<RunTimes> TimedRun(Sequence& seq, const BenchTest& test,
                           const std::vector<TokenId>& tokens) {
   seq.Reset();
+  const uint64_t cpu_start = ProcessCpuNs();
   const auto start = std::chrono::steady_clock::now();
   if (test.n_prompt > 0) {
     SHARDLM_TRY(seq.Prefill(tokens));
@@ -31,13 +45,22 @@ Result<uint64_t> TimedRun(Sequence& seq, const BenchTest& test,
     for (int i = 0; i < test.n_gen; ++i) SHARDLM_TRY(seq.Decode(tokens[i]));
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
+  const uint64_t cpu_ns = ProcessCpuNs() - cpu_start;
   if (!AllFinite(seq.logits())) {
     return InvalidData("{}: the forward pass produced non-finite logits", test.Name());
   }
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+  return RunTimes{uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
+                  cpu_ns};
 }
 
 }  // namespace
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
 
 std::string BenchTest::Name() const {
   return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
@@ -68,18 +91,23 @@ Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const Benc
   std::vector<TokenId> tokens(n_tokens);
   for (TokenId& token : tokens) token = TokenId(rng.Next() % uint64_t(model.config().n_vocab));
 
-  BenchResult result{test, {}, {}, 0.0, 0.0, 0};
-  SHARDLM_ASSIGN_OR_RETURN(uint64_t warmup_ns, TimedRun(*seq, test, tokens));
-  (void)warmup_ns;
-  uint64_t total_ns = 0;
+  BenchResult result;
+  result.test = test;
+  SHARDLM_ASSIGN_OR_RETURN(RunTimes warmup, TimedRun(*seq, test, tokens));
+  (void)warmup;
+  uint64_t total_ns = 0, total_cpu_ns = 0;
   for (int rep = 0; rep < options.reps; ++rep) {
-    SHARDLM_ASSIGN_OR_RETURN(uint64_t ns, TimedRun(*seq, test, tokens));
-    result.samples_ns.push_back(ns);
-    result.samples_ts.push_back(double(n_tokens) * 1e9 / double(std::max<uint64_t>(ns, 1)));
-    total_ns += ns;
+    SHARDLM_ASSIGN_OR_RETURN(RunTimes times, TimedRun(*seq, test, tokens));
+    result.samples_ns.push_back(times.wall_ns);
+    result.samples_ts.push_back(double(n_tokens) * 1e9 /
+                                double(std::max<uint64_t>(times.wall_ns, 1)));
+    total_ns += times.wall_ns;
+    total_cpu_ns += times.cpu_ns;
   }
   result.avg_ns = total_ns / uint64_t(options.reps);
+  result.cpu_share = double(total_cpu_ns) / (double(total_ns) * threads.size());
   MeanStddev(result.samples_ts, result.avg_ts, result.stddev_ts);
+  result.median_ts = Median(result.samples_ts);
   return result;
 }
 

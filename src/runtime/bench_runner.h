@@ -39,7 +39,12 @@ struct BenchResult {
   std::vector<double> samples_ts;    // [reps] tokens per second per run
   double avg_ts = 0.0;
   double stddev_ts = 0.0;  // sample standard deviation (n - 1), 0 for one rep
+  double median_ts = 0.0;
   uint64_t avg_ns = 0;
+  // Process CPU time / (wall time × threads) over the timed runs: near 1 when the threads
+  // had their cores (a pool that spins while waiting also counts), well below 1 when other
+  // processes took the cores; tells a slow engine from a busy machine.
+  double cpu_share = 0.0;
 };
 
 // Runs one test: a warm-up run, then options.reps timed runs.
@@ -48,5 +53,6 @@ Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const Benc
 
 // Mean and sample standard deviation.
 void MeanStddev(const std::vector<double>& values, double& mean, double& stddev);
+double Median(std::vector<double> values);
 
 }  // namespace shardlm
