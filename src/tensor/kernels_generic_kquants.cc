@@ -313,17 +313,27 @@ void VecDotQ5_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   *out = HorizontalSum8(acc) + summs;
 }
 
+// Q6_K: the lanes take the unsigned 6-bit values (0..63) and the -32 offset is removed per
+// lane through bsums (lane l: 32 · (scale[2l]·bsums[2l] + scale[2l+1]·bsums[2l+1])). The
+// total is the same as with q - 32 per element, the per-lane split is not, and the split is
+// what the float accumulation sees: this form reproduces the fixture goldens of llama.cpp's
+// build bit for bit, the per-element form does not.
 void VecDotQ6_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = y[i].d * Fp16ToFp32(x[i].d);
     int8_t q6[kQK_K];
     UnpackQ6(x[i], q6);
     int32_t lanes[8] = {};
-    for (int e = 0; e < kQK_K; ++e) lanes[LaneOf(e)] += (x[i].scales[e / 16] * q6[e] * y[i].qs[e]);
-    FmaLanes(d, lanes, acc);
+    for (int e = 0; e < kQK_K; ++e) {
+      lanes[LaneOf(e)] += x[i].scales[e / 16] * (q6[e] + 32) * y[i].qs[e];
+    }
+    for (int l = 0; l < 8; ++l) {
+      lanes[l] -= 32 * (x[i].scales[2 * l] * y[i].bsums[2 * l] +
+                        x[i].scales[2 * l + 1] * y[i].bsums[2 * l + 1]);
+    }
+    FmaLanes(y[i].d * Fp16ToFp32(x[i].d), lanes, acc);
   }
   *out = HorizontalSum8(acc);
 }
