@@ -8,6 +8,7 @@
 // A row length that is not a multiple of the vector width is finished with one masked
 // (zero-filling) step, which adds exact zeros.
 // Non-goals: activation conversion (generic quantize_act).
+
 // GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
 // every inlined use; the warning is a known false positive, silenced for the header only.
 #pragma GCC diagnostic push

@@ -12,6 +12,7 @@
 // vpdpwssd multiplies those pairs by the int16 sub-block scales and accumulates in int32
 // (|Σ| <= 256·63·127·128 < 2^31). Weight offsets (Q4_K mins, Q6_K's -32) go through the
 // activation block sums (bsums), never through per-element work.
+
 // GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
 // every inlined use; the warning is a known false positive, silenced for the header only.
 #pragma GCC diagnostic push

@@ -12,6 +12,7 @@
 // 4- and 5-bit types keep their quants unsigned (q, not q − 8 / q − 16); their offset
 // becomes −8·Σa / −16·Σa, a start value computed once per activation block. Either way
 // the int32 lanes hold the exact Σ a·w; only the per-block scaling is floating point.
+
 // GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
 // every inlined use; the warning is a known false positive, silenced for the header only.
 #pragma GCC diagnostic push
