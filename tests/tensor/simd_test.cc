@@ -162,11 +162,11 @@ Operands MakeOperands(const TypeTraits& generic, int64_t n, int rows, int cols, 
 }
 
 // Bound on the difference of two float summation orders of the same exact products
-// (plus the llama.cpp quirks both share): a generous multiple of epsilon · Σ|w·x|.
+// (plus the llama.cpp quirks both share): 8 · epsilon · Σ|w·x|. Observed worst: ~0.06 of it.
 double Tolerance(const Operands& op, int r, int c) {
   double mag = 0;
   for (int64_t i = 0; i < op.n; ++i) mag += std::fabs(double(op.w_deq[r][i]) * op.x[c][i]);
-  return 64.0 * 1.2e-7 * mag + 1e-30;
+  return 8.0 * 1.2e-7 * mag + 1e-30;
 }
 
 class SimdIsaTest : public ::testing::TestWithParam<int> {};
