@@ -33,9 +33,10 @@ TEST(PagePool, RejectsBadConfig) {
   c = SmallConfig(4);
   c.head_dim = -1;
   EXPECT_EQ(PagePool::Create(c).status().code(), StatusCode::kInvalidArgument);
-  c = SmallConfig(1 << 30);
+  c = SmallConfig(1 << 30);  // 2^76 bytes: rejected before any arithmetic can overflow
   c.head_dim = 1 << 20;
-  EXPECT_FALSE(PagePool::Create(c).ok());
+  c.n_layers = 1 << 20;
+  EXPECT_EQ(PagePool::Create(c).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PagePool, LayoutAndSizes) {
