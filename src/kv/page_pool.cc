@@ -62,7 +62,8 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
     return OutOfRange("KV pool: cannot allocate {} bytes for {} pages (reduce --kv-pages)",
                       total_bytes, config.n_pages);
   }
-  std::memset(pool->storage_.get(), 0, total_bytes);
+  // Not zeroed: a position is read only after it was written, and untouched pages of a
+  // large pool stay uncommitted until used.
   pool->refcounts_.assign(config.n_pages, 0);
   pool->free_list_.reserve(config.n_pages);
   for (PageId page = config.n_pages - 1; page >= 0; --page) pool->free_list_.push_back(page);
