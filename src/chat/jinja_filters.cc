@@ -78,13 +78,13 @@ Value FTrim(Evaluator&, const Value& v, const CallArgs& args) {
 }
 
 Value FUpper(Evaluator&, const Value& v, const CallArgs&) {
-  return Value::String(AsciiUpper(v.Str()));
+  return Value::String(PyUpper(v.Str()));
 }
 Value FLower(Evaluator&, const Value& v, const CallArgs&) {
-  return Value::String(AsciiLower(v.Str()));
+  return Value::String(PyLower(v.Str()));
 }
 Value FTitle(Evaluator&, const Value& v, const CallArgs&) {
-  return Value::String(PyTitle(v.Str()));
+  return Value::String(JinjaTitle(v.Str()));
 }
 Value FCapitalize(Evaluator&, const Value& v, const CallArgs&) {
   return Value::String(PyCapitalize(v.Str()));
@@ -243,7 +243,7 @@ Value FRejectAttr(Evaluator& ev, const Value& v, const CallArgs& a) {
 // The comparison key of sort/unique/min/max: attribute lookup, then case folding.
 Value SortKey(Evaluator& ev, const Value& item, const std::string& attribute, bool case_sensitive) {
   Value key = attribute.empty() ? item : ev.GetPath(item, attribute);
-  if (!case_sensitive && key.IsString()) return Value::String(AsciiLower(key.AsString()));
+  if (!case_sensitive && key.IsString()) return Value::String(PyLower(key.AsString()));
   return key;
 }
 
@@ -384,7 +384,7 @@ Value FDictSort(Evaluator&, const Value& v, const CallArgs& args) {
   auto items = v.AsDict().items;
   auto key = [&](const std::pair<std::string, Value>& e) {
     Value k = by_value ? e.second : Value::String(e.first);
-    return !case_sensitive && k.IsString() ? Value::String(AsciiLower(k.AsString())) : k;
+    return !case_sensitive && k.IsString() ? Value::String(PyLower(k.AsString())) : k;
   };
   std::stable_sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
     return reverse ? Less(key(b), key(a)) : Less(key(a), key(b));

@@ -55,10 +55,10 @@ bool TLe(Evaluator&, const Value& v, const CallArgs& args) { return !Less(Arg0(a
 bool TGe(Evaluator&, const Value& v, const CallArgs& args) { return !Less(v, Arg0(args)); }
 bool TIn(Evaluator&, const Value& v, const CallArgs& args) { return Contains(Arg0(args), v); }
 bool TLower(Evaluator&, const Value& v, const CallArgs&) {
-  return v.IsString() && AsciiLower(v.AsString()) == v.AsString();
+  return v.IsString() && PyLower(v.AsString()) == v.AsString();
 }
 bool TUpper(Evaluator&, const Value& v, const CallArgs&) {
-  return v.IsString() && AsciiUpper(v.AsString()) == v.AsString();
+  return v.IsString() && PyUpper(v.AsString()) == v.AsString();
 }
 bool TSameAs(Evaluator&, const Value& v, const CallArgs& args) {
   Value other = Arg0(args);
@@ -182,8 +182,8 @@ std::string PyFormat(const std::string& fmt, const CallArgs& args) {
 }
 
 Value StrMethod(const std::string& s, const std::string& name, const CallArgs& args) {
-  if (name == "upper") return Value::String(AsciiUpper(s));
-  if (name == "lower") return Value::String(AsciiLower(s));
+  if (name == "upper") return Value::String(PyUpper(s));
+  if (name == "lower") return Value::String(PyLower(s));
   if (name == "title") return Value::String(PyTitle(s));
   if (name == "capitalize") return Value::String(PyCapitalize(s));
   if (name == "strip")
@@ -237,8 +237,8 @@ Value StrMethod(const std::string& s, const std::string& name, const CallArgs& a
   if (name == "isalpha") return all([](unsigned char c) { return std::isalpha(c) != 0; });
   if (name == "isalnum") return all([](unsigned char c) { return std::isalnum(c) != 0; });
   if (name == "isspace") return all([](unsigned char c) { return IsPySpace(c); });
-  if (name == "islower") return Value::Bool(AsciiLower(s) == s && AsciiUpper(s) != s);
-  if (name == "isupper") return Value::Bool(AsciiUpper(s) == s && AsciiLower(s) != s);
+  if (name == "islower") return Value::Bool(PyLower(s) == s && PyUpper(s) != s);
+  if (name == "isupper") return Value::Bool(PyUpper(s) == s && PyLower(s) != s);
   Fail("'str' object has no attribute '" + name + "'");
 }
 

@@ -214,43 +214,120 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
   return out;
 }
 
-std::string AsciiUpper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-  }
-  return out;
-}
-
-std::string AsciiLower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
 namespace {
-bool IsAsciiAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// Simple case mappings for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic: the
+// scripts chat text is likely to carry through |upper/|lower/|title.
+uint32_t LowerCp(uint32_t c) {
+  if (c < 0x80) return c >= 'A' && c <= 'Z' ? c + 32 : c;
+  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
+  if (c >= 0x100 && c <= 0x137 && c != 0x130) return c | 1;
+  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return c & 1 ? c + 1 : c;
+  if (c >= 0x14A && c <= 0x177) return c | 1;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;
+  if (c >= 0x410 && c <= 0x42F) return c + 32;
+  if (c >= 0x400 && c <= 0x40F) return c + 80;
+  return c;
+}
+
+uint32_t UpperCp(uint32_t c) {
+  if (c < 0x80) return c >= 'a' && c <= 'z' ? c - 32 : c;
+  if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
+  if (c == 0xFF) return 0x178;
+  if (c == 0x131) return 'I';
+  if (c >= 0x101 && c <= 0x137 && (c & 1)) return c - 1;
+  if (((c >= 0x13A && c <= 0x148) || (c >= 0x17A && c <= 0x17E)) && !(c & 1)) return c - 1;
+  if (c >= 0x14B && c <= 0x177 && (c & 1)) return c - 1;
+  if (c == 0x3C2) return 0x3A3;
+  if (c >= 0x3B1 && c <= 0x3CB) return c - 32;
+  if (c >= 0x430 && c <= 0x44F) return c - 32;
+  if (c >= 0x450 && c <= 0x45F) return c - 80;
+  return c;
+}
+
+bool IsCased(uint32_t c) { return LowerCp(c) != c || UpperCp(c) != c || c == 0xDF; }
+
+void AppendUpper(uint32_t c, std::string& out) {
+  if (c == 0xDF) {
+    out += "SS";  // ß has no single-letter uppercase
+  } else {
+    AppendUtf8(UpperCp(c), out);
+  }
+}
+
 }  // namespace
 
-std::string PyTitle(std::string_view s) {
-  std::string out(s);
-  bool prev_cased = false;
-  for (char& c : out) {
-    if (IsAsciiAlpha(c)) {
-      c = prev_cased ? AsciiLower(std::string(1, c))[0] : AsciiUpper(std::string(1, c))[0];
-      prev_cased = true;
+std::string PyUpper(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) AppendUpper(DecodeUtf8(s, i), out);
+  return out;
+}
+
+std::string PyLower(std::string_view s) {
+  CodePoints cp = Decode(s);
+  std::string out;
+  for (size_t k = 0; k < cp.cps.size(); ++k) {
+    uint32_t c = cp.cps[k];
+    // Capital sigma ending a word becomes final sigma, as in Python.
+    bool final_sigma = c == 0x3A3 && k > 0 && IsCased(cp.cps[k - 1]) &&
+                       (k + 1 == cp.cps.size() || !IsCased(cp.cps[k + 1]));
+    AppendUtf8(final_sigma ? 0x3C2 : LowerCp(c), out);
+  }
+  return out;
+}
+
+std::string JinjaTitle(std::string_view s) {
+  std::string out;
+  bool word_start = true;
+  for (size_t i = 0; i < s.size();) {
+    size_t begin = i;
+    uint32_t c = DecodeUtf8(s, i);
+    bool separator = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsPySpace(c);
+    if (separator) {
+      out.append(s.substr(begin, i - begin));
+    } else if (word_start) {
+      AppendUpper(c, out);
     } else {
-      prev_cased = static_cast<unsigned char>(c) >= 0x80 && prev_cased;
+      AppendUtf8(LowerCp(c), out);
     }
+    word_start = separator;
+  }
+  return out;
+}
+
+std::string PyTitle(std::string_view s) {
+  std::string out;
+  bool prev_cased = false;
+  for (size_t i = 0; i < s.size();) {
+    uint32_t c = DecodeUtf8(s, i);
+    if (prev_cased) {
+      AppendUtf8(LowerCp(c), out);
+    } else if (c == 0xDF) {
+      out += "Ss";
+    } else {
+      AppendUtf8(UpperCp(c), out);
+    }
+    prev_cased = IsCased(c);
   }
   return out;
 }
 
 std::string PyCapitalize(std::string_view s) {
-  std::string out = AsciiLower(s);
-  if (!out.empty()) out[0] = AsciiUpper(out.substr(0, 1))[0];
+  std::string out;
+  bool first = true;
+  for (size_t i = 0; i < s.size(); first = false) {
+    uint32_t c = DecodeUtf8(s, i);
+    if (first) {
+      if (c == 0xDF) {
+        out += "Ss";
+      } else {
+        AppendUtf8(UpperCp(c), out);
+      }
+    } else {
+      AppendUtf8(LowerCp(c), out);
+    }
+  }
   return out;
 }
 

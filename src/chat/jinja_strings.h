@@ -3,8 +3,8 @@
 // Owns: code-point iteration/length/slicing of UTF-8 text, and Python's str.strip/split
 // semantics (whitespace = Python's str.isspace set).
 // Goals: Python-compatible results for valid UTF-8; invalid bytes are treated as one code
-// point each, never read out of bounds. Non-goals: Unicode case mapping (upper/lower/title
-// change ASCII letters only), normalization.
+// point each, never read out of bounds. Case mapping covers ASCII, Latin-1, Latin
+// Extended-A, Greek and Cyrillic. Non-goals: full Unicode case tables, normalization.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +32,11 @@ std::vector<std::string> PySplit(std::string_view s, const std::optional<std::st
                                  int64_t maxsplit, bool from_right);
 std::string PyReplace(std::string_view s, std::string_view old, std::string_view repl,
                       int64_t count);
-std::string AsciiUpper(std::string_view s);
-std::string AsciiLower(std::string_view s);
+std::string PyUpper(std::string_view s);
+std::string PyLower(std::string_view s);
 std::string PyTitle(std::string_view s);
+// jinja2's |title: words split at whitespace and -({[<, first letter upper, rest lower.
+std::string JinjaTitle(std::string_view s);
 std::string PyCapitalize(std::string_view s);
 
 }  // namespace shardlm::jinja
