@@ -242,5 +242,42 @@ TEST(VecDot, Q4_KFollowsLlamaCppX86FloatOrder) {
   }
 }
 
+// Q6_K: unsigned 6-bit values in the lanes, the -32 offset taken out per lane via bsums.
+TEST(VecDot, Q6_KFollowsLlamaCppX86FloatOrder) {
+  constexpr int64_t kN = 4096;
+  const TypeTraits* t = GetTypeTraitsFor(GgmlType::kQ6_K, Isa::kGeneric);
+  for (uint32_t seed = 0; seed < 10; ++seed) {
+    const std::vector<float> wf = Gaussian(kN, 700 + seed, 0.05f);
+    const std::vector<float> xf = Gaussian(kN, 800 + seed, 1.0f);
+    std::vector<BlockQ6_K> w(kN / 256);
+    std::vector<BlockQ8_K> x(kN / 256);
+    t->quantize_row(wf.data(), w.data(), kN);
+    t->quantize_act(xf.data(), x.data(), kN);
+    float acc[8] = {};
+    for (int64_t b = 0; b < kN / 256; ++b) {
+      int32_t lanes[8] = {};
+      for (int e = 0; e < 256; ++e) {
+        const int chunk = e / 128, quarter = (e % 128) / 32, l = e % 32;
+        const uint8_t lo_byte = w[b].ql[chunk * 64 + l + 32 * (quarter % 2)];
+        const int low = quarter >= 2 ? lo_byte >> 4 : lo_byte & 15;
+        const int high = (w[b].qh[chunk * 32 + l] >> (2 * quarter)) & 3;
+        lanes[(e % 32) / 4] += w[b].scales[e / 16] * (low | (high << 4)) * x[b].qs[e];
+      }
+      for (int l = 0; l < 8; ++l) {
+        lanes[l] -= 32 * (w[b].scales[2 * l] * x[b].bsums[2 * l] +
+                          w[b].scales[2 * l + 1] * x[b].bsums[2 * l + 1]);
+      }
+      const float d = x[b].d * Fp16ToFp32(w[b].d);
+      for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, static_cast<float>(lanes[l]), acc[l]);
+    }
+    float s4[4];
+    for (int i = 0; i < 4; ++i) s4[i] = acc[i + 4] + acc[i];
+    const float want = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+    float got = 0;
+    t->vec_dot(kN, w.data(), x.data(), &got);
+    ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << got << " " << want;
+  }
+}
+
 }  // namespace
 }  // namespace shardlm
