@@ -15,7 +15,7 @@ float DotAvx512(const float* a, const float* b, int n) {
     acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
   }
   // SumLanes' tree in registers: (j, j+8), (j, j+4), (j, j+2), (j, j+1).
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(acc, 0), _mm512_extractf32x8_ps(acc, 1));
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
@@ -62,7 +62,7 @@ void HalfRowAvx512(const uint16_t* src, float* dst, int n) {
   int i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+    _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(0xffff, h));
   }
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
