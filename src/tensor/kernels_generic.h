@@ -14,8 +14,9 @@
 // run in their order (FmaLanes / HorizontalSum8 below). With SHARDLM_ISA=generic the fixture
 // goldens then match llama.cpp bit for bit on most quantized prompts (all of Q4_1, Q5_0,
 // Q5_1; most of Q8_0, Q3_K, Q4_K, Q5_K, Q6_K; the rest differ by cascades from elsewhere).
-// Known gap: llama.cpp repacks Q4_0 (and Q2_K) matrices whose row count is a multiple of 8
-// and then accumulates one float per row, fma(Σ block ints, d_w·d_a, acc) block by block.
+// Known gap: llama.cpp repacks Q4_0 matrices whose row count is a multiple of 8 and then
+// accumulates one float per row, fma(Σ block ints, d_w·d_a, acc) block by block (checked
+// on the fixtures); Q2_K's repacked order may differ likewise (not reproduced here).
 // Non-goals: speed (ISA files), types outside type_traits.h's list.
 #pragma once
 
