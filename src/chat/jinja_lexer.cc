@@ -205,7 +205,9 @@ class Lexer {
       }
     }
     if (std::strchr("+-*/%~<>=()[]{},.:|", c) == nullptr) {
-      Error(p, std::string("unexpected character '") + c + "'");
+      size_t end = p;
+      DecodeUtf8(src_, end);
+      Error(p, "unexpected character '" + src_.substr(p, end - p) + "'");
     }
     if (c == '{') ++*brace_depth;
     if (c == '}' && *brace_depth > 0) --*brace_depth;

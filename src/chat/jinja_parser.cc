@@ -78,6 +78,13 @@ StmtPtr Parser::ParseStatement() {
 }
 
 StmtPtr Parser::ParseIf(int line) {
+  size_t unknown_mark = unknown_.size();
+  StmtPtr s = ParseIfChain(line);
+  unknown_.resize(unknown_mark);  // unknown filters/tests under an if fail at run time
+  return s;
+}
+
+StmtPtr Parser::ParseIfChain(int line) {
   auto s = MakeStmt(StmtKind::kIf, line);
   s->conds.push_back(ParseTupleOrExpr());
   ExpectBlockEnd();

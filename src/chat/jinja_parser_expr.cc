@@ -27,7 +27,16 @@ ExprPtr Parser::ParseExpr(bool with_condition) {
 }
 
 ExprPtr Parser::ParseCondition() {
+  size_t unknown_mark = unknown_.size();
   ExprPtr expr = ParseOr();
+  if (IsName("if")) {
+    ParseConditionTail(expr);
+    unknown_.resize(unknown_mark);  // checked at run time, like jinja2
+  }
+  return expr;
+}
+
+void Parser::ParseConditionTail(ExprPtr& expr) {
   while (IsName("if")) {
     int line = Next().line;
     auto cond = MakeExpr(ExprKind::kCondition, line);
@@ -36,7 +45,6 @@ ExprPtr Parser::ParseCondition() {
     cond->args.push_back(SkipName("else") ? ParseCondition() : nullptr);
     expr = std::move(cond);
   }
-  return expr;
 }
 
 ExprPtr Parser::Binary(ExprKind kind, ExprPtr left, ExprPtr right, int line, std::string op) {
@@ -271,6 +279,13 @@ ExprPtr Parser::ParseSubscript(ExprPtr node, int line) {
   bool is_slice = false;
   for (int k = 0; k < 3; ++k) {
     if (!IsOp(":") && !IsOp("]")) parts[k] = ParseExpr(true);
+    if (k == 0 && IsOp(",")) {  // x[a, b]: a tuple key
+      auto key = MakeExpr(ExprKind::kTuple, line);
+      key->args.push_back(std::move(parts[0]));
+      while (SkipOp(",") && !IsOp("]")) key->args.push_back(ParseExpr(true));
+      parts[0] = std::move(key);
+      break;
+    }
     if (k == 2 || !SkipOp(":")) break;
     is_slice = true;
   }
@@ -333,7 +348,7 @@ ExprPtr Parser::ParseFilterChain(ExprPtr base, bool first_has_pipe) {
     DepthGuard guard(this);
     auto f = MakeExpr(ExprKind::kFilter, Peek().line);
     f->name = ParseDottedName();
-    if (!FindFilter(f->name)) Error("no filter named '" + f->name + "'");
+    if (!FindFilter(f->name)) NoteUnknown("no filter named '" + f->name + "'");
     f->args.push_back(std::move(base));
     if (IsOp("(")) ParseCallArgs(f.get());
     base = std::move(f);
@@ -346,7 +361,7 @@ ExprPtr Parser::ParseTest(ExprPtr node) {
   auto test = MakeExpr(ExprKind::kTest, line);
   test->negated = SkipName("not");
   test->name = ParseDottedName();
-  if (!FindTest(test->name)) Error("no test named '" + test->name + "'");
+  if (!FindTest(test->name)) NoteUnknown("no test named '" + test->name + "'");
   test->args.push_back(std::move(node));
   const Token& tok = Peek();
   bool arg_start = tok.type == TokenType::kName || tok.type == TokenType::kString ||

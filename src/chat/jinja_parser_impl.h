@@ -27,6 +27,7 @@ class Parser {
   Body ParseTemplate() {
     Body body = ParseBody({});
     if (Peek().type != TokenType::kEof) Error("unexpected '" + PeekBlockName() + "'");
+    if (!unknown_.empty()) Fail(unknown_.front());
     return body;
   }
 
@@ -83,6 +84,10 @@ class Parser {
     if (Peek().type != TokenType::kName) Error("expected a name, got " + Describe(Peek()));
     return Next().text;
   }
+  void NoteUnknown(const std::string& what) {
+    unknown_.push_back("template syntax error at line " + std::to_string(Peek().line) + ": " +
+                       what);
+  }
   void ExpectBlockEnd() {
     if (Peek().type != TokenType::kBlockEnd) Error("expected '%}', got " + Describe(Peek()));
     Next();
@@ -119,6 +124,7 @@ class Parser {
   void ExpectEndTag(std::string_view name);
   StmtPtr ParseStatement();
   StmtPtr ParseIf(int line);
+  StmtPtr ParseIfChain(int line);
   std::vector<std::string> ParseTargets();
   StmtPtr ParseFor(int line);
   StmtPtr ParseSet(int line);
@@ -134,6 +140,7 @@ class Parser {
   ExprPtr ParseTupleOrExpr();
   ExprPtr ParseExpr(bool with_condition);
   ExprPtr ParseCondition();
+  void ParseConditionTail(ExprPtr& expr);
   ExprPtr Binary(ExprKind kind, ExprPtr left, ExprPtr right, int line, std::string op = "");
   ExprPtr ParseOr();
   ExprPtr ParseAnd();
@@ -160,6 +167,10 @@ class Parser {
   int depth_ = 0;
   int loop_depth_ = 0;
   int64_t loop_refs_ = 0;  // `loop` names parsed so far (for Stmt::uses_loop)
+  // Unknown filter/test names seen outside if-statements and conditional expressions:
+  // jinja2 rejects those at compile time, but defers the ones inside conditionals to
+  // run time (when the branch is taken). Each entry is a complete error message.
+  std::vector<std::string> unknown_;
 };
 
 }  // namespace shardlm::jinja
