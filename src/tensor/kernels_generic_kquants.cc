@@ -63,23 +63,59 @@ void UnpackQ6(const BlockQ6_K& b, int8_t* a) {
   }
 }
 
-// Q4_K/Q5_K: 4- or 5-bit value of element e (without scale).
-int Q4KValue(const BlockQ4_K& b, int e) {
-  const uint8_t byte = b.qs[e / 64 * 32 + e % 32];
-  return (e % 64) < 32 ? (byte & 0xF) : (byte >> 4);
+// Unpacked quants of one super-block, in element order (the dot products' view).
+void UnpackQ2(const BlockQ2_K& b, int8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    q[e] = static_cast<int8_t>((b.qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+  }
 }
-int Q5KValue(const BlockQ5_K& b, int e) {
-  const uint8_t byte = b.qs[e / 64 * 32 + e % 32];
-  const int low = (e % 64) < 32 ? (byte & 0xF) : (byte >> 4);
-  return low | (((b.qh[e % 32] >> (e / 32)) & 1) << 4);
+
+void UnpackQ3(const BlockQ3_K& b, int8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int low = (b.qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    q[e] = static_cast<int8_t>(low - (high ? 0 : 4));
+  }
+}
+
+void UnpackQ4K(const BlockQ4_K& b, int8_t* q) {
+  for (int j = 0; j < kQK_K / 64; ++j) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * j + l] = static_cast<int8_t>(b.qs[32 * j + l] & 0xF);
+      q[64 * j + 32 + l] = static_cast<int8_t>(b.qs[32 * j + l] >> 4);
+    }
+  }
+}
+
+void UnpackQ5K(const BlockQ5_K& b, int8_t* q) {
+  for (int j = 0; j < kQK_K / 64; ++j) {
+    for (int l = 0; l < 32; ++l) {
+      const int h0 = (b.qh[l] >> (2 * j)) & 1, h1 = (b.qh[l] >> (2 * j + 1)) & 1;
+      q[64 * j + l] = static_cast<int8_t>((b.qs[32 * j + l] & 0xF) | (h0 << 4));
+      q[64 * j + 32 + l] = static_cast<int8_t>((b.qs[32 * j + l] >> 4) | (h1 << 4));
+    }
+  }
+}
+
+// lanes[l] += Σ over the 32-element groups of scale16[e / 16] · q[e] · qa[e], for the
+// elements e with LaneOf(e) == l (lane l: elements 4l..4l+3 of each group; elements 0..15
+// of a group share scale16[2g], 16..31 scale16[2g+1]).
+void AddScaledLanes(const int8_t* q, const int8_t* qa, const int* scale16, int32_t* lanes) {
+  for (int g = 0; g < kQK_K / 32; ++g) {
+    for (int l = 0; l < 8; ++l) {
+      int sum = 0;
+      for (int k = 4 * l; k < 4 * l + 4; ++k) sum += q[32 * g + k] * qa[32 * g + k];
+      lanes[l] += scale16[2 * g + l / 4] * sum;
+    }
+  }
 }
 
 // Σ_j mins[j] · (bsums[2j] + bsums[2j+1]) as ggml's madd of mins by pairwise-added bsums:
 // 4 lanes, lane k covering mins 2k and 2k+1.
-void MinLanes4(const uint8_t* mins, const int16_t* bsums, int32_t* lanes) {
+void MinLanes4(const uint8_t* mins, const BlockQ8_K& y, int32_t* lanes) {
   for (int k = 0; k < 4; ++k) {
-    lanes[k] = mins[2 * k] * (bsums[4 * k] + bsums[4 * k + 1]) +
-               mins[2 * k + 1] * (bsums[4 * k + 2] + bsums[4 * k + 3]);
+    lanes[k] = mins[2 * k] * (y.bsums[4 * k] + y.bsums[4 * k + 1]) +
+               mins[2 * k + 1] * (y.bsums[4 * k + 2] + y.bsums[4 * k + 3]);
   }
 }
 
@@ -225,20 +261,20 @@ void VecDotQ2_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = y[i].d * Fp16ToFp32(x[i].d);
-    const float dmin = -y[i].d * Fp16ToFp32(x[i].dmin);
+    // Mins first, into the same 8 lanes: lane l = min[2l]·bsums[2l] + min[2l+1]·bsums[2l+1].
     int32_t min_lanes[8];
     for (int l = 0; l < 8; ++l) {
       min_lanes[l] = (x[i].scales[2 * l] >> 4) * y[i].bsums[2 * l] +
                      (x[i].scales[2 * l + 1] >> 4) * y[i].bsums[2 * l + 1];
     }
-    FmaLanes(dmin, min_lanes, acc);
+    FmaLanes(-y[i].d * Fp16ToFp32(x[i].dmin), min_lanes, acc);
+    int8_t q[kQK_K];
+    UnpackQ2(x[i], q);
+    int scale16[16];
+    for (int g = 0; g < 16; ++g) scale16[g] = x[i].scales[g] & 0xF;
     int32_t lanes[8] = {};
-    for (int e = 0; e < kQK_K; ++e) {
-      const int q = (x[i].qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-      lanes[LaneOf(e)] += ((x[i].scales[e / 16] & 0xF) * q * y[i].qs[e]);
-    }
-    FmaLanes(d, lanes, acc);
+    AddScaledLanes(q, y[i].qs, scale16, lanes);
+    FmaLanes(y[i].d * Fp16ToFp32(x[i].d), lanes, acc);
   }
   *out = HorizontalSum8(acc);
 }
@@ -248,18 +284,25 @@ void VecDotQ3_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = y[i].d * Fp16ToFp32(x[i].d);
     int8_t scales[16];
     UnpackQ3Scales(x[i].scales, scales);
+    int scale16[16];
+    for (int g = 0; g < 16; ++g) scale16[g] = scales[g] - 32;
+    int8_t q[kQK_K];
+    UnpackQ3(x[i], q);
     int32_t lanes[8] = {};
-    for (int e = 0; e < kQK_K; ++e) {
-      const int low = (x[i].qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-      const int high = (x[i].hmask[e % 32] >> (e / 32)) & 1;
-      lanes[LaneOf(e)] += ((scales[e / 16] - 32) * (low - (high ? 0 : 4)) * y[i].qs[e]);
-    }
-    FmaLanes(d, lanes, acc);
+    AddScaledLanes(q, y[i].qs, scale16, lanes);
+    FmaLanes(y[i].d * Fp16ToFp32(x[i].d), lanes, acc);
   }
   *out = HorizontalSum8(acc);
+}
+
+// Q4_K/Q5_K after unpacking: the scale lanes, plus the mins in 4 separate lanes (Q4_K) or
+// one running sum (Q5_K), as llama.cpp's two kernels differ there.
+void K4ScaleLanes(const int8_t* q, const uint8_t* scales, const int8_t* qa, int32_t* lanes) {
+  int scale16[16];
+  for (int g = 0; g < 16; ++g) scale16[g] = scales[g / 2];
+  AddScaledLanes(q, qa, scale16, lanes);
 }
 
 void VecDotQ4_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
@@ -268,24 +311,21 @@ void VecDotQ4_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   float acc[8] = {};
   float acc_m[4] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = y[i].d * Fp16ToFp32(x[i].d);
     const float dmin = -y[i].d * Fp16ToFp32(x[i].dmin);
     uint8_t scales[8], mins[8];
     UnpackK4ScalesMins(x[i].scales, scales, mins);
-    int16_t bsums[16];
-    for (int k = 0; k < 16; ++k) bsums[k] = y[i].bsums[k];
     int32_t min_lanes[4];
-    MinLanes4(mins, bsums, min_lanes);
-    for (int k = 0; k < 4; ++k)
+    MinLanes4(mins, y[i], min_lanes);
+    for (int k = 0; k < 4; ++k) {
       acc_m[k] = __builtin_fmaf(dmin, static_cast<float>(min_lanes[k]), acc_m[k]);
-    int32_t lanes[8] = {};
-    for (int e = 0; e < kQK_K; ++e) {
-      lanes[LaneOf(e)] += (scales[e / 32] * Q4KValue(x[i], e) * y[i].qs[e]);
     }
-    FmaLanes(d, lanes, acc);
+    int8_t q[kQK_K];
+    UnpackQ4K(x[i], q);
+    int32_t lanes[8] = {};
+    K4ScaleLanes(q, scales, y[i].qs, lanes);
+    FmaLanes(y[i].d * Fp16ToFp32(x[i].d), lanes, acc);
   }
-  const float m = (acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]);
-  *out = HorizontalSum8(acc) + m;
+  *out = HorizontalSum8(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]));
 }
 
 void VecDotQ5_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
@@ -294,21 +334,17 @@ void VecDotQ5_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   float acc[8] = {};
   float summs = 0.f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float d = y[i].d * Fp16ToFp32(x[i].d);
-    const float dmin = -y[i].d * Fp16ToFp32(x[i].dmin);
     uint8_t scales[8], mins[8];
     UnpackK4ScalesMins(x[i].scales, scales, mins);
-    int16_t bsums[16];
-    for (int k = 0; k < 16; ++k) bsums[k] = y[i].bsums[k];
     int32_t min_lanes[4];
-    MinLanes4(mins, bsums, min_lanes);
+    MinLanes4(mins, y[i], min_lanes);
     const int32_t min_total = min_lanes[0] + min_lanes[1] + min_lanes[2] + min_lanes[3];
-    summs += dmin * static_cast<float>(min_total);
+    summs += -y[i].d * Fp16ToFp32(x[i].dmin) * static_cast<float>(min_total);
+    int8_t q[kQK_K];
+    UnpackQ5K(x[i], q);
     int32_t lanes[8] = {};
-    for (int e = 0; e < kQK_K; ++e) {
-      lanes[LaneOf(e)] += (scales[e / 32] * Q5KValue(x[i], e) * y[i].qs[e]);
-    }
-    FmaLanes(d, lanes, acc);
+    K4ScaleLanes(q, scales, y[i].qs, lanes);
+    FmaLanes(y[i].d * Fp16ToFp32(x[i].d), lanes, acc);
   }
   *out = HorizontalSum8(acc) + summs;
 }
@@ -323,12 +359,13 @@ void VecDotQ6_KQ8_K(int64_t n, const void* w, const void* a, float* out) {
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float acc[8] = {};
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    int8_t q6[kQK_K];
-    UnpackQ6(x[i], q6);
+    int8_t q[kQK_K];
+    UnpackQ6(x[i], q);
+    for (int e = 0; e < kQK_K; ++e) q[e] = static_cast<int8_t>(q[e] + 32);  // 0..63
+    int scale16[16];
+    for (int g = 0; g < 16; ++g) scale16[g] = x[i].scales[g];
     int32_t lanes[8] = {};
-    for (int e = 0; e < kQK_K; ++e) {
-      lanes[LaneOf(e)] += x[i].scales[e / 16] * (q6[e] + 32) * y[i].qs[e];
-    }
+    AddScaledLanes(q, y[i].qs, scale16, lanes);
     for (int l = 0; l < 8; ++l) {
       lanes[l] -= 32 * (x[i].scales[2 * l] * y[i].bsums[2 * l] +
                         x[i].scales[2 * l + 1] * y[i].bsums[2 * l + 1]);
