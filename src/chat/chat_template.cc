@@ -52,6 +52,20 @@ Result<ChatTemplate> ChatTemplate::ChatMl(std::optional<std::string> bos_token,
 Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages,
                                          const nlohmann::ordered_json& tools,
                                          bool add_generation_prompt, bool* raised) const {
+  return RenderWith(messages, tools, add_generation_prompt, nlohmann::ordered_json::object(),
+                    raised);
+}
+
+Result<std::string> ChatTemplate::RenderWith(const nlohmann::ordered_json& messages,
+                                             const nlohmann::ordered_json& tools,
+                                             bool add_generation_prompt,
+                                             const nlohmann::ordered_json& extra_vars,
+                                             bool* raised) const {
+  if (raised) *raised = false;
+  if (!extra_vars.is_object()) {
+    return InvalidArgument("chat template variables must be a JSON object, got {}",
+                           extra_vars.type_name());
+  }
   jinja::Context context = {
       {"messages", jinja::Value::FromJson(messages)},
       {"tools", jinja::Value::FromJson(tools)},
@@ -61,6 +75,9 @@ Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages,
   };
   if (bos_token_) context.emplace_back("bos_token", jinja::Value::String(*bos_token_));
   if (eos_token_) context.emplace_back("eos_token", jinja::Value::String(*eos_token_));
+  for (const auto& [name, value] : extra_vars.items()) {
+    context.emplace_back(name, jinja::Value::FromJson(value));
+  }
   return template_.Render(context, options_.limits, raised);
 }
 

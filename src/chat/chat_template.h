@@ -47,6 +47,12 @@ class ChatTemplate {
   Result<std::string> Render(const nlohmann::ordered_json& messages,
                              const nlohmann::ordered_json& tools, bool add_generation_prompt,
                              bool* raised = nullptr) const;
+  // Same, plus extra template variables (an object, e.g. a request's chat_template_kwargs
+  // {"enable_thinking": false}); they are set after the standard ones and may override them.
+  Result<std::string> RenderWith(const nlohmann::ordered_json& messages,
+                                 const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& extra_vars,
+                                 bool* raised = nullptr) const;
   // Same, from nlohmann::json (whose objects are key-sorted: tojson output then sorts keys).
   Result<std::string> Render(const nlohmann::json& messages, const nlohmann::json& tools,
                              bool add_generation_prompt, bool* raised = nullptr) const;

@@ -59,6 +59,7 @@ class Evaluator {
   Value RunFilter(const std::string& name, const Value& value, const CallArgs& args);
   // Fails once a string grows past the output limit.
   void CheckSize(size_t bytes) const;
+  size_t MaxOutputBytes() const { return limits_.max_output_bytes; }
   void Tick();
 
  private:

@@ -104,6 +104,10 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b, size_t max
     return Value::String(std::move(s));
   }
   if (a.IsNumber() && b.IsNumber()) return Arithmetic(op, a, b);
+  if (op == "%" && a.IsString()) {
+    return Value::String(
+        PercentFormat(a.AsString(), b.IsTuple() ? b.AsList() : ValueList{b}, max_bytes));
+  }
   if (op == "+" && a.IsString() && b.IsString()) {
     if (a.AsString().size() + b.AsString().size() > max_bytes) Fail("string too long");
     return Value::String(a.AsString() + b.AsString());

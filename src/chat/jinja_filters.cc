@@ -395,8 +395,7 @@ Value FDictSort(Evaluator&, const Value& v, const CallArgs& args) {
 }
 
 // Python's `fmt % args` for %s %r %d %i %f %e %g %x %X %c %% with flags/width/precision.
-Value FFormat(Evaluator& ev, const Value& v, const CallArgs& args) {
-  const std::string fmt = v.Str();
+std::string PercentFormatImpl(const std::string& fmt, const ValueList& args, size_t max_bytes) {
   std::string out;
   size_t next_arg = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
@@ -416,8 +415,8 @@ Value FFormat(Evaluator& ev, const Value& v, const CallArgs& args) {
       out += '%';
       continue;
     }
-    if (next_arg >= args.positional.size()) Fail("not enough arguments for format string");
-    const Value& arg = args.positional[next_arg++];
+    if (next_arg >= args.size()) Fail("not enough arguments for format string");
+    const Value& arg = args[next_arg++];
     char buf[512];
     if (conv == 's' || conv == 'r') {
       std::string text = conv == 's' ? arg.Str() : arg.Repr();
@@ -441,11 +440,14 @@ Value FFormat(Evaluator& ev, const Value& v, const CallArgs& args) {
       Fail(std::string("unsupported format character '") + conv + "'");
     }
     out += buf;
-    ev.CheckSize(out.size());
+    if (out.size() > max_bytes) Fail("formatted string exceeds the output limit");
   }
-  if (next_arg < args.positional.size())
-    Fail("not all arguments converted during string formatting");
-  return Value::String(std::move(out));
+  if (next_arg < args.size()) Fail("not all arguments converted during string formatting");
+  return out;
+}
+
+Value FFormat(Evaluator& ev, const Value& v, const CallArgs& args) {
+  return Value::String(PercentFormat(v.Str(), args.positional, ev.MaxOutputBytes()));
 }
 
 const std::unordered_map<std::string, FilterFn>& Filters() {
@@ -496,6 +498,10 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
 }
 
 }  // namespace
+
+std::string PercentFormat(const std::string& fmt, const ValueList& args, size_t max_bytes) {
+  return PercentFormatImpl(fmt, args, max_bytes);
+}
 
 FilterFn FindFilter(const std::string& name) {
   auto it = Filters().find(name);

@@ -115,5 +115,48 @@ TEST(ChatTemplate, BuiltinChatMl) {
   EXPECT_EQ(*got, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST(ChatTemplate, PassesTheVariablesTransformersPasses) {
+  auto tmpl = ChatTemplate::Create(
+      "{{ bos_token is defined }}|{{ eos_token }}|{{ tools }}|{{ documents }}|"
+      "{{ add_generation_prompt }}|{{ messages|length }}|{{ strftime_now('%Y-%m-%d %a %b') }}",
+      std::nullopt, "</s>", ChatTemplateOptions{FixtureClock, {}});
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
+  auto got = tmpl->Render(ordered_json::array(), ordered_json(), false);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, "False|</s>|None|None|False|0|2026-11-22 Sun Nov");
+}
+
+TEST(ChatTemplate, ExtraVariablesReachTheTemplate) {
+  SHARDLM_REQUIRE_FIXTURES();
+  std::string dir = testing::FixturePath("templates");
+  auto tmpl = ChatTemplate::Create(testing::ReadTextFile(dir + "/Qwen-Qwen3-0.6B.jinja"),
+                                   std::nullopt, "<|im_end|>");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
+  ordered_json messages = ordered_json::parse(R"([{"role":"user","content":"hi"}])");
+  auto got = tmpl->RenderWith(messages, ordered_json(), true,
+                              ordered_json::parse(R"({"enable_thinking": false})"));
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_FALSE(tmpl->RenderWith(messages, ordered_json(), true, ordered_json::array()).ok());
+}
+
+TEST(ChatTemplate, PlainJsonOverloadAndErrors) {
+  auto tmpl = ChatTemplate::ChatMl();
+  ASSERT_TRUE(tmpl.ok());
+  auto got = tmpl->Render(nlohmann::json::parse(R"([{"role":"user","content":"x"}])"),
+                          nlohmann::json(), false);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, "<|im_start|>user\nx<|im_end|>\n");
+  // content null: ChatML concatenates str + None, a runtime error, not a crash.
+  bool raised = true;
+  got = tmpl->Render(ordered_json::parse(R"([{"role":"user","content":null}])"), ordered_json(),
+                     true, &raised);
+  EXPECT_FALSE(got.ok());
+  EXPECT_FALSE(raised);
+  auto bad = ChatTemplate::Create("{% for %}", std::nullopt, std::nullopt);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("line 1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace shardlm
