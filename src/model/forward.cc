@@ -15,20 +15,21 @@ namespace shardlm {
 
 // Every buffer is sized once for max_batch_tokens (B) rows; a batch uses its first rows.
 struct ForwardPass::Activations {
-  std::vector<float> x;             // [B][n_embd] residual stream
-  std::vector<float> xn;            // [B][n_embd] normed input of the current sublayer
-  std::vector<float> q;             // [B][n_head][head_dim]
-  std::vector<float> k;             // [B][n_head_kv][head_dim]
-  std::vector<float> v;             // [B][n_head_kv][head_dim]
-  std::vector<float> attn;          // [B][n_head][head_dim] attention output
-  std::vector<float> proj;          // [B][n_embd] attn_output / ffn_down result
-  std::vector<float> gate;          // [B][n_ff] gate projection, then SiLU(gate)·up
-  std::vector<float> up;            // [B][n_ff]
-  std::vector<float> rope;          // [B][n_rot] (cos, sin) per rotated pair
-  std::vector<float> scores;        // [n_threads][gqa_group][max_ctx] attention probabilities
-  std::vector<int32_t> head_rows;   // [B] batch index of each logits row
-  std::vector<int32_t> slot_begin;  // [n_slots] first position of the slot in the batch
-  std::vector<int32_t> slot_next;   // [n_slots] last position + 1 (−1: slot unused)
+  std::vector<float> x;                  // [B][n_embd] residual stream
+  std::vector<float> xn;                 // [B][n_embd] normed input of the current sublayer
+  std::vector<float> q;                  // [B][n_head][head_dim]
+  std::vector<float> k;                  // [B][n_head_kv][head_dim]
+  std::vector<float> v;                  // [B][n_head_kv][head_dim]
+  std::vector<float> attn;               // [B][n_head][head_dim] attention output
+  std::vector<float> proj;               // [B][n_embd] attn_output / ffn_down result
+  std::vector<float> gate;               // [B][n_ff] gate projection, then SiLU(gate)·up
+  std::vector<float> up;                 // [B][n_ff]
+  std::vector<float> rope;               // [B][n_rot] (cos, sin) per rotated pair
+  std::vector<float> scores;             // [n_threads][gqa_group][max_ctx] attention probabilities
+  std::vector<int32_t> head_rows;        // [B] batch index of each logits row
+  std::vector<int32_t> slot_begin;       // [n_slots] first position of the slot in the batch
+  std::vector<int32_t> slot_next;        // [n_slots] last position + 1 (−1: slot unused)
+  std::vector<BlockTable*> used_tables;  // [used slots] tables the batch writes
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
   size_t scores_per_worker = 0;  // gqa_group × max_ctx
@@ -67,7 +68,8 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
 ForwardPass::~ForwardPass() = default;
 
 Status ForwardPass::Validate(std::span<const BatchEntry> batch,
-                             std::span<BlockTable* const> tables_by_slot, const float* hidden_in) {
+                             std::span<BlockTable* const> tables_by_slot, const float* hidden_in,
+                             const float* out) {
   if (batch.empty() || batch.size() > size_t(max_batch_tokens_)) {
     return InvalidArgument("batch of {} tokens (must be 1..{})", batch.size(), max_batch_tokens_);
   }
@@ -75,33 +77,48 @@ Status ForwardPass::Validate(std::span<const BatchEntry> batch,
     return InvalidArgument("stage [{}, {}) needs hidden rows as input", model_.layers().begin,
                            model_.layers().end);
   }
-  // Per slot, positions must continue the table: consecutive, starting at most at n_tokens.
-  std::vector<int32_t>& next = act_->slot_next;
-  next.assign(tables_by_slot.size(), -1);
+  if (out == nullptr) return InvalidArgument("no output buffer for the stage's rows");
+  act_->slot_next.assign(tables_by_slot.size(), -1);
+  act_->used_tables.clear();
   for (const BatchEntry& e : batch) {
-    if (e.slot < 0 || size_t(e.slot) >= tables_by_slot.size() || !tables_by_slot[e.slot]) {
-      return InvalidArgument("batch entry has slot {} without a block table", e.slot);
-    }
-    const BlockTable& table = *tables_by_slot[e.slot];
-    if (table.pool() != &pool_) {
-      return InvalidArgument("block table of slot {} belongs to another pool", e.slot);
-    }
-    if (hidden_in == nullptr && (e.token < 0 || e.token >= config_.n_vocab)) {
-      return InvalidArgument("token id {} is outside the vocabulary [0, {})", e.token,
-                             config_.n_vocab);
-    }
-    const bool first = next[e.slot] < 0;
-    if ((first && (e.position < 0 || e.position > table.n_tokens())) ||
-        (!first && e.position != next[e.slot])) {
-      return InvalidArgument("slot {}: position {} does not continue the sequence (expected {})",
-                             e.slot, e.position, first ? table.n_tokens() : next[e.slot]);
-    }
-    if (size_t(e.position) >= act_->max_ctx) {
-      return OutOfRange("slot {}: position {} exceeds the KV pool capacity of {} positions", e.slot,
-                        e.position, act_->max_ctx);
-    }
-    next[e.slot] = e.position + 1;
+    SHARDLM_TRY(ValidateEntry(e, tables_by_slot, hidden_in != nullptr));
   }
+  // Two slots sharing one table would write the same pages twice.
+  std::sort(act_->used_tables.begin(), act_->used_tables.end());
+  if (std::adjacent_find(act_->used_tables.begin(), act_->used_tables.end()) !=
+      act_->used_tables.end()) {
+    return InvalidArgument("two slots of the batch map the same block table");
+  }
+  return Status::Ok();
+}
+
+// Per slot, positions must continue the table: consecutive, starting at most at n_tokens.
+Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<BlockTable* const> tables_by_slot,
+                                  bool has_hidden) {
+  if (e.slot < 0 || size_t(e.slot) >= tables_by_slot.size() || !tables_by_slot[e.slot]) {
+    return InvalidArgument("batch entry has slot {} without a block table", e.slot);
+  }
+  const BlockTable& table = *tables_by_slot[e.slot];
+  if (table.pool() != &pool_) {
+    return InvalidArgument("block table of slot {} belongs to another pool", e.slot);
+  }
+  if (!has_hidden && (e.token < 0 || e.token >= config_.n_vocab)) {
+    return InvalidArgument("token id {} is outside the vocabulary [0, {})", e.token,
+                           config_.n_vocab);
+  }
+  int32_t& next = act_->slot_next[e.slot];
+  const bool first = next < 0;
+  if ((first && (e.position < 0 || e.position > table.n_tokens())) ||
+      (!first && e.position != next)) {
+    return InvalidArgument("slot {}: position {} does not continue the sequence (expected {})",
+                           e.slot, e.position, first ? table.n_tokens() : next);
+  }
+  if (size_t(e.position) >= act_->max_ctx) {
+    return OutOfRange("slot {}: position {} exceeds the KV pool capacity of {} positions", e.slot,
+                      e.position, act_->max_ctx);
+  }
+  if (first) act_->used_tables.push_back(tables_by_slot[e.slot]);
+  next = e.position + 1;
   return Status::Ok();
 }
 
@@ -123,7 +140,7 @@ Status ForwardPass::PrepareTables(std::span<const BatchEntry> batch,
 Status ForwardPass::Run(std::span<const BatchEntry> batch,
                         std::span<BlockTable* const> tables_by_slot, const float* hidden_in,
                         float* out) {
-  SHARDLM_TRY(Validate(batch, tables_by_slot, hidden_in));
+  SHARDLM_TRY(Validate(batch, tables_by_slot, hidden_in, out));
   SHARDLM_TRY(PrepareTables(batch, tables_by_slot));
   const int n_tokens = int(batch.size());
   Embed(batch, hidden_in);

@@ -58,15 +58,18 @@ class ForwardPass {
   //    Per slot the batch's positions must be consecutive and increasing, starting at or
   //    before the table's n_tokens (an earlier start rewrites and drops the tail).
   //    Pages are allocated here; on return the table's n_tokens = last position + 1.
-  // Errors (nothing is computed): empty or oversized batch, bad slot/token/position, KV
-  // pool exhausted (OutOfRange naming n_pages), hidden_in missing on a non-first stage.
+  // Errors (nothing is computed): empty or oversized batch, bad slot/token/position, two
+  // slots mapping one table, KV pool exhausted (OutOfRange naming the flag to raise),
+  // hidden_in missing on a non-first stage, out missing.
   Status Run(std::span<const BatchEntry> batch, std::span<BlockTable* const> tables_by_slot,
              const float* hidden_in, float* out);
 
  private:
   struct Activations;
   Status Validate(std::span<const BatchEntry> batch, std::span<BlockTable* const> tables_by_slot,
-                  const float* hidden_in);
+                  const float* hidden_in, const float* out);
+  Status ValidateEntry(const BatchEntry& entry, std::span<BlockTable* const> tables_by_slot,
+                       bool has_hidden);
   Status PrepareTables(std::span<const BatchEntry> batch,
                        std::span<BlockTable* const> tables_by_slot);
   void Embed(std::span<const BatchEntry> batch, const float* hidden_in);

@@ -184,6 +184,18 @@ TEST_F(ForwardErrors, BadBatches) {
   EXPECT_TRUE(Run({{1, 0, 0, true}}, table).ok());
 }
 
+TEST_F(ForwardErrors, SharedTableOrMissingOutput) {
+  BlockTable table = h_->NewTable();
+  BlockTable* twice[] = {&table, &table};
+  std::vector<BatchEntry> batch = {{1, 0, 0, true}, {1, 0, 1, true}};
+  EXPECT_EQ(h_->forward->Run(batch, twice, nullptr, logits_.data()).code(),
+            StatusCode::kInvalidArgument);
+  BlockTable* one[] = {&table};
+  EXPECT_EQ(h_->forward->Run(std::span(batch).first(1), one, nullptr, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.n_pages(), 0);
+}
+
 TEST_F(ForwardErrors, PoolExhaustionIsOutOfRangeAndRecoverable) {
   BlockTable a = h_->NewTable(), b = h_->NewTable();
   std::vector<BatchEntry> batch;
