@@ -116,19 +116,28 @@ void Sampler::TopK(std::vector<TokenLogit>& cands, int32_t k) {
 
 void Sampler::TopP(std::vector<TokenLogit>& cands, float p) {
   if (p >= 1.0f || cands.size() <= 1) return;
-  std::sort(cands.begin(), cands.end(), Before);
-  const std::vector<double> probs = Softmax(cands, 1.0f);
-  // Keep the shortest prefix whose mass reaches p (at least one token).
-  double cum = 0.0;
-  size_t keep = cands.size();
-  for (size_t i = 0; i < probs.size(); ++i) {
-    cum += probs[i];
-    if (cum >= p) {
-      keep = i + 1;
-      break;
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (const TokenLogit& cand : cands) max_logit = std::max(max_logit, cand.logit);
+  double total = 0.0;
+  for (const TokenLogit& cand : cands) total += std::exp(double(cand.logit) - max_logit);
+  // Keep the shortest prefix (in Before order) whose mass reaches p, at least one token.
+  // Sort only as much of the head as that needs: a trained model puts most of its mass in
+  // a few tokens, and sorting a 150k vocabulary every step would cost milliseconds.
+  constexpr size_t kFirstSort = 256;
+  size_t sorted = std::min(cands.size(), kFirstSort);
+  for (;;) {
+    std::partial_sort(cands.begin(), cands.begin() + sorted, cands.end(), Before);
+    double cum = 0.0;
+    for (size_t i = 0; i < sorted; ++i) {
+      cum += std::exp(double(cands[i].logit) - max_logit) / total;
+      if (cum >= p) {
+        cands.resize(i + 1);
+        return;
+      }
     }
+    if (sorted == cands.size()) return;  // rounding kept the mass below p: keep all
+    sorted = std::min(cands.size(), sorted * 8);
   }
-  cands.resize(keep);
 }
 
 void Sampler::MinP(std::vector<TokenLogit>& cands, float p) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -65,6 +66,28 @@ TEST(SamplerTest, TopPKeepsShortestPrefixReachingP) {
   cands = Cands(logits);
   Sampler::TopP(cands, 1.0f);
   EXPECT_EQ(cands.size(), 4u);
+}
+
+TEST(SamplerTest, TopPOnLargeVocabEqualsFullSortPrefix) {
+  // 150k tokens, flat and peaked: the partial sorts must give the full sort's prefix.
+  for (float scale : {0.1f, 8.0f}) {
+    Rng rng(5);
+    std::vector<float> logits(150000);
+    for (float& logit : logits) logit = float(rng.NextDouble()) * scale;
+    std::vector<TokenLogit> cands = Cands(logits);
+    Sampler::TopP(cands, 0.9f);
+    std::vector<TokenLogit> want = Cands(logits);
+    std::sort(want.begin(), want.end(), [](const TokenLogit& a, const TokenLogit& b) {
+      return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+    });
+    double total = 0.0, cum = 0.0;
+    for (float logit : logits) total += std::exp(double(logit));
+    size_t keep = 0;
+    while (keep < want.size() && cum < 0.9 - 1e-9)
+      cum += std::exp(double(want[keep++].logit)) / total;
+    ASSERT_NEAR(double(cands.size()), double(keep), 1.0) << "scale " << scale;
+    for (size_t i = 0; i < std::min(cands.size(), keep); ++i) ASSERT_EQ(cands[i].id, want[i].id);
+  }
 }
 
 TEST(SamplerTest, MinPDropsTokensBelowFractionOfMax) {
