@@ -107,6 +107,8 @@ Status RunCommand(RunFlags& f) {
   std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(f.sampling.seed));
 
   const int n_threads = ResolveThreads(f.n_threads);
+  std::fprintf(stderr, "threads: %d, context: %d, batch: %d, kv: %s\n", n_threads, f.n_ctx,
+               f.n_batch, KvTypeName(kv_type));
   ThreadPool threads(n_threads);
   GeneratorConfig config{f.n_ctx, f.n_batch, kv_type, kDefaultPageTokens};
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Generator> generator,
@@ -132,7 +134,6 @@ Status RunCommand(RunFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(GenerationResult result,
                            generator->Generate(f.prompt, f.sampling, options, callbacks));
   if (recorder) SHARDLM_TRY(recorder->Close());
-  std::fprintf(stderr, "threads: %d\n", n_threads);
   PrintTimings(result);
   return Status::Ok();
 }

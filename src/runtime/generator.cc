@@ -16,10 +16,17 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void PrintPrefillProgress(int done, int total, Clock::time_point start) {
-  const double seconds = SecondsSince(start);
-  std::fprintf(stderr, "prefill: %d/%d tokens (%.1f tok/s)\n", done, total,
-               seconds > 0 ? done / seconds : 0.0);
+// Prefill progress on stderr: at most about once a second, and at the end.
+std::function<void(int, int)> PrefillProgressPrinter() {
+  const Clock::time_point start = Clock::now();
+  return [start, last = start](int done, int total) mutable {
+    const Clock::time_point now = Clock::now();
+    if (done < total && now - last < std::chrono::seconds(1)) return;
+    last = now;
+    const double seconds = std::chrono::duration<double>(now - start).count();
+    std::fprintf(stderr, "prefill: %d/%d tokens (%.1f tok/s)\n", done, total,
+                 seconds > 0 ? done / seconds : 0.0);
+  };
 }
 
 }  // namespace
@@ -175,11 +182,9 @@ Result<GenerationResult> Generator::GenerateFromIds(std::vector<TokenId> prompt_
   for (TokenId id : prompt_ids) run.sampler.Accept(id);
   run.result.kv_bytes = seq->kv_bytes();
 
-  const Clock::time_point start = Clock::now();
   std::function<void(int, int)> progress;
-  if (options.show_progress && n_prompt > config_.n_batch) {
-    progress = [start](int done, int total) { PrintPrefillProgress(done, total, start); };
-  }
+  if (options.show_progress && n_prompt > config_.n_batch) progress = PrefillProgressPrinter();
+  const Clock::time_point start = Clock::now();
   SHARDLM_TRY(seq->Prefill(prompt_ids, progress));
   run.result.prefill_seconds = SecondsSince(start);
   run.result.prompt_ids = std::move(prompt_ids);
