@@ -23,6 +23,7 @@ jinja::Value StrftimeNow(const std::function<std::tm()>& clock) {
     jinja::Value format = args.Get(0, "format");
     if (!format.IsString()) jinja::Fail("strftime_now() expects a format string");
     std::tm tm = clock ? clock() : LocalNow();
+    timegm(&tm);  // normalizes a naive wall time and fills tm_wday / tm_yday
     std::string out(256, '\0');
     size_t n = std::strftime(out.data(), out.size(), format.AsString().c_str(), &tm);
     if (n == 0 && !format.AsString().empty()) jinja::Fail("strftime_now(): format too long");

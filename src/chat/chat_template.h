@@ -22,8 +22,9 @@
 namespace shardlm {
 
 struct ChatTemplateOptions {
-  // The time strftime_now() formats; defaults to the local wall clock (transformers calls
-  // datetime.now()). Tests inject a fixed time.
+  // The time strftime_now() formats, as a naive wall time (only the year..second fields
+  // need be set); defaults to the local wall clock (transformers calls datetime.now()).
+  // Tests inject a fixed time.
   std::function<std::tm()> clock;
   jinja::RenderLimits limits;
 };
