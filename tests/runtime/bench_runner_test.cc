@@ -1,0 +1,49 @@
+// Tests of the bench runner: statistics, argument checks, and a tiny real run.
+#include "runtime/bench_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/model_loader.h"
+#include "support/fixtures.h"
+
+namespace shardlm {
+namespace {
+
+TEST(BenchRunnerTest, MeanStddevMedian) {
+  double mean = 0, stddev = 0;
+  MeanStddev({1.0, 2.0, 3.0, 4.0}, mean, stddev);
+  EXPECT_DOUBLE_EQ(mean, 2.5);
+  EXPECT_NEAR(stddev, std::sqrt(5.0 / 3.0), 1e-12);  // sample stddev (n - 1)
+  MeanStddev({7.0}, mean, stddev);
+  EXPECT_DOUBLE_EQ(mean, 7.0);
+  EXPECT_DOUBLE_EQ(stddev, 0.0);
+  EXPECT_DOUBLE_EQ(Median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_DOUBLE_EQ(Median({4.0, 1.0, 3.0, 2.0}), 2.5);
+}
+
+TEST(BenchRunnerTest, NamesAndRuns) {
+  SHARDLM_REQUIRE_FIXTURES();
+  EXPECT_EQ((BenchTest{512, 0}).Name(), "pp512");
+  EXPECT_EQ((BenchTest{0, 128}).Name(), "tg128");
+  auto loaded = LoadModelFile(testing::FixturePath("stories260K.gguf"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  ThreadPool threads(2);
+  BenchOptions options;
+  options.reps = 3;
+  for (const BenchTest& test : {BenchTest{40, 0}, BenchTest{0, 70}}) {  // 70: spans 2 pages
+    auto result = RunBench(*loaded->model, threads, test, options);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_EQ(result->samples_ts.size(), 3u);
+    EXPECT_GT(result->avg_ts, 0.0);
+    EXPECT_GT(result->cpu_share, 0.0);
+  }
+  EXPECT_FALSE(RunBench(*loaded->model, threads, {0, 0}, options).ok());
+  EXPECT_FALSE(RunBench(*loaded->model, threads, {4, 4}, options).ok());
+  options.reps = 0;
+  EXPECT_FALSE(RunBench(*loaded->model, threads, {4, 0}, options).ok());
+}
+
+}  // namespace
+}  // namespace shardlm
