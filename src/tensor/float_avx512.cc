@@ -31,6 +31,7 @@ namespace {
 struct F32Elems {
   using Vec = __m512;
   static constexpr int kStep = 16;
+  static constexpr int kBytes = 4;  // per element
   static Vec Full(const uint8_t* p, int64_t i) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + i);
   }
@@ -43,6 +44,7 @@ struct F32Elems {
 struct F16Elems {
   using Vec = __m512;
   static constexpr int kStep = 16;
+  static constexpr int kBytes = 2;
   static Vec Full(const uint8_t* p, int64_t i) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(
         reinterpret_cast<const __m256i*>(reinterpret_cast<const fp16_t*>(p) + i)));
@@ -57,6 +59,7 @@ struct F16Elems {
 struct Bf16Elems {
   using Vec = __m512i;
   static constexpr int kStep = 32;
+  static constexpr int kBytes = 2;
   static Vec Full(const uint8_t* p, int64_t i) {
     return _mm512_loadu_si512(reinterpret_cast<const bf16_t*>(p) + i);
   }
@@ -77,8 +80,10 @@ struct FloatKernel {
   static void Step(const uint8_t* w, int64_t w_stride, const uint8_t* act, int64_t act_stride,
                    int64_t i, int64_t left, __m512 (&acc)[NR][NC]) {
     typename E::Vec wv[NR];
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) wv[r] =
-        kTail ? E::Tail(w + r * w_stride, i, left) : E::Full(w + r * w_stride, i);
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+      wv[r] = kTail ? E::Tail(w + r * w_stride, i, left) : E::Full(w + r * w_stride, i);
+      simd::PrefetchNextTile<NR>(w + r * w_stride + i * E::kBytes, w_stride, 64);
+    }
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
       const typename E::Vec av =
           kTail ? E::Tail(act + c * act_stride, i, left) : E::Full(act + c * act_stride, i);

@@ -103,6 +103,7 @@ struct Q4KKernel {
       __m512i scales16[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
         uint64_t sc, mn;
         UnpackScalesMins(blk->scales, &sc, &mn);
         scales16[r] = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(sc)));
@@ -280,7 +281,9 @@ struct SixteenScaleKernel {
       __m512i isum[NR][NC], msum[NR][NC];
       SixteenScales ws[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-        ws[r] = P::Prepare(reinterpret_cast<const Block*>(w + r * w_stride) + b);
+        const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
+        ws[r] = P::Prepare(blk);
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
           const __m512i bsums = _mm512_zextsi256_si512(

@@ -59,6 +59,7 @@ struct Q8_0Kernel {
       __m512 wd[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, 2 * sizeof(BlockQ8_0));
         wq[r] = LoadTwo(blk[0].qs, pair ? blk[1].qs : nullptr);
         // -128·Σw per lane: the start value that cancels the +128 bias of activations.
         wstart[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
@@ -160,6 +161,7 @@ struct UnsignedKernel {
       __m512 wd[NR], wm[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, 2 * sizeof(Block));
         wq[r] = W::Quants(blk, pair ? blk + 1 : nullptr);
         wd[r] = TwoScales(Fp16ToF32(blk[0].d), pair ? Fp16ToF32(blk[1].d) : 0.0f);
         if constexpr (kHasMin) {

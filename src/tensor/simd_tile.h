@@ -23,6 +23,20 @@
 
 namespace shardlm::internal::simd {
 
+// Prefetches `bytes` at the same offset in row r + NR, i.e. what the next tile will read.
+// A tile interleaves NR row streams, which the hardware prefetcher follows poorly on Zen 4
+// when the rows come from DRAM: Q6_K at 4x4 streamed 5 GB/s without this, 18 with it
+// (one thread), and the L2-resident speed does not change. The 1-row kernels (decode)
+// stream one row after another and need no help.
+template <int NR>
+inline void PrefetchNextTile(const void* p, int64_t w_stride, int bytes) {
+  if constexpr (NR > 1) {
+    for (int line = 0; line < bytes; line += 64) {
+      __builtin_prefetch(static_cast<const char*>(p) + NR * w_stride + line, 0, 3);
+    }
+  }
+}
+
 using TileFn = void (*)(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                         int64_t act_stride, float* out, int64_t out_stride);
 
