@@ -2,7 +2,6 @@
 #include "model/attention.h"
 
 #include <algorithm>
-#include <type_traits>
 
 #include "base/check.h"
 #include "model/attention_kernels.h"
@@ -21,74 +20,84 @@ void ForEachPosition(const BlockTable& table, int page_tokens, int n_ctx, Fn&& f
   }
 }
 
-// A K or V row of one kv head as floats: in place for F32, converted into `buf` for F16.
-template <typename T>
-const float* HeadRow(const void* row, int64_t head_offset, int head_dim, const AttentionKernels& k,
-                     float* buf) {
-  const T* p = static_cast<const T*>(row) + head_offset;
-  if constexpr (std::is_same_v<T, float>) {
-    return p;
-  } else {
-    k.half_row(p, buf, head_dim);
-    return buf;
-  }
-}
+// Row pointers gathered per kernel call: one run of consecutive positions inside a page.
+constexpr int kMaxRunRows = 64;
 
-// The F32 value pass: rows are handed to axpy_rows a page run at a time (same per-element
-// order as one axpy per position, fewer loads and stores of out).
-void AccumulateValuesF32(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                         const GroupQuery& query, const float* scores, float* out) {
-  const AttentionKernels& kern = GetAttentionKernels();
-  const int64_t head_offset = int64_t(query.kv_head) * head_dim;
+// Calls fn(pos, n, rows) for runs of n <= kMaxRunRows consecutive positions of [0, n_ctx)
+// inside one page, in position order; rows[r] is the F32 K (or V) row of position pos + r
+// for one kv head.
+template <typename Fn>
+void ForEachRunF32(const PagePool& pool, const BlockTable& table, int layer_idx, bool values,
+                   int64_t head_offset, int n_ctx, Fn&& fn) {
   const int page_tokens = pool.page_tokens();
-  const int n_ctx = query.n_ctx;
-  constexpr int kMaxRows = 64;  // row pointers gathered per call
-  const float* rows[kMaxRows];
+  const float* rows[kMaxRunRows];
   for (int pos = 0; pos < n_ctx;) {
     const PageId page = table.page(pos / page_tokens);
     const int offset = pos % page_tokens;
-    const int n = std::min({kMaxRows, page_tokens - offset, n_ctx - pos});
+    const int n = std::min({kMaxRunRows, page_tokens - offset, n_ctx - pos});
     for (int r = 0; r < n; ++r) {
-      rows[r] = static_cast<const float*>(pool.ValueRow(page, layer_idx, offset + r)) + head_offset;
+      const void* row = values ? pool.ValueRow(page, layer_idx, offset + r)
+                               : pool.KeyRow(page, layer_idx, offset + r);
+      rows[r] = static_cast<const float*>(row) + head_offset;
     }
-    for (int h = 0; h < query.n_heads; ++h) {
-      kern.axpy_rows(scores + int64_t(h) * n_ctx + pos, rows, n, out + h * head_dim, head_dim);
-    }
+    fn(pos, n, rows);
     pos += n;
   }
 }
 
-template <typename T>
-void AttendGroupTyped(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                      const GroupQuery& query, float* scores, float* out) {
+// F32 cache: scores with dot_rows, values with axpy_rows, a page run at a time. Per element
+// the arithmetic is exactly that of the position-by-position path.
+void AttendGroupF32(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+                    const GroupQuery& query, float* scores, float* out) {
   const AttentionKernels& kern = GetAttentionKernels();
   const int64_t head_offset = int64_t(query.kv_head) * head_dim;
-  const int page_tokens = pool.page_tokens();
   const int n_ctx = query.n_ctx;
-  float buf[512];  // one converted F16 row; head_dim <= 512 (ModelConfig)
   // scores[h][pos] = (q_h · k_pos) · scale
-  ForEachPosition(table, page_tokens, n_ctx, [&](int pos, PageId page, int offset) {
-    const float* k =
-        HeadRow<T>(pool.KeyRow(page, layer_idx, offset), head_offset, head_dim, kern, buf);
+  ForEachRunF32(pool, table, layer_idx, false, head_offset, n_ctx,
+                [&](int pos, int n, const float* const* rows) {
+                  for (int h = 0; h < query.n_heads; ++h) {
+                    float* s = scores + int64_t(h) * n_ctx + pos;
+                    kern.dot_rows(query.q + h * head_dim, rows, n, head_dim, s);
+                    for (int r = 0; r < n; ++r) s[r] *= query.scale;
+                  }
+                });
+  for (int h = 0; h < query.n_heads; ++h) Softmax(scores + int64_t(h) * n_ctx, n_ctx);
+  std::fill(out, out + int64_t(query.n_heads) * head_dim, 0.0f);
+  // out[h] = Σ_pos p[h][pos] · v_pos, in position order
+  ForEachRunF32(pool, table, layer_idx, true, head_offset, n_ctx,
+                [&](int pos, int n, const float* const* rows) {
+                  for (int h = 0; h < query.n_heads; ++h) {
+                    kern.axpy_rows(scores + int64_t(h) * n_ctx + pos, rows, n, out + h * head_dim,
+                                   head_dim);
+                  }
+                });
+}
+
+// F16 cache: each K/V row is converted once and used by every head of the group.
+void AttendGroupF16(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+                    const GroupQuery& query, float* scores, float* out) {
+  const AttentionKernels& kern = GetAttentionKernels();
+  const int64_t head_offset = int64_t(query.kv_head) * head_dim;
+  const int n_ctx = query.n_ctx;
+  float row[512];  // one converted row; head_dim <= 512 (ModelConfig)
+  auto convert = [&](const void* src) {
+    kern.half_row(static_cast<const uint16_t*>(src) + head_offset, row, head_dim);
+  };
+  ForEachPosition(table, pool.page_tokens(), n_ctx, [&](int pos, PageId page, int offset) {
+    convert(pool.KeyRow(page, layer_idx, offset));
     for (int h = 0; h < query.n_heads; ++h) {
       scores[int64_t(h) * n_ctx + pos] =
-          kern.dot(query.q + h * head_dim, k, head_dim) * query.scale;
+          kern.dot(query.q + h * head_dim, row, head_dim) * query.scale;
     }
   });
   for (int h = 0; h < query.n_heads; ++h) Softmax(scores + int64_t(h) * n_ctx, n_ctx);
   std::fill(out, out + int64_t(query.n_heads) * head_dim, 0.0f);
-  // out[h] = Σ_pos p[h][pos] · v_pos, in position order
-  if constexpr (std::is_same_v<T, float>) {
-    AccumulateValuesF32(pool, table, layer_idx, head_dim, query, scores, out);
-  } else {
-    ForEachPosition(table, page_tokens, n_ctx, [&](int pos, PageId page, int offset) {
-      const float* v =
-          HeadRow<T>(pool.ValueRow(page, layer_idx, offset), head_offset, head_dim, kern, buf);
-      for (int h = 0; h < query.n_heads; ++h) {
-        kern.axpy(scores[int64_t(h) * n_ctx + pos], v, out + h * head_dim, head_dim);
-      }
-    });
-  }
+  ForEachPosition(table, pool.page_tokens(), n_ctx, [&](int pos, PageId page, int offset) {
+    convert(pool.ValueRow(page, layer_idx, offset));
+    for (int h = 0; h < query.n_heads; ++h) {
+      kern.axpy(scores[int64_t(h) * n_ctx + pos], row, out + h * head_dim, head_dim);
+    }
+  });
 }
 
 }  // namespace
@@ -98,9 +107,9 @@ void AttendGroup(const PagePool& pool, const BlockTable& table, int layer_idx, i
   SHARDLM_DCHECK(query.n_ctx > 0 && query.n_ctx <= table.capacity_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
   if (pool.config().kv_type == KvType::kF32) {
-    AttendGroupTyped<float>(pool, table, layer_idx, head_dim, query, scores, out);
+    AttendGroupF32(pool, table, layer_idx, head_dim, query, scores, out);
   } else {
-    AttendGroupTyped<uint16_t>(pool, table, layer_idx, head_dim, query, scores, out);
+    AttendGroupF16(pool, table, layer_idx, head_dim, query, scores, out);
   }
 }
 

@@ -19,6 +19,10 @@ float DotGeneric(const float* a, const float* b, int n) {
   return sum;
 }
 
+void DotRowsGeneric(const float* q, const float* const* rows, int n_rows, int n, float* out) {
+  for (int r = 0; r < n_rows; ++r) out[r] = DotGeneric(q, rows[r], n);
+}
+
 void AxpyGeneric(float a, const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
@@ -32,7 +36,12 @@ void HalfRowGeneric(const uint16_t* src, float* dst, int n) {
 }
 
 AttentionKernels Build(Isa isa) {
-  AttentionKernels k{DotGeneric, AxpyGeneric, HalfRowGeneric, AxpyRowsGeneric};
+  AttentionKernels k;
+  k.dot = DotGeneric;
+  k.dot_rows = DotRowsGeneric;
+  k.axpy = AxpyGeneric;
+  k.half_row = HalfRowGeneric;
+  k.axpy_rows = AxpyRowsGeneric;
   if (isa == Isa::kAvx2 || isa == Isa::kAvx512) internal::FillAttentionAvx2(k);
   if (isa == Isa::kAvx512) internal::FillAttentionAvx512(k);
   return k;

@@ -20,6 +20,9 @@ namespace shardlm {
 
 struct AttentionKernels {
   float (*dot)(const float* a, const float* b, int n) = nullptr;
+  // out[r] = dot(q, rows[r], n) for r < n_rows, each bitwise equal to `dot`.
+  void (*dot_rows)(const float* q, const float* const* rows, int n_rows, int n,
+                   float* out) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int n) = nullptr;  // y += a·x
   void (*half_row)(const uint16_t* src, float* dst, int n) = nullptr;
   // y += Σ_r w[r]·rows[r] for r = 0, 1, ... in order: per element exactly n_rows axpy calls.

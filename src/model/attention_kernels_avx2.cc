@@ -8,6 +8,16 @@
 namespace shardlm::internal {
 namespace {
 
+// SumLanes' tree in registers: (j, j+8), (j, j+4), (j, j+2), (j, j+1); then the tail.
+inline float Finish(__m256 lo, __m256 hi, const float* a, const float* b, int n16, int n) {
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  float sum = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+  for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
+  return sum;
+}
+
 float DotAvx2(const float* a, const float* b, int n) {
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
   const int n16 = n - n % 16;
@@ -15,14 +25,28 @@ float DotAvx2(const float* a, const float* b, int n) {
     lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
     hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
   }
-  // SumLanes' tree in registers: (j, j+8), (j, j+4), (j, j+2), (j, j+1).
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  float sum = _mm_cvtss_f32(s1);
-  for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
-  return sum;
+  return Finish(lo, hi, a, b, n16, n);
+}
+
+// Two rows at a time (four FMA chains); each row's arithmetic is exactly DotAvx2's.
+void DotRowsAvx2(const float* q, const float* const* rows, int n_rows, int n, float* out) {
+  const int n16 = n - n % 16;
+  int r = 0;
+  for (; r + 2 <= n_rows; r += 2) {
+    __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+    const float* k0 = rows[r];
+    const float* k1 = rows[r + 1];
+    for (int i = 0; i < n16; i += 16) {
+      const __m256 qlo = _mm256_loadu_ps(q + i), qhi = _mm256_loadu_ps(q + i + 8);
+      lo0 = _mm256_fmadd_ps(qlo, _mm256_loadu_ps(k0 + i), lo0);
+      hi0 = _mm256_fmadd_ps(qhi, _mm256_loadu_ps(k0 + i + 8), hi0);
+      lo1 = _mm256_fmadd_ps(qlo, _mm256_loadu_ps(k1 + i), lo1);
+      hi1 = _mm256_fmadd_ps(qhi, _mm256_loadu_ps(k1 + i + 8), hi1);
+    }
+    out[r] = Finish(lo0, hi0, q, k0, n16, n);
+    out[r + 1] = Finish(lo1, hi1, q, k1, n16, n);
+  }
+  for (; r < n_rows; ++r) out[r] = DotAvx2(q, rows[r], n);
 }
 
 void AxpyAvx2(float a, const float* x, float* y, int n) {
@@ -34,28 +58,30 @@ void AxpyAvx2(float a, const float* x, float* y, int n) {
   for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
-// Four registers of y stay loaded while every row is folded in.
-void AxpyRowsAvx2(const float* w, const float* const* rows, int n_rows, float* y, int n) {
-  constexpr int kW = 8;
-  int i = 0;
-  for (; i + 4 * kW <= n; i += 4 * kW) {
-    __m256 a0 = _mm256_loadu_ps(y + i), a1 = _mm256_loadu_ps(y + i + kW);
-    __m256 a2 = _mm256_loadu_ps(y + i + 2 * kW), a3 = _mm256_loadu_ps(y + i + 3 * kW);
-    for (int r = 0; r < n_rows; ++r) {
-      const __m256 wr = _mm256_set1_ps(w[r]);
-      const float* x = rows[r] + i;
-      a0 = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x), a0);
-      a1 = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + kW), a1);
-      a2 = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + 2 * kW), a2);
-      a3 = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + 3 * kW), a3);
+// kRegs registers of y[col, col + 8·kRegs) stay loaded while every row is folded in.
+template <int kRegs>
+void AxpyRowsBlock(const float* w, const float* const* rows, int n_rows, int col, float* y) {
+  __m256 acc[kRegs];
+  for (int j = 0; j < kRegs; ++j) acc[j] = _mm256_loadu_ps(y + col + 8 * j);
+  for (int r = 0; r < n_rows; ++r) {
+    const __m256 wr = _mm256_set1_ps(w[r]);
+    const float* x = rows[r] + col;
+    for (int j = 0; j < kRegs; ++j) {
+      acc[j] = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + 8 * j), acc[j]);
     }
-    _mm256_storeu_ps(y + i, a0);
-    _mm256_storeu_ps(y + i + kW, a1);
-    _mm256_storeu_ps(y + i + 2 * kW, a2);
-    _mm256_storeu_ps(y + i + 3 * kW, a3);
   }
-  if (i < n) {
-    for (int r = 0; r < n_rows; ++r) AxpyAvx2(w[r], rows[r] + i, y + i, n - i);
+  for (int j = 0; j < kRegs; ++j) _mm256_storeu_ps(y + col + 8 * j, acc[j]);
+}
+
+// Column blocks of 64 (eight independent FMA chains), then 8, then the scalar tail.
+void AxpyRowsAvx2(const float* w, const float* const* rows, int n_rows, float* y, int n) {
+  int col = 0;
+  for (; col + 64 <= n; col += 64) AxpyRowsBlock<8>(w, rows, n_rows, col, y);
+  for (; col + 8 <= n; col += 8) AxpyRowsBlock<1>(w, rows, n_rows, col, y);
+  if (col < n) {
+    for (int r = 0; r < n_rows; ++r) {
+      for (int i = col; i < n; ++i) y[i] = std::fma(w[r], rows[r][i], y[i]);
+    }
   }
 }
 
@@ -72,6 +98,7 @@ void HalfRowAvx2(const uint16_t* src, float* dst, int n) {
 
 void FillAttentionAvx2(AttentionKernels& k) {
   k.dot = DotAvx2;
+  k.dot_rows = DotRowsAvx2;
   k.axpy = AxpyAvx2;
   k.half_row = HalfRowAvx2;
   k.axpy_rows = AxpyRowsAvx2;

@@ -8,20 +8,50 @@
 namespace shardlm::internal {
 namespace {
 
+// SumLanes' tree in registers: (j, j+8), (j, j+4), (j, j+2), (j, j+1).
+inline float ReduceLanes(__m512 acc) {
+  const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(acc, 0), _mm512_extractf32x8_ps(acc, 1));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+// The lanes' sum, then the tail [n16, n) in order.
+inline float Finish(__m512 acc, const float* a, const float* b, int n16, int n) {
+  float sum = ReduceLanes(acc);
+  for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
+  return sum;
+}
+
 float DotAvx512(const float* a, const float* b, int n) {
   __m512 acc = _mm512_setzero_ps();
   const int n16 = n - n % 16;
   for (int i = 0; i < n16; i += 16) {
     acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
   }
-  // SumLanes' tree in registers: (j, j+8), (j, j+4), (j, j+2), (j, j+1).
-  const __m256 s8 = _mm256_add_ps(_mm512_extractf32x8_ps(acc, 0), _mm512_extractf32x8_ps(acc, 1));
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  float sum = _mm_cvtss_f32(s1);
-  for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
-  return sum;
+  return Finish(acc, a, b, n16, n);
+}
+
+// Four rows at a time: four independent FMA chains hide the FMA latency; each row's
+// arithmetic is exactly DotAvx512's.
+void DotRowsAvx512(const float* q, const float* const* rows, int n_rows, int n, float* out) {
+  const int n16 = n - n % 16;
+  int r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < n16; i += 16) {
+      const __m512 vq = _mm512_loadu_ps(q + i);
+      a0 = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows[r] + i), a0);
+      a1 = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows[r + 1] + i), a1);
+      a2 = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows[r + 2] + i), a2);
+      a3 = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows[r + 3] + i), a3);
+    }
+    out[r] = Finish(a0, q, rows[r], n16, n);
+    out[r + 1] = Finish(a1, q, rows[r + 1], n16, n);
+    out[r + 2] = Finish(a2, q, rows[r + 2], n16, n);
+    out[r + 3] = Finish(a3, q, rows[r + 3], n16, n);
+  }
+  for (; r < n_rows; ++r) out[r] = DotAvx512(q, rows[r], n);
 }
 
 void AxpyAvx512(float a, const float* x, float* y, int n) {
@@ -33,28 +63,31 @@ void AxpyAvx512(float a, const float* x, float* y, int n) {
   for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
-// Four registers of y stay loaded while every row is folded in.
-void AxpyRowsAvx512(const float* w, const float* const* rows, int n_rows, float* y, int n) {
-  constexpr int kW = 16;
-  int i = 0;
-  for (; i + 4 * kW <= n; i += 4 * kW) {
-    __m512 a0 = _mm512_loadu_ps(y + i), a1 = _mm512_loadu_ps(y + i + kW);
-    __m512 a2 = _mm512_loadu_ps(y + i + 2 * kW), a3 = _mm512_loadu_ps(y + i + 3 * kW);
-    for (int r = 0; r < n_rows; ++r) {
-      const __m512 wr = _mm512_set1_ps(w[r]);
-      const float* x = rows[r] + i;
-      a0 = _mm512_fmadd_ps(wr, _mm512_loadu_ps(x), a0);
-      a1 = _mm512_fmadd_ps(wr, _mm512_loadu_ps(x + kW), a1);
-      a2 = _mm512_fmadd_ps(wr, _mm512_loadu_ps(x + 2 * kW), a2);
-      a3 = _mm512_fmadd_ps(wr, _mm512_loadu_ps(x + 3 * kW), a3);
+// kRegs registers of y[col, col + 16·kRegs) stay loaded while every row is folded in.
+template <int kRegs>
+void AxpyRowsBlock(const float* w, const float* const* rows, int n_rows, int col, float* y) {
+  __m512 acc[kRegs];
+  for (int j = 0; j < kRegs; ++j) acc[j] = _mm512_loadu_ps(y + col + 16 * j);
+  for (int r = 0; r < n_rows; ++r) {
+    const __m512 wr = _mm512_set1_ps(w[r]);
+    const float* x = rows[r] + col;
+    for (int j = 0; j < kRegs; ++j) {
+      acc[j] = _mm512_fmadd_ps(wr, _mm512_loadu_ps(x + 16 * j), acc[j]);
     }
-    _mm512_storeu_ps(y + i, a0);
-    _mm512_storeu_ps(y + i + kW, a1);
-    _mm512_storeu_ps(y + i + 2 * kW, a2);
-    _mm512_storeu_ps(y + i + 3 * kW, a3);
   }
-  if (i < n) {
-    for (int r = 0; r < n_rows; ++r) AxpyAvx512(w[r], rows[r] + i, y + i, n - i);
+  for (int j = 0; j < kRegs; ++j) _mm512_storeu_ps(y + col + 16 * j, acc[j]);
+}
+
+// Column blocks of 128 (eight independent FMA chains), then 64, 16, then the scalar tail.
+void AxpyRowsAvx512(const float* w, const float* const* rows, int n_rows, float* y, int n) {
+  int col = 0;
+  for (; col + 128 <= n; col += 128) AxpyRowsBlock<8>(w, rows, n_rows, col, y);
+  for (; col + 64 <= n; col += 64) AxpyRowsBlock<4>(w, rows, n_rows, col, y);
+  for (; col + 16 <= n; col += 16) AxpyRowsBlock<1>(w, rows, n_rows, col, y);
+  if (col < n) {
+    for (int r = 0; r < n_rows; ++r) {
+      for (int i = col; i < n; ++i) y[i] = std::fma(w[r], rows[r][i], y[i]);
+    }
   }
 }
 
@@ -71,6 +104,7 @@ void HalfRowAvx512(const uint16_t* src, float* dst, int n) {
 
 void FillAttentionAvx512(AttentionKernels& k) {
   k.dot = DotAvx512;
+  k.dot_rows = DotRowsAvx512;
   k.axpy = AxpyAvx512;
   k.half_row = HalfRowAvx512;
   k.axpy_rows = AxpyRowsAvx512;

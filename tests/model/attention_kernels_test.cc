@@ -28,7 +28,7 @@ TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
     const AttentionKernels* k = GetAttentionKernelsFor(isa);
     if (k == nullptr) continue;
-    for (int n : {1, 7, 16, 31, 64, 100, 128, 256}) {
+    for (int n : {1, 7, 16, 31, 40, 64, 100, 128, 200, 256}) {
       std::vector<float> a = RandomRow(n, 1 + n), b = RandomRow(n, 2 + n);
       const float want = generic->dot(a.data(), b.data(), n);
       const float got = k->dot(a.data(), b.data(), n);
@@ -47,6 +47,14 @@ TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
       std::vector<const float*> rows;
       for (int r = 0; r < 5; ++r) rows_data.push_back(RandomRow(n, 10 + r));
       for (auto& row : rows_data) rows.push_back(row.data());
+      float dots[5], generic_dots[5];
+      k->dot_rows(a.data(), rows.data(), 5, n, dots);
+      generic->dot_rows(a.data(), rows.data(), 5, n, generic_dots);
+      for (int r = 0; r < 5; ++r) {
+        const float single = generic->dot(a.data(), rows[r], n);
+        EXPECT_EQ(std::memcmp(&dots[r], &single, 4), 0) << IsaName(isa) << " dot_rows " << r;
+        EXPECT_EQ(std::memcmp(&generic_dots[r], &single, 4), 0) << "generic dot_rows " << r;
+      }
       generic->axpy_rows(w.data(), rows.data(), 5, r1.data(), n);
       k->axpy_rows(w.data(), rows.data(), 5, r2.data(), n);
       EXPECT_EQ(std::memcmp(r1.data(), r2.data(), 4 * n), 0) << IsaName(isa) << " axpy_rows";
