@@ -16,6 +16,7 @@ using avx2::ReduceAdd;
 
 // Load(p, i, left) → 8 floats of elements [i, i + 8) of row p, zeros past `left`.
 struct F32Load {
+  static constexpr int kBytes = 4;  // per element
   static __m256 Load(const uint8_t* p, int64_t i, int64_t left) {
     const float* src = reinterpret_cast<const float*>(p) + i;
     if (left >= 8) return _mm256_loadu_ps(src);
@@ -25,6 +26,7 @@ struct F32Load {
   }
 };
 struct F16Load {
+  static constexpr int kBytes = 2;
   static __m256 Load(const uint8_t* p, int64_t i, int64_t left) {
     const fp16_t* src = reinterpret_cast<const fp16_t*>(p) + i;
     if (left >= 8) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
@@ -44,7 +46,10 @@ struct FloatKernel {
         acc[r][c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
       __m256 wv[NR];
-      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) wv[r] = L::Load(w + r * w_stride, i, n - i);
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+        wv[r] = L::Load(w + r * w_stride, i, n - i);
+        simd::PrefetchNextTile<NR>(w + r * w_stride + i * L::kBytes, w_stride, 32);
+      }
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const __m256 av = L::Load(act + c * act_stride, i, n - i);
         SHARDLM_UNROLL for (int r = 0; r < NR; ++r) acc[r][c] =

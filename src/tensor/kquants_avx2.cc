@@ -56,6 +56,7 @@ struct Q4KKernel {
       __m256i mins[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
         uint64_t mn;
         UnpackScalesMins(blk->scales, &scales[r], &mn);
         const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn)));
@@ -211,7 +212,9 @@ struct SixteenScaleKernel {
       __m256i isum[NR][NC], msum[NR][NC];
       SixteenScales ws[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-        ws[r] = P::Prepare(reinterpret_cast<const Block*>(w + r * w_stride) + b);
+        const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
+        ws[r] = P::Prepare(blk);
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
           const __m256i offs = _mm256_madd_epi16(Bsums(ablk), ws[r].offsets);

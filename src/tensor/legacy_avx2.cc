@@ -34,6 +34,7 @@ struct Q8_0Kernel {
       float wd[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(BlockQ8_0));
         wq[r] = Load32(blk->qs);
         wabs[r] = _mm256_abs_epi8(wq[r]);
         wd[r] = Fp16ToF32(blk->d);
@@ -126,6 +127,7 @@ struct UnsignedKernel {
       __m256 wm[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
         wq[r] = W::Quants(blk);
         wd[r] = Fp16ToF32(blk->d);
         if constexpr (kHasMin) wm[r] = _mm256_zextps128_ps256(_mm_set_ss(Fp16ToF32(blk->m)));
