@@ -226,6 +226,29 @@ TEST(GeneratorTest, LogitsDoNotDependOnThreadCount) {
   EXPECT_EQ(rows_by_threads[0], rows_by_threads[1]);  // bitwise
 }
 
+TEST(GeneratorTest, LogprobsFollowGreedyChoices) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Engine& engine = GetEngine("stories260K.gguf");
+  ASSERT_TRUE(engine.generator);
+  SamplingParams params = Greedy();
+  params.n_logprobs = 3;
+  GenerateOptions options;
+  options.n_predict = 6;
+  options.want_logprobs = true;
+  auto result = engine.generator->Generate("Once upon a time", params, options);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  ASSERT_EQ(result->logprobs.size(), result->ids.size());
+  for (size_t t = 0; t < result->ids.size(); ++t) {
+    const SampledToken& token = result->logprobs[t];
+    EXPECT_EQ(token.id, result->ids[t]);
+    EXPECT_LE(token.logprob, 0.0f);
+    ASSERT_EQ(token.top.size(), 3u);
+    EXPECT_EQ(token.top[0].id, token.id);  // greedy: the chosen token is the most likely
+    EXPECT_FLOAT_EQ(token.top[0].logprob, token.logprob);
+    EXPECT_GE(token.top[1].logprob, token.top[2].logprob);
+  }
+}
+
 TEST(GeneratorTest, ContextLimits) {
   SHARDLM_REQUIRE_FIXTURES();
   Engine& engine = GetEngine("stories260K.gguf");
