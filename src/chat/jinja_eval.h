@@ -85,6 +85,8 @@ class Evaluator {
 
   Value Eval(const Expr& e, const std::shared_ptr<Scope>& scope);
   Value EvalCall(const Expr& e, const std::shared_ptr<Scope>& scope);
+  Value EvalDict(const Expr& e, const std::shared_ptr<Scope>& scope);
+  Value EvalUnary(const Expr& e, const std::shared_ptr<Scope>& scope);
   Value EvalFilter(const Expr& e, const std::shared_ptr<Scope>& scope, const Value* input);
   Value EvalCompare(const Expr& e, const std::shared_ptr<Scope>& scope);
   Value EvalSlice(const Expr& e, const std::shared_ptr<Scope>& scope);

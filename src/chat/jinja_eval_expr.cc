@@ -238,14 +238,8 @@ Value Evaluator::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
       if (e.kind == ExprKind::kTuple) return Value::Tuple(std::move(items));
       return Value::List(std::move(items));
     }
-    case ExprKind::kDict: {
-      auto dict = std::make_shared<ValueDict>();
-      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-        Value key = Eval(*e.args[i], scope);
-        dict->Set(key.Str(), Eval(*e.args[i + 1], scope));
-      }
-      return Value::Dict(std::move(dict));
-    }
+    case ExprKind::kDict:
+      return EvalDict(e, scope);
     case ExprKind::kGetAttr:
       return GetAttr(Eval(*e.args[0], scope), e.name);
     case ExprKind::kGetItem: {
@@ -264,18 +258,8 @@ Value Evaluator::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
       return Value::Bool(RunTest(e.name, value, args) != e.negated);
     }
     case ExprKind::kNeg:
-    case ExprKind::kPos: {
-      Value v = Eval(*e.args[0], scope);
-      if (v.IsUndefined()) FailUndefined(v);
-      if (!v.IsNumber())
-        Fail("bad operand type for unary " + std::string(e.kind == ExprKind::kNeg ? "-" : "+") +
-             ": '" + v.TypeName() + "'");
-      if (e.kind == ExprKind::kPos)
-        return v.kind() == Value::Kind::kFloat ? v : Value::Int(v.AsInt());
-      if (v.kind() == Value::Kind::kFloat) return Value::Float(-v.AsDouble());
-      if (v.AsInt() == std::numeric_limits<int64_t>::min()) Fail("integer overflow");
-      return Value::Int(-v.AsInt());
-    }
+    case ExprKind::kPos:
+      return EvalUnary(e, scope);
     case ExprKind::kNot:
       return Value::Bool(!Eval(*e.args[0], scope).Truthy());
     case ExprKind::kAnd: {
@@ -298,6 +282,29 @@ Value Evaluator::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
       return e.args[2] ? Eval(*e.args[2], scope) : Value::Undefined("conditional expression");
   }
   return Value();
+}
+
+Value Evaluator::EvalDict(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  auto dict = std::make_shared<ValueDict>();
+  for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+    Value key = Eval(*e.args[i], scope);
+    dict->Set(key.Str(), Eval(*e.args[i + 1], scope));
+  }
+  return Value::Dict(std::move(dict));
+}
+
+Value Evaluator::EvalUnary(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  Value v = Eval(*e.args[0], scope);
+  bool neg = e.kind == ExprKind::kNeg;
+  if (v.IsUndefined()) FailUndefined(v);
+  if (!v.IsNumber()) {
+    Fail(std::string("bad operand type for unary ") + (neg ? "-" : "+") + ": '" + v.TypeName() +
+         "'");
+  }
+  if (v.kind() == Value::Kind::kFloat) return neg ? Value::Float(-v.AsDouble()) : v;
+  if (!neg) return Value::Int(v.AsInt());
+  if (v.AsInt() == std::numeric_limits<int64_t>::min()) Fail("integer overflow");
+  return Value::Int(-v.AsInt());
 }
 
 Value Evaluator::EvalCall(const Expr& e, const std::shared_ptr<Scope>& scope) {

@@ -163,71 +163,73 @@ ExprPtr Parser::ParsePrimary() {
   const Token& tok = Peek();
   int line = tok.line;
   switch (tok.type) {
-    case TokenType::kName: {
-      Next();
-      auto e = MakeExpr(ExprKind::kLiteral, line);
-      if (tok.text == "true" || tok.text == "True") {
-        e->value = Value::Bool(true);
-      } else if (tok.text == "false" || tok.text == "False") {
-        e->value = Value::Bool(false);
-      } else if (tok.text == "none" || tok.text == "None") {
-        e->value = Value::None();
-      } else {
-        e->kind = ExprKind::kName;
-        e->name = tok.text;
-        if (tok.text == "loop") ++loop_refs_;
-      }
-      return e;
-    }
+    case TokenType::kName:
+      return ParseNameOrConstant();
     case TokenType::kString: {
       std::string text;
-      while (Peek().type == TokenType::kString) text += Next().text;
+      while (Peek().type == TokenType::kString) text += Next().text;  // 'a' 'b' concatenate
       auto e = MakeExpr(ExprKind::kLiteral, line);
       e->value = Value::String(std::move(text));
       return e;
     }
     case TokenType::kInt:
-    case TokenType::kFloat: {
-      Next();
-      auto e = MakeExpr(ExprKind::kLiteral, line);
-      errno = 0;
-      if (tok.type == TokenType::kInt) {
-        long long v = std::strtoll(tok.text.c_str(), nullptr, 10);
-        if (errno == ERANGE) Error("integer literal out of range");
-        e->value = Value::Int(v);
-      } else {
-        e->value = Value::Float(std::strtod(tok.text.c_str(), nullptr));
-      }
-      return e;
-    }
+    case TokenType::kFloat:
+      return ParseNumber();
     case TokenType::kOp:
-      if (tok.text == "(") {
-        Next();
-        if (SkipOp(")")) return MakeExpr(ExprKind::kTuple, line);
-        ExprPtr first = ParseExpr(true);
-        if (SkipOp(")")) return first;
-        auto list = MakeExpr(ExprKind::kTuple, line);
-        list->args.push_back(std::move(first));
-        while (SkipOp(",")) {
-          if (IsOp(")")) break;
-          list->args.push_back(ParseExpr(true));
-        }
-        ExpectOp(")");
-        return list;
-      }
-      if (tok.text == "[") {
-        Next();
-        return ParseCollection(ExprKind::kList, "]", line);
-      }
-      if (tok.text == "{") {
-        Next();
-        return ParseCollection(ExprKind::kDict, "}", line);
-      }
+      if (SkipOp("(")) return ParseParenthesized(line);
+      if (SkipOp("[")) return ParseCollection(ExprKind::kList, "]", line);
+      if (SkipOp("{")) return ParseCollection(ExprKind::kDict, "}", line);
       break;
     default:
       break;
   }
   Error("unexpected " + Describe(tok));
+}
+
+ExprPtr Parser::ParseNameOrConstant() {
+  const Token& tok = Next();
+  auto e = MakeExpr(ExprKind::kLiteral, tok.line);
+  if (tok.text == "true" || tok.text == "True") {
+    e->value = Value::Bool(true);
+  } else if (tok.text == "false" || tok.text == "False") {
+    e->value = Value::Bool(false);
+  } else if (tok.text == "none" || tok.text == "None") {
+    e->value = Value::None();
+  } else {
+    e->kind = ExprKind::kName;
+    e->name = tok.text;
+    if (tok.text == "loop") ++loop_refs_;
+  }
+  return e;
+}
+
+ExprPtr Parser::ParseNumber() {
+  const Token& tok = Next();
+  auto e = MakeExpr(ExprKind::kLiteral, tok.line);
+  errno = 0;
+  if (tok.type == TokenType::kInt) {
+    long long v = std::strtoll(tok.text.c_str(), nullptr, 10);
+    if (errno == ERANGE) Error("integer literal out of range");
+    e->value = Value::Int(v);
+  } else {
+    e->value = Value::Float(std::strtod(tok.text.c_str(), nullptr));
+  }
+  return e;
+}
+
+// After '(': a parenthesized expression, or a tuple `()`, `(a,)`, `(a, b)`.
+ExprPtr Parser::ParseParenthesized(int line) {
+  if (SkipOp(")")) return MakeExpr(ExprKind::kTuple, line);
+  ExprPtr first = ParseExpr(true);
+  if (SkipOp(")")) return first;
+  auto tuple = MakeExpr(ExprKind::kTuple, line);
+  tuple->args.push_back(std::move(first));
+  while (SkipOp(",")) {
+    if (IsOp(")")) break;
+    tuple->args.push_back(ParseExpr(true));
+  }
+  ExpectOp(")");
+  return tuple;
 }
 
 ExprPtr Parser::ParseCollection(ExprKind kind, std::string_view close, int line) {

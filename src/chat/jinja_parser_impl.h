@@ -153,6 +153,9 @@ class Parser {
   ExprPtr ParsePow();
   ExprPtr ParseUnary(bool with_filter);
   ExprPtr ParsePrimary();
+  ExprPtr ParseNameOrConstant();
+  ExprPtr ParseNumber();
+  ExprPtr ParseParenthesized(int line);
   ExprPtr ParseCollection(ExprKind kind, std::string_view close, int line);
   ExprPtr ParsePostfix(ExprPtr node);
   ExprPtr ParseSubscript(ExprPtr node, int line);
