@@ -112,7 +112,7 @@ struct Q4KKernel {
 
 // Per-block weight state of the types with 16 scales of 16 elements (Q6_K, Q3_K, Q2_K).
 struct SixteenScales {
-  int16_t sc[16];   // the scale of each 16-element group
+  __m256i scales;   // 16 int16: the scale of each 16-element group
   __m256i offsets;  // 16 int16 paired with the bsums: −off·sc (Q6_K, Q3_K) or mins (Q2_K)
   float d, dmin;    // dmin only for Q2_K
 };
@@ -126,7 +126,7 @@ struct Q6KWeights {
     SixteenScales s;
     const __m256i sc =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.sc), sc);
+    s.scales = sc;
     s.offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 5));
     s.d = Fp16ToF32(blk->d);
     s.dmin = 0.0f;
@@ -159,7 +159,7 @@ struct Q3KWeights {
                       static_cast<int>((a0 & k4) | ((a2 & k2) << 4)));
     const __m256i sc = _mm256_sub_epi16(_mm256_cvtepu8_epi16(packed), _mm256_set1_epi16(32));
     SixteenScales s;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.sc), sc);
+    s.scales = sc;
     s.offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc, 2));
     s.d = Fp16ToF32(blk->d);
     s.dmin = 0.0f;
@@ -182,8 +182,7 @@ struct Q2KWeights {
     const __m256i raw =
         _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->scales)));
     SixteenScales s;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.sc),
-                        _mm256_and_si256(raw, _mm256_set1_epi16(15)));
+    s.scales = _mm256_and_si256(raw, _mm256_set1_epi16(15));
     s.offsets = _mm256_srli_epi16(raw, 4);
     s.d = Fp16ToF32(blk->d);
     s.dmin = Fp16ToF32(blk->dmin);
@@ -194,6 +193,15 @@ struct Q2KWeights {
                             _mm256_set1_epi8(3));
   }
 };
+
+// Byte shuffle broadcasting int16 2g of each 128-bit lane to the low lane and int16 2g + 1
+// to the high lane: the two scales of 32-element group g.
+inline __m256i GroupScaleShuffle(int g) {
+  const int8_t lo = static_cast<int8_t>(4 * g), hi = static_cast<int8_t>(4 * g + 2);
+  return _mm256_setr_epi8(lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
+                          lo, lo + 1, lo, lo + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1,
+                          hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1);
+}
 
 // Q6_K, Q3_K, Q2_K: unsigned quants per 32-element group, two scales per group (one per
 // 128-bit half of the vpmaddubsw result); offsets through the bsums.
@@ -226,13 +234,16 @@ struct SixteenScaleKernel {
           }
         }
       }
-      for (int h = 0; h < 2; ++h) {
-        for (int g = 0; g < 4; ++g) {
+      SHARDLM_UNROLL for (int h = 0; h < 2; ++h) {
+        __m256i half_scales[NR];  // scales 8h..8h+7 in both 128-bit lanes
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) half_scales[r] =
+            h ? _mm256_permute2x128_si256(ws[r].scales, ws[r].scales, 0x11)
+              : _mm256_permute2x128_si256(ws[r].scales, ws[r].scales, 0x00);
+        SHARDLM_UNROLL for (int g = 0; g < 4; ++g) {
           __m256i q[NR], sc[NR];
           SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
             q[r] = P::Group(reinterpret_cast<const Block*>(w + r * w_stride) + b, h, g);
-            const int16_t* s = ws[r].sc + 8 * h + 2 * g;
-            sc[r] = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+            sc[r] = _mm256_shuffle_epi8(half_scales[r], GroupScaleShuffle(g));
           }
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
             const auto* ablk = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
