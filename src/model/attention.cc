@@ -45,71 +45,78 @@ void ForEachRunF32(const PagePool& pool, const BlockTable& table, int layer_idx,
   }
 }
 
-// F32 cache: scores with dot_rows, values with axpy_rows, a page run at a time. Per element
-// the arithmetic is exactly that of the position-by-position path.
-void AttendGroupF32(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                    const GroupQuery& query, float* scores, float* out) {
+// Scores, softmax and values of a tile, given how to visit K and V rows: visit(values, fn)
+// calls fn(pos, n, rows) for runs of rows in position order (rows[r] at position pos + r).
+template <typename VisitRows>
+void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, VisitRows&& visit) {
   const AttentionKernels& kern = GetAttentionKernels();
-  const int64_t head_offset = int64_t(query.kv_head) * head_dim;
-  const int n_ctx = query.n_ctx;
-  // scores[h][pos] = (q_h · k_pos) · scale
-  ForEachRunF32(pool, table, layer_idx, false, head_offset, n_ctx,
-                [&](int pos, int n, const float* const* rows) {
-                  for (int h = 0; h < query.n_heads; ++h) {
-                    float* s = scores + int64_t(h) * n_ctx + pos;
-                    kern.dot_rows(query.q + h * head_dim, rows, n, head_dim, s);
-                    for (int r = 0; r < n; ++r) s[r] *= query.scale;
-                  }
-                });
-  for (int h = 0; h < query.n_heads; ++h) Softmax(scores + int64_t(h) * n_ctx, n_ctx);
-  std::fill(out, out + int64_t(query.n_heads) * head_dim, 0.0f);
-  // out[h] = Σ_pos p[h][pos] · v_pos, in position order
-  ForEachRunF32(pool, table, layer_idx, true, head_offset, n_ctx,
-                [&](int pos, int n, const float* const* rows) {
-                  for (int h = 0; h < query.n_heads; ++h) {
-                    kern.axpy_rows(scores + int64_t(h) * n_ctx + pos, rows, n, out + h * head_dim,
-                                   head_dim);
-                  }
-                });
-}
-
-// F16 cache: each K/V row is converted once and used by every head of the group.
-void AttendGroupF16(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                    const GroupQuery& query, float* scores, float* out) {
-  const AttentionKernels& kern = GetAttentionKernels();
-  const int64_t head_offset = int64_t(query.kv_head) * head_dim;
-  const int n_ctx = query.n_ctx;
-  float row[512];  // one converted row; head_dim <= 512 (ModelConfig)
-  auto convert = [&](const void* src) {
-    kern.half_row(static_cast<const uint16_t*>(src) + head_offset, row, head_dim);
+  const int ctx = tile.first_position + tile.n_tokens;  // row stride of scores
+  auto score_row = [&](int i, int h) { return scores + (int64_t(i) * tile.n_heads + h) * ctx; };
+  auto query = [&](int i, int h) { return tile.q + i * tile.q_stride + h * head_dim; };
+  // Rows of the run [pos, pos + n) that token i may see.
+  auto visible = [&](int i, int pos, int n) {
+    return std::min(n, tile.first_position + i + 1 - pos);
   };
-  ForEachPosition(table, pool.page_tokens(), n_ctx, [&](int pos, PageId page, int offset) {
-    convert(pool.KeyRow(page, layer_idx, offset));
-    for (int h = 0; h < query.n_heads; ++h) {
-      scores[int64_t(h) * n_ctx + pos] =
-          kern.dot(query.q + h * head_dim, row, head_dim) * query.scale;
+  // scores[i][h][pos] = (q_ih · k_pos) · scale
+  visit(false, [&](int pos, int n, const float* const* rows) {
+    for (int i = 0; i < tile.n_tokens; ++i) {
+      const int m = visible(i, pos, n);
+      for (int h = 0; m > 0 && h < tile.n_heads; ++h) {
+        float* s = score_row(i, h) + pos;
+        kern.dot_rows(query(i, h), rows, m, head_dim, s);
+        for (int r = 0; r < m; ++r) s[r] *= tile.scale;
+      }
     }
   });
-  for (int h = 0; h < query.n_heads; ++h) Softmax(scores + int64_t(h) * n_ctx, n_ctx);
-  std::fill(out, out + int64_t(query.n_heads) * head_dim, 0.0f);
-  ForEachPosition(table, pool.page_tokens(), n_ctx, [&](int pos, PageId page, int offset) {
-    convert(pool.ValueRow(page, layer_idx, offset));
-    for (int h = 0; h < query.n_heads; ++h) {
-      kern.axpy(scores[int64_t(h) * n_ctx + pos], row, out + h * head_dim, head_dim);
+  for (int i = 0; i < tile.n_tokens; ++i) {
+    for (int h = 0; h < tile.n_heads; ++h) Softmax(score_row(i, h), tile.first_position + i + 1);
+    float* out = tile.out + i * tile.out_stride;
+    std::fill(out, out + int64_t(tile.n_heads) * head_dim, 0.0f);
+  }
+  // out[i][h] = Σ_pos p[i][h][pos] · v_pos, in position order
+  visit(true, [&](int pos, int n, const float* const* rows) {
+    for (int i = 0; i < tile.n_tokens; ++i) {
+      const int m = visible(i, pos, n);
+      float* out = tile.out + i * tile.out_stride;
+      for (int h = 0; m > 0 && h < tile.n_heads; ++h) {
+        kern.axpy_rows(score_row(i, h) + pos, rows, m, out + h * head_dim, head_dim);
+      }
     }
+  });
+}
+
+// F16 cache: runs of one row, converted once and used by every (token, head) of the tile.
+template <typename Fn>
+void ForEachRowF16(const PagePool& pool, const BlockTable& table, int layer_idx, bool values,
+                   int64_t head_offset, int head_dim, int n_ctx, Fn&& fn) {
+  const AttentionKernels& kern = GetAttentionKernels();
+  float row[512];  // head_dim <= 512 (ModelConfig)
+  const float* rows[1] = {row};
+  ForEachPosition(table, pool.page_tokens(), n_ctx, [&](int pos, PageId page, int offset) {
+    const void* src =
+        values ? pool.ValueRow(page, layer_idx, offset) : pool.KeyRow(page, layer_idx, offset);
+    kern.half_row(static_cast<const uint16_t*>(src) + head_offset, row, head_dim);
+    fn(pos, 1, rows);
   });
 }
 
 }  // namespace
 
-void AttendGroup(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                 const GroupQuery& query, float* scores, float* out) {
-  SHARDLM_DCHECK(query.n_ctx > 0 && query.n_ctx <= table.capacity_tokens());
+void AttendTile(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+                const AttentionTile& tile, float* scores) {
+  SHARDLM_DCHECK(tile.n_tokens >= 1 && tile.n_tokens <= kMaxTileTokens);
+  SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= table.capacity_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
+  const int64_t head_offset = int64_t(tile.kv_head) * head_dim;
+  const int n_ctx = tile.first_position + tile.n_tokens;
   if (pool.config().kv_type == KvType::kF32) {
-    AttendGroupF32(pool, table, layer_idx, head_dim, query, scores, out);
+    AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
+      ForEachRunF32(pool, table, layer_idx, values, head_offset, n_ctx, fn);
+    });
   } else {
-    AttendGroupF16(pool, table, layer_idx, head_dim, query, scores, out);
+    AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
+      ForEachRowF16(pool, table, layer_idx, values, head_offset, head_dim, n_ctx, fn);
+    });
   }
 }
 

@@ -8,7 +8,7 @@
 // Non-goals: flash-style online softmax (it would change the rounding vs llama.cpp),
 // sliding windows (gemma3, later). Row kernels (dot, axpy) live in attention_kernels.h.
 //
-// Thread safety: AttendGroup only reads the pool; concurrent calls are fine while no one
+// Thread safety: AttendTile only reads the pool; concurrent calls are fine while no one
 // writes the pages it reads. WriteKv writes one position's rows.
 #pragma once
 
@@ -17,20 +17,29 @@
 
 namespace shardlm {
 
-// The query heads that share one kv head (GQA group), for one token.
-struct GroupQuery {
-  const float* q = nullptr;  // [n_heads][head_dim], already normed and roped
-  int n_heads = 1;           // query heads in the group (n_head / n_head_kv)
-  int kv_head = 0;           // the kv head they read
-  int n_ctx = 0;             // attends positions [0, n_ctx)
-  float scale = 1.0f;        // 1/sqrt(head_dim)
+// Consecutive tokens of one sequence attended together: each K/V row is read once for all of
+// them (prefill), instead of once per token.
+inline constexpr int kMaxTileTokens = 4;
+
+// A tile: n_tokens consecutive positions of one sequence × the query heads of one GQA group.
+// Token i is at position first_position + i and attends positions [0, first_position + i].
+struct AttentionTile {
+  const float* q = nullptr;  // token i: q + i·q_stride → [n_heads][head_dim], normed + roped
+  int64_t q_stride = 0;
+  float* out = nullptr;  // token i: out + i·out_stride → [n_heads][head_dim]
+  int64_t out_stride = 0;
+  int n_tokens = 1;  // 1..kMaxTileTokens
+  int first_position = 0;
+  int n_heads = 1;     // query heads in the group (n_head / n_head_kv)
+  int kv_head = 0;     // the kv head they read
+  float scale = 1.0f;  // 1/sqrt(head_dim)
 };
 
-// out [n_heads][head_dim] = attention of each query head over `table`'s KV in layer
-// `layer_idx` (stage-local). scores: scratch of at least n_heads × n_ctx floats. Each head's
-// result is the same as if it were computed alone (the group only shares K/V reads).
-void AttendGroup(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
-                 const GroupQuery& query, float* scores, float* out);
+// Attention of every (token, head) of `tile` over `table`'s KV in layer `layer_idx`
+// (stage-local). scores: scratch of n_tokens × n_heads × (first_position + n_tokens) floats.
+// Each (token, head) result is bitwise what it would be alone: tiling only shares reads.
+void AttendTile(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+                const AttentionTile& tile, float* scores);
 
 // Stores k, v ([n_kv_heads][head_dim] each) at `position` of `table` in layer `layer_idx`.
 // The page must be writable (BlockTable::PrepareWrite).

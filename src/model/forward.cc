@@ -30,9 +30,10 @@ struct ForwardPass::Activations {
   std::vector<int32_t> slot_begin;       // [n_slots] first position of the slot in the batch
   std::vector<int32_t> slot_next;        // [n_slots] last position + 1 (−1: slot unused)
   std::vector<BlockTable*> used_tables;  // [used slots] tables the batch writes
+  std::vector<Tile> tiles;               // [<= B] attention tiles of the batch
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
-  size_t scores_per_worker = 0;  // gqa_group × max_ctx
+  size_t scores_per_worker = 0;  // kMaxTileTokens × gqa_group × max_ctx
 };
 
 ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads,
@@ -60,7 +61,8 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->up.resize(b * config_.n_ff);
   act_->rope.resize(b * config_.n_rot);
   act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
-  act_->scores_per_worker = size_t(config_.gqa_group()) * act_->max_ctx;
+  act_->scores_per_worker = size_t(kMaxTileTokens) * config_.gqa_group() * act_->max_ctx;
+  act_->tiles.reserve(b);
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
 }
@@ -144,6 +146,7 @@ Status ForwardPass::Run(std::span<const BatchEntry> batch,
   SHARDLM_TRY(PrepareTables(batch, tables_by_slot));
   const int n_tokens = int(batch.size());
   Embed(batch, hidden_in);
+  BuildTiles(batch);
   for (int t = 0; t < n_tokens; ++t) {
     RopeAngles(batch[t].position, config_.n_rot, config_.rope_freq_base,
                model_.weights().rope_freqs.data, &act_->rope[size_t(t) * config_.n_rot]);
@@ -220,27 +223,48 @@ void ForwardPass::WriteKv(int layer_idx, std::span<const BatchEntry> batch,
   });
 }
 
-// One task per (token, kv head): the GQA group's query heads share each K/V read. Each
-// task reads only KV already written for its positions.
+// Groups adjacent batch entries of one sequence at consecutive positions into tiles of at
+// most kMaxTileTokens (prefill shares K/V reads; decode entries stay alone).
+void ForwardPass::BuildTiles(std::span<const BatchEntry> batch) {
+  act_->tiles.clear();
+  for (size_t t = 0; t < batch.size(); ++t) {
+    if (!act_->tiles.empty()) {
+      Tile& last = act_->tiles.back();
+      const BatchEntry& prev = batch[t - 1];
+      if (last.n_tokens < kMaxTileTokens && batch[t].slot == prev.slot &&
+          batch[t].position == prev.position + 1) {
+        ++last.n_tokens;
+        continue;
+      }
+    }
+    act_->tiles.push_back({int32_t(t), 1});
+  }
+}
+
+// One task per (tile, kv head): the tile's tokens and the GQA group's query heads share
+// each K/V read. Each task reads only KV already written for its positions.
 void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
                             std::span<BlockTable* const> tables_by_slot) {
   const int n_head_kv = config_.n_head_kv;
   const int head_dim = config_.head_dim;
   const size_t group_dim = size_t(config_.gqa_group()) * head_dim;
   const float scale = 1.0f / sqrtf(float(head_dim));
-  threads_.ParallelFor(batch.size() * n_head_kv, [&](size_t task, size_t worker) {
-    const size_t t = task / n_head_kv;
+  threads_.ParallelFor(act_->tiles.size() * n_head_kv, [&](size_t task, size_t worker) {
+    const Tile& tile = act_->tiles[task / n_head_kv];
     const int g = int(task % n_head_kv);
-    const BatchEntry& e = batch[t];
-    GroupQuery query;
-    query.q = &act_->q[t * config_.q_dim() + g * group_dim];
+    const BatchEntry& e = batch[tile.first_entry];
+    AttentionTile query;
+    query.q = &act_->q[size_t(tile.first_entry) * config_.q_dim() + g * group_dim];
+    query.q_stride = config_.q_dim();
+    query.out = &act_->attn[size_t(tile.first_entry) * config_.q_dim() + g * group_dim];
+    query.out_stride = config_.q_dim();
+    query.n_tokens = tile.n_tokens;
+    query.first_position = e.position;
     query.n_heads = config_.gqa_group();
     query.kv_head = g;
-    query.n_ctx = e.position + 1;
     query.scale = scale;
-    AttendGroup(pool_, *tables_by_slot[e.slot], layer_idx, head_dim, query,
-                &act_->scores[worker * act_->scores_per_worker],
-                &act_->attn[t * config_.q_dim() + g * group_dim]);
+    AttendTile(pool_, *tables_by_slot[e.slot], layer_idx, head_dim, query,
+               &act_->scores[worker * act_->scores_per_worker]);
   });
 }
 

@@ -8,7 +8,7 @@
 // Determinism: every output element's reduction order depends only on model shapes, never
 // on the thread count, the batch composition or chunking. Attention for a token reads its
 // sequence's KV page by page in position order and is computed in float32 by one task per
-// (token, kv head); a token's K/V are bitwise the same whether written in this batch or an
+// (tile of tokens, kv head); a token's K/V are bitwise the same whether written in this batch or an
 // earlier one, so prefill, chunked prefill and decode agree bitwise on each position.
 // Numerics follow llama.cpp's CPU backend (RMSNorm sum in double, rope angles by repeated
 // float multiplication, softmax with max subtraction, SiLU as x/(1+e^-x)).
@@ -66,6 +66,10 @@ class ForwardPass {
 
  private:
   struct Activations;
+  struct Tile {
+    int32_t first_entry;  // batch index of the tile's first token
+    int32_t n_tokens;
+  };
   Status Validate(std::span<const BatchEntry> batch, std::span<BlockTable* const> tables_by_slot,
                   const float* hidden_in, const float* out);
   Status ValidateEntry(const BatchEntry& entry, std::span<BlockTable* const> tables_by_slot,
@@ -73,6 +77,7 @@ class ForwardPass {
   Status PrepareTables(std::span<const BatchEntry> batch,
                        std::span<BlockTable* const> tables_by_slot);
   void Embed(std::span<const BatchEntry> batch, const float* hidden_in);
+  void BuildTiles(std::span<const BatchEntry> batch);
   void Layer(int layer_idx, std::span<const BatchEntry> batch,
              std::span<BlockTable* const> tables_by_slot);
   void Attention(int layer_idx, std::span<const BatchEntry> batch,
