@@ -29,7 +29,9 @@ FilterFn FindFilter(const std::string& name);
 TestFn FindTest(const std::string& name);
 
 // Python's `fmt % args` (%s %r %d %i %f %e %g %x %X %c %%, flags, width, precision).
-std::string PercentFormat(const std::string& fmt, const ValueList& args, size_t max_bytes);
+// `allow_unused`: extra arguments are not an error (Python's mapping-style right operand).
+std::string PercentFormat(const std::string& fmt, const ValueList& args, size_t max_bytes,
+                          bool allow_unused = false);
 
 // Argument helpers for builtins: Python-like type checks with clear messages.
 int64_t IntArg(const CallArgs& args, size_t index, const char* name, int64_t fallback);

@@ -30,7 +30,10 @@ int64_t NormalizeIndex(int64_t index, int64_t size) { return index < 0 ? index +
 }
 
 Value Repeat(const Value& seq, int64_t times, size_t max_bytes) {
-  if (times <= 0) return seq.IsString() ? Value::String("") : Value::List();
+  if (times <= 0) {
+    if (seq.IsString()) return Value::String("");
+    return seq.IsTuple() ? Value::Tuple({}) : Value::List();
+  }
   if (seq.IsString()) {
     if (seq.AsString().size() * static_cast<size_t>(times) > max_bytes) {
       Fail("string repetition exceeds the output limit");
@@ -43,9 +46,10 @@ Value Repeat(const Value& seq, int64_t times, size_t max_bytes) {
     Fail("list repetition exceeds the output limit");
   }
   ValueList out;
-  for (int64_t i = 0; i < times; ++i)
+  for (int64_t i = 0; i < times; ++i) {
     out.insert(out.end(), seq.AsList().begin(), seq.AsList().end());
-  return Value::List(std::move(out));
+  }
+  return seq.IsTuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
 }
 
 int64_t FloorDiv(int64_t a, int64_t b) {
@@ -91,8 +95,23 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "-") return Value::Float(x - y);
   if (op == "*") return Value::Float(x * y);
   if (y == 0) Fail("float division by zero");
-  double q = std::floor(x / y);
-  return Value::Float(op == "//" ? q : x - q * y);
+  // CPython's float_divmod: fmod-based, so 1.0 % 0.1 == 0.09999999999999995.
+  double mod = std::fmod(x, y);
+  double div = (x - mod) / y;
+  if (mod != 0) {
+    if ((y < 0) != (mod < 0)) {
+      mod += y;
+      div -= 1.0;
+    }
+  } else {
+    mod = std::copysign(0.0, y);
+  }
+  double floordiv = std::copysign(0.0, x / y);
+  if (div != 0) {
+    floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+  }
+  return Value::Float(op == "//" ? floordiv : mod);
 }
 
 }  // namespace
@@ -105,8 +124,11 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b, size_t max
   }
   if (a.IsNumber() && b.IsNumber()) return Arithmetic(op, a, b);
   if (op == "%" && a.IsString()) {
-    return Value::String(
-        PercentFormat(a.AsString(), b.IsTuple() ? b.AsList() : ValueList{b}, max_bytes));
+    // Python treats a non-tuple with __getitem__ (list, dict, Undefined) as a mapping:
+    // unused, it raises nothing.
+    bool mapping_like = !b.IsTuple() && (b.IsList() || b.IsDict() || b.IsUndefined());
+    ValueList args = b.IsTuple() ? b.AsList() : ValueList{b};
+    return Value::String(PercentFormat(a.AsString(), args, max_bytes, mapping_like));
   }
   if (op == "+" && a.IsString() && b.IsString()) {
     if (a.AsString().size() + b.AsString().size() > max_bytes) Fail("string too long");
@@ -117,12 +139,11 @@ Value BinaryOp(const std::string& op, const Value& a, const Value& b, size_t max
     out.insert(out.end(), b.AsList().begin(), b.AsList().end());
     return Value::List(std::move(out));
   }
-  if (op == "*" && (a.IsString() || a.IsList()) && b.kind() == Value::Kind::kInt) {
-    return Repeat(a, b.AsInt(), max_bytes);
-  }
-  if (op == "*" && (b.IsString() || b.IsList()) && a.kind() == Value::Kind::kInt) {
-    return Repeat(b, a.AsInt(), max_bytes);
-  }
+  // bool is an int in Python: 'x' * True == 'x'.
+  bool a_int = a.kind() == Value::Kind::kInt || a.kind() == Value::Kind::kBool;
+  bool b_int = b.kind() == Value::Kind::kInt || b.kind() == Value::Kind::kBool;
+  if (op == "*" && (a.IsString() || a.IsList()) && b_int) return Repeat(a, b.AsInt(), max_bytes);
+  if (op == "*" && (b.IsString() || b.IsList()) && a_int) return Repeat(b, a.AsInt(), max_bytes);
   FailOperands(op, a, b);
 }
 

@@ -135,11 +135,13 @@ Value FItems(Evaluator&, const Value& v, const CallArgs&) {
 
 Value FList(Evaluator&, const Value& v, const CallArgs&) { return Value::List(v.Iterate()); }
 Value FString(Evaluator&, const Value& v, const CallArgs&) { return Value::String(v.Str()); }
-Value FSafe(Evaluator&, const Value& v, const CallArgs&) { return v; }
+// Markup(str(value)): a string from then on.
+Value FSafe(Evaluator&, const Value& v, const CallArgs&) { return Value::String(v.Str()); }
 
 Value FInt(Evaluator&, const Value& v, const CallArgs& args) {
   Value fallback = args.Get(0, "default", Value::Int(0));
   int base = static_cast<int>(IntArg(args, 1, "base", 10));
+  if (v.IsUndefined()) FailUndefined(v);
   if (v.IsNumber()) return Value::Int(v.AsInt());
   if (!v.IsString() || base < 2 || base > 36) return fallback;
   std::string s = PyStrip(v.AsString(), std::nullopt, StripSide::kBoth);
@@ -160,6 +162,7 @@ Value FInt(Evaluator&, const Value& v, const CallArgs& args) {
 
 Value FFloat(Evaluator&, const Value& v, const CallArgs& args) {
   Value fallback = args.Get(0, "default", Value::Float(0.0));
+  if (v.IsUndefined()) FailUndefined(v);
   if (v.IsNumber()) return Value::Float(v.AsDouble());
   if (!v.IsString()) return fallback;
   std::string s = PyStrip(v.AsString(), std::nullopt, StripSide::kBoth);
@@ -176,6 +179,7 @@ Value FAbs(Evaluator&, const Value& v, const CallArgs&) {
 
 Value FRound(Evaluator&, const Value& v, const CallArgs& args) {
   if (!v.IsNumber()) Fail("round() needs a number, not " + v.TypeName());
+  if (v.kind() != Value::Kind::kFloat) return Value::Int(v.AsInt());  // Python: round(int) is int
   int64_t precision = std::clamp<int64_t>(IntArg(args, 0, "precision", 0), -20, 20);
   std::string method = StringArg(args, 1, "method", "common");
   double scale = std::pow(10.0, static_cast<double>(precision));
@@ -319,6 +323,8 @@ Value FSum(Evaluator& ev, const Value& v, const CallArgs& args) {
 }
 
 Value FIndent(Evaluator&, const Value& v, const CallArgs& args) {
+  if (v.IsUndefined()) FailUndefined(v);
+  if (!v.IsString()) Fail("indent expects a string, not " + v.TypeName());
   Value width = args.Get(0, "width", Value::Int(4));
   std::string pad = width.IsString() ? width.AsString()
                                      : std::string(std::clamp<int64_t>(width.AsInt(), 0, 256), ' ');
@@ -395,7 +401,8 @@ Value FDictSort(Evaluator&, const Value& v, const CallArgs& args) {
 }
 
 // Python's `fmt % args` for %s %r %d %i %f %e %g %x %X %c %% with flags/width/precision.
-std::string PercentFormatImpl(const std::string& fmt, const ValueList& args, size_t max_bytes) {
+std::string PercentFormatImpl(const std::string& fmt, const ValueList& args, size_t max_bytes,
+                              bool allow_unused) {
   std::string out;
   size_t next_arg = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
@@ -442,7 +449,9 @@ std::string PercentFormatImpl(const std::string& fmt, const ValueList& args, siz
     out += buf;
     if (out.size() > max_bytes) Fail("formatted string exceeds the output limit");
   }
-  if (next_arg < args.size()) Fail("not all arguments converted during string formatting");
+  if (next_arg < args.size() && !allow_unused) {
+    Fail("not all arguments converted during string formatting");
+  }
   return out;
 }
 
@@ -499,8 +508,9 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
 
 }  // namespace
 
-std::string PercentFormat(const std::string& fmt, const ValueList& args, size_t max_bytes) {
-  return PercentFormatImpl(fmt, args, max_bytes);
+std::string PercentFormat(const std::string& fmt, const ValueList& args, size_t max_bytes,
+                          bool allow_unused) {
+  return PercentFormatImpl(fmt, args, max_bytes, allow_unused);
 }
 
 FilterFn FindFilter(const std::string& name) {

@@ -35,17 +35,16 @@ bool TIterable(Evaluator&, const Value& v, const CallArgs&) {
 bool TSequence(Evaluator& ev, const Value& v, const CallArgs& a) { return TIterable(ev, v, a); }
 bool TCallable(Evaluator&, const Value& v, const CallArgs&) { return v.IsCallable(); }
 
-int64_t NeedInt(const Value& v, const char* test) {
-  if (v.IsUndefined()) FailUndefined(v);
-  if (!v.IsNumber()) Fail(std::string("test '") + test + "' needs a number, not " + v.TypeName());
-  return v.AsInt();
+// `value % divisor` with Python semantics (floats included), as jinja2's tests compute it.
+Value Mod(const Value& v, const Value& divisor) { return BinaryOp("%", v, divisor, 0); }
+bool TOdd(Evaluator&, const Value& v, const CallArgs&) {
+  return Equals(Mod(v, Value::Int(2)), Value::Int(1));
 }
-bool TOdd(Evaluator&, const Value& v, const CallArgs&) { return NeedInt(v, "odd") % 2 != 0; }
-bool TEven(Evaluator&, const Value& v, const CallArgs&) { return NeedInt(v, "even") % 2 == 0; }
+bool TEven(Evaluator&, const Value& v, const CallArgs&) {
+  return Equals(Mod(v, Value::Int(2)), Value::Int(0));
+}
 bool TDivisibleBy(Evaluator&, const Value& v, const CallArgs& args) {
-  int64_t d = NeedInt(Arg0(args), "divisibleby");
-  if (d == 0) Fail("integer division or modulo by zero");
-  return NeedInt(v, "divisibleby") % d == 0;
+  return Equals(Mod(v, Arg0(args)), Value::Int(0));
 }
 bool TEq(Evaluator&, const Value& v, const CallArgs& args) { return Equals(v, Arg0(args)); }
 bool TNe(Evaluator&, const Value& v, const CallArgs& args) { return !Equals(v, Arg0(args)); }
@@ -54,11 +53,14 @@ bool TGt(Evaluator&, const Value& v, const CallArgs& args) { return Less(Arg0(ar
 bool TLe(Evaluator&, const Value& v, const CallArgs& args) { return !Less(Arg0(args), v); }
 bool TGe(Evaluator&, const Value& v, const CallArgs& args) { return !Less(v, Arg0(args)); }
 bool TIn(Evaluator&, const Value& v, const CallArgs& args) { return Contains(Arg0(args), v); }
+// str(value).islower() / .isupper(): some cased character, none of the other case.
 bool TLower(Evaluator&, const Value& v, const CallArgs&) {
-  return v.IsString() && PyLower(v.AsString()) == v.AsString();
+  std::string s = v.Str();
+  return PyLower(s) == s && PyUpper(s) != s;
 }
 bool TUpper(Evaluator&, const Value& v, const CallArgs&) {
-  return v.IsString() && PyUpper(v.AsString()) == v.AsString();
+  std::string s = v.Str();
+  return PyUpper(s) == s && PyLower(s) != s;
 }
 bool TSameAs(Evaluator&, const Value& v, const CallArgs& args) {
   Value other = Arg0(args);
