@@ -45,6 +45,15 @@ void ForEachRunF32(const PagePool& pool, const BlockTable& table, int layer_idx,
   }
 }
 
+// The (token, head) pairs of a tile that see a whole run of rows go through the *_tile
+// kernels together; a token that sees only part of the run (the causal edge) goes alone.
+struct RunQueries {
+  static constexpr int kMax = 64;  // queries per kernel call
+  const float* in[kMax];           // q vectors (score pass) or probability rows (value pass)
+  float* out[kMax];                // score rows (score pass) or output heads (value pass)
+  int n = 0;
+};
+
 // Scores, softmax and values of a tile, given how to visit K and V rows: visit(values, fn)
 // calls fn(pos, n, rows) for runs of rows in position order (rows[r] at position pos + r).
 template <typename VisitRows>
@@ -53,35 +62,55 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, Visi
   const int ctx = tile.first_position + tile.n_tokens;  // row stride of scores
   auto score_row = [&](int i, int h) { return scores + (int64_t(i) * tile.n_heads + h) * ctx; };
   auto query = [&](int i, int h) { return tile.q + i * tile.q_stride + h * head_dim; };
+  auto out_head = [&](int i, int h) { return tile.out + i * tile.out_stride + h * head_dim; };
   // Rows of the run [pos, pos + n) that token i may see.
   auto visible = [&](int i, int pos, int n) {
     return std::min(n, tile.first_position + i + 1 - pos);
   };
+  RunQueries full;
   // scores[i][h][pos] = (q_ih · k_pos) · scale
   visit(false, [&](int pos, int n, const float* const* rows) {
+    full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
       const int m = visible(i, pos, n);
       for (int h = 0; m > 0 && h < tile.n_heads; ++h) {
         float* s = score_row(i, h) + pos;
-        kern.dot_rows(query(i, h), rows, m, head_dim, s);
+        if (m == n && full.n < RunQueries::kMax) {
+          full.in[full.n] = query(i, h);
+          full.out[full.n++] = s;
+        } else {
+          kern.dot_rows(query(i, h), rows, m, head_dim, s);
+        }
+      }
+    }
+    kern.dot_tile(full.in, full.n, rows, n, head_dim, full.out);
+    for (int i = 0; i < tile.n_tokens; ++i) {
+      const int m = visible(i, pos, n);
+      for (int h = 0; h < tile.n_heads; ++h) {
+        float* s = score_row(i, h) + pos;
         for (int r = 0; r < m; ++r) s[r] *= tile.scale;
       }
     }
   });
   for (int i = 0; i < tile.n_tokens; ++i) {
     for (int h = 0; h < tile.n_heads; ++h) Softmax(score_row(i, h), tile.first_position + i + 1);
-    float* out = tile.out + i * tile.out_stride;
-    std::fill(out, out + int64_t(tile.n_heads) * head_dim, 0.0f);
+    std::fill(out_head(i, 0), out_head(i, 0) + int64_t(tile.n_heads) * head_dim, 0.0f);
   }
   // out[i][h] = Σ_pos p[i][h][pos] · v_pos, in position order
   visit(true, [&](int pos, int n, const float* const* rows) {
+    full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
       const int m = visible(i, pos, n);
-      float* out = tile.out + i * tile.out_stride;
       for (int h = 0; m > 0 && h < tile.n_heads; ++h) {
-        kern.axpy_rows(score_row(i, h) + pos, rows, m, out + h * head_dim, head_dim);
+        if (m == n && full.n < RunQueries::kMax) {
+          full.in[full.n] = score_row(i, h) + pos;
+          full.out[full.n++] = out_head(i, h);
+        } else {
+          kern.axpy_rows(score_row(i, h) + pos, rows, m, out_head(i, h), head_dim);
+        }
       }
     }
+    kern.axpy_tile(full.in, full.n, rows, n, full.out, head_dim);
   });
 }
 

@@ -31,6 +31,16 @@ void AxpyRowsGeneric(const float* w, const float* const* rows, int n_rows, float
   for (int r = 0; r < n_rows; ++r) AxpyGeneric(w[r], rows[r], y, n);
 }
 
+void DotTileGeneric(const float* const* qs, int n_q, const float* const* rows, int n_rows, int n,
+                    float* const* outs) {
+  for (int q = 0; q < n_q; ++q) DotRowsGeneric(qs[q], rows, n_rows, n, outs[q]);
+}
+
+void AxpyTileGeneric(const float* const* ws, int n_q, const float* const* rows, int n_rows,
+                     float* const* ys, int n) {
+  for (int q = 0; q < n_q; ++q) AxpyRowsGeneric(ws[q], rows, n_rows, ys[q], n);
+}
+
 void HalfRowGeneric(const uint16_t* src, float* dst, int n) {
   for (int i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
@@ -42,6 +52,8 @@ AttentionKernels Build(Isa isa) {
   k.axpy = AxpyGeneric;
   k.half_row = HalfRowGeneric;
   k.axpy_rows = AxpyRowsGeneric;
+  k.dot_tile = DotTileGeneric;
+  k.axpy_tile = AxpyTileGeneric;
   if (isa == Isa::kAvx2 || isa == Isa::kAvx512) internal::FillAttentionAvx2(k);
   if (isa == Isa::kAvx512) internal::FillAttentionAvx512(k);
   return k;

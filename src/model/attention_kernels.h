@@ -5,7 +5,8 @@
 // elements i ≡ j (mod 16) in increasing i with a fused multiply-add; the lanes are summed by
 // the fixed tree of SumLanes; the tail [n16, n) is then added with fused multiply-adds in
 // order. Axpy computes y[i] = fma(a, x[i], y[i]) per element; AxpyRows applies that for
-// several rows in order, keeping y in registers. HalfRow converts exactly.
+// several rows in order, keeping y in registers. The *_tile forms run several queries over
+// the same rows with the same per-element arithmetic. HalfRow converts exactly.
 // Goals: attention that keeps up with the matmuls; ISA chosen once (DetectIsa).
 // Non-goals: softmax (ops.h), other element types.
 //
@@ -28,6 +29,13 @@ struct AttentionKernels {
   // y += Σ_r w[r]·rows[r] for r = 0, 1, ... in order: per element exactly n_rows axpy calls.
   void (*axpy_rows)(const float* w, const float* const* rows, int n_rows, float* y,
                     int n) = nullptr;
+  // Several queries against the same rows (register blocking over queries × rows):
+  // outs[q][r] = dot(qs[q], rows[r], n), each bitwise equal to `dot`.
+  void (*dot_tile)(const float* const* qs, int n_q, const float* const* rows, int n_rows, int n,
+                   float* const* outs) = nullptr;
+  // ys[q] += Σ_r ws[q][r]·rows[r], each bitwise equal to axpy_rows(ws[q], rows, n_rows, ys[q]).
+  void (*axpy_tile)(const float* const* ws, int n_q, const float* const* rows, int n_rows,
+                    float* const* ys, int n) = nullptr;
 };
 
 // Kernels for DetectIsa().

@@ -85,6 +85,16 @@ void AxpyRowsAvx2(const float* w, const float* const* rows, int n_rows, float* y
   }
 }
 
+void DotTileAvx2(const float* const* qs, int n_q, const float* const* rows, int n_rows, int n,
+                 float* const* outs) {
+  for (int q = 0; q < n_q; ++q) DotRowsAvx2(qs[q], rows, n_rows, n, outs[q]);
+}
+
+void AxpyTileAvx2(const float* const* ws, int n_q, const float* const* rows, int n_rows,
+                  float* const* ys, int n) {
+  for (int q = 0; q < n_q; ++q) AxpyRowsAvx2(ws[q], rows, n_rows, ys[q], n);
+}
+
 void HalfRowAvx2(const uint16_t* src, float* dst, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -102,6 +112,8 @@ void FillAttentionAvx2(AttentionKernels& k) {
   k.axpy = AxpyAvx2;
   k.half_row = HalfRowAvx2;
   k.axpy_rows = AxpyRowsAvx2;
+  k.dot_tile = DotTileAvx2;
+  k.axpy_tile = AxpyTileAvx2;
 }
 
 }  // namespace shardlm::internal

@@ -91,6 +91,78 @@ void AxpyRowsAvx512(const float* w, const float* const* rows, int n_rows, float*
   }
 }
 
+// 4 queries × 4 rows: 16 accumulators, 8 loads per 16 FMAs.
+void DotBlock4x4(const float* const* qs, const float* const* rows, int n, float* const* outs,
+                 int r0) {
+  const int n16 = n - n % 16;
+  __m512 acc[4][4];
+  for (auto& row : acc) {
+    for (__m512& a : row) a = _mm512_setzero_ps();
+  }
+  for (int i = 0; i < n16; i += 16) {
+    __m512 vk[4];
+    for (int r = 0; r < 4; ++r) vk[r] = _mm512_loadu_ps(rows[r0 + r] + i);
+    for (int q = 0; q < 4; ++q) {
+      const __m512 vq = _mm512_loadu_ps(qs[q] + i);
+      for (int r = 0; r < 4; ++r) acc[q][r] = _mm512_fmadd_ps(vq, vk[r], acc[q][r]);
+    }
+  }
+  for (int q = 0; q < 4; ++q) {
+    for (int r = 0; r < 4; ++r) outs[q][r0 + r] = Finish(acc[q][r], qs[q], rows[r0 + r], n16, n);
+  }
+}
+
+void DotTileAvx512(const float* const* qs, int n_q, const float* const* rows, int n_rows, int n,
+                   float* const* outs) {
+  int q0 = 0;
+  for (; q0 + 4 <= n_q; q0 += 4) {
+    int r0 = 0;
+    for (; r0 + 4 <= n_rows; r0 += 4) DotBlock4x4(qs + q0, rows, n, outs + q0, r0);
+    for (int q = q0; q < q0 + 4; ++q) {
+      for (int r = r0; r < n_rows; ++r) outs[q][r] = DotAvx512(qs[q], rows[r], n);
+    }
+  }
+  for (; q0 < n_q; ++q0) DotRowsAvx512(qs[q0], rows, n_rows, n, outs[q0]);
+}
+
+// 4 queries × kRegs registers of y[col, col + 16·kRegs): per row kRegs loads, 4 broadcasts,
+// 4·kRegs FMAs.
+template <int kRegs>
+void AxpyBlock4(const float* const* ws, const float* const* rows, int n_rows, int col,
+                float* const* ys) {
+  __m512 acc[4][kRegs];
+  for (int q = 0; q < 4; ++q) {
+    for (int j = 0; j < kRegs; ++j) acc[q][j] = _mm512_loadu_ps(ys[q] + col + 16 * j);
+  }
+  for (int r = 0; r < n_rows; ++r) {
+    __m512 v[kRegs];
+    for (int j = 0; j < kRegs; ++j) v[j] = _mm512_loadu_ps(rows[r] + col + 16 * j);
+    for (int q = 0; q < 4; ++q) {
+      const __m512 w = _mm512_set1_ps(ws[q][r]);
+      for (int j = 0; j < kRegs; ++j) acc[q][j] = _mm512_fmadd_ps(w, v[j], acc[q][j]);
+    }
+  }
+  for (int q = 0; q < 4; ++q) {
+    for (int j = 0; j < kRegs; ++j) _mm512_storeu_ps(ys[q] + col + 16 * j, acc[q][j]);
+  }
+}
+
+void AxpyTileAvx512(const float* const* ws, int n_q, const float* const* rows, int n_rows,
+                    float* const* ys, int n) {
+  int q0 = 0;
+  for (; q0 + 4 <= n_q; q0 += 4) {
+    int col = 0;
+    for (; col + 64 <= n; col += 64) AxpyBlock4<4>(ws + q0, rows, n_rows, col, ys + q0);
+    for (; col + 16 <= n; col += 16) AxpyBlock4<1>(ws + q0, rows, n_rows, col, ys + q0);
+    for (int q = q0; col < n && q < q0 + 4; ++q) {
+      for (int r = 0; r < n_rows; ++r) {
+        for (int i = col; i < n; ++i) ys[q][i] = std::fma(ws[q][r], rows[r][i], ys[q][i]);
+      }
+    }
+  }
+  for (; q0 < n_q; ++q0) AxpyRowsAvx512(ws[q0], rows, n_rows, ys[q0], n);
+}
+
 void HalfRowAvx512(const uint16_t* src, float* dst, int n) {
   int i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -108,6 +180,8 @@ void FillAttentionAvx512(AttentionKernels& k) {
   k.axpy = AxpyAvx512;
   k.half_row = HalfRowAvx512;
   k.axpy_rows = AxpyRowsAvx512;
+  k.dot_tile = DotTileAvx512;
+  k.axpy_tile = AxpyTileAvx512;
 }
 
 }  // namespace shardlm::internal

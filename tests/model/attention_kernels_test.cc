@@ -72,6 +72,47 @@ TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
   }
 }
 
+// The query-blocked kernels against one query at a time (generic), for block remainders.
+TEST(AttentionKernels, TilesMatchSingleQueries) {
+  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    const AttentionKernels* k = GetAttentionKernelsFor(isa);
+    if (k == nullptr) continue;
+    for (int n : {16, 40, 128, 136}) {
+      for (int n_q : {1, 4, 7}) {
+        for (int n_rows : {1, 5, 8}) {
+          std::vector<std::vector<float>> q_data, row_data, w_data;
+          std::vector<const float*> qs, rows, ws;
+          for (int q = 0; q < n_q; ++q) q_data.push_back(RandomRow(n, 100 + q));
+          for (int r = 0; r < n_rows; ++r) row_data.push_back(RandomRow(n, 200 + r));
+          for (int q = 0; q < n_q; ++q) w_data.push_back(RandomRow(n_rows, 300 + q));
+          for (auto& v : q_data) qs.push_back(v.data());
+          for (auto& v : row_data) rows.push_back(v.data());
+          for (auto& v : w_data) ws.push_back(v.data());
+          std::vector<std::vector<float>> dots(n_q, std::vector<float>(n_rows));
+          std::vector<std::vector<float>> ys(n_q, RandomRow(n, 400));
+          std::vector<float*> dot_ptrs, y_ptrs;
+          for (auto& v : dots) dot_ptrs.push_back(v.data());
+          for (auto& v : ys) y_ptrs.push_back(v.data());
+          k->dot_tile(qs.data(), n_q, rows.data(), n_rows, n, dot_ptrs.data());
+          k->axpy_tile(ws.data(), n_q, rows.data(), n_rows, y_ptrs.data(), n);
+          for (int q = 0; q < n_q; ++q) {
+            std::vector<float> want_y = RandomRow(n, 400);
+            generic->axpy_rows(ws[q], rows.data(), n_rows, want_y.data(), n);
+            ASSERT_EQ(std::memcmp(want_y.data(), ys[q].data(), 4 * n), 0)
+                << IsaName(isa) << " axpy_tile n=" << n << " n_q=" << n_q << " q=" << q;
+            for (int r = 0; r < n_rows; ++r) {
+              const float want = generic->dot(qs[q], rows[r], n);
+              ASSERT_EQ(std::memcmp(&want, &dots[q][r], 4), 0)
+                  << IsaName(isa) << " dot_tile n=" << n << " q=" << q << " r=" << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Ops, HalfRoundTripAndRounding) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
