@@ -1,6 +1,8 @@
 // Jinja evaluator: statements, scopes, loops and macros (see jinja_eval.h).
 #include "chat/jinja_eval.h"
 
+#include <unordered_set>
+
 #include "chat/jinja_builtins.h"
 
 namespace shardlm::jinja {
@@ -35,6 +37,55 @@ void Evaluator::Append(std::string& out, const std::string& text) const {
   out += text;
 }
 
+namespace {
+
+// Names read anywhere in `e` (first occurrences are what matter to RootLocals).
+void CollectLoads(const Expr* e, std::unordered_set<std::string>& seen) {
+  if (!e) return;
+  if (e->kind == ExprKind::kName) seen.insert(e->name);
+  for (const auto& a : e->args) CollectLoads(a.get(), seen);
+  for (const auto& [k, v] : e->kwargs) CollectLoads(v.get(), seen);
+}
+
+void Store(const std::string& name, std::unordered_set<std::string>& seen,
+           std::vector<std::string>& locals) {
+  if (seen.insert(name).second) locals.push_back(name);
+}
+
+// Top-level statements in order, without entering scopes of their own (loop, macro and
+// block bodies). `conditional`: inside an if-branch, where stores do not count.
+void ScanRoot(const Body& body, bool conditional, std::unordered_set<std::string>& seen,
+              std::vector<std::string>& locals) {
+  for (const auto& s : body) {
+    CollectLoads(s->expr.get(), seen);
+    for (const auto& c : s->conds) CollectLoads(c.get(), seen);
+    for (const auto& d : s->defaults) CollectLoads(d.get(), seen);
+    bool stores = s->kind == StmtKind::kSet || s->kind == StmtKind::kSetBlock;
+    if (s->kind == StmtKind::kSet && !s->text.empty()) stores = false;  // ns.attr: a load
+    if (s->kind == StmtKind::kSet && !s->text.empty()) seen.insert(s->targets[0]);
+    for (const auto& t : stores ? s->targets : std::vector<std::string>{}) {
+      conditional ? void(seen.insert(t)) : Store(t, seen, locals);
+    }
+    if (s->kind == StmtKind::kMacro)
+      conditional ? void(seen.insert(s->text)) : Store(s->text, seen, locals);
+    if (s->kind == StmtKind::kIf) {
+      for (const auto& b : s->bodies) ScanRoot(b, true, seen, locals);
+    }
+  }
+}
+
+}  // namespace
+
+// jinja2 makes a name that the template stores unconditionally at top level, before ever
+// reading it there, a template-local from the start: loops and macros that read it before
+// the store runs see undefined, not the context's value. These are those names.
+std::vector<std::string> RootLocals(const Body& root) {
+  std::unordered_set<std::string> seen;
+  std::vector<std::string> locals;
+  ScanRoot(root, false, seen, locals);
+  return locals;
+}
+
 std::string Evaluator::Render(const Body& root,
                               const std::vector<std::pair<std::string, Value>>& vars) {
   auto globals = std::make_shared<Scope>();
@@ -42,6 +93,8 @@ std::string Evaluator::Render(const Body& root,
   auto context = std::make_shared<Scope>();
   context->parent = globals;
   for (const auto& [name, value] : vars) context->vars[name] = value;
+  for (const auto& name : RootLocals(root))
+    context->vars[name] = Value::Undefined("'" + name + "'");
   std::string out;
   Exec(root, context, out);
   return out;
