@@ -16,6 +16,27 @@ inline float ReduceLanes(__m512 acc) {
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
 }
 
+// ReduceLanes of four registers at once: the same pairwise adds, on transposed halves.
+inline void ReduceLanes4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
+  // (j, j+8): [a j<8 | b j<8] and [c | d]
+  const __m512 ab8 = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, a, b, 0x44),
+                                   _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, 0xEE));
+  const __m512 cd8 = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, c, d, 0x44),
+                                   _mm512_maskz_shuffle_f32x4(0xFFFF, c, d, 0xEE));
+  // (j, j+4): one 128-bit quarter per register
+  const __m512 s4 = _mm512_add_ps(_mm512_maskz_shuffle_f32x4(0xFFFF, ab8, cd8, 0x88),
+                                  _mm512_maskz_shuffle_f32x4(0xFFFF, ab8, cd8, 0xDD));
+  // (j, j+2) then (j, j+1) inside each quarter
+  const __m512 s2 = _mm512_add_ps(s4, _mm512_shuffle_ps(s4, s4, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 s1 = _mm512_add_ps(s2, _mm512_shuffle_ps(s2, s2, _MM_SHUFFLE(2, 3, 0, 1)));
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s1);
+  out[0] = lanes[0];
+  out[1] = lanes[4];
+  out[2] = lanes[8];
+  out[3] = lanes[12];
+}
+
 // The lanes' sum, then the tail [n16, n) in order.
 inline float Finish(__m512 acc, const float* a, const float* b, int n16, int n) {
   float sum = ReduceLanes(acc);
@@ -108,7 +129,13 @@ void DotBlock4x4(const float* const* qs, const float* const* rows, int n, float*
     }
   }
   for (int q = 0; q < 4; ++q) {
-    for (int r = 0; r < 4; ++r) outs[q][r0 + r] = Finish(acc[q][r], qs[q], rows[r0 + r], n16, n);
+    float sums[4];
+    ReduceLanes4(acc[q][0], acc[q][1], acc[q][2], acc[q][3], sums);
+    for (int r = 0; r < 4; ++r) {
+      const float* row = rows[r0 + r];
+      for (int i = n16; i < n; ++i) sums[r] = std::fma(qs[q][i], row[i], sums[r]);
+      outs[q][r0 + r] = sums[r];
+    }
   }
 }
 
