@@ -35,10 +35,7 @@ std::string Slurp(const std::string& path) {
 class SynthCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(testing::ShardlmBinary())) {
-      if (testing::UnderCi()) FAIL() << "CI=true but " << testing::ShardlmBinary() << " is missing";
-      GTEST_SKIP() << "shardlm binary not built: " << testing::ShardlmBinary();
-    }
+    SHARDLM_REQUIRE_BINARY();
     dir_ = ::testing::TempDir() + "/synth_cli_" + std::to_string(::getpid());
     std::filesystem::create_directories(dir_);
   }

@@ -51,4 +51,6 @@ nlohmann::json ReadJsonFile(const std::string& path) {
 
 std::string ShardlmBinary() { return SHARDLM_BINARY; }
 
+bool BinaryBuilt() { return std::filesystem::exists(ShardlmBinary()); }
+
 }  // namespace shardlm::testing

@@ -4,12 +4,12 @@
 // (CI=true) a missing fixture is a failure, never a skip.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 namespace shardlm::testing {
 
@@ -23,14 +23,25 @@ nlohmann::json ReadJsonFile(const std::string& path);
 std::string ReadTextFile(const std::string& path);
 // The `shardlm` binary built beside the tests.
 std::string ShardlmBinary();
+bool BinaryBuilt();
 
 }  // namespace shardlm::testing
 
 // Skips the test (fresh clone) or fails it (CI) when the fixtures folder is missing.
-#define SHARDLM_REQUIRE_FIXTURES()                                                      \
-  do {                                                                                  \
-    if (::shardlm::testing::FixturesDir().empty()) {                                    \
+#define SHARDLM_REQUIRE_FIXTURES()                                                              \
+  do {                                                                                          \
+    if (::shardlm::testing::FixturesDir().empty()) {                                            \
       if (::shardlm::testing::UnderCi()) FAIL() << "CI=true but ../shared/fixtures is missing"; \
-      GTEST_SKIP() << "../shared/fixtures not found (set SHARDLM_FIXTURES); skipping";  \
-    }                                                                                   \
+      GTEST_SKIP() << "../shared/fixtures not found (set SHARDLM_FIXTURES); skipping";          \
+    }                                                                                           \
+  } while (0)
+
+// Skips (fresh build without the binary) or fails (CI) when `shardlm` is not built.
+#define SHARDLM_REQUIRE_BINARY()                                                                 \
+  do {                                                                                           \
+    if (!::shardlm::testing::BinaryBuilt()) {                                                    \
+      if (::shardlm::testing::UnderCi())                                                         \
+        FAIL() << "CI=true but " << ::shardlm::testing::ShardlmBinary() << " is missing";        \
+      GTEST_SKIP() << ::shardlm::testing::ShardlmBinary() << " not built; build target shardlm"; \
+    }                                                                                            \
   } while (0)

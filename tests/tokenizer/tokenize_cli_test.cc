@@ -30,16 +30,14 @@ CliRun Shardlm(const std::string& args) {
   return run;
 }
 
-#define SHARDLM_REQUIRE_BINARY()                                                      \
-  do {                                                                                \
-    SHARDLM_REQUIRE_FIXTURES();                                                       \
-    if (!std::filesystem::exists(testing::ShardlmBinary())) {                         \
-      GTEST_SKIP() << testing::ShardlmBinary() << " not built; build target shardlm"; \
-    }                                                                                 \
+#define SHARDLM_REQUIRE_FIXTURES_AND_BINARY() \
+  do {                                        \
+    SHARDLM_REQUIRE_FIXTURES();               \
+    SHARDLM_REQUIRE_BINARY();                 \
   } while (0)
 
 TEST(TokenizeCliTest, PrintsIdsLikeLlamaTokenize) {
-  SHARDLM_REQUIRE_BINARY();
+  SHARDLM_REQUIRE_FIXTURES_AND_BINARY();
   const std::string qwen = FixturePath("qwen3-vocab.gguf");
   CliRun run = Shardlm("tokenize -m " + qwen + " 'Hello, world!<|im_end|>'");
   EXPECT_EQ(run.exit_code, 0);
@@ -54,14 +52,14 @@ TEST(TokenizeCliTest, PrintsIdsLikeLlamaTokenize) {
 }
 
 TEST(TokenizeCliTest, Pieces) {
-  SHARDLM_REQUIRE_BINARY();
+  SHARDLM_REQUIRE_FIXTURES_AND_BINARY();
   CliRun run = Shardlm("tokenize -m " + FixturePath("stories260K.gguf") + " --pieces 'Hello'");
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_EQ(run.out, "     1 -> '<s>'\n   346 -> ' He'\n   306 -> 'll'\n   414 -> 'o'\n");
 }
 
 TEST(TokenizeCliTest, ErrorsExitNonZero) {
-  SHARDLM_REQUIRE_BINARY();
+  SHARDLM_REQUIRE_FIXTURES_AND_BINARY();
   EXPECT_NE(Shardlm("tokenize -m /nonexistent/model.gguf 'x'").exit_code, 0);
   EXPECT_NE(Shardlm("tokenize 'x'").exit_code, 0);
   EXPECT_NE(
