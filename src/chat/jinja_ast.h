@@ -83,6 +83,9 @@ struct Stmt {
   std::vector<std::string> params;   // kMacro / kCallBlock / kWith names
   std::vector<ExprPtr> defaults;     // same size as params (null: no default)
   bool uses_loop = false;            // kFor: the body names `loop` (else it is not built)
+  // kFor/kMacro/kCallBlock/kWith: names the body stores before reading them; they start
+  // out undefined in the body's scope (jinja2's frame-local rule, see jinja_eval.cc).
+  std::vector<std::string> frame_locals;
 };
 
 }  // namespace shardlm::jinja

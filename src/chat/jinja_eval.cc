@@ -52,6 +52,10 @@ void Store(const std::string& name, std::unordered_set<std::string>& seen,
   if (seen.insert(name).second) locals.push_back(name);
 }
 
+void DeclareLocals(const std::vector<std::string>& names, Scope& scope) {
+  for (const auto& name : names) scope.vars[name] = Value::Undefined("'" + name + "'");
+}
+
 // Top-level statements in order, without entering scopes of their own (loop, macro and
 // block bodies). `conditional`: inside an if-branch, where stores do not count.
 void ScanRoot(const Body& body, bool conditional, std::unordered_set<std::string>& seen,
@@ -76,14 +80,23 @@ void ScanRoot(const Body& body, bool conditional, std::unordered_set<std::string
 
 }  // namespace
 
-// jinja2 makes a name that the template stores unconditionally at top level, before ever
-// reading it there, a template-local from the start: loops and macros that read it before
-// the store runs see undefined, not the context's value. These are those names.
-std::vector<std::string> RootLocals(const Body& root) {
+// jinja2 makes a name that a frame (the template, a loop body, a macro) stores
+// unconditionally before ever reading it there a frame-local from the start: nested loops
+// and macros that read it before the store runs see undefined, not the outer value.
+std::vector<std::string> FrameLocals(const Body& body) {
   std::unordered_set<std::string> seen;
   std::vector<std::string> locals;
-  ScanRoot(root, false, seen, locals);
+  ScanRoot(body, false, seen, locals);
   return locals;
+}
+
+void AnnotateFrameLocals(Body& body) {
+  for (auto& s : body) {
+    bool frame = s->kind == StmtKind::kFor || s->kind == StmtKind::kMacro ||
+                 s->kind == StmtKind::kCallBlock || s->kind == StmtKind::kWith;
+    if (frame && !s->bodies.empty()) s->frame_locals = FrameLocals(s->bodies[0]);
+    for (auto& b : s->bodies) AnnotateFrameLocals(b);
+  }
 }
 
 std::string Evaluator::Render(const Body& root,
@@ -93,8 +106,7 @@ std::string Evaluator::Render(const Body& root,
   auto context = std::make_shared<Scope>();
   context->parent = globals;
   for (const auto& [name, value] : vars) context->vars[name] = value;
-  for (const auto& name : RootLocals(root))
-    context->vars[name] = Value::Undefined("'" + name + "'");
+  DeclareLocals(FrameLocals(root), *context);
   std::string out;
   Exec(root, context, out);
   return out;
@@ -171,6 +183,7 @@ Evaluator::Flow Evaluator::ExecStmtUnlocated(const Stmt& s, const std::shared_pt
     case StmtKind::kWith: {
       auto inner = std::make_shared<Scope>();
       inner->parent = scope;
+      DeclareLocals(s.frame_locals, *inner);
       for (size_t i = 0; i < s.params.size(); ++i) {
         inner->vars[s.params[i]] = Eval(*s.defaults[i], scope);
       }
@@ -256,6 +269,7 @@ void Evaluator::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope, std:
     // iteration is not visible in the next.
     inner = std::make_shared<Scope>();
     inner->parent = scope;
+    DeclareLocals(s.frame_locals, *inner);
     if (s.uses_loop) inner->vars["loop"] = MakeLoop(items, i);
     Assign(s.targets, items[i], *inner);
     if (Exec(s.bodies[0], inner, out) == Flow::kBreak) break;
@@ -312,6 +326,7 @@ Value Evaluator::CallMacro(const Stmt& s, const Body& body, const std::shared_pt
   DepthGuard guard(this);
   auto frame = std::make_shared<Scope>();
   frame->parent = closure;
+  DeclareLocals(s.frame_locals, *frame);
   auto kwargs = std::make_shared<ValueDict>();
   for (auto& [k, v] : args.named) {
     bool is_param = std::find(s.params.begin(), s.params.end(), k) != s.params.end();

@@ -97,6 +97,10 @@ class Evaluator {
   int64_t steps_ = 0;
 };
 
+// Fills Stmt::frame_locals of every loop/macro/call/with body (run once after parsing).
+void AnnotateFrameLocals(Body& body);
+std::vector<std::string> FrameLocals(const Body& body);
+
 // Operators, shared with the builtins (sum, etc.).
 Value BinaryOp(const std::string& op, const Value& a, const Value& b, size_t max_bytes);
 bool Contains(const Value& container, const Value& item);

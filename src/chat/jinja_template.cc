@@ -12,7 +12,9 @@ namespace shardlm::jinja {
 Result<Template> Template::Parse(const std::string& source) {
   try {
     std::vector<Token> tokens = Tokenize(source);
-    auto root = std::make_shared<const Body>(jinja::Parse(tokens));
+    Body body = jinja::Parse(tokens);
+    AnnotateFrameLocals(body);
+    auto root = std::make_shared<const Body>(std::move(body));
     return Template(std::move(root));
   } catch (const JinjaError& e) {
     return Status(StatusCode::kInvalidData, e.message);
