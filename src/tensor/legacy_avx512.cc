@@ -143,51 +143,102 @@ inline __m512 TwoSingles(float v0, float v1) {
 // m·s_a, with s_a the activation block's stored fp16 d·Σa, as llama.cpp does.
 template <class W>
 struct UnsignedKernel {
+  using Block = typename W::Block;
+  using ActBlock = typename W::ActBlock;
   static constexpr bool kHasMin = W::kOffset == 0;
+
+  struct RowPart {  // one weight row's blocks b, b+1
+    __m512i q;
+    __m512 d, m;
+  };
+  struct ActPart {  // one activation row's blocks b, b+1
+    __m512i q, start;
+    __m512 d, s;
+  };
+
+  static RowPart PrepareRow(const Block* blk, bool pair) {
+    RowPart row;
+    row.q = W::Quants(blk, pair ? blk + 1 : nullptr);
+    row.d = TwoScales(Fp16ToF32(blk[0].d), pair ? Fp16ToF32(blk[1].d) : 0.0f);
+    row.m = _mm512_setzero_ps();
+    if constexpr (kHasMin) {
+      row.m = TwoSingles(Fp16ToF32(blk[0].m), pair ? Fp16ToF32(blk[1].m) : 0.0f);
+    }
+    return row;
+  }
+
+  static ActPart PrepareAct(const ActBlock* ablk, bool pair) {
+    ActPart a;
+    a.q = LoadTwo(ablk[0].qs, pair ? ablk[1].qs : nullptr);
+    a.d = TwoScales(Fp16ToF32(ablk[0].d), pair ? Fp16ToF32(ablk[1].d) : 0.0f);
+    a.start = _mm512_setzero_si512();
+    a.s = _mm512_setzero_ps();
+    if constexpr (kHasMin) {
+      a.s = TwoScales(Fp16ToF32(ablk[0].s), pair ? Fp16ToF32(ablk[1].s) : 0.0f);
+    } else {
+      const __m512i offset = _mm512_set1_epi8(static_cast<char>(W::kOffset));
+      a.start = _mm512_sub_epi32(a.start, _mm512_dpbusd_epi32(a.start, offset, a.q));
+    }
+    return a;
+  }
+
+  // The float sequence of one pair and block pair: the only place accumulators change.
+  static __m512 Step(__m512 acc, const RowPart& row, const ActPart& a) {
+    const __m512i dot = _mm512_dpbusd_epi32(a.start, row.q, a.q);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(row.d, a.d), acc);
+    if constexpr (kHasMin) acc = _mm512_fmadd_ps(row.m, a.s, acc);
+    return acc;
+  }
 
   template <int NR, int NC>
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                   int64_t act_stride, float* out, int64_t out_stride) {
-    using Block = typename W::Block;
-    using ActBlock = typename W::ActBlock;
     const int64_t nb = n / kQK;
-    const __m512i offset = _mm512_set1_epi8(static_cast<char>(W::kOffset));
     __m512 acc[NR][NC];
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
         acc[r][c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += 2) {
       const bool pair = b + 1 < nb;
-      __m512i wq[NR];
-      __m512 wd[NR], wm[NR];
+      RowPart rows[NR];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const auto* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
         simd::PrefetchNextTile<NR>(blk, w_stride, 2 * sizeof(Block));
-        wq[r] = W::Quants(blk, pair ? blk + 1 : nullptr);
-        wd[r] = TwoScales(Fp16ToF32(blk[0].d), pair ? Fp16ToF32(blk[1].d) : 0.0f);
-        if constexpr (kHasMin) {
-          wm[r] = TwoSingles(Fp16ToF32(blk[0].m), pair ? Fp16ToF32(blk[1].m) : 0.0f);
-        }
+        rows[r] = PrepareRow(blk, pair);
       }
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const auto* ablk = reinterpret_cast<const ActBlock*>(act + c * act_stride) + b;
-        const __m512i aq = LoadTwo(ablk[0].qs, pair ? ablk[1].qs : nullptr);
-        const __m512 ad = TwoScales(Fp16ToF32(ablk[0].d), pair ? Fp16ToF32(ablk[1].d) : 0.0f);
-        __m512i start = _mm512_setzero_si512();
-        __m512 as = _mm512_setzero_ps();
-        if constexpr (kHasMin) {
-          as = TwoScales(Fp16ToF32(ablk[0].s), pair ? Fp16ToF32(ablk[1].s) : 0.0f);
-        } else {
-          start = _mm512_sub_epi32(start, _mm512_dpbusd_epi32(start, offset, aq));
-        }
-        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const __m512i dot = _mm512_dpbusd_epi32(start, wq[r], aq);
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], ad), acc[r][c]);
-          if constexpr (kHasMin) acc[r][c] = _mm512_fmadd_ps(wm[r], as, acc[r][c]);
-        }
+        const ActPart a =
+            PrepareAct(reinterpret_cast<const ActBlock*>(act + c * act_stride) + b, pair);
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) acc[r][c] = Step(acc[r][c], rows[r], a);
       }
     }
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
         out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
+  }
+
+  // Decode: the activation row prepared once (up to kMaxPreparedPairs block pairs, 24 KiB
+  // of stack: rows of 8192 elements), then each weight row streamed through Step in block
+  // order, exactly as Run<1, 1> does. Longer rows fall back to Run<1, 1> per row.
+  static constexpr int64_t kMaxPreparedPairs = 128;
+  static void RunRows(int64_t n, const uint8_t* w, int64_t w_stride, int nr, const uint8_t* act,
+                      float* out, int64_t out_stride) {
+    const int64_t nb = n / kQK;
+    const int64_t n_pairs = (nb + 1) / 2;
+    if (n_pairs > kMaxPreparedPairs) {
+      for (int r = 0; r < nr; ++r)
+        Run<1, 1>(n, w + r * w_stride, 0, act, 0, out + r * out_stride, 0);
+      return;
+    }
+    ActPart prepared[kMaxPreparedPairs];
+    for (int64_t b = 0; b < nb; b += 2) {
+      prepared[b / 2] = PrepareAct(reinterpret_cast<const ActBlock*>(act) + b, b + 1 < nb);
+    }
+    for (int r = 0; r < nr; ++r) {
+      __m512 acc = _mm512_setzero_ps();
+      const auto* row = reinterpret_cast<const Block*>(w + r * w_stride);
+      for (int64_t b = 0; b < nb; b += 2)
+        acc = Step(acc, PrepareRow(row + b, b + 1 < nb), prepared[b / 2]);
+      out[r * out_stride] = _mm512_reduce_add_ps(acc);
+    }
   }
 };
 

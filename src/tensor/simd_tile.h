@@ -59,11 +59,19 @@ inline constexpr TileTable<K, kMaxR, kMaxC> kTileTable{};
 // kernel (bitwise what vec_dot gives, by construction), so the weights are read as one
 // sequential stream. Measured on Zen 4 (one thread, 256 MiB of weights) this streams ~2x
 // faster than interleaving 4 rows: Q8_0 25 vs 12 GB/s, Q4_K 24 vs 16, Q6_K 22 vs 10,
-// F16 28 vs 18.
+// F16 28 vs 18. A kernel may provide RunRows(n, w, w_stride, nr, act, out, out_stride)
+// doing the same with its activation preparation hoisted out of the row loop; it must
+// give, row by row, exactly what Run<1, 1> gives.
 template <class K, int kMaxR, int kMaxC>
 void VecDotTile(int64_t n, const void* w, int64_t w_stride, int nr, const void* act,
                 int64_t act_stride, int nc, float* out, int64_t out_stride) {
   if (nc == 1) {
+    if constexpr (requires { &K::RunRows; }) {
+      // Same per-row sequence, with the activation-side work done once for all rows.
+      K::RunRows(n, static_cast<const uint8_t*>(w), w_stride, nr, static_cast<const uint8_t*>(act),
+                 out, out_stride);
+      return;
+    }
     for (int r = 0; r < nr; ++r) {
       K::template Run<1, 1>(n, static_cast<const uint8_t*>(w) + r * w_stride, 0,
                             static_cast<const uint8_t*>(act), 0, out + r * out_stride, 0);
