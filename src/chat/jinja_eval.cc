@@ -90,13 +90,47 @@ std::vector<std::string> FrameLocals(const Body& body) {
   return locals;
 }
 
-void AnnotateFrameLocals(Body& body) {
+namespace {
+
+// Every name a frame reads or stores directly (if-branches included, nested frames not):
+// jinja2's symbols of that frame.
+void CollectDirectNames(const Body& body, std::unordered_set<std::string>& names) {
+  std::vector<std::string> ignored;
+  ScanRoot(body, true, names, ignored);
+}
+
+bool IsFrame(const Stmt& s) {
+  return s.kind == StmtKind::kFor || s.kind == StmtKind::kMacro || s.kind == StmtKind::kCallBlock ||
+         s.kind == StmtKind::kWith;
+}
+
+// `enclosing`: the symbols of every frame around `body` (its own frame included).
+void Annotate(Body& body, const std::unordered_set<std::string>& enclosing) {
   for (auto& s : body) {
-    bool frame = s->kind == StmtKind::kFor || s->kind == StmtKind::kMacro ||
-                 s->kind == StmtKind::kCallBlock || s->kind == StmtKind::kWith;
-    if (frame && !s->bodies.empty()) s->frame_locals = FrameLocals(s->bodies[0]);
-    for (auto& b : s->bodies) AnnotateFrameLocals(b);
+    if (!IsFrame(*s) || s->bodies.empty()) {
+      for (auto& b : s->bodies) Annotate(b, enclosing);
+      continue;
+    }
+    // A store in a nested frame aliases a name an enclosing frame knows; only unknown
+    // names start out undefined.
+    for (auto& name : FrameLocals(s->bodies[0])) {
+      if (!enclosing.count(name)) s->frame_locals.push_back(name);
+    }
+    std::unordered_set<std::string> inner = enclosing;
+    inner.insert(s->targets.begin(), s->targets.end());
+    inner.insert(s->params.begin(), s->params.end());
+    CollectDirectNames(s->bodies[0], inner);
+    Annotate(s->bodies[0], inner);
+    for (size_t b = 1; b < s->bodies.size(); ++b) Annotate(s->bodies[b], enclosing);
   }
+}
+
+}  // namespace
+
+void AnnotateFrameLocals(Body& root) {
+  std::unordered_set<std::string> names;
+  CollectDirectNames(root, names);
+  Annotate(root, names);
 }
 
 std::string Evaluator::Render(const Body& root,
