@@ -186,7 +186,7 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
   MatMul(w.attn_q, act_->xn.data(), n, act_->q.data(), threads_, act_->scratch);
   MatMul(w.attn_k, act_->xn.data(), n, act_->k.data(), threads_, act_->scratch);
   MatMul(w.attn_v, act_->xn.data(), n, act_->v.data(), threads_, act_->scratch);
-  WriteKv(layer_idx, batch, tables_by_slot);
+  RopeAndStoreKv(layer_idx, batch, tables_by_slot);
   Attention(layer_idx, batch, tables_by_slot);
   MatMul(w.attn_output, act_->attn.data(), n, act_->proj.data(), threads_, act_->scratch);
   threads_.ParallelFor(n, [&](size_t t, size_t) {
@@ -199,8 +199,8 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
 }
 
 // q/k per-head norm (qwen3), rope, then K and V rows into the sequence's pages.
-void ForwardPass::WriteKv(int layer_idx, std::span<const BatchEntry> batch,
-                          std::span<BlockTable* const> tables_by_slot) {
+void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
+                                 std::span<BlockTable* const> tables_by_slot) {
   const LayerWeights& w = model_.weights().blocks[layer_idx];
   const int head_dim = config_.head_dim;
   threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {

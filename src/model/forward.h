@@ -82,8 +82,8 @@ class ForwardPass {
              std::span<BlockTable* const> tables_by_slot);
   void Attention(int layer_idx, std::span<const BatchEntry> batch,
                  std::span<BlockTable* const> tables_by_slot);
-  void WriteKv(int layer_idx, std::span<const BatchEntry> batch,
-               std::span<BlockTable* const> tables_by_slot);
+  void RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
+                      std::span<BlockTable* const> tables_by_slot);
   void Ffn(const LayerWeights& w, int n_tokens);
   void Head(std::span<const BatchEntry> batch, float* logits);
 
