@@ -1,0 +1,106 @@
+// Engine: what the server asks of the inference core. One request in, a stream of token
+// events and one finish event out. The real engine (scheduler.h) batches many requests
+// into each forward pass; tests of the HTTP layer use a mock that implements the same
+// interface with no model (STYLE rule 44).
+//
+// Goals: a small, typed boundary between server/ and runtime/: the server parses OpenAI
+// JSON into an EngineRequest, the engine never sees JSON or HTTP.
+// Non-goals: chat templates and tool-call parsing (server side), HTTP status codes.
+//
+// Thread safety: every method may be called from any thread. Callbacks run on the engine's
+// own thread: they must be quick and must not call back into the engine except Cancel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+
+using RequestId = uint64_t;
+
+struct EngineRequest {
+  std::vector<TokenId> prompt;     // already tokenized (template applied, BOS added)
+  SamplingParams sampling;         // validated by the caller
+  int32_t max_tokens = -1;         // -1: until EOG or the context is full
+  std::vector<std::string> stop;   // stop strings: generation ends before the first match
+  bool ignore_eos = false;
+  bool want_logprobs = false;      // fill TokenEvent::logprob / top (sampling.n_logprobs)
+};
+
+// One generated token. `text` is the UTF-8 text this token completes (may be ""), with
+// any text that could be the start of a stop string held back until it is decided.
+struct TokenEvent {
+  TokenId token = -1;
+  std::string text;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError, kSentinel };
+const char* FinishReasonName(FinishReason reason);  // "stop", "length", ...
+
+struct RequestUsage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;   // prompt tokens served from the prefix cache
+  double queue_ms = 0;         // submit → first scheduled
+  double prefill_ms = 0;       // first scheduled → first token
+  double decode_ms = 0;        // first token → finish
+};
+
+struct FinishEvent {
+  FinishReason reason = FinishReason::kStop;
+  Status error;                // set when reason == kError (e.g. a stage died)
+  std::string text;            // text held back for stop-string matching, now released
+  RequestUsage usage;
+};
+
+struct RequestCallbacks {
+  // Returns false to cancel the request (client gone).
+  std::function<bool(const TokenEvent&)> on_token;
+  std::function<void(const FinishEvent&)> on_finish;  // called exactly once
+};
+
+struct EngineStats {
+  int32_t slots_total = 0;
+  int32_t slots_busy = 0;
+  int32_t queue_length = 0;
+  int64_t requests_total = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generated_tokens_total = 0;
+  int64_t kv_pages_total = 0;
+  int64_t kv_pages_used = 0;
+};
+
+struct EngineInfo {
+  std::string model_name;   // what /v1/models reports
+  std::string architecture;
+  int32_t n_ctx = 0;        // per-sequence context limit
+  int32_t n_vocab = 0;
+  int32_t n_parallel = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Queues a request. Errors: queue full (kOutOfRange: the server answers 503), prompt
+  // longer than the context (kOutOfRange with "context_length_exceeded" in the message),
+  // engine unavailable. On success the callbacks will be called.
+  virtual Result<RequestId> Submit(EngineRequest request, RequestCallbacks callbacks) = 0;
+  // Cancels a queued or running request; its on_finish reports kCancelled. Idempotent.
+  virtual void Cancel(RequestId id) = 0;
+  virtual EngineStats Stats() const = 0;
+  virtual const EngineInfo& info() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  // Healthy (all stages reachable); a message otherwise.
+  virtual Status Health() const { return Status::Ok(); }
+};
+
+}  // namespace shardlm

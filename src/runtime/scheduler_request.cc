@@ -1,0 +1,111 @@
+// ActiveRequest implementation: sample → emit → finish rules, usage and the log line (see
+// scheduler_request.h).
+#include "runtime/scheduler_request.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace shardlm {
+namespace {
+
+double Ms(SchedulerClock::time_point from, SchedulerClock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+}  // namespace
+
+ActiveRequest::ActiveRequest(RequestId id, EngineRequest request, RequestCallbacks callbacks,
+                             const Tokenizer& tokenizer, int32_t n_vocab,
+                             SchedulerClock::time_point submitted)
+    : id_(id),
+      request_(std::move(request)),
+      callbacks_(std::move(callbacks)),
+      tokenizer_(tokenizer),
+      sampler_(request_.sampling, n_vocab),
+      decoder_(tokenizer),
+      stop_(request_.stop),
+      submitted_(submitted) {
+  // The prompt is the start of the penalty window, as in the Generator.
+  for (TokenId id : request_.prompt) sampler_.Accept(id);
+}
+
+void ActiveRequest::MarkAdmitted() { admitted_ = SchedulerClock::now(); }
+
+std::optional<FinishReason> ActiveRequest::OnLogits(std::span<const float> logits, int n_kv_tokens,
+                                                    int n_ctx) {
+  SampledToken token = sampler_.Sample(logits, request_.want_logprobs);
+  sampler_.Accept(token.id);
+  ++n_generated_;
+  last_token_ = token.id;
+  if (!first_token_) first_token_ = SchedulerClock::now();
+  if (!request_.ignore_eos && tokenizer_.IsEog(token.id)) return FinishReason::kStop;
+
+  TokenEvent event;
+  event.token = token.id;
+  event.text = stop_.Push(decoder_.Push(token.id));
+  if (request_.want_logprobs) {
+    event.logprob = token.logprob;
+    event.top = std::move(token.top);
+  }
+  if (callbacks_.on_token && !callbacks_.on_token(event)) return FinishReason::kCancelled;
+  if (stop_.stopped()) return FinishReason::kStop;
+  if (request_.max_tokens >= 0 && n_generated_ >= request_.max_tokens) {
+    return FinishReason::kLength;
+  }
+  // The token just sampled would go to position n_kv_tokens, which must exist.
+  if (n_kv_tokens >= n_ctx) return FinishReason::kLength;
+  return std::nullopt;
+}
+
+std::string ActiveRequest::ReleaseHeldText(FinishReason& reason) {
+  if (stop_.stopped()) return "";
+  // Bytes of an unfinished character may still complete a stop string.
+  std::string text = stop_.Push(decoder_.Flush());
+  if (stop_.stopped()) {
+    if (reason != FinishReason::kCancelled) reason = FinishReason::kStop;
+    return text;
+  }
+  return text + stop_.Flush();
+}
+
+RequestUsage ActiveRequest::Usage(SchedulerClock::time_point now) const {
+  RequestUsage usage;
+  usage.prompt_tokens = n_prompt();
+  usage.completion_tokens = n_generated_;
+  usage.cached_tokens = 0;
+  const SchedulerClock::time_point admitted = admitted_.value_or(now);
+  usage.queue_ms = Ms(submitted_, admitted);
+  const SchedulerClock::time_point first = first_token_.value_or(now);
+  usage.prefill_ms = Ms(admitted, first);
+  usage.decode_ms = first_token_ ? Ms(*first_token_, now) : 0.0;
+  return usage;
+}
+
+void ActiveRequest::Finish(FinishReason reason, Status error, bool log) {
+  FinishEvent event;
+  event.text = ReleaseHeldText(reason);
+  event.reason = reason;
+  event.error = std::move(error);
+  event.usage = Usage(SchedulerClock::now());
+  if (log) Log(event);
+  if (callbacks_.on_finish) callbacks_.on_finish(event);
+}
+
+void ActiveRequest::Log(const FinishEvent& event) const {
+  const RequestUsage& u = event.usage;
+  const double ttft_ms = u.queue_ms + u.prefill_ms;
+  const double decode_tps = u.decode_ms > 0 && u.completion_tokens > 1
+                                ? (u.completion_tokens - 1) * 1000.0 / u.decode_ms
+                                : 0.0;
+  std::fprintf(
+      stderr,
+      "request id=%" PRIu64
+      " finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d"
+      " queue_ms=%.1f prefill_ms=%.1f decode_ms=%.1f ttft_ms=%.1f decode_tok_s=%.2f%s%s%s\n",
+      id_, FinishReasonName(event.reason), u.prompt_tokens, u.completion_tokens, u.cached_tokens,
+      u.queue_ms, u.prefill_ms, u.decode_ms, ttft_ms, decode_tps,
+      event.error.ok() ? "" : " error=\"", event.error.message().c_str(),
+      event.error.ok() ? "" : "\"");
+}
+
+}  // namespace shardlm

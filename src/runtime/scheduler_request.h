@@ -1,0 +1,82 @@
+// ActiveRequest: the generation state of one request the scheduler has admitted into a
+// slot — its sampler, its text pipeline (StreamDecoder → StopMatcher), its counters and
+// timings — and the rules that decide when it is finished.
+//
+// Goals: the per-request half of the scheduler, independent of batching: given the logits
+// row of its last position it samples one token, emits a TokenEvent (text with stop-string
+// holdback, logprobs on request) and says whether generation ends (end-of-generation token
+// unless ignore_eos, stop string, max_tokens, full context, client gone); builds the
+// FinishEvent (released text, usage, timings) and the request's log line.
+// The sampler is per request and seeded from the request, so a request's tokens never
+// depend on what else shares the batch.
+// Non-goals: KV memory (the scheduler's slot owns the block table), batching, threads.
+//
+// Thread safety: owned and used by the engine thread only. Lifetime: references the
+// Tokenizer, which must outlive it; callbacks are moved in and called from here.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+#include "runtime/stop_matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+
+using SchedulerClock = std::chrono::steady_clock;
+
+class ActiveRequest {
+ public:
+  ActiveRequest(RequestId id, EngineRequest request, RequestCallbacks callbacks,
+                const Tokenizer& tokenizer, int32_t n_vocab, SchedulerClock::time_point submitted);
+
+  RequestId id() const { return id_; }
+  const EngineRequest& request() const { return request_; }
+  int n_prompt() const { return int(request_.prompt.size()); }
+  int n_prefilled() const { return n_prefilled_; }
+  bool prefill_done() const { return n_prefilled_ == n_prompt(); }
+  int n_generated() const { return n_generated_; }
+  // The token to feed at position next_position() (valid once prefill is done and at least
+  // one token was sampled).
+  TokenId last_token() const { return last_token_; }
+  int next_position() const { return n_prompt() + n_generated_ - 1; }
+
+  // The scheduler put the request into a slot (ends its queue time).
+  void MarkAdmitted();
+  // `n` more prompt tokens were written to the KV.
+  void AddPrefilled(int n) { n_prefilled_ += n; }
+
+  // Samples the next token from `logits` (the row of its last fed position), emits it, and
+  // returns the finish reason if generation ends here. `n_kv_tokens` is how many positions
+  // the KV now holds and n_ctx the most it may hold.
+  std::optional<FinishReason> OnLogits(std::span<const float> logits, int n_kv_tokens, int n_ctx);
+
+  // Builds the finish event (releasing held-back text unless a stop string matched),
+  // writes the log line, calls on_finish. Call exactly once.
+  void Finish(FinishReason reason, Status error, bool log);
+
+ private:
+  std::string ReleaseHeldText(FinishReason& reason);
+  RequestUsage Usage(SchedulerClock::time_point now) const;
+  void Log(const FinishEvent& event) const;
+
+  RequestId id_;
+  EngineRequest request_;
+  RequestCallbacks callbacks_;
+  const Tokenizer& tokenizer_;
+  Sampler sampler_;
+  StreamDecoder decoder_;
+  StopMatcher stop_;
+  int n_prefilled_ = 0;
+  int n_generated_ = 0;
+  TokenId last_token_ = -1;
+  SchedulerClock::time_point submitted_;
+  std::optional<SchedulerClock::time_point> admitted_;
+  std::optional<SchedulerClock::time_point> first_token_;
+};
+
+}  // namespace shardlm

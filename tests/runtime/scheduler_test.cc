@@ -1,0 +1,380 @@
+// Scheduler end to end on the fixture models: greedy output equals the Generator's and the
+// fixtures' (llama.cpp) over the safe prefix, concurrency and prompt chunking never change a
+// request's tokens (greedy and seeded), stop strings cut the text exactly, max_tokens and
+// the context give kLength, usage counts, cancellation frees KV pages, Submit errors.
+#include "runtime/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/generator.h"
+#include "runtime/model_loader.h"
+#include "support/fixtures.h"
+
+namespace shardlm {
+namespace {
+
+using nlohmann::json;
+using testing::FixturePath;
+
+const LoadedModel& Fixture(const std::string& file) {
+  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
+  std::unique_ptr<LoadedModel>& slot = cache[file];
+  if (!slot) {
+    auto loaded = LoadModelFile(FixturePath(file), {.prefault = false});
+    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
+  }
+  return *slot;
+}
+
+SchedulerOptions Options(int n_parallel, int n_ctx = 256, int n_batch = 64) {
+  SchedulerOptions options;
+  options.n_parallel = n_parallel;
+  options.n_ctx = n_ctx;
+  options.n_batch = n_batch;
+  options.max_queue = 64;
+  options.threads = 2;
+  options.page_tokens = 16;
+  options.log_requests = false;
+  return options;
+}
+
+std::unique_ptr<Scheduler> MakeScheduler(const std::string& file, const SchedulerOptions& options) {
+  const LoadedModel& loaded = Fixture(file);
+  if (!loaded.model) return nullptr;
+  auto scheduler = Scheduler::Create(*loaded.model, *loaded.tokenizer, options);
+  EXPECT_TRUE(scheduler.ok()) << scheduler.status().message();
+  return scheduler.ok() ? std::move(scheduler).value() : nullptr;
+}
+
+SamplingParams Greedy() {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  return params;
+}
+
+SamplingParams Seeded(uint64_t seed) {
+  SamplingParams params;
+  params.temperature = 1.2f;
+  params.top_k = 0;
+  params.top_p = 1.0f;
+  params.min_p = 0.0f;
+  params.seed = seed;
+  return params;
+}
+
+// Collects one request's events; Wait() blocks until on_finish.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenId> ids;
+  std::vector<float> logprobs;
+  std::string text;
+  bool done = false;
+  FinishEvent finish;
+  int cancel_after = -1;  // on_token returns false after this many tokens
+
+  RequestCallbacks Callbacks() {
+    RequestCallbacks callbacks;
+    callbacks.on_token = [this](const TokenEvent& event) {
+      std::lock_guard<std::mutex> lock(mu);
+      ids.push_back(event.token);
+      logprobs.push_back(event.logprob);
+      text += event.text;
+      return cancel_after < 0 || int(ids.size()) < cancel_after;
+    };
+    callbacks.on_finish = [this](const FinishEvent& event) {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_FALSE(done) << "on_finish called twice";
+      finish = event;
+      text += event.text;
+      done = true;
+      cv.notify_all();
+    };
+    return callbacks;
+  }
+  bool Wait(int seconds = 120) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return done; });
+  }
+};
+
+EngineRequest Request(std::vector<TokenId> prompt, SamplingParams sampling, int max_tokens,
+                      bool ignore_eos = true) {
+  EngineRequest request;
+  request.prompt = std::move(prompt);
+  request.sampling = sampling;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = ignore_eos;
+  return request;
+}
+
+// Runs the requests concurrently (all submitted at once) and waits for every one.
+std::vector<std::unique_ptr<Collector>> RunAll(Scheduler& scheduler,
+                                               const std::vector<EngineRequest>& requests) {
+  std::vector<std::unique_ptr<Collector>> out;
+  for (const EngineRequest& request : requests) {
+    out.push_back(std::make_unique<Collector>());
+    auto id = scheduler.Submit(request, out.back()->Callbacks());
+    EXPECT_TRUE(id.ok()) << id.status().message();
+    if (!id.ok()) out.back()->done = true;
+  }
+  for (auto& c : out) EXPECT_TRUE(c->Wait());
+  return out;
+}
+
+std::vector<TokenId> Encode(const std::string& file, const std::string& text) {
+  return Fixture(file).tokenizer->Encode(text, true, true);
+}
+
+const char kStories[] = "stories260K.gguf";
+const char kPrompt[] = "Once upon a time, there was a little dog named Max. He liked";
+
+TEST(SchedulerTest, GreedyEqualsGenerator) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const LoadedModel& loaded = Fixture(kStories);
+  ASSERT_TRUE(loaded.model);
+  ThreadPool threads(2);
+  auto generator = Generator::Create(*loaded.model, *loaded.tokenizer, threads,
+                                     GeneratorConfig{256, 512, KvType::kF32, 16});
+  ASSERT_TRUE(generator.ok());
+  GenerateOptions options;
+  options.n_predict = 40;
+  auto want = (*generator)->GenerateFromIds(Encode(kStories, kPrompt), Greedy(), options);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+
+  auto scheduler = MakeScheduler(kStories, Options(2, 256, 5));  // prompt in chunks of 5
+  ASSERT_TRUE(scheduler);
+  auto got = RunAll(*scheduler, {Request(Encode(kStories, kPrompt), Greedy(), 40, false)});
+  EXPECT_EQ(got[0]->text, want->text);
+  std::vector<TokenId> want_ids = want->ids;
+  if (want->stop == StopReason::kEog) want_ids.pop_back();  // EOG gives no TokenEvent
+  EXPECT_EQ(got[0]->ids, want_ids);
+  EXPECT_EQ(got[0]->finish.usage.completion_tokens, int(want->ids.size()));
+  EXPECT_EQ(got[0]->finish.usage.prompt_tokens, int(want->prompt_ids.size()));
+}
+
+TEST(SchedulerTest, GreedyMatchesGoldenOverSafePrefixWhileBatched) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
+  std::map<std::string, std::vector<json>> by_model;
+  for (const json& entry : golden["entries"]) {
+    const std::string arch = entry["arch"];
+    if ((arch == "llama" || arch == "qwen3") && entry["greedy_safe_prefix"].get<int>() >= 4) {
+      by_model[entry["model"]].push_back(entry);
+    }
+  }
+  ASSERT_FALSE(by_model.empty());
+  for (const auto& [model, entries] : by_model) {
+    SCOPED_TRACE(model);
+    auto scheduler = MakeScheduler(model, Options(3, 128, 16));
+    ASSERT_TRUE(scheduler);
+    std::vector<EngineRequest> requests;
+    for (const json& entry : entries) {
+      requests.push_back(
+          Request(entry["prompt_ids"].get<std::vector<TokenId>>(), Greedy(), 32, true));
+    }
+    auto got = RunAll(*scheduler, requests);
+    for (size_t e = 0; e < entries.size(); ++e) {
+      SCOPED_TRACE(entries[e]["id"].get<std::string>());
+      const auto want = entries[e]["greedy_ids"].get<std::vector<TokenId>>();
+      const int safe = entries[e]["greedy_safe_prefix"];
+      ASSERT_EQ(got[e]->ids.size(), 32u);
+      EXPECT_EQ(got[e]->finish.reason, FinishReason::kLength);
+      for (int t = 0; t < safe; ++t) ASSERT_EQ(got[e]->ids[t], want[t]) << "step " << t;
+    }
+  }
+}
+
+TEST(SchedulerTest, EightConcurrentRequestsEqualOneAlone) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  for (const SamplingParams& sampling : {Greedy(), Seeded(42)}) {
+    auto single = MakeScheduler(kStories, Options(1, 256, 512));
+    ASSERT_TRUE(single);
+    auto alone = RunAll(*single, {Request(prompt, sampling, 48)});
+    ASSERT_EQ(alone[0]->ids.size(), 48u);
+
+    // Small batches: prefill chunks of new requests share steps with running decodes.
+    auto batched = MakeScheduler(kStories, Options(8, 256, 12));
+    ASSERT_TRUE(batched);
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (int i = 0; i < 8; ++i) {
+      collectors.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE(
+          batched->Submit(Request(prompt, sampling, 48), collectors.back()->Callbacks()).ok());
+      if (i % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // staggered
+    }
+    for (auto& c : collectors) {
+      ASSERT_TRUE(c->Wait());
+      EXPECT_EQ(c->ids, alone[0]->ids);
+      EXPECT_EQ(c->text, alone[0]->text);
+      EXPECT_EQ(c->finish.reason, FinishReason::kLength);
+    }
+  }
+}
+
+TEST(SchedulerTest, SeededSamplingIgnoresNeighbours) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = MakeScheduler(kStories, Options(4, 256, 8));
+  ASSERT_TRUE(scheduler);
+  const EngineRequest target = Request(Encode(kStories, "The cat sat"), Seeded(7), 30);
+  auto alone = RunAll(*scheduler, {target});
+  auto crowd = RunAll(*scheduler, {Request(Encode(kStories, kPrompt), Seeded(1), 40), target,
+                                   Request(Encode(kStories, "Lily"), Seeded(2), 20),
+                                   Request(Encode(kStories, "A big red ball"), Greedy(), 25)});
+  EXPECT_EQ(crowd[1]->ids, alone[0]->ids);
+  EXPECT_EQ(crowd[1]->text, alone[0]->text);
+  auto other_seed = RunAll(*scheduler, {Request(target.prompt, Seeded(8), 30)});
+  EXPECT_NE(other_seed[0]->ids, alone[0]->ids);
+}
+
+TEST(SchedulerTest, StopStringsCutTextExactly) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = MakeScheduler(kStories, Options(2));
+  ASSERT_TRUE(scheduler);
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  auto full = RunAll(*scheduler, {Request(prompt, Greedy(), 40)});
+  const std::string text = full[0]->text;
+  ASSERT_GE(text.size(), 20u);
+  // A stop string spanning a token boundary: the end of piece 3 and the start of piece 4.
+  const Tokenizer& tok = *Fixture(kStories).tokenizer;
+  size_t boundary = 0;
+  for (int t = 0; t < 4; ++t) boundary += tok.Piece(full[0]->ids[t]).size();
+  const std::string stop = text.substr(boundary - 2, 4);
+  const std::string want = text.substr(0, text.find(stop));
+
+  EngineRequest request = Request(prompt, Greedy(), 40);
+  request.stop = {"never appears in this text", stop};
+  auto got = RunAll(*scheduler, {request});
+  EXPECT_EQ(got[0]->finish.reason, FinishReason::kStop);
+  EXPECT_EQ(got[0]->text, want);
+  EXPECT_EQ(got[0]->finish.text, "");
+  EXPECT_EQ(scheduler->Stats().kv_pages_used, 0);
+}
+
+TEST(SchedulerTest, MaxTokensContextAndUsage) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = MakeScheduler(kStories, Options(2, 24, 8));
+  ASSERT_TRUE(scheduler);
+  const std::vector<TokenId> prompt = Encode(kStories, "Once upon a time");
+  auto limited = RunAll(*scheduler, {Request(prompt, Greedy(), 5)});
+  EXPECT_EQ(limited[0]->finish.reason, FinishReason::kLength);
+  EXPECT_EQ(limited[0]->finish.usage.completion_tokens, 5);
+  EXPECT_EQ(limited[0]->finish.usage.prompt_tokens, int(prompt.size()));
+  EXPECT_EQ(limited[0]->ids.size(), 5u);
+
+  // No max_tokens: the context (24 positions) ends it, after as many tokens as run gives.
+  auto until_full = RunAll(*scheduler, {Request(prompt, Greedy(), -1)});
+  EXPECT_EQ(until_full[0]->finish.reason, FinishReason::kLength);
+  EXPECT_EQ(until_full[0]->finish.usage.completion_tokens, 24 - int(prompt.size()) + 1);
+
+  auto none = RunAll(*scheduler, {Request(prompt, Greedy(), 0)});
+  EXPECT_EQ(none[0]->finish.reason, FinishReason::kLength);
+  EXPECT_EQ(none[0]->finish.usage.completion_tokens, 0);
+
+  const EngineStats stats = scheduler->Stats();
+  EXPECT_EQ(stats.requests_total, 3);
+  EXPECT_EQ(stats.prompt_tokens_total, 3 * int64_t(prompt.size()));
+  EXPECT_EQ(stats.generated_tokens_total, 5 + 24 - int64_t(prompt.size()) + 1);
+  EXPECT_EQ(stats.slots_busy, 0);
+  EXPECT_EQ(stats.kv_pages_used, 0);
+}
+
+TEST(SchedulerTest, CancellationFreesPages) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = MakeScheduler(kStories, Options(2, 512, 64));
+  ASSERT_TRUE(scheduler);
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  // The client goes away: on_token returns false.
+  Collector gone;
+  gone.cancel_after = 3;
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, Greedy(), -1), gone.Callbacks()).ok());
+  // Cancel() from another thread while it streams.
+  Collector cancelled;
+  auto id = scheduler->Submit(Request(prompt, Greedy(), -1), cancelled.Callbacks());
+  ASSERT_TRUE(id.ok());
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(cancelled.mu);
+      if (cancelled.ids.size() >= 2 || cancelled.done) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_GT(scheduler->Stats().kv_pages_used, 0);
+  scheduler->Cancel(*id);
+  scheduler->Cancel(*id);  // idempotent
+  ASSERT_TRUE(gone.Wait());
+  ASSERT_TRUE(cancelled.Wait());
+  EXPECT_EQ(gone.finish.reason, FinishReason::kCancelled);
+  EXPECT_EQ(gone.ids.size(), 3u);
+  EXPECT_EQ(cancelled.finish.reason, FinishReason::kCancelled);
+  EXPECT_EQ(scheduler->Stats().kv_pages_used, 0);
+  EXPECT_EQ(scheduler->Stats().slots_busy, 0);
+}
+
+TEST(SchedulerTest, SubmitErrors) {
+  SHARDLM_REQUIRE_FIXTURES();
+  SchedulerOptions options = Options(1, 32, 8);
+  options.max_queue = 1;
+  auto scheduler = MakeScheduler(kStories, options);
+  ASSERT_TRUE(scheduler);
+  const std::vector<TokenId> prompt = Encode(kStories, "Once upon a time");
+
+  auto empty = scheduler->Submit(Request({}, Greedy(), 4), {});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  auto too_long = scheduler->Submit(Request(std::vector<TokenId>(32, prompt[1]), Greedy(), 4), {});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(too_long.status().message().find("context_length_exceeded"), std::string::npos);
+  auto bad_id = scheduler->Submit(Request({1, 100000}, Greedy(), 4), {});
+  EXPECT_EQ(bad_id.status().code(), StatusCode::kInvalidArgument);
+
+  // One slot + one queue place: the third concurrent request is refused.
+  Collector running, queued;
+  auto a = scheduler->Submit(Request(prompt, Greedy(), -1), running.Callbacks());
+  auto b = scheduler->Submit(Request(prompt, Greedy(), -1), queued.Callbacks());
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto full = scheduler->Submit(Request(prompt, Greedy(), 4), {});
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(full.status().message().find("queue full (1 waiting)"), std::string::npos)
+      << full.status().message();
+  scheduler->Cancel(*b);
+  scheduler->Cancel(*a);
+  ASSERT_TRUE(running.Wait() && queued.Wait());
+  EXPECT_EQ(queued.finish.reason, FinishReason::kCancelled);
+  EXPECT_EQ(queued.finish.usage.completion_tokens, 0);
+  EXPECT_EQ(scheduler->Stats().queue_length, 0);
+}
+
+TEST(SchedulerTest, DestructionFinishesOutstandingRequests) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Collector running, queued;
+  {
+    auto scheduler = MakeScheduler(kStories, Options(1, 512, 64));
+    ASSERT_TRUE(scheduler);
+    const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+    ASSERT_TRUE(scheduler->Submit(Request(prompt, Greedy(), -1), running.Callbacks()).ok());
+    ASSERT_TRUE(scheduler->Submit(Request(prompt, Greedy(), -1), queued.Callbacks()).ok());
+    EXPECT_EQ(scheduler->info().n_parallel, 1);
+    EXPECT_EQ(scheduler->info().architecture, "llama");
+    EXPECT_TRUE(scheduler->Health().ok());
+  }
+  ASSERT_TRUE(running.Wait(1) && queued.Wait(1));
+  EXPECT_EQ(running.finish.reason, FinishReason::kCancelled);
+  EXPECT_EQ(queued.finish.reason, FinishReason::kCancelled);
+}
+
+}  // namespace
+}  // namespace shardlm
