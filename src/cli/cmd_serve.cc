@@ -1,0 +1,178 @@
+// `shardlm serve`: the OpenAI-compatible HTTP server over the continuous-batching engine.
+//
+// Goals: one command to a working endpoint: with no -m, a small random-weight model is
+// synthesized once into the user's cache folder (and the log says so) so a first run needs
+// no download; the chat template comes from the GGUF (or --chat-template-file; ChatML
+// when neither, logged); logs on stderr, one line per request; binds 127.0.0.1 unless told
+// otherwise (DESIGN.md Security); SIGINT/SIGTERM stop it cleanly.
+// Non-goals: daemonizing, TLS, several models.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/synth_model.h"
+#include "runtime/model_loader.h"
+#include "runtime/scheduler.h"
+#include "server/http_server.h"
+
+namespace shardlm::cli {
+namespace {
+
+struct ServeFlags {
+  std::string model_path;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string api_key;
+  std::string chat_template_file;
+  int n_parallel = 4;
+  int n_ctx = 4096;
+  int n_batch = 512;
+  int max_queue = 64;
+  int n_threads = 0;
+  int http_threads = 0;
+  std::string alias;
+};
+
+void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
+  cmd.add_option("-m,--model", f.model_path,
+                 "GGUF model file (none: synthesize a small qwen3 model once and serve it)");
+  cmd.add_option("--host", f.host, "Address to bind")->capture_default_str();
+  cmd.add_option("--port", f.port, "Port to listen on (0: any free port)")->capture_default_str();
+  cmd.add_option("--api-key", f.api_key, "Require 'Authorization: Bearer KEY' (not on /health)");
+  cmd.add_option("--chat-template-file", f.chat_template_file,
+                 "Jinja chat template to use instead of the model's");
+  cmd.add_option("--parallel", f.n_parallel, "Sequences decoded together (slots)")
+      ->capture_default_str();
+  cmd.add_option("-c,--ctx-size", f.n_ctx, "Context size per sequence, in tokens")
+      ->capture_default_str();
+  cmd.add_option("-b,--batch-size", f.n_batch, "Most tokens per forward pass")
+      ->capture_default_str();
+  cmd.add_option("--max-queue", f.max_queue, "Requests waiting beyond the slots (then 503)")
+      ->capture_default_str();
+  cmd.add_option("-t,--threads", f.n_threads, "Compute threads (0: every core)")
+      ->capture_default_str();
+  cmd.add_option("--http-threads", f.http_threads, "HTTP handler threads (0: parallel + 4)")
+      ->capture_default_str();
+  cmd.add_option("-a,--alias", f.alias, "Model name reported by /v1/models");
+}
+
+void Log(const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); }
+
+std::filesystem::path CacheDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return std::filesystem::path(xdg) / "shardlm";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return std::filesystem::path(home) / ".cache" / "shardlm";
+  }
+  return std::filesystem::temp_directory_path() / "shardlm";
+}
+
+// The synthetic model's path, written once (temp file, then rename).
+Result<std::string> EnsureSynthModel() {
+  std::filesystem::path dir = CacheDir();
+  std::filesystem::path path = dir / "synth-qwen3-tiny-q8_0.gguf";
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    Log("no -m given: serving the synthetic model " + path.string());
+    return path.string();
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("cannot create {}: {}", dir.string(), ec.message());
+  SHARDLM_ASSIGN_OR_RETURN(SynthSpec spec, SynthPreset("qwen3", "tiny"));
+  spec.type = "q8_0";
+  spec.seed = 0;
+  SHARDLM_TRY(ValidateSynthSpec(spec));
+  Log("no -m given: synthesizing a random-weight qwen3 tiny q8_0 model (seed 0) into " +
+      path.string());
+  SHARDLM_ASSIGN_OR_RETURN(GgufWriter writer, BuildSynthModel(spec, 0));
+  std::filesystem::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  SHARDLM_TRY(writer.WriteToFile(tmp.string()));
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return IoError("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message());
+  return path.string();
+}
+
+Result<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open chat template file {}", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<std::string> ChatTemplateSource(const ServeFlags& flags, const GgufFile& file) {
+  if (!flags.chat_template_file.empty()) return ReadTextFile(flags.chat_template_file);
+  Result<std::string_view> t = file.GetString("tokenizer.chat_template");
+  if (!t.ok()) return std::string();
+  return std::string(t.value());
+}
+
+server::HttpServer* g_server = nullptr;
+
+void OnSignal(int) {
+  if (g_server) g_server->Stop();
+}
+
+Status RunServe(const ServeFlags& flags) {
+  std::string model_path = flags.model_path;
+  if (model_path.empty()) {
+    SHARDLM_ASSIGN_OR_RETURN(model_path, EnsureSynthModel());
+  }
+  LoadOptions load;
+  load.show_progress = true;
+  SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelFile(model_path, load));
+  SHARDLM_ASSIGN_OR_RETURN(std::string tmpl, ChatTemplateSource(flags, *loaded.file));
+  SchedulerOptions so;
+  so.n_parallel = flags.n_parallel;
+  so.n_ctx = flags.n_ctx;
+  so.n_batch = flags.n_batch;
+  so.max_queue = flags.max_queue;
+  so.threads = flags.n_threads;
+  so.model_name = flags.alias;
+  so.log_requests = false;  // the server logs one line per request, with its id
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
+                           Scheduler::Create(std::move(loaded), so));
+  server::ServerOptions opts;
+  opts.host = flags.host;
+  opts.port = flags.port;
+  opts.api_key = flags.api_key;
+  opts.chat_template = tmpl;
+  opts.n_threads = flags.http_threads;
+  opts.log = Log;
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http,
+                           server::HttpServer::Create(*engine, opts));
+  SHARDLM_TRY(http->Bind());
+  Log(fmt::format("model {} ({} parallel, ctx {}), listening on http://{}:{}",
+                  engine->info().model_name, flags.n_parallel, flags.n_ctx, flags.host,
+                  http->port()));
+  g_server = http.get();
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  http->Run();
+  g_server = nullptr;
+  Log("stopped");
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, Action& action) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  DeclareFlags(*cmd, *flags);
+  cmd->callback([flags, &action] { action = [flags] { return RunServe(*flags); }; });
+}
+
+}  // namespace shardlm::cli

@@ -1,0 +1,60 @@
+// HttpServer: the OpenAI-compatible HTTP front of an Engine (cpp-httplib underneath).
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions (SSE when "stream": true),
+// GET /v1/models, GET /health, GET /metrics (Prometheus text), POST /tokenize,
+// POST /detokenize. Errors always use OpenAI's error object: 400 bad JSON or parameters
+// (code context_length_exceeded for an over-long prompt), 401 wrong or missing API key
+// (every route but /health), 404 unknown route, 405 wrong method, 413 body over the cap,
+// 503 queue full (with Retry-After).
+//
+// Goals: nothing a client sends crashes the server; a client that disconnects mid-stream
+// cancels its request; handler threads sized for the engine's parallelism; httplib.h is
+// included by http_server.cc only.
+// Non-goals: TLS, CORS preflight, /slots, the legacy llama.cpp /completion route.
+//
+// Thread safety: Start/Stop from one controlling thread; handlers run on the server's own
+// pool. Lifetime: the Engine must outlive the server; the destructor stops it.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "runtime/engine.h"
+
+namespace shardlm::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;      // 0: any free port (see HttpServer::port())
+  std::string api_key;  // empty: no authentication
+  // Request bodies above this are refused with 413: 8 MiB holds ~2M tokens of text, far
+  // above any context we serve, and bounds what one client can make us buffer.
+  size_t max_body_bytes = 8u << 20;
+  int n_threads = 0;                            // handler threads; 0: engine parallelism + 4
+  std::string chat_template;                    // Jinja source; empty: ChatML
+  std::function<void(const std::string&)> log;  // one line per request and event
+};
+
+class HttpServer {
+ public:
+  // Checks the chat template against the engine's vocabulary.
+  static Result<std::unique_ptr<HttpServer>> Create(Engine& engine, ServerOptions options);
+  ~HttpServer();
+
+  // Binds the socket (errors: address in use, bad host).
+  Status Bind();
+  int port() const;
+  // Serves until Stop(); call after Bind().
+  void Run();
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardlm::server

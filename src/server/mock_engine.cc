@@ -1,0 +1,202 @@
+// A model-free Engine and byte tokenizer for HTTP tests. See mock_engine.h.
+#include "server/mock_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace shardlm::server {
+
+MockTokenizer::MockTokenizer()
+    : specials_{"<|im_end|>", "<|im_start|>", "<think>",
+                "</think>",   "<tool_call>",  "</tool_call>"} {
+  for (int b = 0; b < 256; ++b) byte_text_[b] = std::string(1, static_cast<char>(b));
+}
+
+std::vector<TokenId> MockTokenizer::Encode(std::string_view text, bool /*add_special*/,
+                                           bool parse_special) const {
+  std::vector<TokenId> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    bool matched = false;
+    for (size_t s = 0; s < specials_.size() && !matched; ++s) {
+      bool control = s < 2;
+      if (control && !parse_special) continue;
+      if (text.substr(i, specials_[s].size()) == specials_[s]) {
+        ids.push_back(256 + static_cast<TokenId>(s));
+        i += specials_[s].size();
+        matched = true;
+      }
+    }
+    if (!matched) ids.push_back(static_cast<unsigned char>(text[i++]));
+  }
+  return ids;
+}
+
+std::string MockTokenizer::Piece(TokenId id, bool render_special) const {
+  if (id < 0 || id >= n_vocab()) return "";
+  if (id < 256) return byte_text_[id];
+  if (IsControl(id) && !render_special) return "";
+  return specials_[id - 256];
+}
+
+std::string_view MockTokenizer::TokenText(TokenId id) const {
+  if (id < 0 || id >= n_vocab()) return "";
+  return id < 256 ? std::string_view(byte_text_[id]) : std::string_view(specials_[id - 256]);
+}
+
+TokenId MockTokenizer::FindToken(std::string_view text) const {
+  for (size_t s = 0; s < specials_.size(); ++s) {
+    if (specials_[s] == text) return 256 + static_cast<TokenId>(s);
+  }
+  if (text.size() == 1) return static_cast<unsigned char>(text[0]);
+  return -1;
+}
+
+MockEngine::MockEngine(MockEngineOptions options) : options_(std::move(options)) {
+  info_.model_name = options_.model_name;
+  info_.architecture = "mock";
+  info_.n_ctx = options_.n_ctx;
+  info_.n_vocab = tokenizer_.n_vocab();
+  info_.n_parallel = options_.n_parallel;
+  stats_.slots_total = options_.n_parallel;
+  stats_.kv_pages_total = 64;
+  worker_ = std::thread([this] { Loop(); });
+}
+
+MockEngine::~MockEngine() {
+  std::deque<Pending> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+  left.swap(queue_);
+  for (Pending& p : left) {
+    FinishEvent fin;
+    fin.reason = FinishReason::kCancelled;
+    p.callbacks.on_finish(fin);
+  }
+}
+
+void MockEngine::SetReply(std::string reply) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reply_ = std::move(reply);
+}
+
+void MockEngine::Pause(bool paused) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = paused;
+  }
+  cv_.notify_all();
+}
+
+Result<RequestId> MockEngine::Submit(EngineRequest request, RequestCallbacks callbacks) {
+  if (static_cast<int32_t>(request.prompt.size()) >= options_.n_ctx) {
+    return OutOfRange("context_length_exceeded: the prompt has {} tokens, the context {}",
+                      request.prompt.size(), options_.n_ctx);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int32_t>(queue_.size()) >= options_.max_queue) {
+    return OutOfRange("the queue is full ({} requests)", queue_.size());
+  }
+  RequestId id = next_id_++;
+  stats_.requests_total++;
+  stats_.prompt_tokens_total += static_cast<int64_t>(request.prompt.size());
+  queue_.push_back(Pending{id, std::move(request), std::move(callbacks)});
+  cv_.notify_all();
+  return id;
+}
+
+void MockEngine::Cancel(RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancel_requests_.push_back(id);
+}
+
+EngineStats MockEngine::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats s = stats_;
+  s.queue_length = static_cast<int32_t>(queue_.size());
+  s.slots_busy = busy_ ? 1 : 0;
+  s.kv_pages_used = busy_ ? 1 : 0;
+  return s;
+}
+
+bool MockEngine::IsCancelled(RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::find(cancel_requests_.begin(), cancel_requests_.end(), id) != cancel_requests_.end();
+}
+
+void MockEngine::Loop() {
+  while (true) {
+    Pending p;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || (!paused_ && !queue_.empty()); });
+      if (stop_) return;
+      p = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    Run(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+}
+
+std::string MockEngine::ReplyFor(const EngineRequest& request) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!reply_.empty()) return reply_;
+  std::string prompt;
+  for (TokenId t : request.prompt) prompt += tokenizer_.Piece(t);
+  return prompt.substr(prompt.size() > 16 ? prompt.size() - 16 : 0);
+}
+
+void MockEngine::Run(Pending& p) {
+  const EngineRequest& req = p.request;
+  std::string reply = ReplyFor(req);
+  FinishEvent fin;
+  fin.reason = FinishReason::kStop;
+  for (const std::string& stop : req.stop) {
+    size_t pos = reply.find(stop);
+    if (pos != std::string::npos) reply.resize(pos);
+  }
+  std::vector<TokenId> tokens = tokenizer_.Encode(reply, false, true);
+  fin.usage.prompt_tokens = static_cast<int32_t>(req.prompt.size());
+  for (TokenId t : tokens) {
+    if (req.max_tokens >= 0 && fin.usage.completion_tokens >= req.max_tokens) {
+      fin.reason = FinishReason::kLength;
+      break;
+    }
+    if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    if (IsCancelled(p.id)) {
+      fin.reason = FinishReason::kCancelled;
+      break;
+    }
+    TokenEvent ev;
+    ev.token = t;
+    ev.text = tokenizer_.Piece(t);
+    if (req.want_logprobs) {
+      ev.logprob = -0.5f;
+      for (int32_t k = 0; k < req.sampling.n_logprobs; ++k) {
+        ev.top.push_back(TokenLogprob{(t + k) % 256, -0.5f - k});
+      }
+    }
+    fin.usage.completion_tokens++;
+    if (!p.callbacks.on_token(ev)) {
+      fin.reason = FinishReason::kCancelled;
+      break;
+    }
+  }
+  if (fin.reason == FinishReason::kCancelled) cancelled_++;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.generated_tokens_total += fin.usage.completion_tokens;
+  }
+  fin.usage.prefill_ms = 1.0;
+  fin.usage.decode_ms = 1.0 + fin.usage.completion_tokens;
+  p.callbacks.on_finish(fin);
+}
+
+}  // namespace shardlm::server

@@ -1,0 +1,106 @@
+// MockEngine: an Engine with no model (STYLE rule 44), so the HTTP layer can be tested
+// end to end in milliseconds: it "generates" a scripted reply one byte-token at a time on
+// its own thread, honours max_tokens, stop strings, cancellation, a bounded queue and the
+// context limit, and counts what the real engine counts.
+// MockTokenizer: bytes are tokens 0..255, plus ChatML/Qwen special tokens after them.
+//
+// Goals: deterministic behaviour that tests can steer (reply text, per-token delay).
+// Non-goals: sampling, batching, realistic timing.
+//
+// Thread safety: every Engine method may be called from any thread; callbacks run on the
+// mock's worker thread. Lifetime: the destructor finishes every pending request
+// (kCancelled) and joins the worker.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace shardlm::server {
+
+class MockTokenizer : public Tokenizer {
+ public:
+  MockTokenizer();
+  std::vector<TokenId> Encode(std::string_view text, bool add_special,
+                              bool parse_special) const override;
+  std::string Piece(TokenId id, bool render_special = false) const override;
+  int32_t n_vocab() const override { return 256 + static_cast<int32_t>(specials_.size()); }
+  TokenId bos() const override { return -1; }
+  TokenId eos() const override { return kImEnd; }
+  bool add_bos() const override { return false; }
+  bool IsEog(TokenId id) const override { return id == kImEnd; }
+  bool IsControl(TokenId id) const override { return id == kImEnd || id == kImStart; }
+  std::string_view TokenText(TokenId id) const override;
+  TokenId FindToken(std::string_view text) const override;
+
+  static constexpr TokenId kImEnd = 256;
+  static constexpr TokenId kImStart = 257;
+
+ private:
+  std::vector<std::string> specials_;
+  std::string byte_text_[256];
+};
+
+struct MockEngineOptions {
+  int32_t n_ctx = 256;
+  int32_t n_parallel = 2;
+  int32_t max_queue = 4;
+  std::string model_name = "mock-model";
+};
+
+class MockEngine : public Engine {
+ public:
+  explicit MockEngine(MockEngineOptions options = {});
+  ~MockEngine() override;
+
+  // The text every request generates (then EOG). Empty: echo the prompt's last 16 bytes.
+  void SetReply(std::string reply);
+  // Sleep this long before each token (to test streaming and disconnects).
+  void SetTokenDelayMs(int ms) { delay_ms_ = ms; }
+  // Accept requests but do not run them until Resume() (to fill the queue).
+  void Pause(bool paused);
+  int64_t cancelled_count() const { return cancelled_; }
+
+  Result<RequestId> Submit(EngineRequest request, RequestCallbacks callbacks) override;
+  void Cancel(RequestId id) override;
+  EngineStats Stats() const override;
+  const EngineInfo& info() const override { return info_; }
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+
+ private:
+  struct Pending {
+    RequestId id;
+    EngineRequest request;
+    RequestCallbacks callbacks;
+  };
+  void Loop();
+  void Run(Pending& p);
+  std::string ReplyFor(const EngineRequest& request) const;
+  bool IsCancelled(RequestId id);
+
+  MockEngineOptions options_;
+  EngineInfo info_;
+  MockTokenizer tokenizer_;
+  std::atomic<int> delay_ms_{0};
+  std::atomic<int64_t> cancelled_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  std::vector<RequestId> cancel_requests_;
+  std::string reply_;
+  bool paused_ = false;
+  bool stop_ = false;
+  bool busy_ = false;
+  RequestId next_id_ = 1;
+  EngineStats stats_;
+  std::thread worker_;
+};
+
+}  // namespace shardlm::server

@@ -1,0 +1,538 @@
+// OpenAI request parsing (typed, validated) and response builders. See openai_types.h.
+#include "server/openai_types.h"
+
+#include <cmath>
+#include <limits>
+
+namespace shardlm::server {
+namespace {
+
+// The parse context: remembers the parameter an error is about.
+struct Parser {
+  const Json& body;
+  std::string* param;
+
+  Status Fail(const std::string& name, const std::string& what) const {
+    if (param) *param = name;
+    return InvalidArgument("invalid '{}': {}", name, what);
+  }
+  // The field, or nullptr when absent or null (null means "default" to OpenAI clients).
+  const Json* Find(const char* name) const {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  Status Bool(const char* name, bool* out) const {
+    const Json* v = Find(name);
+    if (!v) return Status::Ok();
+    if (!v->is_boolean()) return Fail(name, "expected a boolean");
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+  Status Float(const char* name, double lo, double hi, float* out) const {
+    const Json* v = Find(name);
+    if (!v) return Status::Ok();
+    if (!v->is_number()) return Fail(name, "expected a number");
+    double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) {
+      return Fail(name, fmt::format("{} is outside [{}, {}]", x, lo, hi));
+    }
+    *out = static_cast<float>(x);
+    return Status::Ok();
+  }
+  Status Int(const char* name, int64_t lo, int64_t hi, int64_t* out) const {
+    const Json* v = Find(name);
+    if (!v) return Status::Ok();
+    return IntValue(name, *v, lo, hi, out);
+  }
+  Status IntValue(const std::string& name, const Json& v, int64_t lo, int64_t hi,
+                  int64_t* out) const {
+    if (v.is_number_unsigned()) {
+      uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(hi)) return Fail(name, fmt::format("{} is too large", u));
+      *out = static_cast<int64_t>(u);
+    } else if (v.is_number_integer()) {
+      *out = v.get<int64_t>();
+    } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+               std::fabs(v.get<double>()) < 9e15) {
+      *out = static_cast<int64_t>(v.get<double>());
+    } else {
+      return Fail(name, "expected an integer");
+    }
+    if (*out < lo || *out > hi) {
+      return Fail(name, fmt::format("{} is outside [{}, {}]", *out, lo, hi));
+    }
+    return Status::Ok();
+  }
+  Status String(const char* name, std::string* out) const {
+    const Json* v = Find(name);
+    if (!v) return Status::Ok();
+    if (!v->is_string()) return Fail(name, "expected a string");
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
+};
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+Status ParseStop(const Parser& p, std::vector<std::string>* stop) {
+  const Json* v = p.Find("stop");
+  if (!v) return Status::Ok();
+  if (v->is_string()) {
+    if (!v->get<std::string>().empty()) stop->push_back(v->get<std::string>());
+    return Status::Ok();
+  }
+  if (!v->is_array()) return p.Fail("stop", "expected a string or an array of strings");
+  if (v->size() > kMaxStopStrings) {
+    return p.Fail("stop", fmt::format("at most {} stop strings", kMaxStopStrings));
+  }
+  for (const Json& s : *v) {
+    if (!s.is_string()) return p.Fail("stop", "expected an array of strings");
+    if (!s.get<std::string>().empty()) stop->push_back(s.get<std::string>());
+  }
+  return Status::Ok();
+}
+
+Status ParseSampling(const Parser& p, GenerationOptions* o) {
+  SamplingParams& s = o->sampling;
+  SHARDLM_TRY(p.Float("temperature", 0.0, 2.0, &s.temperature));
+  SHARDLM_TRY(p.Float("top_p", 0.0, 1.0, &s.top_p));
+  SHARDLM_TRY(p.Float("min_p", 0.0, 1.0, &s.min_p));
+  SHARDLM_TRY(p.Float("presence_penalty", -2.0, 2.0, &s.presence_penalty));
+  SHARDLM_TRY(p.Float("frequency_penalty", -2.0, 2.0, &s.frequency_penalty));
+  SHARDLM_TRY(p.Float("repeat_penalty", 0.0, 10.0, &s.repeat_penalty));
+  int64_t top_k = s.top_k;
+  SHARDLM_TRY(p.Int("top_k", -1, kInt32Max, &top_k));
+  s.top_k = static_cast<int32_t>(top_k);
+  int64_t seed = -1;
+  SHARDLM_TRY(p.Int("seed", std::numeric_limits<int64_t>::min(),
+                    std::numeric_limits<int64_t>::max(), &seed));
+  if (p.Find("seed")) {
+    s.seed = static_cast<uint64_t>(seed);
+    o->seed_given = true;
+  }
+  Status st = s.Validate();
+  if (!st.ok()) return p.Fail("sampling", st.message());
+  return Status::Ok();
+}
+
+Status ParseCommon(const Parser& p, GenerationOptions* o) {
+  SHARDLM_TRY(p.String("model", &o->model));
+  SHARDLM_TRY(p.Bool("stream", &o->stream));
+  if (const Json* so = p.Find("stream_options")) {
+    if (!so->is_object()) return p.Fail("stream_options", "expected an object");
+    Parser sp{*so, p.param};
+    SHARDLM_TRY(sp.Bool("include_usage", &o->include_usage));
+  }
+  int64_t max_tokens = -1;
+  SHARDLM_TRY(p.Int("max_tokens", -1, kInt32Max, &max_tokens));
+  SHARDLM_TRY(p.Int("max_completion_tokens", -1, kInt32Max, &max_tokens));
+  o->max_tokens = static_cast<int32_t>(max_tokens);
+  int64_t n = 1;
+  SHARDLM_TRY(p.Int("n", 1, kInt32Max, &n));
+  if (n != 1) return p.Fail("n", "only n = 1 is supported");
+  SHARDLM_TRY(ParseStop(p, &o->stop));
+  SHARDLM_TRY(p.Bool("ignore_eos", &o->ignore_eos));
+  return ParseSampling(p, o);
+}
+
+// Content: a string, null, or an array of {"type":"text","text":...} parts (joined).
+Status NormalizeContent(const Parser& p, const std::string& name, Json& content) {
+  if (content.is_null() || content.is_string()) return Status::Ok();
+  if (!content.is_array()) return p.Fail(name, "expected a string or an array of parts");
+  std::string text;
+  for (const Json& part : content) {
+    if (!part.is_object()) return p.Fail(name, "expected content parts to be objects");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string() || *type != "text") {
+      return p.Fail(name, "only text content parts are supported");
+    }
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) return p.Fail(name, "a text part needs 'text'");
+    text += t->get<std::string>();
+  }
+  content = text;
+  return Status::Ok();
+}
+
+Status CheckToolCalls(const Parser& p, const std::string& name, Json& calls) {
+  if (!calls.is_array()) return p.Fail(name, "expected an array");
+  for (Json& call : calls) {
+    if (!call.is_object()) return p.Fail(name, "expected objects");
+    auto fn = call.find("function");
+    if (fn == call.end() || !fn->is_object()) return p.Fail(name, "needs 'function'");
+    auto fname = fn->find("name");
+    if (fname == fn->end() || !fname->is_string()) return p.Fail(name, "needs function.name");
+    // Templates expect arguments as an object (Qwen, Llama): parse a JSON text into one.
+    auto args = fn->find("arguments");
+    if (args != fn->end() && args->is_string()) {
+      Json parsed = Json::parse(args->get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded()) *args = parsed;
+    }
+  }
+  return Status::Ok();
+}
+
+Status NormalizeMessage(const Parser& p, size_t i, Json& msg) {
+  const std::string name = fmt::format("messages[{}]", i);
+  if (!msg.is_object()) return p.Fail(name, "expected an object");
+  auto role = msg.find("role");
+  if (role == msg.end() || !role->is_string()) return p.Fail(name + ".role", "missing");
+  const std::string r = role->get<std::string>();
+  if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer") {
+    return p.Fail(name + ".role", "unknown role '" + r + "'");
+  }
+  if (r == "developer") *role = "system";
+  auto content = msg.find("content");
+  if (content == msg.end()) {
+    if (r != "assistant") return p.Fail(name + ".content", "missing");
+    msg["content"] = nullptr;
+  } else {
+    SHARDLM_TRY(NormalizeContent(p, name + ".content", *content));
+  }
+  auto calls = msg.find("tool_calls");
+  if (calls != msg.end() && !calls->is_null()) {
+    SHARDLM_TRY(CheckToolCalls(p, name + ".tool_calls", *calls));
+  }
+  for (const char* key : {"name", "tool_call_id", "reasoning_content"}) {
+    auto it = msg.find(key);
+    if (it != msg.end() && !it->is_null() && !it->is_string()) {
+      return p.Fail(name + "." + key, "expected a string");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParseTools(const Parser& p, ChatCompletionRequest* r) {
+  if (const Json* tools = p.Find("tools")) {
+    if (!tools->is_array()) return p.Fail("tools", "expected an array");
+    for (const Json& tool : *tools) {
+      if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
+          !tool["function"].contains("name") || !tool["function"]["name"].is_string()) {
+        return p.Fail("tools", "each tool needs function.name");
+      }
+    }
+    if (!tools->empty()) r->tools = *tools;
+  }
+  if (const Json* choice = p.Find("tool_choice")) {
+    if (choice->is_string()) {
+      r->tool_choice = choice->get<std::string>();
+      if (r->tool_choice != "auto" && r->tool_choice != "none" && r->tool_choice != "required") {
+        return p.Fail("tool_choice", "expected auto, none, required or an object");
+      }
+    } else if (choice->is_object()) {
+      r->tool_choice = "required";
+    } else {
+      return p.Fail("tool_choice", "expected a string or an object");
+    }
+  }
+  if (r->tool_choice == "none") r->tools = nullptr;
+  return Status::Ok();
+}
+
+Status CheckObject(const Json& body, std::string* param) {
+  if (body.is_object()) return Status::Ok();
+  if (param) *param = "";
+  return InvalidArgument("the request body must be a JSON object");
+}
+
+Result<ChatCompletionRequest> ParseChat(const Json& body, std::string* param) {
+  SHARDLM_TRY(CheckObject(body, param));
+  Parser p{body, param};
+  ChatCompletionRequest r;
+  SHARDLM_TRY(ParseCommon(p, &r.options));
+  const Json* messages = p.Find("messages");
+  if (!messages || !messages->is_array() || messages->empty()) {
+    return p.Fail("messages", "expected a non-empty array");
+  }
+  r.messages = *messages;
+  for (size_t i = 0; i < r.messages.size(); ++i) {
+    SHARDLM_TRY(NormalizeMessage(p, i, r.messages[i]));
+  }
+  SHARDLM_TRY(ParseTools(p, &r));
+  if (const Json* lp = p.Find("logprobs")) {
+    if (!lp->is_boolean()) return p.Fail("logprobs", "expected a boolean");
+    r.options.logprobs = lp->get<bool>();
+  }
+  int64_t top = 0;
+  SHARDLM_TRY(p.Int("top_logprobs", 0, kMaxTopLogprobs, &top));
+  r.options.top_logprobs = static_cast<int32_t>(top);
+  if (const Json* kw = p.Find("chat_template_kwargs")) {
+    if (!kw->is_object()) return p.Fail("chat_template_kwargs", "expected an object");
+    r.chat_template_kwargs = *kw;
+  }
+  return r;
+}
+
+Status ParsePrompt(const Parser& p, CompletionRequest* r) {
+  const Json* prompt = p.Find("prompt");
+  if (!prompt) return p.Fail("prompt", "missing");
+  if (prompt->is_string()) {
+    r->prompt = prompt->get<std::string>();
+    return Status::Ok();
+  }
+  // A one-element array of a string or of a token array is one prompt too.
+  const Json* v = prompt;
+  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) {
+    v = &(*v)[0];
+    if (v->is_string()) {
+      r->prompt = v->get<std::string>();
+      return Status::Ok();
+    }
+  }
+  if (!v->is_array() || v->empty()) {
+    return p.Fail("prompt", "expected a string or a non-empty array of token ids");
+  }
+  for (const Json& t : *v) {
+    int64_t id = 0;
+    SHARDLM_TRY(p.IntValue("prompt", t, 0, kInt32Max, &id));
+    r->prompt_tokens.push_back(static_cast<TokenId>(id));
+  }
+  r->has_prompt_tokens = true;
+  return Status::Ok();
+}
+
+Result<CompletionRequest> ParseCompletion(const Json& body, std::string* param) {
+  SHARDLM_TRY(CheckObject(body, param));
+  Parser p{body, param};
+  CompletionRequest r;
+  SHARDLM_TRY(ParseCommon(p, &r.options));
+  SHARDLM_TRY(ParsePrompt(p, &r));
+  SHARDLM_TRY(p.Bool("echo", &r.echo));
+  // Legacy completions: logprobs is the number of alternatives (0..5).
+  int64_t lp = -1;
+  SHARDLM_TRY(p.Int("logprobs", 0, kMaxTopLogprobs, &lp));
+  if (lp >= 0) {
+    r.options.logprobs = true;
+    r.options.top_logprobs = static_cast<int32_t>(lp);
+  }
+  return r;
+}
+
+}  // namespace
+
+// Everything is caught here: a nlohmann exception never leaves the parse boundary.
+template <typename F>
+auto Guard(F&& f, std::string* param) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    if (param) *param = "";
+    return InvalidArgument("invalid request: {}", e.what());
+  }
+}
+
+Result<ChatCompletionRequest> ChatCompletionRequestFromJSON(const Json& body, std::string* param) {
+  return Guard([&] { return ParseChat(body, param); }, param);
+}
+
+Result<CompletionRequest> CompletionRequestFromJSON(const Json& body, std::string* param) {
+  return Guard([&] { return ParseCompletion(body, param); }, param);
+}
+
+Result<TokenizeRequest> TokenizeRequestFromJSON(const Json& body, std::string* param) {
+  return Guard(
+      [&]() -> Result<TokenizeRequest> {
+        SHARDLM_TRY(CheckObject(body, param));
+        Parser p{body, param};
+        TokenizeRequest r;
+        if (!p.Find("content")) return p.Fail("content", "missing");
+        SHARDLM_TRY(p.String("content", &r.content));
+        SHARDLM_TRY(p.Bool("add_special", &r.add_special));
+        SHARDLM_TRY(p.Bool("parse_special", &r.parse_special));
+        return r;
+      },
+      param);
+}
+
+Result<DetokenizeRequest> DetokenizeRequestFromJSON(const Json& body, std::string* param) {
+  return Guard(
+      [&]() -> Result<DetokenizeRequest> {
+        SHARDLM_TRY(CheckObject(body, param));
+        Parser p{body, param};
+        const Json* tokens = p.Find("tokens");
+        if (!tokens || !tokens->is_array()) return p.Fail("tokens", "expected an array");
+        DetokenizeRequest r;
+        for (const Json& t : *tokens) {
+          int64_t id = 0;
+          SHARDLM_TRY(p.IntValue("tokens", t, 0, kInt32Max, &id));
+          r.tokens.push_back(static_cast<TokenId>(id));
+        }
+        return r;
+      },
+      param);
+}
+
+Result<Json> ParseBody(const std::string& body) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument("the request body is not valid JSON");
+  if (!j.is_object()) return InvalidArgument("the request body must be a JSON object");
+  return j;
+}
+
+Json ErrorJSON(const ApiError& error) {
+  Json e = Json::object();
+  e["message"] = error.message;
+  e["type"] = error.type;
+  e["param"] = error.param.empty() ? Json(nullptr) : Json(error.param);
+  e["code"] = error.code.empty() ? Json(nullptr) : Json(error.code);
+  return Json{{"error", e}};
+}
+
+Json TimingsJSON(const RequestUsage& u) {
+  auto per_second = [](int32_t n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; };
+  return Json{{"cache_n", u.cached_tokens},
+              {"prompt_n", u.prompt_tokens - u.cached_tokens},
+              {"prompt_ms", u.prefill_ms},
+              {"prompt_per_second", per_second(u.prompt_tokens - u.cached_tokens, u.prefill_ms)},
+              {"predicted_n", u.completion_tokens},
+              {"predicted_ms", u.decode_ms},
+              {"predicted_per_second", per_second(u.completion_tokens, u.decode_ms)},
+              {"queue_ms", u.queue_ms}};
+}
+
+Json UsageJSON(const RequestUsage& u) {
+  return Json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", Json{{"cached_tokens", u.cached_tokens}}}};
+}
+
+namespace {
+
+Json BytesJSON(const std::string& s) {
+  Json bytes = Json::array();
+  for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+// JSON strings must be valid UTF-8: a lone token piece may not be; replace bad bytes.
+std::string ValidUtf8(const std::string& s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = s[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool ok = n > 0 && i + n <= s.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
+    if (ok) {
+      out.append(s, i, n);
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Json ChatLogprobsJSON(const std::vector<TokenLogprobInfo>& logprobs) {
+  Json content = Json::array();
+  for (const TokenLogprobInfo& t : logprobs) {
+    Json top = Json::array();
+    for (const auto& [tok, lp] : t.top) {
+      top.push_back(Json{{"token", ValidUtf8(tok)}, {"logprob", lp}, {"bytes", BytesJSON(tok)}});
+    }
+    content.push_back(Json{{"token", ValidUtf8(t.token)},
+                           {"logprob", t.logprob},
+                           {"bytes", BytesJSON(t.token)},
+                           {"top_logprobs", top}});
+  }
+  return Json{{"content", content}};
+}
+
+Json ToolCallJSON(const ToolCall& call, std::optional<int> index) {
+  Json j = Json::object();
+  if (index) j["index"] = *index;
+  j["id"] = call.id;
+  j["type"] = "function";
+  j["function"] = Json{{"name", call.name}, {"arguments", call.arguments}};
+  return j;
+}
+
+Json ChatCompletionJSON(const ResponseMeta& meta, const ChatResult& result,
+                        const RequestUsage& usage) {
+  Json message = Json{{"role", "assistant"}};
+  message["content"] =
+      result.content.empty() && !result.tool_calls.empty() ? Json(nullptr) : Json(result.content);
+  if (!result.reasoning_content.empty()) message["reasoning_content"] = result.reasoning_content;
+  if (!result.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ToolCall& c : result.tool_calls) calls.push_back(ToolCallJSON(c));
+    message["tool_calls"] = calls;
+  }
+  Json choice = Json{{"index", 0}, {"message", message}};
+  choice["logprobs"] = result.logprobs ? ChatLogprobsJSON(*result.logprobs) : Json(nullptr);
+  choice["finish_reason"] = result.finish_reason;
+  return Json{{"id", meta.id},
+              {"object", "chat.completion"},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"choices", Json::array({choice})},
+              {"usage", UsageJSON(usage)},
+              {"timings", TimingsJSON(usage)}};
+}
+
+Json ChatChunkJSON(const ResponseMeta& meta, const Json& delta, const std::string& finish_reason,
+                   const Json& logprobs) {
+  Json choice = Json{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}};
+  choice["finish_reason"] = finish_reason.empty() ? Json(nullptr) : Json(finish_reason);
+  return Json{{"id", meta.id},
+              {"object", "chat.completion.chunk"},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"choices", Json::array({choice})}};
+}
+
+Json UsageChunkJSON(const ResponseMeta& meta, const char* object, const RequestUsage& usage) {
+  return Json{{"id", meta.id},
+              {"object", object},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"choices", Json::array()},
+              {"usage", UsageJSON(usage)},
+              {"timings", TimingsJSON(usage)}};
+}
+
+Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
+                    const std::string& finish_reason, const RequestUsage& usage,
+                    const std::optional<std::vector<TokenLogprobInfo>>& logprobs) {
+  Json choice = Json{{"index", 0}, {"text", text}};
+  if (logprobs) {
+    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array();
+    for (const TokenLogprobInfo& t : *logprobs) {
+      tokens.push_back(ValidUtf8(t.token));
+      token_logprobs.push_back(t.logprob);
+      Json alts = Json::object();
+      for (const auto& [tok, lp] : t.top) alts[ValidUtf8(tok)] = lp;
+      top.push_back(alts);
+    }
+    choice["logprobs"] =
+        Json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
+  } else {
+    choice["logprobs"] = nullptr;
+  }
+  choice["finish_reason"] = finish_reason;
+  return Json{{"id", meta.id},
+              {"object", "text_completion"},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"choices", Json::array({choice})},
+              {"usage", UsageJSON(usage)},
+              {"timings", TimingsJSON(usage)}};
+}
+
+Json CompletionChunkJSON(const ResponseMeta& meta, const std::string& text,
+                         const std::string& finish_reason) {
+  Json choice = Json{{"index", 0}, {"text", text}, {"logprobs", nullptr}};
+  choice["finish_reason"] = finish_reason.empty() ? Json(nullptr) : Json(finish_reason);
+  return Json{{"id", meta.id},
+              {"object", "text_completion"},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"choices", Json::array({choice})}};
+}
+
+}  // namespace shardlm::server

@@ -1,0 +1,144 @@
+// OpenAI API types: typed requests parsed from JSON (STYLE rule 43), the response and SSE
+// chunk objects we send back, and OpenAI's error object.
+//
+// Goals: every field a client may send is checked here once, at the parse boundary: a
+// wrong type or an out-of-range value is an error that names the parameter; unknown
+// fields are ignored (clients send many we do not use); no nlohmann exception escapes.
+// The engine only ever sees the typed structs.
+// Non-goals: HTTP (http_server.h), chat templates and parsing of the model's output
+// (chat_format.h), n > 1, logit_bias, response_format/grammars.
+//
+// Thread safety: free functions and plain values.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+
+namespace shardlm::server {
+
+using Json = nlohmann::ordered_json;
+
+// The most stop strings and top_logprobs a request may ask for (OpenAI's own limits).
+inline constexpr size_t kMaxStopStrings = 4;
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+// What both endpoints share: how to sample, when to stop, what to report.
+struct GenerationOptions {
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int32_t max_tokens = -1;     // -1: until EOG or the context is full
+  std::vector<std::string> stop;
+  SamplingParams sampling;
+  bool seed_given = false;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  bool ignore_eos = false;
+};
+
+// POST /v1/chat/completions. `messages` is normalized: every content is a string (an
+// array of text parts is joined) or null, roles are checked.
+struct ChatCompletionRequest {
+  GenerationOptions options;
+  Json messages = Json::array();
+  Json tools;                        // null when none
+  std::string tool_choice = "auto";  // auto | none | required | a named function
+  Json chat_template_kwargs = Json::object();
+};
+
+// POST /v1/completions: a prompt as text or as token ids.
+struct CompletionRequest {
+  GenerationOptions options;
+  std::string prompt;
+  std::vector<TokenId> prompt_tokens;
+  bool has_prompt_tokens = false;
+  bool echo = false;
+};
+
+// POST /tokenize and /detokenize.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool parse_special = true;
+};
+struct DetokenizeRequest {
+  std::vector<TokenId> tokens;
+};
+
+// A parse error names the offending parameter in `*param` when given.
+Result<ChatCompletionRequest> ChatCompletionRequestFromJSON(const Json& body,
+                                                            std::string* param = nullptr);
+Result<CompletionRequest> CompletionRequestFromJSON(const Json& body, std::string* param = nullptr);
+Result<TokenizeRequest> TokenizeRequestFromJSON(const Json& body, std::string* param = nullptr);
+Result<DetokenizeRequest> DetokenizeRequestFromJSON(const Json& body, std::string* param = nullptr);
+
+// Parses a request body; invalid JSON or a non-object is an error (nothing thrown).
+Result<Json> ParseBody(const std::string& body);
+
+// OpenAI's error object: {"error":{"message","type","param","code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" → null
+  std::string code;   // "" → null
+};
+Json ErrorJSON(const ApiError& error);
+
+// One tool call parsed from the model's output.
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON text, as OpenAI sends it
+};
+
+// Per-token log-probabilities for the response.
+struct TokenLogprobInfo {
+  std::string token;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// What a finished chat completion carries.
+struct ChatResult {
+  std::string content;
+  std::string reasoning_content;
+  std::vector<ToolCall> tool_calls;
+  std::string finish_reason = "stop";
+  std::optional<std::vector<TokenLogprobInfo>> logprobs;
+};
+
+// Identity of one response (shared by all its chunks).
+struct ResponseMeta {
+  std::string id;       // chatcmpl-... / cmpl-...
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+Json UsageJSON(const RequestUsage& usage);
+Json TimingsJSON(const RequestUsage& usage);
+Json ChatLogprobsJSON(const std::vector<TokenLogprobInfo>& logprobs);
+Json ToolCallJSON(const ToolCall& call, std::optional<int> index = std::nullopt);
+
+Json ChatCompletionJSON(const ResponseMeta& meta, const ChatResult& result,
+                        const RequestUsage& usage);
+// A chat.completion.chunk: `delta` as given, finish_reason null when empty.
+Json ChatChunkJSON(const ResponseMeta& meta, const Json& delta, const std::string& finish_reason,
+                   const Json& logprobs = nullptr);
+// The final usage-only chunk (stream_options.include_usage): choices [].
+Json UsageChunkJSON(const ResponseMeta& meta, const char* object, const RequestUsage& usage);
+
+Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
+                    const std::string& finish_reason, const RequestUsage& usage,
+                    const std::optional<std::vector<TokenLogprobInfo>>& logprobs);
+Json CompletionChunkJSON(const ResponseMeta& meta, const std::string& text,
+                         const std::string& finish_reason);
+
+}  // namespace shardlm::server

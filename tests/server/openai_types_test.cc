@@ -1,0 +1,182 @@
+// Request parsing (typed fields, errors naming the param, a fuzz of random mutations) and
+// the chat output parser (reasoning, tool calls, tags split across deltas).
+#include "server/openai_types.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "server/chat_format.h"
+#include "server/mock_engine.h"
+
+namespace shardlm::server {
+namespace {
+
+TEST(OpenAiTypes, ChatRequestFields) {
+  Json body = Json::parse(R"({
+    "model": "x", "stream": true, "stream_options": {"include_usage": true},
+    "max_completion_tokens": 7, "stop": "END", "temperature": 0, "top_p": 0.5, "top_k": 3,
+    "min_p": 0.1, "seed": 42, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+    "repeat_penalty": 1.1, "logprobs": true, "top_logprobs": 3, "unknown_field": [1],
+    "messages": [
+      {"role": "system", "content": "s"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": "{\"k\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "r"}],
+    "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"})");
+  std::string param;
+  auto r = ChatCompletionRequestFromJSON(body, &param);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const GenerationOptions& o = r->options;
+  EXPECT_TRUE(o.stream);
+  EXPECT_TRUE(o.include_usage);
+  EXPECT_EQ(o.max_tokens, 7);
+  EXPECT_EQ(o.stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(o.sampling.temperature, 0.0f);
+  EXPECT_EQ(o.sampling.top_k, 3);
+  EXPECT_EQ(o.sampling.seed, 42u);
+  EXPECT_TRUE(o.seed_given);
+  EXPECT_TRUE(o.logprobs);
+  EXPECT_EQ(o.top_logprobs, 3);
+  EXPECT_EQ(r->messages[1]["content"], "ab");
+  EXPECT_TRUE(r->messages[2]["content"].is_null());
+  EXPECT_EQ(r->messages[2]["tool_calls"][0]["function"]["arguments"]["k"], 1);
+  EXPECT_EQ(r->tools.size(), 1u);
+}
+
+TEST(OpenAiTypes, ErrorsNameTheParam) {
+  struct Case {
+    const char* body;
+    const char* param;
+  } cases[] = {
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})", "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_k":"3"})", "top_k"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1.5})", "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stream":"yes"})", "stream"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":50})", "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"})", "tool_choice"},
+      {R"({"messages":[{"role":"user"}]})", "messages[0].content"},
+      {R"({"messages":[{"content":"x"}]})", "messages[0].role"},
+      {R"({"messages":"hi"})", "messages"},
+  };
+  for (const Case& c : cases) {
+    std::string param;
+    auto r = ChatCompletionRequestFromJSON(Json::parse(c.body), &param);
+    EXPECT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(param, c.param) << c.body << ": " << r.status().message();
+  }
+}
+
+TEST(OpenAiTypes, CompletionPrompts) {
+  auto r = CompletionRequestFromJSON(Json::parse(R"({"prompt":"hi","logprobs":2})"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prompt, "hi");
+  EXPECT_EQ(r->options.top_logprobs, 2);
+  r = CompletionRequestFromJSON(Json::parse(R"({"prompt":[1,2,3]})"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prompt_tokens, (std::vector<TokenId>{1, 2, 3}));
+  r = CompletionRequestFromJSON(Json::parse(R"({"prompt":["one"]})"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prompt, "one");
+  EXPECT_FALSE(CompletionRequestFromJSON(Json::parse(R"({"prompt":[-1]})")).ok());
+  EXPECT_FALSE(CompletionRequestFromJSON(Json::parse(R"({"prompt":{}})")).ok());
+  EXPECT_FALSE(CompletionRequestFromJSON(Json::parse(R"({})")).ok());
+}
+
+// Random mutations of valid requests: the parser returns ok or an error, never throws or
+// crashes, and (through the whole request path) never produces a broken request.
+std::string Mutate(std::string s, std::mt19937& rng) {
+  static const char* kInserts[] = {
+      "{",    "}",  "[",     "]",    "\"",          ",",    ":",
+      "null", "-1", "1e309", "true", "\"\\u0000\"", "\xff", "9999999999999999999",
+      "[]"};
+  int n = 1 + rng() % 4;
+  for (int i = 0; i < n && !s.empty(); ++i) {
+    size_t pos = rng() % s.size();
+    switch (rng() % 3) {
+      case 0:
+        s.erase(pos, 1 + rng() % 3);
+        break;
+      case 1:
+        s.insert(pos, kInserts[rng() % std::size(kInserts)]);
+        break;
+      default:
+        s[pos] = static_cast<char>(rng() % 256);
+    }
+  }
+  return s;
+}
+
+TEST(OpenAiTypes, FuzzParserNeverCrashes) {
+  const std::string seeds[] = {
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.5,"stop":["a"],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}})",
+      R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"1","content":[{"type":"text","text":"r"}]}],"tools":[{"type":"function","function":{"name":"f"}}],"logprobs":true,"top_logprobs":2})",
+      R"({"prompt":[1,2,3],"seed":7,"top_k":4,"min_p":0.1,"logprobs":1,"echo":true})",
+      R"({"prompt":"text","n":1,"presence_penalty":1,"frequency_penalty":1})",
+  };
+  std::mt19937 rng(1234);
+  MockTokenizer tokenizer;
+  auto formatter = ChatFormatter::Create("", tokenizer);
+  ASSERT_TRUE(formatter.ok());
+  int ok = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string text = Mutate(seeds[iter % std::size(seeds)], rng);
+    Result<Json> body = ParseBody(text);
+    if (!body.ok()) continue;
+    std::string param;
+    auto chat = ChatCompletionRequestFromJSON(body.value(), &param);
+    if (chat.ok()) {
+      ++ok;
+      (void)formatter->Render(chat.value());
+    }
+    auto completion = CompletionRequestFromJSON(body.value(), &param);
+    if (completion.ok()) ++ok;
+    (void)TokenizeRequestFromJSON(body.value());
+    (void)DetokenizeRequestFromJSON(body.value());
+  }
+  EXPECT_GT(ok, 100);
+}
+
+TEST(OutputParser, SplitsReasoningContentAndTools) {
+  OutputParser p(/*in_reasoning=*/false, /*parse_tools=*/true, "call_");
+  std::string text =
+      "<think>\nplan\n</think>\n\nHello <tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":1}}\n"
+      "</tool_call>";
+  // Feed one byte at a time: tags split across pushes must still be recognized.
+  OutputDelta all;
+  for (char c : text) {
+    OutputDelta d = p.Push(std::string(1, c));
+    all.content += d.content;
+    all.reasoning += d.reasoning;
+    for (auto& t : d.tool_calls) all.tool_calls.push_back(t);
+  }
+  OutputDelta d = p.Finish();
+  all.content += d.content;
+  EXPECT_EQ(all.reasoning, "plan\n");
+  EXPECT_EQ(all.content, "Hello ");
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].name, "f");
+  EXPECT_EQ(all.tool_calls[0].arguments, R"({"a":1})");
+  EXPECT_EQ(all.tool_calls[0].id, "call_0");
+}
+
+TEST(OutputParser, PromptOpenedThinkAndBadToolJson) {
+  EXPECT_TRUE(PromptOpensReasoning("<|im_start|>assistant\n<think>\n"));
+  EXPECT_FALSE(PromptOpensReasoning("<think>\n\n</think>\n\n"));
+  OutputParser p(/*in_reasoning=*/true, /*parse_tools=*/true, "c");
+  OutputDelta d = p.Push("why</think>ok<tool_call>not json</tool_call>");
+  EXPECT_EQ(d.reasoning, "why");
+  EXPECT_EQ(d.content, "ok<tool_call>not json</tool_call>");
+  OutputParser no_tools(false, false, "c");
+  d = no_tools.Push("<tool_call>{\"name\":\"f\"}</tool_call>");
+  d.content += no_tools.Finish().content;
+  EXPECT_EQ(d.content, "<tool_call>{\"name\":\"f\"}</tool_call>");
+  EXPECT_TRUE(d.tool_calls.empty());
+}
+
+}  // namespace
+}  // namespace shardlm::server
