@@ -149,12 +149,20 @@ TEST(SchedulerTest, GreedyEqualsGenerator) {
   ASSERT_TRUE(generator.ok());
   GenerateOptions options;
   options.n_predict = 40;
-  auto want = (*generator)->GenerateFromIds(Encode(kStories, kPrompt), Greedy(), options);
+  options.want_logprobs = true;
+  SamplingParams sampling = Greedy();
+  sampling.n_logprobs = 2;
+  auto want = (*generator)->GenerateFromIds(Encode(kStories, kPrompt), sampling, options);
   ASSERT_TRUE(want.ok()) << want.status().message();
 
   auto scheduler = MakeScheduler(kStories, Options(2, 256, 5));  // prompt in chunks of 5
   ASSERT_TRUE(scheduler);
-  auto got = RunAll(*scheduler, {Request(Encode(kStories, kPrompt), Greedy(), 40, false)});
+  EngineRequest request = Request(Encode(kStories, kPrompt), sampling, 40, false);
+  request.want_logprobs = true;
+  auto got = RunAll(*scheduler, {request});
+  for (size_t t = 0; t < got[0]->logprobs.size(); ++t) {
+    EXPECT_EQ(got[0]->logprobs[t], want->logprobs[t].logprob) << "token " << t;  // bitwise
+  }
   EXPECT_EQ(got[0]->text, want->text);
   std::vector<TokenId> want_ids = want->ids;
   if (want->stop == StopReason::kEog) want_ids.pop_back();  // EOG gives no TokenEvent
@@ -221,6 +229,43 @@ TEST(SchedulerTest, EightConcurrentRequestsEqualOneAlone) {
       EXPECT_EQ(c->finish.reason, FinishReason::kLength);
     }
   }
+}
+
+TEST(SchedulerTest, LongPromptDoesNotStallRunningStream) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = MakeScheduler(kStories, Options(2, 512, 16));
+  ASSERT_TRUE(scheduler);
+  Collector running;
+  auto running_id =
+      scheduler->Submit(Request(Encode(kStories, kPrompt), Greedy(), 400), running.Callbacks());
+  ASSERT_TRUE(running_id.ok());
+  auto running_tokens = [&] {
+    std::lock_guard<std::mutex> lock(running.mu);
+    return running.ids.size();
+  };
+  while (running_tokens() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+
+  std::vector<TokenId> long_prompt;
+  while (long_prompt.size() < 200) {
+    for (TokenId id : Encode(kStories, kPrompt)) long_prompt.push_back(id);
+  }
+  long_prompt.resize(200);
+  const size_t before = running_tokens();
+  size_t at_first_token = 0;
+  Collector late;
+  RequestCallbacks callbacks = late.Callbacks();
+  auto on_token = callbacks.on_token;
+  callbacks.on_token = [&](const TokenEvent& event) {
+    if (at_first_token == 0) at_first_token = running_tokens();
+    return on_token(event);
+  };
+  ASSERT_TRUE(scheduler->Submit(Request(long_prompt, Greedy(), 2), callbacks).ok());
+  ASSERT_TRUE(late.Wait());
+  // 200 prompt tokens in chunks of at most 15 (16 minus the running decode): >= 14 steps,
+  // each of which also decoded a token of the running stream.
+  EXPECT_GE(at_first_token - before, 14u);
+  scheduler->Cancel(*running_id);
+  ASSERT_TRUE(running.Wait());
 }
 
 TEST(SchedulerTest, SeededSamplingIgnoresNeighbours) {
