@@ -60,7 +60,8 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
       ->capture_default_str();
   cmd.add_option("-t,--threads", f.n_threads, "Compute threads (0: every core)")
       ->capture_default_str();
-  cmd.add_option("--http-threads", f.http_threads, "HTTP handler threads (0: parallel + 4)")
+  cmd.add_option("--http-threads", f.http_threads,
+                 "HTTP handler threads (0: max(2 * parallel + 8, 32))")
       ->capture_default_str();
   cmd.add_option("-a,--alias", f.alias, "Model name reported by /v1/models");
 }

@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
 #include <map>
@@ -22,6 +23,8 @@ constexpr const char* kRoutes[] = {
 // How long a streaming handler waits for engine events before checking that the client is
 // still there: short enough that a disconnect frees its slot quickly.
 constexpr std::chrono::milliseconds kStreamPoll{100};
+// Idle keep-alive connections give their handler thread back after this long.
+constexpr time_t kKeepAliveSeconds = 2;
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -328,8 +331,13 @@ void HttpServer::Impl::InstallHandlers() {
   svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     HandleDetokenize(req, res);
   });
-  int threads = options.n_threads > 0 ? options.n_threads : engine.info().n_parallel + 4;
-  if (threads < 4) threads = 4;
+  // httplib holds a thread per open keep-alive connection until it idles out, so the pool
+  // needs room beyond the engine's slots for clients that keep connections open (16
+  // concurrent SDK clients would otherwise wait seconds for a thread); idle threads only
+  // cost their stacks.
+  int threads =
+      options.n_threads > 0 ? options.n_threads : std::max(2 * engine.info().n_parallel + 8, 32);
+  svr.set_keep_alive_timeout(kKeepAliveSeconds);
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 }
 

@@ -33,7 +33,7 @@ struct ServerOptions {
   // Request bodies above this are refused with 413: 8 MiB holds ~2M tokens of text, far
   // above any context we serve, and bounds what one client can make us buffer.
   size_t max_body_bytes = 8u << 20;
-  int n_threads = 0;                            // handler threads; 0: engine parallelism + 4
+  int n_threads = 0;                            // handler threads; 0: max(2 * parallel + 8, 32)
   std::string chat_template;                    // Jinja source; empty: ChatML
   std::function<void(const std::string&)> log;  // one line per request and event
 };

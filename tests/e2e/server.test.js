@@ -1,0 +1,234 @@
+// End-to-end tests of `shardlm serve`: the real binary on fixture models, driven by the
+// official `openai` npm client (and plain fetch for the non-OpenAI routes).
+//
+// Goals: what a user's client sees: chat and completions, streaming and not, logprobs,
+// tools accepted, every error shape, greedy text equal to llama.cpp's golden continuation,
+// 16 concurrent streams getting the same text, tokenize round trip. Every wait is bounded.
+// Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
+// Binary: SHARDLM_BIN or ../../build/shardlm.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const fixtures = process.env.SHARDLM_FIXTURES ?? path.resolve(here, '../../../shared/fixtures');
+const binary = path.resolve(here, process.env.SHARDLM_BIN ?? '../../build/shardlm');
+const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
+const storiesModel = path.join(fixtures, 'stories260K.gguf');
+const apiKey = 'e2e-test-key';
+const kTestTimeout = 120_000;
+
+function missingReason() {
+  if (!fs.existsSync(binary)) return `no binary at ${binary}`;
+  for (const f of [qwenModel, storiesModel, path.join(fixtures, 'golden.json')]) {
+    if (!fs.existsSync(f)) return `missing fixture ${f}`;
+  }
+  return null;
+}
+const missing = missingReason();
+if (missing && process.env.CI === 'true') {
+  throw new Error(`e2e: ${missing} (CI=true: fixtures are required)`);
+}
+const skip = missing ? `e2e skipped: ${missing}` : false;
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Starts `shardlm serve` and waits (bounded) until /health answers.
+async function startServer(model, extra = []) {
+  const port = await freePort();
+  const args = ['serve', '-m', model, '--port', String(port), '--parallel', '4', '-c', '512',
+    '-t', '2', ...extra];
+  const proc = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  proc.stderr.on('data', (d) => { log += d.toString(); });
+  let exited = false;
+  proc.on('exit', () => { exited = true; });
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (exited) throw new Error(`server exited early:\n${log}`);
+    try {
+      const r = await fetch(`${base}/health`, { signal: AbortSignal.timeout(2000) });
+      if (r.ok) break;
+    } catch { /* not up yet */ }
+    await sleep(100);
+  }
+  if (Date.now() >= deadline) throw new Error(`server did not start in 60 s:\n${log}`);
+  const stop = async () => {
+    if (exited) return;
+    proc.kill('SIGTERM');
+    for (let i = 0; i < 50 && !exited; ++i) await sleep(100);
+    if (!exited) proc.kill('SIGKILL');
+  };
+  return { base, proc, stop, log: () => log };
+}
+
+let qwen;
+let stories;
+let client;
+
+before(async () => {
+  if (skip) return;
+  [qwen, stories] = await Promise.all([
+    startServer(qwenModel, ['--api-key', apiKey]),
+    startServer(storiesModel),
+  ]);
+  client = new OpenAI({ baseURL: `${qwen.base}/v1`, apiKey, maxRetries: 0, timeout: 60_000 });
+});
+
+after(async () => {
+  await Promise.all([qwen?.stop(), stories?.stop()]);
+});
+
+const chatBody = (extra = {}) => ({
+  model: 'qwen3-tiny',
+  messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+  temperature: 0,
+  max_tokens: 16,
+  ...extra,
+});
+
+async function streamChatText(c, body) {
+  const stream = await c.chat.completions.create({ ...body, stream: true });
+  let text = '';
+  let finish = null;
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    if (!choice) continue;
+    text += (choice.delta.reasoning_content ?? '') + (choice.delta.content ?? '');
+    if (choice.finish_reason) finish = choice.finish_reason;
+  }
+  return { text, finish };
+}
+
+test('models lists the served model', { skip, timeout: kTestTimeout }, async () => {
+  const models = await client.models.list();
+  assert.equal(models.data.length, 1);
+  assert.equal(models.data[0].object, 'model');
+});
+
+test('chat completion, streaming and not, same greedy text', { skip, timeout: kTestTimeout },
+  async () => {
+    const r = await client.chat.completions.create(chatBody());
+    assert.equal(r.object, 'chat.completion');
+    assert.equal(r.choices[0].message.role, 'assistant');
+    assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+    assert.ok(r.usage.prompt_tokens > 0);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+    assert.equal(typeof r.usage.prompt_tokens_details.cached_tokens, 'number');
+    const message = r.choices[0].message;
+    const full = (message.reasoning_content ?? '') + (message.content ?? '');
+    const s = await streamChatText(client, chatBody());
+    assert.equal(s.text, full);
+    assert.equal(s.finish, r.choices[0].finish_reason);
+  });
+
+test('completions, streaming and not, with usage', { skip, timeout: kTestTimeout }, async () => {
+  const body = { model: 'm', prompt: 'Once upon', temperature: 0, max_tokens: 12 };
+  const r = await client.completions.create(body);
+  assert.equal(r.object, 'text_completion');
+  const stream = await client.completions.create({
+    ...body, stream: true, stream_options: { include_usage: true },
+  });
+  let text = '';
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    if (chunk.choices[0]) text += chunk.choices[0].text;
+  }
+  assert.equal(text, r.choices[0].text);
+  assert.deepEqual(usage, r.usage);
+});
+
+test('chat logprobs', { skip, timeout: kTestTimeout }, async () => {
+  const r = await client.chat.completions.create(chatBody({ logprobs: true, top_logprobs: 3 }));
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, r.usage.completion_tokens);
+  for (const t of content) {
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 3);
+    assert.ok(Array.isArray(t.bytes));
+  }
+});
+
+test('tools are accepted and rendered', { skip, timeout: kTestTimeout }, async () => {
+  const r = await client.chat.completions.create(chatBody({
+    tools: [{
+      type: 'function',
+      function: { name: 'get_weather', parameters: { type: 'object', properties: {} } },
+    }],
+  }));
+  assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
+});
+
+test('errors: 401, 400, context_length_exceeded, 404', { skip, timeout: kTestTimeout },
+  async () => {
+    const noKey = new OpenAI({ baseURL: `${qwen.base}/v1`, apiKey: 'wrong', maxRetries: 0 });
+    await assert.rejects(noKey.chat.completions.create(chatBody()), (e) => e.status === 401);
+    await assert.rejects(client.chat.completions.create(chatBody({ temperature: 'hot' })),
+      (e) => e.status === 400 && e.param === 'temperature');
+    await assert.rejects(client.chat.completions.create(chatBody({ n: 3 })),
+      (e) => e.status === 400);
+    const long = 'lorem ipsum '.repeat(400);
+    await assert.rejects(
+      client.chat.completions.create(chatBody({ messages: [{ role: 'user', content: long }] })),
+      (e) => e.status === 400 && e.code === 'context_length_exceeded');
+    const health = await fetch(`${qwen.base}/health`);
+    assert.equal(health.status, 200);
+    const nf = await fetch(`${qwen.base}/nope`, { headers: { Authorization: `Bearer ${apiKey}` } });
+    assert.equal(nf.status, 404);
+    assert.ok((await nf.json()).error.message);
+  });
+
+test('16 concurrent streaming clients get the single-client text', { skip, timeout: kTestTimeout },
+  async () => {
+    const body = chatBody({ max_tokens: 32 });
+    const single = await streamChatText(client, body);
+    const texts = await Promise.all(
+      Array.from({ length: 16 }, () => streamChatText(client, body)));
+    for (const t of texts) assert.equal(t.text, single.text);
+  });
+
+test('tokenize / detokenize round trip', { skip, timeout: kTestTimeout }, async () => {
+  const headers = { Authorization: `Bearer ${apiKey}`, 'Content-Type': 'application/json' };
+  const content = 'Hello, world! café';
+  const t = await fetch(`${qwen.base}/tokenize`,
+    { method: 'POST', headers, body: JSON.stringify({ content }) });
+  const { tokens } = await t.json();
+  assert.ok(tokens.length > 0);
+  const d = await fetch(`${qwen.base}/detokenize`,
+    { method: 'POST', headers, body: JSON.stringify({ tokens }) });
+  assert.equal((await d.json()).content, content);
+});
+
+test('greedy completions equal the golden continuations', { skip, timeout: kTestTimeout },
+  async () => {
+    const golden = JSON.parse(fs.readFileSync(path.join(fixtures, 'golden.json'), 'utf8'));
+    const entries = golden.entries.filter((e) => e.model === 'stories260K.gguf' &&
+      typeof e.greedy_text === 'string' && e.greedy_safe_prefix === e.greedy_n);
+    assert.ok(entries.length > 0);
+    const c = new OpenAI({ baseURL: `${stories.base}/v1`, apiKey: 'none', maxRetries: 0 });
+    for (const e of entries) {
+      const r = await c.completions.create({
+        model: 'stories', prompt: e.prompt_text, temperature: 0, max_tokens: e.greedy_n,
+      });
+      assert.equal(r.choices[0].text, e.greedy_text, e.id);
+    }
+  });
