@@ -232,3 +232,41 @@ test('greedy completions equal the golden continuations', { skip, timeout: kTest
       assert.equal(r.choices[0].text, e.greedy_text, e.id);
     }
   });
+
+function rssKiB(pid) {
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(status)[1]);
+}
+
+test('300 requests from 16 concurrent clients: none lost, none wrong, RSS back to idle',
+  { skip, timeout: 300_000 }, async () => {
+    const body = { model: 'm', prompt: 'The quick brown fox', temperature: 0, max_tokens: 16 };
+    const expected = (await client.completions.create(body)).choices[0].text;
+    // Warm up every slot and handler thread once, then take the idle level.
+    await Promise.all(Array.from({ length: 16 }, () => client.completions.create(body)));
+    await sleep(500);
+    const idle = rssKiB(qwen.proc.pid);
+    let next = 0;
+    let done = 0;
+    const worker = async () => {
+      while (next < 300) {
+        next++;
+        const stream = next % 2 === 0;
+        let text = '';
+        if (stream) {
+          for await (const chunk of await client.completions.create({ ...body, stream })) {
+            text += chunk.choices[0]?.text ?? '';
+          }
+        } else {
+          text = (await client.completions.create(body)).choices[0].text;
+        }
+        assert.equal(text, expected);
+        done++;
+      }
+    };
+    await Promise.all(Array.from({ length: 16 }, worker));
+    assert.equal(done, 300);
+    await sleep(1000);
+    const after = rssKiB(qwen.proc.pid);
+    assert.ok(after <= idle * 1.1 + 16 * 1024, `RSS ${after} KiB after vs ${idle} KiB idle`);
+  });
