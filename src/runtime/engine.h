@@ -26,16 +26,20 @@ namespace shardlm {
 using RequestId = uint64_t;
 
 struct EngineRequest {
-  std::vector<TokenId> prompt;     // already tokenized (template applied, BOS added)
-  SamplingParams sampling;         // validated by the caller
-  int32_t max_tokens = -1;         // -1: until EOG or the context is full
-  std::vector<std::string> stop;   // stop strings: generation ends before the first match
+  std::vector<TokenId> prompt;    // already tokenized (template applied, BOS added)
+  SamplingParams sampling;        // validated by the caller
+  int32_t max_tokens = -1;        // -1: until EOG or the context is full
+  std::vector<std::string> stop;  // stop strings: generation ends before the first match
   bool ignore_eos = false;
-  bool want_logprobs = false;      // fill TokenEvent::logprob / top (sampling.n_logprobs)
+  bool want_logprobs = false;  // fill TokenEvent::logprob / top (sampling.n_logprobs)
 };
 
 // One generated token. `text` is the UTF-8 text this token completes (may be ""), with
 // any text that could be the start of a stop string held back until it is decided.
+// Every generated token gets one event, except an end-of-generation token that ends the
+// request (not ignore_eos): it gives no event but counts in usage.completion_tokens. When a
+// stop string matches, the event of the token that completed it carries the text before
+// the stop string (the rest is dropped) and the request finishes with kStop.
 struct TokenEvent {
   TokenId token = -1;
   std::string text;
@@ -48,17 +52,18 @@ const char* FinishReasonName(FinishReason reason);  // "stop", "length", ...
 
 struct RequestUsage {
   int32_t prompt_tokens = 0;
-  int32_t completion_tokens = 0;
-  int32_t cached_tokens = 0;   // prompt tokens served from the prefix cache
-  double queue_ms = 0;         // submit → first scheduled
-  double prefill_ms = 0;       // first scheduled → first token
-  double decode_ms = 0;        // first token → finish
+  int32_t completion_tokens = 0;  // sampled tokens, a final EOG token included
+  int32_t cached_tokens = 0;      // prompt tokens served from the prefix cache
+  double queue_ms = 0;            // submit → first scheduled
+  double prefill_ms = 0;          // first scheduled → first token
+  double decode_ms = 0;           // first token → finish
 };
 
 struct FinishEvent {
   FinishReason reason = FinishReason::kStop;
-  Status error;                // set when reason == kError (e.g. a stage died)
-  std::string text;            // text held back for stop-string matching, now released
+  Status error;      // set when reason == kError (e.g. a stage died)
+  std::string text;  // text held back for stop-string matching, now released
+                     // ("" when a stop string matched)
   RequestUsage usage;
 };
 
@@ -80,9 +85,9 @@ struct EngineStats {
 };
 
 struct EngineInfo {
-  std::string model_name;   // what /v1/models reports
+  std::string model_name;  // what /v1/models reports
   std::string architecture;
-  int32_t n_ctx = 0;        // per-sequence context limit
+  int32_t n_ctx = 0;  // per-sequence context limit
   int32_t n_vocab = 0;
   int32_t n_parallel = 0;
 };
