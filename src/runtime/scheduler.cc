@@ -50,11 +50,12 @@ struct Scheduler::State {
 
 Status SchedulerOptions::Validate() const {
   if (n_parallel < 1 || n_ctx < 2 || n_batch < 1 || max_queue < 0 || threads < 0 ||
-      page_tokens < 1) {
+      page_tokens < 1 || prefill_chunk < 0) {
     return InvalidArgument(
         "bad scheduler options: parallel {} (>= 1), ctx-size {} (>= 2), batch {} (>= 1), "
-        "max-queue {} (>= 0), threads {} (>= 0), page tokens {} (>= 1)",
-        n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens);
+        "max-queue {} (>= 0), threads {} (>= 0), page tokens {} (>= 1), prefill chunk {} "
+        "(>= 0)",
+        n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk);
   }
   if (n_batch < n_parallel) {
     return InvalidArgument(
@@ -322,6 +323,9 @@ void Scheduler::BuildBatch() {
   std::sort(prefilling.begin(), prefilling.end(),
             [&](int a, int b) { return s.slots[a].admit_seq < s.slots[b].admit_seq; });
   int budget = options_.n_batch - int(s.batch.size());
+  if (!s.batch.empty() && options_.prefill_chunk > 0) {
+    budget = std::min(budget, options_.prefill_chunk);
+  }
   for (int i : prefilling) {
     if (s.PrefillStep(i, budget) == TaskState::kBlocked) break;
   }

@@ -53,7 +53,10 @@ struct SchedulerOptions {
   int n_ctx = 4096;    // positions per sequence (prompt + generated)
   int n_batch = 512;   // most tokens per forward pass (>= n_parallel)
   int max_queue = 64;  // requests waiting beyond the free slots
-  int threads = 0;     // compute threads; 0: every core
+  // Most prompt tokens per step while other sequences decode (0: all n_batch leaves), to
+  // bound their inter-token latency; alone, a prompt always gets the whole batch.
+  int prefill_chunk = 0;
+  int threads = 0;  // compute threads; 0: every core
   KvType kv_type = KvType::kF32;
   int page_tokens = kDefaultPageTokens;
   std::string model_name;    // what info().model_name reports; "": general.name or "model"

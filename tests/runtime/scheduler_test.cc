@@ -268,6 +268,31 @@ TEST(SchedulerTest, LongPromptDoesNotStallRunningStream) {
   ASSERT_TRUE(running.Wait());
 }
 
+TEST(SchedulerTest, PrefillChunkCapKeepsOutput) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  auto single = MakeScheduler(kStories, Options(1));
+  ASSERT_TRUE(single);
+  auto alone = RunAll(*single, {Request(prompt, Greedy(), 24)});
+  SchedulerOptions options = Options(3, 256, 64);
+  options.prefill_chunk = 3;
+  auto scheduler = MakeScheduler(kStories, options);
+  ASSERT_TRUE(scheduler);
+  // The first streams while the others prefill 3 tokens per step beside it.
+  Collector first;
+  ASSERT_TRUE(scheduler->Submit(Request(prompt, Greedy(), 24), first.Callbacks()).ok());
+  for (;;) {
+    std::lock_guard<std::mutex> lock(first.mu);
+    if (!first.ids.empty()) break;
+  }
+  auto got = RunAll(*scheduler, {Request(prompt, Greedy(), 24), Request(prompt, Greedy(), 24)});
+  ASSERT_TRUE(first.Wait());
+  EXPECT_EQ(first.ids, alone[0]->ids);
+  for (const auto& c : got) EXPECT_EQ(c->ids, alone[0]->ids);
+  options.prefill_chunk = -1;
+  EXPECT_FALSE(options.Validate().ok());
+}
+
 TEST(SchedulerTest, SeededSamplingIgnoresNeighbours) {
   SHARDLM_REQUIRE_FIXTURES();
   auto scheduler = MakeScheduler(kStories, Options(4, 256, 8));
