@@ -1,10 +1,11 @@
 // Jinja evaluator: walks a parsed AST over jinja::Values and writes the output text.
 //
-// Owns: scopes (for-loop and macro bodies get their own scope, like jinja2; if-blocks do
-// not), the loop object, macros and call blocks, attribute/item lookup rules (x.y tries the
-// attribute then the key; x["y"] the key first), operators, jinja2's default Undefined
-// semantics, and the resource bounds that keep hostile templates safe.
-// Goals: jinja2 (ImmutableSandboxedEnvironment) behaviour for chat templates.
+// Owns: scopes (each for-loop iteration and macro call gets its own scope, like jinja2;
+// if-blocks do not; a name a frame stores before reading it starts out undefined there
+// unless an enclosing frame knows it, jinja2's frame-local rule), the loop object, macros and call
+// blocks, attribute/item lookup rules (x.y tries the attribute then the key; x["y"] the key first),
+// operators, jinja2's default Undefined semantics, and the resource bounds that keep hostile
+// templates safe. Goals: jinja2 (ImmutableSandboxedEnvironment) behaviour for chat templates.
 // Non-goals: autoescaping, template inheritance, mutating list/dict methods (the immutable
 // sandbox forbids them too).
 // Thread safety: an Evaluator is used by one render on one thread; the AST it walks is

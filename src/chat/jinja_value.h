@@ -6,8 +6,9 @@
 // and the internal error type the engine throws.
 // Goals: byte-exact agreement with what Python + jinja2 print for the values chat templates
 // handle. Lists and dicts have reference semantics like Python objects (copies share).
-// Non-goals: big integers (int64 only), tuples as a distinct type (they are lists), sets,
-// non-string dict keys (keys are strings; other keys are converted with Str()).
+// Non-goals: big integers (int64 only), sets, lazy generators (map/select/... return lists),
+// non-string dict keys (keys are strings; other keys are converted with Str()). Tuples are
+// lists flagged to print as tuples.
 #pragma once
 
 #include <cstdint>
