@@ -29,7 +29,6 @@ ApiError ErrorFromStatus(const Status& status, const std::string& param) {
       if (status.message().find("context_length_exceeded") != std::string::npos) {
         e.http_status = 400;
         e.code = "context_length_exceeded";
-        e.param = "messages";
       } else {
         e.http_status = 503;
         e.type = "server_error";
@@ -192,6 +191,7 @@ void CompletionSession::ProcessToken(const TokenEvent& ev, std::string* sse) {
     if (request_.endpoint == Endpoint::kChat) lp_json = ChatLogprobsJSON({logprobs_.back()});
   }
   if (request_.endpoint == Endpoint::kCompletion) {
+    StreamEcho(sse);
     text_ += ev.text;
     if (sse && !ev.text.empty()) *sse += SseData(CompletionChunkJSON(meta_, ev.text, ""));
     return;
@@ -226,6 +226,14 @@ void CompletionSession::StreamDelta(const OutputDelta& delta, const Json& logpro
   }
 }
 
+void CompletionSession::StreamEcho(std::string* sse) {
+  if (!sse || role_sent_) return;
+  role_sent_ = true;  // for completions: the echoed prompt went out first
+  if (!request_.echo_prefix.empty()) {
+    *sse += SseData(CompletionChunkJSON(meta_, request_.echo_prefix, ""));
+  }
+}
+
 std::string CompletionSession::FinishReasonText(FinishReason reason) const {
   if (reason == FinishReason::kLength) return "length";
   if (request_.endpoint == Endpoint::kChat && !chat_.tool_calls.empty()) return "tool_calls";
@@ -245,6 +253,7 @@ void CompletionSession::ProcessFinish(const FinishEvent& fin, std::string* sse) 
     return;
   }
   if (request_.endpoint == Endpoint::kCompletion) {
+    StreamEcho(sse);
     text_ += fin.text;
     finish_reason_ = FinishReasonText(fin.reason);
     if (sse) *sse += SseData(CompletionChunkJSON(meta_, fin.text, finish_reason_));

@@ -78,6 +78,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   void Process(Event& ev, std::string* sse);
   void ProcessToken(const TokenEvent& ev, std::string* sse);
   void ProcessFinish(const FinishEvent& fin, std::string* sse);
+  void StreamEcho(std::string* sse);
   void StreamDelta(const OutputDelta& delta, const Json& logprobs, std::string* sse);
   TokenLogprobInfo LogprobInfo(const TokenEvent& ev) const;
   std::string FinishReasonText(FinishReason reason) const;

@@ -127,7 +127,7 @@ void HttpServer::Impl::Respond(PreparedRequest prep, const char* id_prefix,
                       OutOfRange("context_length_exceeded: the prompt has {} tokens, the "
                                  "context holds {}",
                                  prep.prompt.size(), n_ctx),
-                      "messages");
+                      prep.endpoint == Endpoint::kChat ? "messages" : "prompt");
   }
   if (!prep.options.seed_given) prep.options.sampling.seed = std::random_device{}();
   bool stream = prep.options.stream;

@@ -188,6 +188,16 @@ TEST_F(ServerTest, CompletionsStreamAndNot) {
   }
   EXPECT_EQ(text, "abc");
   EXPECT_EQ(data.back(), "[DONE]");
+  r = Post("/v1/completions", R"({"prompt":"hi ","echo":true,"stream":true})");
+  ASSERT_TRUE(r);
+  text.clear();
+  data = SseData(r->body);
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    text += json::parse(data[i])["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "hi abc");
+  r = Post("/v1/completions", R"({"prompt":"hi ","echo":true})");
+  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], "hi abc");
 }
 
 TEST_F(ServerTest, Logprobs) {
