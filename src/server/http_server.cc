@@ -109,7 +109,10 @@ void HttpServer::Impl::OnError(const httplib::Request& req, httplib::Response& r
     e.type = "not_found_error";
     e.message = fmt::format("unknown route {} {}", req.method, req.path);
   } else if (res.status == 413) {
-    e.message = fmt::format("the request body is over {} bytes", options.max_body_bytes);
+    e.message = fmt::format(
+        "the request body is too large (limit {} bytes for application/json, 8 KiB for "
+        "form-encoded bodies: send Content-Type: application/json)",
+        options.max_body_bytes);
   } else {
     e.message = fmt::format("HTTP error {}", res.status);
   }

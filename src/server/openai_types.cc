@@ -364,7 +364,17 @@ Result<DetokenizeRequest> DetokenizeRequestFromJSON(const Json& body, std::strin
 }
 
 Result<Json> ParseBody(const std::string& body) {
-  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // Deeply nested values would exhaust the stack of whatever walks them recursively later
+  // (the chat template's value conversion, tojson): refuse them at the boundary.
+  bool too_deep = false;
+  Json::parser_callback_t check_depth = [&](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
+  Json j = Json::parse(body, check_depth, /*allow_exceptions=*/false);
+  if (too_deep) {
+    return InvalidArgument("the request body nests deeper than {} levels", kMaxJsonDepth);
+  }
   if (j.is_discarded()) return InvalidArgument("the request body is not valid JSON");
   if (!j.is_object()) return InvalidArgument("the request body must be a JSON object");
   return j;

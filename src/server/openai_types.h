@@ -28,6 +28,9 @@ using Json = nlohmann::ordered_json;
 // The most stop strings and top_logprobs a request may ask for (OpenAI's own limits).
 inline constexpr size_t kMaxStopStrings = 4;
 inline constexpr int32_t kMaxTopLogprobs = 20;
+// The deepest JSON nesting a request may have: tool schemas need a dozen levels; walking
+// thousands recursively (templates, tojson) would overflow a handler thread's stack.
+inline constexpr int kMaxJsonDepth = 64;
 
 // What both endpoints share: how to sample, when to stop, what to report.
 struct GenerationOptions {

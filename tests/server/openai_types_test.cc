@@ -71,6 +71,17 @@ TEST(OpenAiTypes, ErrorsNameTheParam) {
   }
 }
 
+TEST(OpenAiTypes, DeepNestingIsRefused) {
+  std::string deep =
+      R"({"prompt":"x","tools":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_FALSE(ParseBody(deep).ok());
+  std::string fine =
+      R"({"a":)" + std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']') + "}";
+  EXPECT_TRUE(ParseBody(fine).ok()) << ParseBody(fine).status().message();
+  EXPECT_FALSE(ParseBody("[1]").ok());
+  EXPECT_FALSE(ParseBody("{").ok());
+}
+
 TEST(OpenAiTypes, CompletionPrompts) {
   auto r = CompletionRequestFromJSON(Json::parse(R"({"prompt":"hi","logprobs":2})"));
   ASSERT_TRUE(r.ok());
