@@ -1,5 +1,6 @@
 // MatMul implementation (matmul.h): quantize activations once, then compute the output in
-// tasks of (weight-row chunk × token block), each element by exactly one kernel call.
+// tasks of (weight-row chunk × token block), each element by exactly one kernel call. A
+// single token (decode) gets guided row chunks instead (GuidedBounds).
 //
 // Determinism: an output element y[t][r] is always dot(W row r, act row t) computed by
 // vec_dot, or by vec_dot_tile, which is bitwise equal to vec_dot by contract
@@ -70,6 +71,41 @@ void ComputeBlock(const MatMulPlan& plan, int64_t r0, int64_t r1, int64_t t0, in
   }
 }
 
+// Decode (one token): y[r] for r in [r0, r1), tile_rows rows per kernel call, written in
+// place (the output of a single token is contiguous).
+void ComputeRows(const MatMulPlan& plan, int64_t r0, int64_t r1) {
+  const TypeTraits& traits = *plan.traits;
+  const WeightView& w = *plan.w;
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+  if (traits.vec_dot_tile == nullptr || traits.tile_rows * traits.tile_cols <= 1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      traits.vec_dot(w.cols, wdata + r * w.row_bytes, plan.act, &plan.y[r]);
+    }
+    return;
+  }
+  for (int64_t r = r0; r < r1; r += traits.tile_rows) {
+    const int nr = static_cast<int>(std::min<int64_t>(traits.tile_rows, r1 - r));
+    traits.vec_dot_tile(w.cols, wdata + r * w.row_bytes, w.row_bytes, nr, plan.act,
+                        plan.act_row_bytes, 1, &plan.y[r], 1);
+  }
+}
+
+// Decode task boundaries, guided: each task takes 1/(2·threads) of the rows still left
+// (at least kMinDecodeRows), so a thread streams long contiguous runs and the last tasks
+// are small enough to balance. Affects only who computes a row, never its arithmetic.
+constexpr int64_t kMinDecodeRows = 16;
+void GuidedBounds(int64_t rows, int tile_rows, int n_threads, std::vector<int64_t>* bounds) {
+  bounds->clear();
+  int64_t r = 0;
+  while (r < rows) {
+    bounds->push_back(r);
+    int64_t chunk = std::max<int64_t>(kMinDecodeRows, (rows - r) / (2 * int64_t{n_threads}));
+    chunk = (chunk + tile_rows - 1) / tile_rows * tile_rows;
+    r = std::min(rows, r + chunk);
+  }
+  bounds->push_back(rows);
+}
+
 void RunTask(const MatMulPlan& plan, int64_t task) {
   const int64_t r0 = task % plan.row_tasks * plan.rows_per_task;
   const int64_t t0 = task / plan.row_tasks * kTokensPerTask;
@@ -117,6 +153,15 @@ void MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
   const int64_t row_tasks = (w.rows + rows_per_task - 1) / rows_per_task;
   const int64_t token_tasks = (n_tokens + kTokensPerTask - 1) / kTokensPerTask;
   const MatMulPlan plan{traits, &w, act, act_row_bytes, y, n_tokens, rows_per_task, row_tasks};
+  if (n_tokens == 1) {
+    std::vector<int64_t>& bounds = scratch.row_bounds;
+    GuidedBounds(w.rows, traits->tile_rows, pool.size(), &bounds);
+    // Two pointers: still within std::function's local storage (no allocation).
+    pool.ParallelFor(bounds.size() - 1, [p = &plan, b = bounds.data()](size_t task, size_t) {
+      ComputeRows(*p, b[task], b[task + 1]);
+    });
+    return;
+  }
   // Captures one pointer, so std::function stores it without allocating.
   pool.ParallelFor(static_cast<size_t>(row_tasks * token_tasks),
                    [p = &plan](size_t task, size_t) { RunTask(*p, static_cast<int64_t>(task)); });

@@ -28,6 +28,7 @@ struct WeightView {
 // to the weight's act_type). Grows to the largest batch seen; never shrinks.
 struct MatMulScratch {
   std::vector<uint8_t> act;
+  std::vector<int64_t> row_bounds;  // decode: first row of each task, then w.rows
 };
 
 // x: [n_tokens][w.cols] floats; y: [n_tokens][w.rows] floats (must not overlap x).

@@ -94,6 +94,23 @@ TEST(MatMul, TokenAloneEqualsTokenInsideBatch) {
   }
 }
 
+// Decode splits rows into guided tasks that depend on the thread count: a single token
+// must still give the same bits for any thread count, and the same as inside a batch.
+TEST(MatMul, SingleTokenIdenticalForAnyThreadCount) {
+  constexpr int64_t kCols = 512, kRows = 301, kBatch = 3;
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(Name(type));
+    const Matrix m = MakeMatrix(type, kRows, kCols, 5);
+    const std::vector<float> batch = RandomFloats(kBatch * kCols, 6);
+    const std::vector<float> y_batch = RunMatMul(m, batch, kBatch, 2);
+    const std::vector<float> x(batch.begin() + kCols, batch.begin() + 2 * kCols);
+    const std::vector<float> y1 = RunMatMul(m, x, 1, 1);
+    ASSERT_EQ(std::memcmp(y1.data(), y_batch.data() + kRows, kRows * sizeof(float)), 0);
+    EXPECT_TRUE(BitwiseEqual(y1, RunMatMul(m, x, 1, 2)));
+    EXPECT_TRUE(BitwiseEqual(y1, RunMatMul(m, x, 1, 3)));
+  }
+}
+
 // The Determinism contract itself: every y[t][r] equals one vec_dot of weight row r and
 // token t's quantized activations, also across token blocks (> 64 tokens) and partial
 // tiles (rows not a multiple of any tile size).
