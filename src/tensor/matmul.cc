@@ -90,16 +90,19 @@ void ComputeRows(const MatMulPlan& plan, int64_t r0, int64_t r1) {
   }
 }
 
-// Decode task boundaries, guided: each task takes 1/(2·threads) of the rows still left
-// (at least kMinDecodeRows), so a thread streams long contiguous runs and the last tasks
-// are small enough to balance. Affects only who computes a row, never its arithmetic.
+// Decode task boundaries, guided: each task takes 1/threads of the rows still left (at
+// least kMinDecodeRows), so a thread streams long contiguous runs and the last tasks are
+// small enough to balance. Affects only who computes a row, never its arithmetic. Fewer,
+// longer runs stream faster: Qwen3-0.6B Q4_K_M tg128 (2 threads) gave 63 t/s with the
+// prefill split (16-64 rows per task), 74 with 1/(4·threads), 78 with 1/(2·threads), 84
+// with 1/threads; a minimum of 64 rows instead of 16 made no difference.
 constexpr int64_t kMinDecodeRows = 16;
 void GuidedBounds(int64_t rows, int tile_rows, int n_threads, std::vector<int64_t>* bounds) {
   bounds->clear();
   int64_t r = 0;
   while (r < rows) {
     bounds->push_back(r);
-    int64_t chunk = std::max<int64_t>(kMinDecodeRows, (rows - r) / (2 * int64_t{n_threads}));
+    int64_t chunk = std::max<int64_t>(kMinDecodeRows, (rows - r) / int64_t{n_threads});
     chunk = (chunk + tile_rows - 1) / tile_rows * tile_rows;
     r = std::min(rows, r + chunk);
   }
