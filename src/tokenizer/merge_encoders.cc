@@ -48,6 +48,25 @@ void MergeRightIntoLeft(std::vector<Symbol>& symbols, int left) {
   if (r.next >= 0) symbols[r.next].prev = left;
 }
 
+// The loop both algorithms share: offer every adjacent pair, then repeatedly take the best
+// pair from `queue`, skip it if stale, merge it, and offer the merged symbol's new pairs.
+template <typename Pair, typename Order, typename TryAddPair>
+void MergeBestPairs(std::vector<Symbol>& symbols,
+                    std::priority_queue<Pair, std::vector<Pair>, Order>& queue,
+                    TryAddPair try_add_pair) {
+  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add_pair(i - 1, i);
+  while (!queue.empty()) {
+    const Pair pair = queue.top();
+    queue.pop();
+    const Symbol& left = symbols[pair.left];
+    const Symbol& right = symbols[pair.right];
+    if (left.n == 0 || right.n == 0 || left.n + right.n != pair.size) continue;
+    MergeRightIntoLeft(symbols, pair.left);
+    try_add_pair(symbols[pair.left].prev, pair.left);
+    try_add_pair(pair.left, symbols[pair.left].next);
+  }
+}
+
 // --- SPM ---------------------------------------------------------------------------------
 
 struct SpmPair {
@@ -70,17 +89,7 @@ class SpmSession {
       : vocab_(vocab), text_(text), symbols_(SplitChars(text)) {}
 
   void Run(std::vector<TokenId>* out) {
-    for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) TryAddPair(i - 1, i);
-    while (!queue_.empty()) {
-      const SpmPair pair = queue_.top();
-      queue_.pop();
-      const Symbol& left = symbols_[pair.left];
-      const Symbol& right = symbols_[pair.right];
-      if (left.n == 0 || right.n == 0 || left.n + right.n != pair.size) continue;
-      MergeRightIntoLeft(symbols_, pair.left);
-      TryAddPair(symbols_[pair.left].prev, pair.left);
-      TryAddPair(pair.left, symbols_[pair.left].next);
-    }
+    MergeBestPairs(symbols_, queue_, [this](int left, int right) { TryAddPair(left, right); });
     for (int i = symbols_.empty() ? -1 : 0; i != -1; i = symbols_[i].next) Resegment(i, out);
   }
 
@@ -148,17 +157,7 @@ class BpeSession {
       : vocab_(vocab), word_(word), symbols_(SplitChars(word)) {}
 
   void Run(std::vector<TokenId>* out) {
-    for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) TryAddPair(i - 1, i);
-    while (!queue_.empty()) {
-      const BpePair pair = queue_.top();
-      queue_.pop();
-      const Symbol& left = symbols_[pair.left];
-      const Symbol& right = symbols_[pair.right];
-      if (left.n == 0 || right.n == 0 || left.n + right.n != pair.size) continue;
-      MergeRightIntoLeft(symbols_, pair.left);
-      TryAddPair(symbols_[pair.left].prev, pair.left);
-      TryAddPair(pair.left, symbols_[pair.left].next);
-    }
+    MergeBestPairs(symbols_, queue_, [this](int left, int right) { TryAddPair(left, right); });
     for (int i = symbols_.empty() ? -1 : 0; i != -1; i = symbols_[i].next) Emit(i, out);
   }
 
