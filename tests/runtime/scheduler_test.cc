@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -410,18 +411,28 @@ TEST(SchedulerTest, SubmitErrors) {
   auto bad_id = scheduler->Submit(Request({1, 100000}, Greedy(), 4), {});
   EXPECT_EQ(bad_id.status().code(), StatusCode::kInvalidArgument);
 
-  // One slot + one queue place: the third concurrent request is refused.
+  // One slot + one queue place: the third concurrent request is refused. The running
+  // request's first token waits for `release`, so it cannot finish (a 32-token context
+  // fills in milliseconds) and free its slot before the third Submit.
   Collector running, queued;
-  auto a = scheduler->Submit(Request(prompt, Greedy(), -1), running.Callbacks());
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  RequestCallbacks held = running.Callbacks();
+  held.on_token = [on_token = held.on_token, released](const TokenEvent& event) {
+    released.wait();
+    return on_token(event);
+  };
+  auto a = scheduler->Submit(Request(prompt, Greedy(), -1), held);
   auto b = scheduler->Submit(Request(prompt, Greedy(), -1), queued.Callbacks());
   ASSERT_TRUE(a.ok() && b.ok());
   auto full = scheduler->Submit(Request(prompt, Greedy(), 4), {});
+  scheduler->Cancel(*b);
+  release.set_value();
+  scheduler->Cancel(*a);
   ASSERT_FALSE(full.ok());
   EXPECT_EQ(full.status().code(), StatusCode::kOutOfRange);
   EXPECT_NE(full.status().message().find("queue full (1 waiting)"), std::string::npos)
       << full.status().message();
-  scheduler->Cancel(*b);
-  scheduler->Cancel(*a);
   ASSERT_TRUE(running.Wait() && queued.Wait());
   EXPECT_EQ(queued.finish.reason, FinishReason::kCancelled);
   EXPECT_EQ(queued.finish.usage.completion_tokens, 0);

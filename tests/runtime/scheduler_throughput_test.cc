@@ -1,7 +1,7 @@
 // Scheduler throughput probe (not part of the suite: DISABLED_, needs a model): aggregate
 // decode tok/s of N concurrent greedy streams against one stream, the issue-3 goal being
 // >= 3x at 8 streams on 2 cores.
-//   SHARDLM_BENCH_MODEL=/path/model.gguf tests/test_runtime \
+//   SHARDLM_BENCH_MODEL=/path/model.gguf tests/test_runtime
 //     --gtest_also_run_disabled_tests --gtest_filter='*SchedulerThroughput*'
 #include <gtest/gtest.h>
 
