@@ -12,6 +12,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kOutOfRange: return "out of range";
     case StatusCode::kIoError: return "i/o error";
+    case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kInternal: return "internal";
     case StatusCode::kSentinel: break;
   }

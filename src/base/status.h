@@ -23,6 +23,7 @@ enum class StatusCode {
   kUnsupported,      // valid input we do not handle (unknown type, architecture)
   kOutOfRange,       // context or capacity exceeded
   kIoError,          // read/write/mmap failure
+  kUnavailable,      // a part of the engine is gone for now (a shard daemon died); retry
   kInternal,
   kSentinel
 };
@@ -74,6 +75,10 @@ Status OutOfRange(fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 Status IoError(fmt::format_string<Args...> f, Args&&... args) {
   return Status(StatusCode::kIoError, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+Status Unavailable(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(StatusCode::kUnavailable, fmt::format(f, std::forward<Args>(args)...));
 }
 
 // Either a T or a non-ok Status. Accessing value() of an error is a broken invariant.

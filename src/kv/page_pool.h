@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,18 @@ namespace shardlm {
 
 using PageId = int32_t;
 inline constexpr PageId kNoPage = -1;
+
+// One sequence's pages in a stage's pool: logical page index → page id. Every stage of a
+// pipeline maps the same logical pages to the same ids (one allocator, one storage each).
+using PageList = std::span<const PageId>;
+
+// Copy-on-write of a shared page: every stage copies the contents of src into dst before
+// the batch that made the copy necessary runs.
+struct PageCopy {
+  PageId src = kNoPage;
+  PageId dst = kNoPage;
+  friend bool operator==(const PageCopy&, const PageCopy&) = default;
+};
 
 // Element type of the K and V cache (`--kv-type`). F32 reproduces llama.cpp's goldens
 // (F32 cache); F16 halves the memory.

@@ -1,0 +1,58 @@
+// Placement: which layers run where — parsing `--devices` and `--layer-split` and cutting
+// a model's layers into one contiguous range per device.
+//
+// Devices (comma-separated, one per stage, in pipeline order):
+//   cpu          every core, threads unpinned (or --threads of them)
+//   cpu:A        core A, one pinned thread
+//   cpu:A-B      cores A..B inclusive, one pinned thread per core
+//   unix:PATH    a remote stage served by `shardlm shard --listen unix:PATH`
+// Layer split: one positive weight per device ("1,1", "0.4,0.6"); stage i gets the share
+// w_i / Σw of the model's layer bytes (the bytes of blk.N.* tensors), rounded to whole
+// layers, at least one layer each. No split given: equal weights, i.e. equal bytes.
+//
+// Goals: every impossible request is a clear InvalidArgument before anything is loaded
+// (more stages than layers, a weight count that differs from the device count, a
+// non-positive weight, cores this machine does not have, an empty path).
+// Non-goals: loading stages (local_stage.h, remote_stage.h), measuring device speed.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/gguf_file.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace shardlm {
+
+struct DeviceSpec {
+  enum class Kind { kCpu, kUnix };
+  Kind kind = Kind::kCpu;
+  std::vector<int> cores;   // kCpu: pinned cores; empty = every core, unpinned
+  std::string socket_path;  // kUnix
+  std::string ToString() const;  // as it would be written on the command line
+  bool remote() const { return kind != Kind::kCpu; }
+};
+
+// "" parses as one device "cpu". n_cores_available bounds core numbers.
+Result<std::vector<DeviceSpec>> ParseDevices(std::string_view text, int n_cores_available);
+
+// "" parses as an empty list (equal weights).
+Result<std::vector<double>> ParseLayerSplit(std::string_view text);
+
+// Bytes of each layer's tensors (blk.N.*), [n_layers].
+std::vector<size_t> LayerBytes(const GgufFile& file, const ModelConfig& config);
+
+// One range per weight (weights empty: `n_stages` equal weights), covering [0, n_layers)
+// in order. Boundary i is the layer count whose cumulative bytes come closest to the
+// weights' cumulative share, kept so that every stage has at least one layer.
+Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer_bytes,
+                                                size_t n_stages,
+                                                const std::vector<double>& weights);
+
+}  // namespace shardlm

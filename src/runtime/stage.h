@@ -1,0 +1,86 @@
+// Stage: one contiguous layer range of a model and the device that computes it — the unit a
+// Pipeline chains (DESIGN.md "stage", "device", "pipeline").
+//
+// A stage owns its weights (only its layers' bytes are touched), its KV page storage and
+// its compute (a pinned core set for a local stage; a `shardlm shard` daemon for a remote
+// one). Page ids are the pipeline's: one PageAllocator hands them out and every stage
+// stores the same logical page under the same id, so a sequence's page list is valid in
+// every stage and block tables are shared logically across stages.
+//
+// Goals: one interface for local and remote stages, so the pipeline and the scheduler never
+// care where a stage runs; a dead remote stage is a Status (kUnavailable), never a crash.
+// Non-goals: choosing layer ranges (placement.h), ordering batches across stages
+// (pipeline.h), page allocation (kv/page_allocator.h).
+//
+// Thread safety: one thread calls Run at a time (the pipeline's worker for this stage);
+// info, Health and Stats may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+#include "kv/page_pool.h"
+#include "model/forward.h"
+#include "model/weights.h"
+
+namespace shardlm {
+
+// What a stage is asked to compute: the batch plus the pages it reads and writes.
+struct StageBatch {
+  std::span<const BatchEntry> entries;
+  // [slot] → the slot's pages (logical index → page id), for every slot an entry names;
+  // covers each entry's position. Slots no entry names may be empty.
+  std::span<const PageList> pages_by_slot;
+  // Applied in order, before the forward pass (copy-on-write of shared pages).
+  std::span<const PageCopy> copies;
+};
+
+// Where a stage computes and what it holds: what `GET /props` shows.
+struct StageInfo {
+  int index = 0;
+  LayerRange layers;
+  bool first = false;  // embeds token ids
+  bool last = false;   // output norm + LM head: gives logits rows
+  std::string device;  // "cpu", "cpu:0-3", "unix:/run/shardlm/s1.sock"
+  bool remote = false;
+  int threads = 0;
+  size_t weight_bytes = 0;  // bytes of the tensors the stage computes with
+  size_t kv_bytes = 0;      // its page storage
+};
+
+struct StageStats {
+  uint64_t batches = 0;
+  uint64_t tokens = 0;
+  double busy_seconds = 0.0;  // inside Run
+  uint64_t bytes_in = 0;      // activation bytes received (hidden rows)
+  uint64_t bytes_out = 0;     // hidden or logits bytes produced
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  virtual const StageInfo& info() const = 0;
+
+  // Applies batch.copies, then runs the stage's layers over batch.entries.
+  //  - hidden_in: nullptr on the first stage, else [entries.size()][n_embd] floats.
+  //  - out: last stage: logits [rows that want logits][n_vocab] in batch order; other
+  //    stages: hidden rows [entries.size()][n_embd].
+  // Errors: those of ForwardPass::Run; kUnavailable when a remote stage is unreachable
+  // (the stage then reports it through Health until Reconnect succeeds).
+  virtual Status Run(const StageBatch& batch, const float* hidden_in, float* out) = 0;
+
+  // Ok, or kUnavailable naming the stage, its device and what went wrong.
+  virtual Status Health() const = 0;
+
+  // Brings a lost stage back (remote: connect + handshake again). Its pages are empty
+  // afterwards: the caller must have dropped every sequence. Ok and a no-op when healthy.
+  virtual Status Reconnect() = 0;
+
+  virtual StageStats Stats() const = 0;
+};
+
+}  // namespace shardlm
