@@ -1,0 +1,103 @@
+// MessageChannel: framed messages over a connected Unix stream socket, with an optional
+// file descriptor passed alongside (SCM_RIGHTS) — the transport of the shard protocol on
+// one host.
+//
+// Frame: u32 magic kShardMagic, u32 type, u32 payload length, then the payload. Receive
+// checks the magic and refuses a length above the caller's limit before allocating, so a
+// peer sending garbage gets disconnected (InvalidData) instead of costing memory.
+//
+// Goals: whole messages or a Status; a closed or reset peer is kUnavailable ("connection
+// closed"), a timeout kUnavailable ("timed out"); never SIGPIPE (MSG_NOSIGNAL); EINTR
+// retried.
+// Non-goals: message meaning (shard_protocol.h), several outstanding requests.
+//
+// Listening sockets are created with mode 0600 (only the owner may connect): the socket is
+// bound under a umask of 0177, then chmod'ed, and an existing stale socket file at the
+// path is replaced only when nothing is listening on it.
+//
+// Thread safety: one thread sends and receives at a time; Shutdown may be called from any
+// thread to wake a blocked Receive. Lifetime: owns its fd (closed in the destructor).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ipc/shard_protocol.h"
+
+namespace shardlm {
+
+// A file descriptor that closes itself.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd();
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct ReceivedMessage {
+  ShardMessageType type = ShardMessageType::kHello;
+  std::vector<uint8_t> payload;
+  UniqueFd fd;  // valid when the sender attached one
+};
+
+class MessageChannel {
+ public:
+  // Connects to a listening socket. Errors: kUnavailable naming the path (no such socket,
+  // connection refused), InvalidArgument for a path longer than sun_path.
+  static Result<std::unique_ptr<MessageChannel>> Connect(const std::string& path);
+  explicit MessageChannel(UniqueFd fd);
+
+  // attach_fd >= 0 sends that descriptor with the message.
+  Status Send(ShardMessageType type, std::span<const uint8_t> payload, int attach_fd = -1);
+  // Waits up to timeout_ms (< 0: forever) for one whole message of at most max_payload
+  // bytes.
+  Result<ReceivedMessage> Receive(uint32_t max_payload = kMaxShardMessageBytes,
+                                  int timeout_ms = -1);
+  // Wakes a blocked Receive (it returns kUnavailable) and makes later calls fail.
+  void Shutdown();
+  int fd() const { return fd_.get(); }
+
+ private:
+  UniqueFd fd_;
+};
+
+class UnixListener {
+ public:
+  // Creates the socket file at `path` with mode 0600 and listens. Errors name the path:
+  // a live socket already there (another daemon), a missing directory, permissions.
+  static Result<std::unique_ptr<UnixListener>> Listen(const std::string& path);
+  ~UnixListener();  // closes and unlinks the socket file
+
+  // Waits up to timeout_ms (< 0: forever) for a client; kUnavailable on timeout or after
+  // Shutdown.
+  Result<std::unique_ptr<MessageChannel>> Accept(int timeout_ms = -1);
+  void Shutdown();  // wakes Accept; thread-safe
+  const std::string& path() const { return path_; }
+
+ private:
+  UnixListener(UniqueFd fd, std::string path);
+  UniqueFd fd_;
+  UniqueFd wake_read_;  // self-pipe that Shutdown writes to
+  UniqueFd wake_write_;
+  std::string path_;
+};
+
+}  // namespace shardlm

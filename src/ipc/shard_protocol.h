@@ -1,0 +1,160 @@
+// Shard protocol: the messages between a server and a `shardlm shard` daemon that serves
+// one stage, as plain versioned structs, apart from the transport that carries them
+// (message_channel.h today; UCX later), so a second transport is a new file.
+//
+// A session: the server connects and sends Hello with a shared-memory region (shm_region.h)
+// attached; the daemon loads the requested layer range, verifies the model fingerprint
+// itself and answers HelloReply (accepted, or refused with a reason both sides print).
+// Then any number of requests, each answered before the next is sent:
+//   RunBatch        → RunReply      hidden rows in the region's input area, output rows
+//                                   (hidden or logits) written to its output area
+//   ExportPages     → PagesReply    page contents written to the output area
+//   ImportPages     → PagesReply    page contents read from the input area
+//   StatsRequest    → StatsReply
+// Closing the connection ends the session: the daemon frees the session's pages.
+//
+// Wire format: every value little-endian, fixed width; strings and arrays are a u32 count
+// then the elements. Decode checks every count against the bytes left and against the
+// limits below, so a hostile or truncated message is an InvalidData Status, never a crash,
+// an over-read or an unbounded allocation.
+//
+// Thread safety: pure functions over values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/page_pool.h"
+#include "model/forward.h"
+
+namespace shardlm {
+
+inline constexpr uint32_t kShardProtocolVersion = 1;
+inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
+// Limits Decode enforces (a peer asking for more is refused, not trusted).
+inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
+inline constexpr uint32_t kMaxShardString = 4096;
+
+enum class ShardMessageType : uint32_t {
+  kHello = 1,
+  kHelloReply = 2,
+  kRunBatch = 3,
+  kRunReply = 4,
+  kExportPages = 5,
+  kImportPages = 6,
+  kPagesReply = 7,
+  kStatsRequest = 8,
+  kStatsReply = 9,
+};
+const char* ShardMessageTypeName(ShardMessageType type);
+
+// Server → daemon, first message; the shared-memory region's fd travels with it.
+struct ShardHello {
+  uint32_t magic = kShardMagic;
+  uint32_t version = kShardProtocolVersion;
+  std::string model_path;   // the daemon opens this file itself (same host)
+  uint64_t fingerprint_hi = 0;  // ModelFingerprint of the file the server loaded
+  uint64_t fingerprint_lo = 0;
+  int32_t layer_begin = 0;  // the stage's range [begin, end)
+  int32_t layer_end = 0;
+  int32_t n_layers = 0;  // of the whole model (the daemon checks it against the file)
+  int32_t n_embd = 0;
+  int32_t n_vocab = 0;
+  // Page geometry: the daemon's pool has n_pages pages of page_tokens positions.
+  int32_t n_pages = 0;
+  int32_t page_tokens = 0;
+  uint32_t kv_type = 0;  // KvType
+  int32_t threads = 0;   // 0: the daemon's own --cores
+  int32_t max_batch_tokens = 0;
+  int32_t max_logit_rows = 0;  // most rows wanting logits in one batch (last stage)
+  uint64_t shm_bytes = 0;      // size of the attached region
+};
+
+// Daemon → server.
+struct ShardHelloReply {
+  uint32_t version = kShardProtocolVersion;
+  bool accepted = false;
+  std::string error;   // why it was refused (version, fingerprint, geometry, load error)
+  std::string device;  // what the daemon computes on, e.g. "cpu:1 (1 thread)"
+  int32_t threads = 0;
+  uint64_t weight_bytes = 0;
+  uint64_t kv_bytes = 0;
+  uint64_t rss_bytes = 0;  // daemon's resident set after loading
+};
+
+// Server → daemon: one batch. Hidden rows ([entries][n_embd] floats) are at the start of
+// the region's input area when the stage is not the first.
+struct ShardRunBatch {
+  uint64_t batch_id = 0;
+  std::vector<BatchEntry> entries;
+  std::vector<std::vector<PageId>> pages_by_slot;  // [slot] → page list (may be empty)
+  std::vector<PageCopy> copies;
+};
+
+// Daemon → server. On success the output area holds n_out_rows rows (hidden rows of
+// n_embd floats, or logits rows of n_vocab floats on the last stage).
+struct ShardRunReply {
+  uint64_t batch_id = 0;
+  uint32_t status_code = 0;  // StatusCode
+  std::string error;
+  int32_t n_out_rows = 0;
+  double compute_seconds = 0.0;
+};
+
+// Server → daemon: copy these pages' bytes (each page_bytes long, in order) to the output
+// area (export), or from the input area into these pages (import).
+struct ShardPages {
+  std::vector<PageId> pages;
+};
+
+struct ShardPagesReply {
+  uint32_t status_code = 0;
+  std::string error;
+  uint64_t page_bytes = 0;
+};
+
+struct ShardStatsReply {
+  uint64_t batches = 0;
+  uint64_t tokens = 0;
+  double busy_seconds = 0.0;
+  uint64_t rss_bytes = 0;
+};
+
+// Serialization. Encode appends the payload (without framing) to `out`.
+void EncodeHello(const ShardHello& m, std::vector<uint8_t>& out);
+void EncodeHelloReply(const ShardHelloReply& m, std::vector<uint8_t>& out);
+void EncodeRunBatch(const ShardRunBatch& m, std::vector<uint8_t>& out);
+void EncodeRunReply(const ShardRunReply& m, std::vector<uint8_t>& out);
+void EncodePages(const ShardPages& m, std::vector<uint8_t>& out);
+void EncodePagesReply(const ShardPagesReply& m, std::vector<uint8_t>& out);
+void EncodeStatsReply(const ShardStatsReply& m, std::vector<uint8_t>& out);
+
+Result<ShardHello> DecodeHello(std::span<const uint8_t> payload);
+Result<ShardHelloReply> DecodeHelloReply(std::span<const uint8_t> payload);
+Result<ShardRunBatch> DecodeRunBatch(std::span<const uint8_t> payload);
+Result<ShardRunReply> DecodeRunReply(std::span<const uint8_t> payload);
+Result<ShardPages> DecodePages(std::span<const uint8_t> payload);
+Result<ShardPagesReply> DecodePagesReply(std::span<const uint8_t> payload);
+Result<ShardStatsReply> DecodeStatsReply(std::span<const uint8_t> payload);
+
+// Layout of the shared region, [input area | output area], both 64-byte aligned:
+// input  = max(max_batch_tokens × n_embd floats, import pages), output = max(max_batch_tokens
+// × n_embd floats, max_logit_rows × n_vocab floats, export pages). Both sides compute it
+// from the Hello, so neither trusts offsets sent by the other.
+struct ShardRegionLayout {
+  size_t input_offset = 0;
+  size_t input_bytes = 0;
+  size_t output_offset = 0;
+  size_t output_bytes = 0;
+  size_t total_bytes = 0;
+};
+// page_bytes: one page of the stage's storage; pages_per_transfer: most pages moved by one
+// ExportPages/ImportPages.
+ShardRegionLayout ComputeRegionLayout(const ShardHello& hello, size_t page_bytes,
+                                      int pages_per_transfer);
+
+}  // namespace shardlm
