@@ -19,6 +19,7 @@
 
 #include "base/status.h"
 #include "runtime/sampler.h"
+#include "runtime/stage.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -90,6 +91,7 @@ struct EngineInfo {
   int32_t n_ctx = 0;  // per-sequence context limit
   int32_t n_vocab = 0;
   int32_t n_parallel = 0;
+  std::vector<StageInfo> stages;  // the placement, in pipeline order (GET /props)
 };
 
 class Engine {
