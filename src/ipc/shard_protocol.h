@@ -18,6 +18,10 @@
 // limits below, so a hostile or truncated message is an InvalidData Status, never a crash,
 // an over-read or an unbounded allocation.
 //
+// Decode does not judge meaning: Hello's magic, version and kv_type are checked by the
+// daemon so it can say what is wrong in HelloReply; status_code (< StatusCode::kSentinel),
+// bools (0/1) and doubles (finite) are checked here.
+//
 // Thread safety: pure functions over values.
 #pragma once
 
@@ -51,12 +55,14 @@ enum class ShardMessageType : uint32_t {
   kStatsReply = 9,
 };
 const char* ShardMessageTypeName(ShardMessageType type);
+// True when `type` is one of the values above (a frame's type field is checked with it).
+bool ShardMessageTypeValid(uint32_t type);
 
 // Server → daemon, first message; the shared-memory region's fd travels with it.
 struct ShardHello {
   uint32_t magic = kShardMagic;
   uint32_t version = kShardProtocolVersion;
-  std::string model_path;   // the daemon opens this file itself (same host)
+  std::string model_path;       // the daemon opens this file itself (same host)
   uint64_t fingerprint_hi = 0;  // ModelFingerprint of the file the server loaded
   uint64_t fingerprint_lo = 0;
   int32_t layer_begin = 0;  // the stage's range [begin, end)
@@ -104,6 +110,8 @@ struct ShardRunReply {
   int32_t n_out_rows = 0;
   double compute_seconds = 0.0;
 };
+
+// StatsRequest has an empty payload.
 
 // Server → daemon: copy these pages' bytes (each page_bytes long, in order) to the output
 // area (export), or from the input area into these pages (import).
@@ -153,7 +161,10 @@ struct ShardRegionLayout {
   size_t total_bytes = 0;
 };
 // page_bytes: one page of the stage's storage; pages_per_transfer: most pages moved by one
-// ExportPages/ImportPages.
+// ExportPages/ImportPages. input_bytes/output_bytes are rounded up to 64, so
+// total_bytes = input_bytes + output_bytes. Sizes that are negative or would overflow
+// size_t (a hostile or corrupt Hello) give an all-zero layout: total_bytes == 0 means
+// "refuse this Hello".
 ShardRegionLayout ComputeRegionLayout(const ShardHello& hello, size_t page_bytes,
                                       int pages_per_transfer);
 
