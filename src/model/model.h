@@ -34,6 +34,8 @@ class Model {
   bool is_first_stage() const { return weights_.has_embedding; }
   bool is_last_stage() const { return weights_.has_head; }
   const GgufFile& file() const { return *file_; }
+  // The file, shared: what a stage that binds another layer range of it keeps alive.
+  const std::shared_ptr<const GgufFile>& shared_file() const { return file_; }
 
   // The page pool shape this stage needs (its layers, kv heads, head_dim).
   PagePoolConfig KvPoolConfig(int n_pages, int page_tokens = kDefaultPageTokens,
