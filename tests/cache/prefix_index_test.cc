@@ -1,0 +1,266 @@
+#include "cache/prefix_index.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "kv/block_table.h"
+
+namespace shardlm {
+namespace {
+
+constexpr Fingerprint128 kModel{7, 11};
+constexpr int kPageTokens = 4;
+
+std::unique_ptr<PagePool> MakePool(int n_pages) {
+  PagePoolConfig config;
+  config.n_pages = n_pages;
+  config.page_tokens = kPageTokens;
+  config.n_layers = 1;
+  config.n_kv_heads = 1;
+  config.head_dim = 2;
+  auto pool = PagePool::Create(config);
+  EXPECT_TRUE(pool.ok()) << pool.status().message();
+  return std::move(pool).value();
+}
+
+std::vector<int32_t> Tokens(int n, int32_t first = 0) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+class PrefixIndexTest : public ::testing::Test {
+ protected:
+  // A sequence that filled `hashes.size()` pages and publishes them all; returns the pages
+  // (still held by the caller: one reference each).
+  std::vector<PageId> FillAndPublish(const std::vector<BlockHash>& hashes) {
+    std::vector<PageId> pages;
+    BlockHash parent = kRootBlockHash;
+    for (const BlockHash& hash : hashes) {
+      auto page = pool_->Allocate();
+      EXPECT_TRUE(page.ok());
+      pages.push_back(*page);
+      EXPECT_EQ(index_.Publish(hash, parent, *page), PublishOutcome::kPublished);
+      parent = hash;
+    }
+    return pages;
+  }
+  void ReleaseAll(const std::vector<PageId>& pages) {
+    for (PageId p : pages) pool_->Release(p);
+  }
+
+  std::unique_ptr<PagePool> pool_ = MakePool(16);
+  PrefixIndex index_{pool_.get()};
+};
+
+TEST_F(PrefixIndexTest, PublishTakesOneReferenceAndLookupOneMore) {
+  const auto hashes = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  const auto pages = FillAndPublish(hashes);
+  for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 2);  // sequence + index
+  ReleaseAll(pages);                                        // the sequence finished
+  for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 1);
+  EXPECT_EQ(index_.CountUnreferenced(), 3);
+  {
+    PrefixHit hit = index_.Lookup(hashes);
+    ASSERT_EQ(hit.n_blocks(), 3);
+    EXPECT_EQ(hit.pages(), pages);
+    for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 2);  // index + hit
+    EXPECT_EQ(index_.CountUnreferenced(), 0);
+  }
+  for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 1);  // the hit released its own
+}
+
+TEST_F(PrefixIndexTest, LookupReturnsTheLongestCachedLeadingChain) {
+  const auto hashes = ChainBlockHashes(Tokens(16), kPageTokens, kModel);
+  ReleaseAll(FillAndPublish({hashes[0], hashes[1]}));
+  EXPECT_EQ(index_.Lookup(hashes).n_blocks(), 2);
+  EXPECT_EQ(index_.Lookup(std::span(hashes).first(1)).n_blocks(), 1);
+  EXPECT_EQ(index_.Lookup({}).n_blocks(), 0);
+
+  // Another conversation diverging in block 1 shares block 0 only.
+  auto other_tokens = Tokens(16);
+  other_tokens[5] = 999;
+  EXPECT_EQ(index_.Lookup(ChainBlockHashes(other_tokens, kPageTokens, kModel)).n_blocks(), 1);
+  // A chain that does not start at block 0 never hits, even if its hashes are cached.
+  EXPECT_EQ(index_.Lookup(std::span(hashes).subspan(1)).n_blocks(), 0);
+  // Another model shares nothing.
+  EXPECT_EQ(index_.Lookup(ChainBlockHashes(Tokens(16), kPageTokens, {7, 12})).n_blocks(), 0);
+
+  const PrefixIndexStats& s = index_.stats();
+  EXPECT_EQ(s.lookups, 6);
+  EXPECT_EQ(s.hit_blocks, 2 + 1 + 0 + 1 + 0 + 0);
+  EXPECT_EQ(s.lookup_blocks, 4 + 1 + 0 + 4 + 3 + 4);
+  EXPECT_EQ(s.published, 2);
+}
+
+TEST_F(PrefixIndexTest, PublishOutcomes) {
+  const auto hashes = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  auto a = pool_->Allocate();
+  auto b = pool_->Allocate();
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Block 1 before block 0: it would be unreachable, so the index takes nothing.
+  EXPECT_EQ(index_.Publish(hashes[1], hashes[0], *b), PublishOutcome::kParentMissing);
+  EXPECT_EQ(pool_->refcount(*b), 1);
+  EXPECT_EQ(index_.Publish(hashes[0], kRootBlockHash, *a), PublishOutcome::kPublished);
+  // A second sequence computed the same block into another page: the first page stays.
+  EXPECT_EQ(index_.Publish(hashes[0], kRootBlockHash, *b), PublishOutcome::kAlreadyCached);
+  EXPECT_EQ(pool_->refcount(*b), 1);
+  EXPECT_EQ(index_.PageOf(hashes[0]), *a);
+  EXPECT_EQ(index_.stats().published, 1);
+  pool_->Release(*a);
+  pool_->Release(*b);
+}
+
+TEST_F(PrefixIndexTest, TwoSequencesShareAPrefixThroughTheirBlockTables) {
+  const auto prompt = Tokens(10);  // two full pages and a partial one
+  const auto hashes = ChainBlockHashes(prompt, kPageTokens, kModel);
+  ASSERT_EQ(hashes.size(), 2u);
+  const int free_at_start = pool_->n_free();
+
+  BlockTable first(pool_.get());
+  ASSERT_TRUE(first.PrepareWrite(0, 10).ok());
+  first.SetTokens(10);
+  EXPECT_EQ(index_.Publish(hashes[0], kRootBlockHash, first.page(0)), PublishOutcome::kPublished);
+  EXPECT_EQ(index_.Publish(hashes[1], hashes[0], first.page(1)), PublishOutcome::kPublished);
+
+  BlockTable second(pool_.get());
+  {
+    PrefixHit hit = index_.Lookup(hashes);
+    ASSERT_EQ(hit.n_blocks(), 2);
+    for (PageId page : hit.pages()) second.AppendSharedPage(page);
+  }
+  EXPECT_EQ(second.n_tokens(), 8);
+  EXPECT_EQ(second.page(0), first.page(0));
+  EXPECT_EQ(second.page(1), first.page(1));
+  // index + first table + second table; the hit's references are gone.
+  EXPECT_EQ(pool_->refcount(first.page(0)), 3);
+  EXPECT_EQ(pool_->refcount(first.page(1)), 3);
+  // Only the partial page was allocated twice: 3 pages for the first, 1 for the second.
+  ASSERT_TRUE(second.PrepareWrite(8, 10).ok());
+  EXPECT_EQ(pool_->n_free(), free_at_start - 4);
+
+  // Nothing is evictable while the sequences hold the pages.
+  EXPECT_EQ(index_.EvictUnreferenced(10), 0);
+  first.Clear();
+  EXPECT_EQ(index_.EvictUnreferenced(10), 0);
+  second.Clear();
+  EXPECT_EQ(pool_->n_free(), free_at_start - 2);  // the cached pages stay
+  EXPECT_EQ(index_.EvictUnreferenced(10), 2);
+  EXPECT_EQ(pool_->n_free(), free_at_start);  // capacity back to its baseline
+  EXPECT_EQ(index_.size(), 0);
+}
+
+TEST_F(PrefixIndexTest, EvictsLeastRecentlyUsedLeavesFirst) {
+  // Three independent one-block chains a, b, c published in that order.
+  const auto a = ChainBlockHashes(Tokens(4, 0), kPageTokens, kModel);
+  const auto b = ChainBlockHashes(Tokens(4, 100), kPageTokens, kModel);
+  const auto c = ChainBlockHashes(Tokens(4, 200), kPageTokens, kModel);
+  ReleaseAll(FillAndPublish(a));
+  ReleaseAll(FillAndPublish(b));
+  ReleaseAll(FillAndPublish(c));
+  EXPECT_EQ(index_.Lookup(a).n_blocks(), 1);  // a is now the most recently used
+  EXPECT_EQ(index_.EvictUnreferenced(1), 1);
+  EXPECT_FALSE(index_.Contains(b[0]));
+  EXPECT_EQ(index_.EvictUnreferenced(1), 1);
+  EXPECT_FALSE(index_.Contains(c[0]));
+  EXPECT_TRUE(index_.Contains(a[0]));
+  EXPECT_EQ(index_.stats().evicted, 2);
+}
+
+TEST_F(PrefixIndexTest, EvictsAChainFromItsTail) {
+  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  ReleaseAll(FillAndPublish(chain));
+  const auto other = ChainBlockHashes(Tokens(4, 500), kPageTokens, kModel);
+  ReleaseAll(FillAndPublish(other));  // used after the whole chain
+  // The chain's blocks are older than `other`; its tail goes first, then its parents,
+  // within one call (a freed leaf's parent becomes a candidate at once).
+  EXPECT_EQ(index_.EvictUnreferenced(1), 1);
+  EXPECT_FALSE(index_.Contains(chain[2]));
+  EXPECT_TRUE(index_.Contains(chain[1]));
+  EXPECT_EQ(index_.EvictUnreferenced(2), 2);
+  EXPECT_TRUE(index_.Contains(other[0]));  // chain[0] and chain[1] were used earlier
+  EXPECT_EQ(index_.size(), 1);
+}
+
+TEST_F(PrefixIndexTest, WhatRemainsOfAnEvictedChainIsReachable) {
+  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  ReleaseAll(FillAndPublish(chain));
+  EXPECT_EQ(index_.EvictUnreferenced(1), 1);
+  EXPECT_EQ(index_.Lookup(chain).n_blocks(), 2);
+  // The lookup made blocks 0 and 1 recent; block 1 is now the chain's tail, then block 0.
+  EXPECT_EQ(index_.EvictUnreferenced(1), 1);
+  EXPECT_FALSE(index_.Contains(chain[1]));
+  EXPECT_EQ(index_.Lookup(chain).n_blocks(), 1);
+}
+
+TEST_F(PrefixIndexTest, NeverEvictsPagesInUse) {
+  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
+  const auto pages = FillAndPublish(chain);  // the sequence still holds them
+  const auto other = ChainBlockHashes(Tokens(4, 500), kPageTokens, kModel);
+  ReleaseAll(FillAndPublish(other));
+  EXPECT_EQ(index_.EvictUnreferenced(10), 1);  // only `other`
+  EXPECT_TRUE(index_.Contains(chain[0]));
+  EXPECT_TRUE(index_.Contains(chain[1]));
+  for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 2);
+  // A hit held by a caller also protects its pages.
+  pool_->Release(pages[1]);
+  PrefixHit hit = index_.Lookup(chain);
+  pool_->Release(pages[0]);
+  EXPECT_EQ(index_.EvictUnreferenced(10), 0);
+  hit.Release();
+  EXPECT_EQ(index_.EvictUnreferenced(10), 2);
+  EXPECT_EQ(pool_->n_free(), pool_->n_pages());
+}
+
+TEST_F(PrefixIndexTest, AnInnerBlockStaysWhileADescendantIsCached) {
+  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
+  const auto pages = FillAndPublish(chain);
+  pool_->Release(pages[0]);  // block 0 unreferenced, block 1 still in use
+  EXPECT_EQ(index_.EvictUnreferenced(10), 0);
+  pool_->Release(pages[1]);
+  EXPECT_EQ(index_.EvictUnreferenced(10), 2);
+}
+
+TEST_F(PrefixIndexTest, EraseRemovesTheBlockAndItsDescendants) {
+  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  auto branch_tokens = Tokens(12);
+  branch_tokens[9] = 77;  // shares blocks 0 and 1, differs in block 2
+  const auto branch = ChainBlockHashes(branch_tokens, kPageTokens, kModel);
+  const auto pages = FillAndPublish(chain);
+  auto extra = pool_->Allocate();
+  ASSERT_TRUE(extra.ok());
+  ASSERT_EQ(index_.Publish(branch[2], branch[1], *extra), PublishOutcome::kPublished);
+  EXPECT_EQ(index_.Erase(chain[1]), 3);  // chain[1], chain[2], branch[2]
+  EXPECT_EQ(index_.Erase(chain[1]), 0);
+  EXPECT_EQ(index_.size(), 1);
+  EXPECT_EQ(index_.Lookup(chain).n_blocks(), 1);
+  EXPECT_EQ(pool_->refcount(pages[2]), 1);  // only the sequence now
+  EXPECT_EQ(pool_->refcount(*extra), 1);
+  ReleaseAll(pages);
+  pool_->Release(*extra);
+  EXPECT_EQ(index_.EvictUnreferenced(10), 1);
+  EXPECT_EQ(pool_->n_free(), pool_->n_pages());
+}
+
+TEST_F(PrefixIndexTest, ClearAndDestructionReleaseTheIndexReferences) {
+  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
+  ReleaseAll(FillAndPublish(chain));
+  EXPECT_LT(pool_->n_free(), pool_->n_pages());
+  index_.Clear();
+  EXPECT_EQ(pool_->n_free(), pool_->n_pages());
+  EXPECT_EQ(index_.Lookup(chain).n_blocks(), 0);
+  {
+    PrefixIndex scoped(pool_.get());
+    auto page = pool_->Allocate();
+    ASSERT_TRUE(page.ok());
+    ASSERT_EQ(scoped.Publish(chain[0], kRootBlockHash, *page), PublishOutcome::kPublished);
+    pool_->Release(*page);
+  }
+  EXPECT_EQ(pool_->n_free(), pool_->n_pages());
+}
+
+}  // namespace
+}  // namespace shardlm
