@@ -117,9 +117,12 @@ Status RemoteStage::Handshake() {
   }
   hello_reply_ = std::move(reply).value();
   channel_ = std::move(channel).value();
-  info_.threads = hello_reply_.threads;
-  info_.weight_bytes = hello_reply_.weight_bytes;
-  info_.kv_bytes = hello_reply_.kv_bytes;
+  if (!connected_once_) {  // info() is read without a lock: it is set once, by Create
+    info_.threads = hello_reply_.threads;
+    info_.weight_bytes = hello_reply_.weight_bytes;
+    info_.kv_bytes = hello_reply_.kv_bytes;
+    connected_once_ = true;
+  }
   std::lock_guard<std::mutex> lock(state_mu_);
   down_reason_.clear();
   return Status::Ok();

@@ -74,7 +74,8 @@ class RemoteStage : public Stage {
   Status ImportPages(std::span<const PageId> pages, const uint8_t* src);
   // The daemon's own statistics (its batches, busy time, resident set).
   Result<ShardStatsReply> DaemonStats();
-  // The daemon's answer to the last accepted Hello (device, threads, bytes, RSS).
+  // The daemon's answer to the last accepted Hello (device, threads, bytes, RSS). Not to be
+  // read while another thread may call Reconnect.
   const ShardHelloReply& hello_reply() const { return hello_reply_; }
 
  private:
@@ -101,6 +102,7 @@ class RemoteStage : public Stage {
   std::unique_ptr<MessageChannel> channel_;
   std::unique_ptr<ShmRegion> region_;
   ShardHelloReply hello_reply_;
+  bool connected_once_ = false;  // info_'s daemon figures are set
   uint64_t next_batch_id_ = 1;
   std::vector<uint8_t> scratch_;
 
