@@ -1,4 +1,5 @@
-// BlockTable: a sequence's logical pages, with copy-on-write of shared pages.
+// BlockTable: a sequence's logical pages, with copy-on-write of shared pages (see
+// block_table.h).
 #include "kv/block_table.h"
 
 #include <algorithm>
@@ -7,12 +8,14 @@
 
 namespace shardlm {
 
-BlockTable::BlockTable(PagePool* pool) : pool_(pool) { SHARDLM_CHECK(pool != nullptr); }
+BlockTable::BlockTable(PageAllocator* allocator) : allocator_(allocator) {
+  SHARDLM_CHECK(allocator != nullptr);
+}
 
 BlockTable::~BlockTable() { Clear(); }
 
 BlockTable::BlockTable(BlockTable&& other) noexcept
-    : pool_(other.pool_), pages_(std::move(other.pages_)), n_tokens_(other.n_tokens_) {
+    : allocator_(other.allocator_), pages_(std::move(other.pages_)), n_tokens_(other.n_tokens_) {
   other.pages_.clear();
   other.n_tokens_ = 0;
 }
@@ -20,7 +23,7 @@ BlockTable::BlockTable(BlockTable&& other) noexcept
 BlockTable& BlockTable::operator=(BlockTable&& other) noexcept {
   if (this != &other) {
     Clear();
-    pool_ = other.pool_;
+    allocator_ = other.allocator_;
     pages_ = std::move(other.pages_);
     n_tokens_ = other.n_tokens_;
     other.pages_.clear();
@@ -29,32 +32,33 @@ BlockTable& BlockTable::operator=(BlockTable&& other) noexcept {
   return *this;
 }
 
-Status BlockTable::PrepareWrite(int begin, int end) {
+Status BlockTable::PrepareWrite(int begin, int end, std::vector<PageCopy>* copies) {
+  SHARDLM_CHECK(copies != nullptr);
   SHARDLM_CHECK(begin >= 0 && begin <= end && begin <= n_tokens_);
   if (begin == end) return Status::Ok();
-  const int page_tokens = pool_->page_tokens();
+  const int page_tokens = allocator_->page_tokens();
   const int first_page = begin / page_tokens;
   const int last_page = (end - 1) / page_tokens;
   // Count what is needed first, so that a failure leaves the table unchanged.
   int needed = std::max(0, last_page + 1 - n_pages());
   for (int i = first_page; i < std::min(last_page + 1, n_pages()); ++i) {
-    if (pool_->refcount(pages_[i]) > 1) ++needed;
+    if (allocator_->refcount(pages_[i]) > 1) ++needed;
   }
-  if (needed > pool_->n_free()) {
+  if (needed > allocator_->n_free()) {
     return OutOfRange(
         "KV pool exhausted: positions [{}, {}) need {} more pages but only {} of {} are free "
         "(raise --kv-pages)",
-        begin, end, needed, pool_->n_free(), pool_->n_pages());
+        begin, end, needed, allocator_->n_free(), allocator_->n_pages());
   }
   for (int i = first_page; i < std::min(last_page + 1, n_pages()); ++i) {
-    if (pool_->refcount(pages_[i]) == 1) continue;
-    SHARDLM_ASSIGN_OR_RETURN(PageId copy, pool_->Allocate());
-    pool_->CopyPage(pages_[i], copy);
-    pool_->Release(pages_[i]);
+    if (allocator_->refcount(pages_[i]) == 1) continue;
+    SHARDLM_ASSIGN_OR_RETURN(PageId copy, allocator_->Allocate());
+    copies->push_back({pages_[i], copy});
+    allocator_->Release(pages_[i]);
     pages_[i] = copy;
   }
   while (n_pages() <= last_page) {
-    SHARDLM_ASSIGN_OR_RETURN(PageId page, pool_->Allocate());
+    SHARDLM_ASSIGN_OR_RETURN(PageId page, allocator_->Allocate());
     pages_.push_back(page);
   }
   return Status::Ok();
@@ -67,10 +71,10 @@ void BlockTable::SetTokens(int n) {
 
 void BlockTable::Truncate(int n) {
   SHARDLM_CHECK(n >= 0);
-  const int page_tokens = pool_->page_tokens();
+  const int page_tokens = allocator_->page_tokens();
   const int keep_pages = (n + page_tokens - 1) / page_tokens;
   while (n_pages() > keep_pages) {
-    pool_->Release(pages_.back());
+    allocator_->Release(pages_.back());
     pages_.pop_back();
   }
   n_tokens_ = std::min(n_tokens_, n);
@@ -78,22 +82,22 @@ void BlockTable::Truncate(int n) {
 
 void BlockTable::AppendSharedPage(PageId page) {
   SHARDLM_CHECK(n_tokens_ == capacity_tokens());
-  pool_->Retain(page);
+  allocator_->Retain(page);
   pages_.push_back(page);
-  n_tokens_ += pool_->page_tokens();
+  n_tokens_ += allocator_->page_tokens();
 }
 
 BlockTable BlockTable::Fork() const {
-  BlockTable copy(pool_);
-  for (PageId page : pages_) pool_->Retain(page);
+  BlockTable copy(allocator_);
+  for (PageId page : pages_) allocator_->Retain(page);
   copy.pages_ = pages_;
   copy.n_tokens_ = n_tokens_;
   return copy;
 }
 
 void BlockTable::Clear() {
-  if (pool_ != nullptr) {
-    for (PageId page : pages_) pool_->Release(page);
+  if (allocator_ != nullptr) {
+    for (PageId page : pages_) allocator_->Release(page);
   }
   pages_.clear();
   n_tokens_ = 0;

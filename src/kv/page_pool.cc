@@ -1,4 +1,4 @@
-// PagePool: page storage, free list and reference counts (see page_pool.h).
+// PagePool: page storage of one stage (see page_pool.h).
 #include "kv/page_pool.h"
 
 #include <cstring>
@@ -64,43 +64,22 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
   }
   // Not zeroed: a position is read only after it was written, and untouched pages of a
   // large pool stay uncommitted until used.
-  pool->refcounts_.assign(config.n_pages, 0);
-  pool->free_list_.reserve(config.n_pages);
-  for (PageId page = config.n_pages - 1; page >= 0; --page) pool->free_list_.push_back(page);
   return pool;
 }
 
-Result<PageId> PagePool::Allocate() {
-  if (free_list_.empty()) {
-    return OutOfRange("KV pool exhausted: all {} pages of {} tokens are in use (raise --kv-pages)",
-                      config_.n_pages, config_.page_tokens);
-  }
-  const PageId page = free_list_.back();
-  free_list_.pop_back();
-  SHARDLM_CHECK(refcounts_[page] == 0);
-  refcounts_[page] = 1;
-  return page;
-}
-
-void PagePool::Retain(PageId page) {
-  SHARDLM_CHECK(page >= 0 && page < config_.n_pages && refcounts_[page] > 0);
-  ++refcounts_[page];
-}
-
-void PagePool::Release(PageId page) {
-  SHARDLM_CHECK(page >= 0 && page < config_.n_pages && refcounts_[page] > 0);
-  if (--refcounts_[page] == 0) free_list_.push_back(page);
-}
-
-int PagePool::refcount(PageId page) const {
-  SHARDLM_CHECK(page >= 0 && page < config_.n_pages);
-  return refcounts_[page];
-}
-
 void PagePool::CopyPage(PageId src, PageId dst) {
-  SHARDLM_CHECK(refcount(src) > 0 && refcount(dst) > 0);
-  std::memcpy(storage_.get() + size_t(dst) * page_bytes_,
-              storage_.get() + size_t(src) * page_bytes_, page_bytes_);
+  SHARDLM_CHECK(src >= 0 && src < config_.n_pages && dst >= 0 && dst < config_.n_pages);
+  if (src == dst) return;
+  std::memcpy(page_data(dst), page_data(src), page_bytes_);
+}
+
+uint8_t* PagePool::page_data(PageId page) {
+  SHARDLM_CHECK(page >= 0 && page < config_.n_pages);
+  return storage_.get() + size_t(page) * page_bytes_;
+}
+
+const uint8_t* PagePool::page_data(PageId page) const {
+  return const_cast<PagePool*>(this)->page_data(page);
 }
 
 void* PagePool::RowPtr(PageId page, int layer_idx, int kv, int offset) {

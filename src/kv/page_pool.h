@@ -1,22 +1,28 @@
-// PagePool: the resident KV store of one stage, a fixed number of equally sized pages.
+// PagePool: the KV page storage of one stage, a fixed number of equally sized pages.
 //
 // A page holds `page_tokens` consecutive positions of K and V for every layer of the stage.
 // Byte layout of one page (elements of `kv_type`):
 //   for layer_idx in [0, n_layers):            (stage-local layer index)
 //     K: [page_tokens][n_kv_heads][head_dim]
 //     V: [page_tokens][n_kv_heads][head_dim]
-// so one position of one layer is a contiguous row of n_kv_heads × head_dim elements.
+// so one position of one layer is a contiguous row of n_kv_heads × head_dim elements, and
+// page_data(page) is the whole page as page_bytes() contiguous bytes (export and import
+// of pages: shard protocol, disk cache).
 //
-// Goals: memory bounded by configuration (n_pages), never by the prompt: running out of
-// pages is an OutOfRange error that names the limit and the flag to raise; reference counts
-// so that several block tables can share a page (prefix sharing, forks); O(1) allocate/free.
-// Non-goals: eviction to a slower tier and pinning (the pager, later), content hashing
-// (cache/), deciding which sequence gets pages (the scheduler).
+// Page ids are handed out by a PageAllocator (kv/page_allocator.h) that serves every stage
+// of a pipeline: each stage's pool stores the same logical page under the same id. The pool
+// itself knows nothing of which pages are in use.
 //
-// Thread safety: not thread-safe; the stage's owner thread allocates and releases. During a
-// forward pass worker threads read and write page contents through KeyRow/ValueRow, each
-// (page, layer, position) written by exactly one task.
-// Lifetime: page memory lives as long as the pool; a PageId is valid while its refcount > 0.
+// Goals: memory bounded by configuration (n_pages, allocated once and validated against
+// overflow); row access for the forward pass; whole-page copy (copy-on-write) and bytes.
+// Non-goals: allocation and refcounts (PageAllocator), eviction to a slower tier and
+// pinning (the pager, later), content hashing (cache/).
+//
+// Thread safety: not thread-safe; the stage's owner thread copies pages between batches.
+// During a forward pass worker threads read and write page contents through
+// KeyRow/ValueRow, each (page, layer, position) written by exactly one task.
+// Lifetime: page memory lives as long as the pool; its contents are meaningful only for the
+// pages the allocator has handed out.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +30,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "base/status.h"
 
@@ -75,19 +80,15 @@ class PagePool {
   const PagePoolConfig& config() const { return config_; }
   int page_tokens() const { return config_.page_tokens; }
   int n_pages() const { return config_.n_pages; }
-  int n_free() const { return static_cast<int>(free_list_.size()); }
   size_t page_bytes() const { return page_bytes_; }
   size_t row_elements() const { return row_elements_; }  // n_kv_heads × head_dim
 
-  // A free page with refcount 1, or OutOfRange when every page is in use.
-  Result<PageId> Allocate();
-  // Refcount +1 (another block table maps the page).
-  void Retain(PageId page);
-  // Refcount −1; the page returns to the free list at 0.
-  void Release(PageId page);
-  int refcount(PageId page) const;
   // Copies the contents of `src` into `dst` (copy-on-write of a shared page).
   void CopyPage(PageId src, PageId dst);
+
+  // The whole page: page_bytes() bytes in the layout above.
+  uint8_t* page_data(PageId page);
+  const uint8_t* page_data(PageId page) const;
 
   // Row of K or V: [n_kv_heads][head_dim] elements of kv_type for (layer_idx, position
   // offset inside the page). layer_idx is stage-local.
@@ -113,8 +114,6 @@ class PagePool {
   size_t row_bytes_ = 0;
   size_t page_bytes_ = 0;
   std::unique_ptr<uint8_t[]> storage_;  // [n_pages][page_bytes]
-  std::vector<int32_t> refcounts_;      // [n_pages]
-  std::vector<PageId> free_list_;       // stack; top = next page handed out
 };
 
 }  // namespace shardlm

@@ -12,9 +12,9 @@ namespace {
 
 // Calls fn(position, page, offset) for positions [0, n_ctx) in order, page by page.
 template <typename Fn>
-void ForEachPosition(const BlockTable& table, int page_tokens, int n_ctx, Fn&& fn) {
+void ForEachPosition(PageList pages, int page_tokens, int n_ctx, Fn&& fn) {
   for (int page_idx = 0, pos = 0; pos < n_ctx; ++page_idx) {
-    const PageId page = table.page(page_idx);
+    const PageId page = pages[page_idx];
     const int n = std::min(page_tokens, n_ctx - pos);
     for (int offset = 0; offset < n; ++offset, ++pos) fn(pos, page, offset);
   }
@@ -27,12 +27,12 @@ constexpr int kMaxRunRows = 64;
 // inside one page, in position order; rows[r] is the F32 K (or V) row of position pos + r
 // for one kv head.
 template <typename Fn>
-void ForEachRunF32(const PagePool& pool, const BlockTable& table, int layer_idx, bool values,
+void ForEachRunF32(const PagePool& pool, PageList pages, int layer_idx, bool values,
                    int64_t head_offset, int n_ctx, Fn&& fn) {
   const int page_tokens = pool.page_tokens();
   const float* rows[kMaxRunRows];
   for (int pos = 0; pos < n_ctx;) {
-    const PageId page = table.page(pos / page_tokens);
+    const PageId page = pages[pos / page_tokens];
     const int offset = pos % page_tokens;
     const int n = std::min({kMaxRunRows, page_tokens - offset, n_ctx - pos});
     for (int r = 0; r < n; ++r) {
@@ -116,12 +116,12 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, Visi
 
 // F16 cache: runs of one row, converted once and used by every (token, head) of the tile.
 template <typename Fn>
-void ForEachRowF16(const PagePool& pool, const BlockTable& table, int layer_idx, bool values,
+void ForEachRowF16(const PagePool& pool, PageList pages, int layer_idx, bool values,
                    int64_t head_offset, int head_dim, int n_ctx, Fn&& fn) {
   const AttentionKernels& kern = GetAttentionKernels();
   float row[512];  // head_dim <= 512 (ModelConfig)
   const float* rows[1] = {row};
-  ForEachPosition(table, pool.page_tokens(), n_ctx, [&](int pos, PageId page, int offset) {
+  ForEachPosition(pages, pool.page_tokens(), n_ctx, [&](int pos, PageId page, int offset) {
     const void* src =
         values ? pool.ValueRow(page, layer_idx, offset) : pool.KeyRow(page, layer_idx, offset);
     kern.half_row(static_cast<const uint16_t*>(src) + head_offset, row, head_dim);
@@ -131,30 +131,30 @@ void ForEachRowF16(const PagePool& pool, const BlockTable& table, int layer_idx,
 
 }  // namespace
 
-void AttendTile(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_dim,
                 const AttentionTile& tile, float* scores) {
   SHARDLM_DCHECK(tile.n_tokens >= 1 && tile.n_tokens <= kMaxTileTokens);
-  SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= table.capacity_tokens());
+  SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= int64_t(pages.size()) * pool.page_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
   const int64_t head_offset = int64_t(tile.kv_head) * head_dim;
   const int n_ctx = tile.first_position + tile.n_tokens;
   if (pool.config().kv_type == KvType::kF32) {
     AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
-      ForEachRunF32(pool, table, layer_idx, values, head_offset, n_ctx, fn);
+      ForEachRunF32(pool, pages, layer_idx, values, head_offset, n_ctx, fn);
     });
   } else {
     AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
-      ForEachRowF16(pool, table, layer_idx, values, head_offset, head_dim, n_ctx, fn);
+      ForEachRowF16(pool, pages, layer_idx, values, head_offset, head_dim, n_ctx, fn);
     });
   }
 }
 
-void WriteKv(PagePool& pool, const BlockTable& table, int layer_idx, int position, const float* k,
+void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const float* k,
              const float* v) {
   const int page_tokens = pool.page_tokens();
-  const PageId page = table.page(position / page_tokens);
+  SHARDLM_DCHECK(size_t(position / page_tokens) < pages.size());
+  const PageId page = pages[position / page_tokens];
   const int offset = position % page_tokens;
-  SHARDLM_DCHECK(pool.refcount(page) == 1);
   const size_t n = pool.row_elements();
   void* k_dst = pool.KeyRow(page, layer_idx, offset);
   void* v_dst = pool.ValueRow(page, layer_idx, offset);

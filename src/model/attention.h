@@ -8,11 +8,15 @@
 // Non-goals: flash-style online softmax (it would change the rounding vs llama.cpp),
 // sliding windows (gemma3, later). Row kernels (dot, axpy) live in attention_kernels.h.
 //
+// A sequence's pages come as a PageList (logical page index → page id in the stage's pool);
+// these functions never allocate, copy or check refcounts: the caller's block table made
+// the pages writable and the forward pass validated the ids.
+//
 // Thread safety: AttendTile only reads the pool; concurrent calls are fine while no one
-// writes the pages it reads. WriteKv writes one position's rows.
+// writes the pages it reads. WriteKv writes one position's rows; concurrent calls for
+// distinct (page, position) pairs are fine.
 #pragma once
 
-#include "kv/block_table.h"
 #include "kv/page_pool.h"
 
 namespace shardlm {
@@ -35,15 +39,17 @@ struct AttentionTile {
   float scale = 1.0f;  // 1/sqrt(head_dim)
 };
 
-// Attention of every (token, head) of `tile` over `table`'s KV in layer `layer_idx`
-// (stage-local). scores: scratch of n_tokens × n_heads × (first_position + n_tokens) floats.
-// Each (token, head) result is bitwise what it would be alone: tiling only shares reads.
-void AttendTile(const PagePool& pool, const BlockTable& table, int layer_idx, int head_dim,
+// Attention of every (token, head) of `tile` over the KV of `pages` in layer `layer_idx`
+// (stage-local), positions [0, first_position + n_tokens). `pages` must cover those
+// positions and hold valid KV for them. scores: scratch of n_tokens × n_heads ×
+// (first_position + n_tokens) floats. Each (token, head) result is bitwise what it would
+// be alone: tiling only shares reads.
+void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_dim,
                 const AttentionTile& tile, float* scores);
 
-// Stores k, v ([n_kv_heads][head_dim] each) at `position` of `table` in layer `layer_idx`.
-// The page must be writable (BlockTable::PrepareWrite).
-void WriteKv(PagePool& pool, const BlockTable& table, int layer_idx, int position, const float* k,
+// Stores k, v ([n_kv_heads][head_dim] each) at `position` of `pages` in layer `layer_idx`.
+// The page must be private to the writer (BlockTable::PrepareWrite, copies applied).
+void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const float* k,
              const float* v);
 
 }  // namespace shardlm

@@ -15,22 +15,20 @@ namespace shardlm {
 
 // Every buffer is sized once for max_batch_tokens (B) rows; a batch uses its first rows.
 struct ForwardPass::Activations {
-  std::vector<float> x;                  // [B][n_embd] residual stream
-  std::vector<float> xn;                 // [B][n_embd] normed input of the current sublayer
-  std::vector<float> q;                  // [B][n_head][head_dim]
-  std::vector<float> k;                  // [B][n_head_kv][head_dim]
-  std::vector<float> v;                  // [B][n_head_kv][head_dim]
-  std::vector<float> attn;               // [B][n_head][head_dim] attention output
-  std::vector<float> proj;               // [B][n_embd] attn_output / ffn_down result
-  std::vector<float> gate;               // [B][n_ff] gate projection, then SiLU(gate)·up
-  std::vector<float> up;                 // [B][n_ff]
-  std::vector<float> rope;               // [B][n_rot] (cos, sin) per rotated pair
-  std::vector<float> scores;             // [n_threads][gqa_group][max_ctx] attention probabilities
-  std::vector<int32_t> head_rows;        // [B] batch index of each logits row
-  std::vector<int32_t> slot_begin;       // [n_slots] first position of the slot in the batch
-  std::vector<int32_t> slot_next;        // [n_slots] last position + 1 (−1: slot unused)
-  std::vector<BlockTable*> used_tables;  // [used slots] tables the batch writes
-  std::vector<Tile> tiles;               // [<= B] attention tiles of the batch
+  std::vector<float> x;            // [B][n_embd] residual stream
+  std::vector<float> xn;           // [B][n_embd] normed input of the current sublayer
+  std::vector<float> q;            // [B][n_head][head_dim]
+  std::vector<float> k;            // [B][n_head_kv][head_dim]
+  std::vector<float> v;            // [B][n_head_kv][head_dim]
+  std::vector<float> attn;         // [B][n_head][head_dim] attention output
+  std::vector<float> proj;         // [B][n_embd] attn_output / ffn_down result
+  std::vector<float> gate;         // [B][n_ff] gate projection, then SiLU(gate)·up
+  std::vector<float> up;           // [B][n_ff]
+  std::vector<float> rope;         // [B][n_rot] (cos, sin) per rotated pair
+  std::vector<float> scores;       // [n_threads][gqa_group][max_ctx] attention probabilities
+  std::vector<int32_t> head_rows;  // [B] batch index of each logits row
+  std::vector<int32_t> slot_next;  // [n_slots] last position + 1 (−1: slot unused)
+  std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
   size_t scores_per_worker = 0;  // kMaxTileTokens × gqa_group × max_ctx
@@ -70,7 +68,7 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
 ForwardPass::~ForwardPass() = default;
 
 Status ForwardPass::Validate(std::span<const BatchEntry> batch,
-                             std::span<BlockTable* const> tables_by_slot, const float* hidden_in,
+                             std::span<const PageList> pages_by_slot, const float* hidden_in,
                              const float* out) {
   if (batch.empty() || batch.size() > size_t(max_batch_tokens_)) {
     return InvalidArgument("batch of {} tokens (must be 1..{})", batch.size(), max_batch_tokens_);
@@ -80,70 +78,56 @@ Status ForwardPass::Validate(std::span<const BatchEntry> batch,
                            model_.layers().end);
   }
   if (out == nullptr) return InvalidArgument("no output buffer for the stage's rows");
-  act_->slot_next.assign(tables_by_slot.size(), -1);
-  act_->used_tables.clear();
+  act_->slot_next.assign(pages_by_slot.size(), -1);
   for (const BatchEntry& e : batch) {
-    SHARDLM_TRY(ValidateEntry(e, tables_by_slot, hidden_in != nullptr));
-  }
-  // Two slots sharing one table would write the same pages twice.
-  std::sort(act_->used_tables.begin(), act_->used_tables.end());
-  if (std::adjacent_find(act_->used_tables.begin(), act_->used_tables.end()) !=
-      act_->used_tables.end()) {
-    return InvalidArgument("two slots of the batch map the same block table");
+    SHARDLM_TRY(ValidateEntry(e, pages_by_slot, hidden_in != nullptr));
   }
   return Status::Ok();
 }
 
-// Per slot, positions must continue the table: consecutive, starting at most at n_tokens.
-Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<BlockTable* const> tables_by_slot,
+// Per slot, positions are consecutive and covered by the slot's pages.
+Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<const PageList> pages_by_slot,
                                   bool has_hidden) {
-  if (e.slot < 0 || size_t(e.slot) >= tables_by_slot.size() || !tables_by_slot[e.slot]) {
-    return InvalidArgument("batch entry has slot {} without a block table", e.slot);
+  if (e.slot < 0 || size_t(e.slot) >= pages_by_slot.size() || pages_by_slot[e.slot].empty()) {
+    return InvalidArgument("batch entry has slot {} without pages", e.slot);
   }
-  const BlockTable& table = *tables_by_slot[e.slot];
-  if (table.pool() != &pool_) {
-    return InvalidArgument("block table of slot {} belongs to another pool", e.slot);
-  }
+  const PageList pages = pages_by_slot[e.slot];
   if (!has_hidden && (e.token < 0 || e.token >= config_.n_vocab)) {
     return InvalidArgument("token id {} is outside the vocabulary [0, {})", e.token,
                            config_.n_vocab);
   }
   int32_t& next = act_->slot_next[e.slot];
   const bool first = next < 0;
-  if ((first && (e.position < 0 || e.position > table.n_tokens())) ||
-      (!first && e.position != next)) {
+  if (first) SHARDLM_TRY(ValidatePages(e.slot, pages));
+  if ((first && e.position < 0) || (!first && e.position != next)) {
     return InvalidArgument("slot {}: position {} does not continue the sequence (expected {})",
-                           e.slot, e.position, first ? table.n_tokens() : next);
+                           e.slot, e.position, first ? 0 : next);
   }
   if (size_t(e.position) >= act_->max_ctx) {
     return OutOfRange("slot {}: position {} exceeds the KV pool capacity of {} positions", e.slot,
                       e.position, act_->max_ctx);
   }
-  if (first) act_->used_tables.push_back(tables_by_slot[e.slot]);
+  if (size_t(e.position) >= pages.size() * size_t(pool_.page_tokens())) {
+    return InvalidArgument("slot {}: position {} is past its {} pages of {} positions", e.slot,
+                           e.position, pages.size(), pool_.page_tokens());
+  }
   next = e.position + 1;
   return Status::Ok();
 }
 
-Status ForwardPass::PrepareTables(std::span<const BatchEntry> batch,
-                                  std::span<BlockTable* const> tables_by_slot) {
-  // Validate left each used slot's end position in slot_next; find each slot's first.
-  std::vector<int32_t>& begin = act_->slot_begin;
-  begin.assign(tables_by_slot.size(), -1);
-  for (const BatchEntry& e : batch) {
-    if (begin[e.slot] < 0) begin[e.slot] = e.position;
-  }
-  for (size_t slot = 0; slot < tables_by_slot.size(); ++slot) {
-    if (begin[slot] < 0) continue;
-    SHARDLM_TRY(tables_by_slot[slot]->PrepareWrite(begin[slot], act_->slot_next[slot]));
+Status ForwardPass::ValidatePages(int slot, PageList pages) const {
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] >= pool_.n_pages()) {
+      return InvalidArgument("slot {}: logical page {} has id {}, outside the pool's [0, {})", slot,
+                             i, pages[i], pool_.n_pages());
+    }
   }
   return Status::Ok();
 }
 
-Status ForwardPass::Run(std::span<const BatchEntry> batch,
-                        std::span<BlockTable* const> tables_by_slot, const float* hidden_in,
-                        float* out) {
-  SHARDLM_TRY(Validate(batch, tables_by_slot, hidden_in, out));
-  SHARDLM_TRY(PrepareTables(batch, tables_by_slot));
+Status ForwardPass::Run(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
+                        const float* hidden_in, float* out) {
+  SHARDLM_TRY(Validate(batch, pages_by_slot, hidden_in, out));
   const int n_tokens = int(batch.size());
   Embed(batch, hidden_in);
   BuildTiles(batch);
@@ -152,14 +136,13 @@ Status ForwardPass::Run(std::span<const BatchEntry> batch,
                model_.weights().rope_freqs.data, &act_->rope[size_t(t) * config_.n_rot]);
   }
   for (int layer_idx = 0; layer_idx < model_.layers().size(); ++layer_idx) {
-    Layer(layer_idx, batch, tables_by_slot);
+    Layer(layer_idx, batch, pages_by_slot);
   }
   if (model_.is_last_stage()) {
     Head(batch, out);
   } else {
     std::memcpy(out, act_->x.data(), sizeof(float) * size_t(n_tokens) * config_.n_embd);
   }
-  for (const BatchEntry& e : batch) tables_by_slot[e.slot]->SetTokens(e.position + 1);
   return Status::Ok();
 }
 
@@ -176,7 +159,7 @@ void ForwardPass::Embed(std::span<const BatchEntry> batch, const float* hidden_i
 
 // x += Wo·Attention(...); x += FFN(...): the two residual sublayers of one block.
 void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
-                        std::span<BlockTable* const> tables_by_slot) {
+                        std::span<const PageList> pages_by_slot) {
   const LayerWeights& w = model_.weights().blocks[layer_idx];
   const int n = int(batch.size());
   const size_t n_embd = config_.n_embd;
@@ -186,8 +169,8 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
   MatMul(w.attn_q, act_->xn.data(), n, act_->q.data(), threads_, act_->scratch);
   MatMul(w.attn_k, act_->xn.data(), n, act_->k.data(), threads_, act_->scratch);
   MatMul(w.attn_v, act_->xn.data(), n, act_->v.data(), threads_, act_->scratch);
-  RopeAndStoreKv(layer_idx, batch, tables_by_slot);
-  Attention(layer_idx, batch, tables_by_slot);
+  RopeAndStoreKv(layer_idx, batch, pages_by_slot);
+  Attention(layer_idx, batch, pages_by_slot);
   MatMul(w.attn_output, act_->attn.data(), n, act_->proj.data(), threads_, act_->scratch);
   threads_.ParallelFor(n, [&](size_t t, size_t) {
     float* x = &act_->x[t * n_embd];
@@ -200,7 +183,7 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
 
 // q/k per-head norm (qwen3), rope, then K and V rows into the sequence's pages.
 void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
-                                 std::span<BlockTable* const> tables_by_slot) {
+                                 std::span<const PageList> pages_by_slot) {
   const LayerWeights& w = model_.weights().blocks[layer_idx];
   const int head_dim = config_.head_dim;
   threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
@@ -218,7 +201,7 @@ void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batc
     ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, config_.n_head, q);
     ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, config_.n_head_kv, k);
     const BatchEntry& e = batch[t];
-    shardlm::WriteKv(pool_, *tables_by_slot[e.slot], layer_idx, e.position, k,
+    shardlm::WriteKv(pool_, pages_by_slot[e.slot], layer_idx, e.position, k,
                      &act_->v[t * config_.kv_dim()]);
   });
 }
@@ -244,7 +227,7 @@ void ForwardPass::BuildTiles(std::span<const BatchEntry> batch) {
 // One task per (tile, kv head): the tile's tokens and the GQA group's query heads share
 // each K/V read. Each task reads only KV already written for its positions.
 void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
-                            std::span<BlockTable* const> tables_by_slot) {
+                            std::span<const PageList> pages_by_slot) {
   const int n_head_kv = config_.n_head_kv;
   const int head_dim = config_.head_dim;
   const size_t group_dim = size_t(config_.gqa_group()) * head_dim;
@@ -263,7 +246,7 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
     query.n_heads = config_.gqa_group();
     query.kv_head = g;
     query.scale = scale;
-    AttendTile(pool_, *tables_by_slot[e.slot], layer_idx, head_dim, query,
+    AttendTile(pool_, pages_by_slot[e.slot], layer_idx, head_dim, query,
                &act_->scores[worker * act_->scores_per_worker]);
   });
 }

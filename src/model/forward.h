@@ -13,8 +13,16 @@
 // Numerics follow llama.cpp's CPU backend (RMSNorm sum in double, rope angles by repeated
 // float multiplication, softmax with max subtraction, SiLU as x/(1+e^-x)).
 //
+// KV: the forward pass reads and writes the stage's PagePool through the page lists it is
+// given and never allocates, frees or copies pages. The caller (scheduler, Sequence, a
+// stage) keeps the block tables: before a batch it makes the written positions private
+// (BlockTable::PrepareWrite) and applies the returned copies to every stage's pool; after
+// it, it records the new lengths (BlockTable::SetTokens). The same page lists serve every
+// stage of a pipeline.
+//
 // Goals: allocation-free steady state (activations sized once at max_batch_tokens).
-// Non-goals: scheduling (which tokens form a batch), sampling, KV eviction.
+// Non-goals: scheduling (which tokens form a batch), page allocation and copy-on-write
+// (kv/block_table.h), sampling, KV eviction.
 //
 // Thread safety: one thread calls Run at a time; Run uses the ThreadPool internally.
 // Lifetime: references the Model, the PagePool and the ThreadPool, which must outlive it.
@@ -25,7 +33,6 @@
 #include <span>
 
 #include "base/status.h"
-#include "kv/block_table.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
 #include "tensor/thread_pool.h"
@@ -36,7 +43,7 @@ namespace shardlm {
 struct BatchEntry {
   int32_t token = 0;     // token id (stage 0 only; ignored when hidden rows are given)
   int32_t position = 0;  // position in its sequence
-  int32_t slot = 0;      // index into tables_by_slot
+  int32_t slot = 0;      // index into pages_by_slot
   bool wants_logits = false;
 };
 
@@ -51,17 +58,22 @@ class ForwardPass {
   int max_batch_tokens() const { return max_batch_tokens_; }
 
   // Runs the stage over `batch`.
+  //  - pages_by_slot[entry.slot]: the sequence's pages in this stage's pool (logical page
+  //    index → page id). An entry at position p writes K/V of p into its page and attends
+  //    positions [0, p]: the caller guarantees that [0, p) hold valid KV (written by this
+  //    batch or an earlier one) and that the written pages are private to the slot (two
+  //    slots of one batch never write the same page; see BlockTable::PrepareWrite).
+  //    Slots no entry names may have empty lists.
+  //  - Per slot the batch's positions must be consecutive and increasing.
   //  - hidden_in: nullptr on stage 0 (tokens are embedded), else [batch.size()][n_embd].
   //  - out: last stage: logits [n_logit_rows][n_vocab] for the entries with wants_logits,
   //    in batch order; other stages: hidden rows [batch.size()][n_embd].
-  //  - tables_by_slot[entry.slot] is the sequence's block table in this stage's pool.
-  //    Per slot the batch's positions must be consecutive and increasing, starting at or
-  //    before the table's n_tokens (an earlier start rewrites and drops the tail).
-  //    Pages are allocated here; on return the table's n_tokens = last position + 1.
-  // Errors (nothing is computed): empty or oversized batch, bad slot/token/position, two
-  // slots mapping one table, KV pool exhausted (OutOfRange naming the flag to raise),
-  // hidden_in missing on a non-first stage, out missing.
-  Status Run(std::span<const BatchEntry> batch, std::span<BlockTable* const> tables_by_slot,
+  // Errors (InvalidArgument; nothing is computed, no page is touched): empty or oversized
+  // batch; slot out of range or with an empty page list; token id outside the vocabulary
+  // (stage 0); positions of a slot not consecutive; a position at or past its list's
+  // pages (pages.size() × page_tokens) or past the pool's capacity (OutOfRange); a page id
+  // outside [0, pool n_pages); hidden_in missing on a non-first stage; out missing.
+  Status Run(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
              const float* hidden_in, float* out);
 
  private:
@@ -70,20 +82,19 @@ class ForwardPass {
     int32_t first_entry;  // batch index of the tile's first token
     int32_t n_tokens;
   };
-  Status Validate(std::span<const BatchEntry> batch, std::span<BlockTable* const> tables_by_slot,
+  Status Validate(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
                   const float* hidden_in, const float* out);
-  Status ValidateEntry(const BatchEntry& entry, std::span<BlockTable* const> tables_by_slot,
+  Status ValidateEntry(const BatchEntry& entry, std::span<const PageList> pages_by_slot,
                        bool has_hidden);
-  Status PrepareTables(std::span<const BatchEntry> batch,
-                       std::span<BlockTable* const> tables_by_slot);
+  Status ValidatePages(int slot, PageList pages) const;
   void Embed(std::span<const BatchEntry> batch, const float* hidden_in);
   void BuildTiles(std::span<const BatchEntry> batch);
   void Layer(int layer_idx, std::span<const BatchEntry> batch,
-             std::span<BlockTable* const> tables_by_slot);
+             std::span<const PageList> pages_by_slot);
   void Attention(int layer_idx, std::span<const BatchEntry> batch,
-                 std::span<BlockTable* const> tables_by_slot);
+                 std::span<const PageList> pages_by_slot);
   void RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
-                      std::span<BlockTable* const> tables_by_slot);
+                      std::span<const PageList> pages_by_slot);
   void Ffn(const LayerWeights& w, int n_tokens);
   void Head(std::span<const BatchEntry> batch, float* logits);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kv/block_table.h"
+#include "kv/page_allocator.h"
 #include "model/forward.h"
 #include "runtime/scheduler_request.h"
 
@@ -27,17 +28,21 @@ struct SchedulerSlot {
   int chunk = 0;                           // prompt tokens of this slot in the current batch
 };
 
-// Declaration order is destruction order reversed: tables go before the pool, the forward
-// pass before the pool, the thread pool last.
+// Declaration order is destruction order reversed: tables go before the allocator, the
+// forward pass before the pool, the thread pool last.
 struct Scheduler::State {
   std::unique_ptr<ThreadPool> threads;
-  std::unique_ptr<PagePool> pool;
+  std::unique_ptr<PageAllocator> allocator;  // page ids and refcounts
+  std::unique_ptr<PagePool> pool;            // page contents
   std::unique_ptr<ForwardPass> forward;
   std::vector<SchedulerSlot> slots;
-  std::vector<BlockTable*> tables;                     // [slot] → its table
+  std::vector<PageList> pages;                         // [slot] → its page list, per batch
+  std::vector<PageCopy> copies;                        // copy-on-write of the current batch
   std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
   std::vector<BatchEntry> batch;
   std::vector<int> logit_slots;  // slot of each logits row, in batch order
+  std::vector<int> slot_begin;   // [slot] first position in the batch (−1: none)
+  std::vector<int> slot_end;     // [slot] last position in the batch + 1
   std::vector<float> logits;     // [n_parallel][n_vocab]
   uint64_t admit_counter = 0;
   int64_t requests_total = 0;
@@ -46,6 +51,8 @@ struct Scheduler::State {
 
   // Offers a prefilling request up to `budget` batch entries; appends its chunk.
   TaskState PrefillStep(int slot_idx, int& budget);
+  // Runs `batch`: KV pages made writable (copy-on-write applied), forward pass, lengths.
+  Status RunBatch();
 };
 
 Status SchedulerOptions::Validate() const {
@@ -104,16 +111,17 @@ Status Scheduler::Init() {
   if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
   state->threads = std::make_unique<ThreadPool>(n_threads);
   const int pages_per_seq = (options_.n_ctx + options_.page_tokens - 1) / options_.page_tokens;
-  SHARDLM_ASSIGN_OR_RETURN(
-      state->pool, PagePool::Create(model_.KvPoolConfig(options_.n_parallel * pages_per_seq,
-                                                        options_.page_tokens, options_.kv_type)));
+  const int n_pages = options_.n_parallel * pages_per_seq;
+  SHARDLM_ASSIGN_OR_RETURN(state->allocator, PageAllocator::Create(n_pages, options_.page_tokens));
+  SHARDLM_ASSIGN_OR_RETURN(state->pool, PagePool::Create(model_.KvPoolConfig(
+                                            n_pages, options_.page_tokens, options_.kv_type)));
   state->forward =
       std::make_unique<ForwardPass>(model_, *state->pool, *state->threads, options_.n_batch);
   state->slots.resize(options_.n_parallel);
   for (SchedulerSlot& slot : state->slots) {
-    slot.table = std::make_unique<BlockTable>(state->pool.get());
-    state->tables.push_back(slot.table.get());
+    slot.table = std::make_unique<BlockTable>(state->allocator.get());
   }
+  state->pages.resize(options_.n_parallel);
   state->batch.reserve(options_.n_batch);
   state->logits.resize(size_t(options_.n_parallel) * model_.config().n_vocab);
 
@@ -127,7 +135,7 @@ Status Scheduler::Init() {
   info_.n_vocab = model_.config().n_vocab;
   info_.n_parallel = options_.n_parallel;
   stats_.slots_total = options_.n_parallel;
-  stats_.kv_pages_total = state->pool->n_pages();
+  stats_.kv_pages_total = state->allocator->n_pages();
 
   state_ = std::move(state);
   thread_ = std::thread(&Scheduler::Loop, this);
@@ -335,7 +343,7 @@ bool Scheduler::BatchAction() {
   State& s = *state_;
   BuildBatch();
   if (s.batch.empty()) return false;
-  Status status = s.forward->Run(s.batch, s.tables, /*hidden_in=*/nullptr, s.logits.data());
+  Status status = s.RunBatch();
   if (!status.ok()) {
     std::fprintf(stderr, "scheduler: forward pass failed: %s\n", status.message().c_str());
     for (int i = 0; i < int(s.slots.size()); ++i) {
@@ -346,6 +354,30 @@ bool Scheduler::BatchAction() {
   ProcessLogits();
   PublishStats();
   return true;
+}
+
+// Makes every written position private (copy-on-write applied to the pool), runs the
+// forward pass over the slots' page lists, then records each slot's new length.
+Status Scheduler::State::RunBatch() {
+  // Per slot the batch's positions are consecutive: [first entry, last entry + 1).
+  slot_begin.assign(slots.size(), -1);
+  slot_end.assign(slots.size(), -1);
+  for (const BatchEntry& e : batch) {
+    if (slot_begin[e.slot] < 0) slot_begin[e.slot] = e.position;
+    slot_end[e.slot] = e.position + 1;
+  }
+  copies.clear();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slot_begin[i] < 0) continue;
+    SHARDLM_TRY(slots[i].table->PrepareWrite(slot_begin[i], slot_end[i], &copies));
+  }
+  for (const PageCopy& copy : copies) pool->CopyPage(copy.src, copy.dst);
+  for (size_t i = 0; i < slots.size(); ++i) pages[i] = slots[i].table->page_list();
+  SHARDLM_TRY(forward->Run(batch, pages, /*hidden_in=*/nullptr, logits.data()));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slot_begin[i] >= 0) slots[i].table->SetTokens(slot_end[i]);
+  }
+  return Status::Ok();
 }
 
 void Scheduler::ProcessLogits() {
@@ -371,7 +403,7 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   State& s = *state_;
   SchedulerSlot& slot = s.slots[slot_idx];
   std::unique_ptr<ActiveRequest> request = std::move(slot.request);
-  slot.table->Clear();  // pages go back to the pool before anyone hears of the finish
+  slot.table->Clear();  // pages go back to the allocator before anyone hears of the finish
   slot.chunk = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -411,7 +443,7 @@ void Scheduler::PublishStats() {
   stats_.requests_total = s.requests_total;
   stats_.prompt_tokens_total = s.prompt_tokens_total;
   stats_.generated_tokens_total = s.generated_tokens_total;
-  stats_.kv_pages_used = s.pool->n_pages() - s.pool->n_free();
+  stats_.kv_pages_used = s.allocator->n_pages() - s.allocator->n_free();
 }
 
 }  // namespace shardlm

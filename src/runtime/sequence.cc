@@ -9,10 +9,11 @@ Sequence::Sequence(const Model& model, const SequenceConfig& config)
     : model_(model), config_(config) {}
 
 Sequence::~Sequence() {
-  // The table releases its pages into the pool, so it goes first.
+  // The table releases its pages into the allocator, so it goes first.
   forward_.reset();
   table_.reset();
   pool_.reset();
+  allocator_.reset();
 }
 
 Result<std::unique_ptr<Sequence>> Sequence::Create(const Model& model, ThreadPool& threads,
@@ -27,9 +28,10 @@ Result<std::unique_ptr<Sequence>> Sequence::Create(const Model& model, ThreadPoo
   }
   std::unique_ptr<Sequence> seq(new Sequence(model, config));
   const int n_pages = (config.n_positions + config.page_tokens - 1) / config.page_tokens;
+  SHARDLM_ASSIGN_OR_RETURN(seq->allocator_, PageAllocator::Create(n_pages, config.page_tokens));
   SHARDLM_ASSIGN_OR_RETURN(seq->pool_, PagePool::Create(model.KvPoolConfig(
                                            n_pages, config.page_tokens, config.kv_type)));
-  seq->table_ = std::make_unique<BlockTable>(seq->pool_.get());
+  seq->table_ = std::make_unique<BlockTable>(seq->allocator_.get());
   seq->forward_ = std::make_unique<ForwardPass>(model, *seq->pool_, threads, config.max_batch);
   seq->batch_.reserve(config.max_batch);
   seq->logits_.resize(model.config().n_vocab);
@@ -51,8 +53,14 @@ Status Sequence::RunBatch(std::span<const TokenId> ids, bool last_wants_logits) 
     batch_.push_back({ids[i], start + int(i), /*slot=*/0, false});
   }
   batch_.back().wants_logits = last_wants_logits;
-  BlockTable* tables[] = {table_.get()};
-  return forward_->Run(batch_, tables, /*hidden_in=*/nullptr, logits_.data());
+  const int end = start + int(ids.size());
+  copies_.clear();
+  SHARDLM_TRY(table_->PrepareWrite(start, end, &copies_));
+  for (const PageCopy& copy : copies_) pool_->CopyPage(copy.src, copy.dst);
+  const PageList pages[] = {table_->page_list()};
+  SHARDLM_TRY(forward_->Run(batch_, pages, /*hidden_in=*/nullptr, logits_.data()));
+  table_->SetTokens(end);
+  return Status::Ok();
 }
 
 Status Sequence::Prefill(std::span<const TokenId> ids,

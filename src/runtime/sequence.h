@@ -1,5 +1,11 @@
-// Sequence: one sequence's KV (a private page pool and block table) plus the forward pass
-// that fills it, for a whole (single-stage) model — what `run` and `bench` drive.
+// Sequence: one sequence's KV (a private page allocator, page pool and block table) plus
+// the forward pass that fills it, for a whole (single-stage) model — what `run` and `bench`
+// drive.
+//
+// Before each batch the sequence makes the positions it writes private in its block table
+// (BlockTable::PrepareWrite) and applies the resulting page copies to its pool; the
+// forward pass then reads and writes the table's page list; after a successful batch the
+// table records the new length (SetTokens). A failed batch leaves n_tokens() unchanged.
 //
 // Goals: prefill a prompt in chunks of at most max_batch tokens with logits for the last
 // position only; decode one token at a given position; expose the last logits row.
@@ -7,7 +13,7 @@
 // Non-goals: several sequences or stages (the scheduler and pipeline), sampling.
 //
 // Thread safety: one thread at a time. Lifetime: references the Model and the ThreadPool,
-// which must outlive it; owns its pool, table and forward pass.
+// which must outlive it; owns its allocator, pool, table and forward pass.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +24,7 @@
 
 #include "base/status.h"
 #include "kv/block_table.h"
+#include "kv/page_allocator.h"
 #include "kv/page_pool.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -61,10 +68,12 @@ class Sequence {
 
   const Model& model_;
   SequenceConfig config_;
+  std::unique_ptr<PageAllocator> allocator_;
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<BlockTable> table_;
   std::unique_ptr<ForwardPass> forward_;
   std::vector<BatchEntry> batch_;  // [max_batch], reused
+  std::vector<PageCopy> copies_;   // copy-on-write of the current batch, reused
   std::vector<float> logits_;      // [n_vocab]
 };
 

@@ -141,9 +141,11 @@ TEST_P(DeterminismTest, MixedBatchEqualsEachAlone) {
     if (i < a.size()) batch.push_back({a[i], int32_t(i), 0, true}), ++i;
     if (j < b.size()) batch.push_back({b[j], int32_t(j), 1, true}), ++j;
   }
-  BlockTable* tables[] = {&ta, &tb};
+  h->PrepareWrite(ta, int(half), int(a.size()));
+  h->PrepareWrite(tb, 0, int(b.size()));
+  const PageList pages[] = {ta.page_list(), tb.page_list()};
   std::vector<float> logits(batch.size() * n_vocab);
-  ASSERT_TRUE(h->forward->Run(batch, tables, nullptr, logits.data()).ok());
+  ASSERT_TRUE(h->forward->Run(batch, pages, nullptr, logits.data()).ok());
   std::vector<float> a_got, b_got;
   for (size_t r = 0; r < batch.size(); ++r) {
     auto& dst = batch[r].slot == 0 ? a_got : b_got;
@@ -153,28 +155,92 @@ TEST_P(DeterminismTest, MixedBatchEqualsEachAlone) {
   ExpectBitwise(b_got, b_alone, "sequence B mixed vs alone");
 }
 
-// Stages [0, 1) and [1, n_layers) chained through hidden rows equal the whole model.
+// Two stages [0, 1) and [1, n_layers) of one pipeline: one page allocator hands out the
+// ids, each stage stores the pages in its own pool, and both run over the same page lists.
+struct TwoStages {
+  std::unique_ptr<Harness> first, second;
+
+  // Runs tokens at positions start.. of `table` (from first->allocator) through both
+  // stages; copy-on-write copies are applied to both pools. All logits rows.
+  std::vector<float> Run(BlockTable& table, const std::vector<int32_t>& tokens, int start) {
+    std::vector<BatchEntry> batch;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      batch.push_back({tokens[i], int32_t(start + i), 0, true});
+    }
+    const int end = start + int(tokens.size());
+    std::vector<PageCopy> copies;
+    EXPECT_TRUE(table.PrepareWrite(start, end, &copies).ok());
+    for (const PageCopy& copy : copies) {
+      first->pool->CopyPage(copy.src, copy.dst);
+      second->pool->CopyPage(copy.src, copy.dst);
+    }
+    const PageList pages[] = {table.page_list()};
+    std::vector<float> hidden(tokens.size() * first->model->config().n_embd);
+    std::vector<float> logits(tokens.size() * size_t(second->n_vocab()));
+    EXPECT_TRUE(first->forward->Run(batch, pages, nullptr, hidden.data()).ok());
+    EXPECT_TRUE(second->forward->Run(batch, pages, hidden.data(), logits.data()).ok());
+    table.SetTokens(end);
+    return logits;
+  }
+};
+
+// Stages [0, 1) and [1, n_layers) chained through hidden rows, sharing one allocator's
+// page lists, equal the whole model.
 TEST_P(DeterminismTest, LayerSplitEqualsWholeModel) {
   auto whole = Open(2);
   std::vector<float> want = OneBatch(*whole);
   const int n_layers = whole->model->config().n_layers;
-  auto first = Open(2, {0, 1});
-  auto second =
-      Harness::Open("", HarnessOptions{2, 128, 16, 16, KvType::kF32, {1, n_layers}}, first->file);
-  ASSERT_TRUE(first && second);
-  EXPECT_TRUE(first->model->is_first_stage() && !first->model->is_last_stage());
-  BlockTable t1 = first->NewTable(), t2 = second->NewTable();
-  std::vector<BatchEntry> batch;
-  for (size_t i = 0; i < tokens_.size(); ++i) batch.push_back({tokens_[i], int32_t(i), 0, true});
-  std::vector<float> hidden(tokens_.size() * first->model->config().n_embd);
-  BlockTable* tables1[] = {&t1};
-  BlockTable* tables2[] = {&t2};
-  ASSERT_TRUE(first->forward->Run(batch, tables1, nullptr, hidden.data()).ok());
-  std::vector<float> got(want.size());
-  Status missing = second->forward->Run(batch, tables2, nullptr, got.data());
+  TwoStages split;
+  split.first = Open(2, {0, 1});
+  ASSERT_TRUE(split.first);
+  split.second = Harness::Open("", HarnessOptions{2, 128, 16, 16, KvType::kF32, {1, n_layers}},
+                               split.first->file);
+  ASSERT_TRUE(split.second);
+  EXPECT_TRUE(split.first->model->is_first_stage() && !split.first->model->is_last_stage());
+  BlockTable table = split.first->NewTable();
+  std::vector<BatchEntry> batch = {{tokens_[0], 0, 0, true}};
+  std::vector<PageCopy> copies;
+  ASSERT_TRUE(table.PrepareWrite(0, 1, &copies).ok());
+  const PageList pages[] = {table.page_list()};
+  std::vector<float> out(split.second->n_vocab());
+  Status missing = split.second->forward->Run(batch, pages, nullptr, out.data());
   EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument) << "stage 1 without hidden rows";
-  ASSERT_TRUE(second->forward->Run(batch, tables2, hidden.data(), got.data()).ok());
-  ExpectBitwise(got, want, "split [0,1)+[1,n) vs whole");
+  ExpectBitwise(split.Run(table, tokens_, 0), want, "split [0,1)+[1,n) vs whole");
+}
+
+// A prefix written through two stages is forked; both branches continue with different
+// tokens, so the shared partial page is copied: the copy must reach both stages' pools for
+// each branch to equal a fresh whole-model run.
+TEST_P(DeterminismTest, TwoStagesShareOneAllocatorThroughCopyOnWrite) {
+  auto whole = Open(2);
+  const size_t n_vocab = whole->n_vocab();
+  const int n_layers = whole->model->config().n_layers;
+  TwoStages split;
+  split.first = Open(2, {0, 1});
+  ASSERT_TRUE(split.first);
+  split.second = Harness::Open("", HarnessOptions{2, 128, 16, 16, KvType::kF32, {1, n_layers}},
+                               split.first->file);
+  ASSERT_TRUE(split.second);
+  const size_t prefix = 37;  // not a page boundary: the last shared page is partial
+  std::vector<int32_t> head(tokens_.begin(), tokens_.begin() + prefix);
+  std::vector<int32_t> branch_a(tokens_.begin() + prefix, tokens_.begin() + prefix + 10);
+  std::vector<int32_t> branch_b(tokens_.rbegin(), tokens_.rbegin() + 10);
+
+  BlockTable base = split.first->NewTable();
+  split.Run(base, head, 0);
+  BlockTable fork = base.Fork();
+  std::vector<float> b = split.Run(fork, branch_b, int(prefix));  // fork copies first
+  std::vector<float> a = split.Run(base, branch_a, int(prefix));
+  EXPECT_NE(fork.page(2), base.page(2));
+  EXPECT_EQ(fork.page(0), base.page(0));
+
+  for (const auto& [branch, got] : {std::pair{branch_a, a}, std::pair{branch_b, b}}) {
+    std::vector<int32_t> all = head;
+    all.insert(all.end(), branch.begin(), branch.end());
+    BlockTable fresh = whole->NewTable();
+    std::vector<float> want = whole->Run(fresh, all, 0, true);
+    ExpectBitwise(got, Slice(want, prefix, all.size(), n_vocab), "two-stage branch vs whole");
+  }
 }
 
 // A forked table shares the prefix pages; both branches continue with different tokens
@@ -189,9 +255,9 @@ TEST_P(DeterminismTest, ForkedPrefixEqualsFreshRun) {
 
   BlockTable base = h->NewTable();
   h->Run(base, head, 0, false);
-  const int free_before = h->pool->n_free();
+  const int free_before = h->allocator->n_free();
   BlockTable fork = base.Fork();
-  EXPECT_EQ(h->pool->n_free(), free_before);  // sharing costs no pages
+  EXPECT_EQ(h->allocator->n_free(), free_before);  // sharing costs no pages
   std::vector<float> a = h->Run(base, branch_a, int(prefix), true);
   std::vector<float> b = h->Run(fork, branch_b, int(prefix), true);
 

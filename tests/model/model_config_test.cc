@@ -164,53 +164,75 @@ class ForwardErrors : public ::testing::Test {
     ASSERT_NE(h_, nullptr);
     logits_.resize(32 * 512);
   }
-  Status Run(std::vector<BatchEntry> batch, BlockTable& table) {
-    BlockTable* tables[] = {&table};
-    return h_->forward->Run(batch, tables, nullptr, logits_.data());
+  Status Run(std::vector<BatchEntry> batch, std::vector<PageId> pages) {
+    const PageList lists[] = {pages};
+    return h_->forward->Run(batch, lists, nullptr, logits_.data());
   }
   std::unique_ptr<Harness> h_;
   std::vector<float> logits_;
 };
 
 TEST_F(ForwardErrors, BadBatches) {
-  BlockTable table = h_->NewTable();
-  EXPECT_EQ(Run({}, table).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Run({{600, 0, 0, true}}, table).code(), StatusCode::kInvalidArgument);  // token
-  EXPECT_EQ(Run({{1, 0, 1, true}}, table).code(), StatusCode::kInvalidArgument);    // slot
-  EXPECT_EQ(Run({{1, 3, 0, true}}, table).code(), StatusCode::kInvalidArgument);    // hole
-  EXPECT_EQ(Run({{1, 0, 0, false}, {2, 2, 0, true}}, table).code(),
+  EXPECT_EQ(Run({}, {0}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Run({{600, 0, 0, true}}, {0}).code(), StatusCode::kInvalidArgument);  // token
+  EXPECT_EQ(Run({{1, 0, 1, true}}, {0}).code(), StatusCode::kInvalidArgument);    // slot
+  EXPECT_EQ(Run({{1, -1, 0, true}}, {0}).code(), StatusCode::kInvalidArgument);   // position
+  EXPECT_EQ(Run({{1, 0, 0, false}, {2, 2, 0, true}}, {0}).code(),
             StatusCode::kInvalidArgument);  // gap inside the batch
-  EXPECT_EQ(table.n_pages(), 0);            // nothing was allocated
-  EXPECT_TRUE(Run({{1, 0, 0, true}}, table).ok());
+  EXPECT_EQ(Run({{1, 1, 0, false}, {2, 0, 0, true}}, {0}).code(),
+            StatusCode::kInvalidArgument);  // decreasing
+  EXPECT_TRUE(Run({{1, 0, 0, true}}, {0}).ok());
 }
 
-TEST_F(ForwardErrors, SharedTableOrMissingOutput) {
-  BlockTable table = h_->NewTable();
-  BlockTable* twice[] = {&table, &table};
-  std::vector<BatchEntry> batch = {{1, 0, 0, true}, {1, 0, 1, true}};
-  EXPECT_EQ(h_->forward->Run(batch, twice, nullptr, logits_.data()).code(),
-            StatusCode::kInvalidArgument);
-  BlockTable* one[] = {&table};
-  EXPECT_EQ(h_->forward->Run(std::span(batch).first(1), one, nullptr, nullptr).code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.n_pages(), 0);
+TEST_F(ForwardErrors, MissingPagesOrOutput) {
+  std::vector<BatchEntry> batch = {{1, 0, 0, true}};
+  Status st = Run(batch, {});  // the slot has no pages
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("slot 0"), std::string::npos) << st.message();
+  EXPECT_EQ(h_->forward->Run(batch, {}, nullptr, logits_.data()).code(),
+            StatusCode::kInvalidArgument);  // no list at all
+  const std::vector<PageId> page0 = {0};
+  const PageList lists[] = {page0};
+  EXPECT_EQ(h_->forward->Run(batch, lists, nullptr, nullptr).code(),
+            StatusCode::kInvalidArgument);  // no output buffer
 }
 
+TEST_F(ForwardErrors, PageIdOutOfRange) {
+  for (PageId bad : {2, -1}) {  // the pool has pages 0 and 1
+    Status st = Run({{1, 0, 0, true}}, {bad});
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("outside the pool"), std::string::npos) << st.message();
+  }
+  // Every id of a used list is checked, not only the pages the batch touches.
+  EXPECT_EQ(Run({{1, 0, 0, true}}, {0, 7}).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ForwardErrors, PositionBeyondThePages) {
+  // One page of 8 positions: 7 fits, 8 does not.
+  std::vector<BatchEntry> batch;
+  for (int i = 0; i < 8; ++i) batch.push_back({1, i, 0, i == 7});
+  ASSERT_TRUE(Run(batch, {1}).ok());
+  Status st = Run({{1, 8, 0, true}}, {1});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("past its 1 pages"), std::string::npos) << st.message();
+  EXPECT_TRUE(Run({{1, 8, 0, true}}, {1, 0}).ok());
+  // Past the pool's capacity (2 pages × 8) even with a list that names more pages.
+  EXPECT_EQ(Run({{1, 16, 0, true}}, {1, 0, 1}).code(), StatusCode::kOutOfRange);
+}
+
+// The caller's bookkeeping: a block table that runs out of pages is an OutOfRange naming
+// the flag to raise, and the pool serves again once pages are released.
 TEST_F(ForwardErrors, PoolExhaustionIsOutOfRangeAndRecoverable) {
   BlockTable a = h_->NewTable(), b = h_->NewTable();
-  std::vector<BatchEntry> batch;
-  for (int i = 0; i < 10; ++i) batch.push_back({1, i, 0, i == 9});  // 2 pages of 8
-  ASSERT_TRUE(Run(batch, a).ok());
-  Status st = Run({{1, 0, 0, true}}, b);
+  std::vector<int32_t> ten(10, 1);
+  h_->Run(a, ten, 0, false);  // 2 pages of 8
+  std::vector<PageCopy> copies;
+  Status st = b.PrepareWrite(0, 1, &copies);
   EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
   EXPECT_NE(st.message().find("--kv-pages"), std::string::npos) << st.message();
-  // A sequence that fills the whole pool cannot grow past it: an error, not a crash.
-  std::vector<BatchEntry> rest;
-  for (int i = 10; i < 16; ++i) rest.push_back({1, i, 0, i == 15});
-  ASSERT_TRUE(Run(rest, a).ok());
-  EXPECT_EQ(Run({{1, 16, 0, true}}, a).code(), StatusCode::kOutOfRange);
   a.Clear();
-  EXPECT_TRUE(Run({{1, 0, 0, true}}, b).ok());
+  std::vector<float> logits = h_->Run(b, {1}, 0, false);
+  EXPECT_TRUE(std::isfinite(logits[0]));
 }
 
 }  // namespace

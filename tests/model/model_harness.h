@@ -1,5 +1,5 @@
-// Test harness for model tests: one stage (or a chain of stages) with its pool, threads and
-// forward pass, plus logits comparison that reports the worst element.
+// Test harness for model tests: one stage (or a chain of stages) with its page allocator,
+// pool, threads and forward pass, plus logits comparison that reports the worst element.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 
 #include "gguf/gguf_file.h"
 #include "kv/block_table.h"
+#include "kv/page_allocator.h"
 #include "kv/page_pool.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -28,7 +29,7 @@ struct HarnessOptions {
   LayerRange layers = kAllLayers;
 };
 
-// One stage of a model. Owns everything; the block tables it hands out use its pool.
+// One stage of a model. Owns everything; the block tables it hands out use its allocator.
 class Harness {
  public:
   static std::unique_ptr<Harness> Open(const std::string& path, const HarnessOptions& options,
@@ -56,13 +57,28 @@ class Harness {
       return nullptr;
     }
     h->pool = std::move(pool).value();
+    auto allocator = PageAllocator::Create(options.n_pages, options.page_tokens);
+    if (!allocator.ok()) {
+      ADD_FAILURE() << allocator.status().message();
+      return nullptr;
+    }
+    h->allocator = std::move(allocator).value();
     h->threads = std::make_unique<ThreadPool>(options.n_threads);
     h->forward = std::make_unique<ForwardPass>(*h->model, *h->pool, *h->threads, options.max_batch);
     return h;
   }
 
-  BlockTable NewTable() { return BlockTable(pool.get()); }
+  BlockTable NewTable() { return BlockTable(allocator.get()); }
   int n_vocab() const { return model->config().n_vocab; }
+
+  // What a caller of ForwardPass does around a batch writing [begin, end) of `table`:
+  // make those positions private and apply the page copies to this stage's pool.
+  void PrepareWrite(BlockTable& table, int begin, int end) {
+    std::vector<PageCopy> copies;
+    Status st = table.PrepareWrite(begin, end, &copies);
+    ASSERT_TRUE(st.ok()) << st.message();
+    for (const PageCopy& copy : copies) pool->CopyPage(copy.src, copy.dst);
+  }
 
   // Runs tokens at positions start.. of one sequence; returns logits rows of the tokens
   // flagged (all, or only the last).
@@ -72,15 +88,19 @@ class Harness {
     for (size_t i = 0; i < tokens.size(); ++i) {
       batch.push_back({tokens[i], int32_t(start + i), 0, all_logits || i + 1 == tokens.size()});
     }
-    BlockTable* tables[] = {&table};
     std::vector<float> logits((all_logits ? tokens.size() : 1) * size_t(n_vocab()));
-    Status st = forward->Run(batch, tables, nullptr, logits.data());
+    const int end = start + int(tokens.size());
+    PrepareWrite(table, start, end);
+    const PageList pages[] = {table.page_list()};
+    Status st = forward->Run(batch, pages, nullptr, logits.data());
     EXPECT_TRUE(st.ok()) << st.message();
+    if (st.ok()) table.SetTokens(end);
     return logits;
   }
 
   std::shared_ptr<const GgufFile> file;
   std::unique_ptr<Model> model;
+  std::unique_ptr<PageAllocator> allocator;  // must outlive the tables it hands out
   std::unique_ptr<PagePool> pool;
   std::unique_ptr<ThreadPool> threads;
   std::unique_ptr<ForwardPass> forward;
