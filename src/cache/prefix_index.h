@@ -43,12 +43,13 @@
 #include <vector>
 
 #include "cache/block_hash.h"
+#include "kv/page_allocator.h"
 #include "kv/page_pool.h"
 
 namespace shardlm {
 
 // Page ids handed out (and refcounted) for every stage of a pipeline.
-using PageRefcounts = PagePool;
+using PageRefcounts = PageAllocator;
 
 // The pages of a Lookup hit, one reference each, released on destruction (or Release()).
 // Move-only.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kv/block_table.h"
+#include "kv/page_allocator.h"
 
 namespace shardlm {
 namespace {
@@ -14,14 +15,8 @@ namespace {
 constexpr Fingerprint128 kModel{7, 11};
 constexpr int kPageTokens = 4;
 
-std::unique_ptr<PagePool> MakePool(int n_pages) {
-  PagePoolConfig config;
-  config.n_pages = n_pages;
-  config.page_tokens = kPageTokens;
-  config.n_layers = 1;
-  config.n_kv_heads = 1;
-  config.head_dim = 2;
-  auto pool = PagePool::Create(config);
+std::unique_ptr<PageAllocator> MakePool(int n_pages) {
+  auto pool = PageAllocator::Create(n_pages, kPageTokens);
   EXPECT_TRUE(pool.ok()) << pool.status().message();
   return std::move(pool).value();
 }
@@ -52,7 +47,7 @@ class PrefixIndexTest : public ::testing::Test {
     for (PageId p : pages) pool_->Release(p);
   }
 
-  std::unique_ptr<PagePool> pool_ = MakePool(16);
+  std::unique_ptr<PageAllocator> pool_ = MakePool(16);
   PrefixIndex index_{pool_.get()};
 };
 
@@ -120,8 +115,9 @@ TEST_F(PrefixIndexTest, TwoSequencesShareAPrefixThroughTheirBlockTables) {
   ASSERT_EQ(hashes.size(), 2u);
   const int free_at_start = pool_->n_free();
 
+  std::vector<PageCopy> copies;
   BlockTable first(pool_.get());
-  ASSERT_TRUE(first.PrepareWrite(0, 10).ok());
+  ASSERT_TRUE(first.PrepareWrite(0, 10, &copies).ok());
   first.SetTokens(10);
   EXPECT_EQ(index_.Publish(hashes[0], kRootBlockHash, first.page(0)), PublishOutcome::kPublished);
   EXPECT_EQ(index_.Publish(hashes[1], hashes[0], first.page(1)), PublishOutcome::kPublished);
@@ -139,7 +135,8 @@ TEST_F(PrefixIndexTest, TwoSequencesShareAPrefixThroughTheirBlockTables) {
   EXPECT_EQ(pool_->refcount(first.page(0)), 3);
   EXPECT_EQ(pool_->refcount(first.page(1)), 3);
   // Only the partial page was allocated twice: 3 pages for the first, 1 for the second.
-  ASSERT_TRUE(second.PrepareWrite(8, 10).ok());
+  ASSERT_TRUE(second.PrepareWrite(8, 10, &copies).ok());
+  EXPECT_TRUE(copies.empty());  // shared full pages are never written
   EXPECT_EQ(pool_->n_free(), free_at_start - 4);
 
   // Nothing is evictable while the sequences hold the pages.
