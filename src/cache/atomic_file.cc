@@ -1,0 +1,137 @@
+#include "cache/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace shardlm {
+namespace {
+
+constexpr std::string_view kDiskFull = "disk full";
+
+// Closes the fd on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now and reports the error (a deferred write error can surface here).
+  int Close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+Status WriteAll(int fd, std::span<const uint8_t> bytes, const std::string& name) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "write " + name);
+    if (n == 0) return ErrnoStatus(EIO, "write " + name);
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status WriteAndSync(const std::string& tmp, std::span<const uint8_t> bytes) {
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return ErrnoStatus(errno, "create " + tmp);
+  SHARDLM_TRY(WriteAll(fd.get(), bytes, tmp));
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync " + tmp);
+  if (fd.Close() != 0) return ErrnoStatus(errno, "close " + tmp);
+  return Status::Ok();
+}
+
+Status SyncDirectory(const std::filesystem::path& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "open folder " + dir.string());
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync folder " + dir.string());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ErrnoStatus(int err, std::string_view what) {
+  if (err == ENOSPC || err == EDQUOT) {
+    return IoError("{}: {} ({})", what, kDiskFull, std::strerror(err));
+  }
+  return IoError("{}: {}", what, std::strerror(err));
+}
+
+bool IsDiskFull(const Status& status) {
+  return status.code() == StatusCode::kIoError &&
+         status.message().find(kDiskFull) != std::string::npos;
+}
+
+Status WriteFileAtomic(const std::filesystem::path& path, std::span<const uint8_t> bytes) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path.string() + std::string(kTempFileMarker) +
+                          std::to_string(::getpid()) + "." + std::to_string(counter++);
+  Status written = WriteAndSync(tmp, bytes);
+  if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    written = ErrnoStatus(errno, "rename " + tmp + " to " + path.string());
+  }
+  if (!written.ok()) {
+    ::unlink(tmp.c_str());
+    return written;
+  }
+  std::filesystem::path dir = path.parent_path();
+  return SyncDirectory(dir.empty() ? std::filesystem::path(".") : dir);
+}
+
+namespace {
+
+// Up to `limit` bytes from the start of `path`; with `whole`, a file larger than `limit`
+// is OutOfRange instead.
+Result<std::vector<uint8_t>> ReadBounded(const std::filesystem::path& path, uint64_t limit,
+                                         bool whole) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return NotFound("{}: no such file", path.string());
+    return ErrnoStatus(errno, "open " + path.string());
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + path.string());
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (whole && size > limit) {
+    return OutOfRange("{}: {} bytes, more than the {} allowed", path.string(), size, limit);
+  }
+  std::vector<uint8_t> bytes(std::min(size, limit));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read " + path.string());
+    if (n == 0) break;  // shrank since fstat: return what is there; validation decides
+    done += static_cast<size_t>(n);
+  }
+  bytes.resize(done);
+  return bytes;
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> ReadWholeFile(const std::filesystem::path& path, uint64_t max_bytes) {
+  return ReadBounded(path, max_bytes, /*whole=*/true);
+}
+
+Result<std::vector<uint8_t>> ReadFileHead(const std::filesystem::path& path, size_t n) {
+  return ReadBounded(path, n, /*whole=*/false);
+}
+
+}  // namespace shardlm

@@ -1,0 +1,276 @@
+#include "cache/snapshot_file.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <string>
+
+namespace shardlm {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'H', 'L', 'M', 'S', 'N', 'A', 'P'};
+
+size_t Align8(size_t n) { return (n + 7) & ~size_t{7}; }
+
+void PutU32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void PutU64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t GetU32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+uint64_t GetU64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// a × b, or false on overflow.
+bool MulChecked(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+std::string SectionName(size_t idx, const SnapshotSection& s) {
+  return fmt::format("section {} ({}, stage {})", idx, SectionKindName(s.kind), s.stage_idx);
+}
+
+void EncodeDescriptor(const SnapshotSection& s, uint8_t* d) {
+  PutU32(d + 0, static_cast<uint32_t>(s.kind));
+  PutU32(d + 4, static_cast<uint32_t>(s.stage_idx));
+  PutU32(d + 8, static_cast<uint32_t>(s.layer_begin));
+  PutU32(d + 12, static_cast<uint32_t>(s.layer_end));
+  PutU32(d + 16, static_cast<uint32_t>(s.dtype));
+  for (int i = 0; i < 4; ++i) PutU32(d + 20 + 4 * i, s.dims[i]);
+  PutU32(d + 36, 0);
+  PutU64(d + 40, s.bytes.size());
+  PutU64(d + 48, XXH3_64bits(s.bytes.data(), s.bytes.size()));
+  PutU64(d + 56, XXH3_64bits(d, 56));
+}
+
+// Parses descriptor `idx` at `d` (kSectionDescriptorBytes readable); the payload is not
+// attached yet. Returns the stored payload checksum through `payload_checksum`.
+Result<SnapshotSection> DecodeDescriptor(size_t idx, const uint8_t* d, uint64_t* byte_length,
+                                         uint64_t* payload_checksum) {
+  if (GetU64(d + 56) != XXH3_64bits(d, 56)) {
+    return InvalidData("section {}: descriptor checksum mismatch", idx);
+  }
+  const uint32_t kind = GetU32(d + 0);
+  if (kind == 0 || kind >= static_cast<uint32_t>(SectionKind::kSentinel)) {
+    return InvalidData("section {}: unknown kind {}", idx, kind);
+  }
+  const uint32_t dtype = GetU32(d + 16);
+  if (dtype >= static_cast<uint32_t>(SnapshotDType::kSentinel)) {
+    return InvalidData("section {}: unknown dtype {}", idx, dtype);
+  }
+  const uint32_t stage = GetU32(d + 4), begin = GetU32(d + 8), end = GetU32(d + 12);
+  constexpr uint32_t kIntMax = 0x7fffffff;
+  if (stage > kIntMax || begin > kIntMax || end > kIntMax) {
+    return InvalidData("section {}: stage {} or layer range [{}, {}) out of range", idx, stage,
+                       begin, end);
+  }
+  if (GetU32(d + 36) != 0) return InvalidData("section {}: reserved field is not 0", idx);
+  SnapshotSection s;
+  s.kind = static_cast<SectionKind>(kind);
+  s.stage_idx = static_cast<int>(stage);
+  s.layer_begin = static_cast<int>(begin);
+  s.layer_end = static_cast<int>(end);
+  s.dtype = static_cast<SnapshotDType>(dtype);
+  for (int i = 0; i < 4; ++i) s.dims[i] = GetU32(d + 20 + 4 * i);
+  *byte_length = GetU64(d + 40);
+  *payload_checksum = GetU64(d + 48);
+  return s;
+}
+
+}  // namespace
+
+const char* SectionKindName(SectionKind kind) {
+  switch (kind) {
+    case SectionKind::kKvPage:
+      return "kv_page";
+    case SectionKind::kRecurrentState:
+      return "recurrent_state";
+    case SectionKind::kLogits:
+      return "logits";
+    case SectionKind::kSentinel:
+      break;
+  }
+  return "unknown";
+}
+
+size_t SnapshotDTypeSize(SnapshotDType dtype) {
+  switch (dtype) {
+    case SnapshotDType::kF32:
+      return 4;
+    case SnapshotDType::kF16:
+      return 2;
+    case SnapshotDType::kSentinel:
+      break;
+  }
+  return 0;
+}
+
+Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
+  const size_t dtype_size = SnapshotDTypeSize(s.dtype);
+  if (dtype_size == 0) return InvalidData("unknown dtype {}", static_cast<uint32_t>(s.dtype));
+  if (s.layer_begin < 0 || s.layer_end < s.layer_begin) {
+    return InvalidData("bad layer range [{}, {})", s.layer_begin, s.layer_end);
+  }
+  uint64_t elements = 1;
+  for (uint32_t dim : s.dims) {
+    if (dim == 0) return InvalidData("a zero dimension");
+    if (!MulChecked(elements, dim, &elements)) return InvalidData("dimensions overflow");
+  }
+  const uint64_t n_layers = static_cast<uint64_t>(s.layer_end - s.layer_begin);
+  uint64_t factor = 1;
+  switch (s.kind) {
+    case SectionKind::kKvPage:
+      if (n_layers == 0) return InvalidData("kv_page with no layers");
+      factor = 2 * n_layers;  // K and V of each layer
+      break;
+    case SectionKind::kRecurrentState:
+      if (n_layers == 0) return InvalidData("recurrent_state with no layers");
+      factor = n_layers;
+      break;
+    case SectionKind::kLogits:
+      if (s.dtype != SnapshotDType::kF32) return InvalidData("logits must be f32");
+      break;
+    default:
+      return InvalidData("unknown kind {}", static_cast<uint32_t>(s.kind));
+  }
+  uint64_t bytes = 0;
+  if (!MulChecked(elements, factor, &elements) || !MulChecked(elements, dtype_size, &bytes)) {
+    return InvalidData("dimensions overflow");
+  }
+  return bytes;
+}
+
+Result<std::vector<uint8_t>> EncodeSnapshot(const SnapshotHeader& header,
+                                            std::span<const SnapshotSection> sections) {
+  if (header.n_tokens <= 0) return InvalidArgument("snapshot with {} tokens", header.n_tokens);
+  if (sections.size() > kMaxSnapshotSections) {
+    return InvalidArgument("{} sections (at most {})", sections.size(), kMaxSnapshotSections);
+  }
+  size_t total = kSnapshotHeaderBytes;
+  for (size_t i = 0; i < sections.size(); ++i) {
+    Result<uint64_t> want = SectionPayloadBytes(sections[i]);
+    if (!want.ok()) {
+      return InvalidArgument("{}: {}", SectionName(i, sections[i]), want.status().message());
+    }
+    if (*want != sections[i].bytes.size()) {
+      return InvalidArgument("{}: {} bytes, its geometry needs {}", SectionName(i, sections[i]),
+                             sections[i].bytes.size(), *want);
+    }
+    total += kSectionDescriptorBytes + Align8(sections[i].bytes.size());
+  }
+  std::vector<uint8_t> out(total, 0);
+  uint8_t* h = out.data();
+  std::memcpy(h, kMagic, sizeof(kMagic));
+  PutU32(h + 8, kSnapshotFormatVersion);
+  PutU32(h + 12, kSnapshotHeaderBytes);
+  PutU64(h + 16, header.layout.hi);
+  PutU64(h + 24, header.layout.lo);
+  PutU64(h + 32, header.block_hash.hi);
+  PutU64(h + 40, header.block_hash.lo);
+  PutU64(h + 48, header.parent_hash.hi);
+  PutU64(h + 56, header.parent_hash.lo);
+  PutU32(h + 64, static_cast<uint32_t>(header.n_tokens));
+  PutU32(h + 68, static_cast<uint32_t>(sections.size()));
+  PutU64(h + 72, XXH3_64bits(h, 72));
+  size_t offset = kSnapshotHeaderBytes;
+  for (const SnapshotSection& s : sections) {
+    EncodeDescriptor(s, out.data() + offset);
+    offset += kSectionDescriptorBytes;
+    if (!s.bytes.empty()) std::memcpy(out.data() + offset, s.bytes.data(), s.bytes.size());
+    offset += Align8(s.bytes.size());
+  }
+  return out;
+}
+
+Result<SnapshotHeader> DecodeSnapshotHeader(std::span<const uint8_t> bytes) {
+  if (bytes.size() < 16) {
+    return InvalidData("truncated: {} bytes, the header needs {}", bytes.size(),
+                       kSnapshotHeaderBytes);
+  }
+  const uint8_t* h = bytes.data();
+  if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) return InvalidData("not a snapshot (magic)");
+  const uint32_t version = GetU32(h + 8);
+  if (version != kSnapshotFormatVersion) {
+    return InvalidData("format version {}, this build reads {}", version, kSnapshotFormatVersion);
+  }
+  const uint32_t header_bytes = GetU32(h + 12);
+  if (header_bytes != kSnapshotHeaderBytes) {
+    return InvalidData("header of {} bytes, version {} has {}", header_bytes, version,
+                       kSnapshotHeaderBytes);
+  }
+  if (bytes.size() < header_bytes) {
+    return InvalidData("truncated: {} bytes, the header needs {}", bytes.size(), header_bytes);
+  }
+  if (GetU64(h + header_bytes - 8) != XXH3_64bits(h, header_bytes - 8)) {
+    return InvalidData("header checksum mismatch");
+  }
+  SnapshotHeader header;
+  header.layout = {GetU64(h + 16), GetU64(h + 24)};
+  header.block_hash = {GetU64(h + 32), GetU64(h + 40)};
+  header.parent_hash = {GetU64(h + 48), GetU64(h + 56)};
+  const uint32_t n_tokens = GetU32(h + 64), n_sections = GetU32(h + 68);
+  if (n_tokens == 0 || n_tokens > 0x7fffffff) return InvalidData("n_tokens {}", n_tokens);
+  if (n_sections > kMaxSnapshotSections) {
+    return InvalidData("{} sections (at most {})", n_sections, kMaxSnapshotSections);
+  }
+  header.n_tokens = static_cast<int>(n_tokens);
+  header.n_sections = static_cast<int>(n_sections);
+  return header;
+}
+
+Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> file,
+                                const Fingerprint128& expected_layout,
+                                const BlockHash& expected_hash) {
+  Snapshot snap;
+  SHARDLM_ASSIGN_OR_RETURN(snap.header, DecodeSnapshotHeader(file));
+  if (snap.header.layout != expected_layout) {
+    return InvalidData("layout fingerprint {}, expected {} (another model, split or geometry)",
+                       snap.header.layout.ToHex(), expected_layout.ToHex());
+  }
+  if (snap.header.block_hash != expected_hash) {
+    return InvalidData("block hash {}, expected {}", snap.header.block_hash.ToHex(),
+                       expected_hash.ToHex());
+  }
+  size_t offset = kSnapshotHeaderBytes;
+  for (size_t i = 0; i < static_cast<size_t>(snap.header.n_sections); ++i) {
+    if (file.size() - offset < kSectionDescriptorBytes) {
+      return InvalidData("truncated in section {} descriptor", i);
+    }
+    uint64_t length = 0, checksum = 0;
+    SHARDLM_ASSIGN_OR_RETURN(SnapshotSection s,
+                             DecodeDescriptor(i, file.data() + offset, &length, &checksum));
+    offset += kSectionDescriptorBytes;
+    Result<uint64_t> want = SectionPayloadBytes(s);
+    if (!want.ok()) return want.status().WithContext(SectionName(i, s));
+    if (*want != length) {
+      return InvalidData("{}: {} bytes, its geometry needs {}", SectionName(i, s), length, *want);
+    }
+    if (length > file.size() - offset || Align8(length) > file.size() - offset) {
+      return InvalidData("truncated in {} payload: {} bytes, {} left", SectionName(i, s), length,
+                         file.size() - offset);
+    }
+    s.bytes = file.subspan(offset, length);
+    if (XXH3_64bits(s.bytes.data(), s.bytes.size()) != checksum) {
+      return InvalidData("{}: payload checksum mismatch", SectionName(i, s));
+    }
+    for (size_t pad = offset + length; pad < offset + Align8(length); ++pad) {
+      if (file[pad] != 0) return InvalidData("{}: non-zero padding", SectionName(i, s));
+    }
+    offset += Align8(length);
+    snap.sections.push_back(s);
+  }
+  if (offset != file.size()) {
+    return InvalidData("{} trailing bytes after the last section", file.size() - offset);
+  }
+  return snap;
+}
+
+}  // namespace shardlm

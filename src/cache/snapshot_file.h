@@ -1,0 +1,101 @@
+// Snapshot file: the on-disk form of one cached block (one full page) for every stage.
+//
+// Byte layout (all integers little-endian; every offset a multiple of 8):
+//   header, kSnapshotHeaderBytes (80) in format version 1:
+//     0  char[8] magic "SHLMSNAP"
+//     8  u32 format_version (1)      12 u32 header_bytes (80; later versions only append)
+//     16 u64 layout.hi, u64 layout.lo          (LayoutFingerprint, snapshot_layout.h)
+//     32 u64 block_hash.hi, u64 block_hash.lo
+//     48 u64 parent_hash.hi, u64 parent_hash.lo (kRootBlockHash for block 0)
+//     64 u32 n_tokens                68 u32 n_sections
+//     header_bytes-8: u64 xxh3-64 of header bytes [0, header_bytes-8)
+//   then n_sections times:
+//     descriptor, kSectionDescriptorBytes (64):
+//       0 u32 kind   4 u32 stage_idx   8 u32 layer_begin   12 u32 layer_end   16 u32 dtype
+//       20 u32 dims[4]   36 u32 reserved (0)   40 u64 byte_length
+//       48 u64 xxh3-64 of the payload   56 u64 xxh3-64 of descriptor bytes [0, 56)
+//     payload, byte_length bytes, then zero bytes up to a multiple of 8
+//   and nothing after the last section.
+// Section kinds and their geometry (dims not listed are 1; bytes = elements × dtype size):
+//   kv_page:         dims {page_tokens, n_kv_heads, head_dim}; elements = 2 (K, V) ×
+//                    layers × dims product; the payload is the stage's page (page_pool.h)
+//   recurrent_state: elements = layers × dims product (hybrid models, later)
+//   logits:          dims {n_vocab}; elements = dims product; dtype f32
+//
+// Goals: every byte is covered by a check — the header and each descriptor by their own
+// checksum, payloads by theirs, padding must be zero, no trailing bytes — so a corrupt,
+// truncated or foreign file is an InvalidData Status that names what failed, never a crash,
+// an over-read or different data. Decoding does not copy: sections are views of the buffer.
+// Non-goals: file I/O (atomic_file.h), compression, which sections a server needs
+// (the caller checks them, e.g. CheckKvPageSection).
+//
+// Thread safety: pure functions. Lifetime: decoded sections point into the decoded buffer.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "cache/block_hash.h"
+#include "gguf/fingerprint.h"
+
+namespace shardlm {
+
+inline constexpr size_t kSnapshotHeaderBytes = 80;
+inline constexpr size_t kSectionDescriptorBytes = 64;
+inline constexpr uint32_t kSnapshotFormatVersion = 1;
+// A bound on untrusted counts: a pipeline has a handful of stages, each with at most three
+// sections; 4096 leaves room without letting a hostile count drive allocation.
+inline constexpr uint32_t kMaxSnapshotSections = 4096;
+
+enum class SectionKind : uint32_t { kKvPage = 1, kRecurrentState = 2, kLogits = 3, kSentinel };
+const char* SectionKindName(SectionKind kind);
+
+// Element type of a section's payload; the values match KvType's.
+enum class SnapshotDType : uint32_t { kF32 = 0, kF16 = 1, kSentinel };
+size_t SnapshotDTypeSize(SnapshotDType dtype);
+
+struct SnapshotSection {
+  SectionKind kind = SectionKind::kKvPage;
+  int stage_idx = 0;
+  int layer_begin = 0;
+  int layer_end = 0;
+  SnapshotDType dtype = SnapshotDType::kF32;
+  std::array<uint32_t, 4> dims{1, 1, 1, 1};
+  std::span<const uint8_t> bytes;
+};
+
+struct SnapshotHeader {
+  Fingerprint128 layout;
+  BlockHash block_hash;
+  BlockHash parent_hash;
+  int n_tokens = 0;
+  int n_sections = 0;  // filled by Decode; Encode uses the sections it is given
+};
+
+struct Snapshot {
+  SnapshotHeader header;
+  std::vector<SnapshotSection> sections;  // views into the decoded buffer
+};
+
+// The payload size a section's kind, layers, dims and dtype call for; InvalidData naming
+// the field when they are out of range or the product overflows.
+Result<uint64_t> SectionPayloadBytes(const SnapshotSection& section);
+
+// The file bytes; InvalidArgument when a section's bytes do not match its geometry.
+Result<std::vector<uint8_t>> EncodeSnapshot(const SnapshotHeader& header,
+                                            std::span<const SnapshotSection> sections);
+
+// Validates the header alone (magic, version, sizes, header checksum): what a folder scan
+// needs. `bytes` may be the whole file or only its first bytes.
+Result<SnapshotHeader> DecodeSnapshotHeader(std::span<const uint8_t> bytes);
+
+// Validates everything and checks that the file is `expected_hash` under `expected_layout`.
+Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> file,
+                                const Fingerprint128& expected_layout,
+                                const BlockHash& expected_hash);
+
+}  // namespace shardlm

@@ -1,0 +1,75 @@
+#include "cache/snapshot_layout.h"
+
+#include <xxhash.h>
+
+#include <string_view>
+#include <type_traits>
+
+#include "base/check.h"
+
+namespace shardlm {
+namespace {
+
+template <typename T>
+void AppendLe(std::vector<uint8_t>& out, T v) {
+  const auto u = static_cast<std::make_unsigned_t<T>>(v);
+  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<uint8_t>(u >> (8 * i)));
+}
+
+}  // namespace
+
+Fingerprint128 LayoutFingerprint(const SnapshotLayout& layout) {
+  // The tag versions the encoding below: a change to it must change the tag.
+  constexpr std::string_view kTag = "shardlm-snapshot-layout-v1";
+  std::vector<uint8_t> bytes(kTag.begin(), kTag.end());
+  AppendLe(bytes, layout.model.hi);
+  AppendLe(bytes, layout.model.lo);
+  AppendLe(bytes, static_cast<uint32_t>(layout.stages.size()));
+  for (const StageLayers& stage : layout.stages) {
+    AppendLe(bytes, static_cast<int32_t>(stage.layer_begin));
+    AppendLe(bytes, static_cast<int32_t>(stage.layer_end));
+  }
+  AppendLe(bytes, static_cast<int32_t>(layout.page_tokens));
+  AppendLe(bytes, static_cast<int32_t>(layout.n_kv_heads));
+  AppendLe(bytes, static_cast<int32_t>(layout.head_dim));
+  AppendLe(bytes, static_cast<int32_t>(layout.kv_type));
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  return Fingerprint128{h.high64, h.low64};
+}
+
+SnapshotSection KvPageSection(const SnapshotLayout& layout, int stage_idx,
+                              std::span<const uint8_t> page) {
+  SHARDLM_CHECK(stage_idx >= 0 && stage_idx < static_cast<int>(layout.stages.size()));
+  SnapshotSection s;
+  s.kind = SectionKind::kKvPage;
+  s.stage_idx = stage_idx;
+  s.layer_begin = layout.stages[stage_idx].layer_begin;
+  s.layer_end = layout.stages[stage_idx].layer_end;
+  s.dtype = static_cast<SnapshotDType>(layout.kv_type);
+  s.dims = {static_cast<uint32_t>(layout.page_tokens), static_cast<uint32_t>(layout.n_kv_heads),
+            static_cast<uint32_t>(layout.head_dim), 1};
+  s.bytes = page;
+  return s;
+}
+
+Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
+                          const SnapshotSection& section) {
+  SHARDLM_CHECK(stage_idx >= 0 && stage_idx < static_cast<int>(layout.stages.size()));
+  const SnapshotSection want = KvPageSection(layout, stage_idx, {});
+  if (section.kind != want.kind) {
+    return InvalidData("stage {}: a {} section where a kv_page was expected", stage_idx,
+                       SectionKindName(section.kind));
+  }
+  if (section.stage_idx != stage_idx || section.layer_begin != want.layer_begin ||
+      section.layer_end != want.layer_end) {
+    return InvalidData("kv_page of stage {} layers [{}, {}), expected stage {} layers [{}, {})",
+                       section.stage_idx, section.layer_begin, section.layer_end, stage_idx,
+                       want.layer_begin, want.layer_end);
+  }
+  if (section.dtype != want.dtype || section.dims != want.dims) {
+    return InvalidData("stage {}: kv_page geometry or dtype differs from this server's", stage_idx);
+  }
+  return Status::Ok();
+}
+
+}  // namespace shardlm

@@ -1,0 +1,53 @@
+// SnapshotLayout: what must match for a saved KV page to be usable by this server — the
+// model, how its layers are split into stages, the page geometry and the KV type — and the
+// 128-bit layout fingerprint that names it in every snapshot file and cache folder.
+//
+// Goals: one fingerprint that changes whenever any of those inputs changes, so a file
+// written for another model, split, page size or KV type is never used (issue 5 "Disk");
+// one helper that describes a stage's KV page as a snapshot section.
+// Non-goals: describing recurrent state or logits geometry (the model does, later).
+//
+// Thread safety: pure functions and value types. Lifetime: sections are views; the bytes
+// they point to must outlive them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cache/snapshot_file.h"
+#include "gguf/fingerprint.h"
+#include "kv/page_pool.h"
+
+namespace shardlm {
+
+// One stage's layer range [layer_begin, layer_end) of the model.
+struct StageLayers {
+  int layer_begin = 0;
+  int layer_end = 0;
+  friend bool operator==(const StageLayers&, const StageLayers&) = default;
+};
+
+struct SnapshotLayout {
+  Fingerprint128 model;
+  std::vector<StageLayers> stages;  // in pipeline order
+  int page_tokens = kDefaultPageTokens;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  KvType kv_type = KvType::kF32;
+};
+
+// xxh3-128 over a format tag and every field above (little-endian, stages in order).
+Fingerprint128 LayoutFingerprint(const SnapshotLayout& layout);
+
+// The section that carries stage `stage_idx`'s part of one page: `page` is the page's bytes
+// in that stage's pool (PagePool byte layout, PagePool::page_bytes() long).
+SnapshotSection KvPageSection(const SnapshotLayout& layout, int stage_idx,
+                              std::span<const uint8_t> page);
+
+// Checks that a decoded section is stage `stage_idx`'s KV page under `layout`: same layer
+// range, geometry and dtype. InvalidData naming the field otherwise.
+Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
+                          const SnapshotSection& section);
+
+}  // namespace shardlm

@@ -1,0 +1,336 @@
+#include "cache/disk_store.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/atomic_file.h"
+#include "cache/snapshot_layout.h"
+#include "cache/snapshot_test_util.h"
+#include "cache/temp_dir.h"
+
+namespace shardlm {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::EncodeBlock;
+using testing_util::SmallLayout;
+using testing_util::TempDir;
+
+BlockHash Hash(uint64_t i) { return BlockHash{0x5eed, i}; }
+
+class DiskStoreTest : public ::testing::Test {
+ protected:
+  DiskStoreOptions Options(uint64_t budget = uint64_t{1} << 20) {
+    DiskStoreOptions options;
+    options.dir = dir_.path();
+    options.budget_bytes = budget;
+    options.layout = LayoutFingerprint(layout_);
+    options.log = [this](const std::string& line) { log_.push_back(line); };
+    return options;
+  }
+  std::unique_ptr<DiskStore> Open(const DiskStoreOptions& options) {
+    auto store = DiskStore::Open(options);
+    EXPECT_TRUE(store.ok()) << store.status().message();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+  std::vector<uint8_t> Block(uint64_t i, uint64_t parent = 0) {
+    return EncodeBlock(layout_, Hash(i), parent == 0 ? kRootBlockHash : Hash(parent),
+                       static_cast<uint8_t>(i));
+  }
+  bool LogMentions(const std::string& text) const {
+    for (const std::string& line : log_) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  TempDir dir_;
+  SnapshotLayout layout_ = SmallLayout();
+  std::vector<std::string> log_;
+  const uint64_t file_bytes_ = Block(1).size();
+};
+
+TEST_F(DiskStoreTest, PutFlushGetSurvivesARestart) {
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store);
+    EXPECT_TRUE(store->Put(Hash(1), Block(1)));
+    EXPECT_TRUE(store->Put(Hash(2), Block(2, 1)));
+    EXPECT_TRUE(store->Put(Hash(1), Block(1)));  // already queued or stored: not twice
+    store->Flush();
+    const DiskStoreStats s = store->stats();
+    EXPECT_EQ(s.files, 2);
+    EXPECT_EQ(s.files_written, 2);
+    EXPECT_EQ(s.bytes_written, static_cast<int64_t>(2 * file_bytes_));
+    EXPECT_TRUE(fs::exists(store->folder() / (Hash(1).ToHex() + ".snap")));
+  }
+  auto store = Open(Options());  // the restarted server
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->stats().files, 2);
+  auto got = store->Get(Hash(2));
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->bytes, Block(2, 1));
+  EXPECT_EQ(got->snapshot.header.parent_hash, Hash(1));
+  ASSERT_EQ(got->snapshot.sections.size(), 3u);
+  EXPECT_TRUE(CheckKvPageSection(layout_, 1, got->snapshot.sections[1]).ok());
+  EXPECT_EQ(store->Get(Hash(3)).status().code(), StatusCode::kNotFound);
+  const DiskStoreStats s = store->stats();
+  EXPECT_EQ(s.hits, 1);
+  EXPECT_EQ(s.misses, 1);
+  EXPECT_EQ(s.bytes_read, static_cast<int64_t>(file_bytes_));
+}
+
+TEST_F(DiskStoreTest, OpenErrorsAreClear) {
+  DiskStoreOptions missing = Options();
+  missing.dir = dir_.path() / "nope";
+  auto r = DiskStore::Open(missing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("does not exist"), std::string::npos);
+
+  DiskStoreOptions file = Options();
+  file.dir = dir_.path() / "plain";
+  std::ofstream(file.dir) << "x";
+  r = DiskStore::Open(file);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a folder"), std::string::npos);
+
+  EXPECT_EQ(DiskStore::Open(Options(0)).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(DiskStoreTest, ReadOnlyFolderIsAClearErrorAtOpen) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes through permissions";
+  DiskStoreOptions options = Options();
+  options.dir = dir_.path() / "ro";
+  fs::create_directory(options.dir);
+  fs::permissions(options.dir, fs::perms::owner_read | fs::perms::owner_exec);
+  auto r = DiskStore::Open(options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError);
+  EXPECT_NE(r.status().message().find("not writable"), std::string::npos) << r.status().message();
+}
+
+TEST_F(DiskStoreTest, BudgetEvictsTheLeastValuableLeaf) {
+  auto store = Open(Options(3 * file_bytes_));
+  ASSERT_TRUE(store);
+  for (uint64_t i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(store->Put(Hash(i), Block(i)));
+    store->Flush();
+  }
+  ASSERT_TRUE(store->Get(Hash(1)).ok());  // 1 is now hit and recent: 2 is the oldest
+  ASSERT_TRUE(store->Put(Hash(4), Block(4)));
+  store->Flush();
+  EXPECT_TRUE(store->Contains(Hash(1)));
+  EXPECT_FALSE(store->Contains(Hash(2)));
+  EXPECT_FALSE(fs::exists(store->folder() / (Hash(2).ToHex() + ".snap")));
+  EXPECT_TRUE(store->Contains(Hash(3)));
+  EXPECT_TRUE(store->Contains(Hash(4)));
+  const DiskStoreStats s = store->stats();
+  EXPECT_EQ(s.evictions, 1);
+  EXPECT_LE(s.bytes_on_disk, static_cast<int64_t>(3 * file_bytes_));
+}
+
+TEST_F(DiskStoreTest, AChainIsEvictedFromItsTail) {
+  auto store = Open(Options(3 * file_bytes_));
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+  ASSERT_TRUE(store->Put(Hash(2), Block(2, 1)));
+  ASSERT_TRUE(store->Put(Hash(3), Block(3, 2)));
+  store->Flush();
+  ASSERT_TRUE(store->Put(Hash(9), Block(9)));
+  ASSERT_TRUE(store->Put(Hash(10), Block(10)));
+  store->Flush();
+  // Blocks 1 and 2 are the oldest but head the chain: 3 goes, then 2.
+  EXPECT_TRUE(store->Contains(Hash(1)));
+  EXPECT_FALSE(store->Contains(Hash(2)));
+  EXPECT_FALSE(store->Contains(Hash(3)));
+  EXPECT_TRUE(store->Contains(Hash(9)));
+  EXPECT_TRUE(store->Contains(Hash(10)));
+}
+
+TEST_F(DiskStoreTest, HitsKeepAFileLongerThanRecencyAlone) {
+  auto store = Open(Options(2 * file_bytes_));
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+  store->Flush();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Get(Hash(1)).ok());
+  // Newer one-off blocks pass through without displacing the popular one.
+  for (uint64_t i = 2; i <= 6; ++i) {
+    ASSERT_TRUE(store->Put(Hash(i), Block(i)));
+    store->Flush();
+  }
+  EXPECT_TRUE(store->Contains(Hash(1)));
+  EXPECT_TRUE(store->Contains(Hash(6)));
+  EXPECT_EQ(store->stats().evictions, 4);
+}
+
+TEST_F(DiskStoreTest, ACorruptFileIsDiscardedWithALogLine) {
+  fs::path path;
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+    store->Flush();
+    path = store->folder() / (Hash(1).ToHex() + ".snap");
+    // Flip one payload byte behind the store's back.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(kSnapshotHeaderBytes + kSectionDescriptorBytes + 3));
+    f.put('\x5a');
+    f.close();
+    auto got = store->Get(Hash(1));
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(got.status().code(), StatusCode::kInvalidData);
+    EXPECT_NE(got.status().message().find("checksum"), std::string::npos);
+    EXPECT_TRUE(LogMentions(path.string()));
+    EXPECT_FALSE(fs::exists(path));
+    EXPECT_EQ(store->Get(Hash(1)).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(store->stats().corrupt_files, 1);
+    EXPECT_EQ(store->stats().files, 0);
+    // The block can be stored again.
+    ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+    store->Flush();
+    EXPECT_TRUE(store->Get(Hash(1)).ok());
+  }
+}
+
+TEST_F(DiskStoreTest, OpenDeletesOurBrokenFilesAndLeavesOthersAlone) {
+  fs::path folder;
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+    store->Flush();
+    folder = store->folder();
+  }
+  const fs::path truncated = folder / (Hash(2).ToHex() + ".snap");
+  std::vector<uint8_t> half = Block(2);
+  half.resize(40);
+  ASSERT_TRUE(WriteFileAtomic(truncated, half).ok());
+  const fs::path misnamed = folder / (Hash(3).ToHex() + ".snap");  // holds block 4
+  ASSERT_TRUE(WriteFileAtomic(misnamed, Block(4)).ok());
+  const fs::path leftover = folder / (Hash(5).ToHex() + ".snap.tmp.123.0");
+  ASSERT_TRUE(WriteFileAtomic(leftover, Block(5)).ok());
+  const fs::path stray = folder / "notes.txt";
+  std::ofstream(stray) << "mine";
+
+  auto store = Open(Options());
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->stats().files, 1);
+  EXPECT_EQ(store->stats().corrupt_files, 2);
+  EXPECT_FALSE(fs::exists(truncated));
+  EXPECT_FALSE(fs::exists(misnamed));
+  EXPECT_FALSE(fs::exists(leftover));
+  EXPECT_TRUE(fs::exists(stray));
+  EXPECT_TRUE(LogMentions(truncated.string()));
+  EXPECT_TRUE(LogMentions("notes.txt"));
+  EXPECT_TRUE(store->Get(Hash(1)).ok());
+}
+
+TEST_F(DiskStoreTest, AnotherLayoutNeverSeesTheFiles) {
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+    store->Flush();
+  }
+  SnapshotLayout other = layout_;
+  other.kv_type = KvType::kF16;
+  DiskStoreOptions options = Options();
+  options.layout = LayoutFingerprint(other);
+  auto store = Open(options);
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->stats().files, 0);
+  EXPECT_EQ(store->Get(Hash(1)).status().code(), StatusCode::kNotFound);
+  // A file of the first layout copied into this layout's folder is found and deleted.
+  const fs::path copied = store->folder() / (Hash(1).ToHex() + ".snap");
+  ASSERT_TRUE(WriteFileAtomic(copied, Block(1)).ok());
+  store.reset();
+  store = Open(options);
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->stats().files, 0);
+  EXPECT_FALSE(fs::exists(copied));
+  // And Put refuses bytes of another layout.
+  EXPECT_FALSE(store->Put(Hash(1), Block(1)));
+  EXPECT_FALSE(store->Put(Hash(2), Block(1)));  // and bytes of another block
+}
+
+TEST_F(DiskStoreTest, AFullQueueDropsInsteadOfBlocking) {
+  DiskStoreOptions options = Options();
+  options.max_queued_writes = 2;
+  auto store = Open(options);
+  ASSERT_TRUE(store);
+  store->PauseWriterForTest(true);
+  EXPECT_TRUE(store->Put(Hash(1), Block(1)));
+  EXPECT_TRUE(store->Put(Hash(2), Block(2)));
+  EXPECT_FALSE(store->Put(Hash(3), Block(3)));  // returns at once, dropped
+  EXPECT_EQ(store->stats().dropped_writes, 1);
+  store->PauseWriterForTest(false);
+  store->Flush();
+  EXPECT_EQ(store->stats().files, 2);
+  EXPECT_FALSE(store->Contains(Hash(3)));
+  EXPECT_TRUE(store->Put(Hash(3), Block(3)));  // room again
+  store->Flush();
+  EXPECT_TRUE(store->Contains(Hash(3)));
+}
+
+TEST_F(DiskStoreTest, QueuedWritesAreFinishedAtShutdown) {
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store);
+    store->PauseWriterForTest(true);
+    for (uint64_t i = 1; i <= 5; ++i) ASSERT_TRUE(store->Put(Hash(i), Block(i)));
+  }
+  auto store = Open(Options());
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->stats().files, 5);
+}
+
+TEST_F(DiskStoreTest, AFailedWriteIsCountedLoggedAndReadsGoOn) {
+  auto store = Open(Options());
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+  store->Flush();
+  // A file size limit below one snapshot makes the next write fail (EFBIG).
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit small = old;
+  small.rlim_cur = file_bytes_ / 2;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const bool queued = store->Put(Hash(2), Block(2));
+  store->Flush();
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  EXPECT_TRUE(queued);
+  EXPECT_EQ(store->stats().write_errors, 1);
+  EXPECT_FALSE(store->Contains(Hash(2)));
+  EXPECT_TRUE(LogMentions(Hash(2).ToHex()));
+  int files_in_folder = 0;
+  for (const auto& entry : fs::directory_iterator(store->folder())) {
+    files_in_folder += entry.is_regular_file() ? 1 : 0;
+  }
+  EXPECT_EQ(files_in_folder, 1);  // no temp file left behind
+  EXPECT_TRUE(store->Get(Hash(1)).ok());
+  ASSERT_TRUE(store->Put(Hash(2), Block(2)));  // and writes work again
+  store->Flush();
+  EXPECT_TRUE(store->Contains(Hash(2)));
+}
+
+TEST_F(DiskStoreTest, ABlockLargerThanTheBudgetIsDropped) {
+  auto store = Open(Options(file_bytes_ - 1));
+  ASSERT_TRUE(store);
+  EXPECT_FALSE(store->Put(Hash(1), Block(1)));
+  EXPECT_EQ(store->stats().dropped_writes, 1);
+}
+
+}  // namespace
+}  // namespace shardlm
