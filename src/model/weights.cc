@@ -1,6 +1,7 @@
 // BindStageWeights: find, check and view the tensors of one stage (see weights.h).
 #include "model/weights.h"
 
+#include <algorithm>
 #include <string>
 
 #include "tensor/type_traits.h"
@@ -82,6 +83,16 @@ Result<LayerWeights> BindLayer(const GgufFile& file, const ModelConfig& c, int l
   return w;
 }
 
+void AddBytes(const WeightView& view, std::vector<std::span<const uint8_t>>* ranges) {
+  if (view.data == nullptr) return;
+  ranges->emplace_back(static_cast<const uint8_t*>(view.data), size_t(view.row_bytes * view.rows));
+}
+
+void AddBytes(const NormWeight& norm, std::vector<std::span<const uint8_t>>* ranges) {
+  if (norm.data == nullptr) return;
+  ranges->emplace_back(reinterpret_cast<const uint8_t*>(norm.data), size_t(norm.n) * sizeof(float));
+}
+
 }  // namespace
 
 Result<StageWeights> BindStageWeights(const GgufFile& file, const ModelConfig& config,
@@ -117,6 +128,38 @@ Result<StageWeights> BindStageWeights(const GgufFile& file, const ModelConfig& c
     w.blocks.push_back(std::move(block).value());
   }
   return w;
+}
+
+std::vector<std::span<const uint8_t>> StageTensorBytes(const StageWeights& weights) {
+  std::vector<std::span<const uint8_t>> ranges;
+  AddBytes(weights.token_embd, &ranges);
+  AddBytes(weights.output_norm, &ranges);
+  AddBytes(weights.output, &ranges);
+  AddBytes(weights.rope_freqs, &ranges);
+  for (const LayerWeights& w : weights.blocks) {
+    for (const NormWeight* norm : {&w.attn_norm, &w.attn_q_norm, &w.attn_k_norm, &w.ffn_norm}) {
+      AddBytes(*norm, &ranges);
+    }
+    for (const WeightView* view :
+         {&w.attn_q, &w.attn_k, &w.attn_v, &w.attn_output, &w.ffn_gate, &w.ffn_up, &w.ffn_down}) {
+      AddBytes(*view, &ranges);
+    }
+  }
+  const auto by_address = [](std::span<const uint8_t> a, std::span<const uint8_t> b) {
+    return a.data() < b.data();
+  };
+  const auto same_start = [](std::span<const uint8_t> a, std::span<const uint8_t> b) {
+    return a.data() == b.data();
+  };
+  std::sort(ranges.begin(), ranges.end(), by_address);
+  ranges.erase(std::unique(ranges.begin(), ranges.end(), same_start), ranges.end());
+  return ranges;
+}
+
+size_t StageWeightBytes(const StageWeights& weights) {
+  size_t total = 0;
+  for (std::span<const uint8_t> bytes : StageTensorBytes(weights)) total += bytes.size();
+  return total;
 }
 
 }  // namespace shardlm

@@ -11,6 +11,9 @@
 // outlive the StageWeights (Model keeps it alive through a shared_ptr).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -61,5 +64,11 @@ struct StageWeights {
 // Binds the tensors of `range` (validated against config.n_layers).
 Result<StageWeights> BindStageWeights(const GgufFile& file, const ModelConfig& config,
                                       LayerRange range);
+
+// The bytes of every tensor the stage binds, each once (a tied head is the embedding), in
+// address (= file) order: what the stage maps and touches (model/prefault.h reads them).
+std::vector<std::span<const uint8_t>> StageTensorBytes(const StageWeights& weights);
+// Their total.
+size_t StageWeightBytes(const StageWeights& weights);
 
 }  // namespace shardlm

@@ -4,7 +4,8 @@
 // progress line on stderr while the weights are paged in (the mapping is read once, in
 // file order, so the first forward pass does not stall on page faults and benchmarks do not
 // measure disk reads).
-// Non-goals: layer splits (stages are loaded by the pipeline), repacking.
+// Non-goals: layer splits (stages are loaded by the pipeline: load with prefault = false,
+// then each stage pages in only its own tensors, model/prefault.h), repacking.
 //
 // Thread safety: none needed (a free function). Lifetime: LoadedModel owns everything; the
 // Model and Tokenizer point into the file, which the shared_ptr keeps alive.
