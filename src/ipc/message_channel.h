@@ -19,6 +19,9 @@
 // thread to wake a blocked Receive. Lifetime: owns its fd (closed in the destructor).
 #pragma once
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -29,6 +32,8 @@
 #include "ipc/shard_protocol.h"
 
 namespace shardlm {
+
+class Deadline;  // unix_socket_impl.h
 
 // A file descriptor that closes itself.
 class UniqueFd {
@@ -68,7 +73,10 @@ class MessageChannel {
   // attach_fd >= 0 sends that descriptor with the message.
   Status Send(ShardMessageType type, std::span<const uint8_t> payload, int attach_fd = -1);
   // Waits up to timeout_ms (< 0: forever) for one whole message of at most max_payload
-  // bytes.
+  // bytes. Errors: kUnavailable (peer closed, reset, timed out, Shutdown), kInvalidData
+  // (bad magic, unknown type, length over max_payload, too many fds). Only a timeout
+  // before any byte of the message arrived leaves the stream usable; after any other
+  // error drop the channel (its framing is lost).
   Result<ReceivedMessage> Receive(uint32_t max_payload = kMaxShardMessageBytes,
                                   int timeout_ms = -1);
   // Wakes a blocked Receive (it returns kUnavailable) and makes later calls fail.
@@ -76,15 +84,29 @@ class MessageChannel {
   int fd() const { return fd_.get(); }
 
  private:
+  // Reads exactly out.size() bytes by the deadline; a descriptor that arrives is kept in
+  // `fd` (the first one) or closed.
+  Status ReadFull(std::span<uint8_t> out, const Deadline& deadline, UniqueFd& fd);
+  Status ClosedStatus(const char* what) const;
+
   UniqueFd fd_;
+  std::atomic<bool> shut_down_{false};
 };
 
 class UnixListener {
  public:
   // Creates the socket file at `path` with mode 0600 and listens. Errors name the path:
-  // a live socket already there (another daemon), a missing directory, permissions.
+  // a live socket already there (another daemon; InvalidArgument), a file that is not a
+  // socket (InvalidArgument, the file is left alone), a missing directory or permissions
+  // (IoError). A stale socket file (nobody accepting on it) is replaced. Finding out
+  // connects to the existing socket once: a live daemon there accepts a client that hangs
+  // up without sending anything.
+  // The umask is process-wide: bind briefly runs under 0177, so do not create files from
+  // other threads while listening starts.
   static Result<std::unique_ptr<UnixListener>> Listen(const std::string& path);
-  ~UnixListener();  // closes and unlinks the socket file
+  ~UnixListener();  // closes, and unlinks the socket file if it is still ours
+  UnixListener(const UnixListener&) = delete;
+  UnixListener& operator=(const UnixListener&) = delete;
 
   // Waits up to timeout_ms (< 0: forever) for a client; kUnavailable on timeout or after
   // Shutdown.
@@ -94,10 +116,14 @@ class UnixListener {
 
  private:
   UnixListener(UniqueFd fd, std::string path);
-  UniqueFd fd_;
+  UniqueFd fd_;         // listening socket, non-blocking (Accept polls first)
   UniqueFd wake_read_;  // self-pipe that Shutdown writes to
   UniqueFd wake_write_;
   std::string path_;
+  // Identity of the socket file we bound, so the destructor never unlinks a file that
+  // someone else put at the path since.
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
 };
 
 }  // namespace shardlm

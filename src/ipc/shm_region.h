@@ -2,9 +2,10 @@
 // activation rows and KV pages take between a server and a shard daemon, so hidden states
 // never travel through the socket.
 //
-// The creator makes an anonymous memfd (memfd_create, sealed against shrinking), sizes it
-// and maps it; its fd is sent over the MessageChannel; the peer maps the received fd after
-// checking (fstat) that the file is at least as large as the size it was told.
+// The creator makes an anonymous memfd (memfd_create), sizes it, seals it against
+// shrinking and growing, and maps it; its fd is sent over the MessageChannel; the peer maps
+// the received fd after checking the seal and (fstat) that the file is at least as large
+// as the size it was told.
 //
 // Goals: bounds-checked views (Span) so a peer's offsets cannot reach outside the mapping.
 // Non-goals: synchronisation (the protocol's request/reply order is the only lock).
@@ -27,8 +28,9 @@ class ShmRegion {
  public:
   // A new region of `bytes` (> 0), zero-filled. `name` shows in /proc/PID/fd.
   static Result<std::unique_ptr<ShmRegion>> Create(const std::string& name, size_t bytes);
-  // Maps a region received from a peer (takes ownership of fd). Errors: the file is smaller
-  // than `bytes`, mmap failure.
+  // Maps a region received from a peer (takes ownership of fd, closed on error too).
+  // Errors: the file is not sealed against shrinking (so its size could not be trusted),
+  // it is smaller than `bytes`, mmap failure.
   static Result<std::unique_ptr<ShmRegion>> Map(int fd, size_t bytes);
   ~ShmRegion();
   ShmRegion(const ShmRegion&) = delete;
