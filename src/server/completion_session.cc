@@ -16,6 +16,18 @@ double MsSince(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
+// A request the engine failed after accepting it: 503 when a stage went down (the client
+// may retry once /health is back), else 500; never a 4xx (the request was fine).
+ApiError EngineError(const Status& status) {
+  if (status.code() == StatusCode::kUnavailable) return ErrorFromStatus(status);
+  ApiError e =
+      ErrorFromStatus(status.ok() ? Status(StatusCode::kInternal, "engine error") : status);
+  e.http_status = 500;
+  e.type = "server_error";
+  e.code = "";
+  return e;
+}
+
 ApiError ErrorFromStatus(const Status& status, const std::string& param) {
   ApiError e;
   e.message = status.message();
@@ -37,6 +49,11 @@ ApiError ErrorFromStatus(const Status& status, const std::string& param) {
       break;
     case StatusCode::kUnsupported:
       e.http_status = 400;
+      break;
+    case StatusCode::kUnavailable:  // a stage is down: retry once it is back
+      e.http_status = 503;
+      e.type = "unavailable_error";
+      e.code = "stage_unavailable";
       break;
     default:
       e.http_status = 500;
@@ -104,12 +121,12 @@ void CompletionSession::LogFinish(const FinishEvent& fin) {
   const RequestUsage& u = fin.usage;
   double ttft = u.queue_ms + u.prefill_ms;
   double tps = u.decode_ms > 0 ? (u.completion_tokens - 1) * 1000.0 / u.decode_ms : 0.0;
-  log_(
-      fmt::format("request id={} endpoint={} finish={} prompt_tokens={} cached_tokens={} "
-                  "completion_tokens={} ttft_ms={:.1f} decode_tok_s={:.1f} total_ms={:.1f}",
-                  meta_.id, request_.endpoint == Endpoint::kChat ? "chat" : "completions",
-                  FinishReasonName(fin.reason), u.prompt_tokens, u.cached_tokens,
-                  u.completion_tokens, ttft, tps < 0 ? 0.0 : tps, MsSince(start_)));
+  log_(fmt::format("request id={} endpoint={} finish={} prompt_tokens={} cached_tokens={} "
+                   "completion_tokens={} ttft_ms={:.1f} decode_tok_s={:.1f} total_ms={:.1f}",
+                   meta_.id, request_.endpoint == Endpoint::kChat ? "chat" : "completions",
+                   FinishReasonName(fin.reason), u.prompt_tokens, u.cached_tokens,
+                   u.completion_tokens, ttft, tps < 0 ? 0.0 : tps, MsSince(start_)) +
+       (fin.reason == FinishReason::kError ? " error=\"" + fin.error.message() + "\"" : ""));
 }
 
 void CompletionSession::Cancel() {
@@ -244,12 +261,10 @@ void CompletionSession::ProcessFinish(const FinishEvent& fin, std::string* sse) 
   usage_ = fin.usage;
   done_sent_ = true;
   if (fin.reason == FinishReason::kError) {
-    ApiError e =
-        ErrorFromStatus(fin.error.ok() ? Status(StatusCode::kInternal, "engine error") : fin.error);
-    e.http_status = 500;
-    e.type = "server_error";
-    error_ = e;
-    if (sse) *sse += SseData(ErrorJSON(e)) + "data: [DONE]\n\n";
+    error_ = EngineError(fin.error);
+    // As OpenAI does: the error event is the stream's last (no [DONE]), so a client
+    // cannot take the text so far for a complete answer.
+    if (sse) *sse += SseData(ErrorJSON(*error_));
     return;
   }
   if (request_.endpoint == Endpoint::kCompletion) {

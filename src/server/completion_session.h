@@ -46,7 +46,11 @@ struct PreparedRequest {
 using LogFn = std::function<void(const std::string&)>;
 
 // Maps an engine or parse Status to OpenAI's error (HTTP status, type, code).
+// kUnavailable (a stage is down) is 503, type unavailable_error, code stage_unavailable.
 ApiError ErrorFromStatus(const Status& status, const std::string& param = "");
+// The error of a request that finished with FinishReason::kError: ErrorFromStatus for a
+// down stage (503), else 500 server_error.
+ApiError EngineError(const Status& status);
 
 class CompletionSession : public std::enable_shared_from_this<CompletionSession> {
  public:

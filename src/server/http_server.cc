@@ -13,13 +13,14 @@
 #include "server/chat_format.h"
 #include "server/completion_session.h"
 #include "server/openai_types.h"
+#include "server/props.h"
 
 namespace shardlm::server {
 namespace {
 
 constexpr const char* kRoutes[] = {
     "/v1/chat/completions", "/v1/completions",   "/v1/models",   "/health", "/metrics", "/tokenize",
-    "/detokenize",          "/chat/completions", "/completions", "/models"};
+    "/detokenize",          "/chat/completions", "/completions", "/models", "/props"};
 // How long a streaming handler waits for engine events before checking that the client is
 // still there: short enough that a disconnect frees its slot quickly.
 constexpr std::chrono::milliseconds kStreamPoll{100};
@@ -79,6 +80,7 @@ struct HttpServer::Impl {
   void Respond(PreparedRequest prep, const char* id_prefix, httplib::Response& res);
   void HandleModels(httplib::Response& res) const;
   void HandleHealth(httplib::Response& res) const;
+  void HandleProps(httplib::Response& res) const;
   void HandleMetrics(httplib::Response& res);
   void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res) const;
@@ -226,15 +228,29 @@ void HttpServer::Impl::HandleModels(httplib::Response& res) const {
                     {"meta", Json{{"architecture", info.architecture},
                                   {"n_ctx", info.n_ctx},
                                   {"n_vocab", info.n_vocab},
-                                  {"n_parallel", info.n_parallel}}}};
+                                  {"n_parallel", info.n_parallel},
+                                  {"stages", StagesJSON(info.stages)}}}};
   SendJson(res, Json{{"object", "list"}, {"data", Json::array({model})}});
 }
 
+// Healthy: 200 {"status":"ok"}. Otherwise 503 with OpenAI's error object (a down stage:
+// code stage_unavailable, the message naming the stage) and "status":"unavailable", so
+// both load balancers and OpenAI clients read it.
 void HttpServer::Impl::HandleHealth(httplib::Response& res) const {
   Status st = engine.Health();
   if (st.ok()) return SendJson(res, Json{{"status", "ok"}});
+  ApiError e = ErrorFromStatus(st);
+  e.http_status = 503;
+  e.type = "unavailable_error";
+  Json body = ErrorJSON(e);
+  body["status"] = "unavailable";
   res.status = 503;
-  res.set_content(Dump(Json{{"status", "error"}, {"message", st.message()}}), "application/json");
+  res.set_header("Retry-After", "1");
+  res.set_content(Dump(body), "application/json");
+}
+
+void HttpServer::Impl::HandleProps(httplib::Response& res) const {
+  SendJson(res, PropsJSON(engine.info()));
 }
 
 void HttpServer::Impl::HandleMetrics(httplib::Response& res) {
@@ -326,6 +342,7 @@ void HttpServer::Impl::InstallHandlers() {
   svr.Get("/models", models);
   svr.Get("/health",
           [this](const httplib::Request&, httplib::Response& res) { HandleHealth(res); });
+  svr.Get("/props", [this](const httplib::Request&, httplib::Response& res) { HandleProps(res); });
   svr.Get("/metrics",
           [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
   svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {

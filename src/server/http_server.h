@@ -1,11 +1,14 @@
 // HttpServer: the OpenAI-compatible HTTP front of an Engine (cpp-httplib underneath).
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (SSE when "stream": true),
-// GET /v1/models, GET /health, GET /metrics (Prometheus text), POST /tokenize,
-// POST /detokenize. Errors always use OpenAI's error object: 400 bad JSON or parameters
-// (code context_length_exceeded for an over-long prompt), 401 wrong or missing API key
-// (every route but /health), 404 unknown route, 405 wrong method, 413 body over the cap,
-// 503 queue full (with Retry-After).
+// GET /v1/models (its model entry's "meta" carries the stages), GET /props (model,
+// context, slots, placement: props.h), GET /health, GET /metrics (Prometheus text),
+// POST /tokenize, POST /detokenize. Errors always use OpenAI's error object: 400 bad JSON
+// or parameters (code context_length_exceeded for an over-long prompt), 401 wrong or
+// missing API key (every route but /health), 404 unknown route, 405 wrong method, 413 body
+// over the cap, 503 with Retry-After for a full queue (code server_overloaded) or a stage
+// that is down (type unavailable_error, code stage_unavailable: on submit, on /health, and
+// for a request the stage failed mid-way; a stream then ends with an SSE error event).
 //
 // Goals: nothing a client sends crashes the server; a client that disconnects mid-stream
 // cancels its request; handler threads sized for the engine's parallelism; httplib.h is

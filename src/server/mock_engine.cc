@@ -58,6 +58,17 @@ MockEngine::MockEngine(MockEngineOptions options) : options_(std::move(options))
   info_.n_ctx = options_.n_ctx;
   info_.n_vocab = tokenizer_.n_vocab();
   info_.n_parallel = options_.n_parallel;
+  info_.stages = options_.stages;
+  if (info_.stages.empty()) {
+    StageInfo stage;
+    stage.layers = LayerRange{0, 2};
+    stage.first = stage.last = true;
+    stage.device = "cpu";
+    stage.threads = 2;
+    stage.weight_bytes = 1000;
+    stage.kv_bytes = 2000;
+    info_.stages.push_back(stage);
+  }
   stats_.slots_total = options_.n_parallel;
   stats_.kv_pages_total = 64;
   worker_ = std::thread([this] { Loop(); });
@@ -92,12 +103,37 @@ void MockEngine::Pause(bool paused) {
   cv_.notify_all();
 }
 
+void MockEngine::SetStageDown(Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  down_ = std::move(status);
+}
+
+void MockEngine::FailAfterTokens(int after_tokens, Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_after_ = status.ok() ? -1 : after_tokens;
+  fail_status_ = std::move(status);
+}
+
+Status MockEngine::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return down_;
+}
+
+bool MockEngine::ShouldFail(int32_t tokens_out, Status* status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fail_after_ < 0 || tokens_out < fail_after_) return false;
+  *status = fail_status_;
+  if (fail_status_.code() == StatusCode::kUnavailable) down_ = fail_status_;
+  return true;
+}
+
 Result<RequestId> MockEngine::Submit(EngineRequest request, RequestCallbacks callbacks) {
   if (static_cast<int32_t>(request.prompt.size()) >= options_.n_ctx) {
     return OutOfRange("context_length_exceeded: the prompt has {} tokens, the context {}",
                       request.prompt.size(), options_.n_ctx);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (!down_.ok()) return down_;
   if (static_cast<int32_t>(queue_.size()) >= options_.max_queue) {
     return OutOfRange("the queue is full ({} requests)", queue_.size());
   }
@@ -172,6 +208,10 @@ void MockEngine::Run(Pending& p) {
     if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     if (IsCancelled(p.id)) {
       fin.reason = FinishReason::kCancelled;
+      break;
+    }
+    if (ShouldFail(fin.usage.completion_tokens, &fin.error)) {
+      fin.reason = FinishReason::kError;
       break;
     }
     TokenEvent ev;

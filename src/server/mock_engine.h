@@ -1,7 +1,9 @@
 // MockEngine: an Engine with no model (STYLE rule 44), so the HTTP layer can be tested
 // end to end in milliseconds: it "generates" a scripted reply one byte-token at a time on
 // its own thread, honours max_tokens, stop strings, cancellation, a bounded queue and the
-// context limit, and counts what the real engine counts.
+// context limit, and counts what the real engine counts. It can play a placement (stages)
+// and a stage that goes down: refused submits, an unhealthy /health, and a request that
+// fails mid-stream, as the real scheduler does when a shard daemon dies.
 // MockTokenizer: bytes are tokens 0..255, plus ChatML/Qwen special tokens after them.
 //
 // Goals: deterministic behaviour that tests can steer (reply text, per-token delay).
@@ -52,6 +54,7 @@ struct MockEngineOptions {
   int32_t n_parallel = 2;
   int32_t max_queue = 4;
   std::string model_name = "mock-model";
+  std::vector<StageInfo> stages;  // empty: one local stage "cpu" over layers [0, 2)
 };
 
 class MockEngine : public Engine {
@@ -65,6 +68,12 @@ class MockEngine : public Engine {
   void SetTokenDelayMs(int ms) { delay_ms_ = ms; }
   // Accept requests but do not run them until Resume() (to fill the queue).
   void Pause(bool paused);
+  // A stage is down (status kUnavailable naming it) or back (Ok): Submit refuses with the
+  // status and Health reports it.
+  void SetStageDown(Status status);
+  // Each request that gets `after_tokens` tokens out then finishes with kError and
+  // `status`; a kUnavailable status also takes the stage down (SetStageDown). Ok: off.
+  void FailAfterTokens(int after_tokens, Status status);
   int64_t cancelled_count() const { return cancelled_; }
 
   Result<RequestId> Submit(EngineRequest request, RequestCallbacks callbacks) override;
@@ -72,6 +81,7 @@ class MockEngine : public Engine {
   EngineStats Stats() const override;
   const EngineInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return tokenizer_; }
+  Status Health() const override;
 
  private:
   struct Pending {
@@ -83,6 +93,7 @@ class MockEngine : public Engine {
   void Run(Pending& p);
   std::string ReplyFor(const EngineRequest& request) const;
   bool IsCancelled(RequestId id);
+  bool ShouldFail(int32_t tokens_out, Status* status);
 
   MockEngineOptions options_;
   EngineInfo info_;
@@ -96,6 +107,9 @@ class MockEngine : public Engine {
   std::vector<RequestId> cancel_requests_;
   std::string reply_;
   bool paused_ = false;
+  Status down_;          // !ok: a stage is down
+  int fail_after_ = -1;  // < 0: no mid-stream failure
+  Status fail_status_;
   bool stop_ = false;
   bool busy_ = false;
   RequestId next_id_ = 1;
