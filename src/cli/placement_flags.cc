@@ -1,0 +1,52 @@
+// `--devices` / `--layer-split` for serve, run and bench. See placement_flags.h.
+#include "cli/placement_flags.h"
+
+#include <fmt/format.h>
+
+#include <thread>
+
+namespace shardlm::cli {
+namespace {
+
+std::string MiB(size_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
+
+}  // namespace
+
+void DeclarePlacementFlags(CLI::App& cmd, PlacementFlags& flags) {
+  cmd.add_option("--devices", flags.devices,
+                 "Stages in pipeline order, comma-separated: cpu (every core), cpu:A or "
+                 "cpu:A-B (pinned cores), unix:PATH (a `shardlm shard` daemon). Default: cpu");
+  cmd.add_option("--layer-split", flags.layer_split,
+                 "One weight per device, e.g. 1,1 or 0.4,0.6: each stage's share of the layer "
+                 "bytes (default: equal shares)");
+}
+
+Result<Placement> ParsePlacement(const PlacementFlags& flags) {
+  const unsigned hardware = std::thread::hardware_concurrency();
+  Placement placement;
+  SHARDLM_ASSIGN_OR_RETURN(placement.devices,
+                           ParseDevices(flags.devices, hardware > 0 ? int(hardware) : 1));
+  SHARDLM_ASSIGN_OR_RETURN(placement.layer_split, ParseLayerSplit(flags.layer_split));
+  const size_t n_weights = placement.layer_split.size();
+  if (n_weights > 0 && n_weights != placement.devices.size()) {
+    return InvalidArgument(
+        "--layer-split '{}' has {} weights but --devices '{}' names {} stages; give one weight "
+        "per device",
+        flags.layer_split, n_weights, flags.devices.empty() ? "cpu" : flags.devices,
+        placement.devices.size());
+  }
+  return placement;
+}
+
+std::vector<std::string> DescribePlacement(const std::vector<StageInfo>& stages) {
+  std::vector<std::string> lines;
+  for (const StageInfo& s : stages) {
+    lines.push_back(
+        fmt::format("stage {}: layers [{}, {}) on {}{} ({} thread{}), weights {}, KV {}", s.index,
+                    s.layers.begin, s.layers.end, s.device, s.remote ? " (remote)" : "", s.threads,
+                    s.threads == 1 ? "" : "s", MiB(s.weight_bytes), MiB(s.kv_bytes)));
+  }
+  return lines;
+}
+
+}  // namespace shardlm::cli

@@ -1,0 +1,43 @@
+// Placement flags: `--devices` and `--layer-split`, shared by serve, run and bench, so each
+// flag is declared once (STYLE rule 45) and every command reports a bad value the same way.
+//
+// Goals: every malformed value is an error before the model is loaded (placement.h does
+// the parsing; this adds the check that the two lists have the same length); one log line
+// per stage (layers, device, threads, weight and KV bytes) for whoever starts a split.
+// Non-goals: planning layer ranges (placement.h, at pipeline creation, where the model's
+// layer bytes are known), loading or connecting stages.
+//
+// Thread safety: plain functions and values.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/placement.h"
+#include "runtime/stage.h"
+
+namespace shardlm::cli {
+
+struct PlacementFlags {
+  std::string devices;      // "" → one "cpu" stage
+  std::string layer_split;  // "" → equal layer bytes per stage
+};
+
+struct Placement {
+  std::vector<DeviceSpec> devices;  // one per stage, in pipeline order
+  std::vector<double> layer_split;  // empty, or one weight per device
+};
+
+void DeclarePlacementFlags(CLI::App& cmd, PlacementFlags& flags);
+
+// Parses both flags against this machine's core count. Errors: those of ParseDevices and
+// ParseLayerSplit, and a weight count that differs from the device count.
+Result<Placement> ParsePlacement(const PlacementFlags& flags);
+
+// "stage 0: layers [0, 14) on cpu:0 (1 thread), weights 180.3 MiB, KV 56.0 MiB", one line
+// per stage.
+std::vector<std::string> DescribePlacement(const std::vector<StageInfo>& stages);
+
+}  // namespace shardlm::cli
