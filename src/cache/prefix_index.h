@@ -44,19 +44,15 @@
 
 #include "cache/block_hash.h"
 #include "kv/page_allocator.h"
-#include "kv/page_pool.h"
 
 namespace shardlm {
-
-// Page ids handed out (and refcounted) for every stage of a pipeline.
-using PageRefcounts = PageAllocator;
 
 // The pages of a Lookup hit, one reference each, released on destruction (or Release()).
 // Move-only.
 class PrefixHit {
  public:
   PrefixHit() = default;
-  PrefixHit(PageRefcounts* pages, std::vector<PageId> hit_pages)
+  PrefixHit(PageAllocator* pages, std::vector<PageId> hit_pages)
       : pages_(pages), hit_pages_(std::move(hit_pages)) {}
   ~PrefixHit() { Release(); }
   PrefixHit(PrefixHit&& other) noexcept;
@@ -71,7 +67,7 @@ class PrefixHit {
   void Release();
 
  private:
-  PageRefcounts* pages_ = nullptr;
+  PageAllocator* pages_ = nullptr;
   std::vector<PageId> hit_pages_;
 };
 
@@ -93,7 +89,7 @@ struct PrefixIndexStats {
 
 class PrefixIndex {
  public:
-  explicit PrefixIndex(PageRefcounts* pages) : pages_(pages) {}
+  explicit PrefixIndex(PageAllocator* pages) : pages_(pages) {}
   ~PrefixIndex() { Clear(); }
   PrefixIndex(const PrefixIndex&) = delete;
   PrefixIndex& operator=(const PrefixIndex&) = delete;
@@ -141,7 +137,7 @@ class PrefixIndex {
   // Drops one entry that has no children: releases its page, unlinks it from its parent.
   void RemoveLeaf(const BlockHash& hash);
 
-  PageRefcounts* pages_;
+  PageAllocator* pages_;
   std::unordered_map<BlockHash, Entry> entries_;
   std::set<LeafKey, LeafKeyLess> leaves_;  // entries with n_children == 0
   uint64_t tick_ = 0;

@@ -15,10 +15,10 @@ namespace {
 constexpr Fingerprint128 kModel{7, 11};
 constexpr int kPageTokens = 4;
 
-std::unique_ptr<PageAllocator> MakePool(int n_pages) {
-  auto pool = PageAllocator::Create(n_pages, kPageTokens);
-  EXPECT_TRUE(pool.ok()) << pool.status().message();
-  return std::move(pool).value();
+std::unique_ptr<PageAllocator> MakeAllocator(int n_pages) {
+  auto allocator = PageAllocator::Create(n_pages, kPageTokens);
+  EXPECT_TRUE(allocator.ok()) << allocator.status().message();
+  return std::move(allocator).value();
 }
 
 std::vector<int32_t> Tokens(int n, int32_t first = 0) {
@@ -35,7 +35,7 @@ class PrefixIndexTest : public ::testing::Test {
     std::vector<PageId> pages;
     BlockHash parent = kRootBlockHash;
     for (const BlockHash& hash : hashes) {
-      auto page = pool_->Allocate();
+      auto page = allocator_->Allocate();
       EXPECT_TRUE(page.ok());
       pages.push_back(*page);
       EXPECT_EQ(index_.Publish(hash, parent, *page), PublishOutcome::kPublished);
@@ -44,28 +44,28 @@ class PrefixIndexTest : public ::testing::Test {
     return pages;
   }
   void ReleaseAll(const std::vector<PageId>& pages) {
-    for (PageId p : pages) pool_->Release(p);
+    for (PageId p : pages) allocator_->Release(p);
   }
 
-  std::unique_ptr<PageAllocator> pool_ = MakePool(16);
-  PrefixIndex index_{pool_.get()};
+  std::unique_ptr<PageAllocator> allocator_ = MakeAllocator(16);
+  PrefixIndex index_{allocator_.get()};
 };
 
 TEST_F(PrefixIndexTest, PublishTakesOneReferenceAndLookupOneMore) {
   const auto hashes = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
   const auto pages = FillAndPublish(hashes);
-  for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 2);  // sequence + index
-  ReleaseAll(pages);                                        // the sequence finished
-  for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 1);
+  for (PageId p : pages) EXPECT_EQ(allocator_->refcount(p), 2);  // sequence + index
+  ReleaseAll(pages);                                             // the sequence finished
+  for (PageId p : pages) EXPECT_EQ(allocator_->refcount(p), 1);
   EXPECT_EQ(index_.CountUnreferenced(), 3);
   {
     PrefixHit hit = index_.Lookup(hashes);
     ASSERT_EQ(hit.n_blocks(), 3);
     EXPECT_EQ(hit.pages(), pages);
-    for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 2);  // index + hit
+    for (PageId p : pages) EXPECT_EQ(allocator_->refcount(p), 2);  // index + hit
     EXPECT_EQ(index_.CountUnreferenced(), 0);
   }
-  for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 1);  // the hit released its own
+  for (PageId p : pages) EXPECT_EQ(allocator_->refcount(p), 1);  // the hit released its own
 }
 
 TEST_F(PrefixIndexTest, LookupReturnsTheLongestCachedLeadingChain) {
@@ -93,36 +93,36 @@ TEST_F(PrefixIndexTest, LookupReturnsTheLongestCachedLeadingChain) {
 
 TEST_F(PrefixIndexTest, PublishOutcomes) {
   const auto hashes = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
-  auto a = pool_->Allocate();
-  auto b = pool_->Allocate();
+  auto a = allocator_->Allocate();
+  auto b = allocator_->Allocate();
   ASSERT_TRUE(a.ok() && b.ok());
   // Block 1 before block 0: it would be unreachable, so the index takes nothing.
   EXPECT_EQ(index_.Publish(hashes[1], hashes[0], *b), PublishOutcome::kParentMissing);
-  EXPECT_EQ(pool_->refcount(*b), 1);
+  EXPECT_EQ(allocator_->refcount(*b), 1);
   EXPECT_EQ(index_.Publish(hashes[0], kRootBlockHash, *a), PublishOutcome::kPublished);
   // A second sequence computed the same block into another page: the first page stays.
   EXPECT_EQ(index_.Publish(hashes[0], kRootBlockHash, *b), PublishOutcome::kAlreadyCached);
-  EXPECT_EQ(pool_->refcount(*b), 1);
+  EXPECT_EQ(allocator_->refcount(*b), 1);
   EXPECT_EQ(index_.PageOf(hashes[0]), *a);
   EXPECT_EQ(index_.stats().published, 1);
-  pool_->Release(*a);
-  pool_->Release(*b);
+  allocator_->Release(*a);
+  allocator_->Release(*b);
 }
 
 TEST_F(PrefixIndexTest, TwoSequencesShareAPrefixThroughTheirBlockTables) {
   const auto prompt = Tokens(10);  // two full pages and a partial one
   const auto hashes = ChainBlockHashes(prompt, kPageTokens, kModel);
   ASSERT_EQ(hashes.size(), 2u);
-  const int free_at_start = pool_->n_free();
+  const int free_at_start = allocator_->n_free();
 
   std::vector<PageCopy> copies;
-  BlockTable first(pool_.get());
+  BlockTable first(allocator_.get());
   ASSERT_TRUE(first.PrepareWrite(0, 10, &copies).ok());
   first.SetTokens(10);
   EXPECT_EQ(index_.Publish(hashes[0], kRootBlockHash, first.page(0)), PublishOutcome::kPublished);
   EXPECT_EQ(index_.Publish(hashes[1], hashes[0], first.page(1)), PublishOutcome::kPublished);
 
-  BlockTable second(pool_.get());
+  BlockTable second(allocator_.get());
   {
     PrefixHit hit = index_.Lookup(hashes);
     ASSERT_EQ(hit.n_blocks(), 2);
@@ -132,22 +132,41 @@ TEST_F(PrefixIndexTest, TwoSequencesShareAPrefixThroughTheirBlockTables) {
   EXPECT_EQ(second.page(0), first.page(0));
   EXPECT_EQ(second.page(1), first.page(1));
   // index + first table + second table; the hit's references are gone.
-  EXPECT_EQ(pool_->refcount(first.page(0)), 3);
-  EXPECT_EQ(pool_->refcount(first.page(1)), 3);
+  EXPECT_EQ(allocator_->refcount(first.page(0)), 3);
+  EXPECT_EQ(allocator_->refcount(first.page(1)), 3);
   // Only the partial page was allocated twice: 3 pages for the first, 1 for the second.
   ASSERT_TRUE(second.PrepareWrite(8, 10, &copies).ok());
   EXPECT_TRUE(copies.empty());  // shared full pages are never written
-  EXPECT_EQ(pool_->n_free(), free_at_start - 4);
+  EXPECT_EQ(allocator_->n_free(), free_at_start - 4);
 
   // Nothing is evictable while the sequences hold the pages.
   EXPECT_EQ(index_.EvictUnreferenced(10), 0);
   first.Clear();
   EXPECT_EQ(index_.EvictUnreferenced(10), 0);
   second.Clear();
-  EXPECT_EQ(pool_->n_free(), free_at_start - 2);  // the cached pages stay
+  EXPECT_EQ(allocator_->n_free(), free_at_start - 2);  // the cached pages stay
   EXPECT_EQ(index_.EvictUnreferenced(10), 2);
-  EXPECT_EQ(pool_->n_free(), free_at_start);  // capacity back to its baseline
+  EXPECT_EQ(allocator_->n_free(), free_at_start);  // capacity back to its baseline
   EXPECT_EQ(index_.size(), 0);
+}
+
+TEST_F(PrefixIndexTest, RewritingInsideACachedPageCopiesItAndTheCacheKeepsTheOriginal) {
+  const auto hashes = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
+  ReleaseAll(FillAndPublish(hashes));
+  const PageId cached = index_.PageOf(hashes[1]);
+  BlockTable table(allocator_.get());
+  {
+    PrefixHit hit = index_.Lookup(hashes);
+    for (PageId page : hit.pages()) table.AppendSharedPage(page);
+  }
+  // The sequence diverges at position 6 (inside block 1): it must not write the cached page.
+  std::vector<PageCopy> copies;
+  ASSERT_TRUE(table.PrepareWrite(6, 8, &copies).ok());
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, cached);
+  EXPECT_NE(table.page(1), cached);
+  EXPECT_EQ(index_.PageOf(hashes[1]), cached);
+  EXPECT_EQ(allocator_->refcount(cached), 1);  // the index alone again
 }
 
 TEST_F(PrefixIndexTest, EvictsLeastRecentlyUsedLeavesFirst) {
@@ -201,23 +220,23 @@ TEST_F(PrefixIndexTest, NeverEvictsPagesInUse) {
   EXPECT_EQ(index_.EvictUnreferenced(10), 1);  // only `other`
   EXPECT_TRUE(index_.Contains(chain[0]));
   EXPECT_TRUE(index_.Contains(chain[1]));
-  for (PageId p : pages) EXPECT_EQ(pool_->refcount(p), 2);
+  for (PageId p : pages) EXPECT_EQ(allocator_->refcount(p), 2);
   // A hit held by a caller also protects its pages.
-  pool_->Release(pages[1]);
+  allocator_->Release(pages[1]);
   PrefixHit hit = index_.Lookup(chain);
-  pool_->Release(pages[0]);
+  allocator_->Release(pages[0]);
   EXPECT_EQ(index_.EvictUnreferenced(10), 0);
   hit.Release();
   EXPECT_EQ(index_.EvictUnreferenced(10), 2);
-  EXPECT_EQ(pool_->n_free(), pool_->n_pages());
+  EXPECT_EQ(allocator_->n_free(), allocator_->n_pages());
 }
 
 TEST_F(PrefixIndexTest, AnInnerBlockStaysWhileADescendantIsCached) {
   const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
   const auto pages = FillAndPublish(chain);
-  pool_->Release(pages[0]);  // block 0 unreferenced, block 1 still in use
+  allocator_->Release(pages[0]);  // block 0 unreferenced, block 1 still in use
   EXPECT_EQ(index_.EvictUnreferenced(10), 0);
-  pool_->Release(pages[1]);
+  allocator_->Release(pages[1]);
   EXPECT_EQ(index_.EvictUnreferenced(10), 2);
 }
 
@@ -227,36 +246,36 @@ TEST_F(PrefixIndexTest, EraseRemovesTheBlockAndItsDescendants) {
   branch_tokens[9] = 77;  // shares blocks 0 and 1, differs in block 2
   const auto branch = ChainBlockHashes(branch_tokens, kPageTokens, kModel);
   const auto pages = FillAndPublish(chain);
-  auto extra = pool_->Allocate();
+  auto extra = allocator_->Allocate();
   ASSERT_TRUE(extra.ok());
   ASSERT_EQ(index_.Publish(branch[2], branch[1], *extra), PublishOutcome::kPublished);
   EXPECT_EQ(index_.Erase(chain[1]), 3);  // chain[1], chain[2], branch[2]
   EXPECT_EQ(index_.Erase(chain[1]), 0);
   EXPECT_EQ(index_.size(), 1);
   EXPECT_EQ(index_.Lookup(chain).n_blocks(), 1);
-  EXPECT_EQ(pool_->refcount(pages[2]), 1);  // only the sequence now
-  EXPECT_EQ(pool_->refcount(*extra), 1);
+  EXPECT_EQ(allocator_->refcount(pages[2]), 1);  // only the sequence now
+  EXPECT_EQ(allocator_->refcount(*extra), 1);
   ReleaseAll(pages);
-  pool_->Release(*extra);
+  allocator_->Release(*extra);
   EXPECT_EQ(index_.EvictUnreferenced(10), 1);
-  EXPECT_EQ(pool_->n_free(), pool_->n_pages());
+  EXPECT_EQ(allocator_->n_free(), allocator_->n_pages());
 }
 
 TEST_F(PrefixIndexTest, ClearAndDestructionReleaseTheIndexReferences) {
   const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
   ReleaseAll(FillAndPublish(chain));
-  EXPECT_LT(pool_->n_free(), pool_->n_pages());
+  EXPECT_LT(allocator_->n_free(), allocator_->n_pages());
   index_.Clear();
-  EXPECT_EQ(pool_->n_free(), pool_->n_pages());
+  EXPECT_EQ(allocator_->n_free(), allocator_->n_pages());
   EXPECT_EQ(index_.Lookup(chain).n_blocks(), 0);
   {
-    PrefixIndex scoped(pool_.get());
-    auto page = pool_->Allocate();
+    PrefixIndex scoped(allocator_.get());
+    auto page = allocator_->Allocate();
     ASSERT_TRUE(page.ok());
     ASSERT_EQ(scoped.Publish(chain[0], kRootBlockHash, *page), PublishOutcome::kPublished);
-    pool_->Release(*page);
+    allocator_->Release(*page);
   }
-  EXPECT_EQ(pool_->n_free(), pool_->n_pages());
+  EXPECT_EQ(allocator_->n_free(), allocator_->n_pages());
 }
 
 }  // namespace
