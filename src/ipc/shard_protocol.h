@@ -132,7 +132,8 @@ struct ShardStatsReply {
   uint64_t rss_bytes = 0;
 };
 
-// Serialization. Encode appends the payload (without framing) to `out`.
+// Serialization. Encode appends the payload (without framing) to `out`; strings longer
+// than kMaxShardString are cut to it (at a UTF-8 boundary) rather than refused.
 void EncodeHello(const ShardHello& m, std::vector<uint8_t>& out);
 void EncodeHelloReply(const ShardHelloReply& m, std::vector<uint8_t>& out);
 void EncodeRunBatch(const ShardRunBatch& m, std::vector<uint8_t>& out);

@@ -1,5 +1,6 @@
 // WireWriter / WireReader (wire_impl.h): explicit little-endian byte order, so the
 // encoding is the same whatever the host.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 
@@ -20,10 +21,13 @@ void WireWriter::U64(uint64_t v) {
 void WireWriter::F64(double v) { U64(std::bit_cast<uint64_t>(v)); }
 
 void WireWriter::String(const std::string& v) {
-  SHARDLM_CHECK_MSG(v.size() <= kMaxShardString, "string of %zu bytes exceeds %u", v.size(),
-                    kMaxShardString);
-  Count(v.size());
-  out_.insert(out_.end(), v.begin(), v.end());
+  size_t n = std::min<size_t>(v.size(), kMaxShardString);
+  // Cut before a UTF-8 continuation byte, so a truncated message stays valid text.
+  if (n < v.size()) {
+    while (n > 0 && (static_cast<uint8_t>(v[n]) & 0xc0) == 0x80) --n;
+  }
+  Count(n);
+  out_.insert(out_.end(), v.begin(), v.begin() + n);
 }
 
 void WireWriter::Count(size_t n) {

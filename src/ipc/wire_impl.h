@@ -32,8 +32,9 @@ class WireWriter {
   void I32(int32_t v) { U32(static_cast<uint32_t>(v)); }
   void U64(uint64_t v);
   void F64(double v);
-  // Callers keep strings within kMaxShardString (CHECKed: an over-long string is a bug
-  // on the sending side, not something to truncate silently).
+  // Truncates to kMaxShardString bytes (at a UTF-8 character boundary): error texts can
+  // grow past the limit, and a daemon must answer rather than abort. A path that long is
+  // not a valid path anyway (PATH_MAX), so cutting one only makes the open fail.
   void String(const std::string& v);
   void Count(size_t n);  // u32 element count of the array that follows
 

@@ -188,6 +188,14 @@ TEST(ShardProtocol, OverLongStringRefused) {
   EXPECT_NE(out.status().message().find("error"), std::string::npos) << out.status().message();
 }
 
+TEST(ShardProtocol, OverLongStringsAreCutOnEncode) {
+  ShardRunReply in;
+  in.error = std::string(kMaxShardString - 1, 'a') + "\xc3\xa9 and more";  // é straddles
+  auto out = DecodeRunReply(Encoded(in, EncodeRunReply));
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->error, std::string(kMaxShardString - 1, 'a'));
+}
+
 TEST(ShardProtocol, BoolMustBeZeroOrOne) {
   ShardHelloReply in;
   std::vector<uint8_t> bytes = Encoded(in, EncodeHelloReply);
