@@ -268,6 +268,7 @@ void HttpServer::Impl::HandleMetrics(httplib::Response& res) {
   metric("slots_total", "gauge", "Slots (--parallel).", s.slots_total);
   metric("kv_pages_used", "gauge", "KV pages in use.", s.kv_pages_used);
   metric("kv_pages_total", "gauge", "KV pages in the pool.", s.kv_pages_total);
+  if (options.metrics_extra) out += options.metrics_extra();
   out +=
       "# HELP shardlm_http_responses_total HTTP responses by status.\n"
       "# TYPE shardlm_http_responses_total counter\n";

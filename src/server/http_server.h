@@ -39,6 +39,8 @@ struct ServerOptions {
   int n_threads = 0;                            // handler threads; 0: max(2 * parallel + 8, 32)
   std::string chat_template;                    // Jinja source; empty: ChatML
   std::function<void(const std::string&)> log;  // one line per request and event
+  // Prometheus text appended to GET /metrics (the engine's pipeline counters), or empty.
+  std::function<std::string()> metrics_extra;
 };
 
 class HttpServer {

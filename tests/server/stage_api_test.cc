@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/mock_engine.h"
+#include "server/pipeline_metrics.h"
 #include "server/server_harness.h"
 
 namespace shardlm::server {
@@ -181,6 +182,27 @@ TEST_F(ServerTest, OtherEngineErrorsMidStreamAre500) {
   json e = ExpectError(Post("/v1/completions", R"({"prompt":"x"})"), 500);
   EXPECT_EQ(e["type"], "server_error");
   EXPECT_EQ(e["message"], "kernel exploded");
+}
+
+TEST_F(ServerTest, MetricsCarryThePipelineCounters) {
+  PipelineCounters counters;
+  counters.batches = 7;
+  counters.tokens = 40;
+  counters.bytes_between = 40 * 1024 * 4;
+  counters.max_in_flight = 2;
+  ServerOptions o;
+  o.metrics_extra = [counters] { return PipelineMetricsText(counters); };
+  StartServer(o, TwoStages());
+  auto r = client_->Get("/metrics");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  for (const char* line :
+       {"shardlm_pipeline_batches_total 7\n", "shardlm_pipeline_tokens_total 40\n",
+        "shardlm_pipeline_bytes_between_stages_total 163840\n",
+        "shardlm_pipeline_max_in_flight 2\n", "shardlm_pipeline_failed_batches_total 0\n",
+        "# TYPE shardlm_pipeline_max_in_flight gauge\n", "shardlm_requests_total 0\n"}) {
+    EXPECT_NE(r->body.find(line), std::string::npos) << line << r->body;
+  }
 }
 
 }  // namespace
