@@ -85,8 +85,15 @@ Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const Benc
   }
   if (options.reps <= 0) return InvalidArgument("repetitions must be > 0, got {}", options.reps);
   const int n_tokens = test.n_prompt + test.n_gen;
-  SequenceConfig config{n_tokens, std::max(test.n_prompt, 1), options.kv_type, kDefaultPageTokens};
-  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, Sequence::Create(model, threads, config));
+  SequenceConfig config;
+  config.n_positions = n_tokens;
+  config.max_batch = std::max(test.n_prompt, 1);
+  config.kv_type = options.kv_type;
+  config.threads = threads.size();
+  config.devices = options.devices;
+  config.layer_split = options.layer_split;
+  config.model_path = options.model_path;
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, Sequence::Create(model, config));
   Rng rng(options.seed);
   std::vector<TokenId> tokens(n_tokens);
   for (TokenId& token : tokens) token = TokenId(rng.Next() % uint64_t(model.config().n_vocab));
@@ -108,6 +115,10 @@ Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const Benc
   result.cpu_share = double(total_cpu_ns) / (double(total_ns) * threads.size());
   MeanStddev(result.samples_ts, result.avg_ts, result.stddev_ts);
   result.median_ts = Median(result.samples_ts);
+  const PipelineCounters counters = seq->pipeline().counters();
+  if (counters.tokens > 0) {
+    result.bytes_between_per_token = double(counters.bytes_between) / double(counters.tokens);
+  }
   return result;
 }
 

@@ -5,6 +5,8 @@
 // Goals: the numbers `shardlm bench` prints and bench/engine_bench.sh records; per-sample
 // throughput, mean and sample standard deviation (llama-bench's avg_ts / stddev_ts); a
 // check that every run produced finite logits (a benchmark verifies its result).
+// Through a pipeline: the same tests run unsplit or split across devices and processes
+// (BenchOptions::devices / layer_split).
 // Non-goals: printing (cmd_bench.cc), several sequences per batch (server benchmarks).
 //
 // Thread safety: one thread drives a run. Lifetime: nothing outlives the call.
@@ -17,6 +19,7 @@
 #include "base/status.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
+#include "runtime/placement.h"
 #include "tensor/thread_pool.h"
 
 namespace shardlm {
@@ -31,6 +34,11 @@ struct BenchOptions {
   int reps = 5;
   KvType kv_type = KvType::kF32;
   uint64_t seed = 1234;  // random prompt tokens
+  // Placement (placement.h): one device per stage; empty: one "cpu" stage on the threads
+  // given to RunBench.
+  std::vector<DeviceSpec> devices = {};
+  std::vector<double> layer_split = {};  // one weight per device; empty: equal layer bytes
+  std::string model_path = {};           // the model's file, opened by remote stages
 };
 
 struct BenchResult {
@@ -45,6 +53,8 @@ struct BenchResult {
   // had their cores (a pool that spins while waiting also counts), well below 1 when other
   // processes took the cores; tells a slow engine from a busy machine.
   double cpu_share = 0.0;
+  // Hidden-row bytes handed between stages per token (n_embd × 4 × (stages − 1)).
+  double bytes_between_per_token = 0.0;
 };
 
 // Runs one test: a warm-up run, then options.reps timed runs.

@@ -166,10 +166,16 @@ Result<GenerationResult> Generator::GenerateFromIds(std::vector<TokenId> prompt_
   SHARDLM_TRY(sampling.Validate());
   SHARDLM_ASSIGN_OR_RETURN(const int n_positions, PlanPositions(prompt_ids, options));
   const int n_prompt = int(prompt_ids.size());
-  SequenceConfig seq_config{n_positions, std::min(config_.n_batch, n_prompt), config_.kv_type,
-                            config_.page_tokens};
-  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq,
-                           Sequence::Create(model_, threads_, seq_config));
+  SequenceConfig seq_config;
+  seq_config.n_positions = n_positions;
+  seq_config.max_batch = std::min(config_.n_batch, n_prompt);
+  seq_config.kv_type = config_.kv_type;
+  seq_config.page_tokens = config_.page_tokens;
+  seq_config.threads = threads_.size();
+  seq_config.devices = config_.devices;
+  seq_config.layer_split = config_.layer_split;
+  seq_config.model_path = config_.model_path;
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, Sequence::Create(model_, seq_config));
 
   Run run{tokenizer_,
           options,

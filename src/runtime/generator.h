@@ -1,5 +1,6 @@
-// Generator: runs one prompt through one whole model (a single stage) and samples a
-// continuation — the engine behind `shardlm run`.
+// Generator: runs one prompt through one model — unsplit, or split into stages across
+// devices and processes (config.devices / layer_split) — and samples a continuation: the
+// engine behind `shardlm run`.
 //
 // Goals: encode the prompt (special-token text parsed unless disabled; BOS as the GGUF
 // says), prefill it in chunks of at most n_batch tokens (progress on stderr for long
@@ -8,12 +9,14 @@
 // at n_predict, or when the context is full; hand every row of logits a token was chosen
 // from to an optional recorder; time prefill and decode.
 // KV memory is bounded by n_ctx and by what the request needs: the page pool is sized per
-// request to min(n_ctx, prompt + n_predict) positions.
-// Non-goals: several sequences at once, layer splits, prefix reuse (the scheduler and
-// pipeline, later); chat templates (the caller formats the prompt).
+// request to min(n_ctx, prompt + n_predict) positions (in every stage).
+// Split invariance: the same tokens and logits whatever the placement.
+// Non-goals: several sequences at once (the scheduler), prefix reuse; chat templates (the
+// caller formats the prompt).
 //
-// Thread safety: one thread calls Generate at a time. Lifetime: references the Model, the
-// Tokenizer and the ThreadPool, which must outlive it.
+// Thread safety: one thread calls Generate at a time. Lifetime: references the Model and
+// the Tokenizer, which must outlive it; each request builds its own pipeline (its stages
+// and KV) and frees it at the end.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,7 @@
 #include "base/status.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
+#include "runtime/placement.h"
 #include "runtime/sampler.h"
 #include "tensor/thread_pool.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +42,11 @@ struct GeneratorConfig {
   int n_batch = 512;  // most prompt tokens per forward pass
   KvType kv_type = KvType::kF32;
   int page_tokens = kDefaultPageTokens;
+  // Placement (placement.h): one device per stage; empty: one "cpu" stage on the threads
+  // given to Create.
+  std::vector<DeviceSpec> devices = {};
+  std::vector<double> layer_split = {};  // one weight per device; empty: equal layer bytes
+  std::string model_path = {};           // the model's file, opened by remote stages
 };
 
 struct GenerateOptions {
@@ -64,7 +73,7 @@ struct GenerationResult {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   int decode_passes = 0;  // single-token forward passes
-  size_t kv_bytes = 0;    // memory of the request's page pool
+  size_t kv_bytes = 0;    // memory of the request's page pools (every stage)
 
   double PrefillTokensPerSecond() const;
   double DecodeTokensPerSecond() const;
@@ -80,8 +89,9 @@ struct GenerateCallbacks {
 
 class Generator {
  public:
-  // The model must hold every layer (first and last stage). Errors: a split model, bad
-  // config values.
+  // The model must hold every layer (first and last stage); `threads` sizes an unpinned
+  // "cpu" stage. Errors: a split model binding, bad config values. Placement errors come
+  // with the first request (stages are built per request).
   static Result<std::unique_ptr<Generator>> Create(const Model& model, const Tokenizer& tokenizer,
                                                    ThreadPool& threads,
                                                    const GeneratorConfig& config);

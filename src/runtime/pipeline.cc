@@ -68,7 +68,10 @@ Result<std::unique_ptr<Pipeline>> Pipeline::FromStages(std::vector<std::unique_p
     return InvalidArgument("the stages cover layers [0, {}) but the model has {}", next_layer,
                            config.n_layers);
   }
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<PageAllocator> allocator,
+                           PageAllocator::Create(options.n_pages, options.page_tokens));
   std::unique_ptr<Pipeline> pipeline(new Pipeline(std::move(stages), config, options));
+  pipeline->allocator_ = std::move(allocator);
   const size_t hidden_floats = size_t(options.max_batch_tokens) * size_t(config.n_embd);
   for (int k = 0; k < pipeline->depth(); ++k) {
     auto job = std::make_unique<Job>();

@@ -26,7 +26,8 @@
 // Stats, counters, placement and in_flight may be called from any thread.
 // Lifetime: a Pipeline made by Create borrows the Model when one local stage computes all
 // of it (the Model must outlive the Pipeline); otherwise stages own what they load.
-// Destruction joins the workers; batches still in flight are dropped.
+// Block tables on allocator() must be destroyed first. Destruction joins the workers;
+// batches still in flight are dropped.
 #pragma once
 
 #include <condition_variable>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kv/page_allocator.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
 #include "runtime/placement.h"
@@ -81,8 +83,9 @@ class Pipeline {
   static Result<std::unique_ptr<Pipeline>> Create(const Model& model, const std::string& model_path,
                                                   const PipelineOptions& options);
   // From stages built by the caller (tests, custom placements). The stages must chain:
-  // stage 0 first, the last one last, layer ranges contiguous over [0, config.n_layers).
-  // Of the options only max_batch_tokens and max_logit_rows are used.
+  // stage 0 first, the last one last, layer ranges contiguous over [0, config.n_layers),
+  // and hold options.n_pages pages each. Of the options only n_pages, page_tokens,
+  // max_batch_tokens and max_logit_rows are used.
   static Result<std::unique_ptr<Pipeline>> FromStages(std::vector<std::unique_ptr<Stage>> stages,
                                                       const ModelConfig& config,
                                                       const PipelineOptions& options);
@@ -91,6 +94,10 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // The page ids every stage shares: block tables of this pipeline's sequences take their
+  // pages here. Owner thread only (PageAllocator is not thread-safe).
+  PageAllocator& allocator() { return *allocator_; }
+  const PageAllocator& allocator() const { return *allocator_; }
   int n_stages() const { return int(stages_.size()); }
   // Most batches in flight at once: one per stage.
   int depth() const { return n_stages(); }
@@ -138,6 +145,7 @@ class Pipeline {
   void ReleaseCollected();                // under mu_
 
   ModelConfig config_;
+  std::unique_ptr<PageAllocator> allocator_;
   std::vector<std::unique_ptr<Stage>> stages_;
   int max_batch_tokens_ = 0;
   int max_logit_rows_ = 0;

@@ -1,15 +1,15 @@
 // Scheduler implementation: the instruction inbox, the engine thread's loop of actions
-// (admit, then one mixed decode + chunked-prefill batch), slot bookkeeping and stats (see
-// scheduler.h).
+// (recover, admit, submit a mixed decode + chunked-prefill batch, collect the oldest
+// batch's logits), slot bookkeeping, faults and stats (see scheduler.h).
 #include "runtime/scheduler.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
-#include "model/forward.h"
 #include "runtime/scheduler_request.h"
 
 namespace shardlm {
@@ -20,39 +20,43 @@ enum class TaskState { kFinished, kNotFinished, kBlocked };
 
 }  // namespace
 
-// One sequence slot: the forward pass's slot index is the index in State::slots.
+// One sequence slot: the batch's slot index is the index in State::slots.
 struct SchedulerSlot {
   std::unique_ptr<ActiveRequest> request;  // null when free
   std::unique_ptr<BlockTable> table;       // the slot's KV; cleared when the request ends
   uint64_t admit_seq = 0;                  // admission order: older prefills go first
-  int chunk = 0;                           // prompt tokens of this slot in the current batch
+  bool awaiting_logits = false;            // a batch in flight gives its next logits row
+  int write_begin = 0;                     // positions [write_begin, write_end) of the
+  int write_end = 0;                       // batch being built (write_end 0: none)
 };
 
-// Declaration order is destruction order reversed: tables go before the allocator, the
-// forward pass before the pool, the thread pool last.
+// A submitted batch: whose logits rows it will give, in batch order. The request id guards
+// against a slot that was finished and reused while the batch was in flight.
+struct Scheduler::InFlight {
+  std::vector<int> logit_slots;
+  std::vector<RequestId> logit_requests;
+};
+
+// Declaration order is destruction order reversed: tables go before the pipeline (whose
+// allocator they release pages into).
 struct Scheduler::State {
-  std::unique_ptr<ThreadPool> threads;
-  std::unique_ptr<PageAllocator> allocator;  // page ids and refcounts
-  std::unique_ptr<PagePool> pool;            // page contents
-  std::unique_ptr<ForwardPass> forward;
+  std::unique_ptr<Pipeline> pipeline;
   std::vector<SchedulerSlot> slots;
-  std::vector<PageList> pages;                         // [slot] → its page list, per batch
-  std::vector<PageCopy> copies;                        // copy-on-write of the current batch
+  std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
   std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
+  std::deque<InFlight> in_flight;                      // submission order
   std::vector<BatchEntry> batch;
-  std::vector<int> logit_slots;  // slot of each logits row, in batch order
-  std::vector<int> slot_begin;   // [slot] first position in the batch (−1: none)
-  std::vector<int> slot_end;     // [slot] last position in the batch + 1
-  std::vector<float> logits;     // [n_parallel][n_vocab]
+  std::vector<PageCopy> copies;
+  std::chrono::steady_clock::time_point last_reconnect;
   uint64_t admit_counter = 0;
   int64_t requests_total = 0;
   int64_t prompt_tokens_total = 0;
   int64_t generated_tokens_total = 0;
 
   // Offers a prefilling request up to `budget` batch entries; appends its chunk.
-  TaskState PrefillStep(int slot_idx, int& budget);
-  // Runs `batch`: KV pages made writable (copy-on-write applied), forward pass, lengths.
-  Status RunBatch();
+  TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);
+  // Marks positions [begin, end) of the slot as written by the batch being built.
+  void Touch(SchedulerSlot& slot, int begin, int end);
 };
 
 Status SchedulerOptions::Validate() const {
@@ -73,9 +77,22 @@ Status SchedulerOptions::Validate() const {
   return Status::Ok();
 }
 
-Scheduler::Scheduler(const Model& model, const Tokenizer& tokenizer,
-                     const SchedulerOptions& options)
-    : model_(model), tokenizer_(tokenizer), options_(options) {}
+PipelineOptions SchedulerOptions::ToPipelineOptions() const {
+  PipelineOptions pipeline;
+  pipeline.devices = devices;
+  pipeline.layer_split = layer_split;
+  pipeline.threads = threads;
+  const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
+  pipeline.n_pages = n_parallel * pages_per_seq;
+  pipeline.page_tokens = page_tokens;
+  pipeline.kv_type = kv_type;
+  pipeline.max_batch_tokens = n_batch;
+  pipeline.max_logit_rows = n_parallel;
+  return pipeline;
+}
+
+Scheduler::Scheduler(const Tokenizer& tokenizer, const SchedulerOptions& options)
+    : tokenizer_(tokenizer), options_(options) {}
 
 Result<std::unique_ptr<Scheduler>> Scheduler::Create(const Model& model, const Tokenizer& tokenizer,
                                                      const SchedulerOptions& options) {
@@ -88,8 +105,41 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const Model& model, const T
     return InvalidData("the tokenizer has {} tokens but the model's embedding has {} rows",
                        tokenizer.n_vocab(), model.config().n_vocab);
   }
-  std::unique_ptr<Scheduler> scheduler(new Scheduler(model, tokenizer, options));
-  SHARDLM_TRY(scheduler->Init());
+  SHARDLM_ASSIGN_OR_RETURN(
+      std::unique_ptr<Pipeline> pipeline,
+      Pipeline::Create(model, options.model_path, options.ToPipelineOptions()));
+  std::string name = options.model_name;
+  if (name.empty()) {
+    Result<std::string_view> general = model.file().GetString("general.name");
+    name = general.ok() && !general->empty() ? std::string(*general) : "model";
+  }
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(tokenizer, options));
+  SHARDLM_TRY(scheduler->Init(std::move(pipeline), std::move(name)));
+  return scheduler;
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Pipeline> pipeline,
+                                                     const Tokenizer& tokenizer,
+                                                     const SchedulerOptions& options) {
+  SHARDLM_TRY(options.Validate());
+  if (pipeline == nullptr) return InvalidArgument("the scheduler needs a pipeline");
+  if (tokenizer.n_vocab() != pipeline->config().n_vocab) {
+    return InvalidData("the tokenizer has {} tokens but the model's embedding has {} rows",
+                       tokenizer.n_vocab(), pipeline->config().n_vocab);
+  }
+  const PipelineOptions want = options.ToPipelineOptions();
+  if (pipeline->max_batch_tokens() < want.max_batch_tokens ||
+      pipeline->max_logit_rows() < want.max_logit_rows ||
+      pipeline->allocator().n_pages() < want.n_pages) {
+    return InvalidArgument(
+        "the pipeline holds {} tokens, {} logits rows and {} pages per batch; the scheduler "
+        "options need {}, {} and {}",
+        pipeline->max_batch_tokens(), pipeline->max_logit_rows(), pipeline->allocator().n_pages(),
+        want.max_batch_tokens, want.max_logit_rows, want.n_pages);
+  }
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(tokenizer, options));
+  std::string name = options.model_name.empty() ? "model" : options.model_name;
+  SHARDLM_TRY(scheduler->Init(std::move(pipeline), std::move(name)));
   return scheduler;
 }
 
@@ -105,37 +155,25 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(LoadedModel loaded,
   return scheduler;
 }
 
-Status Scheduler::Init() {
+Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_name) {
   auto state = std::make_unique<State>();
-  int n_threads = options_.threads;
-  if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
-  state->threads = std::make_unique<ThreadPool>(n_threads);
-  const int pages_per_seq = (options_.n_ctx + options_.page_tokens - 1) / options_.page_tokens;
-  const int n_pages = options_.n_parallel * pages_per_seq;
-  SHARDLM_ASSIGN_OR_RETURN(state->allocator, PageAllocator::Create(n_pages, options_.page_tokens));
-  SHARDLM_ASSIGN_OR_RETURN(state->pool, PagePool::Create(model_.KvPoolConfig(
-                                            n_pages, options_.page_tokens, options_.kv_type)));
-  state->forward =
-      std::make_unique<ForwardPass>(model_, *state->pool, *state->threads, options_.n_batch);
+  state->pipeline = std::move(pipeline);
+  config_ = state->pipeline->config();
   state->slots.resize(options_.n_parallel);
   for (SchedulerSlot& slot : state->slots) {
-    slot.table = std::make_unique<BlockTable>(state->allocator.get());
+    slot.table = std::make_unique<BlockTable>(&state->pipeline->allocator());
   }
-  state->pages.resize(options_.n_parallel);
+  state->pages_by_slot.resize(options_.n_parallel);
   state->batch.reserve(options_.n_batch);
-  state->logits.resize(size_t(options_.n_parallel) * model_.config().n_vocab);
 
-  info_.model_name = options_.model_name;
-  if (info_.model_name.empty()) {
-    Result<std::string_view> name = model_.file().GetString("general.name");
-    info_.model_name = name.ok() && !name->empty() ? std::string(*name) : "model";
-  }
-  info_.architecture = ArchName(model_.config().arch);
+  info_.model_name = std::move(model_name);
+  info_.architecture = ArchName(config_.arch);
   info_.n_ctx = options_.n_ctx;
-  info_.n_vocab = model_.config().n_vocab;
+  info_.n_vocab = config_.n_vocab;
   info_.n_parallel = options_.n_parallel;
+  info_.stages = state->pipeline->placement();
   stats_.slots_total = options_.n_parallel;
-  stats_.kv_pages_total = state->allocator->n_pages();
+  stats_.kv_pages_total = state->pipeline->allocator().n_pages();
 
   state_ = std::move(state);
   thread_ = std::thread(&Scheduler::Loop, this);
@@ -152,13 +190,17 @@ Scheduler::~Scheduler() {
 }
 
 size_t Scheduler::kv_bytes() const {
-  return state_->pool->page_bytes() * size_t(state_->pool->n_pages());
+  size_t bytes = 0;
+  for (const StageInfo& stage : info_.stages) bytes += stage.kv_bytes;
+  return bytes;
 }
+
+PipelineCounters Scheduler::pipeline_counters() const { return state_->pipeline->counters(); }
 
 Status Scheduler::CheckRequest(const EngineRequest& request) const {
   const int n_prompt = int(request.prompt.size());
   if (n_prompt == 0) return InvalidArgument("the prompt is empty (no tokens)");
-  const int32_t n_vocab = model_.config().n_vocab;
+  const int32_t n_vocab = config_.n_vocab;
   for (TokenId id : request.prompt) {
     if (id < 0 || id >= n_vocab) {
       return InvalidArgument("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab);
@@ -179,8 +221,10 @@ Status Scheduler::CheckRequest(const EngineRequest& request) const {
 
 Result<RequestId> Scheduler::Submit(EngineRequest request, RequestCallbacks callbacks) {
   SHARDLM_TRY(CheckRequest(request));
+  SHARDLM_TRY(state_->pipeline->Health());
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return Status(StatusCode::kInternal, "the engine is shutting down");
+  if (!lost_.ok()) return lost_;
   const int free_slots = options_.n_parallel - active_;
   if (pending_ >= options_.max_queue + free_slots) {
     return OutOfRange("queue full ({} waiting)", std::max(0, pending_ - free_slots));
@@ -215,20 +259,28 @@ EngineStats Scheduler::Stats() const {
 }
 
 Status Scheduler::Health() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return Status(StatusCode::kInternal, "the engine is shutting down");
-  return Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status(StatusCode::kInternal, "the engine is shutting down");
+    if (!lost_.ok()) return lost_;
+  }
+  return state_->pipeline->Health();
 }
 
 // ---- Engine thread ----
 
 void Scheduler::Loop() {
   using Action = bool (Scheduler::*)();
-  static constexpr Action kActions[] = {&Scheduler::AdmitAction, &Scheduler::BatchAction};
+  static constexpr Action kActions[] = {&Scheduler::RecoverAction, &Scheduler::AdmitAction,
+                                        &Scheduler::SubmitAction, &Scheduler::CollectAction};
   while (TakeInstructions()) {
     for (Action action : kActions) {
       if ((this->*action)()) break;
     }
+  }
+  while (!state_->in_flight.empty()) {
+    (void)state_->pipeline->WaitOldest();
+    state_->in_flight.pop_front();
   }
   CancelEverything();
 }
@@ -239,11 +291,16 @@ bool Scheduler::TakeInstructions() {
   bool stop = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    const bool has_work = !s.waiting.empty() || std::any_of(s.slots.begin(), s.slots.end(),
-                                                            [](const SchedulerSlot& slot) {
-                                                              return slot.request != nullptr;
-                                                            });
-    if (!has_work) cv_.wait(lock, [&] { return stopping_ || !inbox_.empty(); });
+    const bool has_work =
+        !s.waiting.empty() || !s.in_flight.empty() ||
+        std::any_of(s.slots.begin(), s.slots.end(),
+                    [](const SchedulerSlot& slot) { return slot.request != nullptr; });
+    const auto ready = [&] { return stopping_ || !inbox_.empty(); };
+    if (!lost_.ok()) {
+      cv_.wait_until(lock, s.last_reconnect + kReconnectInterval, ready);
+    } else if (!has_work) {
+      cv_.wait(lock, ready);
+    }
     taken.swap(inbox_);
     stop = stopping_;
   }
@@ -258,7 +315,7 @@ void Scheduler::ApplyInstruction(Instruction& instruction) {
     s.prompt_tokens_total += int64_t(instruction.request.prompt.size());
     s.waiting.push_back(std::make_unique<ActiveRequest>(
         instruction.id, std::move(instruction.request), std::move(instruction.callbacks),
-        tokenizer_, model_.config().n_vocab, instruction.submitted));
+        tokenizer_, config_.n_vocab, instruction.submitted));
     return;
   }
   for (size_t i = 0; i < s.waiting.size(); ++i) {
@@ -273,6 +330,32 @@ void Scheduler::ApplyInstruction(Instruction& instruction) {
   // Unknown or already finished: Cancel is idempotent.
 }
 
+// A lost stage: end everything once, then try to reconnect every kReconnectInterval; no
+// other action runs until it is back.
+bool Scheduler::RecoverAction() {
+  State& s = *state_;
+  bool lost = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost = !lost_.ok();
+  }
+  if (!lost) {
+    Status health = s.pipeline->Health();
+    if (health.ok()) return false;
+    FailEverything(health);
+    return true;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now - s.last_reconnect < kReconnectInterval) return true;
+  s.last_reconnect = now;
+  Status reconnected = s.pipeline->Reconnect();
+  if (!reconnected.ok()) return true;
+  std::fprintf(stderr, "scheduler: every stage is back; accepting requests again\n");
+  std::lock_guard<std::mutex> lock(mu_);
+  lost_ = Status::Ok();
+  return false;
+}
+
 bool Scheduler::AdmitAction() {
   State& s = *state_;
   bool admitted = false;
@@ -283,7 +366,7 @@ bool Scheduler::AdmitAction() {
     s.waiting.pop_front();
     slot.request->MarkAdmitted();
     slot.admit_seq = s.admit_counter++;
-    slot.chunk = 0;
+    slot.awaiting_logits = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       --pending_;
@@ -296,9 +379,14 @@ bool Scheduler::AdmitAction() {
   return admitted;
 }
 
-TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget) {
+void Scheduler::State::Touch(SchedulerSlot& slot, int begin, int end) {
+  if (slot.write_end == 0) slot.write_begin = begin;
+  slot.write_end = end;
+}
+
+TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& record) {
   SchedulerSlot& slot = slots[slot_idx];
-  const ActiveRequest& request = *slot.request;
+  ActiveRequest& request = *slot.request;
   if (budget <= 0) return TaskState::kBlocked;
   const int start = request.n_prefilled();
   const int n = std::min(budget, request.n_prompt() - start);
@@ -307,95 +395,144 @@ TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget) {
     const int pos = start + k;
     batch.push_back({request.request().prompt[pos], pos, slot_idx, last && k == n - 1});
   }
-  if (last) logit_slots.push_back(slot_idx);
-  slot.chunk = n;
+  Touch(slot, start, start + n);
+  // Counted as prefilled once submitted: a later chunk may follow it through the stages.
+  request.AddPrefilled(n);
+  if (last) {
+    record.logit_slots.push_back(slot_idx);
+    record.logit_requests.push_back(request.id());
+    slot.awaiting_logits = true;
+  }
   budget -= n;
   return last ? TaskState::kFinished : TaskState::kNotFinished;
 }
 
-void Scheduler::BuildBatch() {
+void Scheduler::BuildBatch(InFlight& record) {
   State& s = *state_;
   s.batch.clear();
-  s.logit_slots.clear();
+  const int depth = s.pipeline->depth();
+  int n_decoding = 0;
+  for (const SchedulerSlot& slot : s.slots) {
+    n_decoding += slot.request && slot.request->prefill_done();
+  }
+  // With depth > 1 the running streams split into micro-batches that alternate.
+  const int decode_cap =
+      depth > 1 ? (n_decoding + depth - 1) / depth : std::numeric_limits<int>::max();
   std::vector<int> prefilling;
+  int n_decode = 0;
   for (int i = 0; i < int(s.slots.size()); ++i) {
-    const ActiveRequest* request = s.slots[i].request.get();
-    if (!request) continue;
+    SchedulerSlot& slot = s.slots[i];
+    ActiveRequest* request = slot.request.get();
+    if (!request || slot.awaiting_logits) continue;
     if (!request->prefill_done()) {
       prefilling.push_back(i);
       continue;
     }
+    if (n_decode == decode_cap) continue;
     s.batch.push_back({request->last_token(), request->next_position(), i, true});
-    s.logit_slots.push_back(i);
+    s.Touch(slot, request->next_position(), request->next_position() + 1);
+    record.logit_slots.push_back(i);
+    record.logit_requests.push_back(request->id());
+    slot.awaiting_logits = true;
+    ++n_decode;
   }
   std::sort(prefilling.begin(), prefilling.end(),
             [&](int a, int b) { return s.slots[a].admit_seq < s.slots[b].admit_seq; });
   int budget = options_.n_batch - int(s.batch.size());
-  if (!s.batch.empty() && options_.prefill_chunk > 0) {
-    budget = std::min(budget, options_.prefill_chunk);
-  }
+  // Depth 1: the cap applies when this batch decodes; pipelined, whenever streams run (a
+  // big chunk ahead of them in the stages delays their next token just the same).
+  const bool streams_wait = depth > 1 ? n_decoding > 0 : !s.batch.empty();
+  if (streams_wait && options_.prefill_chunk > 0) budget = std::min(budget, options_.prefill_chunk);
   for (int i : prefilling) {
-    if (s.PrefillStep(i, budget) == TaskState::kBlocked) break;
+    if (s.PrefillStep(i, budget, record) == TaskState::kBlocked) break;
   }
 }
 
-bool Scheduler::BatchAction() {
+// Allocates the pages the batch writes (copy-on-write copies into s.copies) and lists
+// every slot's pages.
+Status Scheduler::PrepareTables() {
   State& s = *state_;
-  BuildBatch();
-  if (s.batch.empty()) return false;
-  Status status = s.RunBatch();
-  if (!status.ok()) {
-    std::fprintf(stderr, "scheduler: forward pass failed: %s\n", status.message().c_str());
-    for (int i = 0; i < int(s.slots.size()); ++i) {
-      if (s.slots[i].request) FinishSlot(i, FinishReason::kError, status);
+  s.copies.clear();
+  Status status;
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    SchedulerSlot& slot = s.slots[i];
+    if (slot.write_end > 0 && status.ok()) {
+      status = slot.table->PrepareWrite(slot.write_begin, slot.write_end, &s.copies);
+      if (status.ok()) slot.table->SetTokens(slot.write_end);
     }
+    slot.write_end = 0;
+    s.pages_by_slot[i] = slot.table->pages();
+  }
+  return status;
+}
+
+bool Scheduler::SubmitAction() {
+  State& s = *state_;
+  if (int(s.in_flight.size()) >= s.pipeline->depth()) return false;
+  InFlight record;
+  BuildBatch(record);
+  if (s.batch.empty()) return false;
+  Status status = PrepareTables();
+  if (status.ok()) status = s.pipeline->Submit({s.batch, s.pages_by_slot, s.copies});
+  if (!status.ok()) {
+    FailEverything(status);
     return true;
   }
-  ProcessLogits();
+  s.in_flight.push_back(std::move(record));
+  return true;
+}
+
+bool Scheduler::CollectAction() {
+  State& s = *state_;
+  if (s.in_flight.empty()) return false;
+  Result<std::span<const float>> logits = s.pipeline->WaitOldest();
+  InFlight record = std::move(s.in_flight.front());
+  s.in_flight.pop_front();
+  if (!logits.ok()) {
+    FailEverything(logits.status());
+    return true;
+  }
+  ProcessLogits(record, *logits);
   PublishStats();
   return true;
 }
 
-// Makes every written position private (copy-on-write applied to the pool), runs the
-// forward pass over the slots' page lists, then records each slot's new length.
-Status Scheduler::State::RunBatch() {
-  // Per slot the batch's positions are consecutive: [first entry, last entry + 1).
-  slot_begin.assign(slots.size(), -1);
-  slot_end.assign(slots.size(), -1);
-  for (const BatchEntry& e : batch) {
-    if (slot_begin[e.slot] < 0) slot_begin[e.slot] = e.position;
-    slot_end[e.slot] = e.position + 1;
-  }
-  copies.clear();
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (slot_begin[i] < 0) continue;
-    SHARDLM_TRY(slots[i].table->PrepareWrite(slot_begin[i], slot_end[i], &copies));
-  }
-  for (const PageCopy& copy : copies) pool->CopyPage(copy.src, copy.dst);
-  for (size_t i = 0; i < slots.size(); ++i) pages[i] = slots[i].table->page_list();
-  SHARDLM_TRY(forward->Run(batch, pages, /*hidden_in=*/nullptr, logits.data()));
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (slot_begin[i] >= 0) slots[i].table->SetTokens(slot_end[i]);
-  }
-  return Status::Ok();
-}
-
-void Scheduler::ProcessLogits() {
+void Scheduler::ProcessLogits(const InFlight& record, std::span<const float> logits) {
   State& s = *state_;
-  for (SchedulerSlot& slot : s.slots) {
-    if (slot.request && slot.chunk > 0) slot.request->AddPrefilled(slot.chunk);
-    slot.chunk = 0;
-  }
-  const size_t n_vocab = size_t(model_.config().n_vocab);
-  for (size_t row = 0; row < s.logit_slots.size(); ++row) {
-    const int i = s.logit_slots[row];
+  const size_t n_vocab = size_t(config_.n_vocab);
+  for (size_t row = 0; row < record.logit_slots.size(); ++row) {
+    const int i = record.logit_slots[row];
     SchedulerSlot& slot = s.slots[i];
-    if (!slot.request) continue;
-    std::span<const float> logits(s.logits.data() + row * n_vocab, n_vocab);
-    std::optional<FinishReason> done =
-        slot.request->OnLogits(logits, slot.table->n_tokens(), options_.n_ctx);
+    if (!slot.request || slot.request->id() != record.logit_requests[row]) continue;
+    slot.awaiting_logits = false;
+    std::optional<FinishReason> done = slot.request->OnLogits(
+        logits.subspan(row * n_vocab, n_vocab), slot.table->n_tokens(), options_.n_ctx);
     ++s.generated_tokens_total;
     if (done) FinishSlot(i, *done);
+  }
+}
+
+// A failed batch: every batch behind it fails too, so every running request ends with the
+// error and frees its pages. A lost stage also ends the queued requests and refuses new
+// ones until RecoverAction brings it back.
+void Scheduler::FailEverything(const Status& error) {
+  State& s = *state_;
+  std::fprintf(stderr, "scheduler: batch failed: %s\n", error.message().c_str());
+  while (!s.in_flight.empty()) {
+    (void)s.pipeline->WaitOldest();
+    s.in_flight.pop_front();
+  }
+  const bool lost = error.code() == StatusCode::kUnavailable;
+  if (lost) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_ = error;
+  }
+  for (int i = 0; i < int(s.slots.size()); ++i) {
+    if (s.slots[i].request) FinishSlot(i, FinishReason::kError, error);
+  }
+  if (lost) {
+    while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kError, error);
+    s.last_reconnect = std::chrono::steady_clock::now();
   }
 }
 
@@ -403,8 +540,11 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   State& s = *state_;
   SchedulerSlot& slot = s.slots[slot_idx];
   std::unique_ptr<ActiveRequest> request = std::move(slot.request);
-  slot.table->Clear();  // pages go back to the allocator before anyone hears of the finish
-  slot.chunk = 0;
+  // Pages go back to the allocator before anyone hears of the finish. A batch still in
+  // flight may write them: every later batch that reuses them runs after it in every stage.
+  slot.table->Clear();
+  slot.awaiting_logits = false;
+  slot.write_end = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     --active_;
@@ -413,7 +553,7 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   request->Finish(reason, std::move(error), options_.log_requests);
 }
 
-void Scheduler::FinishWaiting(size_t index, FinishReason reason) {
+void Scheduler::FinishWaiting(size_t index, FinishReason reason, Status error) {
   State& s = *state_;
   std::unique_ptr<ActiveRequest> request = std::move(s.waiting[index]);
   s.waiting.erase(s.waiting.begin() + std::ptrdiff_t(index));
@@ -422,7 +562,7 @@ void Scheduler::FinishWaiting(size_t index, FinishReason reason) {
     --pending_;
   }
   PublishStats();
-  request->Finish(reason, Status::Ok(), options_.log_requests);
+  request->Finish(reason, std::move(error), options_.log_requests);
 }
 
 void Scheduler::CancelEverything() {
@@ -437,13 +577,14 @@ void Scheduler::PublishStats() {
   const State& s = *state_;
   int busy = 0;
   for (const SchedulerSlot& slot : s.slots) busy += slot.request != nullptr;
+  const PageAllocator& allocator = s.pipeline->allocator();
   std::lock_guard<std::mutex> lock(mu_);
   stats_.slots_busy = busy;
   stats_.queue_length = pending_;
   stats_.requests_total = s.requests_total;
   stats_.prompt_tokens_total = s.prompt_tokens_total;
   stats_.generated_tokens_total = s.generated_tokens_total;
-  stats_.kv_pages_used = s.allocator->n_pages() - s.allocator->n_free();
+  stats_.kv_pages_used = allocator.n_pages() - allocator.n_free();
 }
 
 }  // namespace shardlm

@@ -2,28 +2,40 @@
 // one model, one KV page pool and one forward pass per step.
 //
 // Goals:
-//  - One engine thread owns every piece of engine state (slots, block tables, the pool,
-//    the forward pass); Submit and Cancel only enqueue typed instructions (STYLE rule 34).
+//  - One engine thread owns every piece of engine state (slots, block tables, the
+//    pipeline); Submit and Cancel only enqueue typed instructions (STYLE rule 34).
 //  - Each step is an ordered list of actions, the first that does work ends it (rule 33):
-//    admit queued requests into free slots (FIFO); else run one batch that mixes the
-//    decode token of every running sequence with prefill chunks of new ones (decode
-//    first, prefill budget = n_batch − n_decoding, oldest admission first), so a long
-//    prompt never stalls running streams. A prefill is a resumable task (rule 35).
+//    recover a lost stage; admit queued requests into free slots (FIFO); submit one batch
+//    to the pipeline while fewer than pipeline.depth() are in flight; else collect the
+//    oldest batch's logits. A batch mixes the decode token of running sequences with
+//    prefill chunks of new ones (decode first, prefill budget = n_batch − decode entries,
+//    oldest admission first), so a long prompt never stalls running streams. A prefill is
+//    a resumable task (rule 35).
+//  - Pipelining: with a split (depth > 1) up to depth batches are in flight; a slot whose
+//    batch awaits logits is busy, but a prefilling slot's next prompt chunk may follow its
+//    previous one (stages run batches in FIFO order); a batch takes at most
+//    ceil(decoding slots / depth) decode entries, so running streams split into
+//    micro-batches that alternate through the stages. Depth 1 behaves as an unsplit engine.
 //  - Per-request sampler, decoder and stop-string holdback (scheduler_request.h).
 //  - Determinism: a request's tokens and logits are bitwise the same whatever shares the
-//    batch and however its prompt was chunked (ForwardPass guarantees it per token; the
-//    sampler belongs to the request and is seeded by it).
-//  - KV: the pool holds n_parallel × ceil(n_ctx / page_tokens) pages, so an admitted
-//    request never runs out; a finished or cancelled request frees its pages at once.
+//    batch, however its prompt was chunked and however the layers are split (every stage
+//    computes each token as the whole model would; the sampler belongs to the request).
+//  - KV: every stage holds n_parallel × ceil(n_ctx / page_tokens) pages (one allocator,
+//    ids shared by all stages), so an admitted request never runs out; a finished or
+//    cancelled request frees its pages at once.
+//  - Faults: a stage that goes down (kUnavailable) ends every running, in-flight and
+//    queued request with kError and its Status and frees every page; Health and Submit
+//    report it ("stage 1 (unix:...) is down ...") while the engine thread retries
+//    Reconnect every kReconnectInterval; once it succeeds requests are accepted again.
 //  - Submit errors: empty prompt or bad token ids (kInvalidArgument), prompt + 1 > n_ctx
 //    (kOutOfRange, "context_length_exceeded"), queue full (kOutOfRange "queue full (N
-//    waiting)"), engine shutting down (kInternal).
+//    waiting)"), a stage down (kUnavailable), engine shutting down (kInternal).
 //  - One key=value log line per finished request on stderr.
 // Non-goals (later issues): prefix cache (cached_tokens is 0), preemption or swapping,
-// priorities, layer splits.
+// priorities.
 //
-// Thread safety: Submit, Cancel, Stats, info, tokenizer and Health may be called from any
-// thread. Callbacks run on the engine thread (see engine.h).
+// Thread safety: Submit, Cancel, Stats, info, tokenizer, Health and pipeline_counters may
+// be called from any thread. Callbacks run on the engine thread (see engine.h).
 // Lifetime: the borrowing Create references the Model and Tokenizer, which must outlive the
 // Scheduler; the owning Create keeps the LoadedModel. Destruction cancels every request
 // still queued or running (each gets on_finish with kCancelled) and joins the thread.
@@ -37,13 +49,15 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/status.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/model_loader.h"
-#include "tensor/thread_pool.h"
+#include "runtime/pipeline.h"
+#include "runtime/placement.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -56,20 +70,37 @@ struct SchedulerOptions {
   // Most prompt tokens per step while other sequences decode (0: all n_batch leaves), to
   // bound their inter-token latency; alone, a prompt always gets the whole batch.
   int prefill_chunk = 0;
-  int threads = 0;  // compute threads; 0: every core
+  int threads = 0;  // compute threads of an unpinned "cpu" stage; 0: every core
   KvType kv_type = KvType::kF32;
   int page_tokens = kDefaultPageTokens;
   std::string model_name;    // what info().model_name reports; "": general.name or "model"
   bool log_requests = true;  // one line per finished request on stderr
+  // Placement (placement.h): one device per stage; empty: one "cpu" stage.
+  std::vector<DeviceSpec> devices = {};
+  std::vector<double> layer_split = {};  // one weight per device; empty: equal layer bytes
+  std::string model_path = {};           // the model's file, opened by remote stages
 
   Status Validate() const;
+  // The pipeline these options ask for: n_parallel × ceil(n_ctx / page_tokens) pages,
+  // n_batch tokens and n_parallel logits rows per batch.
+  PipelineOptions ToPipelineOptions() const;
 };
+
+// How often the engine thread tries to bring a lost stage back.
+inline constexpr std::chrono::milliseconds kReconnectInterval{500};
 
 class Scheduler : public Engine {
  public:
-  // The model must hold every layer. Errors: bad options, a split model, a tokenizer that
-  // does not fit the model, KV pool allocation.
+  // The model must hold every layer; the pipeline is built from options.devices and
+  // options.layer_split. Errors: bad options, a split model, a tokenizer that does not fit
+  // the model, placement, stage load or connect, KV pool allocation.
   static Result<std::unique_ptr<Scheduler>> Create(const Model& model, const Tokenizer& tokenizer,
+                                                   const SchedulerOptions& options);
+  // Same, on a pipeline built by the caller (tests, custom stages); it must have been made
+  // with options.ToPipelineOptions()'s sizes. info().model_name: options.model_name or
+  // "model".
+  static Result<std::unique_ptr<Scheduler>> Create(std::unique_ptr<Pipeline> pipeline,
+                                                   const Tokenizer& tokenizer,
                                                    const SchedulerOptions& options);
   // Same, owning the loaded model.
   static Result<std::unique_ptr<Scheduler>> Create(LoadedModel loaded,
@@ -86,7 +117,9 @@ class Scheduler : public Engine {
   Status Health() const override;
 
   const SchedulerOptions& options() const { return options_; }
-  size_t kv_bytes() const;  // the page pool's memory (reserved; touched as pages fill)
+  size_t kv_bytes() const;  // every stage's page storage (reserved; touched as pages fill)
+  // The pipeline's counters (max_in_flight > 1 shows pipelining at work).
+  PipelineCounters pipeline_counters() const;
 
  private:
   // What other threads hand the engine thread.
@@ -97,29 +130,34 @@ class Scheduler : public Engine {
     RequestCallbacks callbacks;  // kSubmit
     std::chrono::steady_clock::time_point submitted;
   };
-  struct State;  // scheduler.cc: everything the engine thread owns
+  struct State;     // scheduler.cc: everything the engine thread owns
+  struct InFlight;  // scheduler.cc: what a submitted batch will give logits for
 
-  Scheduler(const Model& model, const Tokenizer& tokenizer, const SchedulerOptions& options);
-  Status Init();
+  Scheduler(const Tokenizer& tokenizer, const SchedulerOptions& options);
+  Status Init(std::unique_ptr<Pipeline> pipeline, std::string model_name);
   Status CheckRequest(const EngineRequest& request) const;
 
   // Engine thread.
   void Loop();
   bool TakeInstructions();  // false on shutdown
   void ApplyInstruction(Instruction& instruction);
+  bool RecoverAction();
   bool AdmitAction();
-  bool BatchAction();
-  void BuildBatch();
-  void ProcessLogits();
+  bool SubmitAction();
+  bool CollectAction();
+  void BuildBatch(InFlight& record);
+  Status PrepareTables();
+  void ProcessLogits(const InFlight& record, std::span<const float> logits);
+  void FailEverything(const Status& error);
   void FinishSlot(int slot, FinishReason reason, Status error = Status::Ok());
-  void FinishWaiting(size_t index, FinishReason reason);
+  void FinishWaiting(size_t index, FinishReason reason, Status error = Status::Ok());
   void CancelEverything();
   void PublishStats();
 
   std::unique_ptr<LoadedModel> owned_;  // set by the owning Create
-  const Model& model_;
   const Tokenizer& tokenizer_;
   SchedulerOptions options_;
+  ModelConfig config_;
   EngineInfo info_;
   std::unique_ptr<State> state_;  // engine thread only (after Init)
 
@@ -132,6 +170,7 @@ class Scheduler : public Engine {
   int active_ = 0;   // in a slot
   RequestId next_id_ = 1;
   EngineStats stats_;
+  Status lost_;  // a stage is down: why (set and cleared by the engine thread)
 
   std::thread thread_;
 };

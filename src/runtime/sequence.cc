@@ -1,22 +1,19 @@
-// Sequence implementation: pool sizing, chunked prefill, single-token decode.
+// Sequence implementation: pipeline sizing, chunked prefill, single-token decode.
 #include "runtime/sequence.h"
 
 #include <algorithm>
 
 namespace shardlm {
 
-Sequence::Sequence(const Model& model, const SequenceConfig& config)
-    : model_(model), config_(config) {}
+Sequence::Sequence(const SequenceConfig& config) : config_(config) {}
 
 Sequence::~Sequence() {
-  // The table releases its pages into the allocator, so it goes first.
-  forward_.reset();
+  // The table releases its pages into the pipeline's allocator, so it goes first.
   table_.reset();
-  pool_.reset();
-  allocator_.reset();
+  pipeline_.reset();
 }
 
-Result<std::unique_ptr<Sequence>> Sequence::Create(const Model& model, ThreadPool& threads,
+Result<std::unique_ptr<Sequence>> Sequence::Create(const Model& model,
                                                    const SequenceConfig& config) {
   if (!model.is_first_stage() || !model.is_last_stage()) {
     return InvalidArgument("a Sequence needs every layer of the model, got layers [{}, {})",
@@ -26,23 +23,33 @@ Result<std::unique_ptr<Sequence>> Sequence::Create(const Model& model, ThreadPoo
     return InvalidArgument("bad sequence sizes: n_positions {}, max_batch {}, page_tokens {}",
                            config.n_positions, config.max_batch, config.page_tokens);
   }
-  std::unique_ptr<Sequence> seq(new Sequence(model, config));
-  const int n_pages = (config.n_positions + config.page_tokens - 1) / config.page_tokens;
-  SHARDLM_ASSIGN_OR_RETURN(seq->allocator_, PageAllocator::Create(n_pages, config.page_tokens));
-  SHARDLM_ASSIGN_OR_RETURN(seq->pool_, PagePool::Create(model.KvPoolConfig(
-                                           n_pages, config.page_tokens, config.kv_type)));
-  seq->table_ = std::make_unique<BlockTable>(seq->allocator_.get());
-  seq->forward_ = std::make_unique<ForwardPass>(model, *seq->pool_, threads, config.max_batch);
+  std::unique_ptr<Sequence> seq(new Sequence(config));
+  PipelineOptions options;
+  options.devices = config.devices;
+  options.layer_split = config.layer_split;
+  options.threads = config.threads;
+  options.n_pages = (config.n_positions + config.page_tokens - 1) / config.page_tokens;
+  options.page_tokens = config.page_tokens;
+  options.kv_type = config.kv_type;
+  options.max_batch_tokens = config.max_batch;
+  options.max_logit_rows = 1;
+  SHARDLM_ASSIGN_OR_RETURN(seq->pipeline_, Pipeline::Create(model, config.model_path, options));
+  seq->table_ = std::make_unique<BlockTable>(&seq->pipeline_->allocator());
   seq->batch_.reserve(config.max_batch);
   seq->logits_.resize(model.config().n_vocab);
   return seq;
 }
 
-size_t Sequence::kv_bytes() const { return pool_->page_bytes() * size_t(pool_->n_pages()); }
+size_t Sequence::kv_bytes() const {
+  size_t bytes = 0;
+  for (const StageInfo& stage : pipeline_->placement()) bytes += stage.kv_bytes;
+  return bytes;
+}
 
 Status Sequence::RunBatch(std::span<const TokenId> ids, bool last_wants_logits) {
   const int start = table_->n_tokens();
-  if (start + int(ids.size()) > config_.n_positions) {
+  const int end = start + int(ids.size());
+  if (end > config_.n_positions) {
     return OutOfRange(
         "sequence of {} positions cannot take {} more tokens at position {} "
         "(raise the context size, -c)",
@@ -53,13 +60,13 @@ Status Sequence::RunBatch(std::span<const TokenId> ids, bool last_wants_logits) 
     batch_.push_back({ids[i], start + int(i), /*slot=*/0, false});
   }
   batch_.back().wants_logits = last_wants_logits;
-  const int end = start + int(ids.size());
   copies_.clear();
   SHARDLM_TRY(table_->PrepareWrite(start, end, &copies_));
-  for (const PageCopy& copy : copies_) pool_->CopyPage(copy.src, copy.dst);
-  const PageList pages[] = {table_->page_list()};
-  SHARDLM_TRY(forward_->Run(batch_, pages, /*hidden_in=*/nullptr, logits_.data()));
   table_->SetTokens(end);
+  const PageList pages[] = {table_->pages()};
+  SHARDLM_TRY(pipeline_->Submit({batch_, pages, copies_}));
+  SHARDLM_ASSIGN_OR_RETURN(std::span<const float> rows, pipeline_->WaitOldest());
+  if (last_wants_logits) std::copy(rows.begin(), rows.end(), logits_.begin());
   return Status::Ok();
 }
 

@@ -1,34 +1,32 @@
-// Sequence: one sequence's KV (a private page allocator, page pool and block table) plus
-// the forward pass that fills it, for a whole (single-stage) model — what `run` and `bench`
-// drive.
-//
-// Before each batch the sequence makes the positions it writes private in its block table
-// (BlockTable::PrepareWrite) and applies the resulting page copies to its pool; the
-// forward pass then reads and writes the table's page list; after a successful batch the
-// table records the new length (SetTokens). A failed batch leaves n_tokens() unchanged.
+// Sequence: one sequence's KV (a block table over a pipeline sized for it) and the
+// pipeline that fills it — what `run` and `bench` drive, split or not.
 //
 // Goals: prefill a prompt in chunks of at most max_batch tokens with logits for the last
-// position only; decode one token at a given position; expose the last logits row.
-// Memory: the pool holds exactly ceil(n_positions / page_tokens) pages, allocated up front.
-// Non-goals: several sequences or stages (the scheduler and pipeline), sampling.
+// position only; decode one token at a given position; expose the last logits row; the
+// same logits whatever the placement (devices, layer split).
+// Memory: every stage holds exactly ceil(n_positions / page_tokens) pages, allocated up
+// front.
+// Non-goals: several sequences (the scheduler), sampling, pipelining (one sequence has one
+// batch in flight at a time).
 //
-// Thread safety: one thread at a time. Lifetime: references the Model and the ThreadPool,
-// which must outlive it; owns its allocator, pool, table and forward pass.
+// Thread safety: one thread at a time. Lifetime: references the Model, which must outlive
+// it (a one-stage local pipeline borrows it); owns its pipeline and block table.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "kv/block_table.h"
-#include "kv/page_allocator.h"
 #include "kv/page_pool.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "tensor/thread_pool.h"
+#include "runtime/pipeline.h"
+#include "runtime/placement.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -38,18 +36,23 @@ struct SequenceConfig {
   int max_batch = 512;  // most tokens per forward pass
   KvType kv_type = KvType::kF32;
   int page_tokens = kDefaultPageTokens;
+  int threads = 0;                       // threads of an unpinned "cpu" stage; 0: every core
+  std::vector<DeviceSpec> devices = {};  // placement (placement.h); empty: one "cpu" stage
+  std::vector<double> layer_split = {};  // empty: equal layer bytes
+  std::string model_path = {};           // opened by remote stages
 };
 
 class Sequence {
  public:
-  // The model must hold every layer. Errors: a split model, bad sizes, allocation limits.
-  static Result<std::unique_ptr<Sequence>> Create(const Model& model, ThreadPool& threads,
-                                                  const SequenceConfig& config);
+  // The model must hold every layer. Errors: a split model binding, bad sizes, placement,
+  // stage load or connect, allocation limits.
+  static Result<std::unique_ptr<Sequence>> Create(const Model& model, const SequenceConfig& config);
   ~Sequence();
 
   int n_tokens() const { return table_->n_tokens(); }
   int n_positions() const { return config_.n_positions; }
-  size_t kv_bytes() const;  // the pool's memory
+  size_t kv_bytes() const;  // every stage's page storage
+  const Pipeline& pipeline() const { return *pipeline_; }
   // logits[n_vocab] of the last position that wanted them.
   std::span<const float> logits() const { return logits_; }
 
@@ -59,21 +62,18 @@ class Sequence {
                  const std::function<void(int done, int total)>& progress = {});
   // Appends one token at position n_tokens(); its logits when want_logits.
   Status Decode(TokenId id, bool want_logits = true);
-  // Forgets every position (pages return to the pool).
+  // Forgets every position (pages return to the allocator).
   void Reset() { table_->Clear(); }
 
  private:
-  Sequence(const Model& model, const SequenceConfig& config);
+  explicit Sequence(const SequenceConfig& config);
   Status RunBatch(std::span<const TokenId> ids, bool last_wants_logits);
 
-  const Model& model_;
   SequenceConfig config_;
-  std::unique_ptr<PageAllocator> allocator_;
-  std::unique_ptr<PagePool> pool_;
+  std::unique_ptr<Pipeline> pipeline_;
   std::unique_ptr<BlockTable> table_;
-  std::unique_ptr<ForwardPass> forward_;
   std::vector<BatchEntry> batch_;  // [max_batch], reused
-  std::vector<PageCopy> copies_;   // copy-on-write of the current batch, reused
+  std::vector<PageCopy> copies_;   // copy-on-write copies of the batch being run
   std::vector<float> logits_;      // [n_vocab]
 };
 

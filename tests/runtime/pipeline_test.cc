@@ -1,16 +1,28 @@
 // Pipeline: batches flow through the stages in order and overlap across stages (fake
 // stages with exact outputs), a failing stage fails its batch and every later one and is
 // reported until Reconnect, bad stage chains and batches are refused; on the fixture
-// models, 2- and 3-stage local splits give bitwise the logits of the unsplit model.
+// models, 2- and 3-stage local splits give bitwise the logits and greedy tokens of the
+// unsplit model, through Pipeline::Run and through the Generator; impossible placements
+// are clear errors.
 #include "runtime/pipeline.h"
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "kv/block_table.h"
 #include "runtime/fake_stage.h"
+#include "runtime/generator.h"
+#include "runtime/model_loader.h"
+#include "support/fixtures.h"
 
 namespace shardlm {
 namespace {
@@ -32,6 +44,8 @@ ModelConfig FakeConfig(int n_layers) {
 
 PipelineOptions FakeOptions() {
   PipelineOptions options;
+  options.n_pages = 4;
+  options.page_tokens = 16;
   options.max_batch_tokens = 8;
   options.max_logit_rows = 4;
   return options;
@@ -222,6 +236,200 @@ TEST(PipelineTest, ReconnectWaitsForAnIdlePipeline) {
   EXPECT_EQ(pipeline->Reconnect().code(), StatusCode::kInternal);
   ASSERT_TRUE(pipeline->WaitOldest().ok());
   EXPECT_TRUE(pipeline->Reconnect().ok());
+}
+
+// ---- Fixture models: split invariance ----
+
+const LoadedModel& Fixture(const std::string& file) {
+  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
+  std::unique_ptr<LoadedModel>& slot = cache[file];
+  if (!slot) {
+    auto loaded = LoadModelFile(testing::FixturePath(file), {.prefault = false});
+    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
+  }
+  return *slot;
+}
+
+// A placement of n unpinned cpu stages with the given weights (empty: equal bytes).
+struct Split {
+  int n_stages = 1;
+  std::vector<double> weights;
+};
+
+PipelineOptions RealOptions(const Split& split, int n_pages = 16) {
+  PipelineOptions options;
+  options.devices.assign(split.n_stages, DeviceSpec{});
+  options.layer_split = split.weights;
+  options.threads = 1;
+  options.n_pages = n_pages;
+  options.page_tokens = 16;
+  options.max_batch_tokens = 64;
+  options.max_logit_rows = 1;
+  return options;
+}
+
+// Every logits row and greedy token of: the prompt prefilled in chunks of `chunk`, then
+// `n_steps` greedy decode steps, each through Pipeline::Run.
+struct Trace {
+  std::vector<TokenId> ids;
+  std::vector<float> logits;
+};
+
+void GreedyTrace(Pipeline& pipeline, const std::vector<TokenId>& prompt, int chunk, int n_steps,
+                 Trace* trace) {
+  BlockTable table(&pipeline.allocator());
+  std::vector<BatchEntry> batch;
+  std::vector<PageCopy> copies;
+  std::vector<float> rows;
+  const int n_vocab = pipeline.config().n_vocab;
+  // Runs ids at the table's end; records the last entry's logits when `record`.
+  auto run = [&](std::span<const TokenId> ids, bool record) {
+    const int start = table.n_tokens();
+    batch.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      batch.push_back({ids[i], start + int(i), 0, i + 1 == ids.size()});
+    }
+    copies.clear();
+    ASSERT_TRUE(table.PrepareWrite(start, start + int(ids.size()), &copies).ok());
+    table.SetTokens(start + int(ids.size()));
+    const PageList pages[] = {table.pages()};
+    const Status status = pipeline.Run({batch, pages, copies}, &rows);
+    ASSERT_TRUE(status.ok()) << status.message();
+    ASSERT_EQ(rows.size(), size_t(n_vocab));
+    if (!record) return;
+    trace->logits.insert(trace->logits.end(), rows.begin(), rows.end());
+    trace->ids.push_back(TokenId(std::max_element(rows.begin(), rows.end()) - rows.begin()));
+  };
+  for (size_t done = 0; done < prompt.size(); done += chunk) {
+    const size_t n = std::min(prompt.size() - done, size_t(chunk));
+    run(std::span<const TokenId>(prompt).subspan(done, n), done + n == prompt.size());
+  }
+  for (int step = 0; step < n_steps; ++step) {
+    const TokenId next[] = {trace->ids.back()};
+    run(next, true);
+  }
+}
+
+const char kStories[] = "stories260K.gguf";   // 5 layers
+const char kQwen3[] = "qwen3-tiny-f32.gguf";  // 2 layers
+
+std::string Describe(const Split& split) {
+  return fmt::format("{} stages, split '{}'", split.n_stages, fmt::join(split.weights, ","));
+}
+
+TEST(PipelineSplitTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::vector<std::pair<std::string, std::vector<Split>>> cases = {
+      {kStories, {{2, {1, 1}}, {2, {0.4, 0.6}}, {3, {}}, {3, {1, 3, 1}}, {2, {5, 1}}}},
+      {kQwen3, {{2, {1, 1}}, {2, {0.4, 0.6}}}},
+  };
+  for (const auto& [file, splits] : cases) {
+    SCOPED_TRACE(file);
+    const LoadedModel& loaded = Fixture(file);
+    ASSERT_TRUE(loaded.model);
+    const std::vector<TokenId> prompt =
+        loaded.tokenizer->Encode("Once upon a time, there was a little dog", true, true);
+    auto unsplit = Pipeline::Create(*loaded.model, "", RealOptions({1, {}}));
+    ASSERT_TRUE(unsplit.ok()) << unsplit.status().message();
+    Trace want;
+    GreedyTrace(**unsplit, prompt, 64, 12, &want);
+    ASSERT_EQ(want.ids.size(), 13u);
+    for (const Split& split : splits) {
+      SCOPED_TRACE(Describe(split));
+      auto pipeline = Pipeline::Create(*loaded.model, "", RealOptions(split));
+      ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+      ASSERT_EQ((*pipeline)->depth(), split.n_stages);
+      Trace got;
+      GreedyTrace(**pipeline, prompt, 5, 12, &got);  // chunked too: other batch shapes
+      EXPECT_EQ(got.ids, want.ids);
+      ASSERT_EQ(got.logits.size(), want.logits.size());
+      EXPECT_EQ(
+          std::memcmp(got.logits.data(), want.logits.data(), want.logits.size() * sizeof(float)), 0)
+          << "logits differ from the unsplit model";
+      // Every token crossed each of the n − 1 boundaries as one float32 hidden row.
+      const PipelineCounters counters = (*pipeline)->counters();
+      EXPECT_EQ(counters.bytes_between, counters.tokens * uint64_t(split.n_stages - 1) *
+                                            uint64_t(loaded.model->config().n_embd) *
+                                            sizeof(float));
+    }
+  }
+}
+
+TEST(PipelineSplitTest, PlacementShowsContiguousRangesOverEveryLayer) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const LoadedModel& loaded = Fixture(kStories);
+  ASSERT_TRUE(loaded.model);
+  auto pipeline = Pipeline::Create(*loaded.model, "", RealOptions({3, {1, 3, 1}}));
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+  const std::vector<StageInfo> stages = (*pipeline)->placement();
+  ASSERT_EQ(stages.size(), 3u);
+  EXPECT_EQ(stages[0].layers.begin, 0);
+  EXPECT_EQ(stages[1].layers.begin, stages[0].layers.end);
+  EXPECT_EQ(stages[2].layers.begin, stages[1].layers.end);
+  EXPECT_EQ(stages[2].layers.end, 5);
+  EXPECT_GT(stages[1].layers.size(), stages[0].layers.size());  // the 3 in 1,3,1
+  EXPECT_TRUE(stages[0].first && !stages[0].last && stages[2].last);
+}
+
+TEST(PipelineSplitTest, MoreStagesThanLayersIsAClearError) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const LoadedModel& loaded = Fixture(kQwen3);
+  ASSERT_TRUE(loaded.model);
+  auto pipeline = Pipeline::Create(*loaded.model, "", RealOptions({3, {}}));
+  ASSERT_FALSE(pipeline.ok());
+  EXPECT_EQ(pipeline.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(pipeline.status().message().find("only 2 layers"), std::string::npos)
+      << pipeline.status().message();
+  auto weights = Pipeline::Create(*loaded.model, "", RealOptions({2, {1, 1, 1}}));
+  EXPECT_EQ(weights.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PipelineSplitTest, GeneratorOutputDoesNotDependOnTheSplit) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* file : {kStories, kQwen3}) {
+    SCOPED_TRACE(file);
+    const LoadedModel& loaded = Fixture(file);
+    ASSERT_TRUE(loaded.model);
+    ThreadPool threads(1);
+    auto generate = [&](const Split& split, std::vector<float>* logits) {
+      GeneratorConfig config{256, 7, KvType::kF32, 16};  // prompt in chunks of 7
+      config.devices.assign(split.n_stages, DeviceSpec{});
+      config.layer_split = split.weights;
+      auto generator = Generator::Create(*loaded.model, *loaded.tokenizer, threads, config);
+      EXPECT_TRUE(generator.ok()) << generator.status().message();
+      GenerateCallbacks callbacks;
+      callbacks.on_logits = [&](std::span<const float> row) {
+        logits->insert(logits->end(), row.begin(), row.end());
+        return Status::Ok();
+      };
+      GenerateOptions options;
+      options.n_predict = 24;
+      options.ignore_eos = true;
+      SamplingParams sampling;
+      sampling.temperature = 0.8f;
+      sampling.seed = 7;
+      auto result = (*generator)
+                        ->Generate("Once upon a time, there was a little dog named Max.", sampling,
+                                   options, callbacks);
+      EXPECT_TRUE(result.ok()) << result.status().message();
+      return result.ok() ? std::move(result).value() : GenerationResult{};
+    };
+    std::vector<float> want_logits;
+    const GenerationResult want = generate({1, {}}, &want_logits);
+    ASSERT_EQ(want.ids.size(), 24u);
+    for (const Split& split : {Split{2, {1, 1}}, Split{2, {0.4, 0.6}}}) {
+      SCOPED_TRACE(Describe(split));
+      std::vector<float> got_logits;
+      const GenerationResult got = generate(split, &got_logits);
+      EXPECT_EQ(got.ids, want.ids);
+      EXPECT_EQ(got.text, want.text);
+      ASSERT_EQ(got_logits.size(), want_logits.size());
+      EXPECT_EQ(
+          std::memcmp(got_logits.data(), want_logits.data(), want_logits.size() * sizeof(float)),
+          0);
+    }
+  }
 }
 
 }  // namespace

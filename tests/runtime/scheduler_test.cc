@@ -16,8 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/fake_stage.h"
 #include "runtime/generator.h"
 #include "runtime/model_loader.h"
+#include "runtime/stage_factory.h"
 #include "support/fixtures.h"
 
 namespace shardlm {
@@ -455,6 +457,118 @@ TEST(SchedulerTest, DestructionFinishesOutstandingRequests) {
   ASSERT_TRUE(running.Wait(1) && queued.Wait(1));
   EXPECT_EQ(running.finish.reason, FinishReason::kCancelled);
   EXPECT_EQ(queued.finish.reason, FinishReason::kCancelled);
+}
+
+// ---- Layer split: pipelined batches, split invariance, a lost stage ----
+
+// n unpinned cpu stages with the given weights, one compute thread each.
+SchedulerOptions SplitOptions(int n_parallel, int n_stages, std::vector<double> weights) {
+  SchedulerOptions options = Options(n_parallel, 256, 64);
+  options.devices.assign(n_stages, DeviceSpec{});
+  options.layer_split = std::move(weights);
+  options.threads = 1;
+  return options;
+}
+
+std::vector<EngineRequest> MixedRequests(const std::string& file) {
+  const char* prompts[] = {"Once upon a time, there was a little dog named Max. He liked",
+                           "The cat sat on the mat", "Lily and Ben went to the park to play",
+                           "One day"};
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    EngineRequest request =
+        Request(Encode(file, prompts[i]), i % 2 ? Seeded(100 + i) : Greedy(), 20 + 4 * i);
+    request.want_logprobs = true;
+    requests.push_back(std::move(request));
+  }
+  return requests;
+}
+
+TEST(SchedulerSplitTest, PipelinedSplitsGiveTheUnsplitTokensAndLogprobs) {
+  SHARDLM_REQUIRE_FIXTURES();
+  struct Case {
+    const char* file;
+    int n_stages;
+    std::vector<double> weights;
+  };
+  const Case cases[] = {
+      {kStories, 2, {1, 1}}, {kStories, 3, {1, 3, 1}}, {"qwen3-tiny-f32.gguf", 2, {0.4, 0.6}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{}: {} stages", c.file, c.n_stages));
+    const std::vector<EngineRequest> requests = MixedRequests(c.file);
+    auto unsplit = MakeScheduler(c.file, Options(4, 256, 64));
+    ASSERT_TRUE(unsplit);
+    auto want = RunAll(*unsplit, requests);
+    EXPECT_EQ(unsplit->pipeline_counters().max_in_flight, 1);
+
+    auto split = MakeScheduler(c.file, SplitOptions(4, c.n_stages, c.weights));
+    ASSERT_TRUE(split);
+    EXPECT_EQ(split->info().stages.size(), size_t(c.n_stages));
+    auto got = RunAll(*split, requests);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      SCOPED_TRACE(r);
+      EXPECT_EQ(got[r]->finish.reason, FinishReason::kLength);
+      EXPECT_EQ(got[r]->ids, want[r]->ids);
+      EXPECT_EQ(got[r]->logprobs, want[r]->logprobs);  // bitwise
+      EXPECT_EQ(got[r]->text, want[r]->text);
+    }
+    // Several batches were in the stages at once: a pipeline, not a relay.
+    EXPECT_GT(split->pipeline_counters().max_in_flight, 1);
+    EXPECT_EQ(split->Stats().kv_pages_used, 0);
+  }
+}
+
+TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const LoadedModel& loaded = Fixture(kStories);
+  ASSERT_TRUE(loaded.model);
+  const SchedulerOptions options = SplitOptions(2, 2, {1, 1});
+  auto stages = BuildStages(*loaded.model, "", options.ToPipelineOptions());
+  ASSERT_TRUE(stages.ok()) << stages.status().message();
+  auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
+  testing::FaultyStage* faulty = faulty_stage.get();
+  (*stages)[1] = std::move(faulty_stage);
+  auto pipeline = Pipeline::FromStages(std::move(stages).value(), loaded.model->config(),
+                                       options.ToPipelineOptions());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+  auto created = Scheduler::Create(std::move(pipeline).value(), *loaded.tokenizer, options);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  Scheduler& scheduler = **created;
+
+  // The stage dies mid-stream (after 8 batches) and cannot come back yet.
+  faulty->set_can_reconnect(false);
+  faulty->FailAfter(8);
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  auto failed = RunAll(scheduler, {Request(prompt, Greedy(), 100), Request(prompt, Greedy(), 100)});
+  for (const auto& c : failed) {
+    EXPECT_EQ(c->finish.reason, FinishReason::kError);
+    EXPECT_EQ(c->finish.error.code(), StatusCode::kUnavailable);
+    EXPECT_NE(c->finish.error.message().find("stage 1"), std::string::npos)
+        << c->finish.error.message();
+    EXPECT_LT(c->ids.size(), 100u);
+  }
+  EXPECT_EQ(scheduler.Stats().kv_pages_used, 0);
+  EXPECT_EQ(scheduler.Health().code(), StatusCode::kUnavailable);
+  Collector refused;
+  auto id = scheduler.Submit(Request(prompt, Greedy(), 4), refused.Callbacks());
+  EXPECT_EQ(id.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(id.status().message().find("stage 1"), std::string::npos) << id.status().message();
+
+  // Reconnect attempts fail while the stage stays away; then it comes back.
+  std::this_thread::sleep_for(kReconnectInterval * 2);
+  EXPECT_EQ(scheduler.Health().code(), StatusCode::kUnavailable);
+  faulty->set_can_reconnect(true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!scheduler.Health().ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(scheduler.Health().ok()) << scheduler.Health().message();
+  auto unsplit = MakeScheduler(kStories, Options(2, 256, 64));
+  ASSERT_TRUE(unsplit);
+  auto want = RunAll(*unsplit, {Request(prompt, Greedy(), 24)});
+  auto got = RunAll(scheduler, {Request(prompt, Greedy(), 24)});
+  EXPECT_EQ(got[0]->finish.reason, FinishReason::kLength);
+  EXPECT_EQ(got[0]->ids, want[0]->ids);
 }
 
 }  // namespace
