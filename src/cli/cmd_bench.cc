@@ -5,7 +5,9 @@
 // -r repetitions; a markdown table like llama-bench's on stdout, or with --json one JSON
 // object per test per line (JSON lines: model_filename, model_type, model_size,
 // model_n_params, n_threads, type_k, n_prompt, n_gen, test, avg_ns, avg_ts, stddev_ts,
-// median_ts, cpu_share, samples_ns, samples_ts) for scripts (bench/engine_bench.sh).
+// median_ts, cpu_share, samples_ns, samples_ts, devices, bytes_between_per_token) for
+// scripts (bench/engine_bench.sh, bench/split_bench.sh). `--devices` / `--layer-split`
+// run the same tests through a split pipeline.
 // Non-goals: parameter sweeps (lists of -p/-n/-t values), several models per run.
 #include <cstdio>
 #include <map>
@@ -15,6 +17,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/placement_flags.h"
 #include "runtime/bench_runner.h"
 #include "runtime/model_loader.h"
 
@@ -29,6 +32,7 @@ struct BenchFlags {
   int reps = 5;
   std::string kv_type = "f32";
   bool json = false;
+  PlacementFlags placement;
 };
 
 void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
@@ -42,6 +46,7 @@ void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
   cmd.add_option("-r,--repetitions", f.reps, "Timed repetitions per test")->capture_default_str();
   cmd.add_option("--kv-type", f.kv_type, "KV cache element type: f32 | f16")->capture_default_str();
   cmd.add_flag("--json", f.json, "Print one JSON object per test (JSON lines)");
+  DeclarePlacementFlags(cmd, f.placement);
 }
 
 // llama.cpp's names for general.file_type (llama_model_ftype), as llama-bench prints them.
@@ -114,7 +119,10 @@ nlohmann::json ToJson(const ModelFacts& facts, const BenchFlags& f, int n_thread
           {"median_ts", r.median_ts},
           {"cpu_share", r.cpu_share},
           {"samples_ns", r.samples_ns},
-          {"samples_ts", r.samples_ts}};
+          {"samples_ts", r.samples_ts},
+          {"devices", f.placement.devices.empty() ? "cpu" : f.placement.devices},
+          {"layer_split", f.placement.layer_split},
+          {"bytes_between_per_token", r.bytes_between_per_token}};
 }
 
 void PrintTableHeader() {
@@ -122,16 +130,19 @@ void PrintTableHeader() {
   std::printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
 }
 
-void PrintTableRow(const ModelFacts& facts, int n_threads, const BenchResult& r) {
-  std::printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s | %.2f ± %.2f |\n", facts.type.c_str(),
-              double(facts.size_bytes) / (1024.0 * 1024.0), double(facts.n_params) / 1e6, n_threads,
-              r.test.Name().c_str(), r.avg_ts, r.stddev_ts);
+// backend: "CPU" unsplit, else the stages' devices ("cpu:0,unix:/run/s1.sock").
+void PrintTableRow(const ModelFacts& facts, const std::string& backend, int n_threads,
+                   const BenchResult& r) {
+  std::printf("| %s | %.2f MiB | %.2f M | %s | %d | %s | %.2f ± %.2f |\n", facts.type.c_str(),
+              double(facts.size_bytes) / (1024.0 * 1024.0), double(facts.n_params) / 1e6,
+              backend.c_str(), n_threads, r.test.Name().c_str(), r.avg_ts, r.stddev_ts);
   std::fflush(stdout);
 }
 
 Status BenchCommand(const BenchFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvType(f.kv_type));
   if (f.n_prompt < 0 || f.n_gen < 0) return InvalidArgument("-p and -n must be >= 0");
+  SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(f.placement));
   SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,
                            LoadModelFile(f.model_path, {.show_progress = true}));
   const ModelFacts facts = DescribeModel(loaded);
@@ -146,13 +157,19 @@ Status BenchCommand(const BenchFlags& f) {
   for (const BenchTest& test : tests) {
     std::fprintf(stderr, "bench: %s, %d threads, warm-up + %d runs\n", test.Name().c_str(),
                  n_threads, f.reps);
-    BenchOptions options{f.reps, kv_type, 1234};
+    BenchOptions options;
+    options.reps = f.reps;
+    options.kv_type = kv_type;
+    options.devices = placement.devices;
+    options.layer_split = placement.layer_split;
+    options.model_path = f.model_path;
     SHARDLM_ASSIGN_OR_RETURN(BenchResult result, RunBench(*loaded.model, threads, test, options));
     if (f.json) {
       std::printf("%s\n", ToJson(facts, f, n_threads, result).dump().c_str());
       std::fflush(stdout);
     } else {
-      PrintTableRow(facts, n_threads, result);
+      PrintTableRow(facts, f.placement.devices.empty() ? "CPU" : f.placement.devices, n_threads,
+                    result);
     }
   }
   return Status::Ok();

@@ -3,7 +3,8 @@
 // Goals: stdout carries only the generated text (flushed as it streams, so pipes see it
 // live); everything else (model load progress, the seed used, timings) goes to stderr;
 // sampling flags and defaults as llama.cpp's (temp 0.8, top-k 40, top-p 0.95, min-p 0.05,
-// random seed unless given); `--logits-out` records the logits each token was chosen from.
+// random seed unless given); `--logits-out` records the logits each token was chosen from;
+// `--devices` / `--layer-split` run it split into stages (same tokens and logits).
 // Non-goals: chat templates and interactive mode (the server does conversations).
 #include <cstdio>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/placement_flags.h"
 #include "runtime/generator.h"
 #include "runtime/logits_recorder.h"
 #include "runtime/model_loader.h"
@@ -32,6 +34,7 @@ struct RunFlags {
   std::string logits_out;
   SamplingParams sampling;
   int64_t seed = -1;  // < 0: random
+  PlacementFlags placement;
 };
 
 void DeclareFlags(CLI::App& cmd, RunFlags& f) {
@@ -66,6 +69,7 @@ void DeclareFlags(CLI::App& cmd, RunFlags& f) {
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "Sampling seed (< 0: random, printed to stderr)")
       ->capture_default_str();
+  DeclarePlacementFlags(cmd, f.placement);
 }
 
 int ResolveThreads(int requested) {
@@ -95,6 +99,7 @@ void PrintTimings(const GenerationResult& result) {
 
 Status RunCommand(RunFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvType(f.kv_type));
+  SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(f.placement));
   if (f.seed < 0) {
     f.sampling.seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
   } else {
@@ -110,7 +115,13 @@ Status RunCommand(RunFlags& f) {
   std::fprintf(stderr, "threads: %d, context: %d, batch: %d, kv: %s\n", n_threads, f.n_ctx,
                f.n_batch, KvTypeName(kv_type));
   ThreadPool threads(n_threads);
-  GeneratorConfig config{f.n_ctx, f.n_batch, kv_type, kDefaultPageTokens};
+  GeneratorConfig config;
+  config.n_ctx = f.n_ctx;
+  config.n_batch = f.n_batch;
+  config.kv_type = kv_type;
+  config.devices = std::move(placement.devices);
+  config.layer_split = std::move(placement.layer_split);
+  config.model_path = f.model_path;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Generator> generator,
                            Generator::Create(*loaded.model, *loaded.tokenizer, threads, config));
 

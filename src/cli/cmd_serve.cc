@@ -4,7 +4,9 @@
 // synthesized once into the user's cache folder (and the log says so) so a first run needs
 // no download; the chat template comes from the GGUF (or --chat-template-file; ChatML
 // when neither, logged); logs on stderr, one line per request; binds 127.0.0.1 unless told
-// otherwise (DESIGN.md Security); SIGINT/SIGTERM stop it cleanly.
+// otherwise (DESIGN.md Security); SIGINT/SIGTERM stop it cleanly; `--devices` /
+// `--layer-split` split the layers into stages (checked before anything loads) and the
+// log shows one line per stage.
 // Non-goals: daemonizing, TLS, several models.
 #include <unistd.h>
 
@@ -19,10 +21,12 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/placement_flags.h"
 #include "cli/synth_model.h"
 #include "runtime/model_loader.h"
 #include "runtime/scheduler.h"
 #include "server/http_server.h"
+#include "server/pipeline_metrics.h"
 
 namespace shardlm::cli {
 namespace {
@@ -44,6 +48,7 @@ struct ServeFlags {
   int n_threads = 0;
   int http_threads = 0;
   std::string alias;
+  PlacementFlags placement;
 };
 
 void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
@@ -71,6 +76,7 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "HTTP handler threads (0: max(2 * parallel + 8, 32))")
       ->capture_default_str();
   cmd.add_option("-a,--alias", f.alias, "Model name reported by /v1/models");
+  DeclarePlacementFlags(cmd, f.placement);
 }
 
 void Log(const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); }
@@ -133,6 +139,7 @@ void OnSignal(int) {
 }
 
 Status RunServe(const ServeFlags& flags) {
+  SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(flags.placement));
   std::string model_path = flags.model_path;
   if (model_path.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(model_path, EnsureSynthModel());
@@ -150,8 +157,12 @@ Status RunServe(const ServeFlags& flags) {
   so.threads = flags.n_threads;
   so.model_name = flags.alias;
   so.log_requests = false;  // the server logs one line per request, with its id
+  so.devices = std::move(placement.devices);
+  so.layer_split = std::move(placement.layer_split);
+  so.model_path = model_path;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
                            Scheduler::Create(std::move(loaded), so));
+  for (const std::string& line : DescribePlacement(engine->info().stages)) Log(line);
   server::ServerOptions opts;
   opts.host = flags.host;
   opts.port = flags.port;
@@ -159,6 +170,9 @@ Status RunServe(const ServeFlags& flags) {
   opts.chat_template = tmpl;
   opts.n_threads = flags.http_threads;
   opts.log = Log;
+  opts.metrics_extra = [&scheduler = *engine] {
+    return server::PipelineMetricsText(scheduler.pipeline_counters());
+  };
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http,
                            server::HttpServer::Create(*engine, opts));
   SHARDLM_TRY(http->Bind());
