@@ -14,9 +14,10 @@
 // Non-goals: several sequences at once (the scheduler), prefix reuse; chat templates (the
 // caller formats the prompt).
 //
-// Thread safety: one thread calls Generate at a time. Lifetime: references the Model and
-// the Tokenizer, which must outlive it; each request builds its own pipeline (its stages
-// and KV) and frees it at the end.
+// Thread safety: one thread calls Generate at a time. Lifetime: references the Model, the
+// Tokenizer and the ThreadPool (its size is the thread count of an unpinned "cpu" stage),
+// which must outlive it; each request builds its own pipeline (stages and KV) and frees it
+// at the end.
 #pragma once
 
 #include <cstdint>

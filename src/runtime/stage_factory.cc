@@ -1,13 +1,11 @@
 // BuildStages implementation (see stage_factory.h).
 #include "runtime/stage_factory.h"
 
-#include <chrono>
 #include <utility>
 
 #include "gguf/fingerprint.h"
-#include "model/forward.h"
+#include "runtime/local_stage.h"
 #include "runtime/remote_stage.h"
-#include "tensor/thread_pool.h"
 
 namespace shardlm {
 namespace {
@@ -20,67 +18,22 @@ struct StagePlan {
   bool whole_model = false;  // one stage computes every layer: borrow the bound Model
 };
 
-// Interim local stage until local_stage.h lands: a Model binding (borrowed or owned), a
-// PagePool, a ThreadPool and a ForwardPass.
-class InterimLocalStage : public Stage {
- public:
-  InterimLocalStage(const Model& model, std::unique_ptr<Model> owned,
-                    std::unique_ptr<PagePool> pool, std::unique_ptr<ThreadPool> threads,
-                    int max_batch_tokens, StageInfo info)
-      : owned_(std::move(owned)),
-        pool_(std::move(pool)),
-        threads_(std::move(threads)),
-        forward_(model, *pool_, *threads_, max_batch_tokens),
-        info_(std::move(info)) {}
-  const StageInfo& info() const override { return info_; }
-  Status Run(const StageBatch& batch, const float* hidden_in, float* out) override {
-    const auto start = std::chrono::steady_clock::now();
-    for (const PageCopy& copy : batch.copies) pool_->CopyPage(copy.src, copy.dst);
-    SHARDLM_TRY(forward_.Run(batch.entries, batch.pages_by_slot, hidden_in, out));
-    stats_.batches++;
-    stats_.tokens += batch.entries.size();
-    stats_.busy_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return Status::Ok();
-  }
-  Status Health() const override { return Status::Ok(); }
-  Status Reconnect() override { return Status::Ok(); }
-  StageStats Stats() const override { return stats_; }
-
- private:
-  std::unique_ptr<Model> owned_;
-  std::unique_ptr<PagePool> pool_;
-  std::unique_ptr<ThreadPool> threads_;
-  ForwardPass forward_;
-  StageInfo info_;
-  StageStats stats_;
-};
-
 Result<std::unique_ptr<Stage>> BuildLocal(const Model& model, const StagePlan& plan,
                                           const PipelineOptions& options) {
-  std::unique_ptr<Model> owned;
-  if (!plan.whole_model) {
-    SHARDLM_ASSIGN_OR_RETURN(owned, Model::Load(model.shared_file(), plan.layers));
-  }
-  const Model& binding = owned ? *owned : model;
-  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<PagePool> pool,
-                           PagePool::Create(binding.KvPoolConfig(
-                               options.n_pages, options.page_tokens, options.kv_type)));
-  int n_threads = int(plan.device.cores.size());
-  if (n_threads == 0) n_threads = options.threads;
-  if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
-  StageInfo info;
-  info.index = plan.index;
-  info.layers = binding.layers();
-  info.first = binding.is_first_stage();
-  info.last = binding.is_last_stage();
-  info.device = plan.device.ToString();
-  info.threads = n_threads;
-  info.kv_bytes = pool->page_bytes() * size_t(pool->n_pages());
-  auto threads = std::make_unique<ThreadPool>(n_threads, plan.device.cores);
-  return std::unique_ptr<Stage>(new InterimLocalStage(binding, std::move(owned), std::move(pool),
-                                                      std::move(threads), options.max_batch_tokens,
-                                                      info));
+  LocalStageOptions local;
+  local.index = plan.index;
+  local.device = plan.device;
+  local.threads = options.threads;
+  local.n_pages = options.n_pages;
+  local.page_tokens = options.page_tokens;
+  local.kv_type = options.kv_type;
+  local.max_batch_tokens = options.max_batch_tokens;
+  local.show_progress = options.show_progress;
+  Result<std::unique_ptr<LocalStage>> stage =
+      plan.whole_model ? LocalStage::Borrow(model, local)
+                       : LocalStage::Load(model.shared_file(), plan.layers, local);
+  if (!stage.ok()) return stage.status();
+  return std::unique_ptr<Stage>(std::move(stage).value());
 }
 
 Result<std::unique_ptr<Stage>> BuildRemote(const Model& model, const std::string& model_path,

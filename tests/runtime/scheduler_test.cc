@@ -1,7 +1,11 @@
 // Scheduler end to end on the fixture models: greedy output equals the Generator's and the
 // fixtures' (llama.cpp) over the safe prefix, concurrency and prompt chunking never change a
 // request's tokens (greedy and seeded), stop strings cut the text exactly, max_tokens and
-// the context give kLength, usage counts, cancellation frees KV pages, Submit errors.
+// the context give kLength, usage counts, cancellation frees KV pages, Submit errors; with
+// the layers split into 2 or 3 pipelined stages, requests get bitwise the unsplit tokens and
+// logprobs while batches overlap in the stages, and a lost stage fails the running requests
+// (kError, kUnavailable), is reported by Health and Submit, and serving resumes after the
+// engine reconnects it.
 #include "runtime/scheduler.h"
 
 #include <gtest/gtest.h>
