@@ -1,4 +1,5 @@
-// Tests of the bench runner: statistics, argument checks, and a tiny real run.
+// Tests of the bench runner: statistics, argument checks, a tiny real run, and the same run
+// split into two stages (hidden-row bytes between stages counted, bad placement refused).
 #include "runtime/bench_runner.h"
 
 #include <gtest/gtest.h>
@@ -43,6 +44,33 @@ TEST(BenchRunnerTest, NamesAndRuns) {
   EXPECT_FALSE(RunBench(*loaded->model, threads, {4, 4}, options).ok());
   options.reps = 0;
   EXPECT_FALSE(RunBench(*loaded->model, threads, {4, 0}, options).ok());
+}
+
+TEST(BenchRunnerTest, SplitRunCountsBytesBetweenStages) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto loaded = LoadModelFile(testing::FixturePath("stories260K.gguf"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  ThreadPool threads(1);
+  BenchOptions options;
+  options.reps = 2;
+  auto unsplit = RunBench(*loaded->model, threads, {0, 20}, options);
+  ASSERT_TRUE(unsplit.ok()) << unsplit.status().message();
+  EXPECT_EQ(unsplit->bytes_between_per_token, 0.0);
+
+  options.devices.assign(2, DeviceSpec{});
+  options.layer_split = {0.4, 0.6};
+  for (const BenchTest& test : {BenchTest{24, 0}, BenchTest{0, 20}}) {
+    auto result = RunBench(*loaded->model, threads, test, options);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_GT(result->avg_ts, 0.0);
+    // One boundary: every token crosses it as n_embd float32 values.
+    EXPECT_EQ(result->bytes_between_per_token,
+              double(loaded->model->config().n_embd) * sizeof(float));
+  }
+  options.devices.assign(6, DeviceSpec{});  // 6 stages, 5 layers
+  options.layer_split.clear();
+  auto too_many = RunBench(*loaded->model, threads, {0, 4}, options);
+  EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
