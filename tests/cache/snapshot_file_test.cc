@@ -9,6 +9,7 @@
 
 #include "cache/snapshot_layout.h"
 #include "cache/snapshot_test_util.h"
+#include "kv/page_pool.h"
 
 namespace shardlm {
 namespace {
@@ -160,6 +161,42 @@ TEST(SnapshotFile, EncodeRejectsBytesThatDoNotMatchTheGeometry) {
   EXPECT_EQ(encoded.status().code(), StatusCode::kInvalidArgument);
   header.n_tokens = 0;
   EXPECT_FALSE(EncodeSnapshot(header, {}).ok());
+}
+
+TEST(SnapshotLayout, AKvPageSectionIsExactlyAPoolPage) {
+  for (KvType kv_type : {KvType::kF32, KvType::kF16}) {
+    SnapshotLayout layout = SmallLayout();
+    layout.kv_type = kv_type;
+    layout.n_kv_heads = 3;
+    for (int stage_idx = 0; stage_idx < 2; ++stage_idx) {
+      PagePoolConfig config;
+      config.n_pages = 2;
+      config.page_tokens = layout.page_tokens;
+      config.n_layers = layout.stages[stage_idx].layer_end - layout.stages[stage_idx].layer_begin;
+      config.n_kv_heads = layout.n_kv_heads;
+      config.head_dim = layout.head_dim;
+      config.kv_type = kv_type;
+      auto pool = PagePool::Create(config);
+      ASSERT_TRUE(pool.ok());
+      uint8_t* page = (*pool)->page_data(1);
+      for (size_t i = 0; i < (*pool)->page_bytes(); ++i) page[i] = static_cast<uint8_t>(i * 7);
+      const SnapshotSection section =
+          KvPageSection(layout, stage_idx, std::span(page, (*pool)->page_bytes()));
+      auto want = SectionPayloadBytes(section);
+      ASSERT_TRUE(want.ok());
+      EXPECT_EQ(*want, (*pool)->page_bytes()) << KvTypeName(kv_type) << " stage " << stage_idx;
+      SnapshotHeader header;
+      header.layout = LayoutFingerprint(layout);
+      header.block_hash = kHash;
+      header.n_tokens = layout.page_tokens;
+      auto file = EncodeSnapshot(header, std::span(&section, 1));
+      ASSERT_TRUE(file.ok()) << file.status().message();
+      auto snap = DecodeSnapshot(*file, header.layout, kHash);
+      ASSERT_TRUE(snap.ok());
+      EXPECT_TRUE(CheckKvPageSection(layout, stage_idx, snap->sections[0]).ok());
+      EXPECT_TRUE(SameBytes(snap->sections[0].bytes, section.bytes));
+    }
+  }
 }
 
 TEST(SnapshotLayout, FingerprintChangesWithEveryInput) {
