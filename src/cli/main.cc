@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   shardlm::cli::AddRunCommand(app, action);
   shardlm::cli::AddBenchCommand(app, action);
   shardlm::cli::AddServeCommand(app, action);
+  shardlm::cli::AddShardCommand(app, action);
   CLI11_PARSE(app, argc, argv);
   if (!action) return 0;
   shardlm::Status status = action();

@@ -1,0 +1,159 @@
+// `shardlm shard`: the remote stage daemon (runtime/shard_service.h). A server started with
+// `--devices ...,unix:PATH` connects to it and tells it which model file and layers to load.
+//
+// Goals: ready when it says so ("shard: listening on unix:PATH (N threads)" on stderr, the line
+// scripts and tests wait for); SIGINT/SIGTERM stop it cleanly (the session ends, the socket file is
+// removed); a bad flag is a clear error before anything listens.
+// Non-goals: daemonizing, TCP listeners (later: UCX), several stages per daemon.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "runtime/placement.h"
+#include "runtime/shard_service.h"
+
+namespace shardlm::cli {
+namespace {
+
+struct ShardFlags {
+  std::string listen;
+  std::string cores;
+  int threads = 0;
+};
+
+void DeclareFlags(CLI::App& cmd, ShardFlags& f) {
+  cmd.add_option("--listen", f.listen, "Where to listen: unix:PATH (the socket is created 0600)")
+      ->required();
+  cmd.add_option("--cores", f.cores,
+                 "Compute on: N = N threads, unpinned; A-B = cores A..B, one "
+                 "pinned thread "
+                 "each; A-A = core A alone (default: every core, unpinned)");
+  cmd.add_option("-t,--threads", f.threads,
+                 "Compute threads when --cores is not a core range (0: every core)")
+      ->capture_default_str();
+}
+
+Result<std::string> SocketPath(const std::string& listen) {
+  constexpr std::string_view kPrefix = "unix:";
+  if (listen.rfind(kPrefix, 0) != 0 || listen.size() == kPrefix.size()) {
+    return InvalidArgument("--listen '{}': expected unix:PATH", listen);
+  }
+  return listen.substr(kPrefix.size());
+}
+
+// A whole decimal number, or -1.
+int ParseCount(const std::string& text) {
+  if (text.empty() || text.size() > 6) return -1;
+  int n = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+// Fills the device (pinned cores) or the thread count from --cores and --threads.
+Status ParseCores(const ShardFlags& f, ShardServiceOptions& options) {
+  options.threads = f.threads;
+  if (f.cores.empty()) return Status::Ok();
+  const size_t dash = f.cores.find('-');
+  if (dash == std::string::npos) {
+    const int n = ParseCount(f.cores);
+    if (n <= 0) {
+      return InvalidArgument("--cores '{}': expected a thread count N or a core range A-B",
+                             f.cores);
+    }
+    if (f.threads != 0 && f.threads != n) {
+      return InvalidArgument("--cores {} and --threads {} disagree; give one", n, f.threads);
+    }
+    options.threads = n;
+    return Status::Ok();
+  }
+  if (f.threads != 0) return InvalidArgument("--threads does not combine with a core range");
+  const int first = ParseCount(f.cores.substr(0, dash));
+  const int last = ParseCount(f.cores.substr(dash + 1));
+  const int hardware = std::max(1, int(std::thread::hardware_concurrency()));
+  if (first < 0 || last < first) {
+    return InvalidArgument("--cores '{}': expected a core range A-B with A <= B", f.cores);
+  }
+  if (last >= hardware) {
+    return InvalidArgument(
+        "--cores '{}': core {} does not exist; this machine has {} cores "
+        "(0-{})",
+        f.cores, last, hardware, hardware - 1);
+  }
+  for (int core = first; core <= last; ++core) options.device.cores.push_back(core);
+  return Status::Ok();
+}
+
+// SIGINT/SIGTERM are blocked in every thread and taken by one waiting thread, which stops the
+// service outside of signal context (Stop takes a lock). SIGUSR1 ends that thread when the service
+// stopped for another reason.
+Status ServeUntilSignal(ShardService& service) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  std::thread waiter([&service, set] {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) {
+      std::fprintf(stderr, "shard: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      service.Stop();
+    }
+  });
+  Status status = service.Run();
+  pthread_kill(waiter.native_handle(), SIGUSR1);
+  waiter.join();
+  return status;
+}
+
+// ", pinned to cpu:A-B" when the daemon computes on a core range.
+std::string PinnedSuffix(const ShardService& service) {
+  const std::string device = service.DeviceDescription();
+  if (device.rfind("cpu:", 0) != 0) return "";
+  return ", pinned to " + device.substr(0, device.find(' '));
+}
+
+Status RunShard(const ShardFlags& f) {
+  ShardServiceOptions options;
+  SHARDLM_ASSIGN_OR_RETURN(options.socket_path, SocketPath(f.listen));
+  SHARDLM_TRY(ParseCores(f, options));
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set,
+                  nullptr);  // before any thread starts: all inherit it
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<ShardService> service,
+                           ShardService::Create(std::move(options)));
+  const int threads = service->threads();
+  const std::string pinned = PinnedSuffix(*service);
+  std::fprintf(stderr, "shard: listening on %s (%d thread%s%s)\n", f.listen.c_str(), threads,
+               threads == 1 ? "" : "s", pinned.c_str());
+  std::fflush(stderr);
+  Status status = ServeUntilSignal(*service);
+  service.reset();  // removes the socket file
+  if (status.ok()) std::fprintf(stderr, "shard: stopped\n");
+  return status;
+}
+
+}  // namespace
+
+void AddShardCommand(CLI::App& app, Action& action) {
+  CLI::App* cmd = app.add_subcommand("shard",
+                                     "Serve one stage of a model to a server over "
+                                     "a Unix socket (remote stage daemon)");
+  auto flags = std::make_shared<ShardFlags>();
+  DeclareFlags(*cmd, *flags);
+  cmd->callback([&action, flags] { action = [flags] { return RunShard(*flags); }; });
+}
+
+}  // namespace shardlm::cli
