@@ -1,0 +1,95 @@
+// Child processes for the e2e tests: `shardlm serve` and `shardlm shard`, started with a
+// bounded wait until they are ready and stopped for sure (every child is tracked, so an
+// `after` hook can kill whatever a failed test left running).
+//
+// Goals: no fixed sleeps (poll with deadlines); a child that dies early fails with its log.
+// Non-goals: assertions (the *.test.js files), the shape of any response.
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+const children = new Set();
+
+// Spawns `binary args`, collecting stdout + stderr into log(); exited() / exitPromise.
+function launch(binary, args) {
+  const proc = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = { proc, text: '', exited: false };
+  const append = (d) => { child.text += d.toString(); };
+  proc.stdout.on('data', append);
+  proc.stderr.on('data', append);
+  child.exitPromise = new Promise((resolve) => {
+    proc.on('exit', (code, signal) => {
+      child.exited = true;
+      children.delete(child);
+      resolve({ code, signal });
+    });
+  });
+  children.add(child);
+  child.log = () => child.text;
+  child.kill = async (signal = 'SIGTERM', graceMs = 5000) => {
+    if (child.exited) return;
+    proc.kill(signal);
+    const timer = sleep(graceMs).then(() => 'timeout');
+    if ((await Promise.race([child.exitPromise, timer])) === 'timeout') {
+      proc.kill('SIGKILL');
+      await child.exitPromise;
+    }
+  };
+  return child;
+}
+
+// Polls `ready()` every 50 ms until it returns true, the child exits, or the deadline.
+async function waitReady(child, what, ready, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exited) throw new Error(`${what} exited early:\n${child.log()}`);
+    if (await ready()) return;
+    await sleep(50);
+  }
+  await child.kill('SIGKILL');
+  throw new Error(`${what} not ready after ${timeoutMs} ms:\n${child.log()}`);
+}
+
+// `shardlm serve -m model ...extra` on a free port, ready once GET /health answers 200.
+export async function startServer(binary, model, extra = [], timeoutMs = 60_000) {
+  const port = await freePort();
+  const args = ['serve', '-m', model, '--port', String(port), ...extra];
+  const child = launch(binary, args);
+  child.base = `http://127.0.0.1:${port}`;
+  await waitReady(child, `shardlm ${args.join(' ')}`, async () => {
+    try {
+      const r = await fetch(`${child.base}/health`, { signal: AbortSignal.timeout(2000) });
+      return r.ok;
+    } catch {
+      return false;
+    }
+  }, timeoutMs);
+  return child;
+}
+
+// `shardlm shard --listen unix:socketPath --cores cores`, ready once it logs that it listens.
+export async function startShard(binary, socketPath, cores, timeoutMs = 30_000) {
+  const args = ['shard', '--listen', `unix:${socketPath}`, '--cores', String(cores)];
+  const child = launch(binary, args);
+  await waitReady(child, `shardlm ${args.join(' ')}`,
+    () => child.log().includes(`listening on unix:${socketPath}`), timeoutMs);
+  return child;
+}
+
+// Kills every child still running (for `after` hooks).
+export async function killAll() {
+  await Promise.all([...children].map((c) => c.kill('SIGKILL', 2000)));
+}
