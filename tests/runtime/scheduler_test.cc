@@ -522,6 +522,25 @@ TEST(SchedulerSplitTest, PipelinedSplitsGiveTheUnsplitTokensAndLogprobs) {
   }
 }
 
+TEST(SchedulerSplitTest, PromptChunksFollowEachOtherThroughTheStages) {
+  SHARDLM_REQUIRE_FIXTURES();
+  // One request alone: only its prompt chunks (8 tokens each) can overlap in the stages.
+  const std::vector<TokenId> prompt = Encode(kStories, std::string(kPrompt) + " " + kPrompt);
+  ASSERT_GT(prompt.size(), 24u);
+  SchedulerOptions unsplit_options = Options(1, 256, 8);
+  auto unsplit = MakeScheduler(kStories, unsplit_options);
+  ASSERT_TRUE(unsplit);
+  auto want = RunAll(*unsplit, {Request(prompt, Greedy(), 16)});
+
+  SchedulerOptions split_options = SplitOptions(1, 2, {1, 1});
+  split_options.n_batch = 8;
+  auto split = MakeScheduler(kStories, split_options);
+  ASSERT_TRUE(split);
+  auto got = RunAll(*split, {Request(prompt, Greedy(), 16)});
+  EXPECT_EQ(got[0]->ids, want[0]->ids);
+  EXPECT_EQ(split->pipeline_counters().max_in_flight, 2);
+}
+
 TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect) {
   SHARDLM_REQUIRE_FIXTURES();
   const LoadedModel& loaded = Fixture(kStories);
