@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "runtime/shard_geometry.h"
@@ -65,6 +66,10 @@ RemoteStage::~RemoteStage() = default;
 Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOptions& options) {
   SHARDLM_TRY(CheckOptions(options));
   ShardHello hello = MakeHello(options);
+  // The daemon opens the file itself, from its own working directory.
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(options.model_path, ec);
+  if (!ec) hello.model_path = absolute.lexically_normal().string();
   const std::string name = fmt::format("stage {} (unix:{})", options.index, options.socket_path);
   SHARDLM_TRY(ValidateShardGeometry(hello).WithContext(name));
   if (options.kv_type != KvType::kF32 && options.kv_type != KvType::kF16) {

@@ -507,6 +507,8 @@ class DaemonProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                      0600);
+    // Another working directory than the server's: a relative model path must still work.
+    posix_spawn_file_actions_addchdir_np(&actions, "/");
     EXPECT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&actions);
   }
@@ -562,7 +564,11 @@ TEST(ShardProcessTest, KilledDaemonIsDownUntilRestartedAndReconnected) {
   const int n = m.config.n_layers;
   std::vector<std::unique_ptr<Stage>> stages;
   stages.push_back(Local(m, 0, {0, 2}));
-  stages.push_back(Remote(m, 1, {2, n}, socket_path));
+  // The server names the model relative to its own directory.
+  ModelUnderTest relative = m;
+  relative.path = std::filesystem::relative(m.path).string();
+  ASSERT_NE(relative.path.front(), '/');
+  stages.push_back(Remote(relative, 1, {2, n}, socket_path));
   ASSERT_TRUE(stages[0] && stages[1]);
   Driver driver(std::move(stages), m.config);
   Result<std::vector<float>> got = RunScript(driver, m.config.n_vocab);
