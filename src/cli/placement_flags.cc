@@ -42,8 +42,8 @@ std::vector<std::string> DescribePlacement(const std::vector<StageInfo>& stages)
   std::vector<std::string> lines;
   for (const StageInfo& s : stages) {
     lines.push_back(
-        fmt::format("stage {}: layers [{}, {}) on {}{} ({} thread{}), weights {}, KV {}", s.index,
-                    s.layers.begin, s.layers.end, s.device, s.remote ? " (remote)" : "", s.threads,
+        fmt::format("stage {}: layers [{}, {}) on {} ({}{} thread{}), weights {}, KV {}", s.index,
+                    s.layers.begin, s.layers.end, s.device, s.remote ? "remote, " : "", s.threads,
                     s.threads == 1 ? "" : "s", MiB(s.weight_bytes), MiB(s.kv_bytes)));
   }
   return lines;

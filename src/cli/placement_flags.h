@@ -37,7 +37,7 @@ void DeclarePlacementFlags(CLI::App& cmd, PlacementFlags& flags);
 Result<Placement> ParsePlacement(const PlacementFlags& flags);
 
 // "stage 0: layers [0, 14) on cpu:0 (1 thread), weights 180.3 MiB, KV 56.0 MiB", one line
-// per stage.
+// per stage ("(remote, 1 thread)" for a stage in a shard daemon).
 std::vector<std::string> DescribePlacement(const std::vector<StageInfo>& stages);
 
 }  // namespace shardlm::cli
