@@ -86,6 +86,11 @@ Status ShardSession::CheckBatch(const ShardRunBatch& batch, int& n_logit_rows) c
   for (const std::vector<PageId>& pages : batch.pages_by_slot) {
     for (PageId page : pages) SHARDLM_TRY(CheckPage(page));
   }
+  // Each copy gives a writer a private page: never more copies than pages.
+  if (batch.copies.size() > size_t(hello_.n_pages)) {
+    return InvalidArgument("{} page copies in one batch (the pool has {} pages)",
+                           batch.copies.size(), hello_.n_pages);
+  }
   for (const PageCopy& copy : batch.copies) {
     SHARDLM_TRY(CheckPage(copy.src));
     SHARDLM_TRY(CheckPage(copy.dst));

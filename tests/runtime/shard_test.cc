@@ -293,6 +293,11 @@ TEST(ShardTest, LocalPlusRemoteSplitGivesBitwiseUnsplitLogits) {
     EXPECT_EQ(stats.tokens, 16u + 2 * 2 + 2 * 3);
     EXPECT_EQ(stats.bytes_in, (16u + 10) * m.config.n_embd * sizeof(float));
     EXPECT_GT(driver.copies_sent(), 0u);
+    Result<ShardStatsReply> daemon_stats = static_cast<RemoteStage&>(driver.stage(1)).DaemonStats();
+    ASSERT_TRUE(daemon_stats.ok()) << daemon_stats.status().message();
+    EXPECT_EQ(daemon_stats->batches, 5u);
+    EXPECT_EQ(daemon_stats->tokens, stats.tokens);
+    EXPECT_GT(daemon_stats->rss_bytes, 0u);
   }
   EXPECT_TRUE(daemon.WaitLog("ended"));
 }
