@@ -1,7 +1,7 @@
-// `--devices` / `--layer-split` through the real binary: a bad value makes run, bench and
-// serve exit non-zero with a message that names it (before loading anything), and `run`
-// over 2 and 3 local stages, and over a local stage + a `shardlm shard` daemon, prints the
-// unsplit greedy text from bitwise the same logits.
+// `--devices` / `--layer-split` through the real binary: a bad value, or a remote stage with
+// no daemon behind it, makes run, bench and serve exit non-zero with a message that names
+// it; `run` over 2 and 3 local stages, over a local stage + a `shardlm shard` daemon, and
+// over remote + remote + local, prints the unsplit greedy text from bitwise the same logits.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -63,6 +63,24 @@ TEST(PlacementCliTest, MoreStagesThanLayersIsAClearError) {
                                 "4", "--devices", "cpu,cpu,cpu"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("only 2 layers"), std::string::npos) << r.err;
+}
+
+TEST(PlacementCliTest, AnUnreachableRemoteStageIsAClearError) {
+  SHARDLM_REQUIRE_BINARY();
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::string socket = testing::CliTempPath("nobody.sock");
+  std::filesystem::remove(socket);
+  const std::string model = FixturePath("stories260K.gguf");
+  for (const std::vector<std::string>& command : std::vector<std::vector<std::string>>{
+           {"run", "-m", model, "-p", "Once", "-n", "4", "--temp", "0"},
+           {"bench", "-m", model, "-p", "8", "-n", "4", "-r", "1"},
+           {"serve", "-m", model, "--port", "0"}}) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {"--devices", "cpu,unix:" + socket});
+    ProcessResult r = RunShardlm(args, std::chrono::seconds(60));
+    EXPECT_EQ(r.exit_code, 1) << command[0] << ": " << r.err;
+    EXPECT_NE(r.err.find(socket), std::string::npos) << command[0] << ": " << r.err;
+  }
 }
 
 struct RunOutput {
@@ -127,8 +145,33 @@ TEST(PlacementCliTest, LocalPlusRemoteGivesBitwiseTheUnsplitLogits) {
       << shard.log();
   const RunOutput unsplit = GreedyRun({});
   ExpectSameAsUnsplit(unsplit, GreedyRun({"--devices", "cpu,unix:" + socket}));
+  EXPECT_TRUE(shard.WaitFor("serving layers [", std::chrono::seconds(5))) << shard.log();
   shard.Kill();
   std::filesystem::remove(socket);
+}
+
+TEST(PlacementCliTest, RemoteFirstStagesGiveBitwiseTheUnsplitLogits) {
+  SHARDLM_REQUIRE_BINARY();
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::string socket1 = testing::CliTempPath("r1.sock");
+  const std::string socket2 = testing::CliTempPath("r2.sock");
+  testing::BackgroundProcess shard1({"shard", "--listen", "unix:" + socket1, "--cores", "1"});
+  testing::BackgroundProcess shard2({"shard", "--listen", "unix:" + socket2, "--cores", "1"});
+  ASSERT_TRUE(shard1.WaitFor("listening on unix:" + socket1, std::chrono::seconds(30)))
+      << shard1.log();
+  ASSERT_TRUE(shard2.WaitFor("listening on unix:" + socket2, std::chrono::seconds(30)))
+      << shard2.log();
+  // Stage 0 (the embedding) and stage 1 remote, the LM head local.
+  const RunOutput unsplit = GreedyRun({});
+  ExpectSameAsUnsplit(unsplit,
+                      GreedyRun({"--devices", "unix:" + socket1 + ",unix:" + socket2 + ",cpu",
+                                 "--layer-split", "1,2,2"}));
+  EXPECT_TRUE(shard1.WaitFor("serving layers [0, ", std::chrono::seconds(5))) << shard1.log();
+  EXPECT_TRUE(shard2.WaitFor("serving layers [", std::chrono::seconds(5))) << shard2.log();
+  shard1.Kill();
+  shard2.Kill();
+  std::filesystem::remove(socket1);
+  std::filesystem::remove(socket2);
 }
 
 }  // namespace

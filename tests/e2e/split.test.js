@@ -178,8 +178,8 @@ test('bad --devices / --layer-split exit non-zero with a clear message', { skip,
     }
   });
 
-// Local stage 0 + remote stage 1 in a shard daemon: the same text; then kill -9 and restart
-// the daemon under a running stream.
+// Local + remote stages (2 stages for qwen, local-remote-local for stories): the same text;
+// then kill -9 and restart qwen's daemon under a running stream.
 test('local + remote stages: same text, private socket, kill -9 and recovery',
   { skip, timeout: kTestTimeout }, async (t) => {
     // One daemon per server: a daemon serves one stage.
@@ -189,9 +189,10 @@ test('local + remote stages: same text, private socket, kill -9 and recovery',
     const storiesShard = await startShard(binary, storiesSocket, shardCores);
     assert.equal(fs.statSync(socket).mode & 0o777, 0o600, 'the shard socket is mode 0600');
     const devices = ['cpu', `unix:${socket}`];
-    const storiesDevices = ['cpu', `unix:${storiesSocket}`];
+    // stories260K: 3 stages, the remote one in the middle.
+    const storiesDevices = ['cpu', `unix:${storiesSocket}`, 'cpu'];
     const stories = await startServer(binary, storiesModel,
-      [...kServeArgs, '--devices', storiesDevices.join(','), '--layer-split', '1,1']);
+      [...kServeArgs, '--devices', storiesDevices.join(','), '--layer-split', '2,1,2']);
     const qwen = await startServer(binary, qwenModel,
       [...kServeArgs, '--devices', devices.join(',')]);
     try {
