@@ -3,15 +3,17 @@
 // request's tokens (greedy and seeded), stop strings cut the text exactly, max_tokens and
 // the context give kLength, usage counts, cancellation frees KV pages, Submit errors; with
 // the layers split into 2 or 3 pipelined stages, requests get bitwise the unsplit tokens and
-// logprobs while batches overlap in the stages, and a lost stage fails the running requests
-// (kError, kUnavailable), is reported by Health and Submit, and serving resumes after the
-// engine reconnects it.
+// logprobs while batches overlap in the stages (local stages, and a local stage + a shard
+// daemon), and a lost stage fails the running requests (kError, kUnavailable), is reported
+// by Health and Submit, and serving resumes after the engine reconnects it.
 #include "runtime/scheduler.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
@@ -23,6 +25,7 @@
 #include "runtime/fake_stage.h"
 #include "runtime/generator.h"
 #include "runtime/model_loader.h"
+#include "runtime/shard_service.h"
 #include "runtime/stage_factory.h"
 #include "support/fixtures.h"
 
@@ -539,6 +542,59 @@ TEST(SchedulerSplitTest, PromptChunksFollowEachOtherThroughTheStages) {
   auto got = RunAll(*split, {Request(prompt, Greedy(), 16)});
   EXPECT_EQ(got[0]->ids, want[0]->ids);
   EXPECT_EQ(split->pipeline_counters().max_in_flight, 2);
+}
+
+// A shard daemon on a thread of this process; stopped and joined on destruction.
+struct DaemonThread {
+  std::unique_ptr<ShardService> service;
+  std::thread thread;
+  Status status;
+
+  Status Start(const std::string& socket_path) {
+    ShardServiceOptions options;
+    options.socket_path = socket_path;
+    options.threads = 1;
+    options.log = [](const std::string&) {};
+    SHARDLM_ASSIGN_OR_RETURN(service, ShardService::Create(options));
+    thread = std::thread([this] { status = service->Run(); });
+    return Status::Ok();
+  }
+  ~DaemonThread() {
+    if (!service) return;
+    service->Stop();
+    thread.join();
+    EXPECT_TRUE(status.ok()) << status.message();
+  }
+};
+
+TEST(SchedulerSplitTest, LocalPlusRemoteStageGivesTheUnsplitTokens) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::string socket_path = (std::filesystem::temp_directory_path() /
+                                   ("shardlm_sched_" + std::to_string(::getpid()) + ".sock"))
+                                      .string();
+  DaemonThread daemon;
+  const Status started = daemon.Start(socket_path);
+  ASSERT_TRUE(started.ok()) << started.message();
+
+  const std::vector<EngineRequest> requests = MixedRequests(kStories);
+  auto unsplit = MakeScheduler(kStories, Options(4, 256, 64));
+  ASSERT_TRUE(unsplit);
+  auto want = RunAll(*unsplit, requests);
+
+  SchedulerOptions options = SplitOptions(4, 2, {0.4, 0.6});
+  options.devices[1].kind = DeviceSpec::Kind::kUnix;
+  options.devices[1].socket_path = socket_path;
+  options.model_path = FixturePath(kStories);
+  auto split = MakeScheduler(kStories, options);
+  ASSERT_TRUE(split);
+  ASSERT_EQ(split->info().stages.size(), 2u);
+  EXPECT_TRUE(split->info().stages[1].remote);
+  auto got = RunAll(*split, requests);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    EXPECT_EQ(got[r]->ids, want[r]->ids) << r;
+    EXPECT_EQ(got[r]->logprobs, want[r]->logprobs) << r;  // bitwise
+  }
+  EXPECT_GT(split->pipeline_counters().max_in_flight, 1);
 }
 
 TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect) {
