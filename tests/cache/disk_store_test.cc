@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cache/atomic_file.h"
@@ -323,6 +325,40 @@ TEST_F(DiskStoreTest, AFailedWriteIsCountedLoggedAndReadsGoOn) {
   ASSERT_TRUE(store->Put(Hash(2), Block(2)));  // and writes work again
   store->Flush();
   EXPECT_TRUE(store->Contains(Hash(2)));
+}
+
+TEST_F(DiskStoreTest, ConcurrentPutsAndGetsStayConsistentUnderTheBudget) {
+  auto store = Open(Options(8 * file_bytes_));
+  ASSERT_TRUE(store);
+  std::vector<std::vector<uint8_t>> blocks;
+  for (uint64_t i = 1; i <= 40; ++i) blocks.push_back(Block(i));
+  std::atomic<int> bad{0};
+  auto worker = [&](uint64_t first) {
+    for (int round = 0; round < 3; ++round) {
+      for (uint64_t i = first; i <= 40; i += 2) {
+        store->Put(Hash(i), blocks[i - 1]);
+        auto got = store->Get(Hash(i - (i > 2 ? 2 : 0)));
+        if (got.ok() ? got->bytes != blocks[i - (i > 2 ? 2 : 0) - 1]
+                     : got.status().code() != StatusCode::kNotFound) {
+          ++bad;
+        }
+      }
+    }
+  };
+  std::thread a(worker, 1), b(worker, 2);
+  a.join();
+  b.join();
+  store->Flush();
+  EXPECT_EQ(bad.load(), 0);
+  const DiskStoreStats s = store->stats();
+  EXPECT_LE(s.bytes_on_disk, static_cast<int64_t>(8 * file_bytes_));
+  EXPECT_EQ(s.corrupt_files, 0);
+  EXPECT_EQ(s.write_errors, 0);
+  int files_in_folder = 0;
+  for (const auto& entry : fs::directory_iterator(store->folder())) {
+    files_in_folder += entry.is_regular_file() ? 1 : 0;
+  }
+  EXPECT_EQ(files_in_folder, s.files);  // the index and the folder agree
 }
 
 TEST_F(DiskStoreTest, ABlockLargerThanTheBudgetIsDropped) {
