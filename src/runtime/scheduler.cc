@@ -331,20 +331,21 @@ void Scheduler::ApplyInstruction(Instruction& instruction) {
 }
 
 // A lost stage: end everything once, then try to reconnect every kReconnectInterval; no
-// other action runs until it is back.
+// other action runs until it is back (a request accepted just before the loss ends too).
 bool Scheduler::RecoverAction() {
   State& s = *state_;
-  bool lost = false;
+  Status lost;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    lost = !lost_.ok();
+    lost = lost_;
   }
-  if (!lost) {
+  if (lost.ok()) {
     Status health = s.pipeline->Health();
     if (health.ok()) return false;
     FailEverything(health);
     return true;
   }
+  while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kError, lost);
   const auto now = std::chrono::steady_clock::now();
   if (now - s.last_reconnect < kReconnectInterval) return true;
   s.last_reconnect = now;
