@@ -40,6 +40,7 @@ struct ServerOptions {
   std::string chat_template;                    // Jinja source; empty: ChatML
   std::function<void(const std::string&)> log;  // one line per request and event
   // Prometheus text appended to GET /metrics (the engine's pipeline counters), or empty.
+  // Called on handler threads, concurrently: it must be thread-safe.
   std::function<std::string()> metrics_extra;
 };
 
