@@ -48,6 +48,7 @@ struct ServeFlags {
   int n_threads = 0;
   int http_threads = 0;
   std::string alias;
+  bool no_prefix_cache = false;
   PlacementFlags placement;
 };
 
@@ -76,6 +77,8 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "HTTP handler threads (0: max(2 * parallel + 8, 32))")
       ->capture_default_str();
   cmd.add_option("-a,--alias", f.alias, "Model name reported by /v1/models");
+  cmd.add_flag("--no-prefix-cache", f.no_prefix_cache,
+               "Do not reuse the KV pages of common prompt prefixes across requests");
   DeclarePlacementFlags(cmd, f.placement);
 }
 
@@ -156,6 +159,7 @@ Status RunServe(const ServeFlags& flags) {
   so.max_queue = flags.max_queue;
   so.threads = flags.n_threads;
   so.model_name = flags.alias;
+  so.prefix_cache = !flags.no_prefix_cache;
   so.log_requests = false;  // the server logs one line per request, with its id
   so.devices = std::move(placement.devices);
   so.layer_split = std::move(placement.layer_split);

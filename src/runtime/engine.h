@@ -82,7 +82,15 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0;
   int64_t generated_tokens_total = 0;
   int64_t kv_pages_total = 0;
-  int64_t kv_pages_used = 0;
+  int64_t kv_pages_used = 0;  // held by running sequences (cached-only pages excluded)
+  // Prefix cache (zero when disabled): prompt tokens served from it and computed, blocks
+  // looked up and hit, pages it holds now and pages it gave back to make room.
+  int64_t prompt_tokens_cached = 0;
+  int64_t prompt_tokens_computed = 0;
+  int64_t prefix_cache_lookup_blocks = 0;
+  int64_t prefix_cache_hit_blocks = 0;
+  int64_t prefix_cache_pages = 0;
+  int64_t prefix_cache_evicted_pages = 0;
 };
 
 struct EngineInfo {

@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "cache/block_hash.h"
+#include "cache/prefix_index.h"
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
 #include "runtime/scheduler_request.h"
@@ -28,6 +30,13 @@ struct SchedulerSlot {
   bool awaiting_logits = false;            // a batch in flight gives its next logits row
   int write_begin = 0;                     // positions [write_begin, write_end) of the
   int write_end = 0;                       // batch being built (write_end 0: none)
+  // Prefix cache: hashes[i] is the chain hash of full block i (the prompt's at admission,
+  // extended as generated tokens fill pages); blocks [0, n_published) are cached or were
+  // offered to the cache; publishing stops for good once a block's page is not the cached
+  // one (see scheduler.h).
+  std::vector<BlockHash> hashes;
+  int n_published = 0;
+  bool publishing = false;
 };
 
 // A submitted batch: whose logits rows it will give, in batch order. The request id guards
@@ -35,12 +44,21 @@ struct SchedulerSlot {
 struct Scheduler::InFlight {
   std::vector<int> logit_slots;
   std::vector<RequestId> logit_requests;
+  // Per slot the batch writes: positions [0, end) hold KV once the batch is collected.
+  struct Written {
+    int slot = 0;
+    RequestId request = 0;
+    int end = 0;
+  };
+  std::vector<Written> written;
 };
 
-// Declaration order is destruction order reversed: tables go before the pipeline (whose
-// allocator they release pages into).
+// Declaration order is destruction order reversed: tables and the prefix index go before
+// the pipeline (whose allocator they release pages into).
 struct Scheduler::State {
   std::unique_ptr<Pipeline> pipeline;
+  std::unique_ptr<PrefixIndex> index;  // null when options.prefix_cache is off
+  Fingerprint128 fingerprint;          // the model's: part of every block hash
   std::vector<SchedulerSlot> slots;
   std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
   std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
@@ -52,21 +70,25 @@ struct Scheduler::State {
   int64_t requests_total = 0;
   int64_t prompt_tokens_total = 0;
   int64_t generated_tokens_total = 0;
+  int64_t prompt_tokens_cached = 0;
+  int64_t prompt_tokens_computed = 0;
 
   // Offers a prefilling request up to `budget` batch entries; appends its chunk.
   TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);
   // Marks positions [begin, end) of the slot as written by the batch being built.
   void Touch(SchedulerSlot& slot, int begin, int end);
+  // PrepareWrite, evicting unreferenced cached pages when the pool is full.
+  Status PrepareWriteWithRoom(SchedulerSlot& slot);
 };
 
 Status SchedulerOptions::Validate() const {
   if (n_parallel < 1 || n_ctx < 2 || n_batch < 1 || max_queue < 0 || threads < 0 ||
-      page_tokens < 1 || prefill_chunk < 0) {
+      page_tokens < 1 || prefill_chunk < 0 || cache_pages < 0) {
     return InvalidArgument(
         "bad scheduler options: parallel {} (>= 1), ctx-size {} (>= 2), batch {} (>= 1), "
         "max-queue {} (>= 0), threads {} (>= 0), page tokens {} (>= 1), prefill chunk {} "
-        "(>= 0)",
-        n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk);
+        "(>= 0), cache pages {} (>= 0)",
+        n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk, cache_pages);
   }
   if (n_batch < n_parallel) {
     return InvalidArgument(
@@ -83,7 +105,7 @@ PipelineOptions SchedulerOptions::ToPipelineOptions() const {
   pipeline.layer_split = layer_split;
   pipeline.threads = threads;
   const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
-  pipeline.n_pages = n_parallel * pages_per_seq;
+  pipeline.n_pages = n_parallel * pages_per_seq + cache_pages;
   pipeline.page_tokens = page_tokens;
   pipeline.kv_type = kv_type;
   pipeline.max_batch_tokens = n_batch;
@@ -114,7 +136,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const Model& model, const T
     name = general.ok() && !general->empty() ? std::string(*general) : "model";
   }
   std::unique_ptr<Scheduler> scheduler(new Scheduler(tokenizer, options));
-  SHARDLM_TRY(scheduler->Init(std::move(pipeline), std::move(name)));
+  SHARDLM_TRY(
+      scheduler->Init(std::move(pipeline), std::move(name), ModelFingerprint(model.file())));
   return scheduler;
 }
 
@@ -139,7 +162,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Pipeline> p
   }
   std::unique_ptr<Scheduler> scheduler(new Scheduler(tokenizer, options));
   std::string name = options.model_name.empty() ? "model" : options.model_name;
-  SHARDLM_TRY(scheduler->Init(std::move(pipeline), std::move(name)));
+  // No model file here: the in-memory cache serves this one pipeline, so any constant
+  // fingerprint keys it correctly.
+  SHARDLM_TRY(scheduler->Init(std::move(pipeline), std::move(name), Fingerprint128{}));
   return scheduler;
 }
 
@@ -155,9 +180,14 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(LoadedModel loaded,
   return scheduler;
 }
 
-Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_name) {
+Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
+                       const Fingerprint128& fingerprint) {
   auto state = std::make_unique<State>();
   state->pipeline = std::move(pipeline);
+  state->fingerprint = fingerprint;
+  if (options_.prefix_cache) {
+    state->index = std::make_unique<PrefixIndex>(&state->pipeline->allocator());
+  }
   config_ = state->pipeline->config();
   state->slots.resize(options_.n_parallel);
   for (SchedulerSlot& slot : state->slots) {
@@ -374,10 +404,57 @@ bool Scheduler::AdmitAction() {
       ++active_;
     }
     admitted = true;
-    if (slot.request->request().max_tokens == 0) FinishSlot(int(i), FinishReason::kLength);
+    if (slot.request->request().max_tokens == 0) {
+      FinishSlot(int(i), FinishReason::kLength);
+    } else {
+      MapCachedPrefix(int(i));
+    }
   }
   if (admitted) PublishStats();
   return admitted;
+}
+
+// Maps the longest cached chain of the prompt's full blocks into the slot's empty table;
+// prefill starts after it, but never after the last prompt token (its logits are needed).
+void Scheduler::MapCachedPrefix(int slot_idx) {
+  State& s = *state_;
+  SchedulerSlot& slot = s.slots[slot_idx];
+  slot.hashes.clear();
+  slot.n_published = 0;
+  slot.publishing = s.index != nullptr;
+  if (!s.index) return;
+  ActiveRequest& request = *slot.request;
+  slot.hashes = ChainBlockHashes(request.request().prompt, options_.page_tokens, s.fingerprint);
+  PrefixHit hit = s.index->Lookup(slot.hashes);
+  for (PageId page : hit.pages()) slot.table->AppendSharedPage(page);
+  slot.n_published = hit.n_blocks();
+  const int cached = std::min(slot.table->n_tokens(), request.n_prompt() - 1);
+  request.SetCached(cached);
+  s.prompt_tokens_cached += cached;
+}
+
+// Publishes the slot's pages that [0, written_end) fills, in chain order.
+void Scheduler::PublishFullPages(int slot_idx, int written_end) {
+  State& s = *state_;
+  SchedulerSlot& slot = s.slots[slot_idx];
+  const int page_tokens = options_.page_tokens;
+  const int n_full = std::min(written_end, slot.table->n_tokens()) / page_tokens;
+  std::vector<TokenId> block(size_t(page_tokens), 0);
+  while (slot.publishing && slot.n_published < n_full) {
+    const int i = slot.n_published;
+    const BlockHash parent = i > 0 ? slot.hashes[i - 1] : kRootBlockHash;
+    // Only a chain of the index's own pages keeps every unheld cached page evictable.
+    if (i > 0 && s.index->PageOf(parent) != slot.table->page(i - 1)) {
+      slot.publishing = false;
+      break;
+    }
+    if (i == int(slot.hashes.size())) {
+      for (int k = 0; k < page_tokens; ++k) block[k] = slot.request->TokenAt(i * page_tokens + k);
+      slot.hashes.push_back(ChainBlockHash(parent, block, s.fingerprint));
+    }
+    (void)s.index->Publish(slot.hashes[i], parent, slot.table->page(i));
+    ++slot.n_published;
+  }
 }
 
 void Scheduler::State::Touch(SchedulerSlot& slot, int begin, int end) {
@@ -399,6 +476,7 @@ TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& rec
   Touch(slot, start, start + n);
   // Counted as prefilled once submitted: a later chunk may follow it through the stages.
   request.AddPrefilled(n);
+  prompt_tokens_computed += n;
   if (last) {
     record.logit_slots.push_back(slot_idx);
     record.logit_requests.push_back(request.id());
@@ -449,17 +527,31 @@ void Scheduler::BuildBatch(InFlight& record) {
   }
 }
 
-// Allocates the pages the batch writes (copy-on-write copies into s.copies) and lists
-// every slot's pages.
-Status Scheduler::PrepareTables() {
+Status Scheduler::State::PrepareWriteWithRoom(SchedulerSlot& slot) {
+  const int page_tokens = pipeline->allocator().page_tokens();
+  // Upper bound of the pages this write may allocate (new or copy-on-write).
+  const int n_pages = (slot.write_end - 1) / page_tokens - slot.write_begin / page_tokens + 1;
+  for (;;) {
+    Status status = slot.table->PrepareWrite(slot.write_begin, slot.write_end, &copies);
+    if (status.code() != StatusCode::kOutOfRange || !index) return status;
+    if (index->EvictUnreferenced(n_pages) == 0) return status;
+  }
+}
+
+// Allocates the pages the batch writes (copy-on-write copies into s.copies), lists every
+// slot's pages and records in `record` what each slot will have written.
+Status Scheduler::PrepareTables(InFlight& record) {
   State& s = *state_;
   s.copies.clear();
   Status status;
   for (size_t i = 0; i < s.slots.size(); ++i) {
     SchedulerSlot& slot = s.slots[i];
     if (slot.write_end > 0 && status.ok()) {
-      status = slot.table->PrepareWrite(slot.write_begin, slot.write_end, &s.copies);
-      if (status.ok()) slot.table->SetTokens(slot.write_end);
+      status = s.PrepareWriteWithRoom(slot);
+      if (status.ok()) {
+        slot.table->SetTokens(slot.write_end);
+        record.written.push_back({int(i), slot.request->id(), slot.write_end});
+      }
     }
     slot.write_end = 0;
     s.pages_by_slot[i] = slot.table->pages();
@@ -473,7 +565,7 @@ bool Scheduler::SubmitAction() {
   InFlight record;
   BuildBatch(record);
   if (s.batch.empty()) return false;
-  Status status = PrepareTables();
+  Status status = PrepareTables(record);
   if (status.ok()) status = s.pipeline->Submit({s.batch, s.pages_by_slot, s.copies});
   if (!status.ok()) {
     FailEverything(status);
@@ -492,6 +584,13 @@ bool Scheduler::CollectAction() {
   if (!logits.ok()) {
     FailEverything(logits.status());
     return true;
+  }
+  // Every stage has written the batch's KV: its full pages may be shared now.
+  for (const InFlight::Written& written : record.written) {
+    const SchedulerSlot& slot = s.slots[written.slot];
+    if (s.index && slot.request && slot.request->id() == written.request) {
+      PublishFullPages(written.slot, written.end);
+    }
   }
   ProcessLogits(record, *logits);
   PublishStats();
@@ -534,6 +633,9 @@ void Scheduler::FailEverything(const Status& error) {
   if (lost) {
     while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kError, error);
     s.last_reconnect = std::chrono::steady_clock::now();
+    // The lost stage's pages are gone (a reconnected stage starts empty).
+    if (s.index) s.index->Clear();
+    PublishStats();
   }
 }
 
@@ -585,7 +687,17 @@ void Scheduler::PublishStats() {
   stats_.requests_total = s.requests_total;
   stats_.prompt_tokens_total = s.prompt_tokens_total;
   stats_.generated_tokens_total = s.generated_tokens_total;
-  stats_.kv_pages_used = allocator.n_pages() - allocator.n_free();
+  const int cached_only = s.index ? s.index->CountUnreferenced() : 0;
+  stats_.kv_pages_used = allocator.n_pages() - allocator.n_free() - cached_only;
+  stats_.prompt_tokens_cached = s.prompt_tokens_cached;
+  stats_.prompt_tokens_computed = s.prompt_tokens_computed;
+  if (s.index) {
+    const PrefixIndexStats& cache = s.index->stats();
+    stats_.prefix_cache_lookup_blocks = cache.lookup_blocks;
+    stats_.prefix_cache_hit_blocks = cache.hit_blocks;
+    stats_.prefix_cache_evicted_pages = cache.evicted;
+    stats_.prefix_cache_pages = s.index->size();
+  }
 }
 
 }  // namespace shardlm

@@ -20,9 +20,20 @@
 //  - Determinism: a request's tokens and logits are bitwise the same whatever shares the
 //    batch, however its prompt was chunked and however the layers are split (every stage
 //    computes each token as the whole model would; the sampler belongs to the request).
-//  - KV: every stage holds n_parallel × ceil(n_ctx / page_tokens) pages (one allocator,
-//    ids shared by all stages), so an admitted request never runs out; a finished or
-//    cancelled request frees its pages at once.
+//  - KV: every stage holds n_parallel × ceil(n_ctx / page_tokens) (+ cache_pages) pages
+//    (one allocator, ids shared by all stages), so an admitted request never runs out; a
+//    finished or cancelled request releases its pages at once.
+//  - Prefix cache (options.prefix_cache, DESIGN.md "block hash"): admission maps the
+//    longest cached chain of the prompt's full blocks into the slot's block table and
+//    prefills only the rest (a wholly cached prompt recomputes its last token, copy-on-write,
+//    to get logits); usage.cached_tokens counts the skipped tokens. Once a batch's logits
+//    are collected (every stage wrote its KV), each page it filled with known prompt or
+//    generated tokens is published under its chain hash. A sequence publishes a block only
+//    while its previous block is the cached page itself, so every cached page no sequence
+//    holds is evictable: when a write finds the pool full, unreferenced cached pages are
+//    evicted (LRU leaves) and the write retried, so a request still always finishes. Output
+//    is bitwise the same with or without a hit. A lost stage clears the cache (its pages
+//    are gone).
 //  - Faults: a stage that goes down (kUnavailable) ends every running, in-flight and
 //    queued request with kError and its Status and frees every page; Health and Submit
 //    report it ("stage 1 (unix:...) is down ...") while the engine thread retries
@@ -31,7 +42,7 @@
 //    (kOutOfRange, "context_length_exceeded"), queue full (kOutOfRange "queue full (N
 //    waiting)"), a stage down (kUnavailable), engine shutting down (kInternal).
 //  - One key=value log line per finished request on stderr.
-// Non-goals (later issues): prefix cache (cached_tokens is 0), preemption or swapping,
+// Non-goals (later issues): the disk tier of the prefix cache, preemption or swapping,
 // priorities.
 //
 // Thread safety: Submit, Cancel, Stats, info, tokenizer, Health and pipeline_counters may
@@ -52,6 +63,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "gguf/fingerprint.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -79,9 +91,15 @@ struct SchedulerOptions {
   std::vector<DeviceSpec> devices = {};
   std::vector<double> layer_split = {};  // one weight per device; empty: equal layer bytes
   std::string model_path = {};           // the model's file, opened by remote stages
+  bool prefix_cache = true;              // share and reuse full KV pages of common prompt prefixes
+  // Pages beyond n_parallel × ceil(n_ctx / page_tokens), where cached prefixes outlive their
+  // requests without taking room a running sequence may need (0: cached pages only use
+  // what running sequences leave free).
+  int cache_pages = 0;
 
   Status Validate() const;
-  // The pipeline these options ask for: n_parallel × ceil(n_ctx / page_tokens) pages,
+  // The pipeline these options ask for: n_parallel × ceil(n_ctx / page_tokens) +
+  // cache_pages pages,
   // n_batch tokens and n_parallel logits rows per batch.
   PipelineOptions ToPipelineOptions() const;
 };
@@ -134,7 +152,8 @@ class Scheduler : public Engine {
   struct InFlight;  // scheduler.cc: what a submitted batch will give logits for
 
   Scheduler(const Tokenizer& tokenizer, const SchedulerOptions& options);
-  Status Init(std::unique_ptr<Pipeline> pipeline, std::string model_name);
+  Status Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
+              const Fingerprint128& fingerprint);
   Status CheckRequest(const EngineRequest& request) const;
 
   // Engine thread.
@@ -146,7 +165,9 @@ class Scheduler : public Engine {
   bool SubmitAction();
   bool CollectAction();
   void BuildBatch(InFlight& record);
-  Status PrepareTables();
+  Status PrepareTables(InFlight& record);
+  void MapCachedPrefix(int slot);
+  void PublishFullPages(int slot, int written_end);
   void ProcessLogits(const InFlight& record, std::span<const float> logits);
   void FailEverything(const Status& error);
   void FinishSlot(int slot, FinishReason reason, Status error = Status::Ok());

@@ -5,6 +5,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "base/check.h"
+
 namespace shardlm {
 namespace {
 
@@ -31,11 +33,23 @@ ActiveRequest::ActiveRequest(RequestId id, EngineRequest request, RequestCallbac
 
 void ActiveRequest::MarkAdmitted() { admitted_ = SchedulerClock::now(); }
 
+void ActiveRequest::SetCached(int n) {
+  SHARDLM_CHECK(n_prefilled_ == 0 && n >= 0 && n < n_prompt());
+  n_prefilled_ = n;
+  n_cached_ = n;
+}
+
+TokenId ActiveRequest::TokenAt(int pos) const {
+  if (pos < n_prompt()) return request_.prompt[pos];
+  return generated_[size_t(pos - n_prompt())];
+}
+
 std::optional<FinishReason> ActiveRequest::OnLogits(std::span<const float> logits, int n_kv_tokens,
                                                     int n_ctx) {
   SampledToken token = sampler_.Sample(logits, request_.want_logprobs);
   sampler_.Accept(token.id);
   ++n_generated_;
+  generated_.push_back(token.id);
   last_token_ = token.id;
   if (!first_token_) first_token_ = SchedulerClock::now();
   if (!request_.ignore_eos && tokenizer_.IsEog(token.id)) return FinishReason::kStop;
@@ -72,7 +86,7 @@ RequestUsage ActiveRequest::Usage(SchedulerClock::time_point now) const {
   RequestUsage usage;
   usage.prompt_tokens = n_prompt();
   usage.completion_tokens = n_generated_;
-  usage.cached_tokens = 0;
+  usage.cached_tokens = n_cached_;
   const SchedulerClock::time_point admitted = admitted_.value_or(now);
   usage.queue_ms = Ms(submitted_, admitted);
   const SchedulerClock::time_point first = first_token_.value_or(now);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -40,6 +41,11 @@ class ActiveRequest {
   int n_prefilled() const { return n_prefilled_; }
   bool prefill_done() const { return n_prefilled_ == n_prompt(); }
   int n_generated() const { return n_generated_; }
+  // Leading prompt tokens whose KV came from the prefix cache (usage.cached_tokens).
+  int n_cached() const { return n_cached_; }
+  // The token at KV position `pos`: a prompt token, or a generated one that was fed back
+  // (pos < n_prompt() + n_generated()).
+  TokenId TokenAt(int pos) const;
   // The token to feed at position next_position() (valid once prefill is done and at least
   // one token was sampled).
   TokenId last_token() const { return last_token_; }
@@ -49,6 +55,9 @@ class ActiveRequest {
   void MarkAdmitted();
   // `n` more prompt tokens were written to the KV.
   void AddPrefilled(int n) { n_prefilled_ += n; }
+  // The first `n` prompt tokens are in the KV already (a prefix-cache hit, before any
+  // prefill); n < n_prompt(), so the last prompt token is always computed.
+  void SetCached(int n);
 
   // Samples the next token from `logits` (the row of its last fed position), emits it, and
   // returns the finish reason if generation ends here. `n_kv_tokens` is how many positions
@@ -73,6 +82,8 @@ class ActiveRequest {
   StopMatcher stop_;
   int n_prefilled_ = 0;
   int n_generated_ = 0;
+  int n_cached_ = 0;
+  std::vector<TokenId> generated_;  // every sampled token, in order
   TokenId last_token_ = -1;
   SchedulerClock::time_point submitted_;
   std::optional<SchedulerClock::time_point> admitted_;

@@ -268,6 +268,17 @@ void HttpServer::Impl::HandleMetrics(httplib::Response& res) {
   metric("slots_total", "gauge", "Slots (--parallel).", s.slots_total);
   metric("kv_pages_used", "gauge", "KV pages in use.", s.kv_pages_used);
   metric("kv_pages_total", "gauge", "KV pages in the pool.", s.kv_pages_total);
+  metric("prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.",
+         s.prompt_tokens_cached);
+  metric("prompt_tokens_computed_total", "counter", "Prompt tokens computed (prefilled).",
+         s.prompt_tokens_computed);
+  metric("prefix_cache_lookup_blocks_total", "counter", "Full prompt blocks looked up.",
+         s.prefix_cache_lookup_blocks);
+  metric("prefix_cache_hit_blocks_total", "counter", "Prompt blocks served from the cache.",
+         s.prefix_cache_hit_blocks);
+  metric("prefix_cache_pages", "gauge", "KV pages held by the prefix cache.", s.prefix_cache_pages);
+  metric("prefix_cache_evicted_pages_total", "counter", "Cached pages evicted to make room.",
+         s.prefix_cache_evicted_pages);
   if (options.metrics_extra) out += options.metrics_extra();
   out +=
       "# HELP shardlm_http_responses_total HTTP responses by status.\n"

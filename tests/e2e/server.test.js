@@ -3,7 +3,8 @@
 //
 // Goals: what a user's client sees: chat and completions, streaming and not, logprobs,
 // tools accepted, every error shape, greedy text equal to llama.cpp's golden continuation,
-// 16 concurrent streams getting the same text, tokenize round trip. Every wait is bounded.
+// 16 concurrent streams getting the same text, tokenize round trip, a repeated long chat
+// served from the prefix cache with the same text. Every wait is bounded.
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
@@ -269,4 +270,23 @@ test('300 requests from 16 concurrent clients: none lost, none wrong, RSS back t
     await sleep(1000);
     const after = rssKiB(qwen.proc.pid);
     assert.ok(after <= idle * 1.1 + 16 * 1024, `RSS ${after} KiB after vs ${idle} KiB idle`);
+  });
+
+test('a repeated long chat is served from the prefix cache with the same text',
+  { skip, timeout: kTestTimeout }, async () => {
+    // Long enough to fill at least one 64-token page before the user's turn.
+    const system = 'You are a careful assistant. '.repeat(30);
+    const body = chatBody({
+      messages: [{ role: 'system', content: system }, { role: 'user', content: 'Hi there.' }],
+    });
+    const first = await client.chat.completions.create(body);
+    const second = await client.chat.completions.create(body);
+    assert.ok(second.usage.prompt_tokens_details.cached_tokens > 0);
+    assert.ok(second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens);
+    const text = (r) => (r.choices[0].message.reasoning_content ?? '') +
+      (r.choices[0].message.content ?? '');
+    assert.equal(text(second), text(first));
+    const m = await fetch(`${qwen.base}/metrics`, { headers: { Authorization: `Bearer ${apiKey}` } });
+    const cached = /shardlm_prompt_tokens_cached_total (\d+)/.exec(await m.text());
+    assert.ok(cached && Number(cached[1]) >= second.usage.prompt_tokens_details.cached_tokens);
   });

@@ -1,0 +1,373 @@
+// The scheduler's in-memory prefix cache on the fixture models: a request sharing a long
+// prefix with an earlier one reports the full-page prefix as cached_tokens and gives bitwise
+// the tokens and logprobs of a cold scheduler; a multi-turn conversation hits the previous
+// turn's prompt and reply; a wholly cached prompt still answers; two concurrent requests
+// with a common prefix share its pages; a small pool evicts cached pages and keeps serving
+// correctly; prefix_cache = false never hits; a 2-stage pipeline behaves the same; a lost
+// stage empties the cache (its pages are gone) and serving resumes cold and correct.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/fake_stage.h"
+#include "runtime/model_loader.h"
+#include "runtime/scheduler.h"
+#include "runtime/stage_factory.h"
+#include "support/fixtures.h"
+
+namespace shardlm {
+namespace {
+
+using testing::FixturePath;
+
+constexpr int kPageTokens = 16;
+const char kStories[] = "stories260K.gguf";
+const char kQwen[] = "qwen3-tiny-f32.gguf";
+
+const LoadedModel& Fixture(const std::string& file) {
+  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
+  std::unique_ptr<LoadedModel>& slot = cache[file];
+  if (!slot) {
+    auto loaded = LoadModelFile(FixturePath(file), {.prefault = false});
+    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
+  }
+  return *slot;
+}
+
+SchedulerOptions Options(int n_parallel, bool prefix_cache, int n_ctx = 256) {
+  SchedulerOptions options;
+  options.n_parallel = n_parallel;
+  options.n_ctx = n_ctx;
+  options.n_batch = 64;
+  options.threads = 2;
+  options.page_tokens = kPageTokens;
+  options.log_requests = false;
+  options.prefix_cache = prefix_cache;
+  return options;
+}
+
+std::unique_ptr<Scheduler> Make(const std::string& file, const SchedulerOptions& options) {
+  const LoadedModel& loaded = Fixture(file);
+  if (!loaded.model) return nullptr;
+  auto scheduler = Scheduler::Create(*loaded.model, *loaded.tokenizer, options);
+  EXPECT_TRUE(scheduler.ok()) << scheduler.status().message();
+  return scheduler.ok() ? std::move(scheduler).value() : nullptr;
+}
+
+// One request's events; `gate` (optional) holds the engine thread inside on_token once
+// `gate_after` tokens arrived, until released, so a test can look at the engine mid-run.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenId> ids;
+  std::vector<float> logprobs;
+  bool done = false;
+  FinishEvent finish;
+  int gate_after = -1;
+  std::promise<void> reached;
+  std::shared_future<void> release;
+
+  RequestCallbacks Callbacks() {
+    RequestCallbacks callbacks;
+    callbacks.on_token = [this](const TokenEvent& event) {
+      int n = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ids.push_back(event.token);
+        logprobs.push_back(event.logprob);
+        n = int(ids.size());
+      }
+      if (n == gate_after) {
+        reached.set_value();
+        release.wait();
+      }
+      return true;
+    };
+    callbacks.on_finish = [this](const FinishEvent& event) {
+      std::lock_guard<std::mutex> lock(mu);
+      finish = event;
+      done = true;
+      cv.notify_all();
+    };
+    return callbacks;
+  }
+  bool Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; });
+  }
+};
+
+EngineRequest Request(std::vector<TokenId> prompt, int max_tokens, uint64_t seed = 0) {
+  EngineRequest request;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = seed == 0 ? 0.0f : 1.1f;
+  request.sampling.seed = seed;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = true;
+  request.want_logprobs = true;
+  return request;
+}
+
+std::vector<std::unique_ptr<Collector>> RunAll(Scheduler& scheduler,
+                                               const std::vector<EngineRequest>& requests) {
+  std::vector<std::unique_ptr<Collector>> out;
+  for (const EngineRequest& request : requests) {
+    out.push_back(std::make_unique<Collector>());
+    auto id = scheduler.Submit(request, out.back()->Callbacks());
+    EXPECT_TRUE(id.ok()) << id.status().message();
+    if (!id.ok()) out.back()->done = true;
+  }
+  for (auto& c : out) EXPECT_TRUE(c->Wait());
+  return out;
+}
+
+std::unique_ptr<Collector> RunOne(Scheduler& scheduler, const EngineRequest& request) {
+  return std::move(RunAll(scheduler, {request})[0]);
+}
+
+std::vector<TokenId> Encode(const std::string& file, const std::string& text, bool bos) {
+  return Fixture(file).tokenizer->Encode(text, bos, true);
+}
+
+// A story prompt of exactly n tokens (BOS included), repeating text as needed.
+std::vector<TokenId> StoryTokens(const std::string& file, int n, const std::string& text) {
+  std::vector<TokenId> tokens = Encode(file, text, true);
+  const std::vector<TokenId> more = Encode(file, " " + text, false);
+  while (int(tokens.size()) < n) tokens.insert(tokens.end(), more.begin(), more.end());
+  tokens.resize(size_t(n));
+  return tokens;
+}
+
+std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+const char kLongText[] =
+    "Once upon a time, there was a little dog named Max. He liked to run in the park with "
+    "his friend Lily. One day they found a big red ball under a tree.";
+
+void ExpectSameOutput(const Collector& got, const Collector& want) {
+  EXPECT_EQ(got.finish.reason, want.finish.reason);
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.logprobs, want.logprobs);  // bitwise
+}
+
+// A prompt sharing the first 53 tokens with an earlier one: 3 full pages hit.
+void SharedPrefixCase(const std::string& file, const SchedulerOptions& warm_options) {
+  const std::vector<TokenId> first = StoryTokens(file, 70, kLongText);
+  const std::vector<TokenId> second =
+      Concat(std::vector<TokenId>(first.begin(), first.begin() + 53),
+             Encode(file, " The cat sat on the mat and looked at the sun.", false));
+  auto cold = Make(file, Options(2, false));
+  ASSERT_TRUE(cold);
+  for (uint64_t seed : {0, 7}) {
+    SCOPED_TRACE(seed);
+    auto warm = Make(file, warm_options);
+    ASSERT_TRUE(warm);
+    auto want = RunOne(*cold, Request(second, 12, seed));
+    auto a = RunOne(*warm, Request(first, 4, seed));
+    EXPECT_EQ(a->finish.usage.cached_tokens, 0);
+    auto got = RunOne(*warm, Request(second, 12, seed));
+    EXPECT_EQ(got->finish.usage.cached_tokens, 3 * kPageTokens);
+    EXPECT_EQ(want->finish.usage.cached_tokens, 0);
+    ExpectSameOutput(*got, *want);
+    const EngineStats stats = warm->Stats();
+    EXPECT_EQ(stats.prefix_cache_hit_blocks, 3);
+    EXPECT_EQ(stats.prompt_tokens_cached, 3 * kPageTokens);
+    EXPECT_EQ(stats.prompt_tokens_computed + stats.prompt_tokens_cached, stats.prompt_tokens_total);
+    EXPECT_EQ(stats.kv_pages_used, 0);  // nothing runs; cached pages are counted apart
+    EXPECT_GT(stats.prefix_cache_pages, 0);
+  }
+}
+
+TEST(PrefixCacheSchedulerTest, SharedPrefixHitsAndIsBitwiseCold) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* file : {kStories, kQwen}) {
+    SCOPED_TRACE(file);
+    SharedPrefixCase(file, Options(2, true));
+  }
+}
+
+TEST(PrefixCacheSchedulerTest, TwoStagePipelineHitsAndIsBitwiseCold) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* file : {kStories, kQwen}) {
+    SCOPED_TRACE(file);
+    SchedulerOptions split = Options(2, true);
+    split.devices.assign(2, DeviceSpec{});
+    split.layer_split = {1, 1};
+    split.threads = 1;
+    SharedPrefixCase(file, split);
+  }
+}
+
+TEST(PrefixCacheSchedulerTest, MultiTurnConversationHitsPromptAndReply) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* file : {kStories, kQwen}) {
+    SCOPED_TRACE(file);
+    auto cold = Make(file, Options(2, false));
+    auto warm = Make(file, Options(2, true));
+    ASSERT_TRUE(cold && warm);
+    const std::vector<TokenId> turn1 = StoryTokens(file, 37, kLongText);
+    auto reply = RunOne(*warm, Request(turn1, 30));
+    ASSERT_EQ(reply->ids.size(), 30u);
+    const std::vector<TokenId> turn2 =
+        Concat(Concat(turn1, reply->ids), Encode(file, " Then they went home.", false));
+    auto got = RunOne(*warm, Request(turn2, 10));
+    auto want = RunOne(*cold, Request(turn2, 10));
+    // The KV of turn 1 holds its prompt and every reply token but the last (never fed).
+    const int written = int(turn1.size()) + 30 - 1;
+    EXPECT_EQ(got->finish.usage.cached_tokens, written / kPageTokens * kPageTokens);
+    ExpectSameOutput(*got, *want);
+  }
+}
+
+TEST(PrefixCacheSchedulerTest, WhollyCachedPromptRecomputesItsLastToken) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* file : {kStories, kQwen}) {
+    for (int n : {3 * kPageTokens, 3 * kPageTokens + 5}) {
+      SCOPED_TRACE(fmt::format("{}: {} tokens", file, n));
+      auto warm = Make(file, Options(2, true));
+      ASSERT_TRUE(warm);
+      const std::vector<TokenId> prompt = StoryTokens(file, n, kLongText);
+      auto first = RunOne(*warm, Request(prompt, 8, 3));
+      auto second = RunOne(*warm, Request(prompt, 8, 3));
+      EXPECT_EQ(first->finish.usage.cached_tokens, 0);
+      EXPECT_EQ(second->finish.usage.cached_tokens, std::min(n - 1, 3 * kPageTokens));
+      ExpectSameOutput(*second, *first);
+      // The shared last page was copied, not written: a third run still hits and agrees.
+      auto third = RunOne(*warm, Request(prompt, 8, 3));
+      EXPECT_EQ(third->finish.usage.cached_tokens, second->finish.usage.cached_tokens);
+      ExpectSameOutput(*third, *first);
+    }
+  }
+}
+
+// Pages held while two requests with a 96-token common prefix run (the engine held inside
+// the second one's 2nd token), after a first request cached that prefix.
+int64_t PagesUsedByTwoConcurrent(bool prefix_cache) {
+  auto scheduler = Make(kStories, Options(2, prefix_cache));
+  if (!scheduler) return -1;
+  const std::vector<TokenId> prefix = StoryTokens(kStories, 6 * kPageTokens, kLongText);
+  (void)RunOne(*scheduler, Request(Concat(prefix, Encode(kStories, " Max", false)), 2));
+  Collector a, b;
+  std::promise<void> release;
+  b.gate_after = 2;
+  b.release = release.get_future().share();
+  auto ida = scheduler->Submit(Request(Concat(prefix, Encode(kStories, " Lily", false)), 40),
+                               a.Callbacks());
+  auto idb = scheduler->Submit(Request(Concat(prefix, Encode(kStories, " The sun", false)), 40),
+                               b.Callbacks());
+  EXPECT_TRUE(ida.ok() && idb.ok());
+  b.reached.get_future().wait();
+  const int64_t used = scheduler->Stats().kv_pages_used;
+  release.set_value();
+  EXPECT_TRUE(a.Wait() && b.Wait());
+  EXPECT_EQ(a.finish.usage.cached_tokens, prefix_cache ? 6 * kPageTokens : 0);
+  EXPECT_EQ(b.finish.usage.cached_tokens, prefix_cache ? 6 * kPageTokens : 0);
+  return used;
+}
+
+TEST(PrefixCacheSchedulerTest, ConcurrentRequestsShareTheCachedPrefixPages) {
+  SHARDLM_REQUIRE_FIXTURES();
+  // Each sequence spans 7 pages (96 prefix + a few suffix and generated tokens).
+  const int64_t shared = PagesUsedByTwoConcurrent(true);
+  const int64_t separate = PagesUsedByTwoConcurrent(false);
+  EXPECT_GE(separate, 14);
+  EXPECT_GE(shared, 7);
+  EXPECT_LE(shared, 6 + 2 * 2);  // the prefix once, each tail at most 2 pages
+}
+
+TEST(PrefixCacheSchedulerTest, SmallPoolEvictsAndKeepsServingCorrectly) {
+  SHARDLM_REQUIRE_FIXTURES();
+  // 2 slots × 64 positions = 8 pages: cached prompts must make room for new ones.
+  auto cold = Make(kStories, Options(2, false, 64));
+  auto warm = Make(kStories, Options(2, true, 64));
+  ASSERT_TRUE(cold && warm);
+  const char* starts[] = {"The cat",   "Lily and Ben", "One day",   "A big bird",
+                          "Tom had a", "The sun was",  "Sue found", "In the park"};
+  std::vector<EngineRequest> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(Request(StoryTokens(kStories, 40, std::string(starts[i]) + " " + kLongText),
+                               20, i % 2 ? 11 + i : 0));
+  }
+  // Twice: the second round finds some prompts still cached, others evicted.
+  for (int round = 0; round < 2; ++round) {
+    auto want = RunAll(*cold, requests);
+    auto got = RunAll(*warm, requests);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      SCOPED_TRACE(fmt::format("round {} request {}", round, r));
+      EXPECT_EQ(got[r]->finish.reason, FinishReason::kLength);
+      ExpectSameOutput(*got[r], *want[r]);
+    }
+  }
+  const EngineStats stats = warm->Stats();
+  EXPECT_GT(stats.prefix_cache_evicted_pages, 0);
+  EXPECT_LE(stats.prefix_cache_pages, stats.kv_pages_total);
+  EXPECT_EQ(stats.kv_pages_used, 0);
+}
+
+TEST(PrefixCacheSchedulerTest, DisabledCacheNeverHits) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = Make(kStories, Options(2, false));
+  ASSERT_TRUE(scheduler);
+  const std::vector<TokenId> prompt = StoryTokens(kStories, 70, kLongText);
+  auto first = RunOne(*scheduler, Request(prompt, 6));
+  auto second = RunOne(*scheduler, Request(prompt, 6));
+  EXPECT_EQ(second->finish.usage.cached_tokens, 0);
+  ExpectSameOutput(*second, *first);
+  const EngineStats stats = scheduler->Stats();
+  EXPECT_EQ(stats.prompt_tokens_cached, 0);
+  EXPECT_EQ(stats.prompt_tokens_computed, 140);
+  EXPECT_EQ(stats.prefix_cache_pages, 0);
+  EXPECT_EQ(stats.kv_pages_used, 0);
+}
+
+TEST(PrefixCacheSchedulerTest, LostStageEmptiesTheCache) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const LoadedModel& loaded = Fixture(kStories);
+  ASSERT_TRUE(loaded.model);
+  SchedulerOptions options = Options(2, true);
+  options.devices.assign(2, DeviceSpec{});
+  options.layer_split = {1, 1};
+  options.threads = 1;
+  auto stages = BuildStages(*loaded.model, "", options.ToPipelineOptions());
+  ASSERT_TRUE(stages.ok()) << stages.status().message();
+  auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
+  testing::FaultyStage* faulty = faulty_stage.get();
+  (*stages)[1] = std::move(faulty_stage);
+  auto pipeline = Pipeline::FromStages(std::move(stages).value(), loaded.model->config(),
+                                       options.ToPipelineOptions());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
+  auto created = Scheduler::Create(std::move(pipeline).value(), *loaded.tokenizer, options);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  Scheduler& scheduler = **created;
+
+  const std::vector<TokenId> prompt = StoryTokens(kStories, 70, kLongText);
+  auto first = RunOne(scheduler, Request(prompt, 6));
+  EXPECT_GE(scheduler.Stats().prefix_cache_pages, 4);
+  faulty->FailAfter(0);
+  auto failed = RunOne(scheduler, Request(prompt, 6));
+  EXPECT_EQ(failed->finish.reason, FinishReason::kError);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!scheduler.Health().ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(scheduler.Health().ok()) << scheduler.Health().message();
+  EXPECT_EQ(scheduler.Stats().prefix_cache_pages, 0);
+  auto again = RunOne(scheduler, Request(prompt, 6));
+  EXPECT_EQ(again->finish.usage.cached_tokens, 0);
+  ExpectSameOutput(*again, *first);
+}
+
+}  // namespace
+}  // namespace shardlm
