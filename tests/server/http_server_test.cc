@@ -267,9 +267,12 @@ TEST_F(ServerTest, Metrics) {
   auto r = client_->Get("/metrics");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  for (const char* name : {"shardlm_requests_total 1", "shardlm_generated_tokens_total 2",
-                           "shardlm_queue_length", "shardlm_slots_total", "shardlm_kv_pages_used",
-                           "shardlm_http_responses_total{status=\"200\"}"}) {
+  for (const char* name :
+       {"shardlm_requests_total 1", "shardlm_generated_tokens_total 2", "shardlm_queue_length",
+        "shardlm_slots_total", "shardlm_kv_pages_used", "shardlm_prompt_tokens_cached_total 0",
+        "shardlm_prompt_tokens_computed_total", "shardlm_prefix_cache_hit_blocks_total",
+        "shardlm_prefix_cache_evicted_pages_total",
+        "shardlm_http_responses_total{status=\"200\"}"}) {
     EXPECT_NE(r->body.find(name), std::string::npos) << name << "\n" << r->body;
   }
 }
