@@ -173,9 +173,18 @@ std::vector<size_t> LayerBytes(const GgufFile& file, const ModelConfig& config) 
   return bytes;
 }
 
+size_t HeadBytes(const GgufFile& file) {
+  size_t embedding = 0;
+  for (const GgufTensorInfo& tensor : file.tensors()) {
+    if (tensor.name == "output.weight") return tensor.n_bytes;
+    if (tensor.name == "token_embd.weight") embedding = tensor.n_bytes;
+  }
+  return embedding;
+}
+
 Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer_bytes,
-                                                size_t n_stages,
-                                                const std::vector<double>& weights) {
+                                                size_t n_stages, const std::vector<double>& weights,
+                                                size_t head_bytes) {
   const size_t n_layers = layer_bytes.size();
   if (n_stages == 0) return InvalidArgument("a pipeline needs at least one stage");
   if (!weights.empty() && weights.size() != n_stages) {
@@ -206,6 +215,8 @@ Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer
     cumulative[layer + 1] =
         cumulative[layer] + (total_bytes > 0 ? double(layer_bytes[layer]) : 1.0);
   }
+  // The head counts in the same units as the layers (nothing when layers count as 1 each).
+  const double head = total_bytes > 0 ? double(head_bytes) : 0.0;
   std::vector<LayerRange> ranges;
   double weight_before = 0.0;
   int begin = 0;
@@ -215,7 +226,7 @@ Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer
     // Leave at least one layer for this stage and for each stage after it.
     const int lo = begin + 1;
     const int hi = int(n_layers - (n_stages - 1 - stage));
-    const int end = ClosestBoundary(cumulative, lo, hi, share * cumulative[n_layers]);
+    const int end = ClosestBoundary(cumulative, lo, hi, share * (cumulative[n_layers] + head));
     ranges.push_back(LayerRange{begin, end});
     begin = end;
   }

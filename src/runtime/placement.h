@@ -7,8 +7,11 @@
 //   cpu:A-B      cores A..B inclusive, one pinned thread per core
 //   unix:PATH    a remote stage served by `shardlm shard --listen unix:PATH`
 // Layer split: one positive weight per device ("1,1", "0.4,0.6"); stage i gets the share
-// w_i / Σw of the model's layer bytes (the bytes of blk.N.* tensors), rounded to whole
-// layers, at least one layer each. No split given: equal weights, i.e. equal bytes.
+// w_i / Σw of the bytes the stages compute with, rounded to whole layers, at least one layer
+// each. No split given: equal weights, i.e. equal bytes. A stage's bytes are its layers'
+// (blk.N.* tensors), plus the LM head's for the last stage: every token that wants logits
+// reads the whole head (in a 0.6B model it weighs as much as 15 of its 28 layers), while
+// the embedding on stage 0 is a row lookup and counts nothing.
 //
 // Goals: every impossible request is a clear InvalidArgument before anything is loaded
 // (more stages than layers, a weight count that differs from the device count, a
@@ -33,8 +36,8 @@ namespace shardlm {
 struct DeviceSpec {
   enum class Kind { kCpu, kUnix };
   Kind kind = Kind::kCpu;
-  std::vector<int> cores;   // kCpu: pinned cores; empty = every core, unpinned
-  std::string socket_path;  // kUnix
+  std::vector<int> cores;        // kCpu: pinned cores; empty = every core, unpinned
+  std::string socket_path;       // kUnix
   std::string ToString() const;  // as it would be written on the command line
   bool remote() const { return kind != Kind::kCpu; }
 };
@@ -48,11 +51,15 @@ Result<std::vector<double>> ParseLayerSplit(std::string_view text);
 // Bytes of each layer's tensors (blk.N.*), [n_layers].
 std::vector<size_t> LayerBytes(const GgufFile& file, const ModelConfig& config);
 
+// Bytes of the LM head: output.weight, or token_embd.weight when the head is tied to it.
+size_t HeadBytes(const GgufFile& file);
+
 // One range per weight (weights empty: `n_stages` equal weights), covering [0, n_layers)
 // in order. Boundary i is the layer count whose cumulative bytes come closest to the
-// weights' cumulative share, kept so that every stage has at least one layer.
+// weights' cumulative share of all bytes (layers + head_bytes, which the last stage holds),
+// kept so that every stage has at least one layer.
 Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer_bytes,
-                                                size_t n_stages,
-                                                const std::vector<double>& weights);
+                                                size_t n_stages, const std::vector<double>& weights,
+                                                size_t head_bytes = 0);
 
 }  // namespace shardlm

@@ -71,7 +71,7 @@ Result<std::vector<std::unique_ptr<Stage>>> BuildStages(const Model& model,
   if (devices.empty()) devices.push_back(DeviceSpec{});
   SHARDLM_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges,
                            PlanLayerRanges(LayerBytes(model.file(), model.config()), devices.size(),
-                                           options.layer_split));
+                                           options.layer_split, HeadBytes(model.file())));
   std::vector<std::unique_ptr<Stage>> stages;
   for (size_t i = 0; i < devices.size(); ++i) {
     const StagePlan plan{int(i), devices[i], ranges[i], devices.size() == 1};

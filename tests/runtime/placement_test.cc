@@ -188,6 +188,36 @@ TEST(PlanLayerRangesTest, EveryStageGetsALayerEvenWithATinyWeight) {
   EXPECT_EQ(Plan({0, 0, 0, 0}, 2, {}), (Ranges{{0, 2}, {2, 4}}));
 }
 
+TEST(PlanLayerRangesTest, TheHeadCountsTowardTheLastStage) {
+  // 10 layers of 1000 bytes and a head of 4000: 14000 bytes, 7000 each at 1:1, so the last
+  // stage takes 3 layers besides the head.
+  const std::vector<size_t> bytes(10, 1000);
+  auto ranges = PlanLayerRanges(bytes, 2, {}, 4000);
+  ASSERT_TRUE(ranges.ok()) << ranges.status().message();
+  EXPECT_EQ(ranges.value()[0].end, 7);
+  ranges = PlanLayerRanges(bytes, 3, {1, 1, 1}, 3000);  // 13000 bytes: 4333 each
+  ASSERT_TRUE(ranges.ok());
+  EXPECT_EQ(ranges.value()[0].end, 4);
+  EXPECT_EQ(ranges.value()[1].end, 9);
+  // A head heavier than every layer still leaves the last stage one layer.
+  ranges = PlanLayerRanges(bytes, 2, {}, 100000);
+  ASSERT_TRUE(ranges.ok());
+  EXPECT_EQ(ranges.value()[0].end, 9);
+  // Layers without bytes split by count; the head does not tip them.
+  ranges = PlanLayerRanges({0, 0, 0, 0}, 2, {}, 4000);
+  ASSERT_TRUE(ranges.ok());
+  EXPECT_EQ(ranges.value()[0].end, 2);
+}
+
+TEST(HeadBytesTest, OutputOrTiedEmbedding) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto file = GgufFile::Open(FixturePath("stories260K.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const GgufTensorInfo* output = file.value()->FindTensor("output.weight");
+  ASSERT_NE(output, nullptr);
+  EXPECT_EQ(HeadBytes(*file.value()), output->n_bytes);
+}
+
 TEST(PlanLayerRangesTest, ImpossibleSplitsAreErrors) {
   const std::vector<size_t> bytes(2, 1000);
   auto ranges = PlanLayerRanges(bytes, 3, {});
