@@ -1,86 +1,19 @@
-// Scheduler implementation: the instruction inbox, the engine thread's loop of actions
-// (recover, admit, submit a mixed decode + chunked-prefill batch, collect the oldest
-// batch's logits), slot bookkeeping, faults and stats (see scheduler.h).
+// Scheduler implementation: options, creation, the instruction inbox, the engine thread's
+// loop of actions (recover, admit; submit and collect live in scheduler_batch.cc), slot
+// bookkeeping, faults and stats (see scheduler.h).
 #include "runtime/scheduler.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <vector>
 
-#include "cache/block_hash.h"
-#include "cache/prefix_index.h"
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
+#include "runtime/scheduler_impl.h"
+#include "runtime/scheduler_prefix_cache.h"
 #include "runtime/scheduler_request.h"
 
 namespace shardlm {
-namespace {
-
-// What a resumable task (a prompt's prefill) reports after being offered a step.
-enum class TaskState { kFinished, kNotFinished, kBlocked };
-
-}  // namespace
-
-// One sequence slot: the batch's slot index is the index in State::slots.
-struct SchedulerSlot {
-  std::unique_ptr<ActiveRequest> request;  // null when free
-  std::unique_ptr<BlockTable> table;       // the slot's KV; cleared when the request ends
-  uint64_t admit_seq = 0;                  // admission order: older prefills go first
-  bool awaiting_logits = false;            // a batch in flight gives its next logits row
-  int write_begin = 0;                     // positions [write_begin, write_end) of the
-  int write_end = 0;                       // batch being built (write_end 0: none)
-  // Prefix cache: hashes[i] is the chain hash of full block i (the prompt's at admission,
-  // extended as generated tokens fill pages); blocks [0, n_published) are cached or were
-  // offered to the cache; publishing stops for good once a block's page is not the cached
-  // one (see scheduler.h).
-  std::vector<BlockHash> hashes;
-  int n_published = 0;
-  bool publishing = false;
-};
-
-// A submitted batch: whose logits rows it will give, in batch order. The request id guards
-// against a slot that was finished and reused while the batch was in flight.
-struct Scheduler::InFlight {
-  std::vector<int> logit_slots;
-  std::vector<RequestId> logit_requests;
-  // Per slot the batch writes: positions [0, end) hold KV once the batch is collected.
-  struct Written {
-    int slot = 0;
-    RequestId request = 0;
-    int end = 0;
-  };
-  std::vector<Written> written;
-};
-
-// Declaration order is destruction order reversed: tables and the prefix index go before
-// the pipeline (whose allocator they release pages into).
-struct Scheduler::State {
-  std::unique_ptr<Pipeline> pipeline;
-  std::unique_ptr<PrefixIndex> index;  // null when options.prefix_cache is off
-  Fingerprint128 fingerprint;          // the model's: part of every block hash
-  std::vector<SchedulerSlot> slots;
-  std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
-  std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
-  std::deque<InFlight> in_flight;                      // submission order
-  std::vector<BatchEntry> batch;
-  std::vector<PageCopy> copies;
-  std::chrono::steady_clock::time_point last_reconnect;
-  uint64_t admit_counter = 0;
-  int64_t requests_total = 0;
-  int64_t prompt_tokens_total = 0;
-  int64_t generated_tokens_total = 0;
-  int64_t prompt_tokens_cached = 0;
-  int64_t prompt_tokens_computed = 0;
-
-  // Offers a prefilling request up to `budget` batch entries; appends its chunk.
-  TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);
-  // Marks positions [begin, end) of the slot as written by the batch being built.
-  void Touch(SchedulerSlot& slot, int begin, int end);
-  // PrepareWrite, evicting unreferenced cached pages when the pool is full.
-  Status PrepareWriteWithRoom(SchedulerSlot& slot);
-};
-
 Status SchedulerOptions::Validate() const {
   if (n_parallel < 1 || n_ctx < 2 || n_batch < 1 || max_queue < 0 || threads < 0 ||
       page_tokens < 1 || prefill_chunk < 0 || cache_pages < 0) {
@@ -184,10 +117,9 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
                        const Fingerprint128& fingerprint) {
   auto state = std::make_unique<State>();
   state->pipeline = std::move(pipeline);
-  state->fingerprint = fingerprint;
-  if (options_.prefix_cache) {
-    state->index = std::make_unique<PrefixIndex>(&state->pipeline->allocator());
-  }
+  state->prefix_cache = std::make_unique<SchedulerPrefixCache>(
+      options_.prefix_cache, &state->pipeline->allocator(), options_.n_parallel,
+      options_.page_tokens, fingerprint);
   config_ = state->pipeline->config();
   state->slots.resize(options_.n_parallel);
   for (SchedulerSlot& slot : state->slots) {
@@ -407,209 +339,11 @@ bool Scheduler::AdmitAction() {
     if (slot.request->request().max_tokens == 0) {
       FinishSlot(int(i), FinishReason::kLength);
     } else {
-      MapCachedPrefix(int(i));
+      s.prefix_cache->Admit(int(i), *slot.request, *slot.table);
     }
   }
   if (admitted) PublishStats();
   return admitted;
-}
-
-// Maps the longest cached chain of the prompt's full blocks into the slot's empty table;
-// prefill starts after it, but never after the last prompt token (its logits are needed).
-void Scheduler::MapCachedPrefix(int slot_idx) {
-  State& s = *state_;
-  SchedulerSlot& slot = s.slots[slot_idx];
-  slot.hashes.clear();
-  slot.n_published = 0;
-  slot.publishing = s.index != nullptr;
-  if (!s.index) return;
-  ActiveRequest& request = *slot.request;
-  slot.hashes = ChainBlockHashes(request.request().prompt, options_.page_tokens, s.fingerprint);
-  PrefixHit hit = s.index->Lookup(slot.hashes);
-  for (PageId page : hit.pages()) slot.table->AppendSharedPage(page);
-  slot.n_published = hit.n_blocks();
-  const int cached = std::min(slot.table->n_tokens(), request.n_prompt() - 1);
-  request.SetCached(cached);
-  s.prompt_tokens_cached += cached;
-}
-
-// Publishes the slot's pages that [0, written_end) fills, in chain order.
-void Scheduler::PublishFullPages(int slot_idx, int written_end) {
-  State& s = *state_;
-  SchedulerSlot& slot = s.slots[slot_idx];
-  const int page_tokens = options_.page_tokens;
-  const int n_full = std::min(written_end, slot.table->n_tokens()) / page_tokens;
-  std::vector<TokenId> block(size_t(page_tokens), 0);
-  while (slot.publishing && slot.n_published < n_full) {
-    const int i = slot.n_published;
-    const BlockHash parent = i > 0 ? slot.hashes[i - 1] : kRootBlockHash;
-    // Only a chain of the index's own pages keeps every unheld cached page evictable.
-    if (i > 0 && s.index->PageOf(parent) != slot.table->page(i - 1)) {
-      slot.publishing = false;
-      break;
-    }
-    if (i == int(slot.hashes.size())) {
-      for (int k = 0; k < page_tokens; ++k) block[k] = slot.request->TokenAt(i * page_tokens + k);
-      slot.hashes.push_back(ChainBlockHash(parent, block, s.fingerprint));
-    }
-    (void)s.index->Publish(slot.hashes[i], parent, slot.table->page(i));
-    ++slot.n_published;
-  }
-}
-
-void Scheduler::State::Touch(SchedulerSlot& slot, int begin, int end) {
-  if (slot.write_end == 0) slot.write_begin = begin;
-  slot.write_end = end;
-}
-
-TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& record) {
-  SchedulerSlot& slot = slots[slot_idx];
-  ActiveRequest& request = *slot.request;
-  if (budget <= 0) return TaskState::kBlocked;
-  const int start = request.n_prefilled();
-  const int n = std::min(budget, request.n_prompt() - start);
-  const bool last = start + n == request.n_prompt();
-  for (int k = 0; k < n; ++k) {
-    const int pos = start + k;
-    batch.push_back({request.request().prompt[pos], pos, slot_idx, last && k == n - 1});
-  }
-  Touch(slot, start, start + n);
-  // Counted as prefilled once submitted: a later chunk may follow it through the stages.
-  request.AddPrefilled(n);
-  prompt_tokens_computed += n;
-  if (last) {
-    record.logit_slots.push_back(slot_idx);
-    record.logit_requests.push_back(request.id());
-    slot.awaiting_logits = true;
-  }
-  budget -= n;
-  return last ? TaskState::kFinished : TaskState::kNotFinished;
-}
-
-void Scheduler::BuildBatch(InFlight& record) {
-  State& s = *state_;
-  s.batch.clear();
-  const int depth = s.pipeline->depth();
-  int n_decoding = 0;
-  for (const SchedulerSlot& slot : s.slots) {
-    n_decoding += slot.request && slot.request->prefill_done();
-  }
-  // With depth > 1 the running streams split into micro-batches that alternate.
-  const int decode_cap =
-      depth > 1 ? (n_decoding + depth - 1) / depth : std::numeric_limits<int>::max();
-  std::vector<int> prefilling;
-  int n_decode = 0;
-  for (int i = 0; i < int(s.slots.size()); ++i) {
-    SchedulerSlot& slot = s.slots[i];
-    ActiveRequest* request = slot.request.get();
-    if (!request || slot.awaiting_logits) continue;
-    if (!request->prefill_done()) {
-      prefilling.push_back(i);
-      continue;
-    }
-    if (n_decode == decode_cap) continue;
-    s.batch.push_back({request->last_token(), request->next_position(), i, true});
-    s.Touch(slot, request->next_position(), request->next_position() + 1);
-    record.logit_slots.push_back(i);
-    record.logit_requests.push_back(request->id());
-    slot.awaiting_logits = true;
-    ++n_decode;
-  }
-  std::sort(prefilling.begin(), prefilling.end(),
-            [&](int a, int b) { return s.slots[a].admit_seq < s.slots[b].admit_seq; });
-  int budget = options_.n_batch - int(s.batch.size());
-  // Depth 1: the cap applies when this batch decodes; pipelined, whenever streams run (a
-  // big chunk ahead of them in the stages delays their next token just the same).
-  const bool streams_wait = depth > 1 ? n_decoding > 0 : !s.batch.empty();
-  if (streams_wait && options_.prefill_chunk > 0) budget = std::min(budget, options_.prefill_chunk);
-  for (int i : prefilling) {
-    if (s.PrefillStep(i, budget, record) == TaskState::kBlocked) break;
-  }
-}
-
-Status Scheduler::State::PrepareWriteWithRoom(SchedulerSlot& slot) {
-  const int page_tokens = pipeline->allocator().page_tokens();
-  // Upper bound of the pages this write may allocate (new or copy-on-write).
-  const int n_pages = (slot.write_end - 1) / page_tokens - slot.write_begin / page_tokens + 1;
-  for (;;) {
-    Status status = slot.table->PrepareWrite(slot.write_begin, slot.write_end, &copies);
-    if (status.code() != StatusCode::kOutOfRange || !index) return status;
-    if (index->EvictUnreferenced(n_pages) == 0) return status;
-  }
-}
-
-// Allocates the pages the batch writes (copy-on-write copies into s.copies), lists every
-// slot's pages and records in `record` what each slot will have written.
-Status Scheduler::PrepareTables(InFlight& record) {
-  State& s = *state_;
-  s.copies.clear();
-  Status status;
-  for (size_t i = 0; i < s.slots.size(); ++i) {
-    SchedulerSlot& slot = s.slots[i];
-    if (slot.write_end > 0 && status.ok()) {
-      status = s.PrepareWriteWithRoom(slot);
-      if (status.ok()) {
-        slot.table->SetTokens(slot.write_end);
-        record.written.push_back({int(i), slot.request->id(), slot.write_end});
-      }
-    }
-    slot.write_end = 0;
-    s.pages_by_slot[i] = slot.table->pages();
-  }
-  return status;
-}
-
-bool Scheduler::SubmitAction() {
-  State& s = *state_;
-  if (int(s.in_flight.size()) >= s.pipeline->depth()) return false;
-  InFlight record;
-  BuildBatch(record);
-  if (s.batch.empty()) return false;
-  Status status = PrepareTables(record);
-  if (status.ok()) status = s.pipeline->Submit({s.batch, s.pages_by_slot, s.copies});
-  if (!status.ok()) {
-    FailEverything(status);
-    return true;
-  }
-  s.in_flight.push_back(std::move(record));
-  return true;
-}
-
-bool Scheduler::CollectAction() {
-  State& s = *state_;
-  if (s.in_flight.empty()) return false;
-  Result<std::span<const float>> logits = s.pipeline->WaitOldest();
-  InFlight record = std::move(s.in_flight.front());
-  s.in_flight.pop_front();
-  if (!logits.ok()) {
-    FailEverything(logits.status());
-    return true;
-  }
-  // Every stage has written the batch's KV: its full pages may be shared now.
-  for (const InFlight::Written& written : record.written) {
-    const SchedulerSlot& slot = s.slots[written.slot];
-    if (s.index && slot.request && slot.request->id() == written.request) {
-      PublishFullPages(written.slot, written.end);
-    }
-  }
-  ProcessLogits(record, *logits);
-  PublishStats();
-  return true;
-}
-
-void Scheduler::ProcessLogits(const InFlight& record, std::span<const float> logits) {
-  State& s = *state_;
-  const size_t n_vocab = size_t(config_.n_vocab);
-  for (size_t row = 0; row < record.logit_slots.size(); ++row) {
-    const int i = record.logit_slots[row];
-    SchedulerSlot& slot = s.slots[i];
-    if (!slot.request || slot.request->id() != record.logit_requests[row]) continue;
-    slot.awaiting_logits = false;
-    std::optional<FinishReason> done = slot.request->OnLogits(
-        logits.subspan(row * n_vocab, n_vocab), slot.table->n_tokens(), options_.n_ctx);
-    ++s.generated_tokens_total;
-    if (done) FinishSlot(i, *done);
-  }
 }
 
 // A failed batch: every batch behind it fails too, so every running request ends with the
@@ -634,7 +368,7 @@ void Scheduler::FailEverything(const Status& error) {
     while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kError, error);
     s.last_reconnect = std::chrono::steady_clock::now();
     // The lost stage's pages are gone (a reconnected stage starts empty).
-    if (s.index) s.index->Clear();
+    s.prefix_cache->Clear();
     PublishStats();
   }
 }
@@ -687,17 +421,10 @@ void Scheduler::PublishStats() {
   stats_.requests_total = s.requests_total;
   stats_.prompt_tokens_total = s.prompt_tokens_total;
   stats_.generated_tokens_total = s.generated_tokens_total;
-  const int cached_only = s.index ? s.index->CountUnreferenced() : 0;
+  const int cached_only = s.prefix_cache->n_cached_only();
   stats_.kv_pages_used = allocator.n_pages() - allocator.n_free() - cached_only;
-  stats_.prompt_tokens_cached = s.prompt_tokens_cached;
   stats_.prompt_tokens_computed = s.prompt_tokens_computed;
-  if (s.index) {
-    const PrefixIndexStats& cache = s.index->stats();
-    stats_.prefix_cache_lookup_blocks = cache.lookup_blocks;
-    stats_.prefix_cache_hit_blocks = cache.hit_blocks;
-    stats_.prefix_cache_evicted_pages = cache.evicted;
-    stats_.prefix_cache_pages = s.index->size();
-  }
+  s.prefix_cache->FillStats(stats_);
 }
 
 }  // namespace shardlm

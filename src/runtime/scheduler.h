@@ -148,8 +148,8 @@ class Scheduler : public Engine {
     RequestCallbacks callbacks;  // kSubmit
     std::chrono::steady_clock::time_point submitted;
   };
-  struct State;     // scheduler.cc: everything the engine thread owns
-  struct InFlight;  // scheduler.cc: what a submitted batch will give logits for
+  struct State;     // scheduler_impl.h: everything the engine thread owns
+  struct InFlight;  // scheduler_impl.h: what a submitted batch will give logits for
 
   Scheduler(const Tokenizer& tokenizer, const SchedulerOptions& options);
   Status Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
@@ -166,8 +166,6 @@ class Scheduler : public Engine {
   bool CollectAction();
   void BuildBatch(InFlight& record);
   Status PrepareTables(InFlight& record);
-  void MapCachedPrefix(int slot);
-  void PublishFullPages(int slot, int written_end);
   void ProcessLogits(const InFlight& record, std::span<const float> logits);
   void FailEverything(const Status& error);
   void FinishSlot(int slot, FinishReason reason, Status error = Status::Ok());

@@ -1,0 +1,173 @@
+// Scheduler batches: building one (decode entries first, then prefill chunks, oldest
+// admission first), preparing its block tables (copy-on-write, eviction when the pool is
+// full), submitting it to the pipeline and collecting the oldest batch's logits (see
+// scheduler.h).
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "kv/block_table.h"
+#include "kv/page_allocator.h"
+#include "runtime/scheduler.h"
+#include "runtime/scheduler_impl.h"
+#include "runtime/scheduler_prefix_cache.h"
+#include "runtime/scheduler_request.h"
+
+namespace shardlm {
+
+void Scheduler::State::Touch(SchedulerSlot& slot, int begin, int end) {
+  if (slot.write_end == 0) slot.write_begin = begin;
+  slot.write_end = end;
+}
+
+TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& record) {
+  SchedulerSlot& slot = slots[slot_idx];
+  ActiveRequest& request = *slot.request;
+  if (budget <= 0) return TaskState::kBlocked;
+  const int start = request.n_prefilled();
+  const int n = std::min(budget, request.n_prompt() - start);
+  const bool last = start + n == request.n_prompt();
+  for (int k = 0; k < n; ++k) {
+    const int pos = start + k;
+    batch.push_back({request.request().prompt[pos], pos, slot_idx, last && k == n - 1});
+  }
+  Touch(slot, start, start + n);
+  // Counted as prefilled once submitted: a later chunk may follow it through the stages.
+  request.AddPrefilled(n);
+  prompt_tokens_computed += n;
+  if (last) {
+    record.logit_slots.push_back(slot_idx);
+    record.logit_requests.push_back(request.id());
+    slot.awaiting_logits = true;
+  }
+  budget -= n;
+  return last ? TaskState::kFinished : TaskState::kNotFinished;
+}
+
+void Scheduler::BuildBatch(InFlight& record) {
+  State& s = *state_;
+  s.batch.clear();
+  const int depth = s.pipeline->depth();
+  int n_decoding = 0;
+  for (const SchedulerSlot& slot : s.slots) {
+    n_decoding += slot.request && slot.request->prefill_done();
+  }
+  // With depth > 1 the running streams split into micro-batches that alternate.
+  const int decode_cap =
+      depth > 1 ? (n_decoding + depth - 1) / depth : std::numeric_limits<int>::max();
+  std::vector<int> prefilling;
+  int n_decode = 0;
+  for (int i = 0; i < int(s.slots.size()); ++i) {
+    SchedulerSlot& slot = s.slots[i];
+    ActiveRequest* request = slot.request.get();
+    if (!request || slot.awaiting_logits) continue;
+    if (!request->prefill_done()) {
+      prefilling.push_back(i);
+      continue;
+    }
+    if (n_decode == decode_cap) continue;
+    s.batch.push_back({request->last_token(), request->next_position(), i, true});
+    s.Touch(slot, request->next_position(), request->next_position() + 1);
+    record.logit_slots.push_back(i);
+    record.logit_requests.push_back(request->id());
+    slot.awaiting_logits = true;
+    ++n_decode;
+  }
+  std::sort(prefilling.begin(), prefilling.end(),
+            [&](int a, int b) { return s.slots[a].admit_seq < s.slots[b].admit_seq; });
+  int budget = options_.n_batch - int(s.batch.size());
+  // Depth 1: the cap applies when this batch decodes; pipelined, whenever streams run (a
+  // big chunk ahead of them in the stages delays their next token just the same).
+  const bool streams_wait = depth > 1 ? n_decoding > 0 : !s.batch.empty();
+  if (streams_wait && options_.prefill_chunk > 0) budget = std::min(budget, options_.prefill_chunk);
+  for (int i : prefilling) {
+    if (s.PrefillStep(i, budget, record) == TaskState::kBlocked) break;
+  }
+}
+
+Status Scheduler::State::PrepareWriteWithRoom(SchedulerSlot& slot) {
+  const int page_tokens = pipeline->allocator().page_tokens();
+  // Upper bound of the pages this write may allocate (new or copy-on-write).
+  const int n_pages = (slot.write_end - 1) / page_tokens - slot.write_begin / page_tokens + 1;
+  for (;;) {
+    Status status = slot.table->PrepareWrite(slot.write_begin, slot.write_end, &copies);
+    if (status.code() != StatusCode::kOutOfRange) return status;
+    if (prefix_cache->Evict(n_pages) == 0) return status;
+  }
+}
+
+// Allocates the pages the batch writes (copy-on-write copies into s.copies), lists every
+// slot's pages and records in `record` what each slot will have written.
+Status Scheduler::PrepareTables(InFlight& record) {
+  State& s = *state_;
+  s.copies.clear();
+  Status status;
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    SchedulerSlot& slot = s.slots[i];
+    if (slot.write_end > 0 && status.ok()) {
+      status = s.PrepareWriteWithRoom(slot);
+      if (status.ok()) {
+        slot.table->SetTokens(slot.write_end);
+        record.written.push_back({int(i), slot.request->id(), slot.write_end});
+      }
+    }
+    slot.write_end = 0;
+    s.pages_by_slot[i] = slot.table->pages();
+  }
+  return status;
+}
+
+bool Scheduler::SubmitAction() {
+  State& s = *state_;
+  if (int(s.in_flight.size()) >= s.pipeline->depth()) return false;
+  InFlight record;
+  BuildBatch(record);
+  if (s.batch.empty()) return false;
+  Status status = PrepareTables(record);
+  if (status.ok()) status = s.pipeline->Submit({s.batch, s.pages_by_slot, s.copies});
+  if (!status.ok()) {
+    FailEverything(status);
+    return true;
+  }
+  s.in_flight.push_back(std::move(record));
+  return true;
+}
+
+bool Scheduler::CollectAction() {
+  State& s = *state_;
+  if (s.in_flight.empty()) return false;
+  Result<std::span<const float>> logits = s.pipeline->WaitOldest();
+  InFlight record = std::move(s.in_flight.front());
+  s.in_flight.pop_front();
+  if (!logits.ok()) {
+    FailEverything(logits.status());
+    return true;
+  }
+  // Every stage has written the batch's KV: its full pages may be shared now.
+  for (const InFlight::Written& written : record.written) {
+    const SchedulerSlot& slot = s.slots[written.slot];
+    if (s.prefix_cache->enabled() && slot.request && slot.request->id() == written.request) {
+      s.prefix_cache->PublishFullPages(written.slot, *slot.request, *slot.table, written.end);
+    }
+  }
+  ProcessLogits(record, *logits);
+  PublishStats();
+  return true;
+}
+
+void Scheduler::ProcessLogits(const InFlight& record, std::span<const float> logits) {
+  State& s = *state_;
+  const size_t n_vocab = size_t(config_.n_vocab);
+  for (size_t row = 0; row < record.logit_slots.size(); ++row) {
+    const int i = record.logit_slots[row];
+    SchedulerSlot& slot = s.slots[i];
+    if (!slot.request || slot.request->id() != record.logit_requests[row]) continue;
+    slot.awaiting_logits = false;
+    std::optional<FinishReason> done = slot.request->OnLogits(
+        logits.subspan(row * n_vocab, n_vocab), slot.table->n_tokens(), options_.n_ctx);
+    ++s.generated_tokens_total;
+    if (done) FinishSlot(i, *done);
+  }
+}
+
+}  // namespace shardlm

@@ -1,0 +1,78 @@
+// Scheduler internals: the engine thread's state (slots, waiting requests, batches in
+// flight, prefix cache, counters), shared by scheduler.cc (instructions, actions, faults,
+// stats) and scheduler_batch.cc (building, submitting and collecting batches).
+//
+// Goals: one definition of what the engine thread owns; no logic beyond small helpers.
+// Non-goals: anything other threads may see (that lives in Scheduler, guarded by mu_).
+//
+// Thread safety: every type here belongs to the engine thread alone.
+// Lifetime: State is owned by the Scheduler; see State for the destruction order.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "kv/block_table.h"
+#include "runtime/scheduler.h"
+#include "runtime/scheduler_prefix_cache.h"
+#include "runtime/scheduler_request.h"
+
+namespace shardlm {
+
+// What a resumable task (a prompt's prefill) reports after being offered a step.
+enum class TaskState { kFinished, kNotFinished, kBlocked };
+
+// One sequence slot: the batch's slot index is the index in State::slots.
+struct SchedulerSlot {
+  std::unique_ptr<ActiveRequest> request;  // null when free
+  std::unique_ptr<BlockTable> table;       // the slot's KV; cleared when the request ends
+  uint64_t admit_seq = 0;                  // admission order: older prefills go first
+  bool awaiting_logits = false;            // a batch in flight gives its next logits row
+  int write_begin = 0;                     // positions [write_begin, write_end) of the
+  int write_end = 0;                       // batch being built (write_end 0: none)
+};
+
+// A submitted batch: whose logits rows it will give, in batch order. The request id guards
+// against a slot that was finished and reused while the batch was in flight.
+struct Scheduler::InFlight {
+  std::vector<int> logit_slots;
+  std::vector<RequestId> logit_requests;
+  // Per slot the batch writes: positions [0, end) hold KV once the batch is collected.
+  struct Written {
+    int slot = 0;
+    RequestId request = 0;
+    int end = 0;
+  };
+  std::vector<Written> written;
+};
+
+// Declaration order is destruction order reversed: tables and the prefix cache go before
+// the pipeline (whose allocator they release pages into).
+struct Scheduler::State {
+  std::unique_ptr<Pipeline> pipeline;
+  std::unique_ptr<SchedulerPrefixCache> prefix_cache;  // a null object when disabled
+  std::vector<SchedulerSlot> slots;
+  std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
+  std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
+  std::deque<InFlight> in_flight;                      // submission order
+  std::vector<BatchEntry> batch;
+  std::vector<PageCopy> copies;
+  std::chrono::steady_clock::time_point last_reconnect;
+  uint64_t admit_counter = 0;
+  int64_t requests_total = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generated_tokens_total = 0;
+  int64_t prompt_tokens_computed = 0;
+
+  // Offers a prefilling request up to `budget` batch entries; appends its chunk.
+  TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);
+  // Marks positions [begin, end) of the slot as written by the batch being built.
+  void Touch(SchedulerSlot& slot, int begin, int end);
+  // PrepareWrite, evicting unreferenced cached pages when the pool is full.
+  Status PrepareWriteWithRoom(SchedulerSlot& slot);
+};
+
+}  // namespace shardlm
