@@ -144,7 +144,7 @@ Status BenchCommand(const BenchFlags& f) {
   if (f.n_prompt < 0 || f.n_gen < 0) return InvalidArgument("-p and -n must be >= 0");
   SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(f.placement));
   SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,
-                           LoadModelFile(f.model_path, {.show_progress = true}));
+                           LoadModelFile(f.model_path, ModelLoadOptions(placement)));
   const ModelFacts facts = DescribeModel(loaded);
   const unsigned hardware = std::thread::hardware_concurrency();
   const int n_threads = f.n_threads > 0 ? f.n_threads : int(hardware > 0 ? hardware : 1);

@@ -107,7 +107,7 @@ Status RunCommand(RunFlags& f) {
   }
   SHARDLM_TRY(f.sampling.Validate());
   SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,
-                           LoadModelFile(f.model_path, {.show_progress = true}));
+                           LoadModelFile(f.model_path, ModelLoadOptions(placement)));
   PrintLoadInfo(loaded);
   std::fprintf(stderr, "seed: %llu\n", static_cast<unsigned long long>(f.sampling.seed));
 

@@ -147,9 +147,8 @@ Status RunServe(const ServeFlags& flags) {
   if (model_path.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(model_path, EnsureSynthModel());
   }
-  LoadOptions load;
-  load.show_progress = true;
-  SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelFile(model_path, load));
+  SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,
+                           LoadModelFile(model_path, ModelLoadOptions(placement)));
   SHARDLM_ASSIGN_OR_RETURN(std::string tmpl, ChatTemplateSource(flags, *loaded.file));
   SchedulerOptions so;
   so.n_parallel = flags.n_parallel;
@@ -164,6 +163,7 @@ Status RunServe(const ServeFlags& flags) {
   so.devices = std::move(placement.devices);
   so.layer_split = std::move(placement.layer_split);
   so.model_path = model_path;
+  so.show_progress = true;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
                            Scheduler::Create(std::move(loaded), so));
   for (const std::string& line : DescribePlacement(engine->info().stages)) Log(line);

@@ -49,4 +49,13 @@ std::vector<std::string> DescribePlacement(const std::vector<StageInfo>& stages)
   return lines;
 }
 
+LoadOptions ModelLoadOptions(const Placement& placement) {
+  LoadOptions load;
+  load.show_progress = true;
+  // One local stage over every layer borrows this binding and pages nothing in itself.
+  load.prefault = placement.devices.empty() ||
+                  (placement.devices.size() == 1 && !placement.devices[0].remote());
+  return load;
+}
+
 }  // namespace shardlm::cli

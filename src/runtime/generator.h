@@ -58,7 +58,9 @@ struct GenerateOptions {
   // token (and render as ""), so exactly n_predict tokens come out, as in the fixtures'
   // greedy runs. llama.cpp's --ignore-eos instead forbids them; we keep the model's choice.
   bool ignore_eos = false;
-  bool show_progress = false;  // prefill progress on stderr for prompts longer than n_batch
+  // Progress on stderr: the stages of a split paging in, and prefill of prompts longer than
+  // n_batch.
+  bool show_progress = false;
   bool want_logprobs = false;  // fill GenerationResult::logprobs
 };
 

@@ -43,6 +43,7 @@ PipelineOptions SchedulerOptions::ToPipelineOptions() const {
   pipeline.kv_type = kv_type;
   pipeline.max_batch_tokens = n_batch;
   pipeline.max_logit_rows = n_parallel;
+  pipeline.show_progress = show_progress;
   return pipeline;
 }
 

@@ -91,6 +91,7 @@ struct SchedulerOptions {
   std::vector<DeviceSpec> devices = {};
   std::vector<double> layer_split = {};  // one weight per device; empty: equal layer bytes
   std::string model_path = {};           // the model's file, opened by remote stages
+  bool show_progress = false;            // stages of a split page in with progress on stderr
   bool prefix_cache = true;              // share and reuse full KV pages of common prompt prefixes
   // Pages beyond n_parallel × ceil(n_ctx / page_tokens), where cached prefixes outlive their
   // requests without taking room a running sequence may need (0: cached pages only use

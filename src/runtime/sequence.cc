@@ -33,6 +33,7 @@ Result<std::unique_ptr<Sequence>> Sequence::Create(const Model& model,
   options.kv_type = config.kv_type;
   options.max_batch_tokens = config.max_batch;
   options.max_logit_rows = 1;
+  options.show_progress = config.show_progress;
   SHARDLM_ASSIGN_OR_RETURN(seq->pipeline_, Pipeline::Create(model, config.model_path, options));
   seq->table_ = std::make_unique<BlockTable>(&seq->pipeline_->allocator());
   seq->batch_.reserve(config.max_batch);

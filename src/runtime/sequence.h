@@ -40,6 +40,7 @@ struct SequenceConfig {
   std::vector<DeviceSpec> devices = {};  // placement (placement.h); empty: one "cpu" stage
   std::vector<double> layer_split = {};  // empty: equal layer bytes
   std::string model_path = {};           // opened by remote stages
+  bool show_progress = false;            // stages of a split page in with progress on stderr
 };
 
 class Sequence {
