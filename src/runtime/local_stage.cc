@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
@@ -122,6 +123,36 @@ void LocalStage::Count(const StageBatch& batch, bool has_hidden_in, double secon
 StageStats LocalStage::Stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;
+}
+
+size_t LocalStage::page_bytes() const { return pool_->page_bytes(); }
+
+Status LocalStage::CheckPages(std::span<const PageId> pages) const {
+  for (PageId page : pages) {
+    if (page < 0 || page >= pool_->n_pages()) {
+      return InvalidArgument("stage {}: page {} is outside the pool ({} pages)", info_.index, page,
+                             pool_->n_pages());
+    }
+  }
+  return Status::Ok();
+}
+
+Status LocalStage::ExportPages(std::span<const PageId> pages, uint8_t* dst) {
+  SHARDLM_TRY(CheckPages(pages));
+  const size_t bytes = pool_->page_bytes();
+  for (size_t i = 0; i < pages.size(); ++i) {
+    std::memcpy(dst + i * bytes, pool_->page_data(pages[i]), bytes);
+  }
+  return Status::Ok();
+}
+
+Status LocalStage::ImportPages(std::span<const PageId> pages, const uint8_t* src) {
+  SHARDLM_TRY(CheckPages(pages));
+  const size_t bytes = pool_->page_bytes();
+  for (size_t i = 0; i < pages.size(); ++i) {
+    std::memcpy(pool_->page_data(pages[i]), src + i * bytes, bytes);
+  }
+  return Status::Ok();
 }
 
 }  // namespace shardlm

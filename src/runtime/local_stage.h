@@ -77,6 +77,9 @@ class LocalStage final : public Stage {
   Status Health() const override { return Status::Ok(); }
   Status Reconnect() override { return Status::Ok(); }
   StageStats Stats() const override;
+  size_t page_bytes() const override;
+  Status ExportPages(std::span<const PageId> pages, uint8_t* dst) override;
+  Status ImportPages(std::span<const PageId> pages, const uint8_t* src) override;
 
   const Model& model() const { return *model_; }
   // The stage's page storage (prefix cache export/import, the shard daemon).
@@ -88,6 +91,7 @@ class LocalStage final : public Stage {
                                                     const Model& model,
                                                     const LocalStageOptions& options);
   Status ApplyCopies(std::span<const PageCopy> copies);
+  Status CheckPages(std::span<const PageId> pages) const;  // InvalidArgument: outside the pool
   void Count(const StageBatch& batch, bool has_hidden_in, double seconds);
 
   std::unique_ptr<Model> owned_model_;  // Load only

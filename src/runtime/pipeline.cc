@@ -317,4 +317,34 @@ PipelineCounters Pipeline::counters() const {
   return counters_;
 }
 
+std::vector<size_t> Pipeline::page_bytes() const {
+  std::vector<size_t> bytes;
+  for (const auto& stage : stages_) bytes.push_back(stage->page_bytes());
+  return bytes;
+}
+
+Status Pipeline::ExportPages(std::span<const PageId> pages,
+                             std::span<uint8_t* const> dst_by_stage) {
+  if (dst_by_stage.size() != stages_.size()) {
+    return InvalidArgument("ExportPages: {} buffers for {} stages", dst_by_stage.size(),
+                           stages_.size());
+  }
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    SHARDLM_TRY(stages_[s]->ExportPages(pages, dst_by_stage[s]));
+  }
+  return Status::Ok();
+}
+
+Status Pipeline::ImportPages(std::span<const PageId> pages,
+                             std::span<const uint8_t* const> src_by_stage) {
+  if (src_by_stage.size() != stages_.size()) {
+    return InvalidArgument("ImportPages: {} buffers for {} stages", src_by_stage.size(),
+                           stages_.size());
+  }
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    SHARDLM_TRY(stages_[s]->ImportPages(pages, src_by_stage[s]));
+  }
+  return Status::Ok();
+}
+
 }  // namespace shardlm

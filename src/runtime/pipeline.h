@@ -23,7 +23,8 @@
 // placement arithmetic (placement.h), stage internals (local_stage.h, remote_stage.h).
 //
 // Thread safety: one owner thread calls Submit, WaitOldest, Run and Reconnect; Health,
-// Stats, counters, placement and in_flight may be called from any thread.
+// Stats, counters, placement, in_flight and the page transfers may be called from any
+// thread.
 // Lifetime: a Pipeline made by Create borrows the Model when one local stage computes all
 // of it (the Model must outlive the Pipeline); otherwise stages own what they load.
 // Block tables on allocator() must be destroyed first. Destruction joins the workers;
@@ -130,6 +131,15 @@ class Pipeline {
   // bytes in and out (hidden rows; logits rows for the last stage).
   std::vector<StageStats> Stats() const;
   PipelineCounters counters() const;
+
+  // KV page transfer through every stage (Stage::ExportPages): [stage] → bytes of one page
+  // of that stage.
+  std::vector<size_t> page_bytes() const;
+  // dst_by_stage[s] (or src_by_stage[s]) holds pages.size() × page_bytes()[s] bytes, pages in
+  // order. Same rules as Stage::ExportPages: any thread, pages no batch in flight writes or
+  // reads. Errors: a wrong number of buffers (InvalidArgument), the first failing stage's.
+  Status ExportPages(std::span<const PageId> pages, std::span<uint8_t* const> dst_by_stage);
+  Status ImportPages(std::span<const PageId> pages, std::span<const uint8_t* const> src_by_stage);
 
  private:
   struct Job;

@@ -66,12 +66,11 @@ class RemoteStage : public Stage {
   Status Reconnect() override;
   StageStats Stats() const override;
 
-  // Bytes of one page of this stage (what ExportPages writes per page).
-  size_t page_bytes() const { return page_bytes_; }
-  // Copies the pages' contents, page_bytes() each in order, out of the daemon's pool into
-  // dst, or from src into it; any number of pages (moved kShardPagesPerTransfer at a time).
-  Status ExportPages(std::span<const PageId> pages, uint8_t* dst);
-  Status ImportPages(std::span<const PageId> pages, const uint8_t* src);
+  size_t page_bytes() const override { return page_bytes_; }
+  // Through the daemon's pool, kShardPagesPerTransfer pages per round trip; serialized with
+  // Run (one connection), so an export waits for the batch the daemon is computing.
+  Status ExportPages(std::span<const PageId> pages, uint8_t* dst) override;
+  Status ImportPages(std::span<const PageId> pages, const uint8_t* src) override;
   // The daemon's own statistics (its batches, busy time, resident set).
   Result<ShardStatsReply> DaemonStats();
   // The daemon's answer to the last accepted Hello (device, threads, bytes, RSS). Not to be

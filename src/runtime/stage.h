@@ -13,7 +13,8 @@
 // (pipeline.h), page allocation (kv/page_allocator.h).
 //
 // Thread safety: one thread calls Run at a time (the pipeline's worker for this stage);
-// info, Health and Stats may be called from any thread.
+// info, Health and Stats may be called from any thread; page_bytes, ExportPages and
+// ImportPages too (see there).
 #pragma once
 
 #include <cstddef>
@@ -81,6 +82,19 @@ class Stage {
   virtual Status Reconnect() = 0;
 
   virtual StageStats Stats() const = 0;
+
+  // KV page transfer: the prefix cache's disk tier and slot save/restore move a stage's
+  // part of a page through these. A page's bytes are the stage's PagePool layout over its
+  // own layers, page_bytes() long.
+  virtual size_t page_bytes() const = 0;
+  // Copies the pages' contents, page_bytes() each in order, into dst (Export) or from src
+  // into the stage's pool (Import). May be called from any thread while batches run, for
+  // pages no batch in flight writes or reads: exported pages are full pages that nothing
+  // writes again (published cache pages), imported ones are pages no batch has named yet.
+  // Errors: a page outside the pool (InvalidArgument, nothing copied); kUnavailable for a
+  // lost remote stage.
+  virtual Status ExportPages(std::span<const PageId> pages, uint8_t* dst) = 0;
+  virtual Status ImportPages(std::span<const PageId> pages, const uint8_t* src) = 0;
 };
 
 }  // namespace shardlm

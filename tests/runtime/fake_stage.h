@@ -70,6 +70,10 @@ class FakeStage : public Stage {
   Status Health() const override { return Status::Ok(); }
   Status Reconnect() override { return Status::Ok(); }
   StageStats Stats() const override { return {}; }
+  // No KV: pages are empty.
+  size_t page_bytes() const override { return 0; }
+  Status ExportPages(std::span<const PageId>, uint8_t*) override { return Status::Ok(); }
+  Status ImportPages(std::span<const PageId>, const uint8_t*) override { return Status::Ok(); }
 
  private:
   StageInfo info_;
@@ -98,6 +102,15 @@ class FaultyStage : public Stage {
     return Status::Ok();
   }
   StageStats Stats() const override { return inner_->Stats(); }
+  size_t page_bytes() const override { return inner_->page_bytes(); }
+  Status ExportPages(std::span<const PageId> pages, uint8_t* dst) override {
+    if (down_) return Down();
+    return inner_->ExportPages(pages, dst);
+  }
+  Status ImportPages(std::span<const PageId> pages, const uint8_t* src) override {
+    if (down_) return Down();
+    return inner_->ImportPages(pages, src);
+  }
 
   void set_down(bool down) { down_ = down; }
   // Goes down on the Run after `n` more successful Runs (-1: never).

@@ -340,6 +340,47 @@ TEST_P(LocalStageTest, CopyOnWriteCopiesReachEveryStage) {
   EXPECT_NE(ForkAndDecode(Raw(stages), prompt, true), want) << "the copy must matter";
 }
 
+// Prefills `prompt` into fresh pages; with `imported`, the first decode step instead reads
+// KV pages imported into fresh stages from the prefilled ones (ExportPages/ImportPages):
+// the decode logits must be the same bitwise.
+TEST_P(LocalStageTest, ExportedPagesImportIntoFreshStagesBitwise) {
+  const std::vector<int32_t>& prompt = golden_b_.prompt;
+  const int n = int(prompt.size());
+  const auto source = LoadSplit(file_, 2, 1);
+  ASSERT_EQ(source.size(), 2u);
+  Sequences seqs(1);
+  std::vector<BatchEntry> entries;
+  for (int pos = 0; pos < n; ++pos) entries.push_back({prompt[pos], pos, 0, pos + 1 == n});
+  seqs.Prepare({{0, n}});
+  RunChain(Raw(source), seqs.Batch(entries));
+  seqs.Finish({{0, n}});
+
+  const std::vector<BatchEntry> decode = {{prompt[0], n, 0, true}};
+  seqs.Prepare({{0, n + 1}});
+  const std::vector<PageId> pages(seqs.tables[0].pages().begin(), seqs.tables[0].pages().end());
+  std::vector<std::vector<uint8_t>> bytes;
+  for (const auto& stage : source) {
+    ASSERT_EQ(stage->page_bytes(), stage->pool().page_bytes());
+    bytes.emplace_back(pages.size() * stage->page_bytes());
+    ASSERT_TRUE(stage->ExportPages(pages, bytes.back().data()).ok());
+  }
+  const std::vector<float> want = RunChain(Raw(source), seqs.Batch(decode));
+
+  const auto fresh = LoadSplit(file_, 2, 1);
+  ASSERT_EQ(fresh.size(), 2u);
+  EXPECT_NE(RunChain(Raw(fresh), seqs.Batch(decode)), want) << "the import must matter";
+  for (size_t s = 0; s < fresh.size(); ++s) {
+    ASSERT_TRUE(fresh[s]->ImportPages(pages, bytes[s].data()).ok());
+  }
+  ExpectBitwise(RunChain(Raw(fresh), seqs.Batch(decode)), want, "imported pages");
+
+  const std::vector<PageId> outside = {kPages};
+  const Status refused = fresh[0]->ExportPages(outside, bytes[0].data());
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("outside"), std::string::npos) << refused.message();
+  EXPECT_EQ(fresh[0]->ImportPages(outside, bytes[0].data()).code(), StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, LocalStageTest,
     ::testing::Values(ModelCase{"stories260K.gguf", "stories260K.p2", "stories260K.p3"},
