@@ -175,7 +175,8 @@ Status RunServe(const ServeFlags& flags) {
   opts.n_threads = flags.http_threads;
   opts.log = Log;
   opts.metrics_extra = [&scheduler = *engine] {
-    return server::PipelineMetricsText(scheduler.pipeline_counters());
+    return server::PipelineMetricsText(scheduler.pipeline_counters(), scheduler.info().stages,
+                                       scheduler.stage_stats());
   };
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http,
                            server::HttpServer::Create(*engine, opts));

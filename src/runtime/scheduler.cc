@@ -160,6 +160,8 @@ size_t Scheduler::kv_bytes() const {
 
 PipelineCounters Scheduler::pipeline_counters() const { return state_->pipeline->counters(); }
 
+std::vector<StageStats> Scheduler::stage_stats() const { return state_->pipeline->Stats(); }
+
 Status Scheduler::CheckRequest(const EngineRequest& request) const {
   const int n_prompt = int(request.prompt.size());
   if (n_prompt == 0) return InvalidArgument("the prompt is empty (no tokens)");

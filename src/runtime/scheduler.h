@@ -45,8 +45,8 @@
 // Non-goals (later issues): the disk tier of the prefix cache, preemption or swapping,
 // priorities.
 //
-// Thread safety: Submit, Cancel, Stats, info, tokenizer, Health and pipeline_counters may
-// be called from any thread. Callbacks run on the engine thread (see engine.h).
+// Thread safety: Submit, Cancel, Stats, info, tokenizer, Health, pipeline_counters and
+// stage_stats may be called from any thread. Callbacks run on the engine thread (see engine.h).
 // Lifetime: the borrowing Create references the Model and Tokenizer, which must outlive the
 // Scheduler; the owning Create keeps the LoadedModel. Destruction cancels every request
 // still queued or running (each gets on_finish with kCancelled) and joins the thread.
@@ -139,6 +139,8 @@ class Scheduler : public Engine {
   size_t kv_bytes() const;  // every stage's page storage (reserved; touched as pages fill)
   // The pipeline's counters (max_in_flight > 1 shows pipelining at work).
   PipelineCounters pipeline_counters() const;
+  // Per stage, in pipeline order: batches, tokens, busy time, activation bytes.
+  std::vector<StageStats> stage_stats() const;
 
  private:
   // What other threads hand the engine thread.

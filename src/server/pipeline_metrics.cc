@@ -3,11 +3,46 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace shardlm::server {
+namespace {
 
-std::string PipelineMetricsText(const PipelineCounters& c) {
+// A label value in the text exposition format: backslash, double quote and newline escaped.
+std::string LabelValue(const std::string& value) {
+  std::string out;
+  for (char ch : value) {
+    if (ch == '\\') {
+      out += "\\\\";
+    } else if (ch == '"') {
+      out += "\\\"";
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+// One metric family with a sample per stage.
+template <typename Value>
+void StageFamily(std::string& out, const char* name, const char* type, const char* help,
+                 std::span<const StageInfo> stages, std::span<const StageStats> stats,
+                 Value (*value)(const StageStats&)) {
+  out += fmt::format("# HELP shardlm_{0} {1}\n# TYPE shardlm_{0} {2}\n", name, help, type);
+  const size_t n = std::min(stages.size(), stats.size());
+  for (size_t i = 0; i < n; ++i) {
+    out += fmt::format("shardlm_{}{{stage=\"{}\",device=\"{}\"}} {}\n", name, stages[i].index,
+                       LabelValue(stages[i].device), value(stats[i]));
+  }
+}
+
+}  // namespace
+
+std::string PipelineMetricsText(const PipelineCounters& c, std::span<const StageInfo> stages,
+                                std::span<const StageStats> stats) {
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, uint64_t value) {
     out += fmt::format("# HELP shardlm_{0} {1}\n# TYPE shardlm_{0} {2}\nshardlm_{0} {3}\n", name,
@@ -22,6 +57,20 @@ std::string PipelineMetricsText(const PipelineCounters& c) {
          uint64_t(c.max_in_flight));
   metric("pipeline_failed_batches_total", "counter", "Batches that ended with an error.",
          c.failed_batches);
+  if (stages.empty() || stats.empty()) return out;
+  StageFamily<uint64_t>(out, "stage_batches_total", "counter", "Batches a stage computed.", stages,
+                        stats, [](const StageStats& s) { return s.batches; });
+  StageFamily<uint64_t>(out, "stage_tokens_total", "counter", "Tokens a stage computed.", stages,
+                        stats, [](const StageStats& s) { return s.tokens; });
+  StageFamily<double>(out, "stage_busy_seconds_total", "counter",
+                      "Seconds a stage spent computing (its share of wall time: how busy it is).",
+                      stages, stats, [](const StageStats& s) { return s.busy_seconds; });
+  StageFamily<uint64_t>(out, "stage_bytes_in_total", "counter",
+                        "Activation bytes a stage received.", stages, stats,
+                        [](const StageStats& s) { return s.bytes_in; });
+  StageFamily<uint64_t>(out, "stage_bytes_out_total", "counter",
+                        "Hidden-row or logits bytes a stage produced.", stages, stats,
+                        [](const StageStats& s) { return s.bytes_out; });
   return out;
 }
 

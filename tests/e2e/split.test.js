@@ -141,6 +141,15 @@ test('two local stages give the unsplit greedy text', { skip, timeout: kTestTime
       assert.ok(counter('pipeline_tokens_total') > 0, metrics);
       assert.equal(counter('pipeline_bytes_between_stages_total'),
         counter('pipeline_tokens_total') * 64 * 4);
+      // Per stage: every token passes both stages; stage 1 received what stage 0 produced.
+      const perStage = (name, stage) => Number(new RegExp(
+        `^shardlm_stage_${name}\\{stage="${stage}",device="cpu"\\} ([\\d.e+-]+)$`, 'm')
+        .exec(metrics)?.[1]);
+      for (const stage of [0, 1]) {
+        assert.equal(perStage('tokens_total', stage), counter('pipeline_tokens_total'), metrics);
+        assert.ok(perStage('busy_seconds_total', stage) > 0, metrics);
+      }
+      assert.equal(perStage('bytes_in_total', 1), perStage('bytes_out_total', 0), metrics);
       // The startup log names each stage.
       assert.match(stories.log(), /stage 0: layers \[0, \d\)/);
       assert.match(stories.log(), /stage 1: layers \[\d, 5\)/);

@@ -190,8 +190,17 @@ TEST_F(ServerTest, MetricsCarryThePipelineCounters) {
   counters.tokens = 40;
   counters.bytes_between = 40 * 1024 * 4;
   counters.max_in_flight = 2;
+  std::vector<StageStats> stats(2);
+  stats[0].batches = 7;
+  stats[0].busy_seconds = 1.5;
+  stats[1].tokens = 40;
+  stats[1].bytes_out = uint64_t{5} << 33;  // above 2^32: not truncated
+  std::vector<StageInfo> stages = TwoStages().stages;
+  stages[1].device = "unix:/odd\"dir\\s.sock";
   ServerOptions o;
-  o.metrics_extra = [counters] { return PipelineMetricsText(counters); };
+  o.metrics_extra = [counters, stages, stats] {
+    return PipelineMetricsText(counters, stages, stats);
+  };
   StartServer(o, TwoStages());
   auto r = client_->Get("/metrics");
   ASSERT_TRUE(r);
@@ -200,7 +209,13 @@ TEST_F(ServerTest, MetricsCarryThePipelineCounters) {
        {"shardlm_pipeline_batches_total 7\n", "shardlm_pipeline_tokens_total 40\n",
         "shardlm_pipeline_bytes_between_stages_total 163840\n",
         "shardlm_pipeline_max_in_flight 2\n", "shardlm_pipeline_failed_batches_total 0\n",
-        "# TYPE shardlm_pipeline_max_in_flight gauge\n", "shardlm_requests_total 0\n"}) {
+        "# TYPE shardlm_pipeline_max_in_flight gauge\n", "shardlm_requests_total 0\n",
+        "shardlm_stage_batches_total{stage=\"0\",device=\"cpu:0\"} 7\n",
+        "shardlm_stage_busy_seconds_total{stage=\"0\",device=\"cpu:0\"} 1.5\n",
+        "# TYPE shardlm_stage_busy_seconds_total counter\n",
+        "shardlm_stage_tokens_total{stage=\"1\",device=\"unix:/odd\\\"dir\\\\s.sock\"} 40\n",
+        "shardlm_stage_bytes_out_total{stage=\"1\",device=\"unix:/odd\\\"dir\\\\s.sock\"} "
+        "42949672960\n"}) {
     EXPECT_NE(r->body.find(line), std::string::npos) << line << r->body;
   }
 }
