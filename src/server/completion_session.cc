@@ -205,12 +205,18 @@ void CompletionSession::ProcessToken(const TokenEvent& ev, std::string* sse) {
   Json lp_json = nullptr;
   if (request_.options.logprobs) {
     logprobs_.push_back(LogprobInfo(ev));
-    if (request_.endpoint == Endpoint::kChat) lp_json = ChatLogprobsJSON({logprobs_.back()});
+    lp_json = request_.endpoint == Endpoint::kChat
+                  ? ChatLogprobsJSON({logprobs_.back()})
+                  : CompletionLogprobsJSON(std::span(&logprobs_.back(), 1));
   }
   if (request_.endpoint == Endpoint::kCompletion) {
     StreamEcho(sse);
     text_ += ev.text;
-    if (sse && !ev.text.empty()) *sse += SseData(CompletionChunkJSON(meta_, ev.text, ""));
+    // A token whose bytes are held back (part of a UTF-8 character or of a possible stop
+    // string) still gets its chunk when logprobs were asked for: one entry per token.
+    if (sse && (!ev.text.empty() || !lp_json.is_null())) {
+      *sse += SseData(CompletionChunkJSON(meta_, ev.text, "", lp_json));
+    }
     return;
   }
   OutputDelta delta = parser_.Push(ev.text);

@@ -510,20 +510,7 @@ Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
                     const std::string& finish_reason, const RequestUsage& usage,
                     const std::optional<std::vector<TokenLogprobInfo>>& logprobs) {
   Json choice = Json{{"index", 0}, {"text", text}};
-  if (logprobs) {
-    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array();
-    for (const TokenLogprobInfo& t : *logprobs) {
-      tokens.push_back(ValidUtf8(t.token));
-      token_logprobs.push_back(t.logprob);
-      Json alts = Json::object();
-      for (const auto& [tok, lp] : t.top) alts[ValidUtf8(tok)] = lp;
-      top.push_back(alts);
-    }
-    choice["logprobs"] =
-        Json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
-  } else {
-    choice["logprobs"] = nullptr;
-  }
+  choice["logprobs"] = logprobs ? CompletionLogprobsJSON(*logprobs) : Json(nullptr);
   choice["finish_reason"] = finish_reason;
   return Json{{"id", meta.id},
               {"object", "text_completion"},
@@ -534,9 +521,22 @@ Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
               {"timings", TimingsJSON(usage)}};
 }
 
+Json CompletionLogprobsJSON(std::span<const TokenLogprobInfo> logprobs) {
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array();
+  for (const TokenLogprobInfo& t : logprobs) {
+    tokens.push_back(ValidUtf8(t.token));
+    token_logprobs.push_back(t.logprob);
+    Json alts = Json::object();
+    // Pieces of partial UTF-8 characters may render alike: the likeliest keeps the key.
+    for (const auto& [tok, lp] : t.top) alts.emplace(ValidUtf8(tok), lp);
+    top.push_back(alts);
+  }
+  return Json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
+}
+
 Json CompletionChunkJSON(const ResponseMeta& meta, const std::string& text,
-                         const std::string& finish_reason) {
-  Json choice = Json{{"index", 0}, {"text", text}, {"logprobs", nullptr}};
+                         const std::string& finish_reason, const Json& logprobs) {
+  Json choice = Json{{"index", 0}, {"text", text}, {"logprobs", logprobs}};
   choice["finish_reason"] = finish_reason.empty() ? Json(nullptr) : Json(finish_reason);
   return Json{{"id", meta.id},
               {"object", "text_completion"},

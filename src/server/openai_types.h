@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -141,7 +142,11 @@ Json UsageChunkJSON(const ResponseMeta& meta, const char* object, const RequestU
 Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
                     const std::string& finish_reason, const RequestUsage& usage,
                     const std::optional<std::vector<TokenLogprobInfo>>& logprobs);
+// Legacy completions' logprobs object: {tokens, token_logprobs, top_logprobs}.
+Json CompletionLogprobsJSON(std::span<const TokenLogprobInfo> logprobs);
+// A streamed text_completion chunk; `logprobs` (CompletionLogprobsJSON of the chunk's
+// tokens) or null.
 Json CompletionChunkJSON(const ResponseMeta& meta, const std::string& text,
-                         const std::string& finish_reason);
+                         const std::string& finish_reason, const Json& logprobs = nullptr);
 
 }  // namespace shardlm::server

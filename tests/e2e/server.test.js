@@ -169,6 +169,41 @@ test('chat logprobs', { skip, timeout: kTestTimeout }, async () => {
   }
 });
 
+test('streamed logprobs equal the non-streamed ones, one entry per token',
+  { skip, timeout: kTestTimeout }, async () => {
+    // Completions: logprobs N gives the chosen token's logprob and N alternatives.
+    const body = { model: 'm', prompt: 'Once upon', temperature: 0, max_tokens: 12, logprobs: 2 };
+    const r = await client.completions.create(body);
+    const want = r.choices[0].logprobs;
+    assert.equal(want.tokens.length, r.usage.completion_tokens);
+    const got = { tokens: [], token_logprobs: [], top_logprobs: [] };
+    let text = '';
+    for await (const chunk of await client.completions.create({ ...body, stream: true })) {
+      const choice = chunk.choices[0];
+      text += choice.text;
+      if (!choice.logprobs) continue;
+      for (const key of Object.keys(got)) got[key].push(...choice.logprobs[key]);
+    }
+    assert.equal(text, r.choices[0].text);
+    assert.deepEqual(got, want);
+    // Up to 2 alternatives (pieces of partial UTF-8 characters may share a key); the chosen
+    // greedy token is the likeliest.
+    got.top_logprobs.forEach((alts, i) => {
+      const n = Object.keys(alts).length;
+      assert.ok(n >= 1 && n <= 2, JSON.stringify(alts));
+      assert.equal(Math.max(...Object.values(alts)), got.token_logprobs[i]);
+    });
+
+    // Chat: the chunks' logprobs.content, concatenated, is the non-streamed content.
+    const chat = chatBody({ logprobs: true, top_logprobs: 2 });
+    const c = await client.chat.completions.create(chat);
+    const streamed = [];
+    for await (const chunk of await client.chat.completions.create({ ...chat, stream: true })) {
+      streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+    }
+    assert.deepEqual(streamed, c.choices[0].logprobs.content);
+  });
+
 test('tools are accepted and rendered', { skip, timeout: kTestTimeout }, async () => {
   const r = await client.chat.completions.create(chatBody({
     tools: [{
