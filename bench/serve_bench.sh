@@ -16,6 +16,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH_NAME=serve_bench
+# shellcheck source-path=SCRIPTDIR source=bench_lib.sh
+source "$here/bench_lib.sh"
 SHARDLM=${SHARDLM:-build/shardlm}
 MODEL=${MODEL:-/tmp/shardlm-qwen3-0.6b-q4_k_m.gguf}
 PARALLEL=${PARALLEL:-16}
@@ -26,46 +29,21 @@ MAX_TOKENS=${MAX_TOKENS:-64}
 PROMPT_TOKENS=${PROMPT_TOKENS:-128}
 SERVER_LOG=${SERVER_LOG:-$(mktemp /tmp/shardlm-serve-bench.XXXXXX.log)}
 
-if [[ ! -f "$MODEL" ]]; then
-  echo "serve_bench: writing $MODEL" >&2
-  "$SHARDLM" gguf synth --arch qwen3 --preset 0.6b --type q4_k_m -o "$MODEL" -q >&2
-fi
-
-if [[ -z "${PORT:-}" ]]; then
-  PORT=$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
-fi
+bench_ensure_model "$SHARDLM" "$MODEL"
+BENCH_PORT=${PORT:-}
 
 # shellcheck disable=SC2086
-"$SHARDLM" serve -m "$MODEL" --host 127.0.0.1 --port "$PORT" --parallel "$PARALLEL" \
-  --ctx-size "$CTX" --threads "$THREADS" --max-queue 256 ${SERVE_ARGS:-} >"$SERVER_LOG" 2>&1 &
-server_pid=$!
-stop_server() {
-  if kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$server_pid" 2>/dev/null || true
-  fi
-  wait "$server_pid" 2>/dev/null || true
-}
-trap stop_server EXIT
+bench_start_server "$SHARDLM" "$SERVER_LOG" -m "$MODEL" --parallel "$PARALLEL" \
+  --ctx-size "$CTX" --threads "$THREADS" --max-queue 256 ${SERVE_ARGS:-}
+server_pid=$BENCH_SERVER_PID
+trap 'bench_stop_server 5 || true' EXIT
 
-echo "serve_bench: server pid $server_pid on 127.0.0.1:$PORT (log $SERVER_LOG)" >&2
-healthy=0
-for _ in $(seq 1 600); do  # up to 60 s for the model to load
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    echo "serve_bench: server exited; log:" >&2; cat "$SERVER_LOG" >&2; exit 1
-  fi
-  if curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then healthy=1; break; fi
-  sleep 0.1
-done
-[[ $healthy == 1 ]] || { echo "serve_bench: no /health after 60 s" >&2; exit 1; }
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
+cpu_ticks() { bench_cpu_ticks "$server_pid"; }
 hz=$(getconf CLK_TCK)
 ncpu=$(nproc)
 ticks0=$(cpu_ticks); t0=$(date +%s.%N)
 
-load_args=(--url "http://127.0.0.1:$PORT" --concurrency "$CONCURRENCY"
+load_args=(--url "http://127.0.0.1:$BENCH_PORT" --concurrency "$CONCURRENCY"
   --max-tokens "$MAX_TOKENS" --prompt-tokens "$PROMPT_TOKENS")
 [[ -n "${REQUESTS:-}" ]] && load_args+=(--requests "$REQUESTS")
 [[ -n "${ENDPOINT:-}" ]] && load_args+=(--endpoint "$ENDPOINT")
@@ -77,5 +55,5 @@ awk -v a="$ticks0" -v b="$ticks1" -v t0="$t0" -v t1="$t1" -v hz="$hz" -v n="$ncp
   'BEGIN { wall = t1 - t0; cpu = (b - a) / hz;
            printf "{\"test\":\"serve_cpu\",\"wall_s\":%.2f,\"cpu_s\":%.2f,\"cpu_share\":%.3f,\"cores\":%d,\"loadavg\":\"%s\"}\n",
                   wall, cpu, cpu / (wall * n), n, load }'
-stop_server
+bench_stop_server 5 || true
 trap - EXIT

@@ -21,6 +21,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH_NAME=split_bench
+# shellcheck source-path=SCRIPTDIR source=bench_lib.sh
+source "$here/bench_lib.sh"
 SHARDLM=${SHARDLM:-build/shardlm}
 MODEL=${MODEL:-/tmp/shardlm-qwen3-0.6b-q4_k_m.gguf}
 CONFIGS=${CONFIGS:-"unsplit local2 local_remote"}
@@ -31,20 +34,12 @@ CONCURRENCY=${CONCURRENCY:-1,4}
 export SHARDLM MODEL CONCURRENCY
 export MAX_TOKENS=${MAX_TOKENS:-64} PROMPT_TOKENS=${PROMPT_TOKENS:-128} PARALLEL=${PARALLEL:-4}
 
-if [[ ! -f "$MODEL" ]]; then
-  echo "split_bench: writing $MODEL" >&2
-  "$SHARDLM" gguf synth --arch qwen3 --preset 0.6b --type q4_k_m -o "$MODEL" -q >&2
-fi
+bench_ensure_model "$SHARDLM" "$MODEL"
 
 tmp=$(mktemp -d /tmp/shardlm-split-bench.XXXXXX)
 shard_pid=
 stop_shard() {
-  if [[ -n "$shard_pid" ]] && kill -0 "$shard_pid" 2>/dev/null; then
-    kill -TERM "$shard_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$shard_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$shard_pid" 2>/dev/null || true
-  fi
-  [[ -n "$shard_pid" ]] && wait "$shard_pid" 2>/dev/null || true
+  bench_stop_pid "$shard_pid" || true
   shard_pid=
 }
 trap 'stop_shard; rm -rf "$tmp"' EXIT
