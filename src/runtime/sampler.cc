@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "base/check.h"
+#include "runtime/logprobs.h"
 
 namespace shardlm {
 namespace {
@@ -215,26 +216,7 @@ SampledToken Sampler::Sample(std::span<const float> logits, bool want_logprobs) 
 void Sampler::FillLogprobs(std::span<const float> logits, SampledToken& out) const {
   const double lse = LogSumExp(logits);
   out.logprob = float(double(logits[out.id]) - lse);
-  if (params_.n_logprobs > 0) out.top = TopLogprobs(logits, params_.n_logprobs);
-}
-
-double LogSumExp(std::span<const float> logits) {
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (float logit : logits) max_logit = std::max(max_logit, logit);
-  double sum = 0.0;
-  for (float logit : logits) sum += std::exp(double(logit) - max_logit);
-  return max_logit + std::log(sum);
-}
-
-std::vector<TokenLogprob> TopLogprobs(std::span<const float> logits, int32_t n) {
-  std::vector<TokenLogit> cands(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) cands[i] = {TokenId(i), logits[i]};
-  const size_t keep = std::min(cands.size(), size_t(std::max(n, 0)));
-  std::partial_sort(cands.begin(), cands.begin() + keep, cands.end(), Before);
-  const double lse = LogSumExp(logits);
-  std::vector<TokenLogprob> top(keep);
-  for (size_t i = 0; i < keep; ++i) top[i] = {cands[i].id, float(cands[i].logit - lse)};
-  return top;
+  if (params_.n_logprobs > 0) out.top = TopLogprobs(logits, params_.n_logprobs, lse);
 }
 
 }  // namespace shardlm

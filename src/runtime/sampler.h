@@ -108,9 +108,4 @@ class Sampler {
   std::vector<TokenId> history_;  // oldest first; trimmed to the window when it grows
 };
 
-// Log-softmax of logits for the given ids, and the n most likely tokens (by logit, then
-// id) with their log-probabilities.
-std::vector<TokenLogprob> TopLogprobs(std::span<const float> logits, int32_t n);
-double LogSumExp(std::span<const float> logits);
-
 }  // namespace shardlm
