@@ -70,13 +70,15 @@ const char* ShardMessageTypeName(ShardMessageType type) {
       return "StatsRequest";
     case ShardMessageType::kStatsReply:
       return "StatsReply";
+    case ShardMessageType::kWorking:
+      return "Working";
   }
   return "unknown";
 }
 
 bool ShardMessageTypeValid(uint32_t type) {
   return type >= static_cast<uint32_t>(ShardMessageType::kHello) &&
-         type <= static_cast<uint32_t>(ShardMessageType::kStatsReply);
+         type <= static_cast<uint32_t>(ShardMessageType::kWorking);
 }
 
 void EncodeHello(const ShardHello& m, std::vector<uint8_t>& out) {
@@ -95,6 +97,7 @@ void EncodeHello(const ShardHello& m, std::vector<uint8_t>& out) {
   w.I32(m.max_batch_tokens);
   w.I32(m.max_logit_rows);
   w.U64(m.shm_bytes);
+  w.U32(m.heartbeat_ms);
 }
 
 Result<ShardHello> DecodeHello(std::span<const uint8_t> payload) {
@@ -117,6 +120,7 @@ Result<ShardHello> DecodeHello(std::span<const uint8_t> payload) {
     m.max_batch_tokens = r.I32("max_batch_tokens");
     m.max_logit_rows = r.I32("max_logit_rows");
     m.shm_bytes = r.U64("shm_bytes");
+    m.heartbeat_ms = r.U32("heartbeat_ms");
     return m;
   });
 }

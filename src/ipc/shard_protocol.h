@@ -11,6 +11,9 @@
 //   ExportPages     → PagesReply    page contents written to the output area
 //   ImportPages     → PagesReply    page contents read from the input area
 //   StatsRequest    → StatsReply
+// While a request runs longer than the Hello's heartbeat_ms, the daemon sends Working (empty
+// payload) every heartbeat_ms before the reply, so the server tells a long batch from a hung
+// daemon: a server that hears neither within its timeout marks the stage down.
 // Closing the connection ends the session: the daemon frees the session's pages.
 //
 // Wire format: every value little-endian, fixed width; strings and arrays are a u32 count
@@ -37,7 +40,8 @@
 
 namespace shardlm {
 
-inline constexpr uint32_t kShardProtocolVersion = 1;
+// 2: Hello.heartbeat_ms and the Working message.
+inline constexpr uint32_t kShardProtocolVersion = 2;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -53,6 +57,7 @@ enum class ShardMessageType : uint32_t {
   kPagesReply = 7,
   kStatsRequest = 8,
   kStatsReply = 9,
+  kWorking = 10,  // daemon → server, empty: still computing the current request
 };
 const char* ShardMessageTypeName(ShardMessageType type);
 // True when `type` is one of the values above (a frame's type field is checked with it).
@@ -78,6 +83,7 @@ struct ShardHello {
   int32_t max_batch_tokens = 0;
   int32_t max_logit_rows = 0;  // most rows wanting logits in one batch (last stage)
   uint64_t shm_bytes = 0;      // size of the attached region
+  uint32_t heartbeat_ms = 0;   // Working every this many ms while a request runs (0: never)
 };
 
 // Daemon → server.

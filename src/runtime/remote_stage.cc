@@ -1,6 +1,8 @@
 // RemoteStage: the client side of a shard session (see remote_stage.h).
 #include "runtime/remote_stage.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -43,6 +45,7 @@ ShardHello MakeHello(const RemoteStageOptions& o) {
   hello.page_tokens = o.page_tokens;
   hello.kv_type = static_cast<uint32_t>(o.kv_type);
   hello.threads = o.threads;
+  hello.heartbeat_ms = o.heartbeat_timeout_ms > 0 ? uint32_t(o.heartbeat_timeout_ms / 4) : 0;
   hello.max_batch_tokens = o.max_batch_tokens;
   hello.max_logit_rows = o.max_logit_rows > 0 ? o.max_logit_rows : o.max_batch_tokens;
   return hello;
@@ -170,8 +173,31 @@ Result<ReceivedMessage> RemoteStage::RoundTrip(ShardMessageType type,
   SHARDLM_TRY(CheckUp());
   Status sent = channel_->Send(type, payload);
   if (!sent.ok()) return MarkDown(sent);
-  Result<ReceivedMessage> message = channel_->Receive(kMaxShardMessageBytes, timeout_ms);
-  if (!message.ok()) return MarkDown(message.status());
+  // Working messages (the daemon computes on) extend the wait up to timeout_ms; silence for
+  // heartbeat_timeout_ms means a hung or stopped daemon.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const int heartbeat_ms = options_.heartbeat_timeout_ms;
+  Result<ReceivedMessage> message = Unavailable("no reply");
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const int wait_ms = int(std::max<int64_t>(0, left.count()));
+    const bool by_heartbeat = heartbeat_ms > 0 && heartbeat_ms < wait_ms;
+    message = channel_->Receive(kMaxShardMessageBytes, by_heartbeat ? heartbeat_ms : wait_ms);
+    if (!message.ok() && by_heartbeat && Clock::now() < deadline) {
+      return MarkDown(Status(
+          message.status().code(),
+          fmt::format("no reply and no heartbeat for {} ms while waiting for {} "
+                      "(daemon hung or stopped?): {}",
+                      heartbeat_ms, ShardMessageTypeName(reply_type), message.status().message())));
+    }
+    if (!message.ok()) return MarkDown(message.status());
+    if (message->type != ShardMessageType::kWorking) break;
+    if (!message->payload.empty() || message->fd.valid()) {
+      return MarkDown(InvalidData("Working with a payload"));
+    }
+  }
   if (message->type != reply_type || message->fd.valid()) {
     return MarkDown(InvalidData("expected {}, got {}", ShardMessageTypeName(reply_type),
                                 ShardMessageTypeName(message->type)));

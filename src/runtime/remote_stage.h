@@ -49,6 +49,10 @@ struct RemoteStageOptions {
   int max_logit_rows = 0;        // 0: max_batch_tokens (only the last stage gives logits)
   int hello_timeout_ms = 60000;  // the daemon opens and maps the model before replying
   int run_timeout_ms = 600000;   // a reply slower than this marks the stage down
+  // Neither a reply nor a Working message for this long marks the stage down (a hung or
+  // stopped daemon); the daemon is asked for Working every heartbeat_timeout_ms / 4 while
+  // it computes. 0: only run_timeout_ms applies.
+  int heartbeat_timeout_ms = 10000;
 };
 
 class RemoteStage : public Stage {

@@ -349,7 +349,7 @@ Status ShardService::RunSession(MessageChannel& channel, const std::string& tag)
       tag, hello->layer_begin, hello->layer_end, hello->model_path, accepted->reply.device,
       Mib(accepted->reply.weight_bytes), Mib(accepted->reply.kv_bytes), accepted->load_seconds));
   ShardSession session(channel, *hello, std::move(accepted->region), accepted->layout,
-                       std::move(accepted->stage));
+                       std::move(accepted->stage), options_.run_delay_for_test);
   const Status served = session.Serve();
   const ShardSessionStats& stats = session.stats();
   const std::string totals = fmt::format("{} batches, {} tokens, {:.2f} s busy", stats.batches,

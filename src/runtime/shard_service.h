@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -46,6 +47,8 @@ struct ShardServiceOptions {
   // One line per event, without a newline. Empty: stderr, prefixed "shard: ".
   std::function<void(const std::string&)> log;
   int hello_timeout_ms = 10000;  // for the first message of a session
+  // Test hook: every batch waits this long before computing (a slow stage).
+  std::chrono::milliseconds run_delay_for_test{0};
 };
 
 class ShardService {

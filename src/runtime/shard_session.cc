@@ -1,8 +1,9 @@
 // ShardSession: request loop of one shard session (see shard_session.h).
 #include "runtime/shard_session.h"
 
+#include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "runtime/shard_geometry.h"
@@ -12,6 +13,11 @@ namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::chrono::milliseconds HeartbeatInterval(uint32_t heartbeat_ms) {
+  if (heartbeat_ms == 0) return std::chrono::milliseconds{0};
+  return std::clamp(std::chrono::milliseconds{heartbeat_ms}, kMinHeartbeat, kMaxHeartbeat);
 }
 
 ShardRunReply ErrorReply(uint64_t batch_id, const Status& status) {
@@ -26,12 +32,14 @@ ShardRunReply ErrorReply(uint64_t batch_id, const Status& status) {
 
 ShardSession::ShardSession(MessageChannel& channel, const ShardHello& hello,
                            std::unique_ptr<ShmRegion> region, const ShardRegionLayout& layout,
-                           std::unique_ptr<LocalStage> stage)
+                           std::unique_ptr<LocalStage> stage, std::chrono::milliseconds run_delay)
     : channel_(channel),
       hello_(hello),
       region_(std::move(region)),
       layout_(layout),
-      stage_(std::move(stage)) {}
+      stage_(std::move(stage)),
+      run_delay_(run_delay),
+      heartbeat_(channel, HeartbeatInterval(hello.heartbeat_ms)) {}
 
 Status ShardSession::Serve() {
   while (true) {
@@ -41,6 +49,7 @@ Status ShardSession::Serve() {
       return InvalidData("{} carries a file descriptor", ShardMessageTypeName(message->type));
     }
     const std::span<const uint8_t> payload = message->payload;
+    heartbeat_.Begin();
     switch (message->type) {
       case ShardMessageType::kRunBatch:
         SHARDLM_TRY(HandleRun(payload));
@@ -60,7 +69,7 @@ Status ShardSession::Serve() {
 }
 
 Status ShardSession::Reply(ShardMessageType type, const std::vector<uint8_t>& payload) {
-  return channel_.Send(type, payload);
+  return heartbeat_.Reply(type, payload);
 }
 
 Status ShardSession::CheckPage(PageId page) const {
@@ -113,6 +122,7 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
         info.first ? nullptr
                    : reinterpret_cast<const float*>(region_->data() + layout_.input_offset);
     float* out = reinterpret_cast<float*>(region_->data() + layout_.output_offset);
+    if (run_delay_.count() > 0) std::this_thread::sleep_for(run_delay_);
     status = stage_->Run(stage_batch, hidden_in, out);
     reply.n_out_rows = info.last ? n_logit_rows : static_cast<int32_t>(batch.entries.size());
   }
@@ -131,8 +141,7 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
 
 Status ShardSession::HandlePages(ShardMessageType type, std::span<const uint8_t> payload) {
   SHARDLM_ASSIGN_OR_RETURN(ShardPages request, DecodePages(payload));
-  PagePool& pool = stage_->pool();
-  const size_t page_bytes = pool.page_bytes();
+  const size_t page_bytes = stage_->page_bytes();
   Status status;
   if (request.pages.size() > size_t(kShardPagesPerTransfer)) {
     status = InvalidArgument("{} pages in one transfer (at most {})", request.pages.size(),
@@ -151,14 +160,9 @@ Status ShardSession::HandlePages(ShardMessageType type, std::span<const uint8_t>
       status = OutOfRange("{} pages of {} bytes do not fit the region's {} bytes",
                           request.pages.size(), page_bytes, span->size());
     }
-    for (size_t i = 0; status.ok() && i < request.pages.size(); ++i) {
-      uint8_t* slot = span->data() + i * page_bytes;
-      uint8_t* page = pool.page_data(request.pages[i]);
-      if (is_export) {
-        std::memcpy(slot, page, page_bytes);
-      } else {
-        std::memcpy(page, slot, page_bytes);
-      }
+    if (status.ok()) {
+      status = is_export ? stage_->ExportPages(request.pages, span->data())
+                         : stage_->ImportPages(request.pages, span->data());
     }
   }
   ShardPagesReply reply;

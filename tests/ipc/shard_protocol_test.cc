@@ -30,6 +30,7 @@ ShardHello SampleHello() {
   m.max_batch_tokens = 512;
   m.max_logit_rows = 64;
   m.shm_bytes = 1ull << 40;
+  m.heartbeat_ms = 2500;
   return m;
 }
 
@@ -72,6 +73,13 @@ TEST(ShardProtocol, HelloRoundTrip) {
   EXPECT_EQ(out->max_batch_tokens, 512);
   EXPECT_EQ(out->max_logit_rows, 64);
   EXPECT_EQ(out->shm_bytes, 1ull << 40);
+  EXPECT_EQ(out->heartbeat_ms, 2500u);
+}
+
+TEST(ShardProtocol, WorkingIsAValidType) {
+  EXPECT_TRUE(ShardMessageTypeValid(uint32_t(ShardMessageType::kWorking)));
+  EXPECT_STREQ(ShardMessageTypeName(ShardMessageType::kWorking), "Working");
+  EXPECT_FALSE(ShardMessageTypeValid(uint32_t(ShardMessageType::kWorking) + 1));
 }
 
 TEST(ShardProtocol, HelloReplyRoundTrip) {

@@ -77,10 +77,12 @@ ModelUnderTest OpenModel(const std::string& name) {
 // A daemon on a thread of this process, its log lines kept for the assertions.
 class ServiceThread {
  public:
-  explicit ServiceThread(const std::string& name, int threads = 1) {
+  explicit ServiceThread(const std::string& name, int threads = 1,
+                         std::chrono::milliseconds run_delay = std::chrono::milliseconds{0}) {
     ShardServiceOptions options;
     options.socket_path = TempSocket(name);
     options.threads = threads;
+    options.run_delay_for_test = run_delay;
     options.log = [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(mu_);
       log_ += line + "\n";
@@ -344,6 +346,29 @@ TEST(ShardTest, PagesExportAndImportRoundTrip) {
   EXPECT_TRUE(remote.Health().ok());
 }
 
+// Every batch takes 150 ms in the daemon, longer than the client's 60 ms heartbeat timeout:
+// the daemon's Working messages (every 15 ms) keep the stage up and the logits are right.
+TEST(ShardTest, SlowBatchesWithHeartbeatsStayUp) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const ModelUnderTest m = OpenModel("stories260K.gguf");
+  ASSERT_TRUE(m.file);
+  const std::vector<float> want = Unsplit(m);
+  ServiceThread daemon("slow", 1, std::chrono::milliseconds{150});
+  const int n = m.config.n_layers;
+  RemoteStageOptions options = RemoteOptions(m, 1, {2, n}, daemon.path());
+  options.heartbeat_timeout_ms = 60;
+  Result<std::unique_ptr<RemoteStage>> remote = RemoteStage::Create(options);
+  ASSERT_TRUE(remote.ok()) << remote.status().message();
+  std::vector<std::unique_ptr<Stage>> stages;
+  stages.push_back(Local(m, 0, {0, 2}));
+  stages.push_back(std::move(remote).value());
+  Driver driver(std::move(stages), m.config);
+  Result<std::vector<float>> got = RunScript(driver, m.config.n_vocab);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ExpectBitwiseEqual(want, got.value(), "slow daemon with heartbeats");
+  EXPECT_TRUE(driver.stage(1).Health().ok());
+}
+
 TEST(ShardTest, BadBatchIsAnErrorAndTheSessionGoesOn) {
   SHARDLM_REQUIRE_FIXTURES();
   ServiceThread daemon("badbatch");
@@ -529,6 +554,8 @@ class DaemonProcess {
     }
     return false;
   }
+  // SIGSTOP / SIGCONT: the process stays alive and its socket open.
+  void Pause(bool paused) { ::kill(pid_, paused ? SIGSTOP : SIGCONT); }
   // Sends `sig` (0: none, just wait) and reaps the process; its exit code (128 + signal when
   // killed).
   int Signal(int sig) {
@@ -607,6 +634,54 @@ TEST(ShardProcessTest, KilledDaemonIsDownUntilRestartedAndReconnected) {
   // SIGTERM: a clean exit that removes the socket file.
   EXPECT_EQ(daemon->Signal(SIGTERM), 0) << daemon->Stderr();
   EXPECT_FALSE(std::filesystem::exists(socket_path));
+}
+
+// A stopped daemon (SIGSTOP: the process is alive, the socket open, nothing answers) is
+// down within the heartbeat timeout, not after the 10-minute run timeout; once it runs again
+// the stage reconnects and gives the same logits.
+TEST(ShardProcessTest, StoppedDaemonIsDownWithinTheHeartbeatTimeout) {
+  SHARDLM_REQUIRE_FIXTURES();
+  SHARDLM_REQUIRE_BINARY();
+  const std::string socket_path = TempSocket("stopped");
+  const ModelUnderTest m = OpenModel("stories260K.gguf");
+  ASSERT_TRUE(m.file);
+  const std::vector<float> want = Unsplit(m);
+  DaemonProcess daemon(socket_path);
+  ASSERT_TRUE(daemon.WaitReady()) << daemon.Stderr();
+  const int n = m.config.n_layers;
+  RemoteStageOptions options = RemoteOptions(m, 1, {2, n}, socket_path);
+  options.heartbeat_timeout_ms = 300;
+  options.hello_timeout_ms = 1000;
+  Result<std::unique_ptr<RemoteStage>> remote = RemoteStage::Create(options);
+  ASSERT_TRUE(remote.ok()) << remote.status().message();
+  std::vector<std::unique_ptr<Stage>> stages;
+  stages.push_back(Local(m, 0, {0, 2}));
+  stages.push_back(std::move(remote).value());
+  Driver driver(std::move(stages), m.config);
+  ASSERT_TRUE(RunScript(driver, m.config.n_vocab).ok());
+
+  daemon.Pause(true);
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::vector<float>> got = RunScript(driver, m.config.n_vocab);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Contains(got.status().message(), "no heartbeat")) << got.status().message();
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_FALSE(driver.stage(1).Health().ok());
+
+  daemon.Pause(false);
+  // The daemon first notices that its old session is gone; until then it refuses.
+  Status reconnected = Unavailable("not tried");
+  for (int i = 0; i < 100 && !reconnected.ok(); ++i) {
+    reconnected = driver.stage(1).Reconnect();
+    if (!reconnected.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(reconnected.ok()) << reconnected.message() << "\n" << daemon.Stderr();
+  got = RunScript(driver, m.config.n_vocab);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ExpectBitwiseEqual(want, got.value(), "after the daemon ran again");
 }
 
 }  // namespace
