@@ -27,6 +27,7 @@
 // Needs only node >= 18 (global fetch). Connects only to 127.0.0.1 / localhost.
 
 import { readFileSync } from 'node:fs';
+import http from 'node:http';
 
 const kGoals = { memory_of_cold: 0.02, disk_of_cold: 0.05, throughput_cost: 0.01 };
 // Token ids of the prompts: away from the byte tokens at the start of the vocabulary and
@@ -104,6 +105,25 @@ async function cacheCounters(base) {
   }
 }
 
+// POST with node:http rather than fetch: fetch gives up on a response whose headers take
+// more than 300 s, and the server sends them with the first token, after the prefill.
+function postStream(url, body, timeoutMs) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, timeout: timeoutMs,
+    }, resolve);
+    req.on('timeout', () => req.destroy(new Error(`no response within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+async function readAll(res) {
+  let s = '';
+  for await (const chunk of res) s += chunk;
+  return s;
+}
+
 async function ttft() {
   const url = new URL(args.url ?? 'http://127.0.0.1:8080');
   if (!['127.0.0.1', 'localhost', '[::1]'].includes(url.hostname)) {
@@ -132,17 +152,14 @@ async function ttft() {
     log(`${name}: ${r.ttft === null ? 'waiting for the first token' : 'decoding'}, ${s} s`);
   }, 15000);
   try {
-    const res = await fetch(`${base}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs),
-    });
-    if (!res.ok || !res.body) fail(`HTTP ${res.status}: ${(await res.text()).slice(0, 300)}`);
-    const decoder = new TextDecoder();
+    const res = await postStream(`${base}/v1/completions`, JSON.stringify(body), timeoutMs);
+    if (res.statusCode !== 200) fail(`HTTP ${res.statusCode}: ${(await readAll(res)).slice(0, 300)}`);
+    res.setEncoding('utf8');
     let buf = '';
-    // Bounded: the timeout aborts the body stream, which ends this loop.
-    for await (const value of res.body) {
+    // Bounded: the timeout destroys the request, which ends this loop.
+    for await (const value of res) {
       const now = performance.now();
-      buf += decoder.decode(value, { stream: true });
+      buf += value;
       let sep;
       while ((sep = buf.indexOf('\n\n')) >= 0) {
         const event = buf.slice(0, sep);
