@@ -135,6 +135,13 @@ Status ForwardPass::Run(std::span<const BatchEntry> batch, std::span<const PageL
     RopeAngles(batch[t].position, config_.n_rot, config_.rope_freq_base,
                model_.weights().rope_freqs.data, &act_->rope[size_t(t) * config_.n_rot]);
   }
+  if (model_.layers().size() > 0) {
+    const size_t n_embd = config_.n_embd;
+    const float* attn_norm = model_.weights().blocks[0].attn_norm.data;
+    threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
+      RmsNorm(&act_->x[t * n_embd], attn_norm, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
+    });
+  }
   for (int layer_idx = 0; layer_idx < model_.layers().size(); ++layer_idx) {
     Layer(layer_idx, batch, pages_by_slot);
   }
@@ -157,18 +164,16 @@ void ForwardPass::Embed(std::span<const BatchEntry> batch, const float* hidden_i
   });
 }
 
-// x += Wo·Attention(...); x += FFN(...): the two residual sublayers of one block.
+// x += Wo·Attention(...); x += FFN(...): the two residual sublayers of one block. On entry
+// xn = RMSNorm(x)·attn_norm of this layer (Run, or the previous layer's FFN, computes it).
 void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
                         std::span<const PageList> pages_by_slot) {
   const LayerWeights& w = model_.weights().blocks[layer_idx];
   const int n = int(batch.size());
   const size_t n_embd = config_.n_embd;
-  threads_.ParallelFor(n, [&](size_t t, size_t) {
-    RmsNorm(&act_->x[t * n_embd], w.attn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
-  });
-  MatMul(w.attn_q, act_->xn.data(), n, act_->q.data(), threads_, act_->scratch);
-  MatMul(w.attn_k, act_->xn.data(), n, act_->k.data(), threads_, act_->scratch);
-  MatMul(w.attn_v, act_->xn.data(), n, act_->v.data(), threads_, act_->scratch);
+  const MatMulOutput qkv[] = {
+      {w.attn_q, act_->q.data()}, {w.attn_k, act_->k.data()}, {w.attn_v, act_->v.data()}};
+  MatMulMany(qkv, act_->xn.data(), n, threads_, act_->scratch);
   RopeAndStoreKv(layer_idx, batch, pages_by_slot);
   Attention(layer_idx, batch, pages_by_slot);
   MatMul(w.attn_output, act_->attn.data(), n, act_->proj.data(), threads_, act_->scratch);
@@ -178,7 +183,8 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
     for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
     RmsNorm(x, w.ffn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
   });
-  Ffn(w, n);
+  const bool last = layer_idx + 1 == model_.layers().size();
+  Ffn(w, n, last ? nullptr : model_.weights().blocks[layer_idx + 1].attn_norm.data);
 }
 
 // q/k per-head norm (qwen3), rope, then K and V rows into the sequence's pages.
@@ -251,20 +257,20 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
   });
 }
 
-// x += W_down · (SiLU(W_gate · xn) ⊙ W_up · xn)
-void ForwardPass::Ffn(const LayerWeights& w, int n_tokens) {
-  const size_t n_ff = config_.n_ff;
+// x += W_down · (SiLU(W_gate · xn) ⊙ W_up · xn); then xn = RMSNorm(x)·next_norm for the
+// next layer, unless next_norm is null (the stage's last layer).
+void ForwardPass::Ffn(const LayerWeights& w, int n_tokens, const float* next_norm) {
   const size_t n_embd = config_.n_embd;
-  MatMul(w.ffn_gate, act_->xn.data(), n_tokens, act_->gate.data(), threads_, act_->scratch);
-  MatMul(w.ffn_up, act_->xn.data(), n_tokens, act_->up.data(), threads_, act_->scratch);
-  threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
-    SwiGlu(&act_->gate[t * n_ff], &act_->up[t * n_ff], n_ff, &act_->gate[t * n_ff]);
-  });
+  MatMulGated(w.ffn_gate, w.ffn_up, act_->xn.data(), n_tokens, act_->gate.data(), act_->up.data(),
+              &SwiGlu, threads_, act_->scratch);
   MatMul(w.ffn_down, act_->gate.data(), n_tokens, act_->proj.data(), threads_, act_->scratch);
   threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
     float* x = &act_->x[t * n_embd];
     const float* proj = &act_->proj[t * n_embd];
     for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
+    if (next_norm != nullptr) {
+      RmsNorm(x, next_norm, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
+    }
   });
 }
 

@@ -95,7 +95,7 @@ class ForwardPass {
                  std::span<const PageList> pages_by_slot);
   void RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
                       std::span<const PageList> pages_by_slot);
-  void Ffn(const LayerWeights& w, int n_tokens);
+  void Ffn(const LayerWeights& w, int n_tokens, const float* next_norm);
   void Head(std::span<const BatchEntry> batch, float* logits);
 
   const Model& model_;

@@ -28,6 +28,7 @@ int64_t RowsPerTask(int64_t rows, int tile_rows) {
 // chunk streams through them.
 constexpr int64_t kTokensPerTask = 64;
 
+// One matrix of a call: its kernels, its converted activations and its output.
 struct MatMulPlan {
   const TypeTraits* traits;
   const WeightView* w;
@@ -109,36 +110,64 @@ void GuidedBounds(int64_t rows, int tile_rows, int n_threads, std::vector<int64_
   bounds->push_back(rows);
 }
 
-void RunTask(const MatMulPlan& plan, int64_t task) {
+// Block (row chunk, token block) `task` of a plan: [r0, r1) × [t0, t1).
+struct BlockRange {
+  int64_t r0, r1, t0, t1;
+};
+BlockRange TaskBlock(const MatMulPlan& plan, int64_t task) {
   const int64_t r0 = task % plan.row_tasks * plan.rows_per_task;
   const int64_t t0 = task / plan.row_tasks * kTokensPerTask;
-  ComputeBlock(plan, r0, std::min(plan.w->rows, r0 + plan.rows_per_task), t0,
-               std::min(plan.n_tokens, t0 + kTokensPerTask));
+  return {r0, std::min(plan.w->rows, r0 + plan.rows_per_task), t0,
+          std::min(plan.n_tokens, t0 + kTokensPerTask)};
 }
 
-// Converts every token's activation row to act_type; returns the rows (x itself for F32).
-const uint8_t* QuantizeActivations(const TypeTraits& traits, const float* x, int64_t cols,
-                                   int64_t n_tokens, int64_t act_row_bytes, ThreadPool& pool,
-                                   MatMulScratch& scratch) {
-  if (traits.act_type == GgmlType::kF32) return reinterpret_cast<const uint8_t*>(x);
-  const size_t bytes = static_cast<size_t>(n_tokens * act_row_bytes);
-  if (scratch.act.size() < bytes) scratch.act.resize(bytes);
-  uint8_t* act = scratch.act.data();
-  auto quantize_row = [&](size_t t, size_t /*worker*/) {
-    traits.quantize_act(x + t * cols, act + t * act_row_bytes, cols);
-  };
-  if (n_tokens == 1) {
-    quantize_row(0, 0);
-  } else {
-    pool.ParallelFor(static_cast<size_t>(n_tokens), quantize_row);
+// Every matrix of a call (1 to kMaxFusedOutputs; gated: 2 of one shape) and how its work
+// is cut. Unfused and fused calls build the same MatMulPlan per matrix, so an output
+// element is the same kernel call either way.
+struct FusedPlan {
+  MatMulPlan parts[kMaxFusedOutputs];
+  int n_parts = 0;
+  int64_t first_task[kMaxFusedOutputs + 1] = {};  // prefill: part p owns [first, next)
+  int64_t first_row[kMaxFusedOutputs + 1] = {};   // decode: part p's rows in the joint range
+  RowCombine combine = nullptr;                   // gated: parts[0].y = f(parts[0], parts[1])
+  const int64_t* bounds = nullptr;                // decode: task boundaries, joint rows
+};
+
+// Decode task: joint rows [v0, v1), each part's share of them (gated: both parts' rows
+// [v0, v1), then combined).
+void RunDecodeTask(const FusedPlan& fp, int64_t v0, int64_t v1) {
+  if (fp.combine != nullptr) {
+    ComputeRows(fp.parts[0], v0, v1);
+    ComputeRows(fp.parts[1], v0, v1);
+    fp.combine(fp.parts[0].y + v0, fp.parts[1].y + v0, v1 - v0, fp.parts[0].y + v0);
+    return;
   }
-  return act;
+  for (int p = 0; p < fp.n_parts; ++p) {
+    const int64_t lo = std::max(v0, fp.first_row[p]), hi = std::min(v1, fp.first_row[p + 1]);
+    if (lo < hi) ComputeRows(fp.parts[p], lo - fp.first_row[p], hi - fp.first_row[p]);
+  }
 }
 
-}  // namespace
+// Prefill task: one block of one part (gated: the same block of both parts, combined).
+void RunBlockTask(const FusedPlan& fp, int64_t task) {
+  if (fp.combine != nullptr) {
+    const BlockRange b = TaskBlock(fp.parts[0], task);
+    ComputeBlock(fp.parts[0], b.r0, b.r1, b.t0, b.t1);
+    ComputeBlock(fp.parts[1], b.r0, b.r1, b.t0, b.t1);
+    const int64_t rows = fp.parts[0].w->rows;
+    for (int64_t t = b.t0; t < b.t1; ++t) {
+      float* ya = fp.parts[0].y + t * rows + b.r0;
+      fp.combine(ya, fp.parts[1].y + t * rows + b.r0, b.r1 - b.r0, ya);
+    }
+    return;
+  }
+  int p = 0;
+  while (task >= fp.first_task[p + 1]) ++p;
+  const BlockRange b = TaskBlock(fp.parts[p], task - fp.first_task[p]);
+  ComputeBlock(fp.parts[p], b.r0, b.r1, b.t0, b.t1);
+}
 
-void MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
-            MatMulScratch& scratch) {
+const TypeTraits& TraitsOf(const WeightView& w) {
   const TypeTraits* traits = GetTypeTraits(w.type);
   SHARDLM_CHECK_MSG(traits != nullptr, "no kernels for weight type %u",
                     static_cast<unsigned>(w.type));
@@ -147,27 +176,113 @@ void MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y, Thr
   SHARDLM_CHECK_MSG(w.cols % traits->block_size == 0 && w.cols % act_info->block_size == 0,
                     "row length %lld is not a multiple of the block size",
                     static_cast<long long>(w.cols));
-  if (n_tokens <= 0 || w.rows <= 0) return;
-  const int64_t act_row_bytes = ActRowBytes(*traits, w.cols);
-  const uint8_t* act =
-      QuantizeActivations(*traits, x, w.cols, n_tokens, act_row_bytes, pool, scratch);
+  return *traits;
+}
 
-  const int64_t rows_per_task = RowsPerTask(w.rows, traits->tile_rows);
-  const int64_t row_tasks = (w.rows + rows_per_task - 1) / rows_per_task;
-  const int64_t token_tasks = (n_tokens + kTokensPerTask - 1) / kTokensPerTask;
-  const MatMulPlan plan{traits, &w, act, act_row_bytes, y, n_tokens, rows_per_task, row_tasks};
+// Converts x to the act_type of every output (once per distinct type, one loop over the
+// tokens for all of them) and fills one plan per output.
+void PlanParts(std::span<const MatMulOutput> outputs, const float* x, int64_t n_tokens,
+               ThreadPool& pool, MatMulScratch& scratch, FusedPlan* fp) {
+  SHARDLM_CHECK(!outputs.empty() && outputs.size() <= size_t{kMaxFusedOutputs});
+  const int64_t cols = outputs[0].w.cols;
+  const TypeTraits* conversions[kMaxFusedOutputs];  // distinct act types, in order
+  int n_conversions = 0;
+  int conversion_of[kMaxFusedOutputs];
+  for (size_t p = 0; p < outputs.size(); ++p) {
+    SHARDLM_CHECK_MSG(outputs[p].w.cols == cols, "fused MatMul over %lld and %lld columns",
+                      static_cast<long long>(cols), static_cast<long long>(outputs[p].w.cols));
+    const TypeTraits& traits = TraitsOf(outputs[p].w);
+    int j = 0;
+    while (j < n_conversions && conversions[j]->act_type != traits.act_type) ++j;
+    if (j == n_conversions) conversions[n_conversions++] = &traits;
+    conversion_of[p] = j;
+  }
+  const uint8_t* acts[kMaxFusedOutputs];
+  for (int j = 0; j < n_conversions; ++j) {
+    if (conversions[j]->act_type == GgmlType::kF32) {
+      acts[j] = reinterpret_cast<const uint8_t*>(x);
+      continue;
+    }
+    const size_t bytes = static_cast<size_t>(n_tokens * ActRowBytes(*conversions[j], cols));
+    if (scratch.act[j].size() < bytes) scratch.act[j].resize(bytes);
+    acts[j] = scratch.act[j].data();
+  }
+  auto convert = [&](size_t t, size_t /*worker*/) {
+    for (int j = 0; j < n_conversions; ++j) {
+      const TypeTraits& traits = *conversions[j];
+      if (traits.act_type == GgmlType::kF32) continue;
+      const int64_t row_bytes = ActRowBytes(traits, cols);
+      traits.quantize_act(x + t * cols, scratch.act[j].data() + t * row_bytes, cols);
+    }
+  };
   if (n_tokens == 1) {
-    std::vector<int64_t>& bounds = scratch.row_bounds;
-    GuidedBounds(w.rows, traits->tile_rows, pool.size(), &bounds);
-    // Two pointers: still within std::function's local storage (no allocation).
-    pool.ParallelFor(bounds.size() - 1, [p = &plan, b = bounds.data()](size_t task, size_t) {
-      ComputeRows(*p, b[task], b[task + 1]);
+    convert(0, 0);
+  } else {
+    pool.ParallelFor(static_cast<size_t>(n_tokens), convert);
+  }
+  fp->n_parts = static_cast<int>(outputs.size());
+  const int64_t token_tasks = (n_tokens + kTokensPerTask - 1) / kTokensPerTask;
+  for (int p = 0; p < fp->n_parts; ++p) {
+    const WeightView& w = outputs[p].w;
+    const TypeTraits& traits = *GetTypeTraits(w.type);
+    const int64_t rows_per_task = RowsPerTask(w.rows, traits.tile_rows);
+    const int64_t row_tasks = (w.rows + rows_per_task - 1) / rows_per_task;
+    fp->parts[p] = {&traits,      &w,       acts[conversion_of[p]], ActRowBytes(traits, cols),
+                    outputs[p].y, n_tokens, rows_per_task,          row_tasks};
+    fp->first_task[p + 1] = fp->first_task[p] + row_tasks * token_tasks;
+    fp->first_row[p + 1] = fp->first_row[p] + w.rows;
+  }
+}
+
+// Runs the tasks of a planned call: guided row chunks of the joint rows for one token,
+// blocks otherwise.
+void RunPlan(FusedPlan& fp, int64_t n_tokens, ThreadPool& pool, MatMulScratch& scratch) {
+  if (n_tokens == 1) {
+    const int64_t rows = fp.combine != nullptr ? fp.parts[0].w->rows : fp.first_row[fp.n_parts];
+    GuidedBounds(rows, fp.parts[0].traits->tile_rows, pool.size(), &scratch.row_bounds);
+    fp.bounds = scratch.row_bounds.data();
+    // One pointer: within std::function's local storage (no allocation).
+    pool.ParallelFor(scratch.row_bounds.size() - 1, [p = &fp](size_t task, size_t) {
+      RunDecodeTask(*p, p->bounds[task], p->bounds[task + 1]);
     });
     return;
   }
-  // Captures one pointer, so std::function stores it without allocating.
-  pool.ParallelFor(static_cast<size_t>(row_tasks * token_tasks),
-                   [p = &plan](size_t task, size_t) { RunTask(*p, static_cast<int64_t>(task)); });
+  const int64_t tasks = fp.combine != nullptr ? fp.first_task[1] : fp.first_task[fp.n_parts];
+  pool.ParallelFor(static_cast<size_t>(tasks), [p = &fp](size_t task, size_t) {
+    RunBlockTask(*p, static_cast<int64_t>(task));
+  });
+}
+
+}  // namespace
+
+void MatMul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+            MatMulScratch& scratch) {
+  const MatMulOutput output{w, y};
+  MatMulMany({&output, 1}, x, n_tokens, pool, scratch);
+}
+
+void MatMulMany(std::span<const MatMulOutput> outputs, const float* x, int64_t n_tokens,
+                ThreadPool& pool, MatMulScratch& scratch) {
+  if (n_tokens <= 0) return;
+  FusedPlan fp;
+  PlanParts(outputs, x, n_tokens, pool, scratch, &fp);
+  if (fp.first_row[fp.n_parts] == 0) return;
+  RunPlan(fp, n_tokens, pool, scratch);
+}
+
+void MatMulGated(const WeightView& a, const WeightView& b, const float* x, int64_t n_tokens,
+                 float* ya, float* yb, RowCombine combine, ThreadPool& pool,
+                 MatMulScratch& scratch) {
+  SHARDLM_CHECK_MSG(a.rows == b.rows && a.cols == b.cols,
+                    "gated MatMul over %lldx%lld and %lldx%lld", static_cast<long long>(a.rows),
+                    static_cast<long long>(a.cols), static_cast<long long>(b.rows),
+                    static_cast<long long>(b.cols));
+  if (n_tokens <= 0 || a.rows <= 0) return;
+  const MatMulOutput outputs[2] = {{a, ya}, {b, yb}};
+  FusedPlan fp;
+  PlanParts(outputs, x, n_tokens, pool, scratch, &fp);
+  fp.combine = combine;
+  RunPlan(fp, n_tokens, pool, scratch);
 }
 
 void DequantizeRow(const WeightView& w, int64_t row, float* dst) {

@@ -1,6 +1,6 @@
-// Tests of MatMul / DequantizeRow (tensor/matmul.h) and ThreadPool (tensor/thread_pool.h):
-// bitwise invariance over thread counts and batch composition (the Determinism contract),
-// agreement with a slow float64 reference, and the pool's own guarantees.
+// Tests of MatMul, MatMulMany, MatMulGated, DequantizeRow (tensor/matmul.h) and ThreadPool
+// (tensor/thread_pool.h): bitwise invariance over thread counts and batch composition (the
+// Determinism contract), agreement with a slow float64 reference, and the pool's own guarantees.
 #include "tensor/matmul.h"
 
 #include <gtest/gtest.h>
@@ -132,6 +132,60 @@ TEST(MatMul, EveryElementIsOneVecDot) {
         ASSERT_EQ(std::memcmp(&want, &y[t * kRows + r], sizeof(float)), 0)
             << "token " << t << " row " << r << ": " << y[t * kRows + r] << " vs " << want;
       }
+    }
+  }
+}
+
+// The fused entries compute what separate MatMul calls compute, bitwise: q/k/v-like
+// outputs of different types (two activation conversions: Q8_K and Q8_0) and row counts
+// that are not a multiple of any tile, at one token (decode chunks across matrices) and
+// at a batch spanning two token blocks, for 1-3 threads.
+TEST(MatMulMany, EqualsSeparateMatMuls) {
+  constexpr int64_t kCols = 512;
+  const Matrix q = MakeMatrix(GgmlType::kQ4_K, 70, kCols, 21);
+  const Matrix k = MakeMatrix(GgmlType::kQ6_K, 37, kCols, 22);
+  const Matrix v = MakeMatrix(GgmlType::kQ8_0, 19, kCols, 23);
+  for (int64_t n_tokens : {1, 9, 70}) {
+    const std::vector<float> x = RandomFloats(n_tokens * kCols, 24);
+    for (int n_threads : {1, 2, 3}) {
+      SCOPED_TRACE("tokens " + std::to_string(n_tokens) + ", threads " + std::to_string(n_threads));
+      ThreadPool pool(n_threads);
+      MatMulScratch scratch;
+      std::vector<float> yq(n_tokens * 70, -1.0f), yk(n_tokens * 37, -1.0f),
+          yv(n_tokens * 19, -1.0f);
+      const MatMulOutput outputs[] = {
+          {q.view, yq.data()}, {k.view, yk.data()}, {v.view, yv.data()}};
+      MatMulMany(outputs, x.data(), n_tokens, pool, scratch);
+      EXPECT_TRUE(BitwiseEqual(yq, RunMatMul(q, x, n_tokens, 1)));
+      EXPECT_TRUE(BitwiseEqual(yk, RunMatMul(k, x, n_tokens, 1)));
+      EXPECT_TRUE(BitwiseEqual(yv, RunMatMul(v, x, n_tokens, 1)));
+    }
+  }
+}
+
+// out = a · b, elementwise (a stand-in for SwiGLU that shows which rows were combined).
+void MultiplyRows(const float* a, const float* b, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+}
+
+TEST(MatMulGated, EqualsTwoMatMulsThenCombine) {
+  constexpr int64_t kCols = 256, kRows = 45;
+  const Matrix gate = MakeMatrix(GgmlType::kQ4_K, kRows, kCols, 31);
+  const Matrix up = MakeMatrix(GgmlType::kQ6_K, kRows, kCols, 32);
+  for (int64_t n_tokens : {1, 8, 67}) {
+    const std::vector<float> x = RandomFloats(n_tokens * kCols, 33);
+    std::vector<float> want = RunMatMul(gate, x, n_tokens, 1);
+    const std::vector<float> want_up = RunMatMul(up, x, n_tokens, 1);
+    MultiplyRows(want.data(), want_up.data(), int64_t(want.size()), want.data());
+    for (int n_threads : {1, 2, 3}) {
+      SCOPED_TRACE("tokens " + std::to_string(n_tokens) + ", threads " + std::to_string(n_threads));
+      ThreadPool pool(n_threads);
+      MatMulScratch scratch;
+      std::vector<float> ya(n_tokens * kRows, -1.0f), yb(n_tokens * kRows, -1.0f);
+      MatMulGated(gate.view, up.view, x.data(), n_tokens, ya.data(), yb.data(), &MultiplyRows, pool,
+                  scratch);
+      EXPECT_TRUE(BitwiseEqual(ya, want));
+      EXPECT_TRUE(BitwiseEqual(yb, want_up));
     }
   }
 }
