@@ -53,11 +53,12 @@ const char* FinishReasonName(FinishReason reason);  // "stop", "length", ...
 
 struct RequestUsage {
   int32_t prompt_tokens = 0;
-  int32_t completion_tokens = 0;  // sampled tokens, a final EOG token included
-  int32_t cached_tokens = 0;      // prompt tokens served from the prefix cache
-  double queue_ms = 0;            // submit → first scheduled
-  double prefill_ms = 0;          // first scheduled → first token
-  double decode_ms = 0;           // first token → finish
+  int32_t completion_tokens = 0;   // sampled tokens, a final EOG token included
+  int32_t cached_tokens = 0;       // prompt tokens served from the prefix cache
+  int32_t cached_disk_tokens = 0;  // of cached_tokens, read from the disk tier
+  double queue_ms = 0;             // submit → first scheduled
+  double prefill_ms = 0;           // first scheduled → first token
+  double decode_ms = 0;            // first token → finish
 };
 
 struct FinishEvent {
@@ -91,6 +92,21 @@ struct EngineStats {
   int64_t prefix_cache_hit_blocks = 0;
   int64_t prefix_cache_pages = 0;
   int64_t prefix_cache_evicted_pages = 0;
+  // Of prompt_tokens_cached: from pages the memory index held, from pages read from disk.
+  int64_t prompt_tokens_memory = 0;
+  int64_t prompt_tokens_disk = 0;
+  // Disk tier (zero without --kv-cache-dir): snapshot bytes read and written, files and
+  // bytes on disk now, files evicted for the budget, files that failed validation (deleted)
+  // or a stage check, failed and dropped writes, pages whose export failed (a stage down).
+  int64_t kv_disk_bytes_read = 0;
+  int64_t kv_disk_bytes_written = 0;
+  int64_t kv_disk_files = 0;
+  int64_t kv_disk_bytes = 0;
+  int64_t kv_disk_evicted_files = 0;
+  int64_t kv_disk_corrupt_files = 0;
+  int64_t kv_disk_write_errors = 0;
+  int64_t kv_disk_dropped_writes = 0;
+  int64_t kv_disk_export_errors = 0;
 };
 
 struct EngineInfo {

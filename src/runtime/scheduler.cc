@@ -23,6 +23,11 @@ Status SchedulerOptions::Validate() const {
         "(>= 0), cache pages {} (>= 0)",
         n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk, cache_pages);
   }
+  if (!kv_cache_dir.empty() && !prefix_cache) {
+    return InvalidArgument(
+        "the disk tier of the prefix cache (--kv-cache-dir) needs the memory prefix cache: "
+        "drop --no-prefix-cache");
+  }
   if (n_batch < n_parallel) {
     return InvalidArgument(
         "the batch size ({}) must be at least --parallel ({}): every running sequence "
@@ -94,6 +99,10 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Pipeline> p
         pipeline->max_batch_tokens(), pipeline->max_logit_rows(), pipeline->allocator().n_pages(),
         want.max_batch_tokens, want.max_logit_rows, want.n_pages);
   }
+  if (!options.kv_cache_dir.empty()) {
+    return InvalidArgument(
+        "the disk tier needs the model file's fingerprint: create the scheduler from the model");
+  }
   std::unique_ptr<Scheduler> scheduler(new Scheduler(tokenizer, options));
   std::string name = options.model_name.empty() ? "model" : options.model_name;
   // No model file here: the in-memory cache serves this one pipeline, so any constant
@@ -118,9 +127,18 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
                        const Fingerprint128& fingerprint) {
   auto state = std::make_unique<State>();
   state->pipeline = std::move(pipeline);
+  if (!options_.kv_cache_dir.empty()) {
+    SchedulerDiskCacheOptions disk;
+    disk.dir = options_.kv_cache_dir;
+    disk.budget_bytes = options_.kv_cache_budget;
+    disk.model = fingerprint;
+    disk.kv_type = options_.kv_type;
+    SHARDLM_ASSIGN_OR_RETURN(state->disk_cache,
+                             SchedulerDiskCache::Open(state->pipeline.get(), std::move(disk)));
+  }
   state->prefix_cache = std::make_unique<SchedulerPrefixCache>(
       options_.prefix_cache, &state->pipeline->allocator(), options_.n_parallel,
-      options_.page_tokens, fingerprint);
+      options_.page_tokens, fingerprint, state->disk_cache.get());
   config_ = state->pipeline->config();
   state->slots.resize(options_.n_parallel);
   for (SchedulerSlot& slot : state->slots) {
@@ -220,6 +238,8 @@ EngineStats Scheduler::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats stats = stats_;
   stats.queue_length = pending_;
+  // Set once in Init; its counters are thread-safe and move with the writer thread.
+  if (state_->disk_cache) state_->disk_cache->FillStats(stats);
   return stats;
 }
 
@@ -383,6 +403,7 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   // Pages go back to the allocator before anyone hears of the finish. A batch still in
   // flight may write them: every later batch that reuses them runs after it in every stage.
   slot.table->Clear();
+  s.prefix_cache->EndSlot(slot_idx);
   slot.awaiting_logits = false;
   slot.write_end = 0;
   {

@@ -34,6 +34,10 @@
 //    evicted (LRU leaves) and the write retried, so a request still always finishes. Output
 //    is bitwise the same with or without a hit. A lost stage clears the cache (its pages
 //    are gone).
+//  - Disk tier (options.kv_cache_dir, scheduler_disk_cache.h): published pages persist
+//    write-behind; an admitted prompt whose chain continues on disk loads those blocks (a
+//    resumable task, a few pages per step, while other streams run) before prefilling the
+//    rest. Output is bitwise the same as cold; a bad file is discarded and recomputed.
 //  - Faults: a stage that goes down (kUnavailable) ends every running, in-flight and
 //    queued request with kError and its Status and frees every page; Health and Submit
 //    report it ("stage 1 (unix:...) is down ...") while the engine thread retries
@@ -42,8 +46,7 @@
 //    (kOutOfRange, "context_length_exceeded"), queue full (kOutOfRange "queue full (N
 //    waiting)"), a stage down (kUnavailable), engine shutting down (kInternal).
 //  - One key=value log line per finished request on stderr.
-// Non-goals (later issues): the disk tier of the prefix cache, preemption or swapping,
-// priorities.
+// Non-goals (later issues): preemption or swapping, priorities.
 //
 // Thread safety: Submit, Cancel, Stats, info, tokenizer, Health, pipeline_counters and
 // stage_stats may be called from any thread. Callbacks run on the engine thread (see engine.h).
@@ -97,6 +100,11 @@ struct SchedulerOptions {
   // requests without taking room a running sequence may need (0: cached pages only use
   // what running sequences leave free).
   int cache_pages = 0;
+  // Disk tier of the prefix cache (scheduler_disk_cache.h): an existing folder where full
+  // pages persist across restarts ("": none); needs prefix_cache. Its files of this layout
+  // stay under kv_cache_budget bytes.
+  std::string kv_cache_dir = {};
+  uint64_t kv_cache_budget = uint64_t{8} << 30;
 
   Status Validate() const;
   // The pipeline these options ask for: n_parallel × ceil(n_ctx / page_tokens) +
@@ -117,7 +125,7 @@ class Scheduler : public Engine {
                                                    const SchedulerOptions& options);
   // Same, on a pipeline built by the caller (tests, custom stages); it must have been made
   // with options.ToPipelineOptions()'s sizes. info().model_name: options.model_name or
-  // "model".
+  // "model". No disk tier here (it needs the model file's fingerprint).
   static Result<std::unique_ptr<Scheduler>> Create(std::unique_ptr<Pipeline> pipeline,
                                                    const Tokenizer& tokenizer,
                                                    const SchedulerOptions& options);

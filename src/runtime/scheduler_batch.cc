@@ -23,6 +23,13 @@ void Scheduler::State::Touch(SchedulerSlot& slot, int begin, int end) {
 TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& record) {
   SchedulerSlot& slot = slots[slot_idx];
   ActiveRequest& request = *slot.request;
+  if (prefix_cache->loading(slot_idx)) {
+    const uint64_t collected = batches_submitted - in_flight.size();
+    const TaskState loaded = prefix_cache->LoadStep(slot_idx, request, *slot.table,
+                                                    disk_page_budget, batches_submitted, collected);
+    // Waiting for the disk or for batches in flight does not hold back younger prompts.
+    if (loaded != TaskState::kFinished) return TaskState::kNotFinished;
+  }
   if (budget <= 0) return TaskState::kBlocked;
   const int start = request.n_prefilled();
   const int n = std::min(budget, request.n_prompt() - start);
@@ -76,6 +83,7 @@ void Scheduler::BuildBatch(InFlight& record) {
   std::sort(prefilling.begin(), prefilling.end(),
             [&](int a, int b) { return s.slots[a].admit_seq < s.slots[b].admit_seq; });
   int budget = options_.n_batch - int(s.batch.size());
+  s.disk_page_budget = SchedulerDiskCache::kLoadPagesPerStep;
   // Depth 1: the cap applies when this batch decodes; pipelined, whenever streams run (a
   // big chunk ahead of them in the stages delays their next token just the same).
   const bool streams_wait = depth > 1 ? n_decoding > 0 : !s.batch.empty();
@@ -130,6 +138,7 @@ bool Scheduler::SubmitAction() {
     return true;
   }
   s.in_flight.push_back(std::move(record));
+  ++s.batches_submitted;
   return true;
 }
 

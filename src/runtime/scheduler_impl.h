@@ -17,6 +17,7 @@
 
 #include "kv/block_table.h"
 #include "runtime/scheduler.h"
+#include "runtime/scheduler_disk_cache.h"
 #include "runtime/scheduler_prefix_cache.h"
 #include "runtime/scheduler_request.h"
 
@@ -49,10 +50,12 @@ struct Scheduler::InFlight {
   std::vector<Written> written;
 };
 
-// Declaration order is destruction order reversed: tables and the prefix cache go before
-// the pipeline (whose allocator they release pages into).
+// Declaration order is destruction order reversed: tables, the prefix cache and the disk
+// cache (which exports what is queued) go before the pipeline (whose allocator they
+// release pages into).
 struct Scheduler::State {
   std::unique_ptr<Pipeline> pipeline;
+  std::unique_ptr<SchedulerDiskCache> disk_cache;      // null without options.kv_cache_dir
   std::unique_ptr<SchedulerPrefixCache> prefix_cache;  // a null object when disabled
   std::vector<SchedulerSlot> slots;
   std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
@@ -66,6 +69,8 @@ struct Scheduler::State {
   int64_t prompt_tokens_total = 0;
   int64_t generated_tokens_total = 0;
   int64_t prompt_tokens_computed = 0;
+  uint64_t batches_submitted = 0;
+  int disk_page_budget = 0;  // disk page loads left in the batch being built
 
   // Offers a prefilling request up to `budget` batch entries; appends its chunk.
   TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);

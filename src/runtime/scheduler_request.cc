@@ -33,10 +33,11 @@ ActiveRequest::ActiveRequest(RequestId id, EngineRequest request, RequestCallbac
 
 void ActiveRequest::MarkAdmitted() { admitted_ = SchedulerClock::now(); }
 
-void ActiveRequest::SetCached(int n) {
-  SHARDLM_CHECK(n_prefilled_ == 0 && n >= 0 && n < n_prompt());
+void ActiveRequest::SetCached(int n, int n_disk) {
+  SHARDLM_CHECK(n_prefilled_ == 0 && n >= 0 && n < n_prompt() && n_disk >= 0 && n_disk <= n);
   n_prefilled_ = n;
   n_cached_ = n;
+  n_cached_disk_ = n_disk;
 }
 
 TokenId ActiveRequest::TokenAt(int pos) const {
@@ -87,6 +88,7 @@ RequestUsage ActiveRequest::Usage(SchedulerClock::time_point now) const {
   usage.prompt_tokens = n_prompt();
   usage.completion_tokens = n_generated_;
   usage.cached_tokens = n_cached_;
+  usage.cached_disk_tokens = n_cached_disk_;
   const SchedulerClock::time_point admitted = admitted_.value_or(now);
   usage.queue_ms = Ms(submitted_, admitted);
   const SchedulerClock::time_point first = first_token_.value_or(now);
@@ -111,15 +113,15 @@ void ActiveRequest::Log(const FinishEvent& event) const {
   const double decode_tps = u.decode_ms > 0 && u.completion_tokens > 1
                                 ? (u.completion_tokens - 1) * 1000.0 / u.decode_ms
                                 : 0.0;
-  std::fprintf(
-      stderr,
-      "request id=%" PRIu64
-      " finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d"
-      " queue_ms=%.1f prefill_ms=%.1f decode_ms=%.1f ttft_ms=%.1f decode_tok_s=%.2f%s%s%s\n",
-      id_, FinishReasonName(event.reason), u.prompt_tokens, u.completion_tokens, u.cached_tokens,
-      u.queue_ms, u.prefill_ms, u.decode_ms, ttft_ms, decode_tps,
-      event.error.ok() ? "" : " error=\"", event.error.message().c_str(),
-      event.error.ok() ? "" : "\"");
+  std::fprintf(stderr,
+               "request id=%" PRIu64
+               " finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d"
+               " cached_disk=%d queue_ms=%.1f prefill_ms=%.1f decode_ms=%.1f ttft_ms=%.1f "
+               "decode_tok_s=%.2f%s%s%s\n",
+               id_, FinishReasonName(event.reason), u.prompt_tokens, u.completion_tokens,
+               u.cached_tokens, u.cached_disk_tokens, u.queue_ms, u.prefill_ms, u.decode_ms,
+               ttft_ms, decode_tps, event.error.ok() ? "" : " error=\"",
+               event.error.message().c_str(), event.error.ok() ? "" : "\"");
 }
 
 }  // namespace shardlm

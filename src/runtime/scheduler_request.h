@@ -56,8 +56,9 @@ class ActiveRequest {
   // `n` more prompt tokens were written to the KV.
   void AddPrefilled(int n) { n_prefilled_ += n; }
   // The first `n` prompt tokens are in the KV already (a prefix-cache hit, before any
-  // prefill); n < n_prompt(), so the last prompt token is always computed.
-  void SetCached(int n);
+  // prefill); n < n_prompt(), so the last prompt token is always computed. `n_disk` of them
+  // were read from the disk tier.
+  void SetCached(int n, int n_disk = 0);
 
   // Samples the next token from `logits` (the row of its last fed position), emits it, and
   // returns the finish reason if generation ends here. `n_kv_tokens` is how many positions
@@ -83,6 +84,7 @@ class ActiveRequest {
   int n_prefilled_ = 0;
   int n_generated_ = 0;
   int n_cached_ = 0;
+  int n_cached_disk_ = 0;
   std::vector<TokenId> generated_;  // every sampled token, in order
   TokenId last_token_ = -1;
   SchedulerClock::time_point submitted_;
