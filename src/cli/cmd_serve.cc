@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "cache/byte_size.h"
 #include "cli/commands.h"
 #include "cli/placement_flags.h"
 #include "cli/synth_model.h"
@@ -49,6 +50,9 @@ struct ServeFlags {
   int http_threads = 0;
   std::string alias;
   bool no_prefix_cache = false;
+  int cache_pages = 0;
+  std::string kv_cache_dir;
+  std::string kv_cache_budget = "8GiB";
   PlacementFlags placement;
 };
 
@@ -79,6 +83,16 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
   cmd.add_option("-a,--alias", f.alias, "Model name reported by /v1/models");
   cmd.add_flag("--no-prefix-cache", f.no_prefix_cache,
                "Do not reuse the KV pages of common prompt prefixes across requests");
+  cmd.add_option("--cache-pages", f.cache_pages,
+                 "KV pages reserved for cached prefixes beyond the slots' own (64 tokens each)")
+      ->capture_default_str();
+  cmd.add_option("--kv-cache-dir", f.kv_cache_dir,
+                 "Persist full KV pages of the prefix cache in this folder (created if missing) "
+                 "and load them after a restart");
+  cmd.add_option("--kv-cache-budget", f.kv_cache_budget,
+                 "Most bytes of --kv-cache-dir files for this model and split (e.g. 512MiB, 8GiB); "
+                 "the least used are evicted")
+      ->capture_default_str();
   DeclarePlacementFlags(cmd, f.placement);
 }
 
@@ -135,6 +149,23 @@ Result<std::string> ChatTemplateSource(const ServeFlags& flags, const GgufFile& 
   return std::string(t.value());
 }
 
+// The disk tier's folder, created with its parents like any cache folder.
+Result<std::string> PrepareKvCacheDir(const ServeFlags& flags) {
+  if (flags.kv_cache_dir.empty()) return std::string();
+  if (flags.no_prefix_cache) {
+    return InvalidArgument("--kv-cache-dir needs the prefix cache: drop --no-prefix-cache");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(flags.kv_cache_dir, ec);
+  if (ec) {
+    return IoError("cannot create the --kv-cache-dir folder {}: {}", flags.kv_cache_dir,
+                   ec.message());
+  }
+  return flags.kv_cache_dir;
+}
+
+std::string MiB(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
+
 server::HttpServer* g_server = nullptr;
 
 void OnSignal(int) {
@@ -143,6 +174,9 @@ void OnSignal(int) {
 
 Status RunServe(const ServeFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(flags.placement));
+  Result<uint64_t> budget = ParseByteSize(flags.kv_cache_budget);
+  if (!budget.ok()) return InvalidArgument("--kv-cache-budget: {}", budget.status().message());
+  SHARDLM_ASSIGN_OR_RETURN(std::string kv_cache_dir, PrepareKvCacheDir(flags));
   std::string model_path = flags.model_path;
   if (model_path.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(model_path, EnsureSynthModel());
@@ -159,6 +193,9 @@ Status RunServe(const ServeFlags& flags) {
   so.threads = flags.n_threads;
   so.model_name = flags.alias;
   so.prefix_cache = !flags.no_prefix_cache;
+  so.cache_pages = flags.cache_pages;
+  so.kv_cache_dir = kv_cache_dir;
+  so.kv_cache_budget = *budget;
   so.log_requests = false;  // the server logs one line per request, with its id
   so.devices = std::move(placement.devices);
   so.layer_split = std::move(placement.layer_split);
@@ -167,6 +204,12 @@ Status RunServe(const ServeFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
                            Scheduler::Create(std::move(loaded), so));
   for (const std::string& line : DescribePlacement(engine->info().stages)) Log(line);
+  if (!kv_cache_dir.empty()) {
+    const EngineStats stats = engine->Stats();
+    Log(fmt::format("kv cache on disk: {} ({} files, {} for this model and split; budget {})",
+                    kv_cache_dir, stats.kv_disk_files, MiB(stats.kv_disk_bytes),
+                    MiB(int64_t(*budget))));
+  }
   server::ServerOptions opts;
   opts.host = flags.host;
   opts.port = flags.port;

@@ -121,11 +121,12 @@ void CompletionSession::LogFinish(const FinishEvent& fin) {
   const RequestUsage& u = fin.usage;
   double ttft = u.queue_ms + u.prefill_ms;
   double tps = u.decode_ms > 0 ? (u.completion_tokens - 1) * 1000.0 / u.decode_ms : 0.0;
-  log_(fmt::format("request id={} endpoint={} finish={} prompt_tokens={} cached_tokens={} "
-                   "completion_tokens={} ttft_ms={:.1f} decode_tok_s={:.1f} total_ms={:.1f}",
-                   meta_.id, request_.endpoint == Endpoint::kChat ? "chat" : "completions",
-                   FinishReasonName(fin.reason), u.prompt_tokens, u.cached_tokens,
-                   u.completion_tokens, ttft, tps < 0 ? 0.0 : tps, MsSince(start_)) +
+  log_(fmt::format(
+           "request id={} endpoint={} finish={} prompt_tokens={} cached_tokens={} "
+           "cached_disk={} completion_tokens={} ttft_ms={:.1f} decode_tok_s={:.1f} total_ms={:.1f}",
+           meta_.id, request_.endpoint == Endpoint::kChat ? "chat" : "completions",
+           FinishReasonName(fin.reason), u.prompt_tokens, u.cached_tokens, u.cached_disk_tokens,
+           u.completion_tokens, ttft, tps < 0 ? 0.0 : tps, MsSince(start_)) +
        (fin.reason == FinishReason::kError ? " error=\"" + fin.error.message() + "\"" : ""));
 }
 

@@ -268,8 +268,12 @@ void HttpServer::Impl::HandleMetrics(httplib::Response& res) {
   metric("slots_total", "gauge", "Slots (--parallel).", s.slots_total);
   metric("kv_pages_used", "gauge", "KV pages in use.", s.kv_pages_used);
   metric("kv_pages_total", "gauge", "KV pages in the pool.", s.kv_pages_total);
-  metric("prompt_tokens_cached_total", "counter", "Prompt tokens served from the prefix cache.",
-         s.prompt_tokens_cached);
+  metric("prompt_tokens_cached_total", "counter",
+         "Prompt tokens served from the prefix cache (memory + disk).", s.prompt_tokens_cached);
+  metric("prompt_tokens_memory_total", "counter",
+         "Prompt tokens served from cached pages in memory.", s.prompt_tokens_memory);
+  metric("prompt_tokens_disk_total", "counter", "Prompt tokens served from pages read from disk.",
+         s.prompt_tokens_disk);
   metric("prompt_tokens_computed_total", "counter", "Prompt tokens computed (prefilled).",
          s.prompt_tokens_computed);
   metric("prefix_cache_lookup_blocks_total", "counter", "Full prompt blocks looked up.",
@@ -279,6 +283,22 @@ void HttpServer::Impl::HandleMetrics(httplib::Response& res) {
   metric("prefix_cache_pages", "gauge", "KV pages held by the prefix cache.", s.prefix_cache_pages);
   metric("prefix_cache_evicted_pages_total", "counter", "Cached pages evicted to make room.",
          s.prefix_cache_evicted_pages);
+  metric("kv_disk_bytes_read_total", "counter", "Cache file bytes read (--kv-cache-dir).",
+         s.kv_disk_bytes_read);
+  metric("kv_disk_bytes_written_total", "counter", "Cache file bytes written.",
+         s.kv_disk_bytes_written);
+  metric("kv_disk_files", "gauge", "Cache files of this model and split on disk.", s.kv_disk_files);
+  metric("kv_disk_bytes", "gauge", "Bytes of those cache files.", s.kv_disk_bytes);
+  metric("kv_disk_evicted_files_total", "counter", "Cache files evicted to stay under the budget.",
+         s.kv_disk_evicted_files);
+  metric("kv_disk_corrupt_files_total", "counter",
+         "Cache files that failed validation (discarded; the prompt was computed).",
+         s.kv_disk_corrupt_files);
+  metric("kv_disk_write_errors_total", "counter", "Cache file writes that failed.",
+         s.kv_disk_write_errors);
+  metric("kv_disk_dropped_writes_total", "counter",
+         "Pages not persisted (write queue full, disk full, stage down).",
+         s.kv_disk_dropped_writes + s.kv_disk_export_errors);
   if (options.metrics_extra) out += options.metrics_extra();
   out +=
       "# HELP shardlm_http_responses_total HTTP responses by status.\n"
