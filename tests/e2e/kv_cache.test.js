@@ -1,0 +1,242 @@
+// End-to-end tests of the prefix cache's disk tier (issue 5): `shardlm serve --kv-cache-dir`
+// driven by the official `openai` npm client.
+//
+// Goals: what a user sees: in a multi-turn chat each turn computes only the tokens past the
+// cached page boundary (usage.prompt_tokens_details.cached_tokens, /metrics) and answers
+// exactly as a server without cache; a restarted server on the same folder serves the next
+// turn from disk (shardlm_prompt_tokens_disk_total) with the same text; the same with a
+// local + remote split whose `shardlm shard` daemon was restarted too; a byte-flipped,
+// truncated or other model's cache file gives the correct text and a log line, never a
+// crash. Pages are 64 tokens (serve's page size). Every wait is bounded.
+// Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
+// Binary: SHARDLM_BIN or ../../build/shardlm.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+import { killAll, startServer, startShard } from './harness.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const fixtures = process.env.SHARDLM_FIXTURES ?? path.resolve(here, '../../../shared/fixtures');
+const binary = path.resolve(here, process.env.SHARDLM_BIN ?? '../../build/shardlm');
+const storiesModel = path.join(fixtures, 'stories260K.gguf');
+const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
+const kTestTimeout = 120_000;
+const kServeArgs = ['--parallel', '2', '-c', '2048', '-t', '2'];
+const kPageTokens = 64;
+
+function missingReason() {
+  if (!fs.existsSync(binary)) return `no binary at ${binary}`;
+  for (const f of [storiesModel, qwenModel]) {
+    if (!fs.existsSync(f)) return `missing fixture ${f}`;
+  }
+  return null;
+}
+const missing = missingReason();
+if (missing && process.env.CI === 'true') {
+  throw new Error(`e2e: ${missing} (CI=true: fixtures are required)`);
+}
+const skip = missing ? `e2e kv cache skipped: ${missing}` : false;
+
+const clientOf = (server) =>
+  new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60_000 });
+
+async function metric(server, name) {
+  const text = await (await fetch(`${server.base}/metrics`)).text();
+  const value = new RegExp(`^shardlm_${name} (\\d+)$`, 'm').exec(text)?.[1];
+  assert.ok(value !== undefined, `no shardlm_${name} in /metrics:\n${text}`);
+  return Number(value);
+}
+
+const floorPage = (n) => Math.floor(n / kPageTokens) * kPageTokens;
+
+const story =
+  'Once upon a time, there was a little dog named Max. He liked to run in the park with ' +
+  'his friend Lily. One day they found a big red ball under a tree, and they played until ' +
+  'the sun went down and the stars came out over the quiet town.';
+
+// The greedy chat answer (EOG ignored) and its usage.
+async function chat(server, messages, maxTokens = 24) {
+  const r = await clientOf(server).chat.completions.create({
+    model: 'm', messages, temperature: 0, max_tokens: maxTokens, ignore_eos: true,
+  });
+  const m = r.choices[0].message;
+  return { text: (m.reasoning_content ?? '') + (m.content ?? ''), content: m.content ?? '',
+    usage: r.usage };
+}
+
+// A completion on a token-id prompt: the prompt is exactly these tokens.
+async function complete(server, prompt, maxTokens = 16) {
+  const r = await clientOf(server).completions.create({
+    model: 'm', prompt, temperature: 0, max_tokens: maxTokens, ignore_eos: true,
+  });
+  return { text: r.choices[0].text, usage: r.usage };
+}
+
+async function tokenize(server, content) {
+  const r = await fetch(`${server.base}/tokenize`, {
+    method: 'POST', body: JSON.stringify({ content, add_special: true }),
+  });
+  return (await r.json()).tokens;
+}
+
+// Turn 1 is 64k + 10 tokens; turn 2 extends it, so exactly k pages are on disk for it (the
+// 10 tokens past the boundary would need 54 more matching generated ones to fill a page).
+async function turns(server) {
+  let t1 = await tokenize(server, `${story} ${story} ${story}`);
+  t1 = t1.slice(0, floorPage(t1.length - 10) + 10);
+  assert.ok(t1.length > kPageTokens, `turn 1 has ${t1.length} tokens`);
+  const more = (await tokenize(server, ' The cat sat on the mat.')).slice(1);  // no BOS
+  return { t1, t2: [...t1, ...more], cached2: floorPage(t1.length) };
+}
+
+function snapFiles(dir) {
+  const out = [];
+  for (const sub of fs.readdirSync(dir)) {
+    const folder = path.join(dir, sub);
+    if (!fs.statSync(folder).isDirectory()) continue;
+    for (const f of fs.readdirSync(folder)) {
+      if (f.endsWith('.snap')) out.push(path.join(folder, f));
+    }
+  }
+  return out;
+}
+
+let tmp;
+let coldQwen;
+let coldStories;
+
+before(async () => {
+  if (skip) return;
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shardlm-kvcache-'));
+  [coldQwen, coldStories] = await Promise.all([
+    startServer(binary, qwenModel, [...kServeArgs, '--no-prefix-cache']),
+    startServer(binary, storiesModel, [...kServeArgs, '--no-prefix-cache']),
+  ]);
+});
+
+after(async () => {
+  await killAll();
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+test('multi-turn chat computes only past the cached page boundary; restart hits disk',
+  { skip, timeout: kTestTimeout }, async (t) => {
+    const dir = path.join(tmp, 'chat', 'nested');  // created with its parents
+    const args = [...kServeArgs, '--kv-cache-dir', dir, '--kv-cache-budget', '256MiB'];
+    let server = await startServer(binary, qwenModel, args);
+    assert.match(server.log(), /kv cache on disk: .* \(0 files/);
+    const messages = [{ role: 'user', content: `${story} What did they find?` }];
+    let previous = null;
+    for (let turn = 0; turn < 4; ++turn) {
+      if (turn === 2) {  // a restart between turns: the next one comes from disk
+        await server.kill();
+        server = await startServer(binary, qwenModel, args);
+        assert.match(server.log(), /kv cache on disk: .* \([1-9]\d* files/);
+      }
+      const computedBefore = await metric(server, 'prompt_tokens_computed_total');
+      const diskBefore = await metric(server, 'prompt_tokens_disk_total');
+      const got = await chat(server, messages);
+      const want = await chat(coldQwen, messages);
+      assert.equal(got.text, want.text, `turn ${turn}: same text as without cache`);
+      const cached = got.usage.prompt_tokens_details.cached_tokens;
+      const prompt = got.usage.prompt_tokens;
+      assert.equal(cached % kPageTokens, 0);
+      if (previous) {
+        // The previous turn's prompt is a prefix of this one; what it wrote ends one token
+        // before its last reply token.
+        assert.ok(cached > 0 && cached >= floorPage(previous.prompt_tokens),
+          `turn ${turn}: ${cached} cached`);
+        assert.ok(cached <= floorPage(previous.prompt_tokens + previous.completion_tokens - 1));
+      } else {
+        assert.equal(cached, 0);
+      }
+      assert.equal(await metric(server, 'prompt_tokens_computed_total') - computedBefore,
+        prompt - cached, `turn ${turn}: only the tokens past the cached pages are computed`);
+      const fromDisk = await metric(server, 'prompt_tokens_disk_total') - diskBefore;
+      assert.equal(fromDisk, turn === 2 ? cached : 0, `turn ${turn}: tokens from disk`);
+      t.diagnostic(`turn ${turn}: ${prompt} prompt tokens, ${cached} cached (${fromDisk} from disk)`);
+      previous = got.usage;
+      messages.push({ role: 'assistant', content: got.content });
+      messages.push({ role: 'user', content: `And then? ${story}` });
+    }
+    assert.ok(await metric(server, 'kv_disk_bytes_read_total') > 0);
+    assert.ok(await metric(server, 'kv_disk_files') > 0);
+    assert.equal(await metric(server, 'kv_disk_corrupt_files_total'), 0);
+    await server.kill();
+  });
+
+test('local + remote split restores from disk after both processes restart',
+  { skip, timeout: kTestTimeout }, async () => {
+    const dir = path.join(tmp, 'split');
+    const socket = path.join(tmp, 'kv.sock');
+    const args = [...kServeArgs, '--kv-cache-dir', dir, '--devices', `cpu,unix:${socket}`];
+    let shard = await startShard(binary, socket, 1);
+    let server = await startServer(binary, qwenModel, args);
+    const { t1, t2, cached2 } = await turns(server);
+    await complete(server, t1);
+    await server.kill();
+    await shard.kill();
+    assert.ok(snapFiles(dir).length >= cached2 / kPageTokens);
+
+    shard = await startShard(binary, socket, 1);
+    server = await startServer(binary, qwenModel, args);
+    const got = await complete(server, t2);
+    assert.equal(got.usage.prompt_tokens_details.cached_tokens, cached2);
+    assert.equal(await metric(server, 'prompt_tokens_disk_total'), cached2);
+    assert.equal(got.text, (await complete(coldQwen, t2)).text);
+    await Promise.all([server.kill(), shard.kill()]);
+  });
+
+test('flipped, truncated and swapped cache files: correct text and a log line',
+  { skip, timeout: kTestTimeout }, async () => {
+    const dir = path.join(tmp, 'corrupt');
+    const args = [...kServeArgs, '--kv-cache-dir', dir];
+    const persist = async (model) => {
+      const server = await startServer(binary, model, args);
+      const t = await turns(server);
+      await complete(server, t.t1);
+      await server.kill();
+      return t;
+    };
+    const subfolders = () => fs.readdirSync(dir).map((d) => path.join(dir, d));
+    const filesIn = (folder) =>
+      fs.readdirSync(folder).filter((f) => f.endsWith('.snap')).map((f) => path.join(folder, f));
+    // Both models persist their turn 1 into the same folder (a subfolder each).
+    const q = await persist(qwenModel);
+    const [qwenFolder] = subfolders();
+    const s = await persist(storiesModel);
+    const storiesFolder = subfolders().find((d) => d !== qwenFolder);
+    assert.ok(filesIn(qwenFolder).length > 0 && filesIn(storiesFolder).length > 0);
+
+    // Restarts a server on the damaged folder: the cold text, nothing from disk, a log line.
+    // (It computes and persists the prompt's pages again: fresh files for the next case.)
+    const check = async (what, model, prompt, cold) => {
+      const server = await startServer(binary, model, args);
+      const got = await complete(server, prompt);
+      assert.equal(got.text, (await complete(cold, prompt)).text, what);
+      assert.equal(await metric(server, 'prompt_tokens_disk_total'), 0, what);
+      assert.ok(await metric(server, 'kv_disk_corrupt_files_total') > 0, what);
+      await server.kill();
+      assert.match(server.log(), /kv-cache: /, what);
+    };
+    for (const f of filesIn(qwenFolder)) {
+      const bytes = fs.readFileSync(f);
+      bytes[bytes.length >> 1] ^= 0x5a;
+      fs.writeFileSync(f, bytes);
+    }
+    await check('flipped bytes', qwenModel, q.t2, coldQwen);
+    for (const f of filesIn(qwenFolder)) fs.truncateSync(f, fs.statSync(f).size - 100);
+    await check('truncated', qwenModel, q.t2, coldQwen);
+    // Each model's folder gets the other's files under its own names.
+    const qwenFiles = filesIn(qwenFolder);
+    const storiesFiles = filesIn(storiesFolder);
+    const qwenBytes = qwenFiles.map((f) => fs.readFileSync(f));
+    qwenFiles.forEach((f, i) => fs.copyFileSync(storiesFiles[i % storiesFiles.length], f));
+    storiesFiles.forEach((f, i) => fs.writeFileSync(f, qwenBytes[i % qwenBytes.length]));
+    await check('stories files in the qwen folder', qwenModel, q.t2, coldQwen);
+    await check('qwen files in the stories folder', storiesModel, s.t2, coldStories);
+  });
