@@ -174,6 +174,10 @@ void SchedulerDiskCache::ExportOne(const Export& job) {
     return;
   }
   (void)store_->Put(job.hash, std::move(bytes).value());  // a drop is counted by the store
+  // One file at a time: a slow disk backs up into this queue (bounded, in pages the engine
+  // can wait for) rather than into the store's, whose overflow would drop a block and cut
+  // the chain on disk there.
+  store_->Flush();
 }
 
 Status SchedulerDiskCache::Load(const BlockHash& hash, PageId page) {

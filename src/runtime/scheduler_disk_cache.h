@@ -9,7 +9,9 @@
 //   evicted nor reused while the reference is held) and queues it. A persister thread
 //   exports the page from every stage (Pipeline::ExportPages: a memcpy for local stages, a
 //   transfer through the daemon for remote ones), encodes one snapshot with one kv_page
-//   section per stage and hands it to DiskStore::Put (whose own writer thread writes it).
+//   section per stage and hands it to DiskStore::Put, then waits until the store's writer
+//   has written it (one file at a time: a slow disk backs up into this queue, not the
+//   store's, whose overflow would drop blocks from the middle of chains).
 //   The exported page goes on a done list; the engine thread releases the reference
 //   (ReleaseExported: PageAllocator is engine-thread only). At most kMaxPendingExports
 //   pages wait; a Persist beyond that is dropped and counted. When the pool is full and
