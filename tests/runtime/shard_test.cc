@@ -346,6 +346,18 @@ TEST(ShardTest, PagesExportAndImportRoundTrip) {
   EXPECT_TRUE(remote.Health().ok());
 }
 
+// Stage 0 local over layers [0, 2), stage 1 remote as `options` say; null when it fails.
+std::unique_ptr<Driver> LocalPlusRemote(const ModelUnderTest& m,
+                                        const RemoteStageOptions& options) {
+  Result<std::unique_ptr<RemoteStage>> remote = RemoteStage::Create(options);
+  EXPECT_TRUE(remote.ok()) << remote.status().message();
+  if (!remote.ok()) return nullptr;
+  std::vector<std::unique_ptr<Stage>> stages;
+  stages.push_back(Local(m, 0, {0, 2}));
+  stages.push_back(std::move(remote).value());
+  return std::make_unique<Driver>(std::move(stages), m.config);
+}
+
 // Every batch takes 150 ms in the daemon, longer than the client's 60 ms heartbeat timeout:
 // the daemon's Working messages (every 15 ms) keep the stage up and the logits are right.
 TEST(ShardTest, SlowBatchesWithHeartbeatsStayUp) {
@@ -357,12 +369,9 @@ TEST(ShardTest, SlowBatchesWithHeartbeatsStayUp) {
   const int n = m.config.n_layers;
   RemoteStageOptions options = RemoteOptions(m, 1, {2, n}, daemon.path());
   options.heartbeat_timeout_ms = 60;
-  Result<std::unique_ptr<RemoteStage>> remote = RemoteStage::Create(options);
-  ASSERT_TRUE(remote.ok()) << remote.status().message();
-  std::vector<std::unique_ptr<Stage>> stages;
-  stages.push_back(Local(m, 0, {0, 2}));
-  stages.push_back(std::move(remote).value());
-  Driver driver(std::move(stages), m.config);
+  std::unique_ptr<Driver> made = LocalPlusRemote(m, options);
+  ASSERT_TRUE(made);
+  Driver& driver = *made;
   Result<std::vector<float>> got = RunScript(driver, m.config.n_vocab);
   ASSERT_TRUE(got.ok()) << got.status().message();
   ExpectBitwiseEqual(want, got.value(), "slow daemon with heartbeats");
@@ -652,12 +661,9 @@ TEST(ShardProcessTest, StoppedDaemonIsDownWithinTheHeartbeatTimeout) {
   RemoteStageOptions options = RemoteOptions(m, 1, {2, n}, socket_path);
   options.heartbeat_timeout_ms = 300;
   options.hello_timeout_ms = 1000;
-  Result<std::unique_ptr<RemoteStage>> remote = RemoteStage::Create(options);
-  ASSERT_TRUE(remote.ok()) << remote.status().message();
-  std::vector<std::unique_ptr<Stage>> stages;
-  stages.push_back(Local(m, 0, {0, 2}));
-  stages.push_back(std::move(remote).value());
-  Driver driver(std::move(stages), m.config);
+  std::unique_ptr<Driver> made = LocalPlusRemote(m, options);
+  ASSERT_TRUE(made);
+  Driver& driver = *made;
   ASSERT_TRUE(RunScript(driver, m.config.n_vocab).ok());
 
   daemon.Pause(true);
