@@ -48,9 +48,9 @@ void ForEachRunF32(const PagePool& pool, PageList pages, int layer_idx, bool val
 // The (token, head) pairs of a tile that see a whole run of rows go through the *_tile
 // kernels together; a token that sees only part of the run (the causal edge) goes alone.
 struct RunQueries {
-  static constexpr int kMax = 64;  // queries per kernel call
-  const float* in[kMax];           // q vectors (score pass) or probability rows (value pass)
-  float* out[kMax];                // score rows (score pass) or output heads (value pass)
+  static constexpr int kMax = kMaxTileQueries;  // queries per kernel call
+  const float* in[kMax];  // q vectors (score pass) or probability rows (value pass)
+  float* out[kMax];       // score rows (score pass) or output heads (value pass)
   int n = 0;
 };
 
@@ -133,7 +133,7 @@ void ForEachRowF16(const PagePool& pool, PageList pages, int layer_idx, bool val
 
 void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_dim,
                 const AttentionTile& tile, float* scores) {
-  SHARDLM_DCHECK(tile.n_tokens >= 1 && tile.n_tokens <= kMaxTileTokens);
+  SHARDLM_DCHECK(tile.n_tokens >= 1 && tile.n_tokens <= TileTokensFor(tile.n_heads));
   SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= int64_t(pages.size()) * pool.page_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
   const int64_t head_offset = int64_t(tile.kv_head) * head_dim;

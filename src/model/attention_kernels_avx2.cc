@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/attention_kernels.h"
+#include "tensor/simd_tile.h"
 
 namespace shardlm::internal {
 namespace {
@@ -62,15 +63,15 @@ void AxpyAvx2(float a, const float* x, float* y, int n) {
 template <int kRegs>
 void AxpyRowsBlock(const float* w, const float* const* rows, int n_rows, int col, float* y) {
   __m256 acc[kRegs];
-  for (int j = 0; j < kRegs; ++j) acc[j] = _mm256_loadu_ps(y + col + 8 * j);
+  SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[j] = _mm256_loadu_ps(y + col + 8 * j);
   for (int r = 0; r < n_rows; ++r) {
     const __m256 wr = _mm256_set1_ps(w[r]);
     const float* x = rows[r] + col;
-    for (int j = 0; j < kRegs; ++j) {
+    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) {
       acc[j] = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + 8 * j), acc[j]);
     }
   }
-  for (int j = 0; j < kRegs; ++j) _mm256_storeu_ps(y + col + 8 * j, acc[j]);
+  SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) _mm256_storeu_ps(y + col + 8 * j, acc[j]);
 }
 
 // Column blocks of 64 (eight independent FMA chains), then 8, then the scalar tail.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/attention_kernels.h"
+#include "tensor/simd_tile.h"
 
 namespace shardlm::internal {
 namespace {
@@ -88,15 +89,15 @@ void AxpyAvx512(float a, const float* x, float* y, int n) {
 template <int kRegs>
 void AxpyRowsBlock(const float* w, const float* const* rows, int n_rows, int col, float* y) {
   __m512 acc[kRegs];
-  for (int j = 0; j < kRegs; ++j) acc[j] = _mm512_loadu_ps(y + col + 16 * j);
+  SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[j] = _mm512_loadu_ps(y + col + 16 * j);
   for (int r = 0; r < n_rows; ++r) {
     const __m512 wr = _mm512_set1_ps(w[r]);
     const float* x = rows[r] + col;
-    for (int j = 0; j < kRegs; ++j) {
+    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) {
       acc[j] = _mm512_fmadd_ps(wr, _mm512_loadu_ps(x + 16 * j), acc[j]);
     }
   }
-  for (int j = 0; j < kRegs; ++j) _mm512_storeu_ps(y + col + 16 * j, acc[j]);
+  SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) _mm512_storeu_ps(y + col + 16 * j, acc[j]);
 }
 
 // Column blocks of 128 (eight independent FMA chains), then 64, 16, then the scalar tail.
@@ -117,15 +118,17 @@ void DotBlock4x4(const float* const* qs, const float* const* rows, int n, float*
                  int r0) {
   const int n16 = n - n % 16;
   __m512 acc[4][4];
-  for (auto& row : acc) {
-    for (__m512& a : row) a = _mm512_setzero_ps();
+  SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
+    SHARDLM_UNROLL for (int r = 0; r < 4; ++r) acc[q][r] = _mm512_setzero_ps();
   }
+  const float* k_rows[4] = {rows[r0], rows[r0 + 1], rows[r0 + 2], rows[r0 + 3]};
+  const float* q_rows[4] = {qs[0], qs[1], qs[2], qs[3]};
   for (int i = 0; i < n16; i += 16) {
     __m512 vk[4];
-    for (int r = 0; r < 4; ++r) vk[r] = _mm512_loadu_ps(rows[r0 + r] + i);
-    for (int q = 0; q < 4; ++q) {
-      const __m512 vq = _mm512_loadu_ps(qs[q] + i);
-      for (int r = 0; r < 4; ++r) acc[q][r] = _mm512_fmadd_ps(vq, vk[r], acc[q][r]);
+    SHARDLM_UNROLL for (int r = 0; r < 4; ++r) vk[r] = _mm512_loadu_ps(k_rows[r] + i);
+    SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
+      const __m512 vq = _mm512_loadu_ps(q_rows[q] + i);
+      SHARDLM_UNROLL for (int r = 0; r < 4; ++r) acc[q][r] = _mm512_fmadd_ps(vq, vk[r], acc[q][r]);
     }
   }
   for (int q = 0; q < 4; ++q) {
@@ -158,19 +161,24 @@ template <int kRegs>
 void AxpyBlock4(const float* const* ws, const float* const* rows, int n_rows, int col,
                 float* const* ys) {
   __m512 acc[4][kRegs];
-  for (int q = 0; q < 4; ++q) {
-    for (int j = 0; j < kRegs; ++j) acc[q][j] = _mm512_loadu_ps(ys[q] + col + 16 * j);
+  const float* w_rows[4] = {ws[0], ws[1], ws[2], ws[3]};
+  SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
+    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[q][j] =
+        _mm512_loadu_ps(ys[q] + col + 16 * j);
   }
   for (int r = 0; r < n_rows; ++r) {
     __m512 v[kRegs];
-    for (int j = 0; j < kRegs; ++j) v[j] = _mm512_loadu_ps(rows[r] + col + 16 * j);
-    for (int q = 0; q < 4; ++q) {
-      const __m512 w = _mm512_set1_ps(ws[q][r]);
-      for (int j = 0; j < kRegs; ++j) acc[q][j] = _mm512_fmadd_ps(w, v[j], acc[q][j]);
+    const float* x = rows[r] + col;
+    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) v[j] = _mm512_loadu_ps(x + 16 * j);
+    SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
+      const __m512 w = _mm512_set1_ps(w_rows[q][r]);
+      SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[q][j] =
+          _mm512_fmadd_ps(w, v[j], acc[q][j]);
     }
   }
-  for (int q = 0; q < 4; ++q) {
-    for (int j = 0; j < kRegs; ++j) _mm512_storeu_ps(ys[q] + col + 16 * j, acc[q][j]);
+  SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
+    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j)
+        _mm512_storeu_ps(ys[q] + col + 16 * j, acc[q][j]);
   }
 }
 

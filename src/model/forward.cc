@@ -25,13 +25,14 @@ struct ForwardPass::Activations {
   std::vector<float> gate;         // [B][n_ff] gate projection, then SiLU(gate)·up
   std::vector<float> up;           // [B][n_ff]
   std::vector<float> rope;         // [B][n_rot] (cos, sin) per rotated pair
-  std::vector<float> scores;       // [n_threads][gqa_group][max_ctx] attention probabilities
+  std::vector<float> scores;       // [n_threads][tile_tokens][gqa_group][max_ctx] probabilities
   std::vector<int32_t> head_rows;  // [B] batch index of each logits row
   std::vector<int32_t> slot_next;  // [n_slots] last position + 1 (−1: slot unused)
   std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
-  size_t scores_per_worker = 0;  // kMaxTileTokens × gqa_group × max_ctx
+  int tile_tokens = 1;           // TileTokensFor(gqa_group)
+  size_t scores_per_worker = 0;  // tile_tokens × gqa_group × max_ctx
 };
 
 ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads,
@@ -59,7 +60,8 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->up.resize(b * config_.n_ff);
   act_->rope.resize(b * config_.n_rot);
   act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
-  act_->scores_per_worker = size_t(kMaxTileTokens) * config_.gqa_group() * act_->max_ctx;
+  act_->tile_tokens = TileTokensFor(config_.gqa_group());
+  act_->scores_per_worker = size_t(act_->tile_tokens) * config_.gqa_group() * act_->max_ctx;
   act_->tiles.reserve(b);
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
@@ -213,14 +215,14 @@ void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batc
 }
 
 // Groups adjacent batch entries of one sequence at consecutive positions into tiles of at
-// most kMaxTileTokens (prefill shares K/V reads; decode entries stay alone).
+// most tile_tokens (prefill shares K/V reads; decode entries stay alone).
 void ForwardPass::BuildTiles(std::span<const BatchEntry> batch) {
   act_->tiles.clear();
   for (size_t t = 0; t < batch.size(); ++t) {
     if (!act_->tiles.empty()) {
       Tile& last = act_->tiles.back();
       const BatchEntry& prev = batch[t - 1];
-      if (last.n_tokens < kMaxTileTokens && batch[t].slot == prev.slot &&
+      if (last.n_tokens < act_->tile_tokens && batch[t].slot == prev.slot &&
           batch[t].position == prev.position + 1) {
         ++last.n_tokens;
         continue;
