@@ -68,7 +68,7 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, Visi
     return std::min(n, tile.first_position + i + 1 - pos);
   };
   RunQueries full;
-  // scores[i][h][pos] = (q_ih · k_pos) · scale
+  // scores[i][h][pos] = q_ih · k_pos (softmax applies the scale)
   visit(false, [&](int pos, int n, const float* const* rows) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
@@ -84,16 +84,11 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, Visi
       }
     }
     kern.dot_tile(full.in, full.n, rows, n, head_dim, full.out);
-    for (int i = 0; i < tile.n_tokens; ++i) {
-      const int m = visible(i, pos, n);
-      for (int h = 0; h < tile.n_heads; ++h) {
-        float* s = score_row(i, h) + pos;
-        for (int r = 0; r < m; ++r) s[r] *= tile.scale;
-      }
-    }
   });
   for (int i = 0; i < tile.n_tokens; ++i) {
-    for (int h = 0; h < tile.n_heads; ++h) Softmax(score_row(i, h), tile.first_position + i + 1);
+    for (int h = 0; h < tile.n_heads; ++h) {
+      kern.softmax(score_row(i, h), tile.first_position + i + 1, tile.scale);
+    }
     std::fill(out_head(i, 0), out_head(i, 0) + int64_t(tile.n_heads) * head_dim, 0.0f);
   }
   // out[i][h] = Σ_pos p[i][h][pos] · v_pos, in position order

@@ -41,6 +41,29 @@ void AxpyTileGeneric(const float* const* ws, int n_q, const float* const* rows, 
   for (int q = 0; q < n_q; ++q) AxpyRowsGeneric(ws[q], rows, n_rows, ys[q], n);
 }
 
+void SoftmaxGeneric(float* x, int n, float scale) {
+  float max = -INFINITY;
+  for (int i = 0; i < n; ++i) {
+    x[i] *= scale;
+    max = x[i] > max ? x[i] : max;
+  }
+  double lanes[16] = {};
+  const int n16 = n - n % 16;
+  for (int i = 0; i < n16; i += 16) {
+    for (int j = 0; j < 16; ++j) {
+      x[i + j] = internal::ExpNonPositive(x[i + j] - max);
+      lanes[j] += x[i + j];
+    }
+  }
+  double sum = internal::SumLanes(lanes);
+  for (int i = n16; i < n; ++i) {
+    x[i] = internal::ExpNonPositive(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = float(1.0 / sum);
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
 void HalfRowGeneric(const uint16_t* src, float* dst, int n) {
   for (int i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
@@ -54,6 +77,7 @@ AttentionKernels Build(Isa isa) {
   k.axpy_rows = AxpyRowsGeneric;
   k.dot_tile = DotTileGeneric;
   k.axpy_tile = AxpyTileGeneric;
+  k.softmax = SoftmaxGeneric;
   if (isa == Isa::kAvx2 || isa == Isa::kAvx512) internal::FillAttentionAvx2(k);
   if (isa == Isa::kAvx512) internal::FillAttentionAvx512(k);
   return k;

@@ -96,6 +96,69 @@ void AxpyTileAvx2(const float* const* ws, int n_q, const float* const* rows, int
   for (int q = 0; q < n_q; ++q) AxpyRowsAvx2(ws[q], rows, n_rows, ys[q], n);
 }
 
+// ExpNonPositive (attention_kernels.h) on 8 lanes, the same operations in the same order.
+inline __m256 ExpNonPositive8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(kExpLowest));
+  const __m256 round = _mm256_set1_ps(kExpRound);
+  const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(kExpLog2e), round);
+  const __m256 k = _mm256_sub_ps(t, round);
+  const __m256i ki = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(round));
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kExpLn2Hi), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kExpLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpPoly[0]);
+  SHARDLM_UNROLL for (int i = 1; i < 8; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
+  const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(ki, _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2));
+}
+
+// Lanes 0-15 of the double sums as four registers of 4; SumLanes<double>'s tree.
+inline double ReduceLanesPd(const __m256d* d) {
+  const __m256d s8a = _mm256_add_pd(d[0], d[2]), s8b = _mm256_add_pd(d[1], d[3]);
+  const __m256d s4 = _mm256_add_pd(s8a, s8b);
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+
+void SoftmaxAvx2(float* x, int n, float scale) {
+  const int n16 = n - n % 16;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (int i = 0; i < n16; i += 8) {
+    const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(x + i), vscale);
+    _mm256_storeu_ps(x + i, s);
+    vmax = _mm256_max_ps(vmax, s);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float max = -INFINITY;
+  for (float lane : lanes) max = lane > max ? lane : max;
+  for (int i = n16; i < n; ++i) {
+    x[i] *= scale;
+    max = x[i] > max ? x[i] : max;
+  }
+  const __m256 vm = _mm256_set1_ps(max);
+  __m256d d[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                  _mm256_setzero_pd()};
+  for (int i = 0; i < n16; i += 16) {
+    SHARDLM_UNROLL for (int h = 0; h < 2; ++h) {
+      const __m256 e = ExpNonPositive8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * h), vm));
+      _mm256_storeu_ps(x + i + 8 * h, e);
+      d[2 * h] = _mm256_add_pd(d[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+      d[2 * h + 1] = _mm256_add_pd(d[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+  }
+  double sum = ReduceLanesPd(d);
+  for (int i = n16; i < n; ++i) {
+    x[i] = ExpNonPositive(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = float(1.0 / sum);
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (int i = 0; i < n16; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+  for (int i = n16; i < n; ++i) x[i] *= inv;
+}
+
 void HalfRowAvx2(const uint16_t* src, float* dst, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -115,6 +178,7 @@ void FillAttentionAvx2(AttentionKernels& k) {
   k.axpy_rows = AxpyRowsAvx2;
   k.dot_tile = DotTileAvx2;
   k.axpy_tile = AxpyTileAvx2;
+  k.softmax = SoftmaxAvx2;
 }
 
 }  // namespace shardlm::internal

@@ -1,9 +1,8 @@
 // AVX-512 attention kernels; 16 lanes in one register (see attention_kernels.h).
-#include <immintrin.h>
-
 #include <cmath>
 
 #include "model/attention_kernels.h"
+#include "tensor/intrinsics.h"
 #include "tensor/simd_tile.h"
 
 namespace shardlm::internal {
@@ -198,6 +197,63 @@ void AxpyTileAvx512(const float* const* ws, int n_q, const float* const* rows, i
   for (; q0 < n_q; ++q0) AxpyRowsAvx512(ws[q0], rows, n_rows, ys[q0], n);
 }
 
+// ExpNonPositive (attention_kernels.h) on 16 lanes, the same operations in the same order.
+inline __m512 ExpNonPositive16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(kExpLowest));
+  const __m512 round = _mm512_set1_ps(kExpRound);
+  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(kExpLog2e), round);
+  const __m512 k = _mm512_sub_ps(t, round);
+  const __m512i ki = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(round));
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kExpLn2Hi), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kExpLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+  SHARDLM_UNROLL for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
+  const __m512i pow2 = _mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(pow2));
+}
+
+// SumLanes<double> of lanes 0-7 (lo) and 8-15 (hi).
+inline double ReduceLanesPd(__m512d lo, __m512d hi) {
+  const __m512d s8 = _mm512_add_pd(lo, hi);
+  const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+
+void SoftmaxAvx512(float* x, int n, float scale) {
+  const int n16 = n - n % 16;
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int i = 0; i < n16; i += 16) {
+    const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(x + i), vscale);
+    _mm512_storeu_ps(x + i, s);
+    vmax = _mm512_max_ps(vmax, s);
+  }
+  float max = _mm512_reduce_max_ps(vmax);
+  for (int i = n16; i < n; ++i) {
+    x[i] *= scale;
+    max = x[i] > max ? x[i] : max;
+  }
+  const __m512 vm = _mm512_set1_ps(max);
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  for (int i = 0; i < n16; i += 16) {
+    const __m512 e = ExpNonPositive16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+    _mm512_storeu_ps(x + i, e);
+    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+  }
+  double sum = ReduceLanesPd(lo, hi);
+  for (int i = n16; i < n; ++i) {
+    x[i] = ExpNonPositive(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = float(1.0 / sum);
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (int i = 0; i < n16; i += 16)
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
+  for (int i = n16; i < n; ++i) x[i] *= inv;
+}
+
 void HalfRowAvx512(const uint16_t* src, float* dst, int n) {
   int i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -217,6 +273,7 @@ void FillAttentionAvx512(AttentionKernels& k) {
   k.axpy_rows = AxpyRowsAvx512;
   k.dot_tile = DotTileAvx512;
   k.axpy_tile = AxpyTileAvx512;
+  k.softmax = SoftmaxAvx512;
 }
 
 }  // namespace shardlm::internal

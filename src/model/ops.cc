@@ -46,19 +46,6 @@ void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n
   }
 }
 
-void Softmax(float* x, int n) {
-  float max = -INFINITY;
-  for (int i = 0; i < n; ++i) max = x[i] > max ? x[i] : max;
-  double sum = 0.0;
-  for (int i = 0; i < n; ++i) {
-    const float e = expf(x[i] - max);
-    sum += double(e);
-    x[i] = e;
-  }
-  const float inv = float(1.0 / sum);
-  for (int i = 0; i < n; ++i) x[i] *= inv;
-}
-
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

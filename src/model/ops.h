@@ -31,9 +31,6 @@ void RopeAngles(int position, int n_rot, float freq_base, const float* freq_fact
 // Rotates the first n_rot dims of each of n_heads heads in x [n_heads][head_dim].
 void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n_heads, float* x);
 
-// x[0..n) ← softmax(x), in place.
-void Softmax(float* x, int n);
-
 // out[i] = SiLU(gate[i]) · up[i]; out may alias gate.
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 

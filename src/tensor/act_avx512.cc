@@ -11,16 +11,9 @@
 // fp16 scales go through F16C (round to nearest even, what the generic Fp32ToFp16 mirrors).
 // Non-goals: NaN inputs (the generic code assumes NaN-free activations too).
 
-// GCC 12 flags its own intrinsics' "undefined upper half" idiom as uninitialized at every
-// inlined use; a known false positive, silenced for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cstring>
 
+#include "tensor/intrinsics.h"
 #include "tensor/kernels_impl.h"
 #include "tensor/quant_blocks.h"
 

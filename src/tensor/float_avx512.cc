@@ -9,14 +9,7 @@
 // (zero-filling) step, which adds exact zeros.
 // Non-goals: activation conversion (generic quantize_act).
 
-// GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
-// every inlined use; the warning is a known false positive, silenced for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
+#include "tensor/intrinsics.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/simd_tile.h"
 

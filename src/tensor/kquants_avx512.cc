@@ -13,16 +13,9 @@
 // (|Σ| <= 256·63·127·128 < 2^31). Weight offsets (Q4_K mins, Q6_K's -32) go through the
 // activation block sums (bsums), never through per-element work.
 
-// GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
-// every inlined use; the warning is a known false positive, silenced for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <type_traits>
 
+#include "tensor/intrinsics.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/simd_tile.h"
 

@@ -13,14 +13,7 @@
 // becomes −8·Σa / −16·Σa, a start value computed once per activation block. Either way
 // the int32 lanes hold the exact Σ a·w; only the per-block scaling is floating point.
 
-// GCC 12 flags its own intrinsics' "undefined upper half" idiom (__m512 __Y = __Y) at
-// every inlined use; the warning is a known false positive, silenced for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
+#include "tensor/intrinsics.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/simd_tile.h"
 

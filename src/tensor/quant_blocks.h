@@ -20,17 +20,17 @@ using bf16_t = uint16_t;  // bfloat16, raw bits
 
 #pragma pack(push, 1)
 struct BlockQ4_0 {
-  fp16_t d;            // scale
-  uint8_t qs[kQK / 2]; // low nibble: elements 0..15, high nibble: 16..31; value = d·(q−8)
+  fp16_t d;             // scale
+  uint8_t qs[kQK / 2];  // low nibble: elements 0..15, high nibble: 16..31; value = d·(q−8)
 };
 struct BlockQ4_1 {
-  fp16_t d, m;         // value = d·q + m
+  fp16_t d, m;  // value = d·q + m
   uint8_t qs[kQK / 2];
 };
 struct BlockQ5_0 {
   fp16_t d;
-  uint8_t qh[4];       // 5th bit of each element (bit j for element j)
-  uint8_t qs[kQK / 2]; // value = d·(q−16)
+  uint8_t qh[4];        // 5th bit of each element (bit j for element j)
+  uint8_t qs[kQK / 2];  // value = d·(q−16)
 };
 struct BlockQ5_1 {
   fp16_t d, m;
@@ -69,9 +69,9 @@ struct BlockQ5_K {
   uint8_t qs[kQK_K / 2];
 };
 struct BlockQ6_K {
-  uint8_t ql[kQK_K / 2];       // low 4 bits
-  uint8_t qh[kQK_K / 4];       // high 2 bits
-  int8_t scales[kQK_K / 16];   // 8-bit scales per 16 elements
+  uint8_t ql[kQK_K / 2];      // low 4 bits
+  uint8_t qh[kQK_K / 4];      // high 2 bits
+  int8_t scales[kQK_K / 16];  // 8-bit scales per 16 elements
   fp16_t d;
 };
 struct BlockQ8_K {  // activations for all K-quants

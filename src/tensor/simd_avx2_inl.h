@@ -5,14 +5,7 @@
 // its lanes in the same order. Non-goals: anything ISA-independent (simd_tile.h).
 #pragma once
 
-// GCC 12 flags its own intrinsics' "undefined upper half" idiom as uninitialized at every
-// inlined use; a known false positive, silenced for the header only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
+#include "tensor/intrinsics.h"
 #include "tensor/quant_blocks.h"
 
 // Anonymous: each AVX2 file gets its own copy, so no other translation unit (compiled

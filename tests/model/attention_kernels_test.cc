@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -127,20 +128,59 @@ TEST(Ops, HalfRoundTripAndRounding) {
   }
 }
 
-TEST(Ops, RmsNormAndSoftmaxAgainstDouble) {
+TEST(Ops, RmsNormAgainstDouble) {
   std::vector<float> x = RandomRow(256, 7), w = RandomRow(256, 8), y(256);
   RmsNorm(x.data(), w.data(), 256, 1e-6f, y.data());
   double ss = 0;
   for (float v : x) ss += double(v) * v;
   const double scale = 1.0 / std::sqrt(ss / 256 + 1e-6);
   for (int i = 0; i < 256; ++i) EXPECT_NEAR(y[i], x[i] * scale * w[i], 1e-5);
+}
 
-  std::vector<float> s = RandomRow(100, 9);
-  std::vector<float> p = s;
-  Softmax(p.data(), 100);
-  double sum = 0;
-  for (float v : s) sum += std::exp(double(v));
-  for (int i = 0; i < 100; ++i) EXPECT_NEAR(p[i], std::exp(double(s[i])) / sum, 1e-7);
+// Softmax of scaled scores against double precision, on every compiled ISA bitwise equal to
+// the generic twin; rows long and short (tails), with large and tiny spreads.
+TEST(AttentionKernels, SoftmaxMatchesDoubleAndEveryIsaBitwise) {
+  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
+  for (int n : {1, 2, 15, 16, 17, 100, 256, 1000, 4099}) {
+    for (float spread : {0.01f, 1.0f, 30.0f}) {
+      std::vector<float> s = RandomRow(n, 9 + n);
+      for (float& v : s) v *= spread;
+      const float scale = 0.088388f;
+      std::vector<float> want = s;
+      generic->softmax(want.data(), n, scale);
+      double max = -INFINITY, sum = 0;
+      for (float v : s) max = std::max(max, double(v * scale));
+      for (float v : s) sum += std::exp(double(v * scale) - max);
+      // Per element: a few float ulps (exp within 2, the reciprocal, the product) plus the
+      // rounding of the float argument s − max, whose ulp grows with |s − max|.
+      double worst = 0;
+      for (int i = 0; i < n; ++i) {
+        const double arg = double(s[i] * scale) - max;
+        const double ref = std::exp(arg) / sum;
+        const double bound = ref * (5e-7 + std::abs(arg) * 1.2e-7);
+        worst = std::max(worst, std::abs(want[i] - ref) / bound);
+      }
+      EXPECT_LT(worst, 1.0) << "n=" << n << " spread=" << spread;
+      for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+        const AttentionKernels* k = GetAttentionKernelsFor(isa);
+        if (k == nullptr) continue;
+        std::vector<float> got = s;
+        k->softmax(got.data(), n, scale);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), 4 * n), 0)
+            << IsaName(isa) << " softmax n=" << n << " spread=" << spread;
+      }
+    }
+  }
+}
+
+TEST(AttentionKernels, ExpNonPositiveWithinTwoUlp) {
+  for (float x = -87.0f; x <= 0.0f; x += 0.0137f) {
+    const float got = internal::ExpNonPositive(x);
+    const float want = float(std::exp(double(x)));
+    EXPECT_LE(std::abs(got - want), 2 * (std::nextafter(want, INFINITY) - want)) << x;
+  }
+  EXPECT_EQ(internal::ExpNonPositive(0.0f), 1.0f);
+  EXPECT_GT(internal::ExpNonPositive(-INFINITY), 0.0f);  // clamped to exp(-87)
 }
 
 TEST(Ops, RopeNormAndNeoxPairs) {
