@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
 #include "runtime/bench_runner.h"
 #include "runtime/model_loader.h"
@@ -44,7 +45,7 @@ void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
   cmd.add_option("-t,--threads", f.n_threads, "Threads (0: all hardware threads)")
       ->capture_default_str();
   cmd.add_option("-r,--repetitions", f.reps, "Timed repetitions per test")->capture_default_str();
-  cmd.add_option("--kv-type", f.kv_type, "KV cache element type: f32 | f16")->capture_default_str();
+  DeclareKvTypeFlag(cmd, f.kv_type);
   cmd.add_flag("--json", f.json, "Print one JSON object per test (JSON lines)");
   DeclarePlacementFlags(cmd, f.placement);
 }
@@ -140,7 +141,7 @@ void PrintTableRow(const ModelFacts& facts, const std::string& backend, int n_th
 }
 
 Status BenchCommand(const BenchFlags& f) {
-  SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvType(f.kv_type));
+  SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(f.kv_type));
   if (f.n_prompt < 0 || f.n_gen < 0) return InvalidArgument("-p and -n must be >= 0");
   SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(f.placement));
   SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
 #include "runtime/generator.h"
 #include "runtime/logits_recorder.h"
@@ -47,7 +48,7 @@ void DeclareFlags(CLI::App& cmd, RunFlags& f) {
   cmd.add_option("-c,--ctx-size", f.n_ctx, "Context size in tokens")->capture_default_str();
   cmd.add_option("-b,--batch-size", f.n_batch, "Most prompt tokens per forward pass")
       ->capture_default_str();
-  cmd.add_option("--kv-type", f.kv_type, "KV cache element type: f32 | f16")->capture_default_str();
+  DeclareKvTypeFlag(cmd, f.kv_type);
   cmd.add_flag("--no-parse-special", f.no_parse_special,
                "Tokenize special-token text in the prompt as plain text");
   cmd.add_flag("--ignore-eos", f.ignore_eos,
@@ -98,7 +99,7 @@ void PrintTimings(const GenerationResult& result) {
 }
 
 Status RunCommand(RunFlags& f) {
-  SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvType(f.kv_type));
+  SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(f.kv_type));
   SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(f.placement));
   if (f.seed < 0) {
     f.sampling.seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();

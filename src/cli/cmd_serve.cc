@@ -22,6 +22,7 @@
 
 #include "cache/byte_size.h"
 #include "cli/commands.h"
+#include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
 #include "cli/synth_model.h"
 #include "runtime/model_loader.h"
@@ -53,6 +54,7 @@ struct ServeFlags {
   int cache_pages = 0;
   std::string kv_cache_dir;
   std::string kv_cache_budget = "8GiB";
+  std::string kv_type = "f16";
   PlacementFlags placement;
 };
 
@@ -93,6 +95,7 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "Most bytes of --kv-cache-dir files for this model and split (e.g. 512MiB, 8GiB); "
                  "the least used are evicted")
       ->capture_default_str();
+  DeclareKvTypeFlag(cmd, f.kv_type);
   DeclarePlacementFlags(cmd, f.placement);
 }
 
@@ -174,6 +177,7 @@ void OnSignal(int) {
 
 Status RunServe(const ServeFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(flags.placement));
+  SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(flags.kv_type));
   Result<uint64_t> budget = ParseByteSize(flags.kv_cache_budget);
   if (!budget.ok()) return InvalidArgument("--kv-cache-budget: {}", budget.status().message());
   SHARDLM_ASSIGN_OR_RETURN(std::string kv_cache_dir, PrepareKvCacheDir(flags));
@@ -194,6 +198,7 @@ Status RunServe(const ServeFlags& flags) {
   so.model_name = flags.alias;
   so.prefix_cache = !flags.no_prefix_cache;
   so.cache_pages = flags.cache_pages;
+  so.kv_type = kv_type;
   so.kv_cache_dir = kv_cache_dir;
   so.kv_cache_budget = *budget;
   so.log_requests = false;  // the server logs one line per request, with its id
@@ -224,9 +229,9 @@ Status RunServe(const ServeFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<server::HttpServer> http,
                            server::HttpServer::Create(*engine, opts));
   SHARDLM_TRY(http->Bind());
-  Log(fmt::format("model {} ({} parallel, ctx {}), listening on http://{}:{}",
-                  engine->info().model_name, flags.n_parallel, flags.n_ctx, flags.host,
-                  http->port()));
+  Log(fmt::format("model {} ({} parallel, ctx {}, KV {}), listening on http://{}:{}",
+                  engine->info().model_name, flags.n_parallel, flags.n_ctx, flags.kv_type,
+                  flags.host, http->port()));
   g_server = http.get();
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -2,9 +2,8 @@
 // main.cc only wires them together and turns a Status into an exit code.
 #pragma once
 
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 #include "base/status.h"
 

@@ -10,16 +10,6 @@
 namespace shardlm {
 namespace {
 
-// Calls fn(position, page, offset) for positions [0, n_ctx) in order, page by page.
-template <typename Fn>
-void ForEachPosition(PageList pages, int page_tokens, int n_ctx, Fn&& fn) {
-  for (int page_idx = 0, pos = 0; pos < n_ctx; ++page_idx) {
-    const PageId page = pages[page_idx];
-    const int n = std::min(page_tokens, n_ctx - pos);
-    for (int offset = 0; offset < n; ++offset, ++pos) fn(pos, page, offset);
-  }
-}
-
 // Row pointers gathered per kernel call: one run of consecutive positions inside a page.
 constexpr int kMaxRunRows = 64;
 
@@ -109,37 +99,52 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, Visi
   });
 }
 
-// F16 cache: runs of one row, converted once and used by every (token, head) of the tile.
+// F16 cache: runs of rows as in ForEachRunF32, each converted once into `buffer`
+// (kMaxRunRows × head_dim floats) and used by every (token, head) of the tile.
 template <typename Fn>
-void ForEachRowF16(const PagePool& pool, PageList pages, int layer_idx, bool values,
-                   int64_t head_offset, int head_dim, int n_ctx, Fn&& fn) {
+void ForEachRunF16(const PagePool& pool, PageList pages, int layer_idx, bool values,
+                   int64_t head_offset, int head_dim, int n_ctx, float* buffer, Fn&& fn) {
   const AttentionKernels& kern = GetAttentionKernels();
-  float row[512];  // head_dim <= 512 (ModelConfig)
-  const float* rows[1] = {row};
-  ForEachPosition(pages, pool.page_tokens(), n_ctx, [&](int pos, PageId page, int offset) {
-    const void* src =
-        values ? pool.ValueRow(page, layer_idx, offset) : pool.KeyRow(page, layer_idx, offset);
-    kern.half_row(static_cast<const uint16_t*>(src) + head_offset, row, head_dim);
-    fn(pos, 1, rows);
-  });
+  const int page_tokens = pool.page_tokens();
+  const float* rows[kMaxRunRows];
+  for (int pos = 0; pos < n_ctx;) {
+    const PageId page = pages[pos / page_tokens];
+    const int offset = pos % page_tokens;
+    const int n = std::min({kMaxRunRows, page_tokens - offset, n_ctx - pos});
+    for (int r = 0; r < n; ++r) {
+      const void* row = values ? pool.ValueRow(page, layer_idx, offset + r)
+                               : pool.KeyRow(page, layer_idx, offset + r);
+      float* dst = buffer + int64_t(r) * head_dim;
+      kern.half_row(static_cast<const uint16_t*>(row) + head_offset, dst, head_dim);
+      rows[r] = dst;
+    }
+    fn(pos, n, rows);
+    pos += n;
+  }
 }
 
 }  // namespace
 
+size_t AttendTileScratch(int max_queries, size_t max_ctx, int head_dim) {
+  return size_t(max_queries) * max_ctx + size_t(kMaxRunRows) * head_dim;
+}
+
 void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_dim,
-                const AttentionTile& tile, float* scores) {
+                const AttentionTile& tile, float* scratch) {
   SHARDLM_DCHECK(tile.n_tokens >= 1 && tile.n_tokens <= TileTokensFor(tile.n_heads));
   SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= int64_t(pages.size()) * pool.page_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
   const int64_t head_offset = int64_t(tile.kv_head) * head_dim;
   const int n_ctx = tile.first_position + tile.n_tokens;
+  float* scores = scratch;
   if (pool.config().kv_type == KvType::kF32) {
     AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
       ForEachRunF32(pool, pages, layer_idx, values, head_offset, n_ctx, fn);
     });
   } else {
+    float* rows = scratch + int64_t(tile.n_tokens) * tile.n_heads * n_ctx;
     AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
-      ForEachRowF16(pool, pages, layer_idx, values, head_offset, head_dim, n_ctx, fn);
+      ForEachRunF16(pool, pages, layer_idx, values, head_offset, head_dim, n_ctx, rows, fn);
     });
   }
 }

@@ -51,13 +51,18 @@ struct AttentionTile {
   float scale = 1.0f;  // 1/sqrt(head_dim)
 };
 
+// Floats of scratch AttendTile needs for tiles of up to `max_queries` (token, head) pairs over
+// up to `max_ctx` positions: the scores, then one run of K or V rows converted to F32 (F16
+// caches).
+size_t AttendTileScratch(int max_queries, size_t max_ctx, int head_dim);
+
 // Attention of every (token, head) of `tile` over the KV of `pages` in layer `layer_idx`
 // (stage-local), positions [0, first_position + n_tokens). `pages` must cover those
-// positions and hold valid KV for them. scores: scratch of n_tokens × n_heads ×
-// (first_position + n_tokens) floats. Each (token, head) result is bitwise what it would
-// be alone: tiling only shares reads.
+// positions and hold valid KV for them. scratch: AttendTileScratch(n_tokens × n_heads,
+// first_position + n_tokens, head_dim) floats or more. Each (token, head) result is
+// bitwise what it would be alone: tiling only shares reads.
 void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_dim,
-                const AttentionTile& tile, float* scores);
+                const AttentionTile& tile, float* scratch);
 
 // Stores k, v ([n_kv_heads][head_dim] each) at `position` of `pages` in layer `layer_idx`.
 // The page must be private to the writer (BlockTable::PrepareWrite, copies applied).

@@ -25,14 +25,14 @@ struct ForwardPass::Activations {
   std::vector<float> gate;         // [B][n_ff] gate projection, then SiLU(gate)·up
   std::vector<float> up;           // [B][n_ff]
   std::vector<float> rope;         // [B][n_rot] (cos, sin) per rotated pair
-  std::vector<float> scores;       // [n_threads][tile_tokens][gqa_group][max_ctx] probabilities
+  std::vector<float> scores;       // [n_threads][scores_per_worker] AttendTile scratch
   std::vector<int32_t> head_rows;  // [B] batch index of each logits row
   std::vector<int32_t> slot_next;  // [n_slots] last position + 1 (−1: slot unused)
   std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
   int tile_tokens = 1;           // TileTokensFor(gqa_group)
-  size_t scores_per_worker = 0;  // tile_tokens × gqa_group × max_ctx
+  size_t scores_per_worker = 0;  // AttendTileScratch(tile_tokens × gqa_group, max_ctx)
 };
 
 ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads,
@@ -61,7 +61,8 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->rope.resize(b * config_.n_rot);
   act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
   act_->tile_tokens = TileTokensFor(config_.gqa_group());
-  act_->scores_per_worker = size_t(act_->tile_tokens) * config_.gqa_group() * act_->max_ctx;
+  act_->scores_per_worker =
+      AttendTileScratch(act_->tile_tokens * config_.gqa_group(), act_->max_ctx, config_.head_dim);
   act_->tiles.reserve(b);
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);

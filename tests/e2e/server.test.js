@@ -89,7 +89,8 @@ before(async () => {
   if (skip) return;
   [qwen, stories] = await Promise.all([
     startServer(qwenModel, ['--api-key', apiKey]),
-    startServer(storiesModel),
+    // llama.cpp made the golden continuations with F32 K and V; serve stores F16 by default.
+    startServer(storiesModel, ['--kv-type', 'f32']),
   ]);
   client = new OpenAI({ baseURL: `${qwen.base}/v1`, apiKey, maxRetries: 0, timeout: 60_000 });
 });

@@ -25,7 +25,8 @@ const storiesModel = path.join(fixtures, 'stories260K.gguf');  // 5 layers: 2 an
 const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');  // 2 layers
 const goldenFile = path.join(fixtures, 'golden.json');
 const kTestTimeout = 180_000;
-const kServeArgs = ['--parallel', '2', '-c', '2048', '-t', '2'];
+// F32 K and V, as llama.cpp made the golden continuations (serve's default is F16).
+const kServeArgs = ['--parallel', '2', '-c', '2048', '-t', '2', '--kv-type', 'f32'];
 // The shard daemon computes with one thread (`--cores N`: N unpinned threads).
 const shardCores = 1;
 

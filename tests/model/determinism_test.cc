@@ -91,6 +91,20 @@ TEST_P(DeterminismTest, F16KvIsThreadInvariant) {
   ExpectBitwise(OneBatch(*h3), OneBatch(*h1), "F16 KV, 3 threads vs 1");
 }
 
+// F16 rows are converted a run at a time for a prefill tile and a run at a time for one
+// decode token: the same values either way.
+TEST_P(DeterminismTest, F16KvDecodeTokenByTokenEqualsPrefill) {
+  auto h = Open(2, kAllLayers, KvType::kF16);
+  std::vector<float> prefill = OneBatch(*h);
+  BlockTable table = h->NewTable();
+  std::vector<float> decode;
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    std::vector<float> row = h->Run(table, {tokens_[i]}, int(i), false);
+    decode.insert(decode.end(), row.begin(), row.end());
+  }
+  ExpectBitwise(decode, prefill, "F16 KV: token-by-token decode vs one-batch prefill");
+}
+
 TEST_P(DeterminismTest, DecodeTokenByTokenEqualsPrefill) {
   auto h = Open(2);
   std::vector<float> prefill = OneBatch(*h);
