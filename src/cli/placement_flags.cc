@@ -17,8 +17,8 @@ void DeclarePlacementFlags(CLI::App& cmd, PlacementFlags& flags) {
                  "Stages in pipeline order, comma-separated: cpu (every core), cpu:A or "
                  "cpu:A-B (pinned cores), unix:PATH (a `shardlm shard` daemon). Default: cpu");
   cmd.add_option("--layer-split", flags.layer_split,
-                 "One weight per device, e.g. 1,1 or 0.4,0.6: each stage's share of the layer "
-                 "bytes (default: equal shares)");
+                 "One weight per device, e.g. 1,1 or 0.4,0.6: each stage's share of the "
+                 "multiply-adds per token (weight elements; default: equal shares)");
 }
 
 Result<Placement> ParsePlacement(const PlacementFlags& flags) {

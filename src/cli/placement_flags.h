@@ -5,7 +5,7 @@
 // the parsing; this adds the check that the two lists have the same length); one log line
 // per stage (layers, device, threads, weight and KV bytes) for whoever starts a split.
 // Non-goals: planning layer ranges (placement.h, at pipeline creation, where the model's
-// layer bytes are known), loading or connecting stages.
+// layer costs are known), loading or connecting stages.
 //
 // Thread safety: plain functions and values.
 #pragma once
@@ -23,7 +23,7 @@ namespace shardlm::cli {
 
 struct PlacementFlags {
   std::string devices;      // "" → one "cpu" stage
-  std::string layer_split;  // "" → equal layer bytes per stage
+  std::string layer_split;  // "" → equal work per token per stage
 };
 
 struct Placement {

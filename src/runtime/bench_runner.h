@@ -37,7 +37,7 @@ struct BenchOptions {
   // Placement (placement.h): one device per stage; empty: one "cpu" stage on the threads
   // given to RunBench.
   std::vector<DeviceSpec> devices = {};
-  std::vector<double> layer_split = {};  // one weight per device; empty: equal layer bytes
+  std::vector<double> layer_split = {};  // one weight per device; empty: equal work per token
   std::string model_path = {};           // the model's file, opened by remote stages
 };
 

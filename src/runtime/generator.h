@@ -46,7 +46,7 @@ struct GeneratorConfig {
   // Placement (placement.h): one device per stage; empty: one "cpu" stage on the threads
   // given to Create.
   std::vector<DeviceSpec> devices = {};
-  std::vector<double> layer_split = {};  // one weight per device; empty: equal layer bytes
+  std::vector<double> layer_split = {};  // one weight per device; empty: equal work per token
   std::string model_path = {};           // the model's file, opened by remote stages
 };
 

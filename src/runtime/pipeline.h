@@ -52,7 +52,7 @@ namespace shardlm {
 
 struct PipelineOptions {
   std::vector<DeviceSpec> devices;  // one per stage, in order; empty: one "cpu"
-  std::vector<double> layer_split;  // one weight per device; empty: equal layer bytes
+  std::vector<double> layer_split;  // one weight per device; empty: equal work per token
   int threads = 0;                  // threads of an unpinned "cpu" stage; 0: every core
   int n_pages = 0;                  // KV pages of every stage (ids shared by all stages)
   int page_tokens = kDefaultPageTokens;

@@ -1,5 +1,5 @@
-// Placement (placement.h): `--devices` and `--layer-split` parsing, per-layer bytes, and
-// the greedy cut of cumulative layer bytes at the weights' cumulative shares.
+// Placement (placement.h): `--devices` and `--layer-split` parsing, per-layer costs (weight
+// elements), and the greedy cut of cumulative layer costs at the weights' cumulative shares.
 #include "runtime/placement.h"
 
 #include <algorithm>
@@ -164,28 +164,28 @@ Result<std::vector<double>> ParseLayerSplit(std::string_view text) {
   return weights;
 }
 
-std::vector<size_t> LayerBytes(const GgufFile& file, const ModelConfig& config) {
-  std::vector<size_t> bytes(size_t(std::max(config.n_layers, 0)), 0);
+std::vector<size_t> LayerCosts(const GgufFile& file, const ModelConfig& config) {
+  std::vector<size_t> costs(size_t(std::max(config.n_layers, 0)), 0);
   for (const GgufTensorInfo& tensor : file.tensors()) {
     const int layer = BlockIndex(tensor.name);
-    if (layer >= 0 && layer < config.n_layers) bytes[layer] += tensor.n_bytes;
+    if (layer >= 0 && layer < config.n_layers) costs[layer] += size_t(tensor.n_elements());
   }
-  return bytes;
+  return costs;
 }
 
-size_t HeadBytes(const GgufFile& file) {
+size_t HeadCost(const GgufFile& file) {
   size_t embedding = 0;
   for (const GgufTensorInfo& tensor : file.tensors()) {
-    if (tensor.name == "output.weight") return tensor.n_bytes;
-    if (tensor.name == "token_embd.weight") embedding = tensor.n_bytes;
+    if (tensor.name == "output.weight") return size_t(tensor.n_elements());
+    if (tensor.name == "token_embd.weight") embedding = size_t(tensor.n_elements());
   }
   return embedding;
 }
 
-Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer_bytes,
+Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer_costs,
                                                 size_t n_stages, const std::vector<double>& weights,
-                                                size_t head_bytes) {
-  const size_t n_layers = layer_bytes.size();
+                                                size_t head_cost) {
+  const size_t n_layers = layer_costs.size();
   if (n_stages == 0) return InvalidArgument("a pipeline needs at least one stage");
   if (!weights.empty() && weights.size() != n_stages) {
     return InvalidArgument(
@@ -207,16 +207,15 @@ Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer
     }
     weight_sum += weights[i];
   }
-  // cumulative[b] = bytes of layers [0, b); layers without bytes count as equal (1 each).
-  size_t total_bytes = 0;
-  for (size_t bytes : layer_bytes) total_bytes += bytes;
+  // cumulative[b] = cost of layers [0, b); layers without a cost count as equal (1 each).
+  size_t total_cost = 0;
+  for (size_t cost : layer_costs) total_cost += cost;
   std::vector<double> cumulative(n_layers + 1, 0.0);
   for (size_t layer = 0; layer < n_layers; ++layer) {
-    cumulative[layer + 1] =
-        cumulative[layer] + (total_bytes > 0 ? double(layer_bytes[layer]) : 1.0);
+    cumulative[layer + 1] = cumulative[layer] + (total_cost > 0 ? double(layer_costs[layer]) : 1.0);
   }
   // The head counts in the same units as the layers (nothing when layers count as 1 each).
-  const double head = total_bytes > 0 ? double(head_bytes) : 0.0;
+  const double head = total_cost > 0 ? double(head_cost) : 0.0;
   std::vector<LayerRange> ranges;
   double weight_before = 0.0;
   int begin = 0;

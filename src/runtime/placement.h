@@ -7,11 +7,15 @@
 //   cpu:A-B      cores A..B inclusive, one pinned thread per core
 //   unix:PATH    a remote stage served by `shardlm shard --listen unix:PATH`
 // Layer split: one positive weight per device ("1,1", "0.4,0.6"); stage i gets the share
-// w_i / Σw of the bytes the stages compute with, rounded to whole layers, at least one layer
-// each. No split given: equal weights, i.e. equal bytes. A stage's bytes are its layers'
-// (blk.N.* tensors), plus the LM head's for the last stage: every token that wants logits
-// reads the whole head (in a 0.6B model it weighs as much as 15 of its 28 layers), while
-// the embedding on stage 0 is a row lookup and counts nothing.
+// w_i / Σw of the work per token, rounded to whole layers, at least one layer each. No split
+// given: equal weights, i.e. equal work. The work of a stage is the multiply-adds one token
+// costs it: the weight elements of its layers (blk.N.* tensors), plus the LM head's for the
+// last stage (every token that wants logits multiplies by the whole head: in a 0.6B model
+// as many elements as 10 of its 28 layers), while the embedding on stage 0 is a row lookup
+// and counts nothing. Elements, not bytes: when stages overlap on several streams, a stage
+// step is compute-bound, and its time follows multiply-adds whatever the quant type (the
+// Q6_K head of a Q4_K_M model measured ~11 layers' time; its bytes count it as 14.5, its
+// elements as 10). Each stage's bytes are in the startup log and GET /props.
 //
 // Goals: every impossible request is a clear InvalidArgument before anything is loaded
 // (more stages than layers, a weight count that differs from the device count, a
@@ -48,18 +52,19 @@ Result<std::vector<DeviceSpec>> ParseDevices(std::string_view text, int n_cores_
 // "" parses as an empty list (equal weights).
 Result<std::vector<double>> ParseLayerSplit(std::string_view text);
 
-// Bytes of each layer's tensors (blk.N.*), [n_layers].
-std::vector<size_t> LayerBytes(const GgufFile& file, const ModelConfig& config);
+// Work per token of each layer: the elements of its weight tensors (blk.N.*), [n_layers].
+std::vector<size_t> LayerCosts(const GgufFile& file, const ModelConfig& config);
 
-// Bytes of the LM head: output.weight, or token_embd.weight when the head is tied to it.
-size_t HeadBytes(const GgufFile& file);
+// Work per token of the LM head: the elements of output.weight, or of token_embd.weight
+// when the head is tied to it.
+size_t HeadCost(const GgufFile& file);
 
 // One range per weight (weights empty: `n_stages` equal weights), covering [0, n_layers)
-// in order. Boundary i is the layer count whose cumulative bytes come closest to the
-// weights' cumulative share of all bytes (layers + head_bytes, which the last stage holds),
-// kept so that every stage has at least one layer.
-Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer_bytes,
+// in order. Boundary i is the layer count whose cumulative cost comes closest to the
+// weights' cumulative share of the whole cost (layers + head_cost, which the last stage
+// holds), kept so that every stage has at least one layer. Costs are in any one unit.
+Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer_costs,
                                                 size_t n_stages, const std::vector<double>& weights,
-                                                size_t head_bytes = 0);
+                                                size_t head_cost = 0);
 
 }  // namespace shardlm

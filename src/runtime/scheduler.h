@@ -92,7 +92,7 @@ struct SchedulerOptions {
   bool log_requests = true;  // one line per finished request on stderr
   // Placement (placement.h): one device per stage; empty: one "cpu" stage.
   std::vector<DeviceSpec> devices = {};
-  std::vector<double> layer_split = {};  // one weight per device; empty: equal layer bytes
+  std::vector<double> layer_split = {};  // one weight per device; empty: equal work per token
   std::string model_path = {};           // the model's file, opened by remote stages
   bool show_progress = false;            // stages of a split page in with progress on stderr
   bool prefix_cache = true;              // share and reuse full KV pages of common prompt prefixes

@@ -38,7 +38,7 @@ struct SequenceConfig {
   int page_tokens = kDefaultPageTokens;
   int threads = 0;                       // threads of an unpinned "cpu" stage; 0: every core
   std::vector<DeviceSpec> devices = {};  // placement (placement.h); empty: one "cpu" stage
-  std::vector<double> layer_split = {};  // empty: equal layer bytes
+  std::vector<double> layer_split = {};  // empty: equal work per token
   std::string model_path = {};           // opened by remote stages
   bool show_progress = false;            // stages of a split page in with progress on stderr
 };

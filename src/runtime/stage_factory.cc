@@ -70,8 +70,8 @@ Result<std::vector<std::unique_ptr<Stage>>> BuildStages(const Model& model,
   std::vector<DeviceSpec> devices = options.devices;
   if (devices.empty()) devices.push_back(DeviceSpec{});
   SHARDLM_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges,
-                           PlanLayerRanges(LayerBytes(model.file(), model.config()), devices.size(),
-                                           options.layer_split, HeadBytes(model.file())));
+                           PlanLayerRanges(LayerCosts(model.file(), model.config()), devices.size(),
+                                           options.layer_split, HeadCost(model.file())));
   std::vector<std::unique_ptr<Stage>> stages;
   for (size_t i = 0; i < devices.size(); ++i) {
     const StagePlan plan{int(i), devices[i], ranges[i], devices.size() == 1};

@@ -63,7 +63,7 @@ std::vector<std::unique_ptr<LocalStage>> LoadSplit(std::shared_ptr<const GgufFil
                                                    size_t n_stages, int threads) {
   auto config = ReadModelConfig(*file);
   EXPECT_TRUE(config.ok()) << config.status().message();
-  auto ranges = PlanLayerRanges(LayerBytes(*file, config.value()), n_stages, {});
+  auto ranges = PlanLayerRanges(LayerCosts(*file, config.value()), n_stages, {});
   EXPECT_TRUE(ranges.ok()) << ranges.status().message();
   std::vector<std::unique_ptr<LocalStage>> stages;
   for (size_t i = 0; ranges.ok() && i < ranges->size(); ++i) {

@@ -1,5 +1,5 @@
-// Placement: `--devices` and `--layer-split` parsing with their errors, layer bytes of a
-// fixture model, and the layer ranges planned from bytes and weights.
+// Placement: `--devices` and `--layer-split` parsing with their errors, layer costs (weight
+// elements) of a fixture model, and the layer ranges planned from costs and weights.
 #include "runtime/placement.h"
 
 #include <gtest/gtest.h>
@@ -156,7 +156,7 @@ TEST(ParseLayerSplitTest, NonPositiveAndNonFiniteWeightsAreErrors) {
 TEST(PlanLayerRangesTest, EqualLayersOneToOneAreHalves) {
   const std::vector<size_t> bytes(4, 1000);
   EXPECT_EQ(Plan(bytes, 2, {1, 1}), (Ranges{{0, 2}, {2, 4}}));
-  EXPECT_EQ(Plan(bytes, 2, {}), (Ranges{{0, 2}, {2, 4}}));  // no split: equal bytes
+  EXPECT_EQ(Plan(bytes, 2, {}), (Ranges{{0, 2}, {2, 4}}));  // no split: equal cost
   // An odd count: the tie goes to the earlier boundary.
   EXPECT_EQ(Plan(std::vector<size_t>(5, 1000), 2, {}), (Ranges{{0, 2}, {2, 5}}));
 }
@@ -170,7 +170,7 @@ TEST(PlanLayerRangesTest, ProportionalWeights) {
   EXPECT_EQ(Plan(bytes, 1, {}), (Ranges{{0, 10}}));
 }
 
-TEST(PlanLayerRangesTest, NonUniformLayersSplitByBytesNotCount) {
+TEST(PlanLayerRangesTest, NonUniformLayersSplitByCostNotCount) {
   // One heavy layer holds half the bytes: 1:1 puts it alone in the first stage.
   EXPECT_EQ(Plan({400, 100, 100, 100, 100}, 2, {1, 1}), (Ranges{{0, 1}, {1, 5}}));
   EXPECT_EQ(Plan({100, 100, 100, 100, 400}, 2, {1, 1}), (Ranges{{0, 4}, {4, 5}}));
@@ -209,13 +209,19 @@ TEST(PlanLayerRangesTest, TheHeadCountsTowardTheLastStage) {
   EXPECT_EQ(ranges.value()[0].end, 2);
 }
 
-TEST(HeadBytesTest, OutputOrTiedEmbedding) {
+TEST(HeadCostTest, OutputOrTiedEmbedding) {
   SHARDLM_REQUIRE_FIXTURES();
   auto file = GgufFile::Open(FixturePath("stories260K.gguf"));
   ASSERT_TRUE(file.ok()) << file.status().message();
   const GgufTensorInfo* output = file.value()->FindTensor("output.weight");
   ASSERT_NE(output, nullptr);
-  EXPECT_EQ(HeadBytes(*file.value()), output->n_bytes);
+  EXPECT_EQ(HeadCost(*file.value()), size_t(output->n_elements()));
+  // Tied: the head is the token embedding.
+  auto tied = GgufFile::Open(FixturePath("qwen3-tiny-qwenvocab-q8_0.gguf"));
+  ASSERT_TRUE(tied.ok()) << tied.status().message();
+  ASSERT_EQ(tied.value()->FindTensor("output.weight"), nullptr);
+  EXPECT_EQ(HeadCost(*tied.value()),
+            size_t(tied.value()->FindTensor("token_embd.weight")->n_elements()));
 }
 
 TEST(PlanLayerRangesTest, ImpossibleSplitsAreErrors) {
@@ -238,15 +244,15 @@ TEST(PlanLayerRangesTest, ImpossibleSplitsAreErrors) {
   EXPECT_FALSE(PlanLayerRanges(bytes, 2, {1, -2}).ok());
 }
 
-// Bytes of one layer's tensors from the config alone (every tensor F32).
-size_t F32LayerBytes(const ModelConfig& c) {
+// Weight elements of one layer from the config alone.
+size_t LayerElements(const ModelConfig& c) {
   const size_t norms = 2 * size_t(c.n_embd) + (c.use_qk_norm ? 2 * size_t(c.head_dim) : 0);
   const size_t attn = 2 * size_t(c.q_dim()) * c.n_embd + 2 * size_t(c.kv_dim()) * c.n_embd;
   const size_t ffn = 3 * size_t(c.n_ff) * c.n_embd;
-  return (norms + attn + ffn) * sizeof(float);
+  return norms + attn + ffn;
 }
 
-TEST(LayerBytesTest, FixtureModelsHaveEqualLayersOfTheRightSize) {
+TEST(LayerCostsTest, FixtureModelsHaveEqualLayersOfTheRightSize) {
   SHARDLM_REQUIRE_FIXTURES();
   for (const char* name : {"stories260K.gguf", "qwen3-tiny-f32.gguf"}) {
     SCOPED_TRACE(name);
@@ -254,35 +260,38 @@ TEST(LayerBytesTest, FixtureModelsHaveEqualLayersOfTheRightSize) {
     ASSERT_TRUE(file.ok()) << file.status().message();
     auto config = ReadModelConfig(*file.value());
     ASSERT_TRUE(config.ok()) << config.status().message();
-    const std::vector<size_t> bytes = LayerBytes(*file.value(), config.value());
-    ASSERT_EQ(bytes.size(), size_t(config->n_layers));
-    for (size_t layer_bytes : bytes) EXPECT_EQ(layer_bytes, F32LayerBytes(config.value()));
-    // Every other byte of the file belongs to the embedding, the output norm and the head.
+    const std::vector<size_t> costs = LayerCosts(*file.value(), config.value());
+    ASSERT_EQ(costs.size(), size_t(config->n_layers));
+    for (size_t cost : costs) EXPECT_EQ(cost, LayerElements(config.value()));
+    // Every other element of the file belongs to the embedding, the output norm and the head.
     size_t all = 0;
-    for (const GgufTensorInfo& tensor : file.value()->tensors()) all += tensor.n_bytes;
+    for (const GgufTensorInfo& tensor : file.value()->tensors()) all += tensor.n_elements();
     size_t rest = 0;
     for (const char* tensor : {"token_embd.weight", "output_norm.weight", "output.weight"}) {
-      rest += file.value()->FindTensor(tensor)->n_bytes;
+      rest += file.value()->FindTensor(tensor)->n_elements();
     }
-    EXPECT_EQ(bytes[0] * bytes.size() + rest, all);
+    EXPECT_EQ(costs[0] * costs.size() + rest, all);
   }
 }
 
-TEST(LayerBytesTest, QuantizedMixHasUnequalLayers) {
+TEST(LayerCostsTest, AQuantizedMixCostsByElementsNotBytes) {
   SHARDLM_REQUIRE_FIXTURES();
-  // q4_k_m keeps blk.1.attn_v and blk.1.ffn_down in Q6_K, the rest of the layers in Q4_K.
+  // q4_k_m keeps blk.1.attn_v and blk.1.ffn_down in Q6_K, the rest of the layers in Q4_K:
+  // layer 1 has more bytes, the same multiply-adds.
   auto file = GgufFile::Open(FixturePath("qwen3-tiny-q4_k_m.gguf"));
   ASSERT_TRUE(file.ok()) << file.status().message();
   auto config = ReadModelConfig(*file.value());
   ASSERT_TRUE(config.ok());
-  const std::vector<size_t> bytes = LayerBytes(*file.value(), config.value());
-  ASSERT_EQ(bytes.size(), 2u);
-  EXPECT_GT(bytes[1], bytes[0]);
-  size_t layer1 = 0;
+  size_t bytes[2] = {0, 0};
   for (const GgufTensorInfo& tensor : file.value()->tensors()) {
-    if (tensor.name.starts_with("blk.1.")) layer1 += tensor.n_bytes;
+    if (tensor.name.starts_with("blk.0.")) bytes[0] += tensor.n_bytes;
+    if (tensor.name.starts_with("blk.1.")) bytes[1] += tensor.n_bytes;
   }
-  EXPECT_EQ(bytes[1], layer1);
+  EXPECT_GT(bytes[1], bytes[0]);
+  const std::vector<size_t> costs = LayerCosts(*file.value(), config.value());
+  ASSERT_EQ(costs.size(), 2u);
+  EXPECT_EQ(costs[0], costs[1]);
+  EXPECT_EQ(costs[0], LayerElements(config.value()));
 }
 
 }  // namespace
