@@ -311,6 +311,17 @@ Status DiskStore::GetFailedLocked(const BlockHash& hash, const fs::path& path, S
   return failed.WithContext(path.string());
 }
 
+void DiskStore::Discard(const BlockHash& hash, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!files_.contains(hash)) return;
+  const fs::path path = PathOf(hash);
+  ++stats_.corrupt_files;
+  Log(fmt::format("discarded '{}': {}", path.string(), why));
+  std::error_code ec;
+  fs::remove(path, ec);
+  RemoveEntryLocked(hash);
+}
+
 bool DiskStore::Contains(const BlockHash& hash) const {
   std::lock_guard<std::mutex> lock(mu_);
   return files_.contains(hash);

@@ -122,6 +122,11 @@ class DiskStore {
   // validation (it is deleted), IoError when it could not be read.
   Result<LoadedSnapshot> Get(const BlockHash& hash);
 
+  // Deletes a stored block whose file passed Get's validation but that the caller cannot use
+  // (a section its pipeline needs is missing or of the wrong shape): logged with `why`,
+  // counted as corrupt, never offered again. Nothing happens when it is not stored.
+  void Discard(const BlockHash& hash, const std::string& why);
+
   bool Contains(const BlockHash& hash) const;
   // Blocks until every queued write is done (tests, shutdown).
   void Flush();

@@ -205,17 +205,16 @@ Status SchedulerDiskCache::LoadChecked(const BlockHash& hash, PageId page) {
                             section.bytes.size(), page_bytes_[s]);
     }
     if (!checked.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++load_errors_;
+      store_->Discard(hash, checked.message());
       return checked;
     }
     src[s] = section.bytes.data();
   }
   for (int s = 0; s < n_stages; ++s) {
     if (src[s] == nullptr) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++load_errors_;
-      return InvalidData("the file has no kv_page section for stage {}", s);
+      Status missing = InvalidData("the file has no kv_page section for stage {}", s);
+      store_->Discard(hash, missing.message());
+      return missing;
     }
   }
   const PageId ids[] = {page};
@@ -230,8 +229,8 @@ void SchedulerDiskCache::FillStats(EngineStats& stats) const {
   stats.kv_disk_bytes = disk.bytes_on_disk;
   stats.kv_disk_evicted_files = disk.evictions;
   stats.kv_disk_write_errors = disk.write_errors;
+  stats.kv_disk_corrupt_files = disk.corrupt_files;
   std::lock_guard<std::mutex> lock(mu_);
-  stats.kv_disk_corrupt_files = disk.corrupt_files + load_errors_;
   stats.kv_disk_dropped_writes = disk.dropped_writes + dropped_;
   stats.kv_disk_export_errors = export_errors_;
 }

@@ -146,7 +146,6 @@ class SchedulerDiskCache {
   bool stop_ = false;
   int64_t dropped_ = 0;        // Persist calls dropped (queue full)
   int64_t export_errors_ = 0;  // exports that failed (a stage down)
-  int64_t load_errors_ = 0;    // files that failed the stage checks or import
   std::thread persister_;
 };
 

@@ -211,6 +211,25 @@ TEST_F(DiskStoreTest, ACorruptFileIsDiscardedWithALogLine) {
   }
 }
 
+TEST_F(DiskStoreTest, DiscardDeletesAValidFileTheCallerCannotUse) {
+  auto store = Open(Options());
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+  store->Flush();
+  const fs::path path = store->folder() / (Hash(1).ToHex() + ".snap");
+  ASSERT_TRUE(store->Get(Hash(1)).ok());
+  store->Discard(Hash(1), "no kv_page section for stage 1");
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(store->Contains(Hash(1)));
+  EXPECT_EQ(store->stats().corrupt_files, 1);
+  EXPECT_EQ(store->stats().files, 0);
+  EXPECT_EQ(store->stats().bytes_on_disk, 0);
+  EXPECT_TRUE(LogMentions("no kv_page section for stage 1"));
+  store->Discard(Hash(2), "not stored");  // nothing to do
+  EXPECT_EQ(store->stats().corrupt_files, 1);
+  EXPECT_FALSE(LogMentions("not stored"));
+}
+
 TEST_F(DiskStoreTest, OpenDeletesOurBrokenFilesAndLeavesOthersAlone) {
   fs::path folder;
   {

@@ -406,15 +406,34 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
     ASSERT_TRUE(rewritten.ok()) << rewritten.status().message();
     WriteBytes(path, *rewritten);
   }
+  const size_t files_before = SnapshotFiles(options.kv_cache_dir).size();
   ::testing::internal::CaptureStderr();
   auto restarted = Make(file, options);
   ASSERT_TRUE(restarted);
   auto got = RunOne(*restarted, Request(Turn2(file), 12));
-  const std::string log = ::testing::internal::GetCapturedStderr();
+  std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(got->finish.usage.cached_tokens, 0);
   ExpectSameOutput(*got, *want);
-  EXPECT_GT(restarted->Stats().kv_disk_corrupt_files, 0);
+  EXPECT_EQ(restarted->Stats().kv_disk_corrupt_files, 1);
   EXPECT_NE(log.find("no kv_page section for stage 1"), std::string::npos) << log;
+  // The unusable file is deleted (the turn's own pages may write that block again, whole),
+  // not counted again on every request.
+  size_t one_section = 0;
+  for (const fs::path& path : SnapshotFiles(options.kv_cache_dir)) {
+    const std::vector<uint8_t> bytes = ReadBytes(path);
+    Result<SnapshotHeader> header = DecodeSnapshotHeader(bytes);
+    ASSERT_TRUE(header.ok()) << header.status().message();
+    Result<Snapshot> snapshot = DecodeSnapshot(bytes, header->layout, header->block_hash);
+    ASSERT_TRUE(snapshot.ok()) << snapshot.status().message();
+    if (snapshot->sections.size() == 1) ++one_section;
+  }
+  EXPECT_EQ(one_section, files_before - 1);
+  ::testing::internal::CaptureStderr();
+  got = RunOne(*restarted, Request(Turn2(file), 12));
+  log = ::testing::internal::GetCapturedStderr();
+  ExpectSameOutput(*got, *want);
+  EXPECT_EQ(restarted->Stats().kv_disk_corrupt_files, 1) << log;
+  EXPECT_EQ(log.find("no kv_page section"), std::string::npos) << log;
 }
 
 TEST(DiskCacheSchedulerTest, TinyBudgetAndTinyPoolEvictAndKeepServingCorrectly) {
