@@ -14,12 +14,13 @@ namespace {
 constexpr int kMaxRunRows = 64;
 
 // Calls fn(pos, n, rows) for runs of n <= kMaxRunRows consecutive positions of [0, n_ctx)
-// inside one page, in position order; rows[r] is the F32 K (or V) row of position pos + r
-// for one kv head.
-template <typename Fn>
-void ForEachRunF32(const PagePool& pool, PageList pages, int layer_idx, bool values,
-                   int64_t head_offset, int n_ctx, Fn&& fn) {
+// inside one page, in position order; rows[r] = as_f32(r, raw) is the F32 K (or V) row of
+// position pos + r for one kv head, given its stored row `raw` (the head's elements).
+template <typename AsF32, typename Fn>
+void ForEachRun(const PagePool& pool, PageList pages, int layer_idx, bool values,
+                int64_t head_offset, int n_ctx, AsF32&& as_f32, Fn&& fn) {
   const int page_tokens = pool.page_tokens();
+  const size_t element_bytes = KvTypeSize(pool.config().kv_type);
   const float* rows[kMaxRunRows];
   for (int pos = 0; pos < n_ctx;) {
     const PageId page = pages[pos / page_tokens];
@@ -28,7 +29,7 @@ void ForEachRunF32(const PagePool& pool, PageList pages, int layer_idx, bool val
     for (int r = 0; r < n; ++r) {
       const void* row = values ? pool.ValueRow(page, layer_idx, offset + r)
                                : pool.KeyRow(page, layer_idx, offset + r);
-      rows[r] = static_cast<const float*>(row) + head_offset;
+      rows[r] = as_f32(r, static_cast<const uint8_t*>(row) + head_offset * element_bytes);
     }
     fn(pos, n, rows);
     pos += n;
@@ -99,30 +100,6 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, Visi
   });
 }
 
-// F16 cache: runs of rows as in ForEachRunF32, each converted once into `buffer`
-// (kMaxRunRows × head_dim floats) and used by every (token, head) of the tile.
-template <typename Fn>
-void ForEachRunF16(const PagePool& pool, PageList pages, int layer_idx, bool values,
-                   int64_t head_offset, int head_dim, int n_ctx, float* buffer, Fn&& fn) {
-  const AttentionKernels& kern = GetAttentionKernels();
-  const int page_tokens = pool.page_tokens();
-  const float* rows[kMaxRunRows];
-  for (int pos = 0; pos < n_ctx;) {
-    const PageId page = pages[pos / page_tokens];
-    const int offset = pos % page_tokens;
-    const int n = std::min({kMaxRunRows, page_tokens - offset, n_ctx - pos});
-    for (int r = 0; r < n; ++r) {
-      const void* row = values ? pool.ValueRow(page, layer_idx, offset + r)
-                               : pool.KeyRow(page, layer_idx, offset + r);
-      float* dst = buffer + int64_t(r) * head_dim;
-      kern.half_row(static_cast<const uint16_t*>(row) + head_offset, dst, head_dim);
-      rows[r] = dst;
-    }
-    fn(pos, n, rows);
-    pos += n;
-  }
-}
-
 }  // namespace
 
 size_t AttendTileScratch(int max_queries, size_t max_ctx, int head_dim) {
@@ -138,13 +115,22 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   const int n_ctx = tile.first_position + tile.n_tokens;
   float* scores = scratch;
   if (pool.config().kv_type == KvType::kF32) {
+    auto as_f32 = [](int, const uint8_t* raw) { return reinterpret_cast<const float*>(raw); };
     AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
-      ForEachRunF32(pool, pages, layer_idx, values, head_offset, n_ctx, fn);
+      ForEachRun(pool, pages, layer_idx, values, head_offset, n_ctx, as_f32, fn);
     });
   } else {
-    float* rows = scratch + int64_t(tile.n_tokens) * tile.n_heads * n_ctx;
+    // F16: each row of a run converted once into the scratch after the scores, and used by
+    // every (token, head) of the tile.
+    const AttentionKernels& kern = GetAttentionKernels();
+    float* converted = scratch + int64_t(tile.n_tokens) * tile.n_heads * n_ctx;
+    auto as_f32 = [&](int r, const uint8_t* raw) -> const float* {
+      float* dst = converted + int64_t(r) * head_dim;
+      kern.half_row(reinterpret_cast<const uint16_t*>(raw), dst, head_dim);
+      return dst;
+    };
     AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
-      ForEachRunF16(pool, pages, layer_idx, values, head_offset, head_dim, n_ctx, rows, fn);
+      ForEachRun(pool, pages, layer_idx, values, head_offset, n_ctx, as_f32, fn);
     });
   }
 }

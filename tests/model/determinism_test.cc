@@ -57,6 +57,16 @@ class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
     BlockTable table = h.NewTable();
     return h.Run(table, tokens_, 0, true);
   }
+  // The prompt one token per forward pass, every position's logits.
+  std::vector<float> TokenByToken(Harness& h) {
+    BlockTable table = h.NewTable();
+    std::vector<float> decode;
+    for (size_t i = 0; i < tokens_.size(); ++i) {
+      std::vector<float> row = h.Run(table, {tokens_[i]}, int(i), false);
+      decode.insert(decode.end(), row.begin(), row.end());
+    }
+    return decode;
+  }
   std::vector<int32_t> tokens_;
 };
 
@@ -95,25 +105,14 @@ TEST_P(DeterminismTest, F16KvIsThreadInvariant) {
 // decode token: the same values either way.
 TEST_P(DeterminismTest, F16KvDecodeTokenByTokenEqualsPrefill) {
   auto h = Open(2, kAllLayers, KvType::kF16);
-  std::vector<float> prefill = OneBatch(*h);
-  BlockTable table = h->NewTable();
-  std::vector<float> decode;
-  for (size_t i = 0; i < tokens_.size(); ++i) {
-    std::vector<float> row = h->Run(table, {tokens_[i]}, int(i), false);
-    decode.insert(decode.end(), row.begin(), row.end());
-  }
-  ExpectBitwise(decode, prefill, "F16 KV: token-by-token decode vs one-batch prefill");
+  ExpectBitwise(TokenByToken(*h), OneBatch(*h),
+                "F16 KV: token-by-token decode vs one-batch prefill");
 }
 
 TEST_P(DeterminismTest, DecodeTokenByTokenEqualsPrefill) {
   auto h = Open(2);
   std::vector<float> prefill = OneBatch(*h);
-  BlockTable table = h->NewTable();
-  std::vector<float> decode;
-  for (size_t i = 0; i < tokens_.size(); ++i) {
-    std::vector<float> row = h->Run(table, {tokens_[i]}, int(i), false);
-    decode.insert(decode.end(), row.begin(), row.end());
-  }
+  std::vector<float> decode = TokenByToken(*h);
   ExpectBitwise(decode, prefill, "token-by-token decode vs one-batch prefill");
   for (size_t i = 0; i < tokens_.size(); ++i) {
     EXPECT_EQ(Argmax(&decode[i * h->n_vocab()], h->n_vocab()),

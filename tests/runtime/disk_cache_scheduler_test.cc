@@ -383,6 +383,17 @@ TEST(DiskCacheSchedulerTest, FlippedTruncatedOrForeignFilesAreDiscardedAndComput
   });
 }
 
+// A stored file decoded under the layout and block hash its own header names (the file
+// must be a valid snapshot); the sections point into `bytes`.
+Snapshot DecodeAsStored(const std::vector<uint8_t>& bytes) {
+  Result<SnapshotHeader> header = DecodeSnapshotHeader(bytes);
+  EXPECT_TRUE(header.ok()) << header.status().message();
+  if (!header.ok()) return {};
+  Result<Snapshot> snapshot = DecodeSnapshot(bytes, header->layout, header->block_hash);
+  EXPECT_TRUE(snapshot.ok()) << snapshot.status().message();
+  return snapshot.ok() ? std::move(snapshot).value() : Snapshot{};
+}
+
 TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock) {
   SHARDLM_REQUIRE_FIXTURES();
   const std::string file = kQwen;
@@ -396,13 +407,10 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
   // Rewrite every file with stage 0's section only: a valid snapshot, but not all stages.
   for (const fs::path& path : SnapshotFiles(options.kv_cache_dir)) {
     const std::vector<uint8_t> bytes = ReadBytes(path);
-    Result<SnapshotHeader> header = DecodeSnapshotHeader(bytes);
-    ASSERT_TRUE(header.ok()) << header.status().message();
-    Result<Snapshot> snapshot = DecodeSnapshot(bytes, header->layout, header->block_hash);
-    ASSERT_TRUE(snapshot.ok()) << snapshot.status().message();
-    ASSERT_EQ(snapshot->sections.size(), 2u);
-    std::vector<SnapshotSection> first_only = {snapshot->sections[0]};
-    Result<std::vector<uint8_t>> rewritten = EncodeSnapshot(snapshot->header, first_only);
+    const Snapshot snapshot = DecodeAsStored(bytes);
+    ASSERT_EQ(snapshot.sections.size(), 2u);
+    std::vector<SnapshotSection> first_only = {snapshot.sections[0]};
+    Result<std::vector<uint8_t>> rewritten = EncodeSnapshot(snapshot.header, first_only);
     ASSERT_TRUE(rewritten.ok()) << rewritten.status().message();
     WriteBytes(path, *rewritten);
   }
@@ -421,11 +429,7 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
   size_t one_section = 0;
   for (const fs::path& path : SnapshotFiles(options.kv_cache_dir)) {
     const std::vector<uint8_t> bytes = ReadBytes(path);
-    Result<SnapshotHeader> header = DecodeSnapshotHeader(bytes);
-    ASSERT_TRUE(header.ok()) << header.status().message();
-    Result<Snapshot> snapshot = DecodeSnapshot(bytes, header->layout, header->block_hash);
-    ASSERT_TRUE(snapshot.ok()) << snapshot.status().message();
-    if (snapshot->sections.size() == 1) ++one_section;
+    if (DecodeAsStored(bytes).sections.size() == 1) ++one_section;
   }
   EXPECT_EQ(one_section, files_before - 1);
   ::testing::internal::CaptureStderr();
