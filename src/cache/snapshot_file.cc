@@ -8,7 +8,12 @@
 namespace shardlm {
 namespace {
 
-constexpr char kMagic[8] = {'S', 'H', 'L', 'M', 'S', 'N', 'A', 'P'};
+constexpr char kBlockMagic[8] = {'S', 'H', 'L', 'M', 'S', 'N', 'A', 'P'};
+constexpr char kSlotMagic[8] = {'S', 'H', 'L', 'M', 'S', 'L', 'O', 'T'};
+
+const char* MagicOf(SnapshotFileKind kind) {
+  return kind == SnapshotFileKind::kSlot ? kSlotMagic : kBlockMagic;
+}
 
 size_t Align8(size_t n) { return (n + 7) & ~size_t{7}; }
 
@@ -85,7 +90,49 @@ Result<SnapshotSection> DecodeDescriptor(size_t idx, const uint8_t* d, uint64_t*
   return s;
 }
 
+// Decodes section `idx` at `offset` (advanced past its payload and padding): descriptor,
+// geometry, bounds, payload checksum and zero padding.
+Result<SnapshotSection> DecodeSection(std::span<const uint8_t> file, size_t idx, size_t& offset) {
+  if (file.size() - offset < kSectionDescriptorBytes) {
+    return InvalidData("truncated in section {} descriptor", idx);
+  }
+  uint64_t length = 0, checksum = 0;
+  SHARDLM_ASSIGN_OR_RETURN(SnapshotSection s,
+                           DecodeDescriptor(idx, file.data() + offset, &length, &checksum));
+  offset += kSectionDescriptorBytes;
+  Result<uint64_t> want = SectionPayloadBytes(s);
+  if (!want.ok()) return want.status().WithContext(SectionName(idx, s));
+  if (*want != length) {
+    return InvalidData("{}: {} bytes, its geometry needs {}", SectionName(idx, s), length, *want);
+  }
+  if (length > file.size() - offset || Align8(length) > file.size() - offset) {
+    return InvalidData("truncated in {} payload: {} bytes, {} left", SectionName(idx, s), length,
+                       file.size() - offset);
+  }
+  s.bytes = file.subspan(offset, length);
+  if (XXH3_64bits(s.bytes.data(), s.bytes.size()) != checksum) {
+    return InvalidData("{}: payload checksum mismatch", SectionName(idx, s));
+  }
+  for (size_t pad = offset + length; pad < offset + Align8(length); ++pad) {
+    if (file[pad] != 0) return InvalidData("{}: non-zero padding", SectionName(idx, s));
+  }
+  offset += Align8(length);
+  return s;
+}
+
 }  // namespace
+
+const char* SnapshotFileKindName(SnapshotFileKind kind) {
+  switch (kind) {
+    case SnapshotFileKind::kBlock:
+      return "cache block";
+    case SnapshotFileKind::kSlot:
+      return "slot file";
+    case SnapshotFileKind::kSentinel:
+      break;
+  }
+  return "unknown";
+}
 
 const char* SectionKindName(SectionKind kind) {
   switch (kind) {
@@ -95,6 +142,8 @@ const char* SectionKindName(SectionKind kind) {
       return "recurrent_state";
     case SectionKind::kLogits:
       return "logits";
+    case SectionKind::kTokens:
+      return "tokens";
     case SectionKind::kSentinel:
       break;
   }
@@ -107,6 +156,8 @@ size_t SnapshotDTypeSize(SnapshotDType dtype) {
       return 4;
     case SnapshotDType::kF16:
       return 2;
+    case SnapshotDType::kI32:
+      return 4;
     case SnapshotDType::kSentinel:
       break;
   }
@@ -129,6 +180,7 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
   switch (s.kind) {
     case SectionKind::kKvPage:
       if (n_layers == 0) return InvalidData("kv_page with no layers");
+      if (s.dtype == SnapshotDType::kI32) return InvalidData("kv_page of i32");
       factor = 2 * n_layers;  // K and V of each layer
       break;
     case SectionKind::kRecurrentState:
@@ -137,6 +189,9 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
       break;
     case SectionKind::kLogits:
       if (s.dtype != SnapshotDType::kF32) return InvalidData("logits must be f32");
+      break;
+    case SectionKind::kTokens:
+      if (s.dtype != SnapshotDType::kI32) return InvalidData("tokens must be i32");
       break;
     default:
       return InvalidData("unknown kind {}", static_cast<uint32_t>(s.kind));
@@ -151,6 +206,9 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
 Result<std::vector<uint8_t>> EncodeSnapshot(const SnapshotHeader& header,
                                             std::span<const SnapshotSection> sections) {
   if (header.n_tokens <= 0) return InvalidArgument("snapshot with {} tokens", header.n_tokens);
+  if (header.kind != SnapshotFileKind::kBlock && header.kind != SnapshotFileKind::kSlot) {
+    return InvalidArgument("unknown file kind {}", static_cast<uint32_t>(header.kind));
+  }
   if (sections.size() > kMaxSnapshotSections) {
     return InvalidArgument("{} sections (at most {})", sections.size(), kMaxSnapshotSections);
   }
@@ -168,7 +226,7 @@ Result<std::vector<uint8_t>> EncodeSnapshot(const SnapshotHeader& header,
   }
   std::vector<uint8_t> out(total, 0);
   uint8_t* h = out.data();
-  std::memcpy(h, kMagic, sizeof(kMagic));
+  std::memcpy(h, MagicOf(header.kind), sizeof(kBlockMagic));
   PutU32(h + 8, kSnapshotFormatVersion);
   PutU32(h + 12, kSnapshotHeaderBytes);
   PutU64(h + 16, header.layout.hi);
@@ -196,7 +254,14 @@ Result<SnapshotHeader> DecodeSnapshotHeader(std::span<const uint8_t> bytes) {
                        kSnapshotHeaderBytes);
   }
   const uint8_t* h = bytes.data();
-  if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) return InvalidData("not a snapshot (magic)");
+  SnapshotHeader header;
+  if (std::memcmp(h, kBlockMagic, sizeof(kBlockMagic)) == 0) {
+    header.kind = SnapshotFileKind::kBlock;
+  } else if (std::memcmp(h, kSlotMagic, sizeof(kSlotMagic)) == 0) {
+    header.kind = SnapshotFileKind::kSlot;
+  } else {
+    return InvalidData("not a snapshot (magic)");
+  }
   const uint32_t version = GetU32(h + 8);
   if (version != kSnapshotFormatVersion) {
     return InvalidData("format version {}, this build reads {}", version, kSnapshotFormatVersion);
@@ -212,7 +277,6 @@ Result<SnapshotHeader> DecodeSnapshotHeader(std::span<const uint8_t> bytes) {
   if (GetU64(h + header_bytes - 8) != XXH3_64bits(h, header_bytes - 8)) {
     return InvalidData("header checksum mismatch");
   }
-  SnapshotHeader header;
   header.layout = {GetU64(h + 16), GetU64(h + 24)};
   header.block_hash = {GetU64(h + 32), GetU64(h + 40)};
   header.parent_hash = {GetU64(h + 48), GetU64(h + 56)};
@@ -226,51 +290,40 @@ Result<SnapshotHeader> DecodeSnapshotHeader(std::span<const uint8_t> bytes) {
   return header;
 }
 
-Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> file,
-                                const Fingerprint128& expected_layout,
-                                const BlockHash& expected_hash) {
+Result<Snapshot> DecodeSnapshotOfKind(std::span<const uint8_t> file, SnapshotFileKind kind,
+                                      const Fingerprint128& expected_layout) {
   Snapshot snap;
   SHARDLM_ASSIGN_OR_RETURN(snap.header, DecodeSnapshotHeader(file));
+  if (snap.header.kind != kind) {
+    return InvalidData("a {}, not a {}", SnapshotFileKindName(snap.header.kind),
+                       SnapshotFileKindName(kind));
+  }
   if (snap.header.layout != expected_layout) {
     return InvalidData("layout fingerprint {}, expected {} (another model, split or geometry)",
                        snap.header.layout.ToHex(), expected_layout.ToHex());
   }
-  if (snap.header.block_hash != expected_hash) {
-    return InvalidData("block hash {}, expected {}", snap.header.block_hash.ToHex(),
-                       expected_hash.ToHex());
-  }
   size_t offset = kSnapshotHeaderBytes;
   for (size_t i = 0; i < static_cast<size_t>(snap.header.n_sections); ++i) {
-    if (file.size() - offset < kSectionDescriptorBytes) {
-      return InvalidData("truncated in section {} descriptor", i);
-    }
-    uint64_t length = 0, checksum = 0;
-    SHARDLM_ASSIGN_OR_RETURN(SnapshotSection s,
-                             DecodeDescriptor(i, file.data() + offset, &length, &checksum));
-    offset += kSectionDescriptorBytes;
-    Result<uint64_t> want = SectionPayloadBytes(s);
-    if (!want.ok()) return want.status().WithContext(SectionName(i, s));
-    if (*want != length) {
-      return InvalidData("{}: {} bytes, its geometry needs {}", SectionName(i, s), length, *want);
-    }
-    if (length > file.size() - offset || Align8(length) > file.size() - offset) {
-      return InvalidData("truncated in {} payload: {} bytes, {} left", SectionName(i, s), length,
-                         file.size() - offset);
-    }
-    s.bytes = file.subspan(offset, length);
-    if (XXH3_64bits(s.bytes.data(), s.bytes.size()) != checksum) {
-      return InvalidData("{}: payload checksum mismatch", SectionName(i, s));
-    }
-    for (size_t pad = offset + length; pad < offset + Align8(length); ++pad) {
-      if (file[pad] != 0) return InvalidData("{}: non-zero padding", SectionName(i, s));
-    }
-    offset += Align8(length);
+    SHARDLM_ASSIGN_OR_RETURN(SnapshotSection s, DecodeSection(file, i, offset));
     snap.sections.push_back(s);
   }
   if (offset != file.size()) {
     return InvalidData("{} trailing bytes after the last section", file.size() - offset);
   }
   return snap;
+}
+
+Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> file,
+                                const Fingerprint128& expected_layout,
+                                const BlockHash& expected_hash) {
+  // The header alone first: a wrong hash is reported before a payload is checksummed.
+  SHARDLM_ASSIGN_OR_RETURN(SnapshotHeader header, DecodeSnapshotHeader(file));
+  if (header.kind == SnapshotFileKind::kBlock && header.layout == expected_layout &&
+      header.block_hash != expected_hash) {
+    return InvalidData("block hash {}, expected {}", header.block_hash.ToHex(),
+                       expected_hash.ToHex());
+  }
+  return DecodeSnapshotOfKind(file, SnapshotFileKind::kBlock, expected_layout);
 }
 
 }  // namespace shardlm

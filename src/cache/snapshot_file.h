@@ -1,12 +1,14 @@
-// Snapshot file: the on-disk form of one cached block (one full page) for every stage.
+// Snapshot file: the on-disk form of one cached block (one full page) for every stage, and
+// the container of a slot file (a whole saved sequence, slot_file.h).
 //
 // Byte layout (all integers little-endian; every offset a multiple of 8):
 //   header, kSnapshotHeaderBytes (80) in format version 1:
-//     0  char[8] magic "SHLMSNAP"
+//     0  char[8] magic: "SHLMSNAP" (a cache block) or "SHLMSLOT" (a slot file)
 //     8  u32 format_version (1)      12 u32 header_bytes (80; later versions only append)
 //     16 u64 layout.hi, u64 layout.lo          (LayoutFingerprint, snapshot_layout.h)
 //     32 u64 block_hash.hi, u64 block_hash.lo
 //     48 u64 parent_hash.hi, u64 parent_hash.lo (kRootBlockHash for block 0)
+//        (slot files: both hashes are zero)
 //     64 u32 n_tokens                68 u32 n_sections
 //     header_bytes-8: u64 xxh3-64 of header bytes [0, header_bytes-8)
 //   then n_sections times:
@@ -17,10 +19,12 @@
 //     payload, byte_length bytes, then zero bytes up to a multiple of 8
 //   and nothing after the last section.
 // Section kinds and their geometry (dims not listed are 1; bytes = elements × dtype size):
-//   kv_page:         dims {page_tokens, n_kv_heads, head_dim}; elements = 2 (K, V) ×
-//                    layers × dims product; the payload is the stage's page (page_pool.h)
+//   kv_page:         dims {page_tokens, n_kv_heads, head_dim, n_pages}; elements = 2 (K, V)
+//                    × layers × dims product; the payload is n_pages of the stage's pages
+//                    (page_pool.h) back to back (a cache block has one)
 //   recurrent_state: elements = layers × dims product (hybrid models, later)
 //   logits:          dims {n_vocab}; elements = dims product; dtype f32
+//   tokens:          dims {n_tokens}; elements = dims product; dtype i32 (token ids)
 //
 // Goals: every byte is covered by a check — the header and each descriptor by their own
 // checksum, payloads by theirs, padding must be zero, no trailing bytes — so a corrupt,
@@ -51,11 +55,22 @@ inline constexpr uint32_t kSnapshotFormatVersion = 1;
 // sections; 4096 leaves room without letting a hostile count drive allocation.
 inline constexpr uint32_t kMaxSnapshotSections = 4096;
 
-enum class SectionKind : uint32_t { kKvPage = 1, kRecurrentState = 2, kLogits = 3, kSentinel };
+// What a file holds; each kind has its own magic, so neither is ever read as the other.
+enum class SnapshotFileKind : uint32_t { kBlock = 0, kSlot = 1, kSentinel };
+const char* SnapshotFileKindName(SnapshotFileKind kind);
+
+enum class SectionKind : uint32_t {
+  kKvPage = 1,
+  kRecurrentState = 2,
+  kLogits = 3,
+  kTokens = 4,
+  kSentinel
+};
 const char* SectionKindName(SectionKind kind);
 
-// Element type of a section's payload; the values match KvType's.
-enum class SnapshotDType : uint32_t { kF32 = 0, kF16 = 1, kSentinel };
+// Element type of a section's payload (KV types map onto the first two: SnapshotDTypeOf in
+// snapshot_layout.h).
+enum class SnapshotDType : uint32_t { kF32 = 0, kF16 = 1, kI32 = 2, kSentinel };
 size_t SnapshotDTypeSize(SnapshotDType dtype);
 
 struct SnapshotSection {
@@ -69,6 +84,7 @@ struct SnapshotSection {
 };
 
 struct SnapshotHeader {
+  SnapshotFileKind kind = SnapshotFileKind::kBlock;
   Fingerprint128 layout;
   BlockHash block_hash;
   BlockHash parent_hash;
@@ -93,7 +109,13 @@ Result<std::vector<uint8_t>> EncodeSnapshot(const SnapshotHeader& header,
 // needs. `bytes` may be the whole file or only its first bytes.
 Result<SnapshotHeader> DecodeSnapshotHeader(std::span<const uint8_t> bytes);
 
-// Validates everything and checks that the file is `expected_hash` under `expected_layout`.
+// Validates everything and checks that the file is a `kind` file under `expected_layout`;
+// the block hash is not checked.
+Result<Snapshot> DecodeSnapshotOfKind(std::span<const uint8_t> file, SnapshotFileKind kind,
+                                      const Fingerprint128& expected_layout);
+
+// Validates everything and checks that the file is cache block `expected_hash` under
+// `expected_layout`.
 Result<Snapshot> DecodeSnapshot(std::span<const uint8_t> file,
                                 const Fingerprint128& expected_layout,
                                 const BlockHash& expected_hash);

@@ -37,25 +37,39 @@ Fingerprint128 LayoutFingerprint(const SnapshotLayout& layout) {
   return Fingerprint128{h.high64, h.low64};
 }
 
+SnapshotDType SnapshotDTypeOf(KvType kv_type) {
+  switch (kv_type) {
+    case KvType::kF32:
+      return SnapshotDType::kF32;
+    case KvType::kF16:
+      return SnapshotDType::kF16;
+    case KvType::kSentinel:
+      break;
+  }
+  SHARDLM_CHECK_MSG(false, "unknown KV type %d", static_cast<int>(kv_type));
+  return SnapshotDType::kSentinel;
+}
+
 SnapshotSection KvPageSection(const SnapshotLayout& layout, int stage_idx,
-                              std::span<const uint8_t> page) {
+                              std::span<const uint8_t> pages, int n_pages) {
   SHARDLM_CHECK(stage_idx >= 0 && stage_idx < static_cast<int>(layout.stages.size()));
+  SHARDLM_CHECK(n_pages >= 1);
   SnapshotSection s;
   s.kind = SectionKind::kKvPage;
   s.stage_idx = stage_idx;
   s.layer_begin = layout.stages[stage_idx].layer_begin;
   s.layer_end = layout.stages[stage_idx].layer_end;
-  s.dtype = static_cast<SnapshotDType>(layout.kv_type);
+  s.dtype = SnapshotDTypeOf(layout.kv_type);
   s.dims = {static_cast<uint32_t>(layout.page_tokens), static_cast<uint32_t>(layout.n_kv_heads),
-            static_cast<uint32_t>(layout.head_dim), 1};
-  s.bytes = page;
+            static_cast<uint32_t>(layout.head_dim), static_cast<uint32_t>(n_pages)};
+  s.bytes = pages;
   return s;
 }
 
 Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
-                          const SnapshotSection& section) {
+                          const SnapshotSection& section, int n_pages) {
   SHARDLM_CHECK(stage_idx >= 0 && stage_idx < static_cast<int>(layout.stages.size()));
-  const SnapshotSection want = KvPageSection(layout, stage_idx, {});
+  const SnapshotSection want = KvPageSection(layout, stage_idx, {}, n_pages);
   if (section.kind != want.kind) {
     return InvalidData("stage {}: a {} section where a kv_page was expected", stage_idx,
                        SectionKindName(section.kind));
@@ -65,6 +79,10 @@ Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
     return InvalidData("kv_page of stage {} layers [{}, {}), expected stage {} layers [{}, {})",
                        section.stage_idx, section.layer_begin, section.layer_end, stage_idx,
                        want.layer_begin, want.layer_end);
+  }
+  if (section.dims[3] != want.dims[3]) {
+    return InvalidData("stage {}: {} kv pages, expected {}", stage_idx, section.dims[3],
+                       want.dims[3]);
   }
   if (section.dtype != want.dtype || section.dims != want.dims) {
     return InvalidData("stage {}: kv_page geometry or dtype differs from this server's", stage_idx);

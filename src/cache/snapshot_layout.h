@@ -40,14 +40,19 @@ struct SnapshotLayout {
 // xxh3-128 over a format tag and every field above (little-endian, stages in order).
 Fingerprint128 LayoutFingerprint(const SnapshotLayout& layout);
 
-// The section that carries stage `stage_idx`'s part of one page: `page` is the page's bytes
-// in that stage's pool (PagePool byte layout, PagePool::page_bytes() long).
-SnapshotSection KvPageSection(const SnapshotLayout& layout, int stage_idx,
-                              std::span<const uint8_t> page);
+// The section dtype of a KV type.
+SnapshotDType SnapshotDTypeOf(KvType kv_type);
 
-// Checks that a decoded section is stage `stage_idx`'s KV page under `layout`: same layer
-// range, geometry and dtype. InvalidData naming the field otherwise.
+// The section that carries stage `stage_idx`'s part of `n_pages` pages: `pages` is their
+// bytes in that stage's pool (PagePool byte layout, PagePool::page_bytes() each), back to
+// back. A cache block has one page.
+SnapshotSection KvPageSection(const SnapshotLayout& layout, int stage_idx,
+                              std::span<const uint8_t> pages, int n_pages = 1);
+
+// Checks that a decoded section is stage `stage_idx`'s part of `n_pages` KV pages under
+// `layout`: same layer range, geometry, page count and dtype. InvalidData naming the field
+// otherwise.
 Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
-                          const SnapshotSection& section);
+                          const SnapshotSection& section, int n_pages = 1);
 
 }  // namespace shardlm

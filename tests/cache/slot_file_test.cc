@@ -1,0 +1,172 @@
+// Slot files (slot_file.h): a round trip keeps tokens and every stage's pages; every
+// truncation, every flipped byte, trailing bytes, a missing or extra section, a cache block
+// file and a file saved under another model, split, page size or KV type are InvalidData
+// errors; the size formula is exact.
+#include "cache/slot_file.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cache/snapshot_test_util.h"
+
+namespace shardlm {
+namespace {
+
+using testing_util::EncodeBlock;
+using testing_util::Pattern;
+using testing_util::SmallLayout;
+
+// A sequence of n tokens over SmallLayout (2-token pages; stage pages of 32 and 64 bytes).
+struct Sequence {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<uint8_t>> pages;  // [stage]
+  explicit Sequence(int n, uint8_t seed = 3) {
+    for (int i = 0; i < n; ++i) tokens.push_back(1000 * i + seed);
+    const int n_pages = (n + 1) / 2;
+    pages = {Pattern(32 * size_t(n_pages), seed), Pattern(64 * size_t(n_pages), seed + 1)};
+  }
+  std::vector<std::span<const uint8_t>> Views() const { return {pages[0], pages[1]}; }
+};
+
+std::vector<uint8_t> Encode(const SnapshotLayout& layout, const Sequence& seq) {
+  const auto views = seq.Views();
+  auto file = EncodeSlotFile(layout, seq.tokens, views);
+  EXPECT_TRUE(file.ok()) << file.status().message();
+  return file.ok() ? std::move(file).value() : std::vector<uint8_t>{};
+}
+
+bool Same(std::span<const uint8_t> a, std::span<const uint8_t> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+TEST(SlotFile, RoundTripKeepsTokensAndEveryStagesPages) {
+  const SnapshotLayout layout = SmallLayout();
+  for (int n : {1, 2, 5, 8}) {
+    SCOPED_TRACE(n);
+    const Sequence seq(n);
+    const std::vector<uint8_t> file = Encode(layout, seq);
+    EXPECT_EQ(file.size(), SlotFileBytes(layout, n));
+    auto image = DecodeSlotFile(file, layout);
+    ASSERT_TRUE(image.ok()) << image.status().message();
+    EXPECT_EQ(image->tokens, seq.tokens);
+    EXPECT_EQ(image->n_pages, SlotPages(layout, n));
+    ASSERT_EQ(image->stage_pages.size(), 2u);
+    EXPECT_TRUE(Same(image->stage_pages[0], seq.pages[0]));
+    EXPECT_TRUE(Same(image->stage_pages[1], seq.pages[1]));
+  }
+}
+
+TEST(SlotFile, EveryTruncationAndTrailingBytesAreErrors) {
+  const SnapshotLayout layout = SmallLayout();
+  const std::vector<uint8_t> file = Encode(layout, Sequence(5));
+  for (size_t n = 0; n < file.size(); ++n) {
+    auto image = DecodeSlotFile(std::span(file).first(n), layout);
+    ASSERT_FALSE(image.ok()) << "truncated to " << n;
+    EXPECT_EQ(image.status().code(), StatusCode::kInvalidData);
+  }
+  std::vector<uint8_t> longer = file;
+  longer.resize(file.size() + 8, 0);
+  auto image = DecodeSlotFile(longer, layout);
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("trailing"), std::string::npos);
+}
+
+TEST(SlotFile, EveryFlippedByteIsDetected) {
+  const SnapshotLayout layout = SmallLayout();
+  const std::vector<uint8_t> file = Encode(layout, Sequence(3));
+  for (size_t i = 0; i < file.size(); ++i) {
+    for (uint8_t mask : {uint8_t{0x01}, uint8_t{0x80}}) {
+      std::vector<uint8_t> bad = file;
+      bad[i] ^= mask;
+      auto image = DecodeSlotFile(bad, layout);
+      ASSERT_FALSE(image.ok()) << "byte " << i << " mask " << int(mask) << " went unnoticed";
+      EXPECT_EQ(image.status().code(), StatusCode::kInvalidData);
+    }
+  }
+}
+
+TEST(SlotFile, AFileOfAnotherLayoutIsRefused) {
+  const SnapshotLayout layout = SmallLayout();
+  const std::vector<uint8_t> file = Encode(layout, Sequence(4));
+  std::vector<SnapshotLayout> others(4, layout);
+  others[0].model.lo ^= 1;              // another model
+  others[1].stages = {{0, 2}, {2, 3}};  // another split
+  others[2].kv_type = KvType::kF16;     // another KV type
+  others[3].page_tokens = 4;            // another page size
+  for (size_t i = 0; i < others.size(); ++i) {
+    auto image = DecodeSlotFile(file, others[i]);
+    ASSERT_FALSE(image.ok()) << i;
+    EXPECT_EQ(image.status().code(), StatusCode::kInvalidData);
+    EXPECT_NE(image.status().message().find("layout fingerprint"), std::string::npos)
+        << image.status().message();
+  }
+}
+
+TEST(SlotFile, CacheBlocksAndSlotFilesAreNeverReadAsEachOther) {
+  const SnapshotLayout layout = SmallLayout();
+  const BlockHash hash{1, 2};
+  auto as_slot = DecodeSlotFile(EncodeBlock(layout, hash, kRootBlockHash), layout);
+  ASSERT_FALSE(as_slot.ok());
+  EXPECT_NE(as_slot.status().message().find("a cache block, not a slot file"), std::string::npos)
+      << as_slot.status().message();
+  auto as_block = DecodeSnapshot(Encode(layout, Sequence(2)), LayoutFingerprint(layout), hash);
+  ASSERT_FALSE(as_block.ok());
+  EXPECT_NE(as_block.status().message().find("a slot file, not a cache block"), std::string::npos)
+      << as_block.status().message();
+}
+
+// A valid container whose sections are not what a slot file holds.
+TEST(SlotFile, MissingExtraOrMisplacedSectionsAreErrors) {
+  const SnapshotLayout layout = SmallLayout();
+  const Sequence seq(4);
+  const std::vector<uint8_t> token_bytes(16, 0);
+  SnapshotSection tokens;
+  tokens.kind = SectionKind::kTokens;
+  tokens.dtype = SnapshotDType::kI32;
+  tokens.dims = {4, 1, 1, 1};
+  tokens.bytes = token_bytes;
+  const SnapshotSection stage0 = KvPageSection(layout, 0, seq.pages[0], 2);
+  const SnapshotSection stage1 = KvPageSection(layout, 1, seq.pages[1], 2);
+  const SnapshotSection one_page = KvPageSection(layout, 1, std::span(seq.pages[1]).first(64));
+  const std::vector<std::vector<SnapshotSection>> bad = {
+      {tokens, stage0},                  // a stage missing
+      {tokens, stage0, stage1, stage1},  // one too many
+      {stage0, tokens, stage1},          // tokens not first
+      {tokens, stage1, stage0},          // stages out of order
+      {tokens, stage0, one_page},        // a page missing
+  };
+  SnapshotHeader header;
+  header.kind = SnapshotFileKind::kSlot;
+  header.layout = LayoutFingerprint(layout);
+  header.n_tokens = 4;
+  for (size_t i = 0; i < bad.size(); ++i) {
+    auto file = EncodeSnapshot(header, bad[i]);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    auto image = DecodeSlotFile(*file, layout);
+    ASSERT_FALSE(image.ok()) << "case " << i;
+    EXPECT_EQ(image.status().code(), StatusCode::kInvalidData);
+  }
+  header.n_tokens = 3;  // the tokens section holds 4
+  auto file = EncodeSnapshot(header, std::vector<SnapshotSection>{tokens, stage0, stage1});
+  ASSERT_TRUE(file.ok());
+  EXPECT_FALSE(DecodeSlotFile(*file, layout).ok());
+}
+
+TEST(SlotFile, EncodeRejectsEmptySequencesAndMismatchedPages) {
+  const SnapshotLayout layout = SmallLayout();
+  const Sequence seq(4);
+  const auto views = seq.Views();
+  EXPECT_EQ(EncodeSlotFile(layout, {}, views).status().code(), StatusCode::kInvalidArgument);
+  const std::vector<std::span<const uint8_t>> one_stage = {seq.pages[0]};
+  EXPECT_EQ(EncodeSlotFile(layout, seq.tokens, one_stage).status().code(),
+            StatusCode::kInvalidArgument);
+  const std::vector<int32_t> more_tokens(6, 1);  // needs 3 pages, given 2
+  EXPECT_EQ(EncodeSlotFile(layout, more_tokens, views).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace shardlm
