@@ -8,52 +8,38 @@
 // export; serving stays correct.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "cache/atomic_file.h"
 #include "cache/snapshot_file.h"
-#include "runtime/model_loader.h"
 #include "runtime/scheduler.h"
-#include "runtime/shard_service.h"
-#include "support/fixtures.h"
+#include "runtime/scheduler_test_util.h"
 
 namespace shardlm {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::FixturePath;
+using testing_util::Collector;
+using testing_util::Encode;
+using testing_util::ExpectSameOutput;
+using testing_util::kLongText;
+using testing_util::kQwen;
+using testing_util::kStories;
+using testing_util::MakeScheduler;
+using testing_util::Request;
+using testing_util::RunOne;
+using testing_util::ServiceThread;
+using testing_util::StoryTokens;
+using testing_util::WithRemoteStage;
 
 constexpr int kPageTokens = 16;
-const char kStories[] = "stories260K.gguf";
-const char kQwen[] = "qwen3-tiny-f32.gguf";
-
-const LoadedModel& Fixture(const std::string& file) {
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  std::unique_ptr<LoadedModel>& slot = cache[file];
-  if (!slot) {
-    auto loaded = LoadModelFile(FixturePath(file), {.prefault = false});
-    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
-    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
-  }
-  return *slot;
-}
 
 // A fresh folder per test case.
 fs::path TempDir(const std::string& name) {
-  fs::path dir =
-      fs::temp_directory_path() / ("shardlm_disk_cache_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return testing_util::FreshDir("shardlm_disk_cache", name);
 }
 
 SchedulerOptions Options(const fs::path& dir, int n_ctx = 256) {
@@ -67,90 +53,6 @@ SchedulerOptions Options(const fs::path& dir, int n_ctx = 256) {
   options.prefix_cache = !dir.empty();
   options.kv_cache_dir = dir.string();
   return options;
-}
-
-std::unique_ptr<Scheduler> Make(const std::string& file, const SchedulerOptions& options) {
-  const LoadedModel& loaded = Fixture(file);
-  if (!loaded.model) return nullptr;
-  SchedulerOptions with_path = options;
-  with_path.model_path = FixturePath(file);
-  auto scheduler = Scheduler::Create(*loaded.model, *loaded.tokenizer, with_path);
-  EXPECT_TRUE(scheduler.ok()) << scheduler.status().message();
-  return scheduler.ok() ? std::move(scheduler).value() : nullptr;
-}
-
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<TokenId> ids;
-  std::vector<float> logprobs;
-  bool done = false;
-  FinishEvent finish;
-
-  RequestCallbacks Callbacks() {
-    RequestCallbacks callbacks;
-    callbacks.on_token = [this](const TokenEvent& event) {
-      std::lock_guard<std::mutex> lock(mu);
-      ids.push_back(event.token);
-      logprobs.push_back(event.logprob);
-      return true;
-    };
-    callbacks.on_finish = [this](const FinishEvent& event) {
-      std::lock_guard<std::mutex> lock(mu);
-      finish = event;
-      done = true;
-      cv.notify_all();
-    };
-    return callbacks;
-  }
-  bool Wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; });
-  }
-};
-
-EngineRequest Request(std::vector<TokenId> prompt, int max_tokens, uint64_t seed = 0) {
-  EngineRequest request;
-  request.prompt = std::move(prompt);
-  request.sampling.temperature = seed == 0 ? 0.0f : 1.1f;
-  request.sampling.seed = seed;
-  request.max_tokens = max_tokens;
-  request.ignore_eos = true;
-  request.want_logprobs = true;
-  return request;
-}
-
-std::unique_ptr<Collector> RunOne(Scheduler& scheduler, const EngineRequest& request) {
-  auto out = std::make_unique<Collector>();
-  auto id = scheduler.Submit(request, out->Callbacks());
-  EXPECT_TRUE(id.ok()) << id.status().message();
-  if (id.ok()) {
-    EXPECT_TRUE(out->Wait());
-  }
-  return out;
-}
-
-std::vector<TokenId> Encode(const std::string& file, const std::string& text, bool bos) {
-  return Fixture(file).tokenizer->Encode(text, bos, true);
-}
-
-// A story prompt of exactly n tokens (BOS included), repeating text as needed.
-std::vector<TokenId> StoryTokens(const std::string& file, int n, const std::string& text) {
-  std::vector<TokenId> tokens = Encode(file, text, true);
-  const std::vector<TokenId> more = Encode(file, " " + text, false);
-  while (int(tokens.size()) < n) tokens.insert(tokens.end(), more.begin(), more.end());
-  tokens.resize(size_t(n));
-  return tokens;
-}
-
-const char kLongText[] =
-    "Once upon a time, there was a little dog named Max. He liked to run in the park with "
-    "his friend Lily. One day they found a big red ball under a tree.";
-
-void ExpectSameOutput(const Collector& got, const Collector& want) {
-  EXPECT_EQ(got.finish.reason, want.finish.reason);
-  EXPECT_EQ(got.ids, want.ids);
-  EXPECT_EQ(got.logprobs, want.logprobs);  // bitwise
 }
 
 // Turn 1 writes 70 prompt tokens + 3 fed replies: 4 full pages. Turn 2 shares 53 tokens
@@ -168,14 +70,14 @@ constexpr int kTurn2Cached = 3 * kPageTokens;
 
 // The cold answer to turn 2 (no cache at all).
 std::unique_ptr<Collector> ColdTurn2(const std::string& file, uint64_t seed) {
-  auto cold = Make(file, Options(fs::path()));
+  auto cold = MakeScheduler(file, Options(fs::path()));
   if (!cold) return nullptr;
   return RunOne(*cold, Request(Turn2(file), 12, seed));
 }
 
 // Runs turn 1 on a scheduler over `options`, then destroys it (which writes every page).
 void PersistTurn1(const std::string& file, const SchedulerOptions& options) {
-  auto warm = Make(file, options);
+  auto warm = MakeScheduler(file, options);
   ASSERT_TRUE(warm);
   auto reply = RunOne(*warm, Request(Turn1(file), 4));
   EXPECT_EQ(reply->finish.usage.cached_tokens, 0);
@@ -212,7 +114,7 @@ TEST(DiskCacheSchedulerTest, RestartedSchedulerHitsDiskAndIsBitwiseCold) {
       PersistTurn1(file, Options(dir));
       EXPECT_EQ(SnapshotFiles(dir).size(), 4u);
 
-      auto restarted = Make(file, Options(dir));
+      auto restarted = MakeScheduler(file, Options(dir));
       ASSERT_TRUE(restarted);
       EXPECT_EQ(restarted->Stats().kv_disk_files, 4);
       // An unrelated prompt first: the pages the load gets have held other KV (a fresh
@@ -253,14 +155,14 @@ TEST(DiskCacheSchedulerTest, MultiTurnConversationComputesOnlyPastTheLastPageBou
   SHARDLM_REQUIRE_FIXTURES();
   const fs::path dir = TempDir("multiturn");
   const std::string file = kQwen;
-  auto cold = Make(file, Options(fs::path()));
+  auto cold = MakeScheduler(file, Options(fs::path()));
   ASSERT_TRUE(cold);
   std::vector<TokenId> conversation = StoryTokens(file, 37, kLongText);
   int expect_cached = 0;
   for (int turn = 0; turn < 3; ++turn) {
     SCOPED_TRACE(turn);
     // A new scheduler every turn: a server restarted between turns.
-    auto warm = Make(file, Options(dir));
+    auto warm = MakeScheduler(file, Options(dir));
     ASSERT_TRUE(warm);
     auto got = RunOne(*warm, Request(conversation, 20));
     auto want = RunOne(*cold, Request(conversation, 20));
@@ -278,46 +180,13 @@ TEST(DiskCacheSchedulerTest, MultiTurnConversationComputesOnlyPastTheLastPageBou
   }
 }
 
-// A daemon on a thread of this process (like `shardlm shard`), restartable on one path.
-class ServiceThread {
- public:
-  explicit ServiceThread(const std::string& socket_path) {
-    ShardServiceOptions options;
-    options.socket_path = socket_path;
-    options.threads = 1;
-    options.log = [](const std::string&) {};
-    Result<std::unique_ptr<ShardService>> service = ShardService::Create(std::move(options));
-    EXPECT_TRUE(service.ok()) << service.status().message();
-    if (!service.ok()) return;
-    service_ = std::move(service).value();
-    thread_ = std::thread([this] { run_status_ = service_->Run(); });
-  }
-  ~ServiceThread() {
-    if (!service_) return;
-    service_->Stop();
-    thread_.join();
-    EXPECT_TRUE(run_status_.ok()) << run_status_.message();
-  }
-  bool ok() const { return service_ != nullptr; }
-
- private:
-  std::unique_ptr<ShardService> service_;
-  std::thread thread_;
-  Status run_status_;
-};
-
 TEST(DiskCacheSchedulerTest, LocalPlusRemoteSplitRestoresAfterTheDaemonRestarts) {
   SHARDLM_REQUIRE_FIXTURES();
   for (const char* file : {kStories, kQwen}) {
     SCOPED_TRACE(file);
     const fs::path dir = TempDir("split");
     const std::string socket = (dir / "stage1.sock").string();
-    SchedulerOptions options = Options(dir);
-    options.devices.resize(2);
-    options.devices[1].kind = DeviceSpec::Kind::kUnix;
-    options.devices[1].socket_path = socket;
-    options.layer_split = {1, 1};
-    options.threads = 1;
+    const SchedulerOptions options = WithRemoteStage(Options(dir), socket);
     auto want = ColdTurn2(file, 0);
     ASSERT_TRUE(want);
     {
@@ -328,7 +197,7 @@ TEST(DiskCacheSchedulerTest, LocalPlusRemoteSplitRestoresAfterTheDaemonRestarts)
     EXPECT_EQ(SnapshotFiles(dir).size(), 4u);
     ServiceThread restarted_daemon(socket);
     ASSERT_TRUE(restarted_daemon.ok());
-    auto restarted = Make(file, options);
+    auto restarted = MakeScheduler(file, options);
     ASSERT_TRUE(restarted);
     auto got = RunOne(*restarted, Request(Turn2(file), 12));
     EXPECT_EQ(got->finish.usage.cached_disk_tokens, kTurn2Cached);
@@ -350,7 +219,7 @@ void DamagedFilesCase(const std::string& file, const std::string& name, Damage d
   ASSERT_EQ(files.size(), 4u);
   for (const fs::path& path : files) damage(path);
   ::testing::internal::CaptureStderr();
-  auto restarted = Make(file, Options(dir));
+  auto restarted = MakeScheduler(file, Options(dir));
   std::unique_ptr<Collector> got;
   if (restarted) got = RunOne(*restarted, Request(Turn2(file), 12));
   const std::string log = ::testing::internal::GetCapturedStderr();
@@ -416,7 +285,7 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
   }
   const size_t files_before = SnapshotFiles(options.kv_cache_dir).size();
   ::testing::internal::CaptureStderr();
-  auto restarted = Make(file, options);
+  auto restarted = MakeScheduler(file, options);
   ASSERT_TRUE(restarted);
   auto got = RunOne(*restarted, Request(Turn2(file), 12));
   std::string log = ::testing::internal::GetCapturedStderr();
@@ -454,11 +323,11 @@ TEST(DiskCacheSchedulerTest, TinyBudgetAndTinyPoolEvictAndKeepServingCorrectly) 
   // 2 slots × 64 positions = 8 pages: cached pages (some waiting for export) make room.
   SchedulerOptions options = Options(dir, 64);
   options.kv_cache_budget = 3 * file_bytes + file_bytes / 2;
-  auto cold = Make(file, Options(fs::path(), 64));
+  auto cold = MakeScheduler(file, Options(fs::path(), 64));
   ASSERT_TRUE(cold);
   const char* starts[] = {"The cat", "Lily and Ben", "One day", "A big bird", "Tom had a"};
   for (int round = 0; round < 2; ++round) {
-    auto warm = Make(file, options);  // restarted every round
+    auto warm = MakeScheduler(file, options);  // restarted every round
     ASSERT_TRUE(warm);
     // Round 1 starts with the prompt round 0 wrote last (still within the budget).
     for (int k = 0; k < 5; ++k) {
@@ -476,7 +345,7 @@ TEST(DiskCacheSchedulerTest, TinyBudgetAndTinyPoolEvictAndKeepServingCorrectly) 
       EXPECT_GT(stats.prompt_tokens_disk, 0);
     }
   }
-  auto last = Make(file, options);
+  auto last = MakeScheduler(file, options);
   ASSERT_TRUE(last);
   EXPECT_LE(last->Stats().kv_disk_files, 3);
   EXPECT_LE(SnapshotFiles(dir).size(), 3u);

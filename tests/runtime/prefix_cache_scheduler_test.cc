@@ -8,40 +8,35 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <future>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "runtime/fake_stage.h"
-#include "runtime/model_loader.h"
 #include "runtime/scheduler.h"
+#include "runtime/scheduler_test_util.h"
 #include "runtime/stage_factory.h"
-#include "support/fixtures.h"
 
 namespace shardlm {
 namespace {
 
-using testing::FixturePath;
+using testing_util::Collector;
+using testing_util::Concat;
+using testing_util::Encode;
+using testing_util::ExpectSameOutput;
+using testing_util::Fixture;
+using testing_util::kLongText;
+using testing_util::kQwen;
+using testing_util::kStories;
+using testing_util::MakeScheduler;
+using testing_util::Request;
+using testing_util::RunAll;
+using testing_util::RunOne;
+using testing_util::StoryTokens;
 
 constexpr int kPageTokens = 16;
-const char kStories[] = "stories260K.gguf";
-const char kQwen[] = "qwen3-tiny-f32.gguf";
-
-const LoadedModel& Fixture(const std::string& file) {
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  std::unique_ptr<LoadedModel>& slot = cache[file];
-  if (!slot) {
-    auto loaded = LoadModelFile(FixturePath(file), {.prefault = false});
-    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
-    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
-  }
-  return *slot;
-}
 
 SchedulerOptions Options(int n_parallel, bool prefix_cache, int n_ctx = 256) {
   SchedulerOptions options;
@@ -55,124 +50,17 @@ SchedulerOptions Options(int n_parallel, bool prefix_cache, int n_ctx = 256) {
   return options;
 }
 
-std::unique_ptr<Scheduler> Make(const std::string& file, const SchedulerOptions& options) {
-  const LoadedModel& loaded = Fixture(file);
-  if (!loaded.model) return nullptr;
-  auto scheduler = Scheduler::Create(*loaded.model, *loaded.tokenizer, options);
-  EXPECT_TRUE(scheduler.ok()) << scheduler.status().message();
-  return scheduler.ok() ? std::move(scheduler).value() : nullptr;
-}
-
-// One request's events; `gate` (optional) holds the engine thread inside on_token once
-// `gate_after` tokens arrived, until released, so a test can look at the engine mid-run.
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<TokenId> ids;
-  std::vector<float> logprobs;
-  bool done = false;
-  FinishEvent finish;
-  int gate_after = -1;
-  std::promise<void> reached;
-  std::shared_future<void> release;
-
-  RequestCallbacks Callbacks() {
-    RequestCallbacks callbacks;
-    callbacks.on_token = [this](const TokenEvent& event) {
-      int n = 0;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        ids.push_back(event.token);
-        logprobs.push_back(event.logprob);
-        n = int(ids.size());
-      }
-      if (n == gate_after) {
-        reached.set_value();
-        release.wait();
-      }
-      return true;
-    };
-    callbacks.on_finish = [this](const FinishEvent& event) {
-      std::lock_guard<std::mutex> lock(mu);
-      finish = event;
-      done = true;
-      cv.notify_all();
-    };
-    return callbacks;
-  }
-  bool Wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; });
-  }
-};
-
-EngineRequest Request(std::vector<TokenId> prompt, int max_tokens, uint64_t seed = 0) {
-  EngineRequest request;
-  request.prompt = std::move(prompt);
-  request.sampling.temperature = seed == 0 ? 0.0f : 1.1f;
-  request.sampling.seed = seed;
-  request.max_tokens = max_tokens;
-  request.ignore_eos = true;
-  request.want_logprobs = true;
-  return request;
-}
-
-std::vector<std::unique_ptr<Collector>> RunAll(Scheduler& scheduler,
-                                               const std::vector<EngineRequest>& requests) {
-  std::vector<std::unique_ptr<Collector>> out;
-  for (const EngineRequest& request : requests) {
-    out.push_back(std::make_unique<Collector>());
-    auto id = scheduler.Submit(request, out.back()->Callbacks());
-    EXPECT_TRUE(id.ok()) << id.status().message();
-    if (!id.ok()) out.back()->done = true;
-  }
-  for (auto& c : out) EXPECT_TRUE(c->Wait());
-  return out;
-}
-
-std::unique_ptr<Collector> RunOne(Scheduler& scheduler, const EngineRequest& request) {
-  return std::move(RunAll(scheduler, {request})[0]);
-}
-
-std::vector<TokenId> Encode(const std::string& file, const std::string& text, bool bos) {
-  return Fixture(file).tokenizer->Encode(text, bos, true);
-}
-
-// A story prompt of exactly n tokens (BOS included), repeating text as needed.
-std::vector<TokenId> StoryTokens(const std::string& file, int n, const std::string& text) {
-  std::vector<TokenId> tokens = Encode(file, text, true);
-  const std::vector<TokenId> more = Encode(file, " " + text, false);
-  while (int(tokens.size()) < n) tokens.insert(tokens.end(), more.begin(), more.end());
-  tokens.resize(size_t(n));
-  return tokens;
-}
-
-std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-const char kLongText[] =
-    "Once upon a time, there was a little dog named Max. He liked to run in the park with "
-    "his friend Lily. One day they found a big red ball under a tree.";
-
-void ExpectSameOutput(const Collector& got, const Collector& want) {
-  EXPECT_EQ(got.finish.reason, want.finish.reason);
-  EXPECT_EQ(got.ids, want.ids);
-  EXPECT_EQ(got.logprobs, want.logprobs);  // bitwise
-}
-
 // A prompt sharing the first 53 tokens with an earlier one: 3 full pages hit.
 void SharedPrefixCase(const std::string& file, const SchedulerOptions& warm_options) {
   const std::vector<TokenId> first = StoryTokens(file, 70, kLongText);
   const std::vector<TokenId> second =
       Concat(std::vector<TokenId>(first.begin(), first.begin() + 53),
              Encode(file, " The cat sat on the mat and looked at the sun.", false));
-  auto cold = Make(file, Options(2, false));
+  auto cold = MakeScheduler(file, Options(2, false));
   ASSERT_TRUE(cold);
   for (uint64_t seed : {0, 7}) {
     SCOPED_TRACE(seed);
-    auto warm = Make(file, warm_options);
+    auto warm = MakeScheduler(file, warm_options);
     ASSERT_TRUE(warm);
     auto want = RunOne(*cold, Request(second, 12, seed));
     auto a = RunOne(*warm, Request(first, 4, seed));
@@ -214,8 +102,8 @@ TEST(PrefixCacheSchedulerTest, MultiTurnConversationHitsPromptAndReply) {
   SHARDLM_REQUIRE_FIXTURES();
   for (const char* file : {kStories, kQwen}) {
     SCOPED_TRACE(file);
-    auto cold = Make(file, Options(2, false));
-    auto warm = Make(file, Options(2, true));
+    auto cold = MakeScheduler(file, Options(2, false));
+    auto warm = MakeScheduler(file, Options(2, true));
     ASSERT_TRUE(cold && warm);
     const std::vector<TokenId> turn1 = StoryTokens(file, 37, kLongText);
     auto reply = RunOne(*warm, Request(turn1, 30));
@@ -236,7 +124,7 @@ TEST(PrefixCacheSchedulerTest, WhollyCachedPromptRecomputesItsLastToken) {
   for (const char* file : {kStories, kQwen}) {
     for (int n : {3 * kPageTokens, 3 * kPageTokens + 5}) {
       SCOPED_TRACE(fmt::format("{}: {} tokens", file, n));
-      auto warm = Make(file, Options(2, true));
+      auto warm = MakeScheduler(file, Options(2, true));
       ASSERT_TRUE(warm);
       const std::vector<TokenId> prompt = StoryTokens(file, n, kLongText);
       auto first = RunOne(*warm, Request(prompt, 8, 3));
@@ -255,7 +143,7 @@ TEST(PrefixCacheSchedulerTest, WhollyCachedPromptRecomputesItsLastToken) {
 // Pages held while two requests with a 96-token common prefix run (the engine held inside
 // the second one's 2nd token), after a first request cached that prefix.
 int64_t PagesUsedByTwoConcurrent(bool prefix_cache) {
-  auto scheduler = Make(kStories, Options(2, prefix_cache));
+  auto scheduler = MakeScheduler(kStories, Options(2, prefix_cache));
   if (!scheduler) return -1;
   const std::vector<TokenId> prefix = StoryTokens(kStories, 6 * kPageTokens, kLongText);
   (void)RunOne(*scheduler, Request(Concat(prefix, Encode(kStories, " Max", false)), 2));
@@ -290,8 +178,8 @@ TEST(PrefixCacheSchedulerTest, ConcurrentRequestsShareTheCachedPrefixPages) {
 TEST(PrefixCacheSchedulerTest, SmallPoolEvictsAndKeepsServingCorrectly) {
   SHARDLM_REQUIRE_FIXTURES();
   // 2 slots × 64 positions = 8 pages: cached prompts must make room for new ones.
-  auto cold = Make(kStories, Options(2, false, 64));
-  auto warm = Make(kStories, Options(2, true, 64));
+  auto cold = MakeScheduler(kStories, Options(2, false, 64));
+  auto warm = MakeScheduler(kStories, Options(2, true, 64));
   ASSERT_TRUE(cold && warm);
   const char* starts[] = {"The cat",   "Lily and Ben", "One day",   "A big bird",
                           "Tom had a", "The sun was",  "Sue found", "In the park"};
@@ -318,7 +206,7 @@ TEST(PrefixCacheSchedulerTest, SmallPoolEvictsAndKeepsServingCorrectly) {
 
 TEST(PrefixCacheSchedulerTest, DisabledCacheNeverHits) {
   SHARDLM_REQUIRE_FIXTURES();
-  auto scheduler = Make(kStories, Options(2, false));
+  auto scheduler = MakeScheduler(kStories, Options(2, false));
   ASSERT_TRUE(scheduler);
   const std::vector<TokenId> prompt = StoryTokens(kStories, 70, kLongText);
   auto first = RunOne(*scheduler, Request(prompt, 6));
