@@ -14,6 +14,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kIoError: return "i/o error";
     case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kConflict: return "conflict";
     case StatusCode::kSentinel: break;
   }
   return "unknown";

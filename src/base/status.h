@@ -25,6 +25,7 @@ enum class StatusCode {
   kIoError,          // read/write/mmap failure
   kUnavailable,      // a part of the engine is gone for now (a shard daemon died); retry
   kInternal,
+  kConflict,  // busy with something else (a slot processing a request); retry later
   kSentinel
 };
 
@@ -75,6 +76,10 @@ Status OutOfRange(fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 Status IoError(fmt::format_string<Args...> f, Args&&... args) {
   return Status(StatusCode::kIoError, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+Status Conflict(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(StatusCode::kConflict, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 Status Unavailable(fmt::format_string<Args...> f, Args&&... args) {

@@ -80,11 +80,14 @@ void BlockTable::Truncate(int n) {
   n_tokens_ = std::min(n_tokens_, n);
 }
 
-void BlockTable::AppendSharedPage(PageId page) {
+void BlockTable::AppendSharedPage(PageId page) { AppendPage(page, allocator_->page_tokens()); }
+
+void BlockTable::AppendPage(PageId page, int n_valid) {
   SHARDLM_CHECK(n_tokens_ == capacity_tokens());
+  SHARDLM_CHECK(n_valid >= 1 && n_valid <= allocator_->page_tokens());
   allocator_->Retain(page);
   pages_.push_back(page);
-  n_tokens_ += allocator_->page_tokens();
+  n_tokens_ += n_valid;
 }
 
 BlockTable BlockTable::Fork() const {

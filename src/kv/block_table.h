@@ -62,6 +62,9 @@ class BlockTable {
   // Appends a page owned elsewhere (prefix-cache hit), taking a reference; the table must
   // end on a page boundary and the page must be full (n_tokens grows by page_tokens).
   void AppendSharedPage(PageId page);
+  // Appends a page whose first n_valid positions (1..page_tokens) hold KV (a restored
+  // sequence), taking a reference; the table must end on a page boundary.
+  void AppendPage(PageId page, int n_valid);
   // A new table mapping the same pages (each retained) and the same n_tokens.
   BlockTable Fork() const;
   // Releases every page.

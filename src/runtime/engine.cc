@@ -1,5 +1,6 @@
-// Engine: names of the finish reasons (engine.h). The engine itself is the Scheduler
-// (scheduler.h); this file owns only what every Engine implementation shares.
+// Engine: names of the finish reasons and slot states, and the default slot operations of
+// an engine without slots (engine.h). The engine itself is the Scheduler (scheduler.h);
+// this file owns only what every Engine implementation shares.
 #include "runtime/engine.h"
 
 namespace shardlm {
@@ -18,6 +19,34 @@ const char* FinishReasonName(FinishReason reason) {
       break;
   }
   return "unknown";
+}
+
+const char* SlotStateName(SlotState state) {
+  switch (state) {
+    case SlotState::kIdle:
+      return "idle";
+    case SlotState::kProcessing:
+      return "processing";
+    case SlotState::kSaving:
+      return "saving";
+    case SlotState::kRestoring:
+      return "restoring";
+    case SlotState::kSentinel:
+      break;
+  }
+  return "unknown";
+}
+
+Result<SlotSaveResult> Engine::SaveSlot(int32_t, const std::filesystem::path&) {
+  return Unsupported("this engine has no slots to save");
+}
+
+Result<SlotRestoreResult> Engine::RestoreSlot(int32_t, const std::filesystem::path&) {
+  return Unsupported("this engine has no slots to restore");
+}
+
+Result<int32_t> Engine::EraseSlot(int32_t) {
+  return Unsupported("this engine has no slots to erase");
 }
 
 }  // namespace shardlm

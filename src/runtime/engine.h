@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -83,7 +84,8 @@ struct EngineStats {
   int64_t prompt_tokens_total = 0;
   int64_t generated_tokens_total = 0;
   int64_t kv_pages_total = 0;
-  int64_t kv_pages_used = 0;  // held by running sequences (cached-only pages excluded)
+  int64_t kv_pages_used = 0;      // held by running sequences (cached-only pages excluded)
+  int64_t kv_pages_retained = 0;  // held only by idle slots' retained sequences (/slots)
   // Prefix cache (zero when disabled): prompt tokens served from it and computed, blocks
   // looked up and hit, pages it holds now and pages it gave back to make room.
   int64_t prompt_tokens_cached = 0;
@@ -118,6 +120,30 @@ struct EngineInfo {
   std::vector<StageInfo> stages;  // the placement, in pipeline order (GET /props)
 };
 
+// Slots (`/slots`, llama.cpp's shape): each of the n_parallel slots runs one request at a
+// time. Once its request ends, a slot keeps the sequence it computed (its retained sequence:
+// tokens and KV) until it takes its next request, so the sequence can be saved to a file;
+// a restore fills an idle slot from such a file and offers the sequence's full pages to the
+// prefix cache, so the next prompt that starts with those tokens does not compute them.
+enum class SlotState { kIdle, kProcessing, kSaving, kRestoring, kSentinel };
+const char* SlotStateName(SlotState state);  // "idle", "processing", "saving", "restoring"
+
+struct SlotInfo {
+  int32_t id = 0;
+  SlotState state = SlotState::kIdle;
+  int32_t n_tokens = 0;  // positions holding KV: the running request's, or the retained ones
+};
+
+struct SlotSaveResult {
+  int32_t n_saved = 0;     // tokens saved
+  uint64_t n_written = 0;  // file bytes
+};
+
+struct SlotRestoreResult {
+  int32_t n_restored = 0;  // tokens the slot holds now
+  uint64_t n_read = 0;     // file bytes
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -132,6 +158,17 @@ class Engine {
   virtual const Tokenizer& tokenizer() const = 0;
   // Healthy (all stages reachable); a message otherwise.
   virtual Status Health() const { return Status::Ok(); }
+
+  // Slots (see SlotInfo). `file` is a path the caller has confined to its slot folder.
+  // Errors: no such slot (kNotFound), a slot that is processing a request or another slot
+  // operation (kConflict), nothing to save (kInvalidArgument), a missing file (kNotFound),
+  // a corrupt, truncated or foreign file (kInvalidData: nothing changes), a stage down
+  // (kUnavailable), a write that failed (kIoError); an engine without slots: kUnsupported.
+  virtual std::vector<SlotInfo> Slots() const { return {}; }
+  virtual Result<SlotSaveResult> SaveSlot(int32_t slot, const std::filesystem::path& file);
+  virtual Result<SlotRestoreResult> RestoreSlot(int32_t slot, const std::filesystem::path& file);
+  // Drops the slot's retained sequence; returns how many tokens it held.
+  virtual Result<int32_t> EraseSlot(int32_t slot);
 };
 
 }  // namespace shardlm

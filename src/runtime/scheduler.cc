@@ -106,8 +106,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Pipeline> p
   std::unique_ptr<Scheduler> scheduler(new Scheduler(tokenizer, options));
   std::string name = options.model_name.empty() ? "model" : options.model_name;
   // No model file here: the in-memory cache serves this one pipeline, so any constant
-  // fingerprint keys it correctly.
-  SHARDLM_TRY(scheduler->Init(std::move(pipeline), std::move(name), Fingerprint128{}));
+  // fingerprint keys it correctly (Init uses one); slot files cannot name the model.
+  SHARDLM_TRY(scheduler->Init(std::move(pipeline), std::move(name), std::nullopt));
   return scheduler;
 }
 
@@ -124,9 +124,13 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(LoadedModel loaded,
 }
 
 Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
-                       const Fingerprint128& fingerprint) {
+                       std::optional<Fingerprint128> model_fingerprint) {
   auto state = std::make_unique<State>();
   state->pipeline = std::move(pipeline);
+  const Fingerprint128 fingerprint = model_fingerprint.value_or(Fingerprint128{});
+  if (model_fingerprint) {
+    slot_layout_ = PipelineSnapshotLayout(*state->pipeline, fingerprint, options_.kv_type);
+  }
   if (!options_.kv_cache_dir.empty()) {
     SchedulerDiskCacheOptions disk;
     disk.dir = options_.kv_cache_dir;
@@ -143,7 +147,9 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
   state->slots.resize(options_.n_parallel);
   for (SchedulerSlot& slot : state->slots) {
     slot.table = std::make_unique<BlockTable>(&state->pipeline->allocator());
+    slot.retained = std::make_unique<BlockTable>(&state->pipeline->allocator());
   }
+  state->page_marks.resize(size_t(state->pipeline->allocator().n_pages()));
   state->pages_by_slot.resize(options_.n_parallel);
   state->batch.reserve(options_.n_batch);
 
@@ -155,6 +161,7 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
   info_.stages = state->pipeline->placement();
   stats_.slots_total = options_.n_parallel;
   stats_.kv_pages_total = state->pipeline->allocator().n_pages();
+  for (int i = 0; i < options_.n_parallel; ++i) slot_infos_.push_back(SlotInfo{.id = i});
 
   state_ = std::move(state);
   thread_ = std::thread(&Scheduler::Loop, this);
@@ -256,8 +263,9 @@ Status Scheduler::Health() const {
 
 void Scheduler::Loop() {
   using Action = bool (Scheduler::*)();
-  static constexpr Action kActions[] = {&Scheduler::RecoverAction, &Scheduler::AdmitAction,
-                                        &Scheduler::SubmitAction, &Scheduler::CollectAction};
+  static constexpr Action kActions[] = {&Scheduler::RecoverAction, &Scheduler::SlotTaskAction,
+                                        &Scheduler::AdmitAction, &Scheduler::SubmitAction,
+                                        &Scheduler::CollectAction};
   while (TakeInstructions()) {
     for (Action action : kActions) {
       if ((this->*action)()) break;
@@ -276,10 +284,7 @@ bool Scheduler::TakeInstructions() {
   bool stop = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    const bool has_work =
-        !s.waiting.empty() || !s.in_flight.empty() ||
-        std::any_of(s.slots.begin(), s.slots.end(),
-                    [](const SchedulerSlot& slot) { return slot.request != nullptr; });
+    const bool has_work = s.HasWork();
     const auto ready = [&] { return stopping_ || !inbox_.empty(); };
     if (!lost_.ok()) {
       cv_.wait_until(lock, s.last_reconnect + kReconnectInterval, ready);
@@ -293,8 +298,15 @@ bool Scheduler::TakeInstructions() {
   return !stop;
 }
 
+bool Scheduler::State::HasWork() const {
+  return !waiting.empty() || !in_flight.empty() || !slot_tasks.empty() ||
+         std::any_of(slots.begin(), slots.end(),
+                     [](const SchedulerSlot& slot) { return slot.request != nullptr; });
+}
+
 void Scheduler::ApplyInstruction(Instruction& instruction) {
   State& s = *state_;
+  if (instruction.kind == Instruction::Kind::kSlot) return StartSlotJob(instruction.slot_job);
   if (instruction.kind == Instruction::Kind::kSubmit) {
     ++s.requests_total;
     s.prompt_tokens_total += int64_t(instruction.request.prompt.size());
@@ -347,12 +359,14 @@ bool Scheduler::AdmitAction() {
   bool admitted = false;
   for (size_t i = 0; i < s.slots.size() && !s.waiting.empty(); ++i) {
     SchedulerSlot& slot = s.slots[i];
-    if (slot.request) continue;
+    if (!State::Admissible(slot)) continue;
+    DropRetained(slot);
     slot.request = std::move(s.waiting.front());
     s.waiting.pop_front();
     slot.request->MarkAdmitted();
     slot.admit_seq = s.admit_counter++;
     slot.awaiting_logits = false;
+    slot.n_committed = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       --pending_;
@@ -387,6 +401,9 @@ void Scheduler::FailEverything(const Status& error) {
   for (int i = 0; i < int(s.slots.size()); ++i) {
     if (s.slots[i].request) FinishSlot(i, FinishReason::kError, error);
   }
+  // A retained page may have been written by the failed batch (a cancelled request's last
+  // one), and a lost stage's pages are gone.
+  DropAllSlotState(error);
   if (lost) {
     while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kError, error);
     s.last_reconnect = std::chrono::steady_clock::now();
@@ -400,9 +417,14 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   State& s = *state_;
   SchedulerSlot& slot = s.slots[slot_idx];
   std::unique_ptr<ActiveRequest> request = std::move(slot.request);
-  // Pages go back to the allocator before anyone hears of the finish. A batch still in
-  // flight may write them: every later batch that reuses them runs after it in every stage.
-  slot.table->Clear();
+  // Pages go back to the allocator before anyone hears of the finish, but those of the
+  // committed positions, which the slot retains. A batch still in flight may write them:
+  // every later batch that reuses them runs after it in every stage (a save waits for it).
+  if (reason == FinishReason::kError) {
+    slot.table->Clear();
+  } else {
+    RetainSequence(slot, *request);
+  }
   s.prefix_cache->EndSlot(slot_idx);
   slot.awaiting_logits = false;
   slot.write_end = 0;
@@ -428,6 +450,7 @@ void Scheduler::FinishWaiting(size_t index, FinishReason reason, Status error) {
 
 void Scheduler::CancelEverything() {
   State& s = *state_;
+  DropAllSlotState(Status(StatusCode::kInternal, "the engine is shutting down"));
   for (int i = 0; i < int(s.slots.size()); ++i) {
     if (s.slots[i].request) FinishSlot(i, FinishReason::kCancelled);
   }
@@ -439,6 +462,7 @@ void Scheduler::PublishStats() {
   int busy = 0;
   for (const SchedulerSlot& slot : s.slots) busy += slot.request != nullptr;
   const PageAllocator& allocator = s.pipeline->allocator();
+  const int retained_only = CountRetainedOnly();
   std::lock_guard<std::mutex> lock(mu_);
   stats_.slots_busy = busy;
   stats_.queue_length = pending_;
@@ -446,7 +470,14 @@ void Scheduler::PublishStats() {
   stats_.prompt_tokens_total = s.prompt_tokens_total;
   stats_.generated_tokens_total = s.generated_tokens_total;
   const int cached_only = s.prefix_cache->n_cached_only();
-  stats_.kv_pages_used = allocator.n_pages() - allocator.n_free() - cached_only;
+  stats_.kv_pages_used = allocator.n_pages() - allocator.n_free() - cached_only - retained_only;
+  stats_.kv_pages_retained = retained_only;
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    const SchedulerSlot& slot = s.slots[i];
+    SlotInfo& info = slot_infos_[i];
+    info.state = slot.request ? SlotState::kProcessing : slot.task;
+    info.n_tokens = slot.request ? slot.table->n_tokens() : int(slot.retained_tokens.size());
+  }
   stats_.prompt_tokens_computed = s.prompt_tokens_computed;
   s.prefix_cache->FillStats(stats_);
 }

@@ -22,7 +22,19 @@
 //    computes each token as the whole model would; the sampler belongs to the request).
 //  - KV: every stage holds n_parallel × ceil(n_ctx / page_tokens) (+ cache_pages) pages
 //    (one allocator, ids shared by all stages), so an admitted request never runs out; a
-//    finished or cancelled request releases its pages at once.
+//    finished or cancelled request releases every page but those of its committed positions
+//    (KV every stage has written), which its slot retains (engine.h "Slots") until the slot
+//    takes its next request or the sequence is erased. A slot never holds more than its
+//    share, so retention takes no room a running sequence may need.
+//  - Slots (scheduler_slots.h): save exports a free slot's retained sequence from every
+//    stage (remote ones through their daemon) and writes it to a slot file (cache/
+//    slot_file.h) off the engine thread; restore validates a whole file before anything
+//    changes, imports its pages into fresh ones and makes them the slot's retained sequence,
+//    publishing the full pages in the prefix cache, so any prompt that starts with those
+//    tokens hits them. Both move a few pages per engine step (resumable tasks) while the
+//    slot is held: a slot that runs a request, or is being saved or restored, answers
+//    kConflict (a save never races with the KV it reads). A failed batch or a lost stage
+//    drops every retained sequence and fails the slot tasks.
 //  - Prefix cache (options.prefix_cache, DESIGN.md "block hash"): admission maps the
 //    longest cached chain of the prompt's full blocks into the slot's block table and
 //    prefills only the rest (a wholly cached prompt recomputes its last token, copy-on-write,
@@ -48,8 +60,9 @@
 //  - One key=value log line per finished request on stderr.
 // Non-goals (later issues): preemption or swapping, priorities.
 //
-// Thread safety: Submit, Cancel, Stats, info, tokenizer, Health, pipeline_counters and
-// stage_stats may be called from any thread. Callbacks run on the engine thread (see engine.h).
+// Thread safety: Submit, Cancel, Stats, info, tokenizer, Health, pipeline_counters,
+// stage_stats and the slot methods may be called from any thread (the slot methods block
+// until the engine thread has done its part). Callbacks run on the engine thread (see engine.h).
 // Lifetime: the borrowing Create references the Model and Tokenizer, which must outlive the
 // Scheduler; the owning Create keeps the LoadedModel. Destruction cancels every request
 // still queued or running (each gets on_finish with kCancelled) and joins the thread.
@@ -61,11 +74,13 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/status.h"
+#include "cache/snapshot_layout.h"
 #include "gguf/fingerprint.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
@@ -73,9 +88,13 @@
 #include "runtime/model_loader.h"
 #include "runtime/pipeline.h"
 #include "runtime/placement.h"
+#include "runtime/scheduler_slots.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
+
+class ActiveRequest;   // scheduler_request.h
+struct SchedulerSlot;  // scheduler_impl.h
 
 struct SchedulerOptions {
   int n_parallel = 4;  // slots: sequences that run together
@@ -143,6 +162,13 @@ class Scheduler : public Engine {
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   Status Health() const override;
 
+  // Slots (engine.h); slot files need the model-based Create (its fingerprint is part of
+  // the file's layout), kUnsupported otherwise. Restore needs the prefix cache.
+  std::vector<SlotInfo> Slots() const override;
+  Result<SlotSaveResult> SaveSlot(int32_t slot, const std::filesystem::path& file) override;
+  Result<SlotRestoreResult> RestoreSlot(int32_t slot, const std::filesystem::path& file) override;
+  Result<int32_t> EraseSlot(int32_t slot) override;
+
   const SchedulerOptions& options() const { return options_; }
   size_t kv_bytes() const;  // every stage's page storage (reserved; touched as pages fill)
   // The pipeline's counters (max_in_flight > 1 shows pipelining at work).
@@ -153,19 +179,28 @@ class Scheduler : public Engine {
  private:
   // What other threads hand the engine thread.
   struct Instruction {
-    enum class Kind { kSubmit, kCancel } kind = Kind::kSubmit;
+    enum class Kind { kSubmit, kCancel, kSlot } kind = Kind::kSubmit;
     RequestId id = 0;
     EngineRequest request;       // kSubmit
     RequestCallbacks callbacks;  // kSubmit
     std::chrono::steady_clock::time_point submitted;
+    std::shared_ptr<SlotJob> slot_job;  // kSlot
   };
   struct State;     // scheduler_impl.h: everything the engine thread owns
   struct InFlight;  // scheduler_impl.h: what a submitted batch will give logits for
 
   Scheduler(const Tokenizer& tokenizer, const SchedulerOptions& options);
+  // fingerprint: the model file's (none for a caller-built pipeline).
   Status Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
-              const Fingerprint128& fingerprint);
+              std::optional<Fingerprint128> fingerprint);
   Status CheckRequest(const EngineRequest& request) const;
+
+  // Slots, caller side (scheduler_slot_files.cc).
+  Status CheckSlot(int32_t slot) const;
+  // Queues `job` for the engine thread and waits for its answer.
+  Result<SlotJobResult> RunSlotJob(std::shared_ptr<SlotJob> job);
+  Result<std::shared_ptr<const SlotRestoreSource>> ReadSlotFile(
+      const std::filesystem::path& file) const;
 
   // Engine thread.
   void Loop();
@@ -183,6 +218,18 @@ class Scheduler : public Engine {
   void FinishWaiting(size_t index, FinishReason reason, Status error = Status::Ok());
   void CancelEverything();
   void PublishStats();
+  // Slots, engine thread (scheduler_slots.cc).
+  void StartSlotJob(std::shared_ptr<SlotJob> job);
+  Status StartSave(SchedulerSlot& slot, SlotTask& task);
+  Status StartRestore(SchedulerSlot& slot, SlotTask& task);
+  bool SlotTaskAction();  // bounded work; never ends the step
+  Status StepSlotTask(SlotTask& task, int& budget);
+  void FinishSlotTask(SlotTask& task, Status status);
+  void CommitRestore(SlotTask& task);
+  void RetainSequence(SchedulerSlot& slot, const ActiveRequest& request);
+  void DropRetained(SchedulerSlot& slot);
+  void DropAllSlotState(const Status& error);  // a failed batch or a lost stage
+  int CountRetainedOnly();
 
   std::unique_ptr<LoadedModel> owned_;  // set by the owning Create
   const Tokenizer& tokenizer_;
@@ -190,6 +237,8 @@ class Scheduler : public Engine {
   ModelConfig config_;
   EngineInfo info_;
   std::unique_ptr<State> state_;  // engine thread only (after Init)
+  // The layout slot files are saved under; unset without the model's fingerprint.
+  std::optional<SnapshotLayout> slot_layout_;
 
   // Shared with the submitting threads, guarded by mu_.
   mutable std::mutex mu_;
@@ -200,7 +249,8 @@ class Scheduler : public Engine {
   int active_ = 0;   // in a slot
   RequestId next_id_ = 1;
   EngineStats stats_;
-  Status lost_;  // a stage is down: why (set and cleared by the engine thread)
+  Status lost_;                       // a stage is down: why (set and cleared by the engine thread)
+  std::vector<SlotInfo> slot_infos_;  // what Slots() answers, refreshed by PublishStats
 
   std::thread thread_;
 };

@@ -152,10 +152,13 @@ bool Scheduler::CollectAction() {
     FailEverything(logits.status());
     return true;
   }
-  // Every stage has written the batch's KV: its full pages may be shared now.
+  // Every stage has written the batch's KV: it is committed, and its full pages may be
+  // shared now.
   for (const InFlight::Written& written : record.written) {
-    const SchedulerSlot& slot = s.slots[written.slot];
-    if (s.prefix_cache->enabled() && slot.request && slot.request->id() == written.request) {
+    SchedulerSlot& slot = s.slots[written.slot];
+    if (!slot.request || slot.request->id() != written.request) continue;
+    slot.n_committed = std::max(slot.n_committed, written.end);
+    if (s.prefix_cache->enabled()) {
       s.prefix_cache->PublishFullPages(written.slot, *slot.request, *slot.table, written.end);
     }
   }

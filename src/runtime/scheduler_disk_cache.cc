@@ -9,22 +9,19 @@
 #include "cache/snapshot_file.h"
 
 namespace shardlm {
-namespace {
-
-SnapshotLayout LayoutOf(const Pipeline& pipeline, const SchedulerDiskCacheOptions& options) {
+SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprint128& model,
+                                      KvType kv_type) {
   SnapshotLayout layout;
-  layout.model = options.model;
+  layout.model = model;
   for (const StageInfo& stage : pipeline.placement()) {
     layout.stages.push_back({stage.layers.begin, stage.layers.end});
   }
   layout.page_tokens = pipeline.allocator().page_tokens();
   layout.n_kv_heads = pipeline.config().n_head_kv;
   layout.head_dim = pipeline.config().head_dim;
-  layout.kv_type = options.kv_type;
+  layout.kv_type = kv_type;
   return layout;
 }
-
-}  // namespace
 
 SchedulerDiskCache::SchedulerDiskCache(Pipeline* pipeline, SnapshotLayout layout,
                                        std::function<void(const std::string&)> log)
@@ -36,7 +33,7 @@ SchedulerDiskCache::SchedulerDiskCache(Pipeline* pipeline, SnapshotLayout layout
 
 Result<std::unique_ptr<SchedulerDiskCache>> SchedulerDiskCache::Open(
     Pipeline* pipeline, SchedulerDiskCacheOptions options) {
-  SnapshotLayout layout = LayoutOf(*pipeline, options);
+  SnapshotLayout layout = PipelineSnapshotLayout(*pipeline, options.model, options.kv_type);
   DiskStoreOptions store_options;
   store_options.dir = options.dir;
   store_options.budget_bytes = options.budget_bytes;

@@ -71,6 +71,11 @@ struct SchedulerDiskCacheOptions {
   std::function<void(const std::string&)> log;
 };
 
+// The snapshot layout of `pipeline`'s pages (cache blocks and slot files): the model's
+// fingerprint, each stage's layers, the page geometry and the KV type.
+SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprint128& model,
+                                      KvType kv_type);
+
 class SchedulerDiskCache {
  public:
   // Pages waiting for export at most. Each holds a pool page (not evictable while it

@@ -1,6 +1,7 @@
 // Scheduler internals: the engine thread's state (slots, waiting requests, batches in
-// flight, prefix cache, counters), shared by scheduler.cc (instructions, actions, faults,
-// stats) and scheduler_batch.cc (building, submitting and collecting batches).
+// flight, prefix cache, slot tasks, counters), shared by scheduler.cc (instructions,
+// actions, faults, stats), scheduler_batch.cc (building, submitting and collecting batches)
+// and scheduler_slots.cc (retained sequences, slot save/restore tasks).
 //
 // Goals: one definition of what the engine thread owns; no logic beyond small helpers.
 // Non-goals: anything other threads may see (that lives in Scheduler, guarded by mu_).
@@ -20,6 +21,7 @@
 #include "runtime/scheduler_disk_cache.h"
 #include "runtime/scheduler_prefix_cache.h"
 #include "runtime/scheduler_request.h"
+#include "runtime/scheduler_slots.h"
 
 namespace shardlm {
 
@@ -29,11 +31,18 @@ enum class TaskState { kFinished, kNotFinished, kBlocked };
 // One sequence slot: the batch's slot index is the index in State::slots.
 struct SchedulerSlot {
   std::unique_ptr<ActiveRequest> request;  // null when free
-  std::unique_ptr<BlockTable> table;       // the slot's KV; cleared when the request ends
+  std::unique_ptr<BlockTable> table;       // the running request's KV; empty when free
   uint64_t admit_seq = 0;                  // admission order: older prefills go first
   bool awaiting_logits = false;            // a batch in flight gives its next logits row
   int write_begin = 0;                     // positions [write_begin, write_end) of the
   int write_end = 0;                       // batch being built (write_end 0: none)
+  int n_committed = 0;  // positions [0, n) of the request hold KV in every stage (collected)
+  // Retained sequence (engine.h "Slots"): while free, the last request's committed
+  // positions, or a restored sequence; dropped when the slot takes a request.
+  std::unique_ptr<BlockTable> retained;
+  std::vector<TokenId> retained_tokens;  // token of each retained position
+  uint64_t retained_fence = 0;        // batches [0, fence) may write retained pages until collected
+  SlotState task = SlotState::kIdle;  // kSaving / kRestoring: a slot task holds the slot
 };
 
 // A submitted batch: whose logits rows it will give, in batch order. The request id guards
@@ -61,6 +70,7 @@ struct Scheduler::State {
   std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
   std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
   std::deque<InFlight> in_flight;                      // submission order
+  std::deque<SlotTask> slot_tasks;                     // started order
   std::vector<BatchEntry> batch;
   std::vector<PageCopy> copies;
   std::chrono::steady_clock::time_point last_reconnect;
@@ -70,7 +80,16 @@ struct Scheduler::State {
   int64_t generated_tokens_total = 0;
   int64_t prompt_tokens_computed = 0;
   uint64_t batches_submitted = 0;
-  int disk_page_budget = 0;  // disk page loads left in the batch being built
+  int disk_page_budget = 0;         // disk page loads left in the batch being built
+  std::vector<uint8_t> page_marks;  // [page id], scratch of CountRetainedOnly
+
+  uint64_t collected() const { return batches_submitted - in_flight.size(); }
+  // A request may be admitted into the slot: it runs nothing and no slot task holds it.
+  static bool Admissible(const SchedulerSlot& slot) {
+    return !slot.request && slot.task == SlotState::kIdle;
+  }
+  // Whether the engine thread has anything to do without a new instruction.
+  bool HasWork() const;
 
   // Offers a prefilling request up to `budget` batch entries; appends its chunk.
   TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);

@@ -118,6 +118,28 @@ void SchedulerPrefixCache::PublishFullPages(int slot, const ActiveRequest& reque
   }
 }
 
+void SchedulerPrefixCache::AdoptRestored(std::span<const TokenId> tokens,
+                                         std::vector<PageId>& pages) {
+  if (!enabled()) return;
+  if (disk_) disk_->ReleaseExported();
+  const std::vector<BlockHash> hashes = ChainBlockHashes(tokens, page_tokens_, fingerprint_);
+  // Every block maps the index's own page once this loop has passed it, so each publish
+  // finds its parent cached as the page before it (every unheld cached page stays evictable).
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    const BlockHash parent = i > 0 ? hashes[i - 1] : kRootBlockHash;
+    const PageId cached = index_->PageOf(hashes[i]);
+    if (cached != kNoPage) {
+      allocator_->Retain(cached);
+      allocator_->Release(pages[i]);
+      pages[i] = cached;
+      continue;
+    }
+    if (index_->Publish(hashes[i], parent, pages[i]) == PublishOutcome::kPublished && disk_) {
+      disk_->Persist(hashes[i], parent, pages[i]);
+    }
+  }
+}
+
 int SchedulerPrefixCache::Evict(int n_pages) {
   if (!enabled()) return 0;
   const int evicted = index_->EvictUnreferenced(n_pages);

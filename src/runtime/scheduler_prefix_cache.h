@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "cache/block_hash.h"
@@ -78,6 +79,11 @@ class SchedulerPrefixCache {
   // full pages among them, in chain order.
   void PublishFullPages(int slot, const ActiveRequest& request, const BlockTable& table,
                         int written_end);
+  // A restored sequence (`tokens`, held in `pages`, one per block, the caller holding a
+  // reference on each) joins the cache: each full block that is cached already has its page
+  // swapped for the cached one (reference moved: the restored copy is released); the others
+  // are published in chain order (and persisted with the disk tier). No-op when disabled.
+  void AdoptRestored(std::span<const TokenId> tokens, std::vector<PageId>& pages);
   // Evicts up to n_pages unreferenced cached pages; returns how many (0 when disabled).
   // When none is free but pages wait for export to disk, waits for those first.
   int Evict(int n_pages);
