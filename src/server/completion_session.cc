@@ -50,6 +50,12 @@ ApiError ErrorFromStatus(const Status& status, const std::string& param) {
     case StatusCode::kUnsupported:
       e.http_status = 400;
       break;
+    case StatusCode::kNotFound:
+      e.http_status = 404;
+      break;
+    case StatusCode::kConflict:  // busy with something else: retry once it is done
+      e.http_status = 409;
+      break;
     case StatusCode::kUnavailable:  // a stage is down: retry once it is back
       e.http_status = 503;
       e.type = "unavailable_error";

@@ -46,7 +46,8 @@ struct PreparedRequest {
 using LogFn = std::function<void(const std::string&)>;
 
 // Maps an engine or parse Status to OpenAI's error (HTTP status, type, code).
-// kUnavailable (a stage is down) is 503, type unavailable_error, code stage_unavailable.
+// kUnavailable (a stage is down) is 503, type unavailable_error, code stage_unavailable;
+// kNotFound 404; kConflict (a slot busy) 409.
 ApiError ErrorFromStatus(const Status& status, const std::string& param = "");
 // The error of a request that finished with FinishReason::kError: ErrorFromStatus for a
 // down stage (503), else 500 server_error.

@@ -14,13 +14,14 @@
 #include "server/completion_session.h"
 #include "server/openai_types.h"
 #include "server/props.h"
+#include "server/slot_api.h"
 
 namespace shardlm::server {
 namespace {
 
 constexpr const char* kRoutes[] = {
     "/v1/chat/completions", "/v1/completions",   "/v1/models",   "/health", "/metrics", "/tokenize",
-    "/detokenize",          "/chat/completions", "/completions", "/models", "/props"};
+    "/detokenize",          "/chat/completions", "/completions", "/models", "/props",   "/slots"};
 // How long a streaming handler waits for engine events before checking that the client is
 // still there: short enough that a disconnect frees its slot quickly.
 constexpr std::chrono::milliseconds kStreamPoll{100};
@@ -33,7 +34,7 @@ bool IsRoute(const std::string& path) {
   for (const char* r : kRoutes) {
     if (path == r) return true;
   }
-  return false;
+  return path.starts_with("/slots/") && path.find('/', 7) == std::string::npos;
 }
 
 }  // namespace
@@ -84,6 +85,7 @@ struct HttpServer::Impl {
   void HandleMetrics(httplib::Response& res);
   void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res) const;
+  void HandleSlotAction(const httplib::Request& req, httplib::Response& res);
 };
 
 bool HttpServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) const {
@@ -268,6 +270,8 @@ void HttpServer::Impl::HandleMetrics(httplib::Response& res) {
   metric("slots_total", "gauge", "Slots (--parallel).", s.slots_total);
   metric("kv_pages_used", "gauge", "KV pages in use.", s.kv_pages_used);
   metric("kv_pages_total", "gauge", "KV pages in the pool.", s.kv_pages_total);
+  metric("kv_pages_retained", "gauge", "KV pages only idle slots hold (their last sequence).",
+         s.kv_pages_retained);
   metric("prompt_tokens_cached_total", "counter",
          "Prompt tokens served from the prefix cache (memory + disk).", s.prompt_tokens_cached);
   metric("prompt_tokens_memory_total", "counter",
@@ -338,6 +342,16 @@ void HttpServer::Impl::HandleDetokenize(const httplib::Request& req, httplib::Re
   SendJson(res, Json{{"content", tok.Decode(dr->tokens)}});
 }
 
+void HttpServer::Impl::HandleSlotAction(const httplib::Request& req, httplib::Response& res) {
+  std::string param;
+  Result<SlotActionRequest> request =
+      SlotActionRequestFrom(req.matches[1].str(), req.get_param_value("action"), req.body, &param);
+  if (!request.ok()) return SendStatus(res, request.status(), param);
+  auto answer = RunSlotAction(engine, options.slot_save_dir, *request, options.log);
+  if (auto* e = std::get_if<ApiError>(&answer)) return SendError(res, *e);
+  SendJson(res, std::get<Json>(answer));
+}
+
 void HttpServer::Impl::InstallHandlers() {
   svr.set_payload_max_length(options.max_body_bytes);
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -382,6 +396,12 @@ void HttpServer::Impl::InstallHandlers() {
   });
   svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     HandleDetokenize(req, res);
+  });
+  svr.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, SlotsJSON(engine.Slots(), engine.info().n_ctx));
+  });
+  svr.Post(R"(/slots/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleSlotAction(req, res);
   });
   // httplib holds a thread per open keep-alive connection until it idles out, so the pool
   // needs room beyond the engine's slots for clients that keep connections open (16

@@ -3,7 +3,9 @@
 // Routes: POST /v1/chat/completions, POST /v1/completions (SSE when "stream": true),
 // GET /v1/models (its model entry's "meta" carries the stages), GET /props (model,
 // context, slots, placement: props.h), GET /health, GET /metrics (Prometheus text),
-// POST /tokenize, POST /detokenize. Errors always use OpenAI's error object: 400 bad JSON
+// POST /tokenize, POST /detokenize, GET /slots and POST /slots/{id}?action=save|restore|
+// erase (slot_api.h; files confined to ServerOptions::slot_save_dir). Errors always use
+// OpenAI's error object: 400 bad JSON
 // or parameters (code context_length_exceeded for an over-long prompt), 401 wrong or
 // missing API key (every route but /health), 404 unknown route, 405 wrong method, 413 body
 // over the cap, 503 with Retry-After for a full queue (code server_overloaded) or a stage
@@ -13,7 +15,7 @@
 // Goals: nothing a client sends crashes the server; a client that disconnects mid-stream
 // cancels its request; handler threads sized for the engine's parallelism; httplib.h is
 // included by http_server.cc only.
-// Non-goals: TLS, CORS preflight, /slots, the legacy llama.cpp /completion route.
+// Non-goals: TLS, CORS preflight, the legacy llama.cpp /completion route.
 //
 // Thread safety: Start/Stop from one controlling thread; handlers run on the server's own
 // pool. Lifetime: the Engine must outlive the server; the destructor stops it.
@@ -39,6 +41,9 @@ struct ServerOptions {
   int n_threads = 0;                            // handler threads; 0: max(2 * parallel + 8, 32)
   std::string chat_template;                    // Jinja source; empty: ChatML
   std::function<void(const std::string&)> log;  // one line per request and event
+  // Where /slots save and restore keep their files (must exist); empty: both answer 400
+  // naming the flags that enable them.
+  std::string slot_save_dir;
   // Prometheus text appended to GET /metrics (the engine's pipeline counters), or empty.
   // Called on handler threads, concurrently: it must be thread-safe.
   std::function<std::string()> metrics_extra;

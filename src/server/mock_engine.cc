@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+
+#include "cache/atomic_file.h"
 
 namespace shardlm::server {
 
@@ -58,6 +61,7 @@ MockEngine::MockEngine(MockEngineOptions options) : options_(std::move(options))
   info_.n_ctx = options_.n_ctx;
   info_.n_vocab = tokenizer_.n_vocab();
   info_.n_parallel = options_.n_parallel;
+  slot_tokens_.resize(size_t(std::max(options_.n_parallel, 1)));
   info_.stages = options_.stages;
   if (info_.stages.empty()) {
     StageInfo stage;
@@ -236,7 +240,77 @@ void MockEngine::Run(Pending& p) {
   }
   fin.usage.prefill_ms = 1.0;
   fin.usage.decode_ms = 1.0 + fin.usage.completion_tokens;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<TokenId>& held = slot_tokens_[0];
+    held = req.prompt;
+    held.insert(held.end(), tokens.begin(), tokens.begin() + fin.usage.completion_tokens);
+  }
   p.callbacks.on_finish(fin);
+}
+
+// The mock's slot file: the magic, then the token ids as 4-byte values.
+constexpr std::string_view kMockSlotMagic = "MOCKSLOT";
+
+Status MockEngine::CheckSlotLocked(int32_t slot) const {
+  if (slot < 0 || slot >= options_.n_parallel) return NotFound("slot {} does not exist", slot);
+  if (slot == 0 && busy_) return Conflict("slot 0 is processing a request");
+  return Status::Ok();
+}
+
+std::vector<SlotInfo> MockEngine::Slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SlotInfo> slots;
+  for (int32_t i = 0; i < options_.n_parallel; ++i) {
+    SlotInfo info{.id = i, .n_tokens = int32_t(slot_tokens_[size_t(i)].size())};
+    if (i == 0 && busy_) info.state = SlotState::kProcessing;
+    slots.push_back(info);
+  }
+  return slots;
+}
+
+Result<SlotSaveResult> MockEngine::SaveSlot(int32_t slot, const std::filesystem::path& file) {
+  std::vector<uint8_t> bytes(kMockSlotMagic.begin(), kMockSlotMagic.end());
+  int32_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SHARDLM_TRY(CheckSlotLocked(slot));
+    const std::vector<TokenId>& tokens = slot_tokens_[size_t(slot)];
+    if (tokens.empty()) return InvalidArgument("slot {} holds no tokens", slot);
+    const auto* raw = reinterpret_cast<const uint8_t*>(tokens.data());
+    bytes.insert(bytes.end(), raw, raw + tokens.size() * sizeof(TokenId));
+    n = int32_t(tokens.size());
+  }
+  SHARDLM_TRY(WriteFileAtomic(file, bytes));
+  return SlotSaveResult{.n_saved = n, .n_written = bytes.size()};
+}
+
+Result<SlotRestoreResult> MockEngine::RestoreSlot(int32_t slot, const std::filesystem::path& file) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    SHARDLM_TRY(CheckSlotLocked(slot));
+  }
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(file, 1 << 20));
+  const size_t body = bytes.size() - std::min(bytes.size(), kMockSlotMagic.size());
+  if (bytes.size() <= kMockSlotMagic.size() || body % sizeof(TokenId) != 0 ||
+      !std::equal(kMockSlotMagic.begin(), kMockSlotMagic.end(), bytes.begin())) {
+    return InvalidData("'{}' is not a slot file", file.filename().string());
+  }
+  std::vector<TokenId> tokens(body / sizeof(TokenId));
+  std::memcpy(tokens.data(), bytes.data() + kMockSlotMagic.size(), body);
+  std::lock_guard<std::mutex> lock(mu_);
+  SHARDLM_TRY(CheckSlotLocked(slot));
+  slot_tokens_[size_t(slot)] = std::move(tokens);
+  return SlotRestoreResult{.n_restored = int32_t(slot_tokens_[size_t(slot)].size()),
+                           .n_read = bytes.size()};
+}
+
+Result<int32_t> MockEngine::EraseSlot(int32_t slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  SHARDLM_TRY(CheckSlotLocked(slot));
+  const int32_t n = int32_t(slot_tokens_[size_t(slot)].size());
+  slot_tokens_[size_t(slot)].clear();
+  return n;
 }
 
 }  // namespace shardlm::server

@@ -1,7 +1,10 @@
 // MockEngine: an Engine with no model (STYLE rule 44), so the HTTP layer can be tested
 // end to end in milliseconds: it "generates" a scripted reply one byte-token at a time on
 // its own thread, honours max_tokens, stop strings, cancellation, a bounded queue and the
-// context limit, and counts what the real engine counts. It can play a placement (stages)
+// context limit, and counts what the real engine counts. Slot 0 runs every request and
+// retains its prompt and reply as its sequence; save writes it to a small file of the
+// mock's own format, restore reads one back (a missing file is kNotFound, any other bytes
+// kInvalidData), a busy slot 0 is kConflict, like the real engine. It can play a placement (stages)
 // and a stage that goes down: refused submits, an unhealthy /health, and a request that
 // fails mid-stream, as the real scheduler does when a shard daemon dies.
 // MockTokenizer: bytes are tokens 0..255, plus ChatML/Qwen special tokens after them.
@@ -82,6 +85,10 @@ class MockEngine : public Engine {
   const EngineInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   Status Health() const override;
+  std::vector<SlotInfo> Slots() const override;
+  Result<SlotSaveResult> SaveSlot(int32_t slot, const std::filesystem::path& file) override;
+  Result<SlotRestoreResult> RestoreSlot(int32_t slot, const std::filesystem::path& file) override;
+  Result<int32_t> EraseSlot(int32_t slot) override;
 
  private:
   struct Pending {
@@ -94,6 +101,8 @@ class MockEngine : public Engine {
   std::string ReplyFor(const EngineRequest& request) const;
   bool IsCancelled(RequestId id);
   bool ShouldFail(int32_t tokens_out, Status* status);
+  // Under mu_: NotFound for a slot out of range, Conflict while slot 0 runs a request.
+  Status CheckSlotLocked(int32_t slot) const;
 
   MockEngineOptions options_;
   EngineInfo info_;
@@ -112,6 +121,7 @@ class MockEngine : public Engine {
   Status fail_status_;
   bool stop_ = false;
   bool busy_ = false;
+  std::vector<std::vector<TokenId>> slot_tokens_;  // [slot] retained sequence
   RequestId next_id_ = 1;
   EngineStats stats_;
   std::thread worker_;

@@ -1,0 +1,184 @@
+// HTTP tests of the /slots routes over the MockEngine: answers in llama.cpp's shape, file
+// names confined to the slot folder (traversal, absolute, subfolder, empty and hidden names
+// get 400 and touch nothing), unknown slot 404, unknown action 400, missing file 404,
+// corrupt file 400, busy slot 409, save and restore off without a folder (the error names
+// the flag), --api-key, and 405 for a wrong method.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "cache/temp_dir.h"
+#include "server/server_harness.h"
+
+namespace shardlm::server {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char* kChat = R"({"model":"m","messages":[{"role":"user","content":"hi"}]})";
+
+class SlotApiTest : public ServerTest {
+ protected:
+  // A server whose slot folder is a subfolder of a fresh temp folder (so a name that
+  // escaped would land beside it, in parent()).
+  void StartWithSlots(ServerOptions options = {}) {
+    folder_ = parent_.path() / "slots";
+    fs::create_directories(folder_);
+    options.slot_save_dir = folder_.string();
+    StartServer(options);
+  }
+  httplib::Result Slot(const std::string& id_and_query, const std::string& body) {
+    return Post("/slots/" + id_and_query, body);
+  }
+  static std::string Named(const std::string& name) { return json{{"filename", name}}.dump(); }
+  int FilesIn(const fs::path& dir) const {
+    int n = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) n += entry.is_regular_file();
+    return n;
+  }
+
+  testing_util::TempDir parent_;
+  fs::path folder_;
+};
+
+TEST_F(SlotApiTest, SaveEraseRestoreInLlamaCppsShape) {
+  StartWithSlots();
+  engine_->SetReply("Hello there");
+  ASSERT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
+  auto r = Slot("0?action=save", Named("chat1"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json saved = json::parse(r->body);
+  EXPECT_EQ(saved["id_slot"], 0);
+  EXPECT_EQ(saved["filename"], "chat1");
+  const int n_saved = saved["n_saved"].get<int>();
+  EXPECT_GT(n_saved, 11);  // the prompt and the 11-token reply
+  EXPECT_EQ(saved["n_written"].get<uint64_t>(), fs::file_size(folder_ / "chat1"));
+  EXPECT_TRUE(saved["timings"]["save_ms"].is_number());
+
+  json slots = json::parse(client_->Get("/slots")->body);
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[0]["id"], 0);
+  EXPECT_EQ(slots[0]["n_tokens"], n_saved);
+  EXPECT_EQ(slots[0]["is_processing"], false);
+  EXPECT_EQ(slots[0]["state"], "idle");
+  EXPECT_EQ(slots[0]["n_ctx"], 256);
+  EXPECT_EQ(slots[1]["n_tokens"], 0);
+
+  r = Slot("0?action=erase", "");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body), json({{"id_slot", 0}, {"n_erased", n_saved}}));
+  EXPECT_EQ(json::parse(client_->Get("/slots")->body)[0]["n_tokens"], 0);
+
+  r = Slot("1?action=restore", Named("chat1"));
+  ASSERT_EQ(r->status, 200) << r->body;
+  json restored = json::parse(r->body);
+  EXPECT_EQ(restored["id_slot"], 1);
+  EXPECT_EQ(restored["filename"], "chat1");
+  EXPECT_EQ(restored["n_restored"], n_saved);
+  EXPECT_EQ(restored["n_read"], saved["n_written"]);
+  EXPECT_TRUE(restored["timings"]["restore_ms"].is_number());
+  EXPECT_EQ(json::parse(client_->Get("/slots")->body)[1]["n_tokens"], n_saved);
+}
+
+TEST_F(SlotApiTest, FileNamesStayInTheSlotFolder) {
+  StartWithSlots();
+  ASSERT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
+  for (const std::string& name :
+       {std::string("../x"), std::string("/etc/passwd"), std::string("a/b"), std::string(""),
+        std::string(".hidden"), std::string(".."), std::string("..\\x")}) {
+    for (const char* action : {"save", "restore"}) {
+      SCOPED_TRACE(name + " " + action);
+      json e = ExpectError(Slot(std::string("0?action=") + action, Named(name)), 400);
+      EXPECT_EQ(e["param"], "filename");
+    }
+  }
+  EXPECT_EQ(FilesIn(parent_.path()), 0);
+  json missing = ExpectError(Slot("0?action=save", "{}"), 400);
+  EXPECT_EQ(missing["param"], "filename");
+  json not_string = ExpectError(Slot("0?action=save", R"({"filename": 3})"), 400);
+  EXPECT_EQ(not_string["param"], "filename");
+  ExpectError(Slot("0?action=save", "not json"), 400);
+}
+
+TEST_F(SlotApiTest, BadIdsActionsAndFiles) {
+  StartWithSlots();
+  for (const char* id : {"abc", "-1", "1x", "", "99999999999"}) {
+    SCOPED_TRACE(id);
+    json e = ExpectError(Slot(std::string(id) + "?action=erase", ""), 400);
+    EXPECT_EQ(e["param"], "id_slot");
+  }
+  json unknown = ExpectError(Slot("2?action=erase", ""), 404);
+  EXPECT_EQ(unknown["code"], "slot_not_found");
+  EXPECT_EQ(ExpectError(Slot("0?action=load", Named("a")), 400)["param"], "action");
+  EXPECT_EQ(ExpectError(Slot("0", Named("a")), 400)["param"], "action");
+  json missing = ExpectError(Slot("0?action=restore", Named("nothing")), 404);
+  EXPECT_EQ(missing["code"], "file_not_found");
+  std::ofstream(folder_ / "junk") << "not a slot file";
+  json corrupt = ExpectError(Slot("0?action=restore", Named("junk")), 400);
+  EXPECT_EQ(corrupt["code"], "invalid_slot_file");
+  json empty = ExpectError(Slot("1?action=save", Named("empty")), 400);
+  EXPECT_NE(empty["message"].get<std::string>().find("no tokens"), std::string::npos);
+  // The server still serves.
+  EXPECT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
+}
+
+TEST_F(SlotApiTest, ABusySlotIs409) {
+  StartWithSlots();
+  engine_->SetReply("abcdefghij");
+  engine_->SetTokenDelayMs(50);
+  std::thread chat([&] {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(10, 0);
+    auto r = c.Post("/v1/chat/completions", kChat, "application/json");
+    EXPECT_TRUE(r && r->status == 200);
+  });
+  bool busy = false;
+  for (int i = 0; i < 200 && !busy; ++i) {
+    busy = json::parse(client_->Get("/slots")->body)[0]["is_processing"].get<bool>();
+    if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(busy);
+  json e = ExpectError(Slot("0?action=save", Named("busy")), 409);
+  EXPECT_EQ(e["code"], "slot_busy");
+  EXPECT_EQ(ExpectError(Slot("0?action=erase", ""), 409)["code"], "slot_busy");
+  chat.join();
+  EXPECT_EQ(Slot("0?action=save", Named("busy"))->status, 200);
+}
+
+TEST_F(SlotApiTest, SaveAndRestoreAreOffWithoutAFolder) {
+  StartServer();
+  ASSERT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
+  for (const char* action : {"save", "restore"}) {
+    json e = ExpectError(Slot(std::string("0?action=") + action, Named("chat1")), 400);
+    EXPECT_NE(e["message"].get<std::string>().find("--slot-save-path"), std::string::npos)
+        << e["message"];
+    EXPECT_EQ(e["code"], "slot_save_disabled");
+  }
+  EXPECT_EQ(Slot("0?action=erase", "")->status, 200);
+  EXPECT_EQ(client_->Get("/slots")->status, 200);
+}
+
+TEST_F(SlotApiTest, ApiKeyProtectsSlotsAndWrongMethodsAre405) {
+  ServerOptions options;
+  options.api_key = "sekrit";
+  StartWithSlots(options);
+  ExpectError(client_->Get("/slots"), 401);
+  ExpectError(Slot("0?action=erase", ""), 401);
+  httplib::Headers good = {{"Authorization", "Bearer sekrit"}};
+  EXPECT_EQ(client_->Get("/slots", good)->status, 200);
+  EXPECT_EQ(client_->Post("/slots/0?action=erase", good, "", "application/json")->status, 200);
+  ExpectError(client_->Get("/slots/0", good), 405);
+  ExpectError(client_->Post("/slots", good, "", "application/json"), 405);
+  ExpectError(client_->Get("/slots/0/x", good), 404);
+}
+
+}  // namespace
+}  // namespace shardlm::server
