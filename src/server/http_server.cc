@@ -8,7 +8,9 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <string_view>
 
 #include "server/chat_format.h"
 #include "server/completion_session.h"
@@ -30,11 +32,28 @@ constexpr time_t kKeepAliveSeconds = 2;
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
+constexpr std::string_view kSlotPrefix = "/slots/";
+
+// POST /slots/{id}: the id, or nullopt for another path.
+std::optional<std::string> SlotActionId(const std::string& path) {
+  if (!path.starts_with(kSlotPrefix)) return std::nullopt;
+  std::string id = path.substr(kSlotPrefix.size());
+  if (id.find('/') != std::string::npos) return std::nullopt;
+  return id;
+}
+
 bool IsRoute(const std::string& path) {
   for (const char* r : kRoutes) {
     if (path == r) return true;
   }
-  return path.starts_with("/slots/") && path.find('/', 7) == std::string::npos;
+  return SlotActionId(path).has_value();
+}
+
+// A POST whose body the HTTP library cannot size (`curl -X POST` without -d): it would
+// wait for the connection to close, then answer 400.
+bool UnsizedPost(const httplib::Request& req) {
+  return req.method == "POST" && !req.has_header("Content-Length") &&
+         req.get_header_value("Transfer-Encoding") != "chunked";
 }
 
 }  // namespace
@@ -85,7 +104,8 @@ struct HttpServer::Impl {
   void HandleMetrics(httplib::Response& res);
   void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res) const;
-  void HandleSlotAction(const httplib::Request& req, httplib::Response& res);
+  void HandleSlotAction(const httplib::Request& req, const std::string& id, httplib::Response& res);
+  httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
 };
 
 bool HttpServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) const {
@@ -342,22 +362,35 @@ void HttpServer::Impl::HandleDetokenize(const httplib::Request& req, httplib::Re
   SendJson(res, Json{{"content", tok.Decode(dr->tokens)}});
 }
 
-void HttpServer::Impl::HandleSlotAction(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::HandleSlotAction(const httplib::Request& req, const std::string& id,
+                                        httplib::Response& res) {
   std::string param;
   Result<SlotActionRequest> request =
-      SlotActionRequestFrom(req.matches[1].str(), req.get_param_value("action"), req.body, &param);
+      SlotActionRequestFrom(id, req.get_param_value("action"), req.body, &param);
   if (!request.ok()) return SendStatus(res, request.status(), param);
   auto answer = RunSlotAction(engine, options.slot_save_dir, *request, options.log);
   if (auto* e = std::get_if<ApiError>(&answer)) return SendError(res, *e);
   SendJson(res, std::get<Json>(answer));
 }
 
+// Runs before the body is read: authentication, and POSTs without a sized body, which get
+// their answer at once (a slot action runs with an empty body: erase needs none).
+httplib::Server::HandlerResponse HttpServer::Impl::PreRoute(const httplib::Request& req,
+                                                            httplib::Response& res) {
+  if (!Authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
+  if (!UnsizedPost(req)) return httplib::Server::HandlerResponse::Unhandled;
+  if (std::optional<std::string> id = SlotActionId(req.path)) {
+    HandleSlotAction(req, *id, res);
+  } else {
+    SendStatus(res, InvalidArgument("a POST needs a body or Content-Length: 0 (curl: -d '')"), "");
+  }
+  return httplib::Server::HandlerResponse::Handled;
+}
+
 void HttpServer::Impl::InstallHandlers() {
   svr.set_payload_max_length(options.max_body_bytes);
-  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
-                                : httplib::Server::HandlerResponse::Handled;
-  });
+  svr.set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
   svr.set_error_handler(
       [this](const httplib::Request& req, httplib::Response& res) { OnError(req, res); });
   svr.set_exception_handler(
@@ -401,7 +434,7 @@ void HttpServer::Impl::InstallHandlers() {
     SendJson(res, SlotsJSON(engine.Slots(), engine.info().n_ctx));
   });
   svr.Post(R"(/slots/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleSlotAction(req, res);
+    HandleSlotAction(req, req.matches[1].str(), res);
   });
   // httplib holds a thread per open keep-alive connection until it idles out, so the pool
   // needs room beyond the engine's slots for clients that keep connections open (16

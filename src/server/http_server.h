@@ -5,12 +5,14 @@
 // context, slots, placement: props.h), GET /health, GET /metrics (Prometheus text),
 // POST /tokenize, POST /detokenize, GET /slots and POST /slots/{id}?action=save|restore|
 // erase (slot_api.h; files confined to ServerOptions::slot_save_dir). Errors always use
-// OpenAI's error object: 400 bad JSON
-// or parameters (code context_length_exceeded for an over-long prompt), 401 wrong or
-// missing API key (every route but /health), 404 unknown route, 405 wrong method, 413 body
-// over the cap, 503 with Retry-After for a full queue (code server_overloaded) or a stage
-// that is down (type unavailable_error, code stage_unavailable: on submit, on /health, and
-// for a request the stage failed mid-way; a stream then ends with an SSE error event).
+// OpenAI's error object: 400 bad JSON or parameters (code context_length_exceeded for an
+// over-long prompt), 401 wrong or missing API key (every route but /health), 404 unknown
+// route, 405 wrong method, 413 body over the cap, 503 with Retry-After for a full queue
+// (code server_overloaded) or a stage that is down (type unavailable_error, code
+// stage_unavailable: on submit, on /health, and for a request the stage failed mid-way; a
+// stream then ends with an SSE error event). A POST that sends no Content-Length (`curl -X
+// POST` without -d) is answered at once: a slot action runs with an empty body, anything
+// else gets a 400 saying how to send one.
 //
 // Goals: nothing a client sends crashes the server; a client that disconnects mid-stream
 // cancels its request; handler threads sized for the engine's parallelism; httplib.h is

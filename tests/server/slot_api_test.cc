@@ -2,9 +2,14 @@
 // names confined to the slot folder (traversal, absolute, subfolder, empty and hidden names
 // get 400 and touch nothing), unknown slot 404, unknown action 400, missing file 404,
 // corrupt file 400, busy slot 409, save and restore off without a folder (the error names
-// the flag), --api-key, and 405 for a wrong method.
+// the flag), --api-key, 405 for a wrong method, and bodiless POSTs (`curl -X POST`) are
+// answered at once.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -178,6 +183,42 @@ TEST_F(SlotApiTest, ApiKeyProtectsSlotsAndWrongMethodsAre405) {
   ExpectError(client_->Get("/slots/0", good), 405);
   ExpectError(client_->Post("/slots", good, "", "application/json"), 405);
   ExpectError(client_->Get("/slots/0/x", good), 404);
+}
+
+// Sends `request` as is to the server on `port` and returns everything it answers.
+std::string RawExchange(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::send(fd, request.data(), request.size(), 0) == ssize_t(request.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// `curl -X POST '.../slots/0?action=erase'` sends no Content-Length: erase needs no body
+// and answers at once; any other bodiless POST gets an error saying how to send one.
+TEST_F(SlotApiTest, BodilessPostsAnswerAtOnce) {
+  StartWithSlots();
+  ASSERT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string erased =
+      RawExchange(server_->port(),
+                  "POST /slots/0?action=erase HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(erased.find("200 OK"), std::string::npos) << erased;
+  EXPECT_NE(erased.find("\"n_erased\""), std::string::npos) << erased;
+  const std::string chat =
+      RawExchange(server_->port(),
+                  "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(chat.find("400 Bad Request"), std::string::npos) << chat;
+  EXPECT_NE(chat.find("Content-Length: 0"), std::string::npos) << chat;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
 }  // namespace
