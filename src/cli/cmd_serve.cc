@@ -6,7 +6,8 @@
 // when neither, logged); logs on stderr, one line per request; binds 127.0.0.1 unless told
 // otherwise (DESIGN.md Security); SIGINT/SIGTERM stop it cleanly; `--devices` /
 // `--layer-split` split the layers into stages (checked before anything loads) and the
-// log shows one line per stage.
+// log shows one line per stage; `--slot-save-path` (or `--kv-cache-dir`) enables /slots
+// save and restore in that folder.
 // Non-goals: daemonizing, TLS, several models.
 #include <unistd.h>
 
@@ -55,6 +56,7 @@ struct ServeFlags {
   std::string kv_cache_dir;
   std::string kv_cache_budget = "8GiB";
   std::string kv_type = "f16";
+  std::string slot_save_path;
   PlacementFlags placement;
 };
 
@@ -96,6 +98,9 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "the least used are evicted")
       ->capture_default_str();
   DeclareKvTypeFlag(cmd, f.kv_type);
+  cmd.add_option("--slot-save-path", f.slot_save_path,
+                 "Folder of /slots save and restore files (created if missing; default: the "
+                 "slots subfolder of --kv-cache-dir; neither: save and restore are off)");
   DeclarePlacementFlags(cmd, f.placement);
 }
 
@@ -167,6 +172,20 @@ Result<std::string> PrepareKvCacheDir(const ServeFlags& flags) {
   return flags.kv_cache_dir;
 }
 
+// The /slots file folder: --slot-save-path, else DIR/slots of --kv-cache-dir, else none;
+// created with its parents.
+Result<std::string> PrepareSlotDir(const ServeFlags& flags) {
+  std::filesystem::path dir = flags.slot_save_path;
+  if (dir.empty() && !flags.kv_cache_dir.empty()) {
+    dir = std::filesystem::path(flags.kv_cache_dir) / "slots";
+  }
+  if (dir.empty()) return std::string();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("cannot create the slot folder {}: {}", dir.string(), ec.message());
+  return dir.string();
+}
+
 std::string MiB(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
 
 server::HttpServer* g_server = nullptr;
@@ -181,6 +200,7 @@ Status RunServe(const ServeFlags& flags) {
   Result<uint64_t> budget = ParseByteSize(flags.kv_cache_budget);
   if (!budget.ok()) return InvalidArgument("--kv-cache-budget: {}", budget.status().message());
   SHARDLM_ASSIGN_OR_RETURN(std::string kv_cache_dir, PrepareKvCacheDir(flags));
+  SHARDLM_ASSIGN_OR_RETURN(std::string slot_dir, PrepareSlotDir(flags));
   std::string model_path = flags.model_path;
   if (model_path.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(model_path, EnsureSynthModel());
@@ -215,7 +235,9 @@ Status RunServe(const ServeFlags& flags) {
                     kv_cache_dir, stats.kv_disk_files, MiB(stats.kv_disk_bytes),
                     MiB(int64_t(*budget))));
   }
+  if (!slot_dir.empty()) Log("slot files (/slots save, restore): " + slot_dir);
   server::ServerOptions opts;
+  opts.slot_save_dir = slot_dir;
   opts.host = flags.host;
   opts.port = flags.port;
   opts.api_key = flags.api_key;
