@@ -1,0 +1,263 @@
+// End-to-end tests of the /slots routes (issue 5): `shardlm serve --slot-save-path` driven
+// by the official `openai` npm client for the chat and `fetch` for /slots.
+//
+// Goals: what a user sees: a chat turn, `POST /slots/0?action=save`, a restarted server,
+// `?action=restore`, and the next turn reports the restored pages as cached tokens and
+// answers exactly as a server without any cache; the same through a local + remote split
+// whose `shardlm shard` daemon restarted too; file names that could leave the folder get
+// 400 and nothing is written outside it; a corrupt, truncated or other model's file gets
+// 400, a missing one 404, and the server keeps serving with the slot unchanged. Pages are
+// 64 tokens (serve's page size). Every wait is bounded.
+// Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
+// Binary: SHARDLM_BIN or ../../build/shardlm.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+import { killAll, startServer, startShard } from './harness.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const fixtures = process.env.SHARDLM_FIXTURES ?? path.resolve(here, '../../../shared/fixtures');
+const binary = path.resolve(here, process.env.SHARDLM_BIN ?? '../../build/shardlm');
+const storiesModel = path.join(fixtures, 'stories260K.gguf');
+const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
+const kTestTimeout = 120_000;
+const kServeArgs = ['--parallel', '2', '-c', '2048', '-t', '2'];
+const kPageTokens = 64;
+
+function missingReason() {
+  if (!fs.existsSync(binary)) return `no binary at ${binary}`;
+  for (const f of [storiesModel, qwenModel]) {
+    if (!fs.existsSync(f)) return `missing fixture ${f}`;
+  }
+  return null;
+}
+const missing = missingReason();
+if (missing && process.env.CI === 'true') {
+  throw new Error(`e2e: ${missing} (CI=true: fixtures are required)`);
+}
+const skip = missing ? `e2e slots skipped: ${missing}` : false;
+
+const clientOf = (server) =>
+  new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60_000 });
+
+const floorPage = (n) => Math.floor(n / kPageTokens) * kPageTokens;
+const stop = (child) => child.kill('SIGTERM', 30_000);
+
+async function metric(server, name) {
+  const text = await (await fetch(`${server.base}/metrics`)).text();
+  const value = new RegExp(`^shardlm_${name} (\\d+)$`, 'm').exec(text)?.[1];
+  assert.ok(value !== undefined, `no shardlm_${name} in /metrics:\n${text}`);
+  return Number(value);
+}
+
+// POST /slots/{id}?action=...: { status, body } (body parsed).
+async function slotAction(server, id, action, filename) {
+  const init = { method: 'POST', headers: { 'Content-Type': 'application/json' } };
+  init.body = JSON.stringify(filename === undefined ? {} : { filename });
+  const r = await fetch(`${server.base}/slots/${id}?action=${action}`, init);
+  return { status: r.status, body: await r.json() };
+}
+
+async function slots(server) {
+  const r = await fetch(`${server.base}/slots`);
+  assert.equal(r.status, 200);
+  return r.json();
+}
+
+// An OpenAI error object with this status.
+function assertError(r, status, what) {
+  assert.equal(r.status, status, `${what}: ${JSON.stringify(r.body)}`);
+  for (const k of ['message', 'type', 'param', 'code']) {
+    assert.ok(k in r.body.error, `${what}: error.${k} in ${JSON.stringify(r.body)}`);
+  }
+  return r.body.error;
+}
+
+const story =
+  'Once upon a time, there was a little dog named Max. He liked to run in the park with ' +
+  'his friend Lily. One day they found a big red ball under a tree, and they played until ' +
+  'the sun went down and the stars came out over the quiet town.';
+
+// The greedy chat answer (EOG ignored) and its usage.
+async function chat(server, messages, maxTokens = 24) {
+  const r = await clientOf(server).chat.completions.create({
+    model: 'm', messages, temperature: 0, max_tokens: maxTokens, ignore_eos: true,
+  });
+  const m = r.choices[0].message;
+  return { text: (m.reasoning_content ?? '') + (m.content ?? ''), content: m.content ?? '',
+    usage: r.usage };
+}
+
+async function complete(server, prompt, maxTokens = 16) {
+  const r = await clientOf(server).completions.create({
+    model: 'm', prompt, temperature: 0, max_tokens: maxTokens, ignore_eos: true,
+  });
+  return { text: r.choices[0].text, usage: r.usage };
+}
+
+async function tokenize(server, content) {
+  const r = await fetch(`${server.base}/tokenize`, {
+    method: 'POST', body: JSON.stringify({ content, add_special: true }),
+  });
+  return (await r.json()).tokens;
+}
+
+// Saves the slot that ran the last request (the one holding tokens) as `filename`.
+async function saveBusiest(server, filename) {
+  const held = (await slots(server)).reduce((a, b) => (b.n_tokens > a.n_tokens ? b : a));
+  assert.ok(held.n_tokens > 0, 'a slot holds the last request');
+  const r = await slotAction(server, held.id, 'save', filename);
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  return { slot: held, saved: r.body };
+}
+
+let tmp;
+let coldQwen;
+
+before(async () => {
+  if (skip) return;
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shardlm-slots-'));
+  coldQwen = await startServer(binary, qwenModel, [...kServeArgs, '--no-prefix-cache']);
+});
+
+after(async () => {
+  await killAll();
+  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+test('save, restart, restore: the next turn is cached and answers like a cold server',
+  { skip, timeout: kTestTimeout }, async (t) => {
+    const dir = path.join(tmp, 'chat', 'slots');  // created with its parents
+    const args = [...kServeArgs, '--slot-save-path', dir];
+    let server = await startServer(binary, qwenModel, args);
+    const messages = [{ role: 'user', content: `${story} ${story} What did they find?` }];
+    const first = await chat(server, messages);
+    assert.ok(first.usage.prompt_tokens > kPageTokens, `${first.usage.prompt_tokens} tokens`);
+    const { slot, saved } = await saveBusiest(server, 'chat1');
+    // The slot holds the prompt and every reply token but the last (never fed).
+    const held = first.usage.prompt_tokens + first.usage.completion_tokens - 1;
+    assert.equal(slot.n_tokens, held);
+    assert.equal(slot.state, 'idle');
+    assert.deepEqual(Object.keys(saved).sort(),
+      ['filename', 'id_slot', 'n_saved', 'n_written', 'timings']);
+    assert.equal(saved.id_slot, slot.id);
+    assert.equal(saved.filename, 'chat1');
+    assert.equal(saved.n_saved, held);
+    assert.equal(saved.n_written, fs.statSync(path.join(dir, 'chat1')).size);
+    assert.equal(typeof saved.timings.save_ms, 'number');
+    await stop(server);
+
+    server = await startServer(binary, qwenModel, args);
+    const restored = await slotAction(server, 1, 'restore', 'chat1');
+    assert.equal(restored.status, 200, JSON.stringify(restored.body));
+    assert.equal(restored.body.id_slot, 1);
+    assert.equal(restored.body.n_restored, held);
+    assert.equal(restored.body.n_read, saved.n_written);
+    assert.equal(typeof restored.body.timings.restore_ms, 'number');
+    assert.equal((await slots(server))[1].n_tokens, held);
+
+    messages.push({ role: 'assistant', content: first.content });
+    messages.push({ role: 'user', content: 'And then what happened to Max and Lily?' });
+    const got = await chat(server, messages);
+    const want = await chat(coldQwen, messages);
+    assert.equal(got.text, want.text, 'same text as a server without cache');
+    const cached = got.usage.prompt_tokens_details.cached_tokens;
+    t.diagnostic(`${got.usage.prompt_tokens} prompt tokens, ${cached} cached, ${held} restored`);
+    assert.ok(cached > 0 && cached >= floorPage(first.usage.prompt_tokens), `${cached} cached`);
+    assert.ok(cached <= floorPage(held));
+    assert.equal(await metric(server, 'prompt_tokens_memory_total'), cached);
+    assert.equal(await metric(server, 'prompt_tokens_computed_total'),
+      got.usage.prompt_tokens - cached);
+    await stop(server);
+  });
+
+test('local + remote split: save, restart both processes, restore',
+  { skip, timeout: kTestTimeout }, async () => {
+    const dir = path.join(tmp, 'split');
+    const socket = path.join(tmp, 'slots.sock');
+    const args = [...kServeArgs, '--slot-save-path', dir, '--devices', `cpu,unix:${socket}`];
+    let shard = await startShard(binary, socket, 1);
+    let server = await startServer(binary, qwenModel, args);
+    let t1 = await tokenize(server, `${story} ${story}`);
+    t1 = t1.slice(0, floorPage(t1.length - 10) + 10);
+    const t2 = [...t1, ...(await tokenize(server, ' The cat sat on the mat.')).slice(1)];
+    await complete(server, t1);
+    await saveBusiest(server, 'split1');
+    await stop(server);
+    await shard.kill();
+
+    shard = await startShard(binary, socket, 1);
+    server = await startServer(binary, qwenModel, args);
+    const restored = await slotAction(server, 0, 'restore', 'split1');
+    assert.equal(restored.status, 200, JSON.stringify(restored.body));
+    const got = await complete(server, t2);
+    assert.equal(got.usage.prompt_tokens_details.cached_tokens, floorPage(t1.length));
+    assert.equal(got.text, (await complete(coldQwen, t2)).text);
+    await stop(server);
+    await shard.kill();
+  });
+
+test('file names stay in the slot folder; save and restore are off without one',
+  { skip, timeout: kTestTimeout }, async () => {
+    const parent = path.join(tmp, 'names');
+    const dir = path.join(parent, 'slots');
+    let server = await startServer(binary, storiesModel, [...kServeArgs, '--slot-save-path', dir]);
+    await complete(server, 'Once upon a time');
+    for (const name of ['../x', '/etc/passwd', 'a/b', '', '.hidden', '..', '../slots/x']) {
+      for (const action of ['save', 'restore']) {
+        const r = await slotAction(server, 0, action, name);
+        const e = assertError(r, 400, `${action} '${name}'`);
+        assert.equal(e.param, 'filename');
+      }
+    }
+    assert.deepEqual(fs.readdirSync(parent), ['slots']);
+    assert.deepEqual(fs.readdirSync(dir), []);
+    assertError(await slotAction(server, 0, 'save'), 400, 'no filename');
+    assertError(await slotAction(server, 0, 'load', 'x'), 400, 'unknown action');
+    assert.equal(assertError(await slotAction(server, 7, 'save', 'x'), 404, 'slot 7').code,
+      'slot_not_found');
+    await stop(server);
+
+    server = await startServer(binary, storiesModel, kServeArgs);
+    const off = assertError(await slotAction(server, 0, 'save', 'x'), 400, 'no folder');
+    assert.match(off.message, /--slot-save-path/);
+    await stop(server);
+  });
+
+test('corrupt, truncated, missing and other-model files: 400/404, the server keeps serving',
+  { skip, timeout: kTestTimeout }, async () => {
+    const dir = path.join(tmp, 'bad');
+    const args = [...kServeArgs, '--slot-save-path', dir];
+    const other = await startServer(binary, storiesModel, args);
+    await complete(other, 'Once upon a time');
+    await saveBusiest(other, 'stories');
+    await stop(other);
+
+    const server = await startServer(binary, qwenModel, args);
+    const messages = [{ role: 'user', content: `${story} What did they find?` }];
+    await chat(server, messages);
+    const { slot } = await saveBusiest(server, 'good');
+    const good = fs.readFileSync(path.join(dir, 'good'));
+    const flipped = Buffer.from(good);
+    flipped[flipped.length >> 1] ^= 0x5a;
+    fs.writeFileSync(path.join(dir, 'flipped'), flipped);
+    fs.writeFileSync(path.join(dir, 'truncated'), good.subarray(0, good.length - 100));
+    for (const name of ['flipped', 'truncated', 'stories']) {
+      const e = assertError(await slotAction(server, slot.id, 'restore', name), 400, name);
+      assert.equal(e.code, 'invalid_slot_file');
+      assert.equal(e.param, 'filename');
+      assert.match(e.message, new RegExp(name));
+    }
+    const e = assertError(await slotAction(server, slot.id, 'restore', 'nothing'), 404, 'missing');
+    assert.equal(e.code, 'file_not_found');
+    // Nothing changed, and the server answers as before.
+    assert.equal((await slots(server))[slot.id].n_tokens, slot.n_tokens);
+    const got = await chat(server, messages);
+    assert.equal(got.text, (await chat(coldQwen, messages)).text);
+    assert.equal((await slotAction(server, slot.id, 'restore', 'good')).status, 200);
+    await stop(server);
+  });
