@@ -172,18 +172,21 @@ Result<std::string> PrepareKvCacheDir(const ServeFlags& flags) {
   return flags.kv_cache_dir;
 }
 
-// The /slots file folder: --slot-save-path, else DIR/slots of --kv-cache-dir, else none;
-// created with its parents.
+// The /slots file folder: --slot-save-path (created with its parents now, so a bad path
+// fails at startup), else DIR/slots of --kv-cache-dir (created by the first save, so the
+// cache folder holds only cache files until slots are used), else none.
 Result<std::string> PrepareSlotDir(const ServeFlags& flags) {
-  std::filesystem::path dir = flags.slot_save_path;
-  if (dir.empty() && !flags.kv_cache_dir.empty()) {
-    dir = std::filesystem::path(flags.kv_cache_dir) / "slots";
+  if (flags.slot_save_path.empty()) {
+    if (flags.kv_cache_dir.empty()) return std::string();
+    return (std::filesystem::path(flags.kv_cache_dir) / "slots").string();
   }
-  if (dir.empty()) return std::string();
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return IoError("cannot create the slot folder {}: {}", dir.string(), ec.message());
-  return dir.string();
+  std::filesystem::create_directories(flags.slot_save_path, ec);
+  if (ec) {
+    return IoError("cannot create the --slot-save-path folder {}: {}", flags.slot_save_path,
+                   ec.message());
+  }
+  return flags.slot_save_path;
 }
 
 std::string MiB(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }

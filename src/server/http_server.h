@@ -43,8 +43,8 @@ struct ServerOptions {
   int n_threads = 0;                            // handler threads; 0: max(2 * parallel + 8, 32)
   std::string chat_template;                    // Jinja source; empty: ChatML
   std::function<void(const std::string&)> log;  // one line per request and event
-  // Where /slots save and restore keep their files (must exist); empty: both answer 400
-  // naming the flags that enable them.
+  // Where /slots save and restore keep their files (a save creates it when missing);
+  // empty: both answer 400 naming the flags that enable them.
   std::string slot_save_dir;
   // Prometheus text appended to GET /metrics (the engine's pipeline counters), or empty.
   // Called on handler threads, concurrently: it must be thread-safe.

@@ -70,6 +70,12 @@ std::variant<Json, ApiError> SaveOrRestore(Engine& engine, const std::filesystem
                                            const std::function<void(const std::string&)>& log) {
   const Clock::time_point start = Clock::now();
   if (r.action == SlotAction::kSave) {
+    std::error_code ec;  // the folder may be created by the first save (slot_api.h)
+    std::filesystem::create_directories(file.parent_path(), ec);
+    if (ec) {
+      return SlotError(IoError("cannot create the slot folder {}: {}", file.parent_path().string(),
+                               ec.message()));
+    }
     Result<SlotSaveResult> saved = engine.SaveSlot(r.id_slot, file);
     if (!saved.ok()) return SlotError(saved.status());
     const double ms = MsSince(start);

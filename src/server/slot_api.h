@@ -46,7 +46,8 @@ Result<SlotActionRequest> SlotActionRequestFrom(std::string_view id, std::string
                                                 const std::string& body, std::string* param);
 
 // Runs a parsed request on the engine: the answer, or the error to send. `slot_dir` is the
-// slot folder ("" when save and restore are off). `log` gets one line per action done.
+// slot folder ("" when save and restore are off), created with its parents by a save when
+// missing. `log` gets one line per action done.
 std::variant<Json, ApiError> RunSlotAction(Engine& engine, const std::filesystem::path& slot_dir,
                                            const SlotActionRequest& request,
                                            const std::function<void(const std::string&)>& log);

@@ -158,6 +158,17 @@ TEST_F(SlotApiTest, ABusySlotIs409) {
   EXPECT_EQ(Slot("0?action=save", Named("busy"))->status, 200);
 }
 
+TEST_F(SlotApiTest, TheFirstSaveCreatesAMissingFolder) {
+  ServerOptions options;
+  options.slot_save_dir = (parent_.path() / "cache" / "slots").string();
+  StartServer(options);
+  ASSERT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
+  EXPECT_EQ(ExpectError(Slot("0?action=restore", Named("a")), 404)["code"], "file_not_found");
+  EXPECT_FALSE(fs::exists(options.slot_save_dir));
+  EXPECT_EQ(Slot("0?action=save", Named("a"))->status, 200);
+  EXPECT_TRUE(fs::exists(fs::path(options.slot_save_dir) / "a"));
+}
+
 TEST_F(SlotApiTest, SaveAndRestoreAreOffWithoutAFolder) {
   StartServer();
   ASSERT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
