@@ -7,6 +7,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "base/thread_name.h"
 #include "cache/atomic_file.h"
 
 namespace shardlm {
@@ -219,6 +220,7 @@ bool DiskStore::Put(const BlockHash& hash, std::vector<uint8_t> snapshot) {
 }
 
 void DiskStore::WriterLoop() {
+  SetThreadName("kv-disk-write");
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     work_cv_.wait(lock, [&] { return stop_ || (!paused_ && !queue_.empty()); });

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "base/thread_name.h"
 #include "runtime/stage_factory.h"
 
 namespace shardlm {
@@ -228,6 +229,7 @@ void Pipeline::FailJob(Job& job, Status status) {
 }
 
 void Pipeline::Worker(int stage_idx) {
+  SetThreadName("stage-" + std::to_string(stage_idx));
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     stage_cv_[stage_idx].wait(lock, [&] { return stopping_ || !queues_[stage_idx].empty(); });

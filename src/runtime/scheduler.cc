@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "base/thread_name.h"
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
 #include "runtime/scheduler_impl.h"
@@ -262,6 +263,7 @@ Status Scheduler::Health() const {
 // ---- Engine thread ----
 
 void Scheduler::Loop() {
+  SetThreadName("engine");
   using Action = bool (Scheduler::*)();
   static constexpr Action kActions[] = {&Scheduler::RecoverAction, &Scheduler::SlotTaskAction,
                                         &Scheduler::AdmitAction, &Scheduler::SubmitAction,

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "base/thread_name.h"
 #include "cache/snapshot_file.h"
 
 namespace shardlm {
@@ -124,6 +125,7 @@ void SchedulerDiskCache::Flush() {
 }
 
 void SchedulerDiskCache::PersisterLoop() {
+  SetThreadName("kv-persist");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });

@@ -1,6 +1,8 @@
 // ShardHeartbeat: Working messages while a request runs. See shard_heartbeat.h.
 #include "runtime/shard_heartbeat.h"
 
+#include "base/thread_name.h"
+
 namespace shardlm {
 
 ShardHeartbeat::ShardHeartbeat(MessageChannel& channel, std::chrono::milliseconds interval)
@@ -38,6 +40,7 @@ uint64_t ShardHeartbeat::sent() const {
 }
 
 void ShardHeartbeat::Loop() {
+  SetThreadName("shard-heartbeat");
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (!busy_) {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/thread_name.h"
 #include "gguf/fingerprint.h"
 #include "ipc/shm_region.h"
 #include "model/model_config.h"
@@ -300,6 +301,7 @@ class ShardService::HelloCheck {
 };
 
 void ShardService::ServeSession(std::unique_ptr<MessageChannel> channel, uint64_t session_id) {
+  SetThreadName("shard-session");
   {
     std::lock_guard<std::mutex> lock(mu_);
     active_channel_ = channel.get();

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/thread_name.h"
 
 namespace shardlm {
 namespace {
@@ -116,6 +117,7 @@ struct ThreadPool::Impl {
   }
 
   void WorkerMain(size_t worker) {
+    SetThreadName("compute-" + std::to_string(worker + 1));
     if (!cores.empty()) PinCurrentThread(cores[worker % cores.size()]);
     uint64_t gen = 0;
     while (WaitForLoop(gen, &gen)) RunTasks(gen, worker);
