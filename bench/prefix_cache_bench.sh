@@ -30,10 +30,10 @@
 #   [--suffix-tokens 32] [--rounds 3] [--requests 8] [--concurrency 4]
 #   [--load-prompt-tokens 512] [--load-max-tokens 32] [--skip-ttft] [--skip-throughput]
 #   [--no-disk] [--keep]
-# A quick run: --prompt-tokens 2048 --rounds 1. Needs about (prompt tokens x 224 KiB) of
-# memory for the KV pool and as much free disk (F32 KV of this model). Time: the cold
-# prefill grows with the square of the prompt (attention); on 2 cores 16384 tokens took
-# 26 minutes (2026-11-23), 4096 tokens 1.6, and each throughput turn about 30 s.
+# A quick run: --prompt-tokens 2048 --rounds 1. Needs about (prompt tokens x 112 KiB) of
+# memory for the KV pool and as much free disk (serve's default F16 KV of this model). Time:
+# the cold prefill grows with the square of the prompt (attention); on 2 cores 16384 tokens
+# took 7 minutes (2026-11-24), and each throughput turn about 30-60 s.
 # On a shared machine run it in a session of its own with a higher autogroup priority:
 #   setsid bash -c 'echo -20 > /proc/self/autogroup; exec bench/prefix_cache_bench.sh'
 set -euo pipefail
