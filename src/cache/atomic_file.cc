@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 
 namespace shardlm {
@@ -25,6 +27,7 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
+  friend void swap(Fd& a, Fd& b) { std::swap(a.fd_, b.fd_); }
   // Closes now and reports the error (a deferred write error can surface here).
   int Close() {
     const int rc = ::close(fd_);
@@ -48,10 +51,53 @@ Status WriteAll(int fd, std::span<const uint8_t> bytes, const std::string& name)
   return Status::Ok();
 }
 
+// Direct I/O: files of at least kDirectMinBytes bypass the page cache. A buffered write of
+// a KV page file spends nearly all its time in the kernel copying into freshly allocated
+// page-cache pages (measured: 87% of the writer thread in copy_folio_from_iter_atomic,
+// ~0.5 GB/s, 1.8% of a busy server's CPU); with O_DIRECT the bytes go through one reused,
+// aligned bounce buffer of kDirectChunkBytes to the device. The last chunk is padded to the
+// alignment and the file cut back to its size with ftruncate. Filesystems without O_DIRECT
+// (tmpfs: EINVAL at open) get the buffered path.
+constexpr size_t kDirectMinBytes = size_t{1} << 20;
+constexpr size_t kDirectAlign = 4096;  // covers 512- and 4096-byte logical blocks
+constexpr size_t kDirectChunkBytes = size_t{4} << 20;
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+Status WriteAllDirect(int fd, std::span<const uint8_t> bytes, const std::string& name) {
+  const size_t buffer_bytes =
+      std::min(kDirectChunkBytes, (bytes.size() + kDirectAlign - 1) / kDirectAlign * kDirectAlign);
+  std::unique_ptr<uint8_t, AlignedFree> buffer(
+      static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, buffer_bytes)));
+  if (!buffer) return ErrnoStatus(ENOMEM, "write " + name);
+  for (size_t done = 0; done < bytes.size();) {
+    const size_t n = std::min(buffer_bytes, bytes.size() - done);
+    const size_t padded = (n + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+    std::memcpy(buffer.get(), bytes.data() + done, n);
+    std::memset(buffer.get() + n, 0, padded - n);
+    SHARDLM_TRY(WriteAll(fd, std::span<const uint8_t>(buffer.get(), padded), name));
+    done += n;
+  }
+  if (::ftruncate(fd, static_cast<off_t>(bytes.size())) != 0) {
+    return ErrnoStatus(errno, "truncate " + name);
+  }
+  return Status::Ok();
+}
+
 Status WriteAndSync(const std::string& tmp, std::span<const uint8_t> bytes) {
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+  const bool direct = bytes.size() >= kDirectMinBytes;
+  Fd fd(::open(tmp.c_str(), kFlags | (direct ? O_DIRECT : 0), 0644));
+  const bool is_direct = direct && fd.get() >= 0;
+  if (fd.get() < 0 && direct && errno == EINVAL) {
+    ::unlink(tmp.c_str());  // the kernel may have created it before refusing O_DIRECT
+    Fd buffered(::open(tmp.c_str(), kFlags, 0644));
+    swap(fd, buffered);
+  }
   if (fd.get() < 0) return ErrnoStatus(errno, "create " + tmp);
-  SHARDLM_TRY(WriteAll(fd.get(), bytes, tmp));
+  SHARDLM_TRY(is_direct ? WriteAllDirect(fd.get(), bytes, tmp) : WriteAll(fd.get(), bytes, tmp));
   if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync " + tmp);
   if (fd.Close() != 0) return ErrnoStatus(errno, "close " + tmp);
   return Status::Ok();

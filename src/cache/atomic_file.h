@@ -4,6 +4,8 @@
 // ".tmp.<pid>.<n>"), fsyncs it, renames it over `path` and fsyncs the folder, so a reader
 // (or a restart after a crash) sees either no file or the whole file — never a torn one.
 // On any failure the temp file is removed; ENOSPC and EDQUOT give kIoError "disk full".
+// Files of 1 MiB and more are written with O_DIRECT where the filesystem allows it (KV page
+// files: no copy into the page cache, which cost more CPU than the rest of the disk tier).
 //
 // Goals: crash-safe replacement of one file; errors that name the file and the errno.
 // Non-goals: locking against other processes writing the same name (the last rename wins,
