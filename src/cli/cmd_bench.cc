@@ -143,7 +143,7 @@ void PrintTableRow(const ModelFacts& facts, const std::string& backend, int n_th
 Status BenchCommand(const BenchFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(f.kv_type));
   if (f.n_prompt < 0 || f.n_gen < 0) return InvalidArgument("-p and -n must be >= 0");
-  SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(f.placement));
+  SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(f.placement));
   SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,
                            LoadModelFile(f.model_path, ModelLoadOptions(placement)));
   const ModelFacts facts = DescribeModel(loaded);
@@ -161,9 +161,9 @@ Status BenchCommand(const BenchFlags& f) {
     BenchOptions options;
     options.reps = f.reps;
     options.kv_type = kv_type;
-    options.devices = placement.devices;
-    options.layer_split = placement.layer_split;
-    options.model_path = f.model_path;
+    options.placement = placement;
+    options.placement.model_path = f.model_path;
+    options.placement.show_progress = false;  // no loading lines between the runs
     SHARDLM_ASSIGN_OR_RETURN(BenchResult result, RunBench(*loaded.model, threads, test, options));
     if (f.json) {
       std::printf("%s\n", ToJson(facts, f, n_threads, result).dump().c_str());

@@ -100,7 +100,7 @@ void PrintTimings(const GenerationResult& result) {
 
 Status RunCommand(RunFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(f.kv_type));
-  SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(f.placement));
+  SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(f.placement));
   if (f.seed < 0) {
     f.sampling.seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
   } else {
@@ -120,9 +120,8 @@ Status RunCommand(RunFlags& f) {
   config.n_ctx = f.n_ctx;
   config.n_batch = f.n_batch;
   config.kv_type = kv_type;
-  config.devices = std::move(placement.devices);
-  config.layer_split = std::move(placement.layer_split);
-  config.model_path = f.model_path;
+  config.placement = std::move(placement);
+  config.placement.model_path = f.model_path;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Generator> generator,
                            Generator::Create(*loaded.model, *loaded.tokenizer, threads, config));
 

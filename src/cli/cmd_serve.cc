@@ -198,7 +198,7 @@ void OnSignal(int) {
 }
 
 Status RunServe(const ServeFlags& flags) {
-  SHARDLM_ASSIGN_OR_RETURN(Placement placement, ParsePlacement(flags.placement));
+  SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(flags.placement));
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(flags.kv_type));
   Result<uint64_t> budget = ParseByteSize(flags.kv_cache_budget);
   if (!budget.ok()) return InvalidArgument("--kv-cache-budget: {}", budget.status().message());
@@ -225,10 +225,8 @@ Status RunServe(const ServeFlags& flags) {
   so.kv_cache_dir = kv_cache_dir;
   so.kv_cache_budget = *budget;
   so.log_requests = false;  // the server logs one line per request, with its id
-  so.devices = std::move(placement.devices);
-  so.layer_split = std::move(placement.layer_split);
-  so.model_path = model_path;
-  so.show_progress = true;
+  so.placement = std::move(placement);
+  so.placement.model_path = model_path;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
                            Scheduler::Create(std::move(loaded), so));
   for (const std::string& line : DescribePlacement(engine->info().stages)) Log(line);

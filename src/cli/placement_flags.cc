@@ -21,9 +21,10 @@ void DeclarePlacementFlags(CLI::App& cmd, PlacementFlags& flags) {
                  "multiply-adds per token (weight elements; default: equal shares)");
 }
 
-Result<Placement> ParsePlacement(const PlacementFlags& flags) {
+Result<PlacementOptions> ParsePlacement(const PlacementFlags& flags) {
   const unsigned hardware = std::thread::hardware_concurrency();
-  Placement placement;
+  PlacementOptions placement;
+  placement.show_progress = true;
   SHARDLM_ASSIGN_OR_RETURN(placement.devices,
                            ParseDevices(flags.devices, hardware > 0 ? int(hardware) : 1));
   SHARDLM_ASSIGN_OR_RETURN(placement.layer_split, ParseLayerSplit(flags.layer_split));
@@ -49,7 +50,7 @@ std::vector<std::string> DescribePlacement(const std::vector<StageInfo>& stages)
   return lines;
 }
 
-LoadOptions ModelLoadOptions(const Placement& placement) {
+LoadOptions ModelLoadOptions(const PlacementOptions& placement) {
   LoadOptions load;
   load.show_progress = true;
   // One local stage over every layer borrows this binding and pages nothing in itself.

@@ -26,21 +26,17 @@ struct PlacementFlags {
   std::string layer_split;  // "" → equal work per token per stage
 };
 
-struct Placement {
-  std::vector<DeviceSpec> devices;  // one per stage, in pipeline order
-  std::vector<double> layer_split;  // empty, or one weight per device
-};
-
 void DeclarePlacementFlags(CLI::App& cmd, PlacementFlags& flags);
 
-// Parses both flags against this machine's core count. Errors: those of ParseDevices and
-// ParseLayerSplit, and a weight count that differs from the device count.
-Result<Placement> ParsePlacement(const PlacementFlags& flags);
+// Parses both flags against this machine's core count; progress on stderr, model_path left
+// for the caller to set. Errors: those of ParseDevices and ParseLayerSplit, and a weight
+// count that differs from the device count.
+Result<PlacementOptions> ParsePlacement(const PlacementFlags& flags);
 
 // How to load the model file for this placement, with progress on stderr. Unsplit, the
 // whole file is paged in here; split, nothing is: each local stage pages in only its own
 // tensors when it is made, and the layers of remote stages are never touched here.
-LoadOptions ModelLoadOptions(const Placement& placement);
+LoadOptions ModelLoadOptions(const PlacementOptions& placement);
 
 // "stage 0: layers [0, 14) on cpu:0 (1 thread), weights 180.3 MiB, KV 56.0 MiB", one line
 // per stage ("(remote, 1 thread)" for a stage in a shard daemon).

@@ -90,9 +90,7 @@ Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const Benc
   config.max_batch = std::max(test.n_prompt, 1);
   config.kv_type = options.kv_type;
   config.threads = threads.size();
-  config.devices = options.devices;
-  config.layer_split = options.layer_split;
-  config.model_path = options.model_path;
+  config.placement = options.placement;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, Sequence::Create(model, config));
   Rng rng(options.seed);
   std::vector<TokenId> tokens(n_tokens);

@@ -6,7 +6,7 @@
 // throughput, mean and sample standard deviation (llama-bench's avg_ts / stddev_ts); a
 // check that every run produced finite logits (a benchmark verifies its result).
 // Through a pipeline: the same tests run unsplit or split across devices and processes
-// (BenchOptions::devices / layer_split).
+// (BenchOptions::placement).
 // Non-goals: printing (cmd_bench.cc), several sequences per batch (server benchmarks).
 //
 // Thread safety: one thread drives a run. Lifetime: nothing outlives the call.
@@ -36,9 +36,7 @@ struct BenchOptions {
   uint64_t seed = 1234;  // random prompt tokens
   // Placement (placement.h): one device per stage; empty: one "cpu" stage on the threads
   // given to RunBench.
-  std::vector<DeviceSpec> devices = {};
-  std::vector<double> layer_split = {};  // one weight per device; empty: equal work per token
-  std::string model_path = {};           // the model's file, opened by remote stages
+  PlacementOptions placement = {};
 };
 
 struct BenchResult {

@@ -172,10 +172,8 @@ Result<GenerationResult> Generator::GenerateFromIds(std::vector<TokenId> prompt_
   seq_config.kv_type = config_.kv_type;
   seq_config.page_tokens = config_.page_tokens;
   seq_config.threads = threads_.size();
-  seq_config.devices = config_.devices;
-  seq_config.layer_split = config_.layer_split;
-  seq_config.model_path = config_.model_path;
-  seq_config.show_progress = options.show_progress;
+  seq_config.placement = config_.placement;
+  seq_config.placement.show_progress = options.show_progress;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, Sequence::Create(model_, seq_config));
 
   Run run{tokenizer_,

@@ -1,5 +1,5 @@
 // Generator: runs one prompt through one model — unsplit, or split into stages across
-// devices and processes (config.devices / layer_split) — and samples a continuation: the
+// devices and processes (config.placement) — and samples a continuation: the
 // engine behind `shardlm run`.
 //
 // Goals: encode the prompt (special-token text parsed unless disabled; BOS as the GGUF
@@ -43,11 +43,9 @@ struct GeneratorConfig {
   int n_batch = 512;  // most prompt tokens per forward pass
   KvType kv_type = KvType::kF32;
   int page_tokens = kDefaultPageTokens;
-  // Placement (placement.h): one device per stage; empty: one "cpu" stage on the threads
-  // given to Create.
-  std::vector<DeviceSpec> devices = {};
-  std::vector<double> layer_split = {};  // one weight per device; empty: equal work per token
-  std::string model_path = {};           // the model's file, opened by remote stages
+  // Placement (placement.h); no devices: one "cpu" stage on the threads given to Create.
+  // Its show_progress is GenerateOptions::show_progress, per call.
+  PlacementOptions placement = {};
 };
 
 struct GenerateOptions {

@@ -38,10 +38,8 @@ Pipeline::Pipeline(std::vector<std::unique_ptr<Stage>> stages, const ModelConfig
       stats_(stages_.size()) {}
 
 Result<std::unique_ptr<Pipeline>> Pipeline::Create(const Model& model,
-                                                   const std::string& model_path,
                                                    const PipelineOptions& options) {
-  SHARDLM_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Stage>> stages,
-                           BuildStages(model, model_path, options));
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Stage>> stages, BuildStages(model, options));
   return FromStages(std::move(stages), model.config(), options);
 }
 

@@ -51,15 +51,13 @@
 namespace shardlm {
 
 struct PipelineOptions {
-  std::vector<DeviceSpec> devices;  // one per stage, in order; empty: one "cpu"
-  std::vector<double> layer_split;  // one weight per device; empty: equal work per token
-  int threads = 0;                  // threads of an unpinned "cpu" stage; 0: every core
-  int n_pages = 0;                  // KV pages of every stage (ids shared by all stages)
+  PlacementOptions placement;
+  int threads = 0;  // threads of an unpinned "cpu" stage; 0: every core
+  int n_pages = 0;  // KV pages of every stage (ids shared by all stages)
   int page_tokens = kDefaultPageTokens;
   KvType kv_type = KvType::kF32;
   int max_batch_tokens = 512;  // most entries per batch
   int max_logit_rows = 1;      // most entries per batch that want logits
-  bool show_progress = false;  // loading progress of owning stages on stderr
 };
 
 // What one Submit computes: the same view each stage gets. Submit copies it.
@@ -79,9 +77,9 @@ class Pipeline {
   // Plans layer ranges over options.devices (placement.h) and builds a stage per device:
   // a local stage per cpu device (borrowing `model` when one stage computes every layer,
   // else loading its range from the model's file), a remote stage per unix: device
-  // (handshake names `model_path`). Errors: bad placement (more stages than layers, a
-  // weight count that differs from the device count), bad sizes, stage load/connect.
-  static Result<std::unique_ptr<Pipeline>> Create(const Model& model, const std::string& model_path,
+  // (handshake names options.placement.model_path). Errors: bad placement (more stages than layers,
+  // a weight count that differs from the device count), bad sizes, stage load/connect.
+  static Result<std::unique_ptr<Pipeline>> Create(const Model& model,
                                                   const PipelineOptions& options);
   // From stages built by the caller (tests, custom placements). The stages must chain:
   // stage 0 first, the last one last, layer ranges contiguous over [0, config.n_layers),

@@ -46,6 +46,16 @@ struct DeviceSpec {
   bool remote() const { return kind != Kind::kCpu; }
 };
 
+// Where a pipeline's stages run: what serve, run and bench take from --devices and
+// --layer-split, carried unchanged by the scheduler, generator, sequence and bench options
+// down to the pipeline that builds the stages.
+struct PlacementOptions {
+  std::vector<DeviceSpec> devices = {};  // one per stage, in pipeline order; empty: one "cpu"
+  std::vector<double> layer_split = {};  // one weight per device; empty: equal work per token
+  std::string model_path = {};           // the model's file, opened by remote stages
+  bool show_progress = false;            // stages of a split page in with progress on stderr
+};
+
 // "" parses as one device "cpu". n_cores_available bounds core numbers.
 Result<std::vector<DeviceSpec>> ParseDevices(std::string_view text, int n_cores_available);
 

@@ -40,8 +40,7 @@ Status SchedulerOptions::Validate() const {
 
 PipelineOptions SchedulerOptions::ToPipelineOptions() const {
   PipelineOptions pipeline;
-  pipeline.devices = devices;
-  pipeline.layer_split = layer_split;
+  pipeline.placement = placement;
   pipeline.threads = threads;
   const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
   pipeline.n_pages = n_parallel * pages_per_seq + cache_pages;
@@ -49,7 +48,6 @@ PipelineOptions SchedulerOptions::ToPipelineOptions() const {
   pipeline.kv_type = kv_type;
   pipeline.max_batch_tokens = n_batch;
   pipeline.max_logit_rows = n_parallel;
-  pipeline.show_progress = show_progress;
   return pipeline;
 }
 
@@ -67,9 +65,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const Model& model, const T
     return InvalidData("the tokenizer has {} tokens but the model's embedding has {} rows",
                        tokenizer.n_vocab(), model.config().n_vocab);
   }
-  SHARDLM_ASSIGN_OR_RETURN(
-      std::unique_ptr<Pipeline> pipeline,
-      Pipeline::Create(model, options.model_path, options.ToPipelineOptions()));
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline,
+                           Pipeline::Create(model, options.ToPipelineOptions()));
   std::string name = options.model_name;
   if (name.empty()) {
     Result<std::string_view> general = model.file().GetString("general.name");

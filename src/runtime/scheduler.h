@@ -107,14 +107,10 @@ struct SchedulerOptions {
   int threads = 0;  // compute threads of an unpinned "cpu" stage; 0: every core
   KvType kv_type = KvType::kF32;
   int page_tokens = kDefaultPageTokens;
-  std::string model_name;    // what info().model_name reports; "": general.name or "model"
-  bool log_requests = true;  // one line per finished request on stderr
-  // Placement (placement.h): one device per stage; empty: one "cpu" stage.
-  std::vector<DeviceSpec> devices = {};
-  std::vector<double> layer_split = {};  // one weight per device; empty: equal work per token
-  std::string model_path = {};           // the model's file, opened by remote stages
-  bool show_progress = false;            // stages of a split page in with progress on stderr
-  bool prefix_cache = true;              // share and reuse full KV pages of common prompt prefixes
+  std::string model_name;           // what info().model_name reports; "": general.name or "model"
+  bool log_requests = true;         // one line per finished request on stderr
+  PlacementOptions placement = {};  // placement.h; no devices: one "cpu" stage
+  bool prefix_cache = true;         // share and reuse full KV pages of common prompt prefixes
   // Pages beyond n_parallel × ceil(n_ctx / page_tokens), where cached prefixes outlive their
   // requests without taking room a running sequence may need (0: cached pages only use
   // what running sequences leave free).
@@ -137,8 +133,8 @@ inline constexpr std::chrono::milliseconds kReconnectInterval{500};
 
 class Scheduler : public Engine {
  public:
-  // The model must hold every layer; the pipeline is built from options.devices and
-  // options.layer_split. Errors: bad options, a split model, a tokenizer that does not fit
+  // The model must hold every layer; the pipeline is built from options.placement
+  // (devices, layer split). Errors: bad options, a split model, a tokenizer that does not fit
   // the model, placement, stage load or connect, KV pool allocation.
   static Result<std::unique_ptr<Scheduler>> Create(const Model& model, const Tokenizer& tokenizer,
                                                    const SchedulerOptions& options);

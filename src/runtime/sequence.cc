@@ -25,16 +25,14 @@ Result<std::unique_ptr<Sequence>> Sequence::Create(const Model& model,
   }
   std::unique_ptr<Sequence> seq(new Sequence(config));
   PipelineOptions options;
-  options.devices = config.devices;
-  options.layer_split = config.layer_split;
+  options.placement = config.placement;
   options.threads = config.threads;
   options.n_pages = (config.n_positions + config.page_tokens - 1) / config.page_tokens;
   options.page_tokens = config.page_tokens;
   options.kv_type = config.kv_type;
   options.max_batch_tokens = config.max_batch;
   options.max_logit_rows = 1;
-  options.show_progress = config.show_progress;
-  SHARDLM_ASSIGN_OR_RETURN(seq->pipeline_, Pipeline::Create(model, config.model_path, options));
+  SHARDLM_ASSIGN_OR_RETURN(seq->pipeline_, Pipeline::Create(model, options));
   seq->table_ = std::make_unique<BlockTable>(&seq->pipeline_->allocator());
   seq->batch_.reserve(config.max_batch);
   seq->logits_.resize(model.config().n_vocab);

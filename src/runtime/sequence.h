@@ -36,11 +36,8 @@ struct SequenceConfig {
   int max_batch = 512;  // most tokens per forward pass
   KvType kv_type = KvType::kF32;
   int page_tokens = kDefaultPageTokens;
-  int threads = 0;                       // threads of an unpinned "cpu" stage; 0: every core
-  std::vector<DeviceSpec> devices = {};  // placement (placement.h); empty: one "cpu" stage
-  std::vector<double> layer_split = {};  // empty: equal work per token
-  std::string model_path = {};           // opened by remote stages
-  bool show_progress = false;            // stages of a split page in with progress on stderr
+  int threads = 0;  // threads of an unpinned "cpu" stage; 0: every core
+  PlacementOptions placement = {};
 };
 
 class Sequence {

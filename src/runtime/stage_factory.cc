@@ -28,7 +28,7 @@ Result<std::unique_ptr<Stage>> BuildLocal(const Model& model, const StagePlan& p
   local.page_tokens = options.page_tokens;
   local.kv_type = options.kv_type;
   local.max_batch_tokens = options.max_batch_tokens;
-  local.show_progress = options.show_progress;
+  local.show_progress = options.placement.show_progress;
   Result<std::unique_ptr<LocalStage>> stage =
       plan.whole_model ? LocalStage::Borrow(model, local)
                        : LocalStage::Load(model.shared_file(), plan.layers, local);
@@ -36,8 +36,9 @@ Result<std::unique_ptr<Stage>> BuildLocal(const Model& model, const StagePlan& p
   return std::unique_ptr<Stage>(std::move(stage).value());
 }
 
-Result<std::unique_ptr<Stage>> BuildRemote(const Model& model, const std::string& model_path,
-                                           const StagePlan& plan, const PipelineOptions& options) {
+Result<std::unique_ptr<Stage>> BuildRemote(const Model& model, const StagePlan& plan,
+                                           const PipelineOptions& options) {
+  const std::string& model_path = options.placement.model_path;
   if (model_path.empty()) {
     return InvalidArgument("stage {} ({}) is remote: it needs the model's path to open", plan.index,
                            plan.device.ToString());
@@ -61,23 +62,21 @@ Result<std::unique_ptr<Stage>> BuildRemote(const Model& model, const std::string
 }  // namespace
 
 Result<std::vector<std::unique_ptr<Stage>>> BuildStages(const Model& model,
-                                                        const std::string& model_path,
                                                         const PipelineOptions& options) {
   if (!model.is_first_stage() || !model.is_last_stage()) {
     return InvalidArgument("a pipeline is built from a binding of every layer, got layers [{}, {})",
                            model.layers().begin, model.layers().end);
   }
-  std::vector<DeviceSpec> devices = options.devices;
+  std::vector<DeviceSpec> devices = options.placement.devices;
   if (devices.empty()) devices.push_back(DeviceSpec{});
   SHARDLM_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges,
                            PlanLayerRanges(LayerCosts(model.file(), model.config()), devices.size(),
-                                           options.layer_split, HeadCost(model.file())));
+                                           options.placement.layer_split, HeadCost(model.file())));
   std::vector<std::unique_ptr<Stage>> stages;
   for (size_t i = 0; i < devices.size(); ++i) {
     const StagePlan plan{int(i), devices[i], ranges[i], devices.size() == 1};
-    Result<std::unique_ptr<Stage>> stage = devices[i].remote()
-                                               ? BuildRemote(model, model_path, plan, options)
-                                               : BuildLocal(model, plan, options);
+    Result<std::unique_ptr<Stage>> stage =
+        devices[i].remote() ? BuildRemote(model, plan, options) : BuildLocal(model, plan, options);
     if (!stage.ok()) return stage.status();
     stages.push_back(std::move(stage).value());
   }

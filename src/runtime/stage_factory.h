@@ -26,7 +26,6 @@ namespace shardlm {
 // Errors: bad placement (placement.h's messages), a model binding that lacks some layers,
 // a stage that fails to load or (remote) to connect.
 Result<std::vector<std::unique_ptr<Stage>>> BuildStages(const Model& model,
-                                                        const std::string& model_path,
                                                         const PipelineOptions& options);
 
 }  // namespace shardlm

@@ -57,8 +57,8 @@ TEST(BenchRunnerTest, SplitRunCountsBytesBetweenStages) {
   ASSERT_TRUE(unsplit.ok()) << unsplit.status().message();
   EXPECT_EQ(unsplit->bytes_between_per_token, 0.0);
 
-  options.devices.assign(2, DeviceSpec{});
-  options.layer_split = {0.4, 0.6};
+  options.placement.devices.assign(2, DeviceSpec{});
+  options.placement.layer_split = {0.4, 0.6};
   for (const BenchTest& test : {BenchTest{24, 0}, BenchTest{0, 20}}) {
     auto result = RunBench(*loaded->model, threads, test, options);
     ASSERT_TRUE(result.ok()) << result.status().message();
@@ -67,8 +67,8 @@ TEST(BenchRunnerTest, SplitRunCountsBytesBetweenStages) {
     EXPECT_EQ(result->bytes_between_per_token,
               double(loaded->model->config().n_embd) * sizeof(float));
   }
-  options.devices.assign(6, DeviceSpec{});  // 6 stages, 5 layers
-  options.layer_split.clear();
+  options.placement.devices.assign(6, DeviceSpec{});  // 6 stages, 5 layers
+  options.placement.layer_split.clear();
   auto too_many = RunBench(*loaded->model, threads, {0, 4}, options);
   EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);
 }

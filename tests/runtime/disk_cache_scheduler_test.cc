@@ -267,8 +267,8 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
   SHARDLM_REQUIRE_FIXTURES();
   const std::string file = kQwen;
   SchedulerOptions options = Options(TempDir("missing_section"));
-  options.devices.assign(2, DeviceSpec{});
-  options.layer_split = {1, 1};
+  options.placement.devices.assign(2, DeviceSpec{});
+  options.placement.layer_split = {1, 1};
   options.threads = 1;
   auto want = ColdTurn2(file, 0);
   ASSERT_TRUE(want);

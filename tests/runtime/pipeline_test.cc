@@ -259,8 +259,8 @@ struct Split {
 
 PipelineOptions RealOptions(const Split& split, int n_pages = 16) {
   PipelineOptions options;
-  options.devices.assign(split.n_stages, DeviceSpec{});
-  options.layer_split = split.weights;
+  options.placement.devices.assign(split.n_stages, DeviceSpec{});
+  options.placement.layer_split = split.weights;
   options.threads = 1;
   options.n_pages = n_pages;
   options.page_tokens = 16;
@@ -330,14 +330,14 @@ TEST(PipelineSplitTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
     ASSERT_TRUE(loaded.model);
     const std::vector<TokenId> prompt =
         loaded.tokenizer->Encode("Once upon a time, there was a little dog", true, true);
-    auto unsplit = Pipeline::Create(*loaded.model, "", RealOptions({1, {}}));
+    auto unsplit = Pipeline::Create(*loaded.model, RealOptions({1, {}}));
     ASSERT_TRUE(unsplit.ok()) << unsplit.status().message();
     Trace want;
     GreedyTrace(**unsplit, prompt, 64, 12, &want);
     ASSERT_EQ(want.ids.size(), 13u);
     for (const Split& split : splits) {
       SCOPED_TRACE(Describe(split));
-      auto pipeline = Pipeline::Create(*loaded.model, "", RealOptions(split));
+      auto pipeline = Pipeline::Create(*loaded.model, RealOptions(split));
       ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
       ASSERT_EQ((*pipeline)->depth(), split.n_stages);
       Trace got;
@@ -360,7 +360,7 @@ TEST(PipelineSplitTest, PlacementShowsContiguousRangesOverEveryLayer) {
   SHARDLM_REQUIRE_FIXTURES();
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
-  auto pipeline = Pipeline::Create(*loaded.model, "", RealOptions({3, {1, 3, 1}}));
+  auto pipeline = Pipeline::Create(*loaded.model, RealOptions({3, {1, 3, 1}}));
   ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
   const std::vector<StageInfo> stages = (*pipeline)->placement();
   ASSERT_EQ(stages.size(), 3u);
@@ -376,12 +376,12 @@ TEST(PipelineSplitTest, MoreStagesThanLayersIsAClearError) {
   SHARDLM_REQUIRE_FIXTURES();
   const LoadedModel& loaded = Fixture(kQwen3);
   ASSERT_TRUE(loaded.model);
-  auto pipeline = Pipeline::Create(*loaded.model, "", RealOptions({3, {}}));
+  auto pipeline = Pipeline::Create(*loaded.model, RealOptions({3, {}}));
   ASSERT_FALSE(pipeline.ok());
   EXPECT_EQ(pipeline.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(pipeline.status().message().find("only 2 layers"), std::string::npos)
       << pipeline.status().message();
-  auto weights = Pipeline::Create(*loaded.model, "", RealOptions({2, {1, 1, 1}}));
+  auto weights = Pipeline::Create(*loaded.model, RealOptions({2, {1, 1, 1}}));
   EXPECT_EQ(weights.status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -394,8 +394,8 @@ TEST(PipelineSplitTest, GeneratorOutputDoesNotDependOnTheSplit) {
     ThreadPool threads(1);
     auto generate = [&](const Split& split, std::vector<float>* logits) {
       GeneratorConfig config{256, 7, KvType::kF32, 16};  // prompt in chunks of 7
-      config.devices.assign(split.n_stages, DeviceSpec{});
-      config.layer_split = split.weights;
+      config.placement.devices.assign(split.n_stages, DeviceSpec{});
+      config.placement.layer_split = split.weights;
       auto generator = Generator::Create(*loaded.model, *loaded.tokenizer, threads, config);
       EXPECT_TRUE(generator.ok()) << generator.status().message();
       GenerateCallbacks callbacks;

@@ -91,8 +91,8 @@ TEST(PrefixCacheSchedulerTest, TwoStagePipelineHitsAndIsBitwiseCold) {
   for (const char* file : {kStories, kQwen}) {
     SCOPED_TRACE(file);
     SchedulerOptions split = Options(2, true);
-    split.devices.assign(2, DeviceSpec{});
-    split.layer_split = {1, 1};
+    split.placement.devices.assign(2, DeviceSpec{});
+    split.placement.layer_split = {1, 1};
     split.threads = 1;
     SharedPrefixCase(file, split);
   }
@@ -225,10 +225,10 @@ TEST(PrefixCacheSchedulerTest, LostStageEmptiesTheCache) {
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   SchedulerOptions options = Options(2, true);
-  options.devices.assign(2, DeviceSpec{});
-  options.layer_split = {1, 1};
+  options.placement.devices.assign(2, DeviceSpec{});
+  options.placement.layer_split = {1, 1};
   options.threads = 1;
-  auto stages = BuildStages(*loaded.model, "", options.ToPipelineOptions());
+  auto stages = BuildStages(*loaded.model, options.ToPipelineOptions());
   ASSERT_TRUE(stages.ok()) << stages.status().message();
   auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
   testing::FaultyStage* faulty = faulty_stage.get();

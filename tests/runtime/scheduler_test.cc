@@ -471,8 +471,8 @@ TEST(SchedulerTest, DestructionFinishesOutstandingRequests) {
 // n unpinned cpu stages with the given weights, one compute thread each.
 SchedulerOptions SplitOptions(int n_parallel, int n_stages, std::vector<double> weights) {
   SchedulerOptions options = Options(n_parallel, 256, 64);
-  options.devices.assign(n_stages, DeviceSpec{});
-  options.layer_split = std::move(weights);
+  options.placement.devices.assign(n_stages, DeviceSpec{});
+  options.placement.layer_split = std::move(weights);
   options.threads = 1;
   return options;
 }
@@ -582,9 +582,9 @@ TEST(SchedulerSplitTest, LocalPlusRemoteStageGivesTheUnsplitTokens) {
   auto want = RunAll(*unsplit, requests);
 
   SchedulerOptions options = SplitOptions(4, 2, {0.4, 0.6});
-  options.devices[1].kind = DeviceSpec::Kind::kUnix;
-  options.devices[1].socket_path = socket_path;
-  options.model_path = FixturePath(kStories);
+  options.placement.devices[1].kind = DeviceSpec::Kind::kUnix;
+  options.placement.devices[1].socket_path = socket_path;
+  options.placement.model_path = FixturePath(kStories);
   auto split = MakeScheduler(kStories, options);
   ASSERT_TRUE(split);
   ASSERT_EQ(split->info().stages.size(), 2u);
@@ -602,7 +602,7 @@ TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect)
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   const SchedulerOptions options = SplitOptions(2, 2, {1, 1});
-  auto stages = BuildStages(*loaded.model, "", options.ToPipelineOptions());
+  auto stages = BuildStages(*loaded.model, options.ToPipelineOptions());
   ASSERT_TRUE(stages.ok()) << stages.status().message();
   auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
   testing::FaultyStage* faulty = faulty_stage.get();

@@ -56,7 +56,7 @@ inline std::unique_ptr<Scheduler> MakeScheduler(const std::string& file,
   const LoadedModel& loaded = Fixture(file);
   if (!loaded.model) return nullptr;
   SchedulerOptions with_path = options;
-  with_path.model_path = testing::FixturePath(file);
+  with_path.placement.model_path = testing::FixturePath(file);
   auto scheduler = Scheduler::Create(*loaded.model, *loaded.tokenizer, with_path);
   EXPECT_TRUE(scheduler.ok()) << scheduler.status().message();
   return scheduler.ok() ? std::move(scheduler).value() : nullptr;
@@ -199,10 +199,10 @@ class ServiceThread {
 
 // `options` with its second device a daemon at `socket` (layers split evenly).
 inline SchedulerOptions WithRemoteStage(SchedulerOptions options, const std::string& socket) {
-  options.devices.resize(2);
-  options.devices[1].kind = DeviceSpec::Kind::kUnix;
-  options.devices[1].socket_path = socket;
-  options.layer_split = {1, 1};
+  options.placement.devices.resize(2);
+  options.placement.devices[1].kind = DeviceSpec::Kind::kUnix;
+  options.placement.devices[1].socket_path = socket;
+  options.placement.layer_split = {1, 1};
   options.threads = 1;
   return options;
 }

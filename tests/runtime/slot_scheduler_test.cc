@@ -60,8 +60,8 @@ SchedulerOptions Options(bool prefix_cache = true) {
 }
 
 SchedulerOptions LocalSplit(SchedulerOptions options) {
-  options.devices.assign(2, DeviceSpec{});
-  options.layer_split = {1, 1};
+  options.placement.devices.assign(2, DeviceSpec{});
+  options.placement.layer_split = {1, 1};
   options.threads = 1;
   return options;
 }
@@ -360,7 +360,7 @@ TEST(SlotSchedulerTest, RestoreNeedsThePrefixCacheAndSlotFilesTheModel) {
   EXPECT_EQ(status.code(), StatusCode::kUnsupported);
   EXPECT_NE(status.message().find("--no-prefix-cache"), std::string::npos) << status.message();
   const LoadedModel& loaded = Fixture(kStories);
-  auto pipeline = Pipeline::Create(*loaded.model, "", Options().ToPipelineOptions());
+  auto pipeline = Pipeline::Create(*loaded.model, Options().ToPipelineOptions());
   ASSERT_TRUE(pipeline.ok());
   auto bare = Scheduler::Create(std::move(pipeline).value(), *loaded.tokenizer, Options());
   ASSERT_TRUE(bare.ok());
@@ -372,7 +372,7 @@ TEST(SlotSchedulerTest, ALostStageDropsRetainedSequences) {
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   const SchedulerOptions options = LocalSplit(Options());
-  auto stages = BuildStages(*loaded.model, "", options.ToPipelineOptions());
+  auto stages = BuildStages(*loaded.model, options.ToPipelineOptions());
   ASSERT_TRUE(stages.ok()) << stages.status().message();
   auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
   testing::FaultyStage* faulty = faulty_stage.get();
