@@ -5,7 +5,30 @@
 // Goals: no fixed sleeps (poll with deadlines); a child that dies early fails with its log.
 // Non-goals: assertions (the *.test.js files), the shape of any response.
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+// The fixtures folder (SHARDLM_FIXTURES, or ../shared/fixtures beside the repository) and
+// the binary under test (SHARDLM_BIN, or build/shardlm).
+export const fixtures =
+  process.env.SHARDLM_FIXTURES ?? path.resolve(here, '../../../shared/fixtures');
+export const binary = path.resolve(here, process.env.SHARDLM_BIN ?? '../../build/shardlm');
+
+// Whether a test file can run: false, or why it skips (no binary, a missing fixture). Under
+// CI=true a missing file is an error instead: CI must never skip.
+export function skipReason(name, files) {
+  let missing = fs.existsSync(binary) ? null : `no binary at ${binary}`;
+  for (const f of files) {
+    if (!missing && !fs.existsSync(f)) missing = `missing fixture ${f}`;
+  }
+  if (missing && process.env.CI === 'true') {
+    throw new Error(`e2e: ${missing} (CI=true: fixtures are required)`);
+  }
+  return missing ? `e2e ${name} skipped: ${missing}` : false;
+}
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

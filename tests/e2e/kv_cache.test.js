@@ -15,76 +15,21 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import OpenAI from 'openai';
-import { killAll, startServer, startShard } from './harness.js';
+import { chat, complete, metric, story, tokenize } from './client.js';
+import { binary, fixtures, killAll, skipReason, startServer, startShard } from './harness.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const fixtures = process.env.SHARDLM_FIXTURES ?? path.resolve(here, '../../../shared/fixtures');
-const binary = path.resolve(here, process.env.SHARDLM_BIN ?? '../../build/shardlm');
 const storiesModel = path.join(fixtures, 'stories260K.gguf');
 const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
 const kTestTimeout = 120_000;
 const kServeArgs = ['--parallel', '2', '-c', '2048', '-t', '2'];
 const kPageTokens = 64;
 
-function missingReason() {
-  if (!fs.existsSync(binary)) return `no binary at ${binary}`;
-  for (const f of [storiesModel, qwenModel]) {
-    if (!fs.existsSync(f)) return `missing fixture ${f}`;
-  }
-  return null;
-}
-const missing = missingReason();
-if (missing && process.env.CI === 'true') {
-  throw new Error(`e2e: ${missing} (CI=true: fixtures are required)`);
-}
-const skip = missing ? `e2e kv cache skipped: ${missing}` : false;
-
-const clientOf = (server) =>
-  new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60_000 });
-
-async function metric(server, name) {
-  const text = await (await fetch(`${server.base}/metrics`)).text();
-  const value = new RegExp(`^shardlm_${name} (\\d+)$`, 'm').exec(text)?.[1];
-  assert.ok(value !== undefined, `no shardlm_${name} in /metrics:\n${text}`);
-  return Number(value);
-}
+const skip = skipReason('kv cache', [storiesModel, qwenModel]);
 
 const floorPage = (n) => Math.floor(n / kPageTokens) * kPageTokens;
 
 // SIGTERM and a generous wait: a server writes the pages still queued before it exits.
 const stop = (child) => child.kill('SIGTERM', 30_000);
-
-const story =
-  'Once upon a time, there was a little dog named Max. He liked to run in the park with ' +
-  'his friend Lily. One day they found a big red ball under a tree, and they played until ' +
-  'the sun went down and the stars came out over the quiet town.';
-
-// The greedy chat answer (EOG ignored) and its usage.
-async function chat(server, messages, maxTokens = 24) {
-  const r = await clientOf(server).chat.completions.create({
-    model: 'm', messages, temperature: 0, max_tokens: maxTokens, ignore_eos: true,
-  });
-  const m = r.choices[0].message;
-  return { text: (m.reasoning_content ?? '') + (m.content ?? ''), content: m.content ?? '',
-    usage: r.usage };
-}
-
-// A completion on a token-id prompt: the prompt is exactly these tokens.
-async function complete(server, prompt, maxTokens = 16) {
-  const r = await clientOf(server).completions.create({
-    model: 'm', prompt, temperature: 0, max_tokens: maxTokens, ignore_eos: true,
-  });
-  return { text: r.choices[0].text, usage: r.usage };
-}
-
-async function tokenize(server, content) {
-  const r = await fetch(`${server.base}/tokenize`, {
-    method: 'POST', body: JSON.stringify({ content, add_special: true }),
-  });
-  return (await r.json()).tokens;
-}
 
 // Turn 1 is 64k + 10 tokens; turn 2 extends it, so exactly k pages are on disk for it (the
 // 10 tokens past the boundary would need 54 more matching generated ones to fill a page).

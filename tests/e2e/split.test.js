@@ -14,13 +14,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { killAll, sleep, startServer, startShard } from './harness.js';
+import { binary, fixtures, killAll, skipReason, sleep, startServer, startShard } from './harness.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const fixtures = process.env.SHARDLM_FIXTURES ?? path.resolve(here, '../../../shared/fixtures');
-const binary = path.resolve(here, process.env.SHARDLM_BIN ?? '../../build/shardlm');
 const storiesModel = path.join(fixtures, 'stories260K.gguf');  // 5 layers: 2 and 3 stages
 const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');  // 2 layers
 const goldenFile = path.join(fixtures, 'golden.json');
@@ -30,18 +26,7 @@ const kServeArgs = ['--parallel', '2', '-c', '2048', '-t', '2', '--kv-type', 'f3
 // The shard daemon computes with one thread (`--cores N`: N unpinned threads).
 const shardCores = 1;
 
-function missingReason() {
-  if (!fs.existsSync(binary)) return `no binary at ${binary}`;
-  for (const f of [storiesModel, qwenModel, goldenFile]) {
-    if (!fs.existsSync(f)) return `missing fixture ${f}`;
-  }
-  return null;
-}
-const missing = missingReason();
-if (missing && process.env.CI === 'true') {
-  throw new Error(`e2e: ${missing} (CI=true: fixtures are required)`);
-}
-const skip = missing ? `e2e split skipped: ${missing}` : false;
+const skip = skipReason('split', [storiesModel, qwenModel, goldenFile]);
 
 // llama.cpp's greedy continuations of stories260K, the ones safe to compare in full.
 function goldenEntries() {

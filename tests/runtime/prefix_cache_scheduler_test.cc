@@ -228,17 +228,10 @@ TEST(PrefixCacheSchedulerTest, LostStageEmptiesTheCache) {
   options.placement.devices.assign(2, DeviceSpec{});
   options.placement.layer_split = {1, 1};
   options.threads = 1;
-  auto stages = BuildStages(*loaded.model, options.ToPipelineOptions());
-  ASSERT_TRUE(stages.ok()) << stages.status().message();
-  auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
-  testing::FaultyStage* faulty = faulty_stage.get();
-  (*stages)[1] = std::move(faulty_stage);
-  auto pipeline = Pipeline::FromStages(std::move(stages).value(), loaded.model->config(),
-                                       options.ToPipelineOptions());
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
-  auto created = Scheduler::Create(std::move(pipeline).value(), *loaded.tokenizer, options);
-  ASSERT_TRUE(created.ok()) << created.status().message();
-  Scheduler& scheduler = **created;
+  testing_util::FaultySplit split = testing_util::SchedulerWithFaultyStage1(loaded, options);
+  ASSERT_TRUE(split.scheduler);
+  testing::FaultyStage* faulty = split.faulty;
+  Scheduler& scheduler = *split.scheduler;
 
   const std::vector<TokenId> prompt = StoryTokens(kStories, 70, kLongText);
   auto first = RunOne(scheduler, Request(prompt, 6));

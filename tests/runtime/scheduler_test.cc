@@ -25,6 +25,7 @@
 #include "runtime/fake_stage.h"
 #include "runtime/generator.h"
 #include "runtime/model_loader.h"
+#include "runtime/scheduler_test_util.h"
 #include "runtime/shard_service.h"
 #include "runtime/stage_factory.h"
 #include "support/fixtures.h"
@@ -602,17 +603,10 @@ TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect)
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   const SchedulerOptions options = SplitOptions(2, 2, {1, 1});
-  auto stages = BuildStages(*loaded.model, options.ToPipelineOptions());
-  ASSERT_TRUE(stages.ok()) << stages.status().message();
-  auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
-  testing::FaultyStage* faulty = faulty_stage.get();
-  (*stages)[1] = std::move(faulty_stage);
-  auto pipeline = Pipeline::FromStages(std::move(stages).value(), loaded.model->config(),
-                                       options.ToPipelineOptions());
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
-  auto created = Scheduler::Create(std::move(pipeline).value(), *loaded.tokenizer, options);
-  ASSERT_TRUE(created.ok()) << created.status().message();
-  Scheduler& scheduler = **created;
+  testing_util::FaultySplit split = testing_util::SchedulerWithFaultyStage1(loaded, options);
+  ASSERT_TRUE(split.scheduler);
+  testing::FaultyStage* faulty = split.faulty;
+  Scheduler& scheduler = *split.scheduler;
 
   // The stage dies mid-stream (after 8 batches) and cannot come back yet.
   faulty->set_can_reconnect(false);

@@ -24,9 +24,12 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/fake_stage.h"
 #include "runtime/model_loader.h"
+#include "runtime/pipeline.h"
 #include "runtime/scheduler.h"
 #include "runtime/shard_service.h"
+#include "runtime/stage_factory.h"
 #include "support/fixtures.h"
 
 namespace shardlm::testing_util {
@@ -205,6 +208,33 @@ inline SchedulerOptions WithRemoteStage(SchedulerOptions options, const std::str
   options.placement.layer_split = {1, 1};
   options.threads = 1;
   return options;
+}
+
+// A scheduler over the stages `options` places, its stage 1 wrapped in a FaultyStage the
+// test can make fail (and refuse to reconnect). scheduler is null when building failed (the
+// test has failed then too).
+struct FaultySplit {
+  std::unique_ptr<Scheduler> scheduler;
+  testing::FaultyStage* faulty = nullptr;  // owned by the scheduler's pipeline
+};
+
+inline FaultySplit SchedulerWithFaultyStage1(const LoadedModel& loaded,
+                                             const SchedulerOptions& options) {
+  FaultySplit split;
+  auto stages = BuildStages(*loaded.model, options.ToPipelineOptions());
+  EXPECT_TRUE(stages.ok()) << stages.status().message();
+  if (!stages.ok() || stages->size() < 2) return split;
+  auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
+  split.faulty = faulty_stage.get();
+  (*stages)[1] = std::move(faulty_stage);
+  auto pipeline = Pipeline::FromStages(std::move(stages).value(), loaded.model->config(),
+                                       options.ToPipelineOptions());
+  EXPECT_TRUE(pipeline.ok()) << pipeline.status().message();
+  if (!pipeline.ok()) return split;
+  auto created = Scheduler::Create(std::move(pipeline).value(), *loaded.tokenizer, options);
+  EXPECT_TRUE(created.ok()) << created.status().message();
+  if (created.ok()) split.scheduler = std::move(created).value();
+  return split;
 }
 
 }  // namespace shardlm::testing_util

@@ -372,17 +372,10 @@ TEST(SlotSchedulerTest, ALostStageDropsRetainedSequences) {
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   const SchedulerOptions options = LocalSplit(Options());
-  auto stages = BuildStages(*loaded.model, options.ToPipelineOptions());
-  ASSERT_TRUE(stages.ok()) << stages.status().message();
-  auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
-  testing::FaultyStage* faulty = faulty_stage.get();
-  (*stages)[1] = std::move(faulty_stage);
-  auto pipeline = Pipeline::FromStages(std::move(stages).value(), loaded.model->config(),
-                                       options.ToPipelineOptions());
-  ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
-  auto created = Scheduler::Create(std::move(pipeline).value(), *loaded.tokenizer, options);
-  ASSERT_TRUE(created.ok()) << created.status().message();
-  Scheduler& scheduler = **created;
+  testing_util::FaultySplit split = testing_util::SchedulerWithFaultyStage1(loaded, options);
+  ASSERT_TRUE(split.scheduler);
+  testing::FaultyStage* faulty = split.faulty;
+  Scheduler& scheduler = *split.scheduler;
   // Both slots retain a sequence; the failing request takes slot 0 (dropping its own).
   (void)testing_util::RunAll(scheduler,
                              {Request(Turn1(kStories), 4), Request(Turn1(kStories), 4, 5)});
