@@ -23,6 +23,7 @@
 
 #include "gguf/ggml_type.h"
 #include "tensor/matmul.h"
+#include "tensor/panels.h"
 #include "tensor/thread_pool.h"
 #include "tensor/type_traits.h"
 
@@ -84,8 +85,9 @@ struct Result {
 
 // Runs MatMul on `copies` matrices in turn, `reps` times after a warm-up; median seconds
 // per call, and the worst relative error of sampled outputs against the generic kernels.
+// With panels, copies hold the repacked matrices and `rows` the GGUF rows they came from.
 Result Run(const WeightView& base, const std::vector<std::vector<uint8_t>>& copies,
-           int64_t n_tokens, int threads, int reps) {
+           const std::vector<uint8_t>& rows, int64_t n_tokens, int threads, int reps) {
   ThreadPool pool(threads);
   MatMulScratch scratch;
   std::vector<float> x(n_tokens * base.cols), y(n_tokens * base.rows);
@@ -111,7 +113,7 @@ Result Run(const WeightView& base, const std::vector<std::vector<uint8_t>>& copi
   const auto act_info = *LookupGgmlType(static_cast<uint32_t>(generic->act_type));
   std::vector<uint8_t> act(RowBytes(act_info, base.cols));
   double worst = 0;
-  const auto* wdata = static_cast<const uint8_t*>(views.back().data);
+  const uint8_t* wdata = rows.data();
   for (int64_t t = 0; t < n_tokens; t += std::max<int64_t>(1, n_tokens / 7)) {
     if (generic->act_type == GgmlType::kF32) {
       std::memcpy(act.data(), x.data() + t * base.cols, act.size());
@@ -137,31 +139,43 @@ void BenchType(GgmlType type, bool quick) {
   }
   const auto info = *LookupGgmlType(static_cast<uint32_t>(type));
   for (const Shape& s : kShapes) {
-    WeightView base{type, s.cols, s.rows, nullptr, RowBytes(info, s.cols)};
-    const int64_t bytes = base.row_bytes * s.rows;
-    std::vector<std::vector<uint8_t>> copies(1, MakeWeights(*traits, s, base.row_bytes));
-    const int64_t n_copies = quick ? 1 : std::max<int64_t>(1, kDecodeBytes / bytes);
-    while (static_cast<int64_t>(copies.size()) < n_copies) copies.push_back(copies[0]);
-    for (int threads : kThreadCounts) {
-      // Batch 8 (batched decode of 8 streams) streams its weights from DRAM like batch 1.
-      for (int64_t batch : {int64_t{1}, int64_t{8}, int64_t{512}}) {
-        const bool prefill = batch > 8;
-        const std::vector<std::vector<uint8_t>> one(copies.begin(), copies.begin() + 1);
-        const Result res = Run(base, prefill ? one : copies, batch, threads,
-                               prefill ? (quick ? 3 : 5) : (quick ? 20 : 9));
-        const double ops = 2.0 * s.rows * s.cols * batch;
-        // core_*: per CPU-second of the process (all threads): what one core delivers
-        // whatever else the machine runs; for 1 thread, the kernel's own throughput.
-        std::printf(
-            "{\"bench\":\"matmul\",\"type\":\"%s\",\"isa\":\"%s\",\"cols\":%lld,\"rows\":%lld,"
-            "\"batch\":%lld,\"threads\":%d,\"median_ms\":%.4f,\"cpu_ms\":%.4f,\"gbps\":%.2f,"
-            "\"gops\":%.2f,\"core_gbps\":%.2f,\"core_gops\":%.2f,\"max_rel_err\":%.2e}\n",
-            std::string(info.name).c_str(), IsaName(DetectIsa()), static_cast<long long>(s.cols),
-            static_cast<long long>(s.rows), static_cast<long long>(batch), threads,
-            res.seconds * 1e3, res.cpu_seconds * 1e3, bytes / res.seconds * 1e-9,
-            ops / res.seconds * 1e-9, bytes / res.cpu_seconds * 1e-9, ops / res.cpu_seconds * 1e-9,
-            res.max_rel_err);
-        std::fflush(stdout);
+    for (bool panels : {false, true}) {
+      if (panels && traits->panel_dot == nullptr) continue;
+      WeightView base{type, s.cols, s.rows, nullptr, RowBytes(info, s.cols)};
+      const std::vector<uint8_t> rows = MakeWeights(*traits, s, base.row_bytes);
+      int64_t bytes = base.row_bytes * s.rows;
+      std::vector<std::vector<uint8_t>> copies(1, rows);
+      if (panels) {
+        base.panel_bytes = PanelStrideBytes(type, s.cols);
+        bytes = PanelMatrixBytes(type, s.rows, s.cols);
+        copies[0].assign(bytes, 0);
+        RepackPanels(type, rows.data(), base.row_bytes, s.rows, s.cols, 0,
+                     (s.rows + kPanelRows - 1) / kPanelRows, copies[0].data());
+      }
+      const int64_t n_copies = quick ? 1 : std::max<int64_t>(1, kDecodeBytes / bytes);
+      while (static_cast<int64_t>(copies.size()) < n_copies) copies.push_back(copies[0]);
+      for (int threads : kThreadCounts) {
+        // Batch 8 (batched decode of 8 streams) streams its weights from DRAM like batch 1.
+        for (int64_t batch : {int64_t{1}, int64_t{8}, int64_t{512}}) {
+          const bool prefill = batch > 8;
+          const std::vector<std::vector<uint8_t>> one(copies.begin(), copies.begin() + 1);
+          const Result res = Run(base, prefill ? one : copies, rows, batch, threads,
+                                 prefill ? (quick ? 3 : 5) : (quick ? 20 : 9));
+          const double ops = 2.0 * s.rows * s.cols * batch;
+          // core_*: per CPU-second of the process (all threads): what one core delivers
+          // whatever else the machine runs; for 1 thread, the kernel's own throughput.
+          std::printf(
+              "{\"bench\":\"matmul\",\"type\":\"%s\",\"isa\":\"%s\",\"layout\":\"%s\","
+              "\"cols\":%lld,\"rows\":%lld,"
+              "\"batch\":%lld,\"threads\":%d,\"median_ms\":%.4f,\"cpu_ms\":%.4f,\"gbps\":%.2f,"
+              "\"gops\":%.2f,\"core_gbps\":%.2f,\"core_gops\":%.2f,\"max_rel_err\":%.2e}\n",
+              std::string(info.name).c_str(), IsaName(DetectIsa()), panels ? "panels" : "rows",
+              static_cast<long long>(s.cols), static_cast<long long>(s.rows),
+              static_cast<long long>(batch), threads, res.seconds * 1e3, res.cpu_seconds * 1e3,
+              bytes / res.seconds * 1e-9, ops / res.seconds * 1e-9, bytes / res.cpu_seconds * 1e-9,
+              ops / res.cpu_seconds * 1e-9, res.max_rel_err);
+          std::fflush(stdout);
+        }
       }
     }
   }

@@ -1,10 +1,11 @@
 // `shardlm bench`: prefill and decode throughput of a GGUF model, like llama-bench.
 //
 // Goals: `pp<p>` (prefill p tokens in one batch, fresh KV each repetition) and `tg<n>`
-// (decode n tokens one at a time), a warm-up run each, mean ± sample stddev of tok/s over
+// (decode n tokens one at a time; with --streams S, `tg<n>x<S>`: S sequences decoding
+// together, one batch of S tokens per step), a warm-up run each, mean ± sample stddev of tok/s over
 // -r repetitions; a markdown table like llama-bench's on stdout, or with --json one JSON
 // object per test per line (JSON lines: model_filename, model_type, model_size,
-// model_n_params, n_threads, type_k, n_prompt, n_gen, test, avg_ns, avg_ts, stddev_ts,
+// model_n_params, n_threads, type_k, n_prompt, n_gen, n_streams, test, avg_ns, avg_ts, stddev_ts,
 // median_ts, cpu_share, samples_ns, samples_ts, devices, bytes_between_per_token) for
 // scripts (bench/engine_bench.sh, bench/split_bench.sh). `--devices` / `--layer-split`
 // run the same tests through a split pipeline.
@@ -29,6 +30,7 @@ struct BenchFlags {
   std::string model_path;
   int n_prompt = 512;
   int n_gen = 128;
+  std::vector<int> streams = {1};
   int n_threads = 0;  // 0: every hardware thread
   int reps = 5;
   std::string kv_type = "f32";
@@ -41,6 +43,11 @@ void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
   cmd.add_option("-p,--n-prompt", f.n_prompt, "Prompt tokens of the pp test (0: skip)")
       ->capture_default_str();
   cmd.add_option("-n,--n-gen", f.n_gen, "Generated tokens of the tg test (0: skip)")
+      ->capture_default_str();
+  cmd.add_option("-s,--streams", f.streams,
+                 "Sequences decoding together in the tg test, comma-separated for several "
+                 "tests, e.g. 1,8")
+      ->delimiter(',')
       ->capture_default_str();
   cmd.add_option("-t,--threads", f.n_threads, "Threads (0: all hardware threads)")
       ->capture_default_str();
@@ -113,6 +120,7 @@ nlohmann::json ToJson(const ModelFacts& facts, const BenchFlags& f, int n_thread
           {"type_k", f.kv_type},
           {"n_prompt", r.test.n_prompt},
           {"n_gen", r.test.n_gen},
+          {"n_streams", r.test.n_streams},
           {"test", r.test.Name()},
           {"avg_ns", r.avg_ns},
           {"avg_ts", r.avg_ts},
@@ -153,7 +161,10 @@ Status BenchCommand(const BenchFlags& f) {
 
   std::vector<BenchTest> tests;
   if (f.n_prompt > 0) tests.push_back({f.n_prompt, 0});
-  if (f.n_gen > 0) tests.push_back({0, f.n_gen});
+  for (int streams : f.streams) {
+    if (streams < 1) return InvalidArgument("--streams must be >= 1, got {}", streams);
+    if (f.n_gen > 0) tests.push_back({0, f.n_gen, streams});
+  }
   if (!f.json) PrintTableHeader();
   for (const BenchTest& test : tests) {
     std::fprintf(stderr, "bench: %s, %d threads, warm-up + %d runs\n", test.Name().c_str(),

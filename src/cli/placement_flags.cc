@@ -56,6 +56,7 @@ LoadOptions ModelLoadOptions(const PlacementOptions& placement) {
   // One local stage over every layer borrows this binding and pages nothing in itself.
   load.prefault = placement.devices.empty() ||
                   (placement.devices.size() == 1 && !placement.devices[0].remote());
+  load.repack = load.prefault;  // the same: only a borrowed binding computes
   return load;
 }
 

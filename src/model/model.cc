@@ -3,7 +3,8 @@
 
 namespace shardlm {
 
-Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file, LayerRange range) {
+Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file, LayerRange range,
+                                           bool repack) {
   if (file == nullptr) return InvalidArgument("Model::Load: no GGUF file");
   std::unique_ptr<Model> model(new Model());
   auto config = ReadModelConfig(*file);
@@ -13,6 +14,7 @@ Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file,
   auto weights = BindStageWeights(*file, model->config_, range);
   if (!weights.ok()) return weights.status().WithContext(file->name());
   model->weights_ = std::move(weights).value();
+  if (repack) model->panels_ = RepackPanels(&model->weights_);
   model->file_ = std::move(file);
   return model;
 }

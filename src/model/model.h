@@ -14,6 +14,7 @@
 #include "gguf/gguf_file.h"
 #include "kv/page_pool.h"
 #include "model/model_config.h"
+#include "model/panel_repack.h"
 #include "model/weights.h"
 
 namespace shardlm {
@@ -25,8 +26,12 @@ class Model {
  public:
   // Errors: unknown architecture, bad metadata, missing/mis-shaped tensors, a range outside
   // [0, n_layers] or empty.
+  // repack: repack the matrices into panels where this CPU has panel kernels
+  // (model/panel_repack.h), as every binding that computes must, so that all of them
+  // compute alike; false only for a binding that never computes (the config and tokenizer
+  // of a split whose stages load their own layers): every view stays in the file.
   static Result<std::unique_ptr<Model>> Load(std::shared_ptr<const GgufFile> file,
-                                             LayerRange range = kAllLayers);
+                                             LayerRange range = kAllLayers, bool repack = true);
 
   const ModelConfig& config() const { return config_; }
   const StageWeights& weights() const { return weights_; }
@@ -34,6 +39,7 @@ class Model {
   bool is_first_stage() const { return weights_.has_embedding; }
   bool is_last_stage() const { return weights_.has_head; }
   const GgufFile& file() const { return *file_; }
+  const PanelStore& panels() const { return panels_; }
   // The file, shared: what a stage that binds another layer range of it keeps alive.
   const std::shared_ptr<const GgufFile>& shared_file() const { return file_; }
 
@@ -46,6 +52,7 @@ class Model {
   std::shared_ptr<const GgufFile> file_;
   ModelConfig config_;
   StageWeights weights_;
+  PanelStore panels_;  // what repacked views point into
 };
 
 }  // namespace shardlm

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "tensor/panels.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm {
@@ -83,14 +84,52 @@ Result<LayerWeights> BindLayer(const GgufFile& file, const ModelConfig& c, int l
   return w;
 }
 
-void AddBytes(const WeightView& view, std::vector<std::span<const uint8_t>>* ranges) {
+// One tensor of a stage: where its bytes are and how many (panels: the repacked copy), and
+// its size in the file.
+struct TensorBytes {
+  std::span<const uint8_t> held;
+  size_t file_bytes = 0;
+};
+
+void Add(const WeightView& view, std::vector<TensorBytes>* tensors) {
   if (view.data == nullptr) return;
-  ranges->emplace_back(static_cast<const uint8_t*>(view.data), size_t(view.row_bytes * view.rows));
+  const int64_t held = view.panel_bytes != 0 ? PanelMatrixBytes(view.type, view.rows, view.cols)
+                                             : view.row_bytes * view.rows;
+  tensors->push_back(
+      {{static_cast<const uint8_t*>(view.data), size_t(held)}, size_t(view.row_bytes * view.rows)});
 }
 
-void AddBytes(const NormWeight& norm, std::vector<std::span<const uint8_t>>* ranges) {
+void Add(const NormWeight& norm, std::vector<TensorBytes>* tensors) {
   if (norm.data == nullptr) return;
-  ranges->emplace_back(reinterpret_cast<const uint8_t*>(norm.data), size_t(norm.n) * sizeof(float));
+  const size_t bytes = size_t(norm.n) * sizeof(float);
+  tensors->push_back({{reinterpret_cast<const uint8_t*>(norm.data), bytes}, bytes});
+}
+
+// Every tensor the stage binds, each once (a tied head is the embedding), in address order.
+std::vector<TensorBytes> StageTensors(const StageWeights& weights) {
+  std::vector<TensorBytes> tensors;
+  Add(weights.token_embd, &tensors);
+  Add(weights.output_norm, &tensors);
+  Add(weights.output, &tensors);
+  Add(weights.rope_freqs, &tensors);
+  for (const LayerWeights& w : weights.blocks) {
+    for (const NormWeight* norm : {&w.attn_norm, &w.attn_q_norm, &w.attn_k_norm, &w.ffn_norm}) {
+      Add(*norm, &tensors);
+    }
+    for (const WeightView* view :
+         {&w.attn_q, &w.attn_k, &w.attn_v, &w.attn_output, &w.ffn_gate, &w.ffn_up, &w.ffn_down}) {
+      Add(*view, &tensors);
+    }
+  }
+  const auto by_address = [](const TensorBytes& a, const TensorBytes& b) {
+    return a.held.data() < b.held.data();
+  };
+  const auto same_start = [](const TensorBytes& a, const TensorBytes& b) {
+    return a.held.data() == b.held.data();
+  };
+  std::sort(tensors.begin(), tensors.end(), by_address);
+  tensors.erase(std::unique(tensors.begin(), tensors.end(), same_start), tensors.end());
+  return tensors;
 }
 
 }  // namespace
@@ -132,33 +171,13 @@ Result<StageWeights> BindStageWeights(const GgufFile& file, const ModelConfig& c
 
 std::vector<std::span<const uint8_t>> StageTensorBytes(const StageWeights& weights) {
   std::vector<std::span<const uint8_t>> ranges;
-  AddBytes(weights.token_embd, &ranges);
-  AddBytes(weights.output_norm, &ranges);
-  AddBytes(weights.output, &ranges);
-  AddBytes(weights.rope_freqs, &ranges);
-  for (const LayerWeights& w : weights.blocks) {
-    for (const NormWeight* norm : {&w.attn_norm, &w.attn_q_norm, &w.attn_k_norm, &w.ffn_norm}) {
-      AddBytes(*norm, &ranges);
-    }
-    for (const WeightView* view :
-         {&w.attn_q, &w.attn_k, &w.attn_v, &w.attn_output, &w.ffn_gate, &w.ffn_up, &w.ffn_down}) {
-      AddBytes(*view, &ranges);
-    }
-  }
-  const auto by_address = [](std::span<const uint8_t> a, std::span<const uint8_t> b) {
-    return a.data() < b.data();
-  };
-  const auto same_start = [](std::span<const uint8_t> a, std::span<const uint8_t> b) {
-    return a.data() == b.data();
-  };
-  std::sort(ranges.begin(), ranges.end(), by_address);
-  ranges.erase(std::unique(ranges.begin(), ranges.end(), same_start), ranges.end());
+  for (const TensorBytes& tensor : StageTensors(weights)) ranges.push_back(tensor.held);
   return ranges;
 }
 
 size_t StageWeightBytes(const StageWeights& weights) {
   size_t total = 0;
-  for (std::span<const uint8_t> bytes : StageTensorBytes(weights)) total += bytes.size();
+  for (const TensorBytes& tensor : StageTensors(weights)) total += tensor.file_bytes;
   return total;
 }
 

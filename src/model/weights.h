@@ -5,7 +5,8 @@
 // copy; a stage touches only its own layers' bytes). A missing tensor, a wrong shape or an
 // uncomputable type is a Status naming the tensor and what was expected.
 // The tensor list is keyed on config flags (use_qk_norm, tied_output), not on the arch.
-// Non-goals: repacking, tensors of other architectures (qwen35, gemma3 come later).
+// Non-goals: repacking (panel_repack.h), tensors of other architectures (qwen35, gemma3 come
+// later).
 //
 // Thread safety: immutable after Bind. Lifetime: views point into the GgufFile, which must
 // outlive the StageWeights (Model keeps it alive through a shared_ptr).
@@ -66,9 +67,11 @@ Result<StageWeights> BindStageWeights(const GgufFile& file, const ModelConfig& c
                                       LayerRange range);
 
 // The bytes of every tensor the stage binds, each once (a tied head is the embedding), in
-// address (= file) order: what the stage maps and touches (model/prefault.h reads them).
+// address order: what the stage maps and touches (model/prefault.h reads them); a matrix
+// repacked into panels is its panels.
 std::vector<std::span<const uint8_t>> StageTensorBytes(const StageWeights& weights);
-// Their total.
+// The file's bytes of those tensors: the stage's share of the model (panels hold Q4_K in
+// 2.8% more).
 size_t StageWeightBytes(const StageWeights& weights);
 
 }  // namespace shardlm

@@ -1,4 +1,4 @@
-// Bench runner implementation: fresh KV per run, random prompt tokens, timed forward passes.
+// Bench runner implementation: fresh KV per run, random tokens, timed forward passes.
 #include "runtime/bench_runner.h"
 
 #include <time.h>
@@ -9,6 +9,8 @@
 #include <memory>
 #include <span>
 
+#include "kv/block_table.h"
+#include "runtime/pipeline.h"
 #include "runtime/sampler.h"
 #include "runtime/sequence.h"
 
@@ -33,20 +35,92 @@ struct RunTimes {
   uint64_t cpu_ns = 0;
 };
 
-// One timed run from an empty cache.
-Result<RunTimes> TimedRun(Sequence& seq, const BenchTest& test,
-                          const std::vector<TokenId>& tokens) {
-  seq.Reset();
+// The subject of one test: a Sequence for pp and tg, S block tables on one pipeline for
+// tg with S > 1 streams (each step is one batch of S entries, every one wanting logits).
+class BenchSubject {
+ public:
+  static Result<std::unique_ptr<BenchSubject>> Create(const Model& model, int threads,
+                                                      const BenchTest& test,
+                                                      const BenchOptions& options) {
+    auto subject = std::unique_ptr<BenchSubject>(new BenchSubject(test));
+    SequenceConfig config;
+    config.n_positions = test.n_prompt + test.n_gen;
+    config.max_batch = std::max(test.n_prompt, 1);
+    config.kv_type = options.kv_type;
+    config.threads = threads;
+    config.placement = options.placement;
+    if (test.n_streams == 1) {
+      SHARDLM_ASSIGN_OR_RETURN(subject->seq_, Sequence::Create(model, config));
+      return subject;
+    }
+    PipelineOptions pipeline;
+    pipeline.placement = config.placement;
+    pipeline.threads = threads;
+    pipeline.n_pages =
+        test.n_streams * ((config.n_positions + config.page_tokens - 1) / config.page_tokens);
+    pipeline.page_tokens = config.page_tokens;
+    pipeline.kv_type = config.kv_type;
+    pipeline.max_batch_tokens = test.n_streams;
+    pipeline.max_logit_rows = test.n_streams;
+    SHARDLM_ASSIGN_OR_RETURN(subject->pipeline_, Pipeline::Create(model, pipeline));
+    for (int s = 0; s < test.n_streams; ++s) {
+      subject->tables_.emplace_back(&subject->pipeline_->allocator());
+    }
+    return subject;
+  }
+
+  ~BenchSubject() { tables_.clear(); }  // pages go back before the pipeline goes
+
+  const Pipeline& pipeline() const { return seq_ ? seq_->pipeline() : *pipeline_; }
+  std::span<const float> logits() const { return seq_ ? seq_->logits() : logits_; }
+
+  // One run from an empty cache; tokens holds n_prompt + n_gen × n_streams ids.
+  Status Run(std::span<const TokenId> tokens) {
+    if (seq_) {
+      seq_->Reset();
+      if (test_.n_prompt > 0) return seq_->Prefill(tokens);
+      for (int i = 0; i < test_.n_gen; ++i) SHARDLM_TRY(seq_->Decode(tokens[i]));
+      return Status::Ok();
+    }
+    for (BlockTable& table : tables_) table.Clear();
+    std::vector<BatchEntry> batch;
+    std::vector<PageCopy> copies;
+    std::vector<PageList> pages(tables_.size());
+    for (int i = 0; i < test_.n_gen; ++i) {
+      batch.clear();
+      copies.clear();
+      for (int s = 0; s < int(tables_.size()); ++s) {
+        batch.push_back({tokens[size_t(i) * tables_.size() + s], i, s, true});
+        SHARDLM_TRY(tables_[s].PrepareWrite(i, i + 1, &copies));
+        tables_[s].SetTokens(i + 1);
+        pages[s] = tables_[s].page_list();
+      }
+      SHARDLM_TRY(pipeline_->Submit({batch, pages, copies}));
+      SHARDLM_ASSIGN_OR_RETURN(std::span<const float> rows, pipeline_->WaitOldest());
+      logits_.assign(rows.begin(), rows.end());
+    }
+    return Status::Ok();
+  }
+
+ private:
+  explicit BenchSubject(const BenchTest& test) : test_(test) {}
+
+  BenchTest test_;
+  std::unique_ptr<Sequence> seq_;  // one stream
+  std::unique_ptr<Pipeline> pipeline_;
+  std::vector<BlockTable> tables_;  // [stream]
+  std::vector<float> logits_;       // the last step's rows
+};
+
+// One timed run of the subject; an error if its last logits are not all finite.
+Result<RunTimes> TimedRun(BenchSubject& subject, const BenchTest& test,
+                          std::span<const TokenId> tokens) {
   const uint64_t cpu_start = ProcessCpuNs();
   const auto start = std::chrono::steady_clock::now();
-  if (test.n_prompt > 0) {
-    SHARDLM_TRY(seq.Prefill(tokens));
-  } else {
-    for (int i = 0; i < test.n_gen; ++i) SHARDLM_TRY(seq.Decode(tokens[i]));
-  }
+  SHARDLM_TRY(subject.Run(tokens));
   const auto elapsed = std::chrono::steady_clock::now() - start;
   const uint64_t cpu_ns = ProcessCpuNs() - cpu_start;
-  if (!AllFinite(seq.logits())) {
+  if (!AllFinite(subject.logits())) {
     return InvalidData("{}: the forward pass produced non-finite logits", test.Name());
   }
   return RunTimes{uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
@@ -63,7 +137,8 @@ double Median(std::vector<double> values) {
 }
 
 std::string BenchTest::Name() const {
-  return n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+  if (n_prompt > 0) return "pp" + std::to_string(n_prompt);
+  return "tg" + std::to_string(n_gen) + (n_streams > 1 ? "x" + std::to_string(n_streams) : "");
 }
 
 void MeanStddev(const std::vector<double>& values, double& mean, double& stddev) {
@@ -83,26 +158,24 @@ Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const Benc
   if ((test.n_prompt > 0) == (test.n_gen > 0) || test.n_prompt < 0 || test.n_gen < 0) {
     return InvalidArgument("a bench test is either pp<N> or tg<N> with N > 0");
   }
+  if (test.n_streams < 1 || (test.n_streams > 1 && test.n_prompt > 0)) {
+    return InvalidArgument("streams apply to decode tests only and must be >= 1, got {}",
+                           test.n_streams);
+  }
   if (options.reps <= 0) return InvalidArgument("repetitions must be > 0, got {}", options.reps);
-  const int n_tokens = test.n_prompt + test.n_gen;
-  SequenceConfig config;
-  config.n_positions = n_tokens;
-  config.max_batch = std::max(test.n_prompt, 1);
-  config.kv_type = options.kv_type;
-  config.threads = threads.size();
-  config.placement = options.placement;
-  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Sequence> seq, Sequence::Create(model, config));
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<BenchSubject> subject,
+                           BenchSubject::Create(model, threads.size(), test, options));
+  const int n_tokens = test.n_prompt + test.n_gen * test.n_streams;
   Rng rng(options.seed);
   std::vector<TokenId> tokens(n_tokens);
   for (TokenId& token : tokens) token = TokenId(rng.Next() % uint64_t(model.config().n_vocab));
-
   BenchResult result;
   result.test = test;
-  SHARDLM_ASSIGN_OR_RETURN(RunTimes warmup, TimedRun(*seq, test, tokens));
+  SHARDLM_ASSIGN_OR_RETURN(RunTimes warmup, TimedRun(*subject, test, tokens));
   (void)warmup;
   uint64_t total_ns = 0, total_cpu_ns = 0;
   for (int rep = 0; rep < options.reps; ++rep) {
-    SHARDLM_ASSIGN_OR_RETURN(RunTimes times, TimedRun(*seq, test, tokens));
+    SHARDLM_ASSIGN_OR_RETURN(RunTimes times, TimedRun(*subject, test, tokens));
     result.samples_ns.push_back(times.wall_ns);
     result.samples_ts.push_back(double(n_tokens) * 1e9 /
                                 double(std::max<uint64_t>(times.wall_ns, 1)));
@@ -113,7 +186,7 @@ Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const Benc
   result.cpu_share = double(total_cpu_ns) / (double(total_ns) * threads.size());
   MeanStddev(result.samples_ts, result.avg_ts, result.stddev_ts);
   result.median_ts = Median(result.samples_ts);
-  const PipelineCounters counters = seq->pipeline().counters();
+  const PipelineCounters counters = subject->pipeline().counters();
   if (counters.tokens > 0) {
     result.bytes_between_per_token = double(counters.bytes_between) / double(counters.tokens);
   }

@@ -1,13 +1,15 @@
 // Throughput benchmarks of the engine, as llama-bench measures them: `pp<N>` prefills N
 // tokens in one batch into an empty KV cache; `tg<N>` decodes N tokens one at a time from an
-// empty cache. Each test runs once to warm up, then `reps` timed times.
+// empty cache; `tg<N>x<S>` decodes N tokens in each of S sequences together, one batch of S
+// entries per step (what `serve --parallel S` does with S streams in flight, without HTTP
+// or sampling). Each test runs once to warm up, then `reps` timed times.
 //
 // Goals: the numbers `shardlm bench` prints and bench/engine_bench.sh records; per-sample
 // throughput, mean and sample standard deviation (llama-bench's avg_ts / stddev_ts); a
 // check that every run produced finite logits (a benchmark verifies its result).
 // Through a pipeline: the same tests run unsplit or split across devices and processes
 // (BenchOptions::placement).
-// Non-goals: printing (cmd_bench.cc), several sequences per batch (server benchmarks).
+// Non-goals: printing (cmd_bench.cc), prompts per stream, sampling (server benchmarks).
 //
 // Thread safety: one thread drives a run. Lifetime: nothing outlives the call.
 #pragma once
@@ -27,7 +29,8 @@ namespace shardlm {
 struct BenchTest {
   int n_prompt = 0;          // > 0: a prefill test
   int n_gen = 0;             // > 0: a decode test (exactly one of the two is set)
-  std::string Name() const;  // "pp512" / "tg128"
+  int n_streams = 1;         // decode: sequences decoding together (1: llama-bench's tg)
+  std::string Name() const;  // "pp512" / "tg128" / "tg128x8"
 };
 
 struct BenchOptions {
@@ -42,7 +45,7 @@ struct BenchOptions {
 struct BenchResult {
   BenchTest test;
   std::vector<uint64_t> samples_ns;  // [reps] wall time per run
-  std::vector<double> samples_ts;    // [reps] tokens per second per run
+  std::vector<double> samples_ts;    // [reps] tokens per second per run (all streams)
   double avg_ts = 0.0;
   double stddev_ts = 0.0;  // sample standard deviation (n - 1), 0 for one rep
   double median_ts = 0.0;

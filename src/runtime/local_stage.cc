@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "model/prefault.h"
+#include "runtime/model_loader.h"
 
 namespace shardlm {
 namespace {
@@ -41,7 +42,10 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Load(std::shared_ptr<const GgufF
   SHARDLM_TRY(CheckOptions(options));
   const std::string label =
       file->name() + " [" + std::to_string(layers.begin) + ", " + std::to_string(layers.end) + ")";
-  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(std::move(file), layers));
+  const auto start = std::chrono::steady_clock::now();
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                           Model::Load(std::move(file), layers, /*repack=*/true));
+  ReportPanels(*model, label, start, options.show_progress);
   if (options.prefault) PrefaultStage(model->weights(), label, options.show_progress);
   const Model& ref = *model;
   return Create(std::move(model), ref, options);

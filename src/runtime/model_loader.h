@@ -11,6 +11,7 @@
 // Model and Tokenizer point into the file, which the shared_ptr keeps alive.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -31,7 +32,13 @@ struct LoadedModel {
 struct LoadOptions {
   bool show_progress = false;  // "loading <file>: NN%" on stderr
   bool prefault = true;        // read every weight page once before returning
+  bool repack = true;          // the model computes: repack into panels (Model::Load)
 };
+
+// "loading <label>: N matrices repacked into panels (MiB) in s" on stderr, when
+// show_progress and the model has panels; start: when Model::Load began.
+void ReportPanels(const Model& model, const std::string& label,
+                  std::chrono::steady_clock::time_point start, bool show_progress);
 
 Result<LoadedModel> LoadModelFile(const std::string& path, const LoadOptions& options = {});
 

@@ -5,7 +5,8 @@
 // Goals: the registration point; the kernels live per weight-type family in
 // legacy_avx512.cc (32-element blocks), kquants_avx512.cc (256-element K-quants) and
 // float_avx512.cc (F32, F16, BF16), and the Q8_0/Q8_1/Q8_K activation quantizers in
-// act_avx512.cc (byte-identical to the generic ones). Non-goals: fp16/bf16 activation
+// act_avx512.cc (byte-identical to the generic ones), and the panel kernels (Q4_K, Q6_K) in
+// panels_avx512.cc. Non-goals: fp16/bf16 activation
 // conversion (generic).
 #include "tensor/kernels_impl.h"
 
@@ -16,12 +17,14 @@ void FillLegacyAvx512(TypeTraits& traits);
 void FillKQuantsAvx512(TypeTraits& traits);
 void FillFloatAvx512(TypeTraits& traits);
 void FillActAvx512(TypeTraits& traits);
+void FillPanelsAvx512(TypeTraits& traits);
 
 void FillAvx512Kernels(TypeTraits& traits) {
   FillLegacyAvx512(traits);
   FillKQuantsAvx512(traits);
   FillFloatAvx512(traits);
   FillActAvx512(traits);
+  FillPanelsAvx512(traits);
 }
 
 }  // namespace shardlm::internal

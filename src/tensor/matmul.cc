@@ -9,8 +9,10 @@
 #include "tensor/matmul.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "base/check.h"
+#include "tensor/panels.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm {
@@ -38,12 +40,45 @@ struct MatMulPlan {
   int64_t n_tokens;
   int64_t rows_per_task;
   int64_t row_tasks;  // tasks are (row chunk, token block), row chunk fastest
+  int tile_rows;      // rows one kernel call computes: tasks start at multiples of it
 };
+
+// Panels (w->panel_bytes != 0): y[t][r] for r in [r0, r1), t in [t0, t1), up to
+// panel_tokens tokens per kernel call. A panel only partly inside [r0, r1) is computed
+// into a scratch tile and only its rows in range are copied out.
+void ComputePanels(const MatMulPlan& plan, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const TypeTraits& traits = *plan.traits;
+  const WeightView& w = *plan.w;
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+  float tile[kPanelRows * 8];
+  const int max_tokens = std::min(traits.panel_tokens, 8);
+  for (int64_t p0 = r0 / kPanelRows * kPanelRows; p0 < r1; p0 += kPanelRows) {
+    const uint8_t* panel = wdata + p0 / kPanelRows * w.panel_bytes;
+    const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, w.rows - p0));
+    const bool whole = p0 >= r0 && p0 + nr <= r1;
+    for (int64_t t = t0; t < t1; t += max_tokens) {
+      const int nc = static_cast<int>(std::min<int64_t>(max_tokens, t1 - t));
+      const uint8_t* act = plan.act + t * plan.act_row_bytes;
+      if (whole) {
+        traits.panel_dot(w.cols, panel, act, plan.act_row_bytes, nc, &plan.y[t * w.rows + p0],
+                         w.rows, nr);
+        continue;
+      }
+      traits.panel_dot(w.cols, panel, act, plan.act_row_bytes, nc, tile, kPanelRows, nr);
+      const int64_t lo = std::max(r0, p0), hi = std::min(r1, p0 + nr);
+      for (int c = 0; c < nc; ++c) {
+        for (int64_t r = lo; r < hi; ++r)
+          plan.y[(t + c) * w.rows + r] = tile[c * kPanelRows + r - p0];
+      }
+    }
+  }
+}
 
 // y[t][r] for r in [r0, r1), t in [t0, t1), with the tile kernel where there is one.
 void ComputeBlock(const MatMulPlan& plan, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const TypeTraits& traits = *plan.traits;
   const WeightView& w = *plan.w;
+  if (w.panel_bytes != 0) return ComputePanels(plan, r0, r1, t0, t1);
   const auto* wdata = static_cast<const uint8_t*>(w.data);
   if (traits.vec_dot_tile == nullptr || traits.tile_rows * traits.tile_cols <= 1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -77,6 +112,7 @@ void ComputeBlock(const MatMulPlan& plan, int64_t r0, int64_t r1, int64_t t0, in
 void ComputeRows(const MatMulPlan& plan, int64_t r0, int64_t r1) {
   const TypeTraits& traits = *plan.traits;
   const WeightView& w = *plan.w;
+  if (w.panel_bytes != 0) return ComputePanels(plan, r0, r1, 0, 1);
   const auto* wdata = static_cast<const uint8_t*>(w.data);
   if (traits.vec_dot_tile == nullptr || traits.tile_rows * traits.tile_cols <= 1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -176,6 +212,9 @@ const TypeTraits& TraitsOf(const WeightView& w) {
   SHARDLM_CHECK_MSG(w.cols % traits->block_size == 0 && w.cols % act_info->block_size == 0,
                     "row length %lld is not a multiple of the block size",
                     static_cast<long long>(w.cols));
+  SHARDLM_CHECK_MSG(w.panel_bytes == 0 || traits->panel_dot != nullptr,
+                    "weight panels of type %u without a panel kernel",
+                    static_cast<unsigned>(w.type));
   return *traits;
 }
 
@@ -225,10 +264,12 @@ void PlanParts(std::span<const MatMulOutput> outputs, const float* x, int64_t n_
   for (int p = 0; p < fp->n_parts; ++p) {
     const WeightView& w = outputs[p].w;
     const TypeTraits& traits = *GetTypeTraits(w.type);
-    const int64_t rows_per_task = RowsPerTask(w.rows, traits.tile_rows);
+    const int tile_rows = w.panel_bytes != 0 ? kPanelRows : traits.tile_rows;
+    const int64_t rows_per_task = RowsPerTask(w.rows, tile_rows);
     const int64_t row_tasks = (w.rows + rows_per_task - 1) / rows_per_task;
     fp->parts[p] = {&traits,      &w,       acts[conversion_of[p]], ActRowBytes(traits, cols),
-                    outputs[p].y, n_tokens, rows_per_task,          row_tasks};
+                    outputs[p].y, n_tokens, rows_per_task,          row_tasks,
+                    tile_rows};
     fp->first_task[p + 1] = fp->first_task[p] + row_tasks * token_tasks;
     fp->first_row[p + 1] = fp->first_row[p] + w.rows;
   }
@@ -239,7 +280,9 @@ void PlanParts(std::span<const MatMulOutput> outputs, const float* x, int64_t n_
 void RunPlan(FusedPlan& fp, int64_t n_tokens, ThreadPool& pool, MatMulScratch& scratch) {
   if (n_tokens == 1) {
     const int64_t rows = fp.combine != nullptr ? fp.parts[0].w->rows : fp.first_row[fp.n_parts];
-    GuidedBounds(rows, fp.parts[0].traits->tile_rows, pool.size(), &scratch.row_bounds);
+    int align = 1;
+    for (int p = 0; p < fp.n_parts; ++p) align = std::lcm(align, fp.parts[p].tile_rows);
+    GuidedBounds(rows, align, pool.size(), &scratch.row_bounds);
     fp.bounds = scratch.row_bounds.data();
     // One pointer: within std::function's local storage (no allocation).
     pool.ParallelFor(scratch.row_bounds.size() - 1, [p = &fp](size_t task, size_t) {
@@ -290,6 +333,7 @@ void DequantizeRow(const WeightView& w, int64_t row, float* dst) {
   SHARDLM_CHECK_MSG(traits != nullptr, "no kernels for weight type %u",
                     static_cast<unsigned>(w.type));
   SHARDLM_CHECK(row >= 0 && row < w.rows);
+  SHARDLM_CHECK_MSG(w.panel_bytes == 0, "DequantizeRow of a panel matrix");
   traits->dequantize_row(static_cast<const uint8_t*>(w.data) + row * w.row_bytes, dst, w.cols);
 }
 

@@ -20,14 +20,17 @@
 
 namespace shardlm {
 
-// A weight matrix as stored in GGUF: `rows` output features, each a contiguous row of
-// `cols` input elements of `type` (ne[0] = cols, ne[1] = rows).
+// A weight matrix: `rows` output features of `cols` input elements of `type` (ne[0] = cols,
+// ne[1] = rows). As stored in GGUF, each row is contiguous (row_bytes apart); with
+// panel_bytes set, `data` holds 16-row panels of that many bytes each instead
+// (tensor/panels.h) and row_bytes stays the GGUF row size.
 struct WeightView {
   GgmlType type = GgmlType::kSentinel;
   int64_t cols = 0;
   int64_t rows = 0;
   const void* data = nullptr;
   int64_t row_bytes = 0;
+  int64_t panel_bytes = 0;
 };
 
 // Scratch reused across calls, so a forward pass does not allocate (activations quantized
@@ -65,7 +68,7 @@ void MatMulGated(const WeightView& a, const WeightView& b, const float* x, int64
                  float* ya, float* yb, RowCombine combine, ThreadPool& pool,
                  MatMulScratch& scratch);
 
-// dst[0..cols) = row `row` of w, dequantized (token embedding lookup).
+// dst[0..cols) = row `row` of w, dequantized (token embedding lookup). w must be in rows.
 void DequantizeRow(const WeightView& w, int64_t row, float* dst);
 
 }  // namespace shardlm

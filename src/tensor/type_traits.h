@@ -39,6 +39,13 @@ struct TypeTraits {
                        int64_t act_stride, int nc, float* out, int64_t out_stride) = nullptr;
   int tile_rows = 1;
   int tile_cols = 1;
+  // Optional kernel over weight panels (tensor/panels.h; set only where this ISA has one):
+  // out[c * out_stride + r] = dot(panel row r, act row c) for r < nr <= kPanelRows,
+  // c < nc <= panel_tokens; `panel` is the panel's first block. A pair's value does not
+  // depend on nc. Where it is set, models repack this type's matrices into panels.
+  void (*panel_dot)(int64_t n, const void* panel, const void* act, int64_t act_stride, int nc,
+                    float* out, int64_t out_stride, int nr) = nullptr;
+  int panel_tokens = 0;
 };
 
 // The traits of a type for DetectIsa()'s ISA (the best this CPU supports, or a lower one

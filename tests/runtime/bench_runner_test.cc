@@ -42,8 +42,34 @@ TEST(BenchRunnerTest, NamesAndRuns) {
   }
   EXPECT_FALSE(RunBench(*loaded->model, threads, {0, 0}, options).ok());
   EXPECT_FALSE(RunBench(*loaded->model, threads, {4, 4}, options).ok());
+  EXPECT_FALSE(RunBench(*loaded->model, threads, {4, 0, 2}, options).ok());  // streams: tg only
+  EXPECT_FALSE(RunBench(*loaded->model, threads, {0, 4, 0}, options).ok());
   options.reps = 0;
   EXPECT_FALSE(RunBench(*loaded->model, threads, {4, 0}, options).ok());
+}
+
+// tg<N>x<S>: S sequences decode N tokens together, one batch of S per step; tok/s counts
+// every stream's tokens. Also through a split (each step crosses the stage boundary with S
+// rows).
+TEST(BenchRunnerTest, StreamsDecodeTogether) {
+  SHARDLM_REQUIRE_FIXTURES();
+  EXPECT_EQ((BenchTest{0, 128, 8}).Name(), "tg128x8");
+  auto loaded = LoadModelFile(testing::FixturePath("stories260K.gguf"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  ThreadPool threads(2);
+  BenchOptions options;
+  options.reps = 2;
+  for (int stages : {1, 2}) {
+    SCOPED_TRACE(stages);
+    options.placement.devices.assign(stages, DeviceSpec{});
+    auto result = RunBench(*loaded->model, threads, {0, 70, 3}, options);  // 70: 2 pages each
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    EXPECT_EQ(result->samples_ts.size(), 2u);
+    // 3 × 70 tokens per run.
+    EXPECT_NEAR(result->samples_ts[0], 210e9 / double(result->samples_ns[0]), 1e-6);
+    EXPECT_EQ(result->bytes_between_per_token,
+              stages == 1 ? 0.0 : double(loaded->model->config().n_embd) * sizeof(float));
+  }
 }
 
 TEST(BenchRunnerTest, SplitRunCountsBytesBetweenStages) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensor/fp16.h"
+#include "tensor/test_matrices.h"
 #include "tensor/thread_pool.h"
 #include "tensor/type_traits.h"
 
@@ -26,46 +27,11 @@ const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
 
 std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
 
-std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
-
-// A weight matrix quantized with the type's reference quantizer.
-struct Matrix {
-  std::vector<uint8_t> bytes;
-  WeightView view;
-};
-
-Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
-  const TypeTraits* traits = GetTypeTraits(type);
-  const auto info = LookupGgmlType(static_cast<uint32_t>(type));
-  Matrix m;
-  const int64_t row_bytes = RowBytes(*info, cols);
-  m.bytes.resize(static_cast<size_t>(rows * row_bytes));
-  const std::vector<float> src = RandomFloats(static_cast<size_t>(rows * cols), seed, 0.05f);
-  for (int64_t r = 0; r < rows; ++r) {
-    traits->quantize_row(src.data() + r * cols, m.bytes.data() + r * row_bytes, cols);
-  }
-  m.view = {type, cols, rows, m.bytes.data(), row_bytes};
-  return m;
-}
-
-std::vector<float> RunMatMul(const Matrix& m, const std::vector<float>& x, int64_t n_tokens,
-                             int n_threads) {
-  ThreadPool pool(n_threads);
-  MatMulScratch scratch;
-  std::vector<float> y(static_cast<size_t>(n_tokens * m.view.rows), -1.0f);
-  MatMul(m.view, x.data(), n_tokens, y.data(), pool, scratch);
-  return y;
-}
-
-bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using testing::BitwiseEqual;
+using testing::MakeMatrix;
+using testing::Matrix;
+using testing::RandomFloats;
+using testing::RunMatMul;
 
 TEST(MatMul, BitwiseIdenticalForAnyThreadCount) {
   for (GgmlType type : kAllTypes) {

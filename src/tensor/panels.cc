@@ -1,0 +1,128 @@
+// Repacking GGUF Q4_K / Q6_K rows into 16-row panels (panels.h).
+#include "tensor/panels.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+
+namespace shardlm {
+namespace {
+
+// Column i (0..255) of a Q4_K row block: low nibbles of qs[32c .. 32c+32) are columns
+// 64c .. 64c+32, high nibbles the next 32.
+int Q4KQuant(const BlockQ4_K& b, int i) {
+  const int chunk = i / 64, l = i % 64;
+  return l < 32 ? b.qs[32 * chunk + l] & 15 : b.qs[32 * chunk + l - 32] >> 4;
+}
+
+// Scale and min of sub-block j from the 12 packed bytes (6 bits each).
+void Q4KScaleMin(const uint8_t* q, int j, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Column i of a Q6_K row block, 0..63: per 128-column half h, ql[64h + l] holds columns
+// 128h + l (low nibble) and 128h + 64 + l (high nibble) for l < 64; qh[32h + l] holds the
+// top bits of columns 128h + l + 32k at bits 2k (k = 0..3).
+int Q6KQuant(const BlockQ6_K& b, int i) {
+  const int h = i / 128, j = i % 128;
+  const int l = j % 64;
+  const int low = j < 64 ? b.ql[64 * h + l] & 15 : b.ql[64 * h + l] >> 4;
+  const int high = (b.qh[32 * h + j % 32] >> (2 * (j / 32))) & 3;
+  return low | (high << 4);
+}
+
+void RepackQ4K(const BlockQ4_K* const* rows, int n_rows, PanelQ4_K* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    const BlockQ4_K& b = *rows[r];
+    for (int pair = 0; pair < 32; ++pair) {
+      for (int e = 0; e < 4; ++e) {
+        const int lo = Q4KQuant(b, 8 * pair + e), hi = Q4KQuant(b, 8 * pair + 4 + e);
+        p->qs[pair][4 * r + e] = uint8_t(lo | (hi << 4));
+      }
+    }
+    for (int j = 0; j < 8; ++j) Q4KScaleMin(b.scales, j, &p->scales[j][r], &p->mins[j][r]);
+    p->d[r] = b.d;
+    p->dmin[r] = b.dmin;
+  }
+}
+
+void RepackQ6K(const BlockQ6_K* const* rows, int n_rows, PanelQ6_K* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    const BlockQ6_K& b = *rows[r];
+    for (int pair = 0; pair < 32; ++pair) {
+      for (int e = 0; e < 4; ++e) {
+        const int lo = Q6KQuant(b, 8 * pair + e), hi = Q6KQuant(b, 8 * pair + 4 + e);
+        p->ql[pair][4 * r + e] = uint8_t((lo & 15) | ((hi & 15) << 4));
+      }
+    }
+    for (int g = 0; g < 16; ++g) {
+      for (int e = 0; e < 4; ++e) {
+        int bits = 0;
+        for (int i = 0; i < 4; ++i) bits |= (Q6KQuant(b, 16 * g + 4 * i + e) >> 4) << (2 * i);
+        p->qh[g][4 * r + e] = uint8_t(bits);
+      }
+    }
+    for (int t = 0; t < 8; ++t) {
+      p->scales[t][r][0] = b.scales[2 * t];
+      p->scales[t][r][1] = b.scales[2 * t + 1];
+    }
+    p->d[r] = b.d;
+  }
+}
+
+template <class Block, class Panel, void (*Repack)(const Block* const*, int, Panel*)>
+void RepackAll(const void* src, int64_t row_bytes, int64_t rows, int64_t cols, int64_t first_panel,
+               int64_t end_panel, void* dst) {
+  const int64_t nb = cols / kQK_K;
+  auto* panels = static_cast<Panel*>(dst);
+  const Block* block_rows[kPanelRows];
+  for (int64_t panel = first_panel; panel < end_panel; ++panel) {
+    const int64_t r0 = panel * kPanelRows;
+    const int n_rows = int(std::min<int64_t>(kPanelRows, rows - r0));
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int r = 0; r < n_rows; ++r) {
+        block_rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(src) +
+                                                       (r0 + r) * row_bytes) +
+                        b;
+      }
+      Repack(block_rows, n_rows, &panels[panel * nb + b]);
+    }
+  }
+}
+
+}  // namespace
+
+bool HasPanelLayout(GgmlType type) { return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K; }
+
+int64_t PanelStrideBytes(GgmlType type, int64_t cols) {
+  SHARDLM_CHECK(HasPanelLayout(type) && cols % kQK_K == 0);
+  const int64_t block = type == GgmlType::kQ4_K ? sizeof(PanelQ4_K) : sizeof(PanelQ6_K);
+  return cols / kQK_K * block;
+}
+
+int64_t PanelMatrixBytes(GgmlType type, int64_t rows, int64_t cols) {
+  return (rows + kPanelRows - 1) / kPanelRows * PanelStrideBytes(type, cols);
+}
+
+void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t rows, int64_t cols,
+                  int64_t first_panel, int64_t end_panel, void* dst) {
+  SHARDLM_CHECK(HasPanelLayout(type) && cols % kQK_K == 0);
+  if (type == GgmlType::kQ4_K) {
+    RepackAll<BlockQ4_K, PanelQ4_K, RepackQ4K>(src, row_bytes, rows, cols, first_panel, end_panel,
+                                               dst);
+  } else {
+    RepackAll<BlockQ6_K, PanelQ6_K, RepackQ6K>(src, row_bytes, rows, cols, first_panel, end_panel,
+                                               dst);
+  }
+}
+
+}  // namespace shardlm

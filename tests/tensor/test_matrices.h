@@ -1,0 +1,73 @@
+// Weight matrices for the MatMul tests: random floats through a type's reference
+// quantizer, in GGUF rows or repacked into panels, and one MatMul call on a fresh pool.
+#pragma once
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "tensor/matmul.h"
+#include "tensor/panels.h"
+#include "tensor/thread_pool.h"
+#include "tensor/type_traits.h"
+
+namespace shardlm::testing {
+
+inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// A quantized weight matrix: bytes holds the GGUF rows; with panels, view points into
+// panel_bytes (its repacked copy) instead.
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> panel_bytes;
+  WeightView view;
+};
+
+// Whether this CPU repacks `type` (a panel kernel exists for it).
+inline bool HasPanelKernel(GgmlType type) {
+  const TypeTraits* traits = GetTypeTraits(type);
+  return HasPanelLayout(type) && traits != nullptr && traits->panel_dot != nullptr;
+}
+
+inline Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed,
+                         bool panels = false) {
+  const TypeTraits* traits = GetTypeTraits(type);
+  const auto info = LookupGgmlType(static_cast<uint32_t>(type));
+  Matrix m;
+  const int64_t row_bytes = RowBytes(*info, cols);
+  m.bytes.resize(static_cast<size_t>(rows * row_bytes));
+  const std::vector<float> src = RandomFloats(static_cast<size_t>(rows * cols), seed, 0.05f);
+  for (int64_t r = 0; r < rows; ++r) {
+    traits->quantize_row(src.data() + r * cols, m.bytes.data() + r * row_bytes, cols);
+  }
+  m.view = {type, cols, rows, m.bytes.data(), row_bytes};
+  if (panels) {
+    m.panel_bytes.assign(size_t(PanelMatrixBytes(type, rows, cols)), 0xee);
+    RepackPanels(type, m.bytes.data(), row_bytes, rows, cols, 0,
+                 (rows + kPanelRows - 1) / kPanelRows, m.panel_bytes.data());
+    m.view.data = m.panel_bytes.data();
+    m.view.panel_bytes = PanelStrideBytes(type, cols);
+  }
+  return m;
+}
+
+inline std::vector<float> RunMatMul(const Matrix& m, const std::vector<float>& x, int64_t n_tokens,
+                                    int n_threads) {
+  ThreadPool pool(n_threads);
+  MatMulScratch scratch;
+  std::vector<float> y(static_cast<size_t>(n_tokens * m.view.rows), -1.0f);
+  MatMul(m.view, x.data(), n_tokens, y.data(), pool, scratch);
+  return y;
+}
+
+inline bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace shardlm::testing
