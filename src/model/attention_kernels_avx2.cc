@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/attention_kernels.h"
+#include "model/fast_exp_simd.h"
 #include "tensor/simd_tile.h"
 
 namespace shardlm::internal {
@@ -94,21 +95,6 @@ void DotTileAvx2(const float* const* qs, int n_q, const float* const* rows, int 
 void AxpyTileAvx2(const float* const* ws, int n_q, const float* const* rows, int n_rows,
                   float* const* ys, int n) {
   for (int q = 0; q < n_q; ++q) AxpyRowsAvx2(ws[q], rows, n_rows, ys[q], n);
-}
-
-// ExpNonPositive (attention_kernels.h) on 8 lanes, the same operations in the same order.
-inline __m256 ExpNonPositive8(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(kExpLowest));
-  const __m256 round = _mm256_set1_ps(kExpRound);
-  const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(kExpLog2e), round);
-  const __m256 k = _mm256_sub_ps(t, round);
-  const __m256i ki = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(round));
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kExpLn2Hi), x);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(kExpLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kExpPoly[0]);
-  SHARDLM_UNROLL for (int i = 1; i < 8; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
-  const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(ki, _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2));
 }
 
 // Lanes 0-15 of the double sums as four registers of 4; SumLanes<double>'s tree.

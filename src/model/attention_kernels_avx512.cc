@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "model/attention_kernels.h"
+#include "model/fast_exp_simd.h"
 #include "tensor/intrinsics.h"
 #include "tensor/simd_tile.h"
 
@@ -195,21 +196,6 @@ void AxpyTileAvx512(const float* const* ws, int n_q, const float* const* rows, i
     }
   }
   for (; q0 < n_q; ++q0) AxpyRowsAvx512(ws[q0], rows, n_rows, ys[q0], n);
-}
-
-// ExpNonPositive (attention_kernels.h) on 16 lanes, the same operations in the same order.
-inline __m512 ExpNonPositive16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(kExpLowest));
-  const __m512 round = _mm512_set1_ps(kExpRound);
-  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(kExpLog2e), round);
-  const __m512 k = _mm512_sub_ps(t, round);
-  const __m512i ki = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(round));
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kExpLn2Hi), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kExpLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kExpPoly[0]);
-  SHARDLM_UNROLL for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
-  const __m512i pow2 = _mm512_slli_epi32(_mm512_add_epi32(ki, _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(pow2));
 }
 
 // SumLanes<double> of lanes 0-7 (lo) and 8-15 (hi).

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "model/ffn_kernels.h"
+
 namespace shardlm {
 
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y) {
@@ -47,10 +49,7 @@ void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n
 }
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = (g / (1.0f + expf(-g))) * up[i];
-  }
+  GetFfnKernels().swiglu(gate, up, n, out);
 }
 
 float DotF32(const float* a, const float* b, int n) {

@@ -31,7 +31,7 @@ void RopeAngles(int position, int n_rot, float freq_base, const float* freq_fact
 // Rotates the first n_rot dims of each of n_heads heads in x [n_heads][head_dim].
 void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n_heads, float* x);
 
-// out[i] = SiLU(gate[i]) · up[i]; out may alias gate.
+// out[i] = SiLU(gate[i]) · up[i]; out may alias gate. The ISA kernel of ffn_kernels.h.
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
 // Dot product with eight running sums (lane j takes elements ≡ j mod 8), combined in a
