@@ -21,11 +21,23 @@ void ForEachRun(const PagePool& pool, PageList pages, int layer_idx, bool values
                 int64_t head_offset, int n_ctx, AsF32&& as_f32, Fn&& fn) {
   const int page_tokens = pool.page_tokens();
   const size_t element_bytes = KvTypeSize(pool.config().kv_type);
+  const size_t head_bytes = pool.config().head_dim * element_bytes;
   const float* rows[kMaxRunRows];
   for (int pos = 0; pos < n_ctx;) {
     const PageId page = pages[pos / page_tokens];
     const int offset = pos % page_tokens;
     const int n = std::min({kMaxRunRows, page_tokens - offset, n_ctx - pos});
+    // The run's rows of this head are row_bytes apart in the page (every head of a position
+    // is contiguous): ask for all of them before the first is used, so the misses overlap
+    // instead of being taken one row at a time. At 8 streams of ~150 positions, F16 rows
+    // converted one by one spent 32% of a decode step waiting for memory.
+    for (int r = 0; r < n; ++r) {
+      const auto* row =
+          static_cast<const char*>(values ? pool.ValueRow(page, layer_idx, offset + r)
+                                          : pool.KeyRow(page, layer_idx, offset + r)) +
+          head_offset * element_bytes;
+      for (size_t line = 0; line < head_bytes; line += 64) __builtin_prefetch(row + line, 0, 3);
+    }
     for (int r = 0; r < n; ++r) {
       const void* row = values ? pool.ValueRow(page, layer_idx, offset + r)
                                : pool.KeyRow(page, layer_idx, offset + r);
