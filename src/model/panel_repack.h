@@ -4,8 +4,9 @@
 // on panels; single-token decode streams the same bytes (Q4_K: +2.8%).
 //
 // Goals: repack only the stage's own matrices (a split stage holds its share, nothing
-// more); give the file's pages of a repacked matrix back (madvise), so the process holds
-// each weight once; both cores at load (a 0.6B model takes about a second).
+// more); give the file's pages of a repacked matrix back (madvise) as soon as it is copied,
+// so the process holds each weight about once, also while loading (read the file pages
+// after the repack, not before); both cores at load (a 0.6B model takes about a second).
 // Non-goals: the token embedding (looked up by row; it stays in the file, also when it is
 // the tied head: then the head alone is repacked), other types, caching panels on disk.
 //
@@ -28,15 +29,16 @@ class PanelStore {
   PanelStore& operator=(PanelStore&&) = default;
 
   size_t bytes() const { return bytes_; }
-  int matrices() const { return int(buffers_.size()); }
+  int matrices() const { return matrices_; }
 
  private:
   friend PanelStore RepackPanels(StageWeights* weights);
   struct FreeDeleter {
     void operator()(uint8_t* p) const;
   };
-  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> buffers_;
+  std::unique_ptr<uint8_t, FreeDeleter> arena_;  // every matrix's panels, 64-byte aligned
   size_t bytes_ = 0;
+  int matrices_ = 0;
 };
 
 // Repacks weights' matrices in place (see the file comment); an empty store when this CPU

@@ -25,20 +25,17 @@ Result<LoadedModel> LoadModelFile(const std::string& path, const LoadOptions& op
   LoadedModel loaded;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
   loaded.file = std::move(file);
-  if (options.prefault) {
-    // Every tensor of the file, in file order (a split pages in per stage instead). Before
-    // the repack, which reads the same pages and then gives them back.
-    std::vector<std::span<const uint8_t>> ranges;
-    for (const GgufTensorInfo& tensor : loaded.file->tensors()) {
-      ranges.emplace_back(tensor.data, tensor.n_bytes);
-    }
-    PrefaultBytes(ranges, loaded.file->name(), options.show_progress);
-  }
   const auto repack_start = std::chrono::steady_clock::now();
   auto model = Model::Load(loaded.file, kAllLayers, options.repack);
   if (!model.ok()) return model.status().WithContext(path);
   loaded.model = std::move(model).value();
   ReportPanels(*loaded.model, loaded.file->name(), repack_start, options.show_progress);
+  if (options.prefault) {
+    // Every tensor the model computes with (a split pages in per stage instead), after the
+    // repack: the panels are resident already, and the file pages of repacked matrices,
+    // which the repack read and gave back, are not read again.
+    PrefaultStage(loaded.model->weights(), loaded.file->name(), options.show_progress);
+  }
   auto tokenizer = Tokenizer::FromGguf(*loaded.file);
   if (!tokenizer.ok()) return tokenizer.status().WithContext(path);
   loaded.tokenizer = std::move(tokenizer).value();
