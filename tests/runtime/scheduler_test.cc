@@ -273,8 +273,10 @@ TEST(SchedulerTest, LongPromptDoesNotStallRunningStream) {
   ASSERT_TRUE(scheduler->Submit(Request(long_prompt, Greedy(), 2), callbacks).ok());
   ASSERT_TRUE(late.Wait());
   // 200 prompt tokens in chunks of at most 15 (16 minus the running decode): >= 14 steps,
-  // each of which also decoded a token of the running stream.
-  EXPECT_GE(at_first_token - before, 14u);
+  // each of which also decoded a token of the running stream. The running token of the
+  // step that gives the late request its first token may be delivered after it (the order
+  // of callbacks within a step is not defined; seen once under ASan), so 13 are certain.
+  EXPECT_GE(at_first_token - before, 13u);
   scheduler->Cancel(*running_id);
   ASSERT_TRUE(running.Wait());
 }
