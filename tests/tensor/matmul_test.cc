@@ -108,23 +108,29 @@ TEST(MatMul, EveryElementIsOneVecDot) {
 // at a batch spanning two token blocks, for 1-3 threads.
 TEST(MatMulMany, EqualsSeparateMatMuls) {
   constexpr int64_t kCols = 512;
-  const Matrix q = MakeMatrix(GgmlType::kQ4_K, 70, kCols, 21);
-  const Matrix k = MakeMatrix(GgmlType::kQ6_K, 37, kCols, 22);
-  const Matrix v = MakeMatrix(GgmlType::kQ8_0, 19, kCols, 23);
-  for (int64_t n_tokens : {1, 9, 70}) {
-    const std::vector<float> x = RandomFloats(n_tokens * kCols, 24);
-    for (int n_threads : {1, 2, 3}) {
-      SCOPED_TRACE("tokens " + std::to_string(n_tokens) + ", threads " + std::to_string(n_threads));
-      ThreadPool pool(n_threads);
-      MatMulScratch scratch;
-      std::vector<float> yq(n_tokens * 70, -1.0f), yk(n_tokens * 37, -1.0f),
-          yv(n_tokens * 19, -1.0f);
-      const MatMulOutput outputs[] = {
-          {q.view, yq.data()}, {k.view, yk.data()}, {v.view, yv.data()}};
-      MatMulMany(outputs, x.data(), n_tokens, pool, scratch);
-      EXPECT_TRUE(BitwiseEqual(yq, RunMatMul(q, x, n_tokens, 1)));
-      EXPECT_TRUE(BitwiseEqual(yk, RunMatMul(k, x, n_tokens, 1)));
-      EXPECT_TRUE(BitwiseEqual(yv, RunMatMul(v, x, n_tokens, 1)));
+  // Also with q and k repacked into panels: the row matrix first, so the panel matrices'
+  // rows start at joint rows that are not multiples of 16 (decode cuts the joint rows).
+  for (bool panels : {false, true}) {
+    if (panels && !testing::HasPanelKernel(GgmlType::kQ4_K)) continue;
+    const Matrix v = MakeMatrix(GgmlType::kQ8_0, 19, kCols, 23);
+    const Matrix q = MakeMatrix(GgmlType::kQ4_K, 70, kCols, 21, panels);
+    const Matrix k = MakeMatrix(GgmlType::kQ6_K, 37, kCols, 22, panels);
+    for (int64_t n_tokens : {1, 9, 70}) {
+      const std::vector<float> x = RandomFloats(n_tokens * kCols, 24);
+      for (int n_threads : {1, 2, 3}) {
+        SCOPED_TRACE(std::string(panels ? "panels" : "rows") + ", tokens " +
+                     std::to_string(n_tokens) + ", threads " + std::to_string(n_threads));
+        ThreadPool pool(n_threads);
+        MatMulScratch scratch;
+        std::vector<float> yv(n_tokens * 19, -1.0f), yq(n_tokens * 70, -1.0f),
+            yk(n_tokens * 37, -1.0f);
+        const MatMulOutput outputs[] = {
+            {v.view, yv.data()}, {q.view, yq.data()}, {k.view, yk.data()}};
+        MatMulMany(outputs, x.data(), n_tokens, pool, scratch);
+        EXPECT_TRUE(BitwiseEqual(yq, RunMatMul(q, x, n_tokens, 1)));
+        EXPECT_TRUE(BitwiseEqual(yk, RunMatMul(k, x, n_tokens, 1)));
+        EXPECT_TRUE(BitwiseEqual(yv, RunMatMul(v, x, n_tokens, 1)));
+      }
     }
   }
 }
@@ -136,22 +142,26 @@ void MultiplyRows(const float* a, const float* b, int64_t n, float* out) {
 
 TEST(MatMulGated, EqualsTwoMatMulsThenCombine) {
   constexpr int64_t kCols = 256, kRows = 45;
-  const Matrix gate = MakeMatrix(GgmlType::kQ4_K, kRows, kCols, 31);
-  const Matrix up = MakeMatrix(GgmlType::kQ6_K, kRows, kCols, 32);
-  for (int64_t n_tokens : {1, 8, 67}) {
-    const std::vector<float> x = RandomFloats(n_tokens * kCols, 33);
-    std::vector<float> want = RunMatMul(gate, x, n_tokens, 1);
-    const std::vector<float> want_up = RunMatMul(up, x, n_tokens, 1);
-    MultiplyRows(want.data(), want_up.data(), int64_t(want.size()), want.data());
-    for (int n_threads : {1, 2, 3}) {
-      SCOPED_TRACE("tokens " + std::to_string(n_tokens) + ", threads " + std::to_string(n_threads));
-      ThreadPool pool(n_threads);
-      MatMulScratch scratch;
-      std::vector<float> ya(n_tokens * kRows, -1.0f), yb(n_tokens * kRows, -1.0f);
-      MatMulGated(gate.view, up.view, x.data(), n_tokens, ya.data(), yb.data(), &MultiplyRows, pool,
-                  scratch);
-      EXPECT_TRUE(BitwiseEqual(ya, want));
-      EXPECT_TRUE(BitwiseEqual(yb, want_up));
+  for (bool panels : {false, true}) {
+    if (panels && !testing::HasPanelKernel(GgmlType::kQ4_K)) continue;
+    const Matrix gate = MakeMatrix(GgmlType::kQ4_K, kRows, kCols, 31, panels);
+    const Matrix up = MakeMatrix(GgmlType::kQ6_K, kRows, kCols, 32, panels);
+    for (int64_t n_tokens : {1, 8, 67}) {
+      const std::vector<float> x = RandomFloats(n_tokens * kCols, 33);
+      std::vector<float> want = RunMatMul(gate, x, n_tokens, 1);
+      const std::vector<float> want_up = RunMatMul(up, x, n_tokens, 1);
+      MultiplyRows(want.data(), want_up.data(), int64_t(want.size()), want.data());
+      for (int n_threads : {1, 2, 3}) {
+        SCOPED_TRACE(std::string(panels ? "panels" : "rows") + ", tokens " +
+                     std::to_string(n_tokens) + ", threads " + std::to_string(n_threads));
+        ThreadPool pool(n_threads);
+        MatMulScratch scratch;
+        std::vector<float> ya(n_tokens * kRows, -1.0f), yb(n_tokens * kRows, -1.0f);
+        MatMulGated(gate.view, up.view, x.data(), n_tokens, ya.data(), yb.data(), &MultiplyRows,
+                    pool, scratch);
+        EXPECT_TRUE(BitwiseEqual(ya, want));
+        EXPECT_TRUE(BitwiseEqual(yb, want_up));
+      }
     }
   }
 }

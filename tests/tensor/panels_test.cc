@@ -1,7 +1,7 @@
 // Tests of weight panels (tensor/panels.h) through MatMul: a repacked matrix gives what its
 // GGUF rows give (up to float accumulation order), and the Determinism contract holds on
-// panels too: the same bits for any thread count, any batch composition, and the fused
-// entries, also when panel and row matrices share a call.
+// panels too: the same bits for any thread count and any batch composition (the fused
+// entries: matmul_test.cc).
 #include "tensor/panels.h"
 
 #include <gtest/gtest.h>
@@ -101,58 +101,8 @@ TEST(Panels, TokenAloneEqualsTokenInsideBatch) {
   }
 }
 
-// Panel and row matrices in one fused call: the row matrix first, so the panel matrices'
-// rows start at joint rows that are not multiples of 16 (decode cuts the joint rows).
-TEST(Panels, FusedWithRowMatricesEqualsSeparateMatMuls) {
-  SHARDLM_REQUIRE_PANEL_KERNELS();
-  constexpr int64_t kCols = 512;
-  const Matrix v = MakeMatrix(GgmlType::kQ8_0, 19, kCols, 23);
-  const Matrix q = MakeMatrix(GgmlType::kQ4_K, 70, kCols, 21, true);
-  const Matrix k = MakeMatrix(GgmlType::kQ6_K, 37, kCols, 22, true);
-  for (int64_t n_tokens : {1, 9, 70}) {
-    const std::vector<float> x = RandomFloats(n_tokens * kCols, 24);
-    for (int n_threads : {1, 2, 3}) {
-      SCOPED_TRACE("tokens " + std::to_string(n_tokens) + ", threads " + std::to_string(n_threads));
-      ThreadPool pool(n_threads);
-      MatMulScratch scratch;
-      std::vector<float> yv(n_tokens * 19, -1.0f), yq(n_tokens * 70, -1.0f),
-          yk(n_tokens * 37, -1.0f);
-      const MatMulOutput outputs[] = {
-          {v.view, yv.data()}, {q.view, yq.data()}, {k.view, yk.data()}};
-      MatMulMany(outputs, x.data(), n_tokens, pool, scratch);
-      EXPECT_TRUE(BitwiseEqual(yv, RunMatMul(v, x, n_tokens, 1)));
-      EXPECT_TRUE(BitwiseEqual(yq, RunMatMul(q, x, n_tokens, 1)));
-      EXPECT_TRUE(BitwiseEqual(yk, RunMatMul(k, x, n_tokens, 1)));
-    }
-  }
-}
-
-void MultiplyRows(const float* a, const float* b, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
-}
-
-TEST(Panels, GatedEqualsTwoMatMulsThenCombine) {
-  SHARDLM_REQUIRE_PANEL_KERNELS();
-  constexpr int64_t kCols = 256, kRows = 45;
-  const Matrix gate = MakeMatrix(GgmlType::kQ4_K, kRows, kCols, 31, true);
-  const Matrix up = MakeMatrix(GgmlType::kQ6_K, kRows, kCols, 32, true);
-  for (int64_t n_tokens : {1, 8, 67}) {
-    const std::vector<float> x = RandomFloats(n_tokens * kCols, 33);
-    std::vector<float> want = RunMatMul(gate, x, n_tokens, 1);
-    const std::vector<float> want_up = RunMatMul(up, x, n_tokens, 1);
-    MultiplyRows(want.data(), want_up.data(), int64_t(want.size()), want.data());
-    for (int n_threads : {1, 3}) {
-      SCOPED_TRACE("tokens " + std::to_string(n_tokens) + ", threads " + std::to_string(n_threads));
-      ThreadPool pool(n_threads);
-      MatMulScratch scratch;
-      std::vector<float> ya(n_tokens * kRows, -1.0f), yb(n_tokens * kRows, -1.0f);
-      MatMulGated(gate.view, up.view, x.data(), n_tokens, ya.data(), yb.data(), &MultiplyRows, pool,
-                  scratch);
-      EXPECT_TRUE(BitwiseEqual(ya, want));
-      EXPECT_TRUE(BitwiseEqual(yb, want_up));
-    }
-  }
-}
+// Fused calls mixing panel and row matrices: MatMulMany / MatMulGated tests in
+// matmul_test.cc run on both layouts.
 
 TEST(PanelsDeathTest, DequantizeRowOfPanelsAborts) {
   SHARDLM_REQUIRE_PANEL_KERNELS();

@@ -14,6 +14,7 @@
 
 #include "tensor/fp16.h"
 #include "tensor/quant_blocks.h"
+#include "tensor/test_matrices.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm {
@@ -27,11 +28,7 @@ const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
 std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
 
 std::vector<float> Gaussian(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
+  return testing::RandomFloats(n, seed, scale);
 }
 
 // The activation row as the kernel sees it (act type decoded to doubles), plus the
