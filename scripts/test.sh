@@ -9,6 +9,6 @@ scripts/build.sh build
 (cd build && ctest --output-on-failure -j2 --timeout 900)
 # End-to-end: the real `shardlm serve` driven by the official openai npm client.
 (cd tests/e2e && npm ci --no-audit --no-fund && SHARDLM_BIN=../../build/shardlm node --test)
-scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDLM_SANITIZE=ON
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Sanitize -DSHARDLM_SANITIZE=ON
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j2 --timeout 900)
