@@ -21,7 +21,8 @@
 // Section kinds and their geometry (dims not listed are 1; bytes = elements × dtype size):
 //   kv_page:         dims {page_tokens, n_kv_heads, head_dim, n_pages}; elements = 2 (K, V)
 //                    × layers × dims product; the payload is n_pages of the stage's pages
-//                    (page_pool.h) back to back (a cache block has one)
+//                    (page_pool.h: head-major, [n_kv_heads][page_tokens][head_dim] per
+//                    layer and K/V) back to back (a cache block has one)
 //   recurrent_state: elements = layers × dims product (hybrid models, later)
 //   logits:          dims {n_vocab}; elements = dims product; dtype f32
 //   tokens:          dims {n_tokens}; elements = dims product; dtype i32 (token ids)

@@ -19,8 +19,9 @@ void AppendLe(std::vector<uint8_t>& out, T v) {
 }  // namespace
 
 Fingerprint128 LayoutFingerprint(const SnapshotLayout& layout) {
-  // The tag versions the encoding below: a change to it must change the tag.
-  constexpr std::string_view kTag = "shardlm-snapshot-layout-v1";
+  // The tag versions the encoding below and the byte layout of a page: a change to either
+  // must change the tag (v2: head-major pages, so files of v1 are foreign).
+  constexpr std::string_view kTag = "shardlm-snapshot-layout-v2";
   std::vector<uint8_t> bytes(kTag.begin(), kTag.end());
   AppendLe(bytes, layout.model.hi);
   AppendLe(bytes, layout.model.lo);

@@ -41,7 +41,8 @@
 namespace shardlm {
 
 // 2: Hello.heartbeat_ms and the Working message.
-inline constexpr uint32_t kShardProtocolVersion = 2;
+// 3: head-major KV pages (page_pool.h): exported page bytes are laid out differently.
+inline constexpr uint32_t kShardProtocolVersion = 3;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;

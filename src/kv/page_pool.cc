@@ -54,10 +54,13 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
   }
   std::unique_ptr<PagePool> pool(new PagePool(config));
   pool->row_elements_ = size_t(config.n_kv_heads) * config.head_dim;
-  pool->row_bytes_ = pool->row_elements_ * KvTypeSize(config.kv_type);
-  pool->page_bytes_ = pool->row_bytes_ * config.page_tokens * config.n_layers * 2;
+  pool->head_row_bytes_ = size_t(config.head_dim) * KvTypeSize(config.kv_type);
+  pool->page_bytes_ =
+      pool->row_elements_ * KvTypeSize(config.kv_type) * config.page_tokens * config.n_layers * 2;
   const size_t total_bytes = pool->page_bytes_ * size_t(config.n_pages);
-  pool->storage_.reset(new (std::nothrow) uint8_t[total_bytes]);
+  // Huge pages: a decode step of 8 streams at a few hundred positions reads more K/V bytes
+  // than weights, and with 4 KiB pages every 4 KiB of a head's run was a TLB miss.
+  pool->storage_ = AllocateHugePages(total_bytes);
   if (!pool->storage_) {
     return OutOfRange("KV pool: cannot allocate {} bytes for {} pages (reduce --kv-pages)",
                       total_bytes, config.n_pages);
@@ -82,12 +85,14 @@ const uint8_t* PagePool::page_data(PageId page) const {
   return const_cast<PagePool*>(this)->page_data(page);
 }
 
-void* PagePool::RowPtr(PageId page, int layer_idx, int kv, int offset) {
+void* PagePool::RowPtr(PageId page, int layer_idx, int kv, int kv_head, int offset) {
   SHARDLM_DCHECK(page >= 0 && page < config_.n_pages);
   SHARDLM_DCHECK(layer_idx >= 0 && layer_idx < config_.n_layers);
+  SHARDLM_DCHECK(kv_head >= 0 && kv_head < config_.n_kv_heads);
   SHARDLM_DCHECK(offset >= 0 && offset < config_.page_tokens);
-  const size_t row = (size_t(layer_idx) * 2 + kv) * config_.page_tokens + offset;
-  return storage_.get() + size_t(page) * page_bytes_ + row * row_bytes_;
+  const size_t row =
+      ((size_t(layer_idx) * 2 + kv) * config_.n_kv_heads + kv_head) * config_.page_tokens + offset;
+  return storage_.get() + size_t(page) * page_bytes_ + row * head_row_bytes_;
 }
 
 }  // namespace shardlm

@@ -3,11 +3,13 @@
 // A page holds `page_tokens` consecutive positions of K and V for every layer of the stage.
 // Byte layout of one page (elements of `kv_type`):
 //   for layer_idx in [0, n_layers):            (stage-local layer index)
-//     K: [page_tokens][n_kv_heads][head_dim]
-//     V: [page_tokens][n_kv_heads][head_dim]
-// so one position of one layer is a contiguous row of n_kv_heads × head_dim elements, and
-// page_data(page) is the whole page as page_bytes() contiguous bytes (export and import
-// of pages: shard protocol, disk cache).
+//     K: [n_kv_heads][page_tokens][head_dim]
+//     V: [n_kv_heads][page_tokens][head_dim]
+// Head-major: attention reads one kv head over a run of positions, and those rows are one
+// contiguous stretch (16 KiB for 64 F16 positions of head_dim 128) that the hardware
+// prefetcher streams; position-major rows of a head sat n_kv_heads × head_dim elements
+// apart and missed one by one. page_data(page) is the whole page as page_bytes()
+// contiguous bytes (export and import of pages: shard protocol, disk cache).
 //
 // Page ids are handed out by a PageAllocator (kv/page_allocator.h) that serves every stage
 // of a pipeline: each stage's pool stores the same logical page under the same id. The pool
@@ -31,6 +33,7 @@
 #include <span>
 #include <string>
 
+#include "base/huge_pages.h"
 #include "base/status.h"
 
 namespace shardlm {
@@ -81,7 +84,8 @@ class PagePool {
   int page_tokens() const { return config_.page_tokens; }
   int n_pages() const { return config_.n_pages; }
   size_t page_bytes() const { return page_bytes_; }
-  size_t row_elements() const { return row_elements_; }  // n_kv_heads × head_dim
+  size_t row_elements() const { return row_elements_; }      // n_kv_heads × head_dim
+  size_t head_row_bytes() const { return head_row_bytes_; }  // head_dim elements
 
   // Copies the contents of `src` into `dst` (copy-on-write of a shared page).
   void CopyPage(PageId src, PageId dst);
@@ -90,30 +94,31 @@ class PagePool {
   uint8_t* page_data(PageId page);
   const uint8_t* page_data(PageId page) const;
 
-  // Row of K or V: [n_kv_heads][head_dim] elements of kv_type for (layer_idx, position
-  // offset inside the page). layer_idx is stage-local.
-  void* KeyRow(PageId page, int layer_idx, int offset) {
-    return RowPtr(page, layer_idx, 0, offset);
+  // K or V of one kv head at (layer_idx, position offset inside the page): head_dim
+  // elements of kv_type; the next offset's row of the same head follows directly
+  // (head_dim elements later). layer_idx is stage-local.
+  void* KeyRow(PageId page, int layer_idx, int kv_head, int offset) {
+    return RowPtr(page, layer_idx, 0, kv_head, offset);
   }
-  void* ValueRow(PageId page, int layer_idx, int offset) {
-    return RowPtr(page, layer_idx, 1, offset);
+  void* ValueRow(PageId page, int layer_idx, int kv_head, int offset) {
+    return RowPtr(page, layer_idx, 1, kv_head, offset);
   }
-  const void* KeyRow(PageId page, int layer_idx, int offset) const {
-    return const_cast<PagePool*>(this)->RowPtr(page, layer_idx, 0, offset);
+  const void* KeyRow(PageId page, int layer_idx, int kv_head, int offset) const {
+    return const_cast<PagePool*>(this)->RowPtr(page, layer_idx, 0, kv_head, offset);
   }
-  const void* ValueRow(PageId page, int layer_idx, int offset) const {
-    return const_cast<PagePool*>(this)->RowPtr(page, layer_idx, 1, offset);
+  const void* ValueRow(PageId page, int layer_idx, int kv_head, int offset) const {
+    return const_cast<PagePool*>(this)->RowPtr(page, layer_idx, 1, kv_head, offset);
   }
 
  private:
   explicit PagePool(const PagePoolConfig& config);
-  void* RowPtr(PageId page, int layer_idx, int kv, int offset);
+  void* RowPtr(PageId page, int layer_idx, int kv, int kv_head, int offset);
 
   PagePoolConfig config_;
-  size_t row_elements_ = 0;  // n_kv_heads × head_dim
-  size_t row_bytes_ = 0;
+  size_t row_elements_ = 0;    // n_kv_heads × head_dim
+  size_t head_row_bytes_ = 0;  // head_dim elements
   size_t page_bytes_ = 0;
-  std::unique_ptr<uint8_t[]> storage_;  // [n_pages][page_bytes]
+  HugePageBuffer storage_;  // [n_pages][page_bytes], on huge pages where the kernel allows
 };
 
 }  // namespace shardlm

@@ -13,36 +13,72 @@ namespace {
 // Row pointers gathered per kernel call: one run of consecutive positions inside a page.
 constexpr int kMaxRunRows = 64;
 
-// Calls fn(pos, n, rows) for runs of n <= kMaxRunRows consecutive positions of [0, n_ctx)
-// inside one page, in position order; rows[r] = as_f32(r, raw) is the F32 K (or V) row of
-// position pos + r for one kv head, given its stored row `raw` (the head's elements).
-template <typename AsF32, typename Fn>
-void ForEachRun(const PagePool& pool, PageList pages, int layer_idx, bool values,
-                int64_t head_offset, int n_ctx, AsF32&& as_f32, Fn&& fn) {
-  const int page_tokens = pool.page_tokens();
-  const size_t element_bytes = KvTypeSize(pool.config().kv_type);
-  const size_t head_bytes = pool.config().head_dim * element_bytes;
-  const float* rows[kMaxRunRows];
-  for (int pos = 0; pos < n_ctx;) {
-    const PageId page = pages[pos / page_tokens];
+// Positions of K (or V) rows asked for ahead of the run being computed. The hardware
+// prefetcher stops at every 4 KiB of a run, and with 8 streams at a few hundred positions the
+// K/V reads of a step outweigh the weights: without asking ahead, attention waited for DRAM
+// one run at a time.
+constexpr int kPrefetchPositions = 2 * kMaxRunRows;
+
+// The K (or V) rows of one kv head over positions [0, n_ctx), as runs of n <= kMaxRunRows
+// consecutive positions inside one page, in position order. A run's stored rows are one
+// contiguous stretch (head-major pages, see page_pool.h).
+class KvRuns {
+ public:
+  KvRuns(const PagePool& pool, PageList pages, int layer_idx, bool values, int kv_head, int n_ctx)
+      : pool_(pool),
+        pages_(pages),
+        layer_idx_(layer_idx),
+        values_(values),
+        kv_head_(kv_head),
+        n_ctx_(n_ctx) {}
+
+  int n_ctx() const { return n_ctx_; }
+
+  // The stored rows of the run starting at `pos` (< n_ctx); *n is its length.
+  const uint8_t* At(int pos, int* n) const {
+    const int page_tokens = pool_.page_tokens();
+    const PageId page = pages_[pos / page_tokens];
     const int offset = pos % page_tokens;
-    const int n = std::min({kMaxRunRows, page_tokens - offset, n_ctx - pos});
-    // The run's rows of this head are row_bytes apart in the page (every head of a position
-    // is contiguous): ask for all of them before the first is used, so the misses overlap
-    // instead of being taken one row at a time. At 8 streams of ~150 positions, F16 rows
-    // converted one by one spent 32% of a decode step waiting for memory.
-    for (int r = 0; r < n; ++r) {
-      const auto* row =
-          static_cast<const char*>(values ? pool.ValueRow(page, layer_idx, offset + r)
-                                          : pool.KeyRow(page, layer_idx, offset + r)) +
-          head_offset * element_bytes;
-      for (size_t line = 0; line < head_bytes; line += 64) __builtin_prefetch(row + line, 0, 3);
+    *n = std::min({kMaxRunRows, page_tokens - offset, n_ctx_ - pos});
+    return static_cast<const uint8_t*>(values_ ? pool_.ValueRow(page, layer_idx_, kv_head_, offset)
+                                               : pool_.KeyRow(page, layer_idx_, kv_head_, offset));
+  }
+
+  // Asks for the lines of every run that starts before `end` and was not asked for yet.
+  void PrefetchUntil(int end) {
+    end = std::min(end, n_ctx_);
+    while (prefetched_ < end) {
+      int n = 0;
+      const auto* raw = reinterpret_cast<const char*>(At(prefetched_, &n));
+      const size_t bytes = size_t(n) * pool_.head_row_bytes();
+      for (size_t line = 0; line < bytes; line += 64) __builtin_prefetch(raw + line, 0, 3);
+      prefetched_ += n;
     }
-    for (int r = 0; r < n; ++r) {
-      const void* row = values ? pool.ValueRow(page, layer_idx, offset + r)
-                               : pool.KeyRow(page, layer_idx, offset + r);
-      rows[r] = as_f32(r, static_cast<const uint8_t*>(row) + head_offset * element_bytes);
-    }
+  }
+
+ private:
+  const PagePool& pool_;
+  PageList pages_;
+  int layer_idx_;
+  bool values_;
+  int kv_head_;
+  int n_ctx_;
+  int prefetched_ = 0;  // runs of [0, prefetched_) were asked for
+};
+
+// Calls fn(pos, n, rows) for the runs of `runs` in position order, asking kPrefetchPositions
+// ahead; rows[r] is the F32 row of position pos + r: as_f32(raw, n) gives the run's stored
+// rows as F32 rows head_dim apart (the stored rows themselves for an F32 cache, a
+// converted copy for F16).
+template <typename AsF32, typename Fn>
+void ForEachRun(KvRuns& runs, int64_t head_dim, AsF32&& as_f32, Fn&& fn) {
+  const float* rows[kMaxRunRows];
+  for (int pos = 0; pos < runs.n_ctx();) {
+    int n = 0;
+    const uint8_t* raw = runs.At(pos, &n);
+    runs.PrefetchUntil(pos + n + kPrefetchPositions);
+    const float* run = as_f32(raw, n);
+    for (int r = 0; r < n; ++r) rows[r] = run + r * head_dim;
     fn(pos, n, rows);
     pos += n;
   }
@@ -123,27 +159,29 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   SHARDLM_DCHECK(tile.n_tokens >= 1 && tile.n_tokens <= TileTokensFor(tile.n_heads));
   SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= int64_t(pages.size()) * pool.page_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
-  const int64_t head_offset = int64_t(tile.kv_head) * head_dim;
   const int n_ctx = tile.first_position + tile.n_tokens;
   float* scores = scratch;
+  // V is asked for with K: it is read right after the softmax.
+  KvRuns keys(pool, pages, layer_idx, false, tile.kv_head, n_ctx);
+  KvRuns values(pool, pages, layer_idx, true, tile.kv_head, n_ctx);
+  keys.PrefetchUntil(kPrefetchPositions);
+  values.PrefetchUntil(kPrefetchPositions);
+  auto visit = [&](bool v, auto&& as_f32, auto&& fn) {
+    ForEachRun(v ? values : keys, head_dim, as_f32, fn);
+  };
   if (pool.config().kv_type == KvType::kF32) {
-    auto as_f32 = [](int, const uint8_t* raw) { return reinterpret_cast<const float*>(raw); };
-    AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
-      ForEachRun(pool, pages, layer_idx, values, head_offset, n_ctx, as_f32, fn);
-    });
+    auto as_f32 = [](const uint8_t* raw, int) { return reinterpret_cast<const float*>(raw); };
+    AttendTileRuns(tile, head_dim, scores, [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   } else {
-    // F16: each row of a run converted once into the scratch after the scores, and used by
-    // every (token, head) of the tile.
+    // F16: each run converted once into the scratch after the scores, and used by every
+    // (token, head) of the tile.
     const AttentionKernels& kern = GetAttentionKernels();
     float* converted = scratch + int64_t(tile.n_tokens) * tile.n_heads * n_ctx;
-    auto as_f32 = [&](int r, const uint8_t* raw) -> const float* {
-      float* dst = converted + int64_t(r) * head_dim;
-      kern.half_row(reinterpret_cast<const uint16_t*>(raw), dst, head_dim);
-      return dst;
+    auto as_f32 = [&](const uint8_t* raw, int n) -> const float* {
+      kern.half_row(reinterpret_cast<const uint16_t*>(raw), converted, n * head_dim);
+      return converted;
     };
-    AttendTileRuns(tile, head_dim, scores, [&](bool values, auto&& fn) {
-      ForEachRun(pool, pages, layer_idx, values, head_offset, n_ctx, as_f32, fn);
-    });
+    AttendTileRuns(tile, head_dim, scores, [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   }
 }
 
@@ -153,19 +191,19 @@ void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const 
   SHARDLM_DCHECK(size_t(position / page_tokens) < pages.size());
   const PageId page = pages[position / page_tokens];
   const int offset = position % page_tokens;
-  const size_t n = pool.row_elements();
-  void* k_dst = pool.KeyRow(page, layer_idx, offset);
-  void* v_dst = pool.ValueRow(page, layer_idx, offset);
-  if (pool.config().kv_type == KvType::kF32) {
-    std::copy(k, k + n, static_cast<float*>(k_dst));
-    std::copy(v, v + n, static_cast<float*>(v_dst));
-  } else {
-    auto* k16 = static_cast<uint16_t*>(k_dst);
-    auto* v16 = static_cast<uint16_t*>(v_dst);
-    for (size_t i = 0; i < n; ++i) {
-      k16[i] = FloatToHalf(k[i]);
-      v16[i] = FloatToHalf(v[i]);
+  const PagePoolConfig& config = pool.config();
+  const int64_t head_dim = config.head_dim;
+  auto store = [&](const float* src, void* dst) {
+    if (config.kv_type == KvType::kF32) {
+      std::copy(src, src + head_dim, static_cast<float*>(dst));
+    } else {
+      auto* dst16 = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < head_dim; ++i) dst16[i] = FloatToHalf(src[i]);
     }
+  };
+  for (int h = 0; h < config.n_kv_heads; ++h) {
+    store(k + h * head_dim, pool.KeyRow(page, layer_idx, h, offset));
+    store(v + h * head_dim, pool.ValueRow(page, layer_idx, h, offset));
   }
 }
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <thread>
 
 #include "base/check.h"
@@ -40,23 +39,9 @@ void ReleaseFilePages(const void* data, size_t bytes) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-// One arena for every matrix, 2 MiB-aligned and, where the kernel allows it, backed by huge
-// pages: a decode step streams every panel once, and with 4 KiB pages that is a TLB miss
-// per page. (One allocation per matrix rounded to 2 MiB each held ~170 MiB more.)
-uint8_t* AllocateArena(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kHuge, rounded));
-  SHARDLM_CHECK_MSG(p != nullptr, "out of memory for %zu bytes of weight panels", bytes);
-  madvise(p, rounded, MADV_HUGEPAGE);
-  return p;
-}
-
 constexpr size_t kMatrixAlign = 64;
 
 }  // namespace
-
-void PanelStore::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
 
 PanelStore RepackPanels(StageWeights* weights) {
   PanelStore store;
@@ -84,7 +69,11 @@ PanelStore RepackPanels(StageWeights* weights) {
   }
   store.matrices_ = int(sources.size());
   if (sources.empty()) return store;
-  store.arena_.reset(AllocateArena(store.bytes_));
+  // One arena for every matrix (one allocation per matrix rounded to 2 MiB each held ~170
+  // MiB more), on huge pages: a decode step streams every panel once.
+  store.arena_ = AllocateHugePages(store.bytes_);
+  SHARDLM_CHECK_MSG(store.arena_ != nullptr, "out of memory for %zu bytes of weight panels",
+                    store.bytes_);
   uint8_t* arena = store.arena_.get();
 
   std::vector<RepackItem> items;

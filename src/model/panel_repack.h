@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "model/weights.h"
 
 namespace shardlm {
@@ -33,10 +34,7 @@ class PanelStore {
 
  private:
   friend PanelStore RepackPanels(StageWeights* weights);
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t, FreeDeleter> arena_;  // every matrix's panels, 64-byte aligned
+  HugePageBuffer arena_;  // every matrix's panels, 64-byte aligned
   size_t bytes_ = 0;
   int matrices_ = 0;
 };

@@ -41,14 +41,17 @@ TEST(PagePool, LayoutAndSizes) {
   EXPECT_EQ(pool->row_elements(), 16u);
   EXPECT_EQ(pool->page_bytes(), 16u * 4 * 4 * 2 * 2);  // row × tokens × f32 × K,V × layers
   const PageId page = 1;
-  auto* k0 = static_cast<uint8_t*>(pool->KeyRow(page, 0, 0));
+  auto* k0 = static_cast<uint8_t*>(pool->KeyRow(page, 0, 0, 0));
   EXPECT_EQ(k0, pool->page_data(page));
   EXPECT_EQ(pool->page_data(page) - pool->page_data(0), std::ptrdiff_t(pool->page_bytes()));
-  EXPECT_EQ(static_cast<uint8_t*>(pool->KeyRow(page, 0, 1)) - k0, 64);
-  EXPECT_EQ(static_cast<uint8_t*>(pool->ValueRow(page, 0, 0)) - k0, 64 * 4);
-  EXPECT_EQ(static_cast<uint8_t*>(pool->KeyRow(page, 1, 0)) - k0, 64 * 8);
+  EXPECT_EQ(pool->head_row_bytes(), 32u);  // head_dim 8 × f32
+  // Head-major: a head's positions follow each other, then the next head, then V.
+  EXPECT_EQ(static_cast<uint8_t*>(pool->KeyRow(page, 0, 0, 1)) - k0, 32);
+  EXPECT_EQ(static_cast<uint8_t*>(pool->KeyRow(page, 0, 1, 0)) - k0, 32 * 4);
+  EXPECT_EQ(static_cast<uint8_t*>(pool->ValueRow(page, 0, 0, 0)) - k0, 32 * 4 * 2);
+  EXPECT_EQ(static_cast<uint8_t*>(pool->KeyRow(page, 1, 0, 0)) - k0, 32 * 4 * 2 * 2);
   // The last row of a page ends where the page does.
-  EXPECT_EQ(static_cast<uint8_t*>(pool->ValueRow(page, 1, 3)) + 64,
+  EXPECT_EQ(static_cast<uint8_t*>(pool->ValueRow(page, 1, 1, 3)) + 32,
             pool->page_data(page) + pool->page_bytes());
 }
 
