@@ -165,24 +165,48 @@ Status BenchCommand(const BenchFlags& f) {
     if (streams < 1) return InvalidArgument("--streams must be >= 1, got {}", streams);
     if (f.n_gen > 0) tests.push_back({0, f.n_gen, streams});
   }
+  BenchOptions options;
+  options.reps = f.reps;
+  options.kv_type = kv_type;
+  options.placement = placement;
+  options.placement.model_path = f.model_path;
+  options.placement.show_progress = false;  // no loading lines between the runs
+  std::fprintf(stderr, "bench: %zu tests, %d threads, warm-up + %d runs each%s\n", tests.size(),
+               n_threads, f.reps,
+               tests.size() > 1 && CanInterleave(options) ? ", runs interleaved" : "");
+  auto progress = [&](const BenchTest& test, int rep) {
+    std::fprintf(stderr, "bench: %s run %d/%d\n", test.Name().c_str(), rep + 1, f.reps);
+  };
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<BenchResult> results,
+                           RunBenches(*loaded.model, threads, tests, options, progress));
   if (!f.json) PrintTableHeader();
-  for (const BenchTest& test : tests) {
-    std::fprintf(stderr, "bench: %s, %d threads, warm-up + %d runs\n", test.Name().c_str(),
-                 n_threads, f.reps);
-    BenchOptions options;
-    options.reps = f.reps;
-    options.kv_type = kv_type;
-    options.placement = placement;
-    options.placement.model_path = f.model_path;
-    options.placement.show_progress = false;  // no loading lines between the runs
-    SHARDLM_ASSIGN_OR_RETURN(BenchResult result, RunBench(*loaded.model, threads, test, options));
+  for (const BenchResult& result : results) {
+    // tg<N>x<S> against tg<N> of the same run, repetition by repetition.
+    const BenchResult* single = nullptr;
+    for (const BenchResult& other : results) {
+      if (result.test.n_streams > 1 && other.test.n_streams == 1 &&
+          other.test.n_gen == result.test.n_gen) {
+        single = &other;
+      }
+    }
+    const bool paired = single != nullptr && CanInterleave(options);
     if (f.json) {
-      std::printf("%s\n", ToJson(facts, f, n_threads, result).dump().c_str());
-      std::fflush(stdout);
+      nlohmann::json line = ToJson(facts, f, n_threads, result);
+      if (paired) {
+        line["paired_ratio"] = {{"to", single->test.Name()},
+                                {"median", PairedRatio(result, *single)}};
+      }
+      std::printf("%s\n", line.dump().c_str());
     } else {
       PrintTableRow(facts, f.placement.devices.empty() ? "CPU" : f.placement.devices, n_threads,
                     result);
+      if (paired) {
+        std::printf("|  |  |  |  |  | %s / %s (median of paired runs) | %.2f× |\n",
+                    result.test.Name().c_str(), single->test.Name().c_str(),
+                    PairedRatio(result, *single));
+      }
     }
+    std::fflush(stdout);
   }
   return Status::Ok();
 }

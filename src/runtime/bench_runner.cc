@@ -153,8 +153,9 @@ void MeanStddev(const std::vector<double>& values, double& mean, double& stddev)
   stddev = std::sqrt(sum_sq / double(values.size() - 1));
 }
 
-Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const BenchTest& test,
-                             const BenchOptions& options) {
+namespace {
+
+Status CheckTest(const BenchTest& test) {
   if ((test.n_prompt > 0) == (test.n_gen > 0) || test.n_prompt < 0 || test.n_gen < 0) {
     return InvalidArgument("a bench test is either pp<N> or tg<N> with N > 0");
   }
@@ -162,35 +163,112 @@ Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const Benc
     return InvalidArgument("streams apply to decode tests only and must be >= 1, got {}",
                            test.n_streams);
   }
-  if (options.reps <= 0) return InvalidArgument("repetitions must be > 0, got {}", options.reps);
-  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<BenchSubject> subject,
-                           BenchSubject::Create(model, threads.size(), test, options));
-  const int n_tokens = test.n_prompt + test.n_gen * test.n_streams;
-  Rng rng(options.seed);
-  std::vector<TokenId> tokens(n_tokens);
-  for (TokenId& token : tokens) token = TokenId(rng.Next() % uint64_t(model.config().n_vocab));
+  return Status::Ok();
+}
+
+// One test's subject, prompt tokens and the samples gathered so far.
+struct BenchRun {
+  std::unique_ptr<BenchSubject> subject;
+  std::vector<TokenId> tokens;
   BenchResult result;
-  result.test = test;
-  SHARDLM_ASSIGN_OR_RETURN(RunTimes warmup, TimedRun(*subject, test, tokens));
+  uint64_t total_ns = 0;
+  uint64_t total_cpu_ns = 0;
+};
+
+Result<BenchRun> StartRun(const Model& model, ThreadPool& threads, const BenchTest& test,
+                          const BenchOptions& options) {
+  BenchRun run;
+  SHARDLM_ASSIGN_OR_RETURN(run.subject, BenchSubject::Create(model, threads.size(), test, options));
+  Rng rng(options.seed);
+  run.tokens.resize(size_t(test.n_prompt + test.n_gen * test.n_streams));
+  for (TokenId& token : run.tokens) token = TokenId(rng.Next() % uint64_t(model.config().n_vocab));
+  run.result.test = test;
+  SHARDLM_ASSIGN_OR_RETURN(RunTimes warmup, TimedRun(*run.subject, test, run.tokens));
   (void)warmup;
-  uint64_t total_ns = 0, total_cpu_ns = 0;
-  for (int rep = 0; rep < options.reps; ++rep) {
-    SHARDLM_ASSIGN_OR_RETURN(RunTimes times, TimedRun(*subject, test, tokens));
-    result.samples_ns.push_back(times.wall_ns);
-    result.samples_ts.push_back(double(n_tokens) * 1e9 /
-                                double(std::max<uint64_t>(times.wall_ns, 1)));
-    total_ns += times.wall_ns;
-    total_cpu_ns += times.cpu_ns;
-  }
-  result.avg_ns = total_ns / uint64_t(options.reps);
-  result.cpu_share = double(total_cpu_ns) / (double(total_ns) * threads.size());
+  return run;
+}
+
+Status TimeOnce(BenchRun& run) {
+  SHARDLM_ASSIGN_OR_RETURN(RunTimes times, TimedRun(*run.subject, run.result.test, run.tokens));
+  run.result.samples_ns.push_back(times.wall_ns);
+  run.result.samples_ts.push_back(double(run.tokens.size()) * 1e9 /
+                                  double(std::max<uint64_t>(times.wall_ns, 1)));
+  run.total_ns += times.wall_ns;
+  run.total_cpu_ns += times.cpu_ns;
+  return Status::Ok();
+}
+
+BenchResult Finish(BenchRun& run, int n_threads) {
+  BenchResult& result = run.result;
+  const size_t reps = std::max<size_t>(result.samples_ns.size(), 1);
+  result.avg_ns = run.total_ns / reps;
+  result.cpu_share =
+      double(run.total_cpu_ns) / (double(std::max<uint64_t>(run.total_ns, 1)) * n_threads);
   MeanStddev(result.samples_ts, result.avg_ts, result.stddev_ts);
   result.median_ts = Median(result.samples_ts);
-  const PipelineCounters counters = subject->pipeline().counters();
+  const PipelineCounters counters = run.subject->pipeline().counters();
   if (counters.tokens > 0) {
     result.bytes_between_per_token = double(counters.bytes_between) / double(counters.tokens);
   }
-  return result;
+  run.subject.reset();
+  return std::move(result);
+}
+
+}  // namespace
+
+bool CanInterleave(const BenchOptions& options) {
+  for (const DeviceSpec& device : options.placement.devices) {
+    if (device.remote()) return false;
+  }
+  return true;
+}
+
+Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& threads,
+                                            std::span<const BenchTest> tests,
+                                            const BenchOptions& options,
+                                            const BenchProgress& progress) {
+  for (const BenchTest& test : tests) SHARDLM_TRY(CheckTest(test));
+  if (options.reps <= 0) return InvalidArgument("repetitions must be > 0, got {}", options.reps);
+  std::vector<BenchResult> results;
+  if (!CanInterleave(options)) {
+    for (const BenchTest& test : tests) {
+      SHARDLM_ASSIGN_OR_RETURN(BenchRun run, StartRun(model, threads, test, options));
+      for (int rep = 0; rep < options.reps; ++rep) {
+        if (progress) progress(test, rep);
+        SHARDLM_TRY(TimeOnce(run));
+      }
+      results.push_back(Finish(run, threads.size()));
+    }
+    return results;
+  }
+  std::vector<BenchRun> runs;
+  for (const BenchTest& test : tests) {
+    SHARDLM_ASSIGN_OR_RETURN(BenchRun run, StartRun(model, threads, test, options));
+    runs.push_back(std::move(run));
+  }
+  for (int rep = 0; rep < options.reps; ++rep) {
+    for (BenchRun& run : runs) {
+      if (progress) progress(run.result.test, rep);
+      SHARDLM_TRY(TimeOnce(run));
+    }
+  }
+  for (BenchRun& run : runs) results.push_back(Finish(run, threads.size()));
+  return results;
+}
+
+Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const BenchTest& test,
+                             const BenchOptions& options) {
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<BenchResult> results,
+                           RunBenches(model, threads, std::span(&test, 1), options));
+  return std::move(results.front());
+}
+
+double PairedRatio(const BenchResult& a, const BenchResult& b) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < a.samples_ts.size() && r < b.samples_ts.size(); ++r) {
+    if (b.samples_ts[r] > 0) ratios.push_back(a.samples_ts[r] / b.samples_ts[r]);
+  }
+  return Median(std::move(ratios));
 }
 
 }  // namespace shardlm

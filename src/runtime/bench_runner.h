@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,26 @@ struct BenchResult {
 // Runs one test: a warm-up run, then options.reps timed runs.
 Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const BenchTest& test,
                              const BenchOptions& options);
+
+// Called before each timed run (rep counts from 0).
+using BenchProgress = std::function<void(const BenchTest& test, int rep)>;
+
+// Runs several tests, results in the order of `tests`. Every test is set up and warmed up
+// first, then the repetitions are interleaved: repetition r of every test, in order, before
+// repetition r + 1. On a shared machine whose speed drifts by tens of percent over minutes,
+// this exposes every test to the same drift, and the samples of one repetition of two tests
+// were taken seconds apart (PairedRatio). Placements with a remote stage run the tests one
+// after another instead (a shard daemon serves one server at a time: CanInterleave).
+Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& threads,
+                                            std::span<const BenchTest> tests,
+                                            const BenchOptions& options,
+                                            const BenchProgress& progress = {});
+bool CanInterleave(const BenchOptions& options);
+
+// The median over repetitions r of a.samples_ts[r] / b.samples_ts[r]: the ratio of two
+// tests measured together (RunBenches interleaved), robust to the machine's drift. 0 when
+// there are no samples.
+double PairedRatio(const BenchResult& a, const BenchResult& b);
 
 // Mean and sample standard deviation.
 void MeanStddev(const std::vector<double>& values, double& mean, double& stddev);

@@ -216,5 +216,24 @@ TEST(BenchCliTest, JsonLinesCarryResults) {
   }
 }
 
+// --streams 1,S: the runs interleave, and tg<N>xS carries its ratio to tg<N>.
+TEST(BenchCliTest, StreamsCarryTheirPairedRatio) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ProcessResult run = RunShardlm({"bench", "-m", FixturePath("stories260K.gguf"), "-p", "0", "-n",
+                                  "8", "--streams", "1,2", "-r", "2", "-t", "1", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("runs interleaved"), std::string::npos) << run.err;
+  std::istringstream lines(run.out);
+  std::vector<json> results;
+  for (std::string line; std::getline(lines, line);) results.push_back(json::parse(line));
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0]["test"], "tg8");
+  EXPECT_FALSE(results[0].contains("paired_ratio"));
+  EXPECT_EQ(results[1]["test"], "tg8x2");
+  ASSERT_TRUE(results[1].contains("paired_ratio")) << run.out;
+  EXPECT_EQ(results[1]["paired_ratio"]["to"], "tg8");
+  EXPECT_GT(results[1]["paired_ratio"]["median"].get<double>(), 0.0);
+}
+
 }  // namespace
 }  // namespace shardlm

@@ -72,6 +72,56 @@ TEST(BenchRunnerTest, StreamsDecodeTogether) {
   }
 }
 
+// Several tests: every repetition of every test before the next repetition, results in the
+// order given, and the paired ratio of two tests taken repetition by repetition.
+TEST(BenchRunnerTest, RepetitionsOfSeveralTestsInterleave) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto loaded = LoadModelFile(testing::FixturePath("stories260K.gguf"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  ThreadPool threads(2);
+  BenchOptions options;
+  options.reps = 3;
+  const std::vector<BenchTest> tests = {{0, 20, 1}, {0, 20, 4}, {30, 0}};
+  std::vector<std::string> order;
+  auto results =
+      RunBenches(*loaded->model, threads, tests, options, [&](const BenchTest& test, int rep) {
+        order.push_back(test.Name() + "#" + std::to_string(rep));
+      });
+  ASSERT_TRUE(results.ok()) << results.status().message();
+  EXPECT_EQ(order, (std::vector<std::string>{"tg20#0", "tg20x4#0", "pp30#0", "tg20#1", "tg20x4#1",
+                                             "pp30#1", "tg20#2", "tg20x4#2", "pp30#2"}));
+  ASSERT_EQ(results->size(), 3u);
+  for (size_t i = 0; i < tests.size(); ++i) {
+    EXPECT_EQ((*results)[i].test.Name(), tests[i].Name());
+    EXPECT_EQ((*results)[i].samples_ts.size(), 3u);
+    EXPECT_GT((*results)[i].median_ts, 0.0);
+  }
+  // A bad test anywhere is refused before anything runs.
+  order.clear();
+  const std::vector<BenchTest> bad = {{0, 20, 1}, {0, 0}};
+  EXPECT_FALSE(RunBenches(*loaded->model, threads, bad, options, [&](const BenchTest&, int) {
+                 order.push_back("ran");
+               }).ok());
+  EXPECT_TRUE(order.empty());
+}
+
+TEST(BenchRunnerTest, PairedRatioIsTheMedianOfPerRepetitionRatios) {
+  BenchResult a, b;
+  a.samples_ts = {300, 200, 330, 100};
+  b.samples_ts = {100, 100, 110, 50};  // ratios 3, 2, 3, 2 → median 2.5
+  EXPECT_DOUBLE_EQ(PairedRatio(a, b), 2.5);
+  b.samples_ts = {100, 100, 110};  // only the repetitions both have
+  EXPECT_DOUBLE_EQ(PairedRatio(a, b), 3.0);
+  EXPECT_DOUBLE_EQ(PairedRatio(a, BenchResult{}), 0.0);
+  BenchOptions options;
+  EXPECT_TRUE(CanInterleave(options));
+  DeviceSpec remote;
+  remote.kind = DeviceSpec::Kind::kUnix;
+  remote.socket_path = "/nonexistent.sock";
+  options.placement.devices = {DeviceSpec{}, remote};
+  EXPECT_FALSE(CanInterleave(options));  // a daemon serves one server at a time
+}
+
 TEST(BenchRunnerTest, SplitRunCountsBytesBetweenStages) {
   SHARDLM_REQUIRE_FIXTURES();
   auto loaded = LoadModelFile(testing::FixturePath("stories260K.gguf"));
