@@ -13,10 +13,11 @@ namespace {
 // Row pointers gathered per kernel call: one run of consecutive positions inside a page.
 constexpr int kMaxRunRows = 64;
 
-// Positions of K (or V) rows asked for ahead of the run being computed. The hardware
-// prefetcher stops at every 4 KiB of a run, and with 8 streams at a few hundred positions the
-// K/V reads of a step outweigh the weights: without asking ahead, attention waited for DRAM
-// one run at a time.
+// Positions of K (or V) rows asked for ahead of the run being computed: the hardware
+// prefetcher stops at every 4 KiB of a run. With 8 streams at a few hundred positions the
+// K/V reads of a step rival the weights; on 2026-11-25, at a time when the machine streamed
+// only 11-16 GB/s in 16 KiB chunks, asking ahead did not shrink their share of a step (the
+// reads were bound by DRAM bandwidth, not latency); it costs nothing when they are not.
 constexpr int kPrefetchPositions = 2 * kMaxRunRows;
 
 // The K (or V) rows of one kv head over positions [0, n_ctx), as runs of n <= kMaxRunRows
@@ -63,7 +64,7 @@ class KvRuns {
   bool values_;
   int kv_head_;
   int n_ctx_;
-  int prefetched_ = 0;  // runs of [0, prefetched_) were asked for
+  int prefetched_ = 0;  // positions [0, prefetched_) were asked for
 };
 
 // Calls fn(pos, n, rows) for the runs of `runs` in position order, asking kPrefetchPositions
