@@ -229,30 +229,24 @@ Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& thre
                                             const BenchProgress& progress) {
   for (const BenchTest& test : tests) SHARDLM_TRY(CheckTest(test));
   if (options.reps <= 0) return InvalidArgument("repetitions must be > 0, got {}", options.reps);
+  // Tests whose runs interleave: all of them, or one at a time when a remote stage cannot
+  // serve two subjects at once.
+  const size_t group = CanInterleave(options) ? tests.size() : 1;
   std::vector<BenchResult> results;
-  if (!CanInterleave(options)) {
-    for (const BenchTest& test : tests) {
+  for (size_t first = 0; first < tests.size(); first += group) {
+    std::vector<BenchRun> runs;
+    for (const BenchTest& test : tests.subspan(first, std::min(group, tests.size() - first))) {
       SHARDLM_ASSIGN_OR_RETURN(BenchRun run, StartRun(model, threads, test, options));
-      for (int rep = 0; rep < options.reps; ++rep) {
-        if (progress) progress(test, rep);
+      runs.push_back(std::move(run));
+    }
+    for (int rep = 0; rep < options.reps; ++rep) {
+      for (BenchRun& run : runs) {
+        if (progress) progress(run.result.test, rep);
         SHARDLM_TRY(TimeOnce(run));
       }
-      results.push_back(Finish(run, threads.size()));
     }
-    return results;
+    for (BenchRun& run : runs) results.push_back(Finish(run, threads.size()));
   }
-  std::vector<BenchRun> runs;
-  for (const BenchTest& test : tests) {
-    SHARDLM_ASSIGN_OR_RETURN(BenchRun run, StartRun(model, threads, test, options));
-    runs.push_back(std::move(run));
-  }
-  for (int rep = 0; rep < options.reps; ++rep) {
-    for (BenchRun& run : runs) {
-      if (progress) progress(run.result.test, rep);
-      SHARDLM_TRY(TimeOnce(run));
-    }
-  }
-  for (BenchRun& run : runs) results.push_back(Finish(run, threads.size()));
   return results;
 }
 
