@@ -3,8 +3,9 @@
 //
 // Goals: the numbers that guide kernel work. Batch 1 (decode) reports the GB/s of weights
 // streamed, cycling through enough copies of the matrix to defeat the L3 cache so that the
-// figure is a DRAM figure like llama.cpp's tg; batch 8 (8 streams decoding together) does
-// the same and its GOPS show what batching gains; batch 512 (prefill) reports GOPS
+// figure is a DRAM figure like llama.cpp's tg; batches 2, 4 and 8 (streams decoding
+// together, or a pipeline stage's micro-batch) do the same and their GOPS show what
+// batching gains; batch 512 (prefill) reports GOPS
 // (2·rows·cols·tokens). Each case warms up, runs several times, reports the median, and
 // checks a sample of outputs against the generic kernels. One JSON object per line.
 // Non-goals: attention, full-model timing (`shardlm bench`).
@@ -155,8 +156,9 @@ void BenchType(GgmlType type, bool quick) {
       const int64_t n_copies = quick ? 1 : std::max<int64_t>(1, kDecodeBytes / bytes);
       while (static_cast<int64_t>(copies.size()) < n_copies) copies.push_back(copies[0]);
       for (int threads : kThreadCounts) {
-        // Batch 8 (batched decode of 8 streams) streams its weights from DRAM like batch 1.
-        for (int64_t batch : {int64_t{1}, int64_t{8}, int64_t{512}}) {
+        // Batches 2 to 8 (batched decode of several streams, or a pipeline stage's
+        // micro-batch) stream their weights from DRAM like batch 1.
+        for (int64_t batch : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{512}}) {
           const bool prefill = batch > 8;
           const std::vector<std::vector<uint8_t>> one(copies.begin(), copies.begin() + 1);
           const Result res = Run(base, prefill ? one : copies, rows, batch, threads,

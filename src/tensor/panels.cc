@@ -58,17 +58,13 @@ void RepackQ6K(const BlockQ6_K* const* rows, int n_rows, PanelQ6_K* p) {
   std::memset(p, 0, sizeof(*p));
   for (int r = 0; r < n_rows; ++r) {
     const BlockQ6_K& b = *rows[r];
-    for (int pair = 0; pair < 32; ++pair) {
-      for (int e = 0; e < 4; ++e) {
-        const int lo = Q6KQuant(b, 8 * pair + e), hi = Q6KQuant(b, 8 * pair + 4 + e);
-        p->ql[pair][4 * r + e] = uint8_t((lo & 15) | ((hi & 15) << 4));
-      }
-    }
     for (int g = 0; g < 16; ++g) {
       for (int e = 0; e < 4; ++e) {
-        int bits = 0;
-        for (int i = 0; i < 4; ++i) bits |= (Q6KQuant(b, 16 * g + 4 * i + e) >> 4) << (2 * i);
-        p->qh[g][4 * r + e] = uint8_t(bits);
+        const int fourth = Q6KQuant(b, 16 * g + 12 + e);
+        for (int i = 0; i < 3; ++i) {
+          const int top = (fourth >> (2 * i)) & 3;
+          p->q[g][i][4 * r + e] = uint8_t(Q6KQuant(b, 16 * g + 4 * i + e) | (top << 6));
+        }
       }
     }
     for (int t = 0; t < 8; ++t) {

@@ -48,9 +48,12 @@ struct PanelQ4_K {
 };
 // 16 rows × 256 columns of Q6_K. Value = d·scale_G·(q − 32), group G = 16 columns.
 struct PanelQ6_K {
-  uint8_t ql[32][64];  // low 4 bits, as PanelQ4_K::qs
-  // [G][4r + e]: bits 2i, 2i+1 = top 2 bits of column 16G + 4i + e.
-  uint8_t qh[16][64];
+  // [G][i][4r + e], i < 3: bits 0-5 = the 6-bit quant of column 16G + 4i + e, bits 6-7 =
+  // bits 2i, 2i + 1 of the quant of column 16G + 12 + e. Three vectors hold four, and the
+  // kernel unpacks them with 9 vector ops (one AND each for the first three; shifts, two
+  // bit selects and an AND for the fourth) where nibbles and a separate top-bits vector
+  // took 17, which at 2 tokens per call was more than half of the kernel's work.
+  uint8_t q[16][3][64];
   int8_t scales[8][kPanelRows][2];  // [t][row]: scales of groups 2t and 2t + 1
   fp16_t d[kPanelRows];
 };

@@ -106,8 +106,9 @@ template <int NC>
 void PanelQ6K(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride, float* out,
               int64_t out_stride, int nr) {
   const int64_t nb = n / kQK_K;
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  const __m512i top = _mm512_set1_epi8(0x30);
+  const __m512i six_bits = _mm512_set1_epi8(0x3f);
+  const __m512i fields01 = _mm512_set1_epi8(0x03);
+  const __m512i low_nibble = _mm512_set1_epi8(0x0f);
   __m512 f[NC];
   SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -121,19 +122,27 @@ void PanelQ6K(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_s
           _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->scales[t])));
       const __m512i group_scale[2] = {_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16),
                                       _mm512_srai_epi32(pairs, 16)};
+      // The −32 offset, I −= 32·Σ_G scale_G·bsum_G, is one vpdpwssd per token with the pairs
+      // times −32 (|32·scale| ≤ 4096 fits int16; the sum is exactly the same integer).
+      const __m512i offset_pairs =
+          _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pairs, 5));
       SHARDLM_UNROLL for (int half = 0; half < 2; ++half) {
         const int g = 2 * t + half;  // 16 columns: k-groups 4g .. 4g + 3
-        const __m512i qh = _mm512_loadu_si512(p->qh[g]);
-        const __m512i raw0 = _mm512_loadu_si512(p->ql[2 * g]);
-        const __m512i raw1 = _mm512_loadu_si512(p->ql[2 * g + 1]);
+        const __m512i v0 = _mm512_loadu_si512(p->q[g][0]);
+        const __m512i v1 = _mm512_loadu_si512(p->q[g][1]);
+        const __m512i v2 = _mm512_loadu_si512(p->q[g][2]);
+        // The fourth quant: the top 2 bits of v0, v1, v2 as its bits 0-1, 2-3, 4-5. A 16-bit
+        // shift fills a low byte's top with the high byte's bits; the selects (vpternlogd
+        // 0xE4: mask bit set → first operand, clear → second) take each field from its own
+        // shift and the AND clears bits 6-7.
+        const __m512i low4 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v0, 6),
+                                                       _mm512_srli_epi16(v1, 4), fields01, 0xE4);
         const __m512i q[4] = {
-            _mm512_or_si512(_mm512_and_si512(raw0, nibble),
-                            _mm512_and_si512(_mm512_slli_epi16(qh, 4), top)),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw0, 4), nibble),
-                            _mm512_and_si512(_mm512_slli_epi16(qh, 2), top)),
-            _mm512_or_si512(_mm512_and_si512(raw1, nibble), _mm512_and_si512(qh, top)),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw1, 4), nibble),
-                            _mm512_and_si512(_mm512_srli_epi16(qh, 2), top))};
+            _mm512_and_si512(v0, six_bits), _mm512_and_si512(v1, six_bits),
+            _mm512_and_si512(v2, six_bits),
+            _mm512_and_si512(
+                _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(v2, 2), low_nibble, 0xE4),
+                six_bits)};
         __m512i s[NC];
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * g;
@@ -144,11 +153,9 @@ void PanelQ6K(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_s
           isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s[c], group_scale[half]));
         }
       }
-      // The −32 offset: O = Σ_G scale_G · bsum_G, subtracted 32 times below.
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512i o = _mm512_dpwssd_epi32(
-            _mm512_setzero_si512(), pairs, Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * t));
-        isum[c] = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(o, 5));
+        isum[c] = _mm512_dpwssd_epi32(isum[c], offset_pairs,
+                                      Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * t));
       }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d)));
