@@ -8,14 +8,22 @@
 namespace shardlm {
 
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += double(x[i] * x[i]);
+  // Eight running sums (lane j takes elements ≡ j mod 8), combined in a fixed tree, then
+  // the tail: one serial chain of double adds took 3% of a batched decode step.
+  double lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lanes[j] += double(x[i + j] * x[i + j]);
+  }
+  double sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
+               ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+  for (; i < n; ++i) sum += double(x[i] * x[i]);
   const float mean = float(sum / double(n));
   const float scale = 1.0f / sqrtf(mean + eps);
   if (w == nullptr) {
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+    for (i = 0; i < n; ++i) y[i] = x[i] * scale;
   } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+    for (i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
   }
 }
 

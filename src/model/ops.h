@@ -1,8 +1,8 @@
 // Row operations of a decoder layer, written to reproduce ggml's CPU arithmetic.
 //
 // Goals: the exact float order of llama.cpp's CPU backend where it is cheap to match:
-//  - RMSNorm: sum of x·x (each square in float) accumulated in double, mean cast to float,
-//    y = (x · (1/sqrtf(mean + eps))) · w.
+//  - RMSNorm: y = (x · (1/sqrtf(mean + eps))) · w, each square x·x in float, the mean cast
+//    to float from a double sum (ggml's is one serial sum; ours has eight lanes, as DotF32).
 //  - Rope: angles by repeated float multiplication θ_{i+1} = θ_i · base^(−2/n_rot) starting
 //    from θ_0 = position (ggml's rope cache), cosf/sinf, NORM (adjacent pairs) or NEOX
 //    (halves) pairing; dimensions past n_rot pass through.
