@@ -2,11 +2,13 @@
 //
 // Goals: `pp<p>` (prefill p tokens in one batch, fresh KV each repetition) and `tg<n>`
 // (decode n tokens one at a time; with --streams S, `tg<n>x<S>`: S sequences decoding
-// together, one batch of S tokens per step), a warm-up run each, mean ± sample stddev of tok/s over
-// -r repetitions; a markdown table like llama-bench's on stdout, or with --json one JSON
-// object per test per line (JSON lines: model_filename, model_type, model_size,
-// model_n_params, n_threads, type_k, n_prompt, n_gen, n_streams, test, avg_ns, avg_ts, stddev_ts,
-// median_ts, cpu_share, samples_ns, samples_ts, devices, bytes_between_per_token) for
+// together, one batch of S tokens per step, or on a split one micro-batch per stage in
+// flight), a warm-up run each, mean ± sample stddev of tok/s over -r repetitions; a markdown
+// table like llama-bench's on stdout, or with --json one JSON object per test per line (JSON
+// lines: model_filename, model_type, model_size, model_n_params, n_threads, type_k,
+// n_prompt, n_gen, n_streams, test, avg_ns, avg_ts, stddev_ts, median_ts, cpu_share,
+// samples_ns, samples_ts, devices, bytes_between_per_token, tokens_per_batch,
+// max_in_flight) for
 // scripts (bench/engine_bench.sh, bench/split_bench.sh). `--devices` / `--layer-split`
 // run the same tests through a split pipeline.
 // Non-goals: parameter sweeps (lists of -p/-n/-t values), several models per run.
@@ -131,7 +133,9 @@ nlohmann::json ToJson(const ModelFacts& facts, const BenchFlags& f, int n_thread
           {"samples_ts", r.samples_ts},
           {"devices", f.placement.devices.empty() ? "cpu" : f.placement.devices},
           {"layer_split", f.placement.layer_split},
-          {"bytes_between_per_token", r.bytes_between_per_token}};
+          {"bytes_between_per_token", r.bytes_between_per_token},
+          {"tokens_per_batch", r.tokens_per_batch},
+          {"max_in_flight", r.max_in_flight}};
 }
 
 void PrintTableHeader() {

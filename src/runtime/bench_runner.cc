@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <memory>
 #include <span>
 
@@ -36,7 +37,8 @@ struct RunTimes {
 };
 
 // The subject of one test: a Sequence for pp and tg, S block tables on one pipeline for
-// tg with S > 1 streams (each step is one batch of S entries, every one wanting logits).
+// tg with S > 1 streams (each step is one batch per micro-batch of streams, every entry
+// wanting logits; one micro-batch of all S streams when the pipeline has one stage).
 class BenchSubject {
  public:
   static Result<std::unique_ptr<BenchSubject>> Create(const Model& model, int threads,
@@ -83,21 +85,34 @@ class BenchSubject {
       return Status::Ok();
     }
     for (BlockTable& table : tables_) table.Clear();
-    std::vector<BatchEntry> batch;
-    std::vector<PageCopy> copies;
-    std::vector<PageList> pages(tables_.size());
-    for (int i = 0; i < test_.n_gen; ++i) {
-      batch.clear();
-      copies.clear();
-      for (int s = 0; s < int(tables_.size()); ++s) {
-        batch.push_back({tokens[size_t(i) * tables_.size() + s], i, s, true});
-        SHARDLM_TRY(tables_[s].PrepareWrite(i, i + 1, &copies));
-        tables_[s].SetTokens(i + 1);
-        pages[s] = tables_[s].page_list();
+    // The streams split into depth() micro-batches, as the server splits them: with several
+    // stages, each stage computes one micro-batch while the next stage computes another.
+    const int n_streams = int(tables_.size());
+    const int n_groups = std::min(pipeline_->depth(), n_streams);
+    std::vector<int> steps_submitted(size_t(n_groups), 0);
+    std::deque<int> in_flight;  // group of each batch in flight, oldest first
+    auto submit = [&](int group) -> Status {
+      const int step = steps_submitted[size_t(group)]++;
+      std::vector<BatchEntry> batch;
+      std::vector<PageCopy> copies;
+      std::vector<PageList> pages(tables_.size());
+      for (int s = group; s < n_streams; s += n_groups) {
+        batch.push_back({tokens[size_t(step) * size_t(n_streams) + size_t(s)], step, s, true});
+        SHARDLM_TRY(tables_[s].PrepareWrite(step, step + 1, &copies));
+        tables_[s].SetTokens(step + 1);
+        pages[size_t(s)] = tables_[s].page_list();
       }
       SHARDLM_TRY(pipeline_->Submit({batch, pages, copies}));
+      in_flight.push_back(group);
+      return Status::Ok();
+    };
+    for (int g = 0; g < n_groups && test_.n_gen > 0; ++g) SHARDLM_TRY(submit(g));
+    while (!in_flight.empty()) {
+      const int group = in_flight.front();
+      in_flight.pop_front();
       SHARDLM_ASSIGN_OR_RETURN(std::span<const float> rows, pipeline_->WaitOldest());
       logits_.assign(rows.begin(), rows.end());
+      if (steps_submitted[size_t(group)] < test_.n_gen) SHARDLM_TRY(submit(group));
     }
     return Status::Ok();
   }
@@ -209,7 +224,9 @@ BenchResult Finish(BenchRun& run, int n_threads) {
   const PipelineCounters counters = run.subject->pipeline().counters();
   if (counters.tokens > 0) {
     result.bytes_between_per_token = double(counters.bytes_between) / double(counters.tokens);
+    result.tokens_per_batch = double(counters.tokens) / double(counters.batches);
   }
+  result.max_in_flight = counters.max_in_flight;
   run.subject.reset();
   return std::move(result);
 }

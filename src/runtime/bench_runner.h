@@ -58,6 +58,10 @@ struct BenchResult {
   double cpu_share = 0.0;
   // Hidden-row bytes handed between stages per token (n_embd × 4 × (stages − 1)).
   double bytes_between_per_token = 0.0;
+  // Entries per submitted batch, and the most batches in flight at once: with S streams on
+  // a pipeline of N stages, micro-batches of S / N streams, N in flight.
+  double tokens_per_batch = 0.0;
+  int max_in_flight = 0;
 };
 
 // Runs one test: a warm-up run, then options.reps timed runs.

@@ -48,9 +48,10 @@ TEST(BenchRunnerTest, NamesAndRuns) {
   EXPECT_FALSE(RunBench(*loaded->model, threads, {4, 0}, options).ok());
 }
 
-// tg<N>x<S>: S sequences decode N tokens together, one batch of S per step; tok/s counts
-// every stream's tokens. Also through a split (each step crosses the stage boundary with S
-// rows).
+// tg<N>x<S>: S sequences decode N tokens together; tok/s counts every stream's tokens.
+// Unsplit, one batch of S per step. Through a split of 2 stages, the streams alternate in 2
+// micro-batches (2 and 1 streams here) with both in flight, as the server runs them, and
+// every token crosses the stage boundary as one hidden row.
 TEST(BenchRunnerTest, StreamsDecodeTogether) {
   SHARDLM_REQUIRE_FIXTURES();
   EXPECT_EQ((BenchTest{0, 128, 8}).Name(), "tg128x8");
@@ -69,6 +70,8 @@ TEST(BenchRunnerTest, StreamsDecodeTogether) {
     EXPECT_NEAR(result->samples_ts[0], 210e9 / double(result->samples_ns[0]), 1e-6);
     EXPECT_EQ(result->bytes_between_per_token,
               stages == 1 ? 0.0 : double(loaded->model->config().n_embd) * sizeof(float));
+    EXPECT_DOUBLE_EQ(result->tokens_per_batch, stages == 1 ? 3.0 : 1.5);
+    EXPECT_EQ(result->max_in_flight, stages);
   }
 }
 
