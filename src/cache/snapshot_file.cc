@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "tensor/quant_blocks.h"
+
 namespace shardlm {
 namespace {
 
@@ -150,14 +152,17 @@ const char* SectionKindName(SectionKind kind) {
   return "unknown";
 }
 
-size_t SnapshotDTypeSize(SnapshotDType dtype) {
+// Bytes of `elements` elements of `dtype`; 0 when the dtype is unknown or the elements do not
+// fill whole blocks.
+uint64_t DTypeBytes(SnapshotDType dtype, uint64_t elements) {
   switch (dtype) {
     case SnapshotDType::kF32:
-      return 4;
-    case SnapshotDType::kF16:
-      return 2;
     case SnapshotDType::kI32:
-      return 4;
+      return elements > UINT64_MAX / 4 ? 0 : 4 * elements;
+    case SnapshotDType::kF16:
+      return elements > UINT64_MAX / 2 ? 0 : 2 * elements;
+    case SnapshotDType::kQ8_0:
+      return elements % kQK != 0 ? 0 : elements / kQK * sizeof(BlockQ8_0);
     case SnapshotDType::kSentinel:
       break;
   }
@@ -165,8 +170,9 @@ size_t SnapshotDTypeSize(SnapshotDType dtype) {
 }
 
 Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
-  const size_t dtype_size = SnapshotDTypeSize(s.dtype);
-  if (dtype_size == 0) return InvalidData("unknown dtype {}", static_cast<uint32_t>(s.dtype));
+  if (s.dtype >= SnapshotDType::kSentinel) {
+    return InvalidData("unknown dtype {}", static_cast<uint32_t>(s.dtype));
+  }
   if (s.layer_begin < 0 || s.layer_end < s.layer_begin) {
     return InvalidData("bad layer range [{}, {})", s.layer_begin, s.layer_end);
   }
@@ -181,10 +187,14 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
     case SectionKind::kKvPage:
       if (n_layers == 0) return InvalidData("kv_page with no layers");
       if (s.dtype == SnapshotDType::kI32) return InvalidData("kv_page of i32");
+      if (s.dtype == SnapshotDType::kQ8_0 && s.dims[2] % kQK != 0) {
+        return InvalidData("q8_0 kv_page with head_dim {} (not a multiple of {})", s.dims[2], kQK);
+      }
       factor = 2 * n_layers;  // K and V of each layer
       break;
     case SectionKind::kRecurrentState:
       if (n_layers == 0) return InvalidData("recurrent_state with no layers");
+      if (s.dtype == SnapshotDType::kQ8_0) return InvalidData("recurrent_state of q8_0");
       factor = n_layers;
       break;
     case SectionKind::kLogits:
@@ -196,10 +206,9 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
     default:
       return InvalidData("unknown kind {}", static_cast<uint32_t>(s.kind));
   }
-  uint64_t bytes = 0;
-  if (!MulChecked(elements, factor, &elements) || !MulChecked(elements, dtype_size, &bytes)) {
-    return InvalidData("dimensions overflow");
-  }
+  if (!MulChecked(elements, factor, &elements)) return InvalidData("dimensions overflow");
+  const uint64_t bytes = DTypeBytes(s.dtype, elements);
+  if (bytes == 0) return InvalidData("dimensions overflow");
   return bytes;
 }
 

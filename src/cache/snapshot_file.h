@@ -18,7 +18,9 @@
 //       48 u64 xxh3-64 of the payload   56 u64 xxh3-64 of descriptor bytes [0, 56)
 //     payload, byte_length bytes, then zero bytes up to a multiple of 8
 //   and nothing after the last section.
-// Section kinds and their geometry (dims not listed are 1; bytes = elements × dtype size):
+// Section kinds and their geometry (dims not listed are 1; bytes = elements × dtype size,
+// for q8_0 elements / 32 × 34: blocks of 32 int8 and an f16 scale, only in kv_page sections
+// whose head_dim is a multiple of 32):
 //   kv_page:         dims {page_tokens, n_kv_heads, head_dim, n_pages}; elements = 2 (K, V)
 //                    × layers × dims product; the payload is n_pages of the stage's pages
 //                    (page_pool.h: head-major, [n_kv_heads][page_tokens][head_dim] per
@@ -69,10 +71,9 @@ enum class SectionKind : uint32_t {
 };
 const char* SectionKindName(SectionKind kind);
 
-// Element type of a section's payload (KV types map onto the first two: SnapshotDTypeOf in
-// snapshot_layout.h).
-enum class SnapshotDType : uint32_t { kF32 = 0, kF16 = 1, kI32 = 2, kSentinel };
-size_t SnapshotDTypeSize(SnapshotDType dtype);
+// Element type of a section's payload (KV types map onto f32, f16 and q8_0:
+// SnapshotDTypeOf in snapshot_layout.h).
+enum class SnapshotDType : uint32_t { kF32 = 0, kF16 = 1, kI32 = 2, kQ8_0 = 3, kSentinel };
 
 struct SnapshotSection {
   SectionKind kind = SectionKind::kKvPage;

@@ -44,6 +44,8 @@ SnapshotDType SnapshotDTypeOf(KvType kv_type) {
       return SnapshotDType::kF32;
     case KvType::kF16:
       return SnapshotDType::kF16;
+    case KvType::kQ8_0:
+      return SnapshotDType::kQ8_0;
     case KvType::kSentinel:
       break;
   }

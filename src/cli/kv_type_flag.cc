@@ -4,7 +4,8 @@
 namespace shardlm::cli {
 
 void DeclareKvTypeFlag(CLI::App& cmd, std::string& kv_type) {
-  cmd.add_option("--kv-type", kv_type, "KV cache element type: f32 | f16")->capture_default_str();
+  cmd.add_option("--kv-type", kv_type, "KV cache element type: f32 | f16 | q8_0")
+      ->capture_default_str();
 }
 
 Result<KvType> ParseKvTypeFlag(const std::string& kv_type) {

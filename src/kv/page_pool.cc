@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "tensor/quant_blocks.h"
 
 namespace shardlm {
 
@@ -14,6 +15,8 @@ const char* KvTypeName(KvType type) {
       return "f32";
     case KvType::kF16:
       return "f16";
+    case KvType::kQ8_0:
+      return "q8_0";
     case KvType::kSentinel:
       break;
   }
@@ -23,12 +26,35 @@ const char* KvTypeName(KvType type) {
 Result<KvType> ParseKvType(const std::string& name) {
   if (name == "f32") return KvType::kF32;
   if (name == "f16") return KvType::kF16;
-  return InvalidArgument("unknown KV cache type '{}' (use f32 or f16)", name);
+  if (name == "q8_0") return KvType::kQ8_0;
+  return InvalidArgument("unknown KV cache type '{}' (use f32, f16 or q8_0)", name);
 }
 
-size_t KvTypeSize(KvType type) {
-  SHARDLM_CHECK(type == KvType::kF32 || type == KvType::kF16);
-  return type == KvType::kF32 ? 4 : 2;
+size_t KvRowBytes(KvType type, size_t n) {
+  switch (type) {
+    case KvType::kF32:
+      return 4 * n;
+    case KvType::kF16:
+      return 2 * n;
+    case KvType::kQ8_0:
+      SHARDLM_CHECK(n % kQK == 0);
+      return n / kQK * sizeof(BlockQ8_0);
+    case KvType::kSentinel:
+      break;
+  }
+  SHARDLM_CHECK_MSG(false, "invalid KV type %d", static_cast<int>(type));
+  return 0;
+}
+
+Status CheckKvRows(KvType type, int head_dim) {
+  if (int(type) < 0 || type >= KvType::kSentinel) {
+    return InvalidArgument("invalid KV cache type {}", int(type));
+  }
+  if (type == KvType::kQ8_0 && head_dim % kQK != 0) {
+    return InvalidArgument("a q8_0 KV cache needs head_dim % {} == 0; this model's is {}", kQK,
+                           head_dim);
+  }
+  return Status::Ok();
 }
 
 PagePool::PagePool(const PagePoolConfig& config) : config_(config) {}
@@ -41,22 +67,21 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
         "n_kv_heads {}, head_dim {})",
         config.n_pages, config.page_tokens, config.n_layers, config.n_kv_heads, config.head_dim);
   }
-  if (config.kv_type != KvType::kF32 && config.kv_type != KvType::kF16) {
-    return InvalidArgument("KV pool: invalid kv type");
-  }
-  // Every product below stays far from overflow when the total is bounded this way.
+  SHARDLM_TRY(CheckKvRows(config.kv_type, config.head_dim).WithContext("KV pool"));
+  // Every product below stays far from overflow when the total is bounded this way (4 bytes
+  // per element bounds every type).
   constexpr double kMaxPoolBytes = double(std::numeric_limits<int64_t>::max()) / 4;
   const double total = double(config.n_pages) * config.page_tokens * config.n_layers * 2 *
-                       config.n_kv_heads * config.head_dim * KvTypeSize(config.kv_type);
+                       config.n_kv_heads * config.head_dim * 4;
   if (total > kMaxPoolBytes) {
     return InvalidArgument("KV pool of {:.0f} bytes is too large (reduce the number of pages)",
                            total);
   }
   std::unique_ptr<PagePool> pool(new PagePool(config));
   pool->row_elements_ = size_t(config.n_kv_heads) * config.head_dim;
-  pool->head_row_bytes_ = size_t(config.head_dim) * KvTypeSize(config.kv_type);
+  pool->head_row_bytes_ = KvRowBytes(config.kv_type, size_t(config.head_dim));
   pool->page_bytes_ =
-      pool->row_elements_ * KvTypeSize(config.kv_type) * config.page_tokens * config.n_layers * 2;
+      pool->head_row_bytes_ * size_t(config.n_kv_heads) * config.page_tokens * config.n_layers * 2;
   const size_t total_bytes = pool->page_bytes_ * size_t(config.n_pages);
   // Huge pages: a decode step of 8 streams at a few hundred positions reads more K/V bytes
   // than weights, and with 4 KiB pages every 4 KiB of a head's run was a TLB miss.

@@ -1,7 +1,7 @@
 // PagePool: the KV page storage of one stage, a fixed number of equally sized pages.
 //
 // A page holds `page_tokens` consecutive positions of K and V for every layer of the stage.
-// Byte layout of one page (elements of `kv_type`):
+// Byte layout of one page (rows of head_dim elements of `kv_type`, KvRowBytes each):
 //   for layer_idx in [0, n_layers):            (stage-local layer index)
 //     K: [n_kv_heads][page_tokens][head_dim]
 //     V: [n_kv_heads][page_tokens][head_dim]
@@ -54,11 +54,18 @@ struct PageCopy {
 };
 
 // Element type of the K and V cache (`--kv-type`). F32 reproduces llama.cpp's goldens
-// (F32 cache); F16 halves the memory.
-enum class KvType { kF32 = 0, kF16 = 1, kSentinel = 2 };
+// (F32 cache); F16 halves the memory; Q8_0 (blocks of 32 int8 with an F16 scale, as
+// llama.cpp's `-ctk q8_0 -ctv q8_0`) takes 34 bytes per 32 elements: 53% of F16, so
+// attention reads about half the bytes and a pool holds 1.9× the positions. Q8_0 needs
+// head_dim % 32 == 0.
+enum class KvType { kF32 = 0, kF16 = 1, kQ8_0 = 2, kSentinel = 3 };
 const char* KvTypeName(KvType type);
-Result<KvType> ParseKvType(const std::string& name);  // "f32" | "f16"
-size_t KvTypeSize(KvType type);
+Result<KvType> ParseKvType(const std::string& name);  // "f32" | "f16" | "q8_0"
+// Bytes of `n` elements stored as `type` (n % 32 == 0 for Q8_0).
+size_t KvRowBytes(KvType type, size_t n);
+// Whether rows of head_dim elements can be stored as `type`: a valid type, and whole Q8_0
+// blocks.
+Status CheckKvRows(KvType type, int head_dim);
 
 // Default positions per page: large enough that the per-page bookkeeping (block table
 // entries, prefix hashes) is negligible, small enough that a short sequence wastes little.

@@ -6,6 +6,7 @@
 #include "base/check.h"
 #include "model/attention_kernels.h"
 #include "model/ops.h"
+#include "tensor/type_traits.h"
 
 namespace shardlm {
 namespace {
@@ -174,12 +175,17 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
     auto as_f32 = [](const uint8_t* raw, int) { return reinterpret_cast<const float*>(raw); };
     AttendTileRuns(tile, head_dim, scores, [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   } else {
-    // F16: each run converted once into the scratch after the scores, and used by every
-    // (token, head) of the tile.
+    // F16 and Q8_0: each run converted once into the scratch after the scores, and used by
+    // every (token, head) of the tile. A run is whole rows, so whole Q8_0 blocks.
     const AttentionKernels& kern = GetAttentionKernels();
+    const bool q8_0 = pool.config().kv_type == KvType::kQ8_0;
     float* converted = scratch + int64_t(tile.n_tokens) * tile.n_heads * n_ctx;
     auto as_f32 = [&](const uint8_t* raw, int n) -> const float* {
-      kern.half_row(reinterpret_cast<const uint16_t*>(raw), converted, n * head_dim);
+      if (q8_0) {
+        kern.q8_0_row(raw, converted, n * head_dim);
+      } else {
+        kern.half_row(reinterpret_cast<const uint16_t*>(raw), converted, n * head_dim);
+      }
       return converted;
     };
     AttendTileRuns(tile, head_dim, scores, [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
@@ -194,9 +200,15 @@ void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const 
   const int offset = position % page_tokens;
   const PagePoolConfig& config = pool.config();
   const int64_t head_dim = config.head_dim;
+  // Q8_0 rows are quantized as activations are for a Q8_0 matmul (the same bytes on every
+  // ISA, tensor/type_traits.h).
+  const TypeTraits* q8_0 =
+      config.kv_type == KvType::kQ8_0 ? GetTypeTraits(GgmlType::kQ8_0) : nullptr;
   auto store = [&](const float* src, void* dst) {
     if (config.kv_type == KvType::kF32) {
       std::copy(src, src + head_dim, static_cast<float*>(dst));
+    } else if (q8_0 != nullptr) {
+      q8_0->quantize_act(src, dst, head_dim);
     } else {
       auto* dst16 = static_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < head_dim; ++i) dst16[i] = FloatToHalf(src[i]);

@@ -32,6 +32,9 @@ struct AttentionKernels {
                    float* out) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int n) = nullptr;  // y += a·x
   void (*half_row)(const uint16_t* src, float* dst, int n) = nullptr;
+  // dst[0..n) = the n / 32 Q8_0 blocks at src, each qs[j] · float(d): one exact int8 → float
+  // conversion and one rounded product per element, so every ISA gives the same bits.
+  void (*q8_0_row)(const void* src, float* dst, int n) = nullptr;
   // y += Σ_r w[r]·rows[r] for r = 0, 1, ... in order: per element exactly n_rows axpy calls.
   void (*axpy_rows)(const float* w, const float* const* rows, int n_rows, float* y,
                     int n) = nullptr;

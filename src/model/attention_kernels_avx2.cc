@@ -5,6 +5,7 @@
 
 #include "model/attention_kernels.h"
 #include "model/fast_exp_simd.h"
+#include "tensor/quant_blocks.h"
 #include "tensor/simd_tile.h"
 
 namespace shardlm::internal {
@@ -154,6 +155,18 @@ void HalfRowAvx2(const uint16_t* src, float* dst, int n) {
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
+void Q8_0RowAvx2(const void* src, float* dst, int n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int b = 0; b < n / kQK; ++b) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
+    for (int j = 0; j < kQK; j += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + j));
+      _mm256_storeu_ps(dst + b * kQK + j,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+
 }  // namespace
 
 void FillAttentionAvx2(AttentionKernels& k) {
@@ -161,6 +174,7 @@ void FillAttentionAvx2(AttentionKernels& k) {
   k.dot_rows = DotRowsAvx2;
   k.axpy = AxpyAvx2;
   k.half_row = HalfRowAvx2;
+  k.q8_0_row = Q8_0RowAvx2;
   k.axpy_rows = AxpyRowsAvx2;
   k.dot_tile = DotTileAvx2;
   k.axpy_tile = AxpyTileAvx2;

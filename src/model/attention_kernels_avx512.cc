@@ -4,6 +4,7 @@
 #include "model/attention_kernels.h"
 #include "model/fast_exp_simd.h"
 #include "tensor/intrinsics.h"
+#include "tensor/quant_blocks.h"
 #include "tensor/simd_tile.h"
 
 namespace shardlm::internal {
@@ -249,6 +250,18 @@ void HalfRowAvx512(const uint16_t* src, float* dst, int n) {
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
+void Q8_0RowAvx512(const void* src, float* dst, int n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int b = 0; b < n / kQK; ++b) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(blocks[b].d));
+    for (int j = 0; j < kQK; j += 16) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + j));
+      _mm512_storeu_ps(dst + b * kQK + j,
+                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+
 }  // namespace
 
 void FillAttentionAvx512(AttentionKernels& k) {
@@ -256,6 +269,7 @@ void FillAttentionAvx512(AttentionKernels& k) {
   k.dot_rows = DotRowsAvx512;
   k.axpy = AxpyAvx512;
   k.half_row = HalfRowAvx512;
+  k.q8_0_row = Q8_0RowAvx512;
   k.axpy_rows = AxpyRowsAvx512;
   k.dot_tile = DotTileAvx512;
   k.axpy_tile = AxpyTileAvx512;

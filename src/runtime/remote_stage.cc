@@ -75,9 +75,7 @@ Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOption
   if (!ec) hello.model_path = absolute.lexically_normal().string();
   const std::string name = fmt::format("stage {} (unix:{})", options.index, options.socket_path);
   SHARDLM_TRY(ValidateShardGeometry(hello).WithContext(name));
-  if (options.kv_type != KvType::kF32 && options.kv_type != KvType::kF16) {
-    return InvalidArgument("{}: invalid kv type", name);
-  }
+  SHARDLM_TRY(CheckKvRows(options.kv_type, options.config.head_dim).WithContext(name));
   const size_t page_bytes =
       ShardPageBytes(options.config, options.layers.size(), options.page_tokens, options.kv_type);
   Result<ShardRegionLayout> layout = ShardLayout(hello, page_bytes);

@@ -26,7 +26,7 @@ size_t PhysicalMemoryBytes() {
 
 size_t ShardPageBytes(const ModelConfig& config, int n_stage_layers, int page_tokens,
                       KvType kv_type) {
-  const size_t row_bytes = size_t(config.n_head_kv) * size_t(config.head_dim) * KvTypeSize(kv_type);
+  const size_t row_bytes = size_t(config.n_head_kv) * KvRowBytes(kv_type, size_t(config.head_dim));
   return row_bytes * size_t(page_tokens) * size_t(n_stage_layers) * 2;
 }
 

@@ -227,6 +227,7 @@ class ShardService::HelloCheck {
     SHARDLM_TRY(CheckShape(hello_, model->config));
     const LayerRange range{hello_.layer_begin, hello_.layer_end};
     const auto kv_type = static_cast<KvType>(hello_.kv_type);
+    SHARDLM_TRY(CheckKvRows(kv_type, model->config.head_dim));
     const size_t page_bytes =
         ShardPageBytes(model->config, range.size(), hello_.page_tokens, kv_type);
     AcceptedHello accepted;

@@ -163,10 +163,30 @@ TEST(SnapshotFile, EncodeRejectsBytesThatDoNotMatchTheGeometry) {
   EXPECT_FALSE(EncodeSnapshot(header, {}).ok());
 }
 
+// A q8_0 kv_page counts 34 bytes per 32 elements and needs whole blocks per row; q8_0 is
+// not a dtype for logits.
+TEST(SnapshotFile, Q8_0SectionsAreWholeBlocks) {
+  SnapshotSection s;
+  s.kind = SectionKind::kKvPage;
+  s.layer_begin = 0;
+  s.layer_end = 3;
+  s.dtype = SnapshotDType::kQ8_0;
+  s.dims = {2, 1, 64, 1};
+  auto bytes = SectionPayloadBytes(s);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  EXPECT_EQ(*bytes, 2u * 3 * 2 * 64 / 32 * 34);
+  s.dims = {2, 1, 48, 1};
+  EXPECT_EQ(SectionPayloadBytes(s).status().code(), StatusCode::kInvalidData);
+  s.kind = SectionKind::kLogits;
+  s.dims = {64, 1, 1, 1};
+  EXPECT_EQ(SectionPayloadBytes(s).status().code(), StatusCode::kInvalidData);
+}
+
 TEST(SnapshotLayout, AKvPageSectionIsExactlyAPoolPage) {
-  for (KvType kv_type : {KvType::kF32, KvType::kF16}) {
+  for (KvType kv_type : {KvType::kF32, KvType::kF16, KvType::kQ8_0}) {
     SnapshotLayout layout = SmallLayout();
     layout.kv_type = kv_type;
+    if (kv_type == KvType::kQ8_0) layout.head_dim = 64;  // whole blocks of 32
     layout.n_kv_heads = 3;
     for (int stage_idx = 0; stage_idx < 2; ++stage_idx) {
       PagePoolConfig config;

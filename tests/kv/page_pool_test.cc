@@ -71,7 +71,34 @@ TEST(PagePool, CopyPageCopiesTheWholePageOnly) {
 TEST(PagePool, ParseKvType) {
   EXPECT_EQ(ParseKvType("f32").value(), KvType::kF32);
   EXPECT_EQ(ParseKvType("f16").value(), KvType::kF16);
-  EXPECT_EQ(ParseKvType("q8_0").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseKvType("q8_0").value(), KvType::kQ8_0);
+  EXPECT_EQ(ParseKvType("q4_0").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_STREQ(KvTypeName(KvType::kQ8_0), "q8_0");
+}
+
+// Q8_0 rows are 34 bytes per 32 elements; a head_dim that is not whole blocks is refused.
+TEST(PagePool, Q8_0RowsAreWholeBlocks) {
+  EXPECT_EQ(KvRowBytes(KvType::kF32, 128), 512u);
+  EXPECT_EQ(KvRowBytes(KvType::kF16, 128), 256u);
+  EXPECT_EQ(KvRowBytes(KvType::kQ8_0, 128), 136u);
+  PagePoolConfig c = SmallConfig(2);
+  c.kv_type = KvType::kQ8_0;
+  c.head_dim = 64;
+  auto pool = PagePool::Create(c);
+  ASSERT_TRUE(pool.ok()) << pool.status().message();
+  EXPECT_EQ((*pool)->head_row_bytes(), 68u);
+  EXPECT_EQ((*pool)->page_bytes(), 68u * c.n_kv_heads * c.page_tokens * c.n_layers * 2);
+  EXPECT_EQ(static_cast<uint8_t*>((*pool)->KeyRow(1, 0, 0, 1)) -
+                static_cast<uint8_t*>((*pool)->KeyRow(1, 0, 0, 0)),
+            68);
+  c.head_dim = 48;
+  auto bad = PagePool::Create(c);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("head_dim"), std::string::npos);
+  EXPECT_TRUE(CheckKvRows(KvType::kQ8_0, 64).ok());
+  EXPECT_FALSE(CheckKvRows(KvType::kQ8_0, 48).ok());
+  EXPECT_FALSE(CheckKvRows(KvType::kSentinel, 64).ok());
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "model/ops.h"
+#include "tensor/quant_blocks.h"
+#include "tensor/type_traits.h"
 
 namespace shardlm {
 namespace {
@@ -69,6 +71,37 @@ TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
       generic->half_row(h.data(), f1.data(), n);
       k->half_row(h.data(), f2.data(), n);
       EXPECT_EQ(std::memcmp(f1.data(), f2.data(), 4 * n), 0) << IsaName(isa) << " half_row";
+    }
+  }
+}
+
+// Q8_0 rows (as the KV cache stores them): every ISA gives the generic kernel's bits, and
+// the values are the blocks' qs · d, within about half a quantization step of the input.
+TEST(AttentionKernels, Q8_0RowsMatchGenericAndDequantize) {
+  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
+  ASSERT_NE(generic, nullptr);
+  const TypeTraits* q8_0 = GetTypeTraitsFor(GgmlType::kQ8_0, Isa::kGeneric);
+  ASSERT_NE(q8_0, nullptr);
+  for (int n : {32, 64, 128, 256}) {
+    std::vector<float> x = RandomRow(n, 40 + n);
+    std::vector<BlockQ8_0> blocks(static_cast<size_t>(n / kQK));
+    q8_0->quantize_act(x.data(), blocks.data(), n);
+    std::vector<float> want(static_cast<size_t>(n));
+    generic->q8_0_row(blocks.data(), want.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const BlockQ8_0& b = blocks[size_t(i / kQK)];
+      const float d = HalfToFloat(b.d);
+      EXPECT_EQ(want[size_t(i)], float(b.qs[i % kQK]) * d) << i;
+      // Half a step, plus 127 × the rounding of d to f16 (2^-11 relative).
+      EXPECT_LE(std::fabs(want[size_t(i)] - x[size_t(i)]), 0.57f * d) << i;
+    }
+    for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+      const AttentionKernels* k = GetAttentionKernelsFor(isa);
+      if (k == nullptr) continue;
+      std::vector<float> got(static_cast<size_t>(n));
+      k->q8_0_row(blocks.data(), got.data(), n);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), 4 * size_t(n)), 0)
+          << IsaName(isa) << " q8_0_row n=" << n;
     }
   }
 }

@@ -8,6 +8,7 @@
 
 #include "model/model_harness.h"
 #include "support/fixtures.h"
+#include "tensor/quant_blocks.h"
 
 namespace shardlm::testing {
 namespace {
@@ -51,6 +52,14 @@ class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
     options.layers = layers;
     options.kv_type = kv_type;
     return Harness::Open(FixturePath(GetParam().file), options);
+  }
+  // Splits the model in two stages ([0, 1) and [1, n_layers)) with `kv_type` pages and
+  // expects the whole model's logits bitwise.
+  void ExpectSplitEqualsWhole(KvType kv_type);
+  // Whether the model's K/V rows are whole Q8_0 blocks.
+  bool Q8_0Fits() {
+    auto h = Open(1);
+    return h != nullptr && h->model->config().head_dim % kQK == 0;
   }
   // All-position logits of the whole token list in one batch.
   std::vector<float> OneBatch(Harness& h) {
@@ -198,16 +207,24 @@ struct TwoStages {
 };
 
 // Stages [0, 1) and [1, n_layers) chained through hidden rows, sharing one allocator's
-// page lists, equal the whole model.
+// page lists, equal the whole model, with an F32 and with a Q8_0 KV cache.
 TEST_P(DeterminismTest, LayerSplitEqualsWholeModel) {
-  auto whole = Open(2);
+  if (Q8_0Fits()) {
+    SCOPED_TRACE("q8_0 KV");
+    ExpectSplitEqualsWhole(KvType::kQ8_0);
+  }
+  ExpectSplitEqualsWhole(KvType::kF32);
+}
+
+void DeterminismTest::ExpectSplitEqualsWhole(KvType kv_type) {
+  auto whole = Open(2, kAllLayers, kv_type);
   std::vector<float> want = OneBatch(*whole);
   const int n_layers = whole->model->config().n_layers;
   TwoStages split;
-  split.first = Open(2, {0, 1});
+  split.first = Open(2, {0, 1}, kv_type);
   ASSERT_TRUE(split.first);
-  split.second = Harness::Open("", HarnessOptions{2, 128, 16, 16, KvType::kF32, {1, n_layers}},
-                               split.first->file);
+  split.second =
+      Harness::Open("", HarnessOptions{2, 128, 16, 16, kv_type, {1, n_layers}}, split.first->file);
   ASSERT_TRUE(split.second);
   EXPECT_TRUE(split.first->model->is_first_stage() && !split.first->model->is_last_stage());
   BlockTable table = split.first->NewTable();
@@ -295,6 +312,28 @@ TEST_P(DeterminismTest, RewriteFromEarlierPositionEqualsFreshRun) {
   std::vector<float> got = h->Run(table, rest, 20, true);
   EXPECT_EQ(table.n_tokens(), int(tokens_.size()));
   ExpectBitwise(got, Slice(want, 20, tokens_.size(), h->n_vocab()), "rewrite vs fresh");
+}
+
+TEST_P(DeterminismTest, Q8_0KvIsThreadInvariantAndDecodeEqualsPrefill) {
+  if (!Q8_0Fits()) GTEST_SKIP() << "head_dim is not a multiple of 32: no q8_0 KV cache";
+  auto h1 = Open(1, kAllLayers, KvType::kQ8_0);
+  auto h3 = Open(3, kAllLayers, KvType::kQ8_0);
+  ASSERT_NE(h1, nullptr);
+  ASSERT_NE(h3, nullptr);
+  const std::vector<float> want = OneBatch(*h1);
+  ExpectBitwise(OneBatch(*h3), want, "Q8_0 KV, 3 threads vs 1");
+  ExpectBitwise(TokenByToken(*h1), want, "Q8_0 KV: token-by-token decode vs one-batch prefill");
+}
+
+TEST_P(DeterminismTest, Q8_0KvCacheStaysClose) {
+  if (!Q8_0Fits()) GTEST_SKIP() << "head_dim is not a multiple of 32: no q8_0 KV cache";
+  auto h8 = Open(2, kAllLayers, KvType::kQ8_0);
+  auto h32 = Open(2);
+  ASSERT_NE(h8, nullptr);
+  std::vector<float> want = OneBatch(*h32);
+  std::vector<float> got = OneBatch(*h8);
+  // Q8_0 keys/values carry up to 1/254 of each block's largest magnitude as error.
+  ExpectClose(got.data(), want.data(), want.size(), 0.5, 0.1, "Q8_0 KV vs F32 KV");
 }
 
 TEST_P(DeterminismTest, F16KvCacheStaysClose) {
