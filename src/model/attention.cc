@@ -204,14 +204,14 @@ void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const 
   // ISA, tensor/type_traits.h).
   const TypeTraits* q8_0 =
       config.kv_type == KvType::kQ8_0 ? GetTypeTraits(GgmlType::kQ8_0) : nullptr;
+  const AttentionKernels& kern = GetAttentionKernels();
   auto store = [&](const float* src, void* dst) {
     if (config.kv_type == KvType::kF32) {
       std::copy(src, src + head_dim, static_cast<float*>(dst));
     } else if (q8_0 != nullptr) {
       q8_0->quantize_act(src, dst, head_dim);
     } else {
-      auto* dst16 = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < head_dim; ++i) dst16[i] = FloatToHalf(src[i]);
+      kern.row_to_half(src, static_cast<uint16_t*>(dst), int(head_dim));
     }
   };
   for (int h = 0; h < config.n_kv_heads; ++h) {

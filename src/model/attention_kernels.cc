@@ -69,6 +69,10 @@ void HalfRowGeneric(const uint16_t* src, float* dst, int n) {
   for (int i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
 }
 
+void RowToHalfGeneric(const float* src, uint16_t* dst, int n) {
+  for (int i = 0; i < n; ++i) dst[i] = FloatToHalf(src[i]);
+}
+
 void Q8_0RowGeneric(const void* src, float* dst, int n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(src);
   for (int b = 0; b < n / kQK; ++b) {
@@ -84,6 +88,7 @@ AttentionKernels Build(Isa isa) {
   k.axpy = AxpyGeneric;
   k.half_row = HalfRowGeneric;
   k.q8_0_row = Q8_0RowGeneric;
+  k.row_to_half = RowToHalfGeneric;
   k.axpy_rows = AxpyRowsGeneric;
   k.dot_tile = DotTileGeneric;
   k.axpy_tile = AxpyTileGeneric;

@@ -32,6 +32,9 @@ struct AttentionKernels {
                    float* out) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int n) = nullptr;  // y += a·x
   void (*half_row)(const uint16_t* src, float* dst, int n) = nullptr;
+  // dst[0..n) = FloatToHalf(src[i]) (round to nearest even; every ISA gives the same bits
+  // for every input but NaN, which stays NaN).
+  void (*row_to_half)(const float* src, uint16_t* dst, int n) = nullptr;
   // dst[0..n) = the n / 32 Q8_0 blocks at src, each qs[j] · float(d): one exact int8 → float
   // conversion and one rounded product per element, so every ISA gives the same bits.
   void (*q8_0_row)(const void* src, float* dst, int n) = nullptr;

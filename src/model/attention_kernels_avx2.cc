@@ -155,6 +155,15 @@ void HalfRowAvx2(const uint16_t* src, float* dst, int n) {
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
+void RowToHalfAvx2(const float* src, uint16_t* dst, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 void Q8_0RowAvx2(const void* src, float* dst, int n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(src);
   for (int b = 0; b < n / kQK; ++b) {
@@ -175,6 +184,7 @@ void FillAttentionAvx2(AttentionKernels& k) {
   k.axpy = AxpyAvx2;
   k.half_row = HalfRowAvx2;
   k.q8_0_row = Q8_0RowAvx2;
+  k.row_to_half = RowToHalfAvx2;
   k.axpy_rows = AxpyRowsAvx2;
   k.dot_tile = DotTileAvx2;
   k.axpy_tile = AxpyTileAvx2;

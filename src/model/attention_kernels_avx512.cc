@@ -250,6 +250,15 @@ void HalfRowAvx512(const uint16_t* src, float* dst, int n) {
   for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
 }
 
+void RowToHalfAvx512(const float* src, uint16_t* dst, int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 void Q8_0RowAvx512(const void* src, float* dst, int n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(src);
   for (int b = 0; b < n / kQK; ++b) {
@@ -270,6 +279,7 @@ void FillAttentionAvx512(AttentionKernels& k) {
   k.axpy = AxpyAvx512;
   k.half_row = HalfRowAvx512;
   k.q8_0_row = Q8_0RowAvx512;
+  k.row_to_half = RowToHalfAvx512;
   k.axpy_rows = AxpyRowsAvx512;
   k.dot_tile = DotTileAvx512;
   k.axpy_tile = AxpyTileAvx512;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -71,7 +72,56 @@ TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
       generic->half_row(h.data(), f1.data(), n);
       k->half_row(h.data(), f2.data(), n);
       EXPECT_EQ(std::memcmp(f1.data(), f2.data(), 4 * n), 0) << IsaName(isa) << " half_row";
+
+      std::vector<uint16_t> h2(n);
+      k->row_to_half(a.data(), h2.data(), n);
+      EXPECT_EQ(h2, h) << IsaName(isa) << " row_to_half";
     }
+  }
+}
+
+// row_to_half on every ISA against FloatToHalf over the edges: ties, subnormals, overflow to
+// infinity, infinities, signed zeros; NaN stays NaN.
+TEST(AttentionKernels, RowToHalfMatchesFloatToHalf) {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.0f + 1.0f / 2048,
+                          1.0f + 3.0f / 2048,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          1e6f,
+                          -1e6f,
+                          5.9604645e-8f,
+                          2.9802322e-8f,
+                          2.98023259e-8f,
+                          1e-10f,
+                          6.1035156e-5f,
+                          6.097555e-5f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()};
+  std::vector<float> random = RandomRow(61, 7);
+  for (float r : random) {
+    x.push_back(r);
+    x.push_back(r * 1e-6f);
+    x.push_back(r * 3e4f);
+  }
+  const int n = int(x.size());
+  std::vector<uint16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = FloatToHalf(x[i]);
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    const AttentionKernels* k = GetAttentionKernelsFor(isa);
+    if (k == nullptr) continue;
+    std::vector<uint16_t> got(x.size());
+    k->row_to_half(x.data(), got.data(), n);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << IsaName(isa) << " x=" << x[size_t(i)];
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    uint16_t h = 0;
+    k->row_to_half(&nan, &h, 1);
+    EXPECT_TRUE(std::isnan(HalfToFloat(h))) << IsaName(isa);
   }
 }
 
