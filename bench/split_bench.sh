@@ -7,7 +7,8 @@
 # `shardlm gguf synth` when missing.
 #
 # Prints JSON lines on stdout, each with "config" (unsplit | local2 | local_remote) and
-# "placement" (the --devices value) added: the lines of `shardlm bench --json` (tests pp<PP> and tg<TG>), then
+# "placement" (the --devices value) added: the lines of `shardlm bench --json` (tests pp<PP>,
+# tg<TG> and tg<TG>x<S>), then
 # load_gen's line per concurrency level and serve_bench's `serve_cpu` line; last, one
 # `bytes_between_stages` line: a token crossing a stage boundary moves one float32 hidden
 # row, n_embd x 4 bytes (per boundary, per token, both for prefill and decode). Logs go to
@@ -15,7 +16,9 @@
 #
 # Environment: SHARDLM (binary, default build/shardlm), MODEL (default
 # /tmp/shardlm-qwen3-0.6b-q4_k_m.gguf), CONFIGS ("unsplit local2 local_remote"), PP (512),
-# TG (128), REPS (3), CONCURRENCY (1,4), MAX_TOKENS (64), PROMPT_TOKENS (128), PARALLEL (4).
+# TG (128), STREAMS (1; a list such as 1,4 adds tg<TG>x<S>: S streams decoding together,
+# on a split one micro-batch per stage in flight), REPS (3), CONCURRENCY (1,4), MAX_TOKENS
+# (64), PROMPT_TOKENS (128), PARALLEL (4).
 # Needs 2 cores (cpu:0 and cpu:1). On a shared machine run it in a session of its own:
 #   setsid bash -c 'echo -20 > /proc/self/autogroup; SHARDLM=build/shardlm exec bench/split_bench.sh'
 set -euo pipefail
@@ -30,6 +33,7 @@ CONFIGS=${CONFIGS:-"unsplit local2 local_remote"}
 PP=${PP:-512}
 TG=${TG:-128}
 REPS=${REPS:-3}
+STREAMS=${STREAMS:-1}
 CONCURRENCY=${CONCURRENCY:-1,4}
 export SHARDLM MODEL CONCURRENCY
 export MAX_TOKENS=${MAX_TOKENS:-64} PROMPT_TOKENS=${PROMPT_TOKENS:-128} PARALLEL=${PARALLEL:-4}
@@ -72,9 +76,9 @@ for config in $CONFIGS; do
       start_shard "$tmp/s1.sock" ;;
     *) echo "split_bench: unknown config $config (unsplit, local2, local_remote)" >&2; exit 2 ;;
   esac
-  echo "split_bench: $config: bench --devices $devices (-p $PP -n $TG -r $REPS)" >&2
-  "$SHARDLM" bench -m "$MODEL" -p "$PP" -n "$TG" -r "$REPS" -t 2 --devices "$devices" \
-    "${split_args[@]}" --json | tag "$config" "$devices"
+  echo "split_bench: $config: bench --devices $devices (-p $PP -n $TG -s $STREAMS -r $REPS)" >&2
+  "$SHARDLM" bench -m "$MODEL" -p "$PP" -n "$TG" -s "$STREAMS" -r "$REPS" -t 2 \
+    --devices "$devices" "${split_args[@]}" --json | tag "$config" "$devices"
   echo "split_bench: $config: serve --devices $devices, load at $CONCURRENCY streams" >&2
   SERVE_ARGS="--devices $devices ${split_args[*]}" SERVER_LOG="$tmp/serve-$config.log" \
     "$here/serve_bench.sh" | tag "$config" "$devices"
