@@ -8,9 +8,10 @@
 // lines: model_filename, model_type, model_size, model_n_params, n_threads, type_k,
 // n_prompt, n_gen, n_streams, test, avg_ns, avg_ts, stddev_ts, median_ts, cpu_share,
 // samples_ns, samples_ts, devices, bytes_between_per_token, tokens_per_batch,
-// max_in_flight) for
-// scripts (bench/engine_bench.sh, bench/split_bench.sh). `--devices` / `--layer-split`
-// run the same tests through a split pipeline.
+// max_in_flight, and where a run pairs them paired_ratio / paired_ratio_vs) for scripts
+// (bench/engine_bench.sh, bench/split_bench.sh). `--devices` / `--layer-split` run the same
+// tests through a split pipeline; `--vs-devices` / `--vs-layer-split` run them on a second
+// placement too, interleaved, with each test's paired ratio to the first placement.
 // Non-goals: parameter sweeps (lists of -p/-n/-t values), several models per run.
 #include <cstdio>
 #include <map>
@@ -38,6 +39,7 @@ struct BenchFlags {
   std::string kv_type = "f32";
   bool json = false;
   PlacementFlags placement;
+  PlacementFlags vs_placement;  // --vs-devices / --vs-layer-split; devices "" → none
 };
 
 void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
@@ -57,6 +59,18 @@ void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
   DeclareKvTypeFlag(cmd, f.kv_type);
   cmd.add_flag("--json", f.json, "Print one JSON object per test (JSON lines)");
   DeclarePlacementFlags(cmd, f.placement);
+  cmd.add_option("--vs-devices", f.vs_placement.devices,
+                 "A second placement (as --devices) to run every test on too, interleaved with "
+                 "the first, with the paired ratio of each test on it to the same test on the "
+                 "first");
+  cmd.add_option("--vs-layer-split", f.vs_placement.layer_split,
+                 "--layer-split of the --vs-devices placement");
+}
+
+// The --devices value a result ran on, "cpu" for one unpinned stage.
+std::string DevicesOf(const BenchFlags& f, const BenchResult& r) {
+  const PlacementFlags& p = r.test.on_vs ? f.vs_placement : f.placement;
+  return p.devices.empty() ? "cpu" : p.devices;
 }
 
 // llama.cpp's names for general.file_type (llama_model_ftype), as llama-bench prints them.
@@ -131,8 +145,8 @@ nlohmann::json ToJson(const ModelFacts& facts, const BenchFlags& f, int n_thread
           {"cpu_share", r.cpu_share},
           {"samples_ns", r.samples_ns},
           {"samples_ts", r.samples_ts},
-          {"devices", f.placement.devices.empty() ? "cpu" : f.placement.devices},
-          {"layer_split", f.placement.layer_split},
+          {"devices", DevicesOf(f, r)},
+          {"layer_split", (r.test.on_vs ? f.vs_placement : f.placement).layer_split},
           {"bytes_between_per_token", r.bytes_between_per_token},
           {"tokens_per_batch", r.tokens_per_batch},
           {"max_in_flight", r.max_in_flight}};
@@ -156,8 +170,19 @@ Status BenchCommand(const BenchFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(f.kv_type));
   if (f.n_prompt < 0 || f.n_gen < 0) return InvalidArgument("-p and -n must be >= 0");
   SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(f.placement));
-  SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,
-                           LoadModelFile(f.model_path, ModelLoadOptions(placement)));
+  const bool vs = !f.vs_placement.devices.empty();
+  if (!vs && !f.vs_placement.layer_split.empty()) {
+    return InvalidArgument("--vs-layer-split needs --vs-devices");
+  }
+  PlacementOptions vs_placement;
+  if (vs) {
+    SHARDLM_ASSIGN_OR_RETURN(vs_placement, ParsePlacement(f.vs_placement));
+  }
+  // An unsplit placement computes with the loaded model itself, so it must be loaded whole.
+  const bool vs_unsplit = vs && vs_placement.devices.size() <= 1;
+  SHARDLM_ASSIGN_OR_RETURN(
+      LoadedModel loaded,
+      LoadModelFile(f.model_path, ModelLoadOptions(vs_unsplit ? vs_placement : placement)));
   const ModelFacts facts = DescribeModel(loaded);
   const unsigned hardware = std::thread::hardware_concurrency();
   const int n_threads = f.n_threads > 0 ? f.n_threads : int(hardware > 0 ? hardware : 1);
@@ -169,45 +194,69 @@ Status BenchCommand(const BenchFlags& f) {
     if (streams < 1) return InvalidArgument("--streams must be >= 1, got {}", streams);
     if (f.n_gen > 0) tests.push_back({0, f.n_gen, streams});
   }
+  if (vs) {
+    const size_t n = tests.size();
+    for (size_t i = 0; i < n; ++i) {
+      tests.push_back(tests[i]);
+      tests.back().on_vs = true;
+    }
+  }
   BenchOptions options;
   options.reps = f.reps;
   options.kv_type = kv_type;
-  options.placement = placement;
-  options.placement.model_path = f.model_path;
-  options.placement.show_progress = false;  // no loading lines between the runs
+  for (auto [target, parsed] : {std::pair{&options.placement, &placement},
+                                std::pair{&options.vs_placement, &vs_placement}}) {
+    *target = *parsed;
+    target->model_path = f.model_path;
+    target->show_progress = false;  // no loading lines between the runs
+  }
+  const bool interleaved = CanInterleave(tests, options);
   std::fprintf(stderr, "bench: %zu tests, %d threads, warm-up + %d runs each%s\n", tests.size(),
-               n_threads, f.reps,
-               tests.size() > 1 && CanInterleave(options) ? ", runs interleaved" : "");
+               n_threads, f.reps, tests.size() > 1 && interleaved ? ", runs interleaved" : "");
   auto progress = [&](const BenchTest& test, int rep) {
-    std::fprintf(stderr, "bench: %s run %d/%d\n", test.Name().c_str(), rep + 1, f.reps);
+    std::fprintf(stderr, "bench: %s%s run %d/%d\n", test.Name().c_str(),
+                 test.on_vs ? " (--vs-devices)" : "", rep + 1, f.reps);
   };
   SHARDLM_ASSIGN_OR_RETURN(std::vector<BenchResult> results,
                            RunBenches(*loaded.model, threads, tests, options, progress));
   if (!f.json) PrintTableHeader();
   for (const BenchResult& result : results) {
-    // tg<N>x<S> against tg<N> of the same run, repetition by repetition.
+    // Paired with the same run's tg<N> on the same placement (tg<N>x<S> only), and with the
+    // same test on the first placement (--vs-devices tests only).
     const BenchResult* single = nullptr;
+    const BenchResult* first = nullptr;
     for (const BenchResult& other : results) {
-      if (result.test.n_streams > 1 && other.test.n_streams == 1 &&
-          other.test.n_gen == result.test.n_gen) {
+      const BenchTest& a = result.test;
+      const BenchTest& b = other.test;
+      if (a.n_streams > 1 && b.n_streams == 1 && b.n_gen == a.n_gen && b.on_vs == a.on_vs) {
         single = &other;
       }
+      if (a.on_vs && !b.on_vs && b.Name() == a.Name()) first = &other;
     }
-    const bool paired = single != nullptr && CanInterleave(options);
+    if (!interleaved) single = first = nullptr;
     if (f.json) {
       nlohmann::json line = ToJson(facts, f, n_threads, result);
-      if (paired) {
+      if (single != nullptr) {
         line["paired_ratio"] = {{"to", single->test.Name()},
                                 {"median", PairedRatio(result, *single)}};
       }
+      if (first != nullptr) {
+        line["paired_ratio_vs"] = {{"to", DevicesOf(f, *first)},
+                                   {"median", PairedRatio(result, *first)}};
+      }
       std::printf("%s\n", line.dump().c_str());
     } else {
-      PrintTableRow(facts, f.placement.devices.empty() ? "CPU" : f.placement.devices, n_threads,
-                    result);
-      if (paired) {
+      const std::string devices = DevicesOf(f, result);
+      PrintTableRow(facts, devices == "cpu" ? "CPU" : devices, n_threads, result);
+      if (single != nullptr) {
         std::printf("|  |  |  |  |  | %s / %s (median of paired runs) | %.2f× |\n",
                     result.test.Name().c_str(), single->test.Name().c_str(),
                     PairedRatio(result, *single));
+      }
+      if (first != nullptr) {
+        std::printf("|  |  |  |  |  | %s on %s / on %s (median of paired runs) | %.2f× |\n",
+                    result.test.Name().c_str(), devices.c_str(), DevicesOf(f, *first).c_str(),
+                    PairedRatio(result, *first));
       }
     }
     std::fflush(stdout);

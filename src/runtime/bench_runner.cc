@@ -50,7 +50,7 @@ class BenchSubject {
     config.max_batch = std::max(test.n_prompt, 1);
     config.kv_type = options.kv_type;
     config.threads = threads;
-    config.placement = options.placement;
+    config.placement = options.PlacementOf(test);
     if (test.n_streams == 1) {
       SHARDLM_ASSIGN_OR_RETURN(subject->seq_, Sequence::Create(model, config));
       return subject;
@@ -233,11 +233,14 @@ BenchResult Finish(BenchRun& run, int n_threads) {
 
 }  // namespace
 
-bool CanInterleave(const BenchOptions& options) {
-  for (const DeviceSpec& device : options.placement.devices) {
-    if (device.remote()) return false;
+bool CanInterleave(std::span<const BenchTest> tests, const BenchOptions& options) {
+  int remote_subjects = 0;
+  for (const BenchTest& test : tests) {
+    const std::vector<DeviceSpec>& devices = options.PlacementOf(test).devices;
+    remote_subjects += std::any_of(devices.begin(), devices.end(),
+                                   [](const DeviceSpec& device) { return device.remote(); });
   }
-  return true;
+  return remote_subjects <= 1;
 }
 
 Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& threads,
@@ -248,7 +251,7 @@ Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& thre
   if (options.reps <= 0) return InvalidArgument("repetitions must be > 0, got {}", options.reps);
   // Tests whose runs interleave: all of them, or one at a time when a remote stage cannot
   // serve two subjects at once.
-  const size_t group = CanInterleave(options) ? tests.size() : 1;
+  const size_t group = CanInterleave(tests, options) ? tests.size() : 1;
   std::vector<BenchResult> results;
   for (size_t first = 0; first < tests.size(); first += group) {
     std::vector<BenchRun> runs;

@@ -32,6 +32,7 @@ struct BenchTest {
   int n_prompt = 0;          // > 0: a prefill test
   int n_gen = 0;             // > 0: a decode test (exactly one of the two is set)
   int n_streams = 1;         // decode: sequences decoding together (1: llama-bench's tg)
+  bool on_vs = false;        // runs on BenchOptions::vs_placement instead of placement
   std::string Name() const;  // "pp512" / "tg128" / "tg128x8"
 };
 
@@ -42,6 +43,12 @@ struct BenchOptions {
   // Placement (placement.h): one device per stage; empty: one "cpu" stage on the threads
   // given to RunBench.
   PlacementOptions placement = {};
+  // A second placement to compare with (`bench --vs-devices`): the tests with on_vs run on
+  // it, interleaved with the others, so PairedRatio of a test on both is robust to drift.
+  PlacementOptions vs_placement = {};
+  const PlacementOptions& PlacementOf(const BenchTest& test) const {
+    return test.on_vs ? vs_placement : placement;
+  }
 };
 
 struct BenchResult {
@@ -75,13 +82,14 @@ using BenchProgress = std::function<void(const BenchTest& test, int rep)>;
 // first, then the repetitions are interleaved: repetition r of every test, in order, before
 // repetition r + 1. On a shared machine whose speed drifts by tens of percent over minutes,
 // this exposes every test to the same drift, and the samples of one repetition of two tests
-// were taken seconds apart (PairedRatio). Placements with a remote stage run the tests one
-// after another instead (a shard daemon serves one server at a time: CanInterleave).
+// were taken seconds apart (PairedRatio). When more than one test would hold a remote stage
+// at once, the tests run one after another instead (a shard daemon serves one server at a
+// time: CanInterleave).
 Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& threads,
                                             std::span<const BenchTest> tests,
                                             const BenchOptions& options,
                                             const BenchProgress& progress = {});
-bool CanInterleave(const BenchOptions& options);
+bool CanInterleave(std::span<const BenchTest> tests, const BenchOptions& options);
 
 // The median over repetitions r of a.samples_ts[r] / b.samples_ts[r]: the ratio of two
 // tests measured together (RunBenches interleaved), robust to the machine's drift. 0 when

@@ -264,5 +264,34 @@ TEST(BenchCliTest, StreamsCarryTheirPairedRatio) {
   EXPECT_GT(results[1]["paired_ratio"]["median"].get<double>(), 0.0);
 }
 
+// --vs-devices runs every test on a second placement too, interleaved, each line naming its
+// devices and the second placement's lines carrying their ratio to the first's.
+TEST(BenchCliTest, VsDevicesPairsEveryTestWithTheFirstPlacement) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ProcessResult run = RunShardlm({"bench", "-m", FixturePath("stories260K.gguf"), "-p", "0", "-n",
+                                  "8", "--streams", "1,2", "-r", "2", "-t", "2", "--vs-devices",
+                                  "cpu:0,cpu:1", "--vs-layer-split", "1,1", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("runs interleaved"), std::string::npos) << run.err;
+  std::istringstream lines(run.out);
+  std::vector<json> results;
+  for (std::string line; std::getline(lines, line);) results.push_back(json::parse(line));
+  ASSERT_EQ(results.size(), 4u) << run.out;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(results[i]["test"], i % 2 ? "tg8x2" : "tg8");
+    EXPECT_EQ(results[i]["devices"], i < 2 ? "cpu" : "cpu:0,cpu:1");
+    EXPECT_EQ(results[i].contains("paired_ratio_vs"), i >= 2) << results[i];
+  }
+  EXPECT_EQ(results[3]["paired_ratio_vs"]["to"], "cpu");
+  EXPECT_GT(results[3]["paired_ratio_vs"]["median"].get<double>(), 0.0);
+  EXPECT_EQ(results[3]["paired_ratio"]["to"], "tg8");  // against tg8 on its own placement
+  EXPECT_EQ(results[3]["max_in_flight"], 2);
+
+  run = RunShardlm({"bench", "-m", FixturePath("stories260K.gguf"), "-p", "0", "-n", "8",
+                    "--vs-layer-split", "1,1"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("--vs-layer-split needs --vs-devices"), std::string::npos) << run.err;
+}
+
 }  // namespace
 }  // namespace shardlm

@@ -116,13 +116,53 @@ TEST(BenchRunnerTest, PairedRatioIsTheMedianOfPerRepetitionRatios) {
   b.samples_ts = {100, 100, 110};  // only the repetitions both have
   EXPECT_DOUBLE_EQ(PairedRatio(a, b), 3.0);
   EXPECT_DOUBLE_EQ(PairedRatio(a, BenchResult{}), 0.0);
+}
+
+// Tests interleave unless two of them would hold a remote stage at once (a daemon serves
+// one server at a time): one remote test beside local ones is fine.
+TEST(BenchRunnerTest, InterleavingNeedsAtMostOneRemoteSubject) {
   BenchOptions options;
-  EXPECT_TRUE(CanInterleave(options));
+  const std::vector<BenchTest> two = {{0, 8, 1}, {0, 8, 4}};
+  EXPECT_TRUE(CanInterleave(two, options));
   DeviceSpec remote;
   remote.kind = DeviceSpec::Kind::kUnix;
   remote.socket_path = "/nonexistent.sock";
+  options.vs_placement.devices = {DeviceSpec{}, remote};
+  std::vector<BenchTest> mixed = {{0, 8, 1}, {0, 8, 1}};
+  mixed[1].on_vs = true;
+  EXPECT_TRUE(CanInterleave(mixed, options));
+  mixed.push_back(mixed[1]);
+  mixed.back().n_streams = 4;
+  EXPECT_FALSE(CanInterleave(mixed, options));
   options.placement.devices = {DeviceSpec{}, remote};
-  EXPECT_FALSE(CanInterleave(options));  // a daemon serves one server at a time
+  EXPECT_FALSE(CanInterleave(two, options));
+}
+
+// The same tests on two placements (unsplit and two stages) run interleaved, and each
+// result says which placement it ran on by its test.
+TEST(BenchRunnerTest, TwoPlacementsRunInterleaved) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto loaded = LoadModelFile(testing::FixturePath("stories260K.gguf"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  ThreadPool threads(2);
+  BenchOptions options;
+  options.reps = 2;
+  options.vs_placement.devices.assign(2, DeviceSpec{});
+  std::vector<BenchTest> tests = {{0, 20, 2}, {0, 20, 2}};
+  tests[1].on_vs = true;
+  std::vector<std::string> order;
+  auto results =
+      RunBenches(*loaded->model, threads, tests, options, [&](const BenchTest& test, int rep) {
+        order.push_back((test.on_vs ? "vs#" : "#") + std::to_string(rep));
+      });
+  ASSERT_TRUE(results.ok()) << results.status().message();
+  EXPECT_EQ(order, (std::vector<std::string>{"#0", "vs#0", "#1", "vs#1"}));
+  ASSERT_EQ(results->size(), 2u);
+  EXPECT_FALSE((*results)[0].test.on_vs);
+  EXPECT_TRUE((*results)[1].test.on_vs);
+  EXPECT_EQ((*results)[0].max_in_flight, 1);  // unsplit: one batch of both streams
+  EXPECT_EQ((*results)[1].max_in_flight, 2);  // two stages: a micro-batch each
+  EXPECT_GT(PairedRatio((*results)[1], (*results)[0]), 0.0);
 }
 
 TEST(BenchRunnerTest, SplitRunCountsBytesBetweenStages) {
