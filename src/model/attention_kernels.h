@@ -1,4 +1,5 @@
-// Attention row kernels (q·k dot, p·v accumulate, f16 → f32 rows) with one fixed arithmetic
+// Attention row kernels (q·k dot, p·v accumulate, f16 / q8_0 → f32 rows, f32 → f16 rows for
+// writing the cache) with one fixed arithmetic
 // order shared by every ISA, so generic, AVX2 and AVX-512 give bitwise-equal results.
 //
 // Order: Dot splits [0, n16) (n16 = n rounded down to 16) into 16 lanes, lane j taking the
@@ -6,12 +7,13 @@
 // the fixed tree of SumLanes; the tail [n16, n) is then added with fused multiply-adds in
 // order. Axpy computes y[i] = fma(a, x[i], y[i]) per element; AxpyRows applies that for
 // several rows in order, keeping y in registers. The *_tile forms run several queries over
-// the same rows with the same per-element arithmetic. HalfRow converts exactly. Softmax
+// the same rows with the same per-element arithmetic. HalfRow converts exactly, Q8_0Row
+// with one product per element, RowToHalf rounds to nearest even (hardware F16C). Softmax
 // scales, takes the max, exponentiates with ExpNonPositive (fused multiply-adds in a fixed
 // order), sums the exponentials in double over the same 16 lanes + SumLanes tree + tail as
 // Dot, and multiplies by the float reciprocal of the sum.
 // Goals: attention that keeps up with the matmuls; ISA chosen once (DetectIsa).
-// Non-goals: other element types.
+// Non-goals: other element types (the KV cache is F32, F16 or Q8_0).
 //
 // Thread safety: the table is immutable after first use.
 #pragma once
