@@ -7,7 +7,7 @@
 // turn from disk (shardlm_prompt_tokens_disk_total) with the same text; the same with a
 // local + remote split whose `shardlm shard` daemon was restarted too; a byte-flipped,
 // truncated or other model's cache file gives the correct text and a log line, never a
-// crash. Pages are 64 tokens (serve's page size). Every wait is bounded.
+// crash; a Q8_0 cache persists and restores in a folder of its own. Pages are 64 tokens (serve's page size). Every wait is bounded.
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
@@ -138,6 +138,40 @@ test('local + remote split restores from disk after both processes restart',
     assert.equal(got.text, (await complete(coldQwen, t2)).text);
     await stop(server);
     await shard.kill();
+  });
+
+// A Q8_0 cache (34 bytes per 32 elements) is a different page geometry: its files land in
+// their own subfolder, and a restart restores them with the text of a Q8_0 server without
+// cache; the F16 folder of the same model is not used for it.
+test('a q8_0 KV cache is persisted and restored after a restart',
+  { skip, timeout: kTestTimeout }, async () => {
+    const dir = path.join(tmp, 'q8_0');
+    const q8 = ['--kv-type', 'q8_0'];
+    const args = [...kServeArgs, ...q8, '--kv-cache-dir', dir];
+    const cold = await startServer(binary, qwenModel, [...kServeArgs, ...q8, '--no-prefix-cache']);
+    let server = await startServer(binary, qwenModel, args);
+    const { t1, t2, cached2 } = await turns(server);
+    await complete(server, t1);
+    await stop(server);
+    const folders = fs.readdirSync(dir);
+    assert.equal(folders.length, 1);
+    assert.ok(snapFiles(dir).length >= cached2 / kPageTokens);
+
+    server = await startServer(binary, qwenModel, args);
+    const got = await complete(server, t2);
+    assert.equal(got.usage.prompt_tokens_details.cached_tokens, cached2);
+    assert.equal(await metric(server, 'prompt_tokens_disk_total'), cached2);
+    assert.equal(got.text, (await complete(cold, t2)).text);
+    await stop(server);
+
+    // The same folder under the default F16 cache: another geometry, another subfolder.
+    server = await startServer(binary, qwenModel, [...kServeArgs, '--kv-cache-dir', dir]);
+    const f16 = await complete(server, t2);
+    assert.equal(await metric(server, 'prompt_tokens_disk_total'), 0);
+    assert.equal(f16.usage.prompt_tokens_details.cached_tokens, 0);
+    await stop(server);
+    assert.equal(fs.readdirSync(dir).length, 2);
+    await cold.kill();
   });
 
 test('flipped, truncated and swapped cache files: correct text and a log line',
