@@ -150,6 +150,41 @@ TEST(PlacementCliTest, LocalPlusRemoteGivesBitwiseTheUnsplitLogits) {
   std::filesystem::remove(socket);
 }
 
+// A q8_0 KV cache through a shard daemon (the handshake carries the KV type; the daemon
+// sizes its pages by it): the same greedy text as unsplit with a q8_0 cache.
+TEST(PlacementCliTest, Q8_0KvThroughARemoteStageGivesTheUnsplitText) {
+  SHARDLM_REQUIRE_BINARY();
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::string socket = testing::CliTempPath("q8.sock");
+  std::filesystem::remove(socket);
+  testing::BackgroundProcess shard({"shard", "--listen", "unix:" + socket, "--cores", "1"});
+  ASSERT_TRUE(shard.WaitFor("listening on unix:" + socket, std::chrono::seconds(30)))
+      << shard.log();
+  const std::vector<std::string> args = {"run",
+                                         "-m",
+                                         FixturePath("qwen3-tiny-q8_0.gguf"),
+                                         "-p",
+                                         "Once upon a time",
+                                         "-n",
+                                         "24",
+                                         "--temp",
+                                         "0",
+                                         "-t",
+                                         "2",
+                                         "--kv-type",
+                                         "q8_0"};
+  const ProcessResult unsplit = RunShardlm(args);
+  ASSERT_EQ(unsplit.exit_code, 0) << unsplit.err;
+  std::vector<std::string> split_args = args;
+  split_args.insert(split_args.end(), {"--devices", "cpu,unix:" + socket});
+  const ProcessResult split = RunShardlm(split_args);
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  EXPECT_EQ(split.out, unsplit.out);
+  EXPECT_TRUE(shard.WaitFor("serving layers [", std::chrono::seconds(5))) << shard.log();
+  shard.Kill();
+  std::filesystem::remove(socket);
+}
+
 TEST(PlacementCliTest, RemoteFirstStagesGiveBitwiseTheUnsplitLogits) {
   SHARDLM_REQUIRE_BINARY();
   SHARDLM_REQUIRE_FIXTURES();
