@@ -1,8 +1,9 @@
 // Throughput benchmarks of the engine, as llama-bench measures them: `pp<N>` prefills N
 // tokens in one batch into an empty KV cache; `tg<N>` decodes N tokens one at a time from an
 // empty cache; `tg<N>x<S>` decodes N tokens in each of S sequences together, one batch of S
-// entries per step (what `serve --parallel S` does with S streams in flight, without HTTP
-// or sampling). Each test runs once to warm up, then `reps` timed times.
+// entries per step, or on a pipeline of D stages D micro-batches in flight (what
+// `serve --parallel S` does with S streams in flight, without HTTP or sampling). Each test
+// runs once to warm up, then `reps` timed times.
 //
 // Goals: the numbers `shardlm bench` prints and bench/engine_bench.sh records; per-sample
 // throughput, mean and sample standard deviation (llama-bench's avg_ts / stddev_ts); a
