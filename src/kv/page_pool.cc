@@ -5,7 +5,6 @@
 #include <limits>
 
 #include "base/check.h"
-#include "tensor/quant_blocks.h"
 
 namespace shardlm {
 
@@ -30,29 +29,35 @@ Result<KvType> ParseKvType(const std::string& name) {
   return InvalidArgument("unknown KV cache type '{}' (use f32, f16 or q8_0)", name);
 }
 
-size_t KvRowBytes(KvType type, size_t n) {
+GgmlType KvElementType(KvType type) {
   switch (type) {
     case KvType::kF32:
-      return 4 * n;
+      return GgmlType::kF32;
     case KvType::kF16:
-      return 2 * n;
+      return GgmlType::kF16;
     case KvType::kQ8_0:
-      SHARDLM_CHECK(n % kQK == 0);
-      return n / kQK * sizeof(BlockQ8_0);
+      return GgmlType::kQ8_0;
     case KvType::kSentinel:
       break;
   }
   SHARDLM_CHECK_MSG(false, "invalid KV type %d", static_cast<int>(type));
-  return 0;
+  return GgmlType::kSentinel;
+}
+
+size_t KvRowBytes(KvType type, size_t n) {
+  const GgmlTypeInfo info = *LookupGgmlType(static_cast<uint32_t>(KvElementType(type)));
+  SHARDLM_CHECK(int64_t(n) % info.block_size == 0);
+  return size_t(RowBytes(info, int64_t(n)));
 }
 
 Status CheckKvRows(KvType type, int head_dim) {
   if (int(type) < 0 || type >= KvType::kSentinel) {
     return InvalidArgument("invalid KV cache type {}", int(type));
   }
-  if (type == KvType::kQ8_0 && head_dim % kQK != 0) {
-    return InvalidArgument("a q8_0 KV cache needs head_dim % {} == 0; this model's is {}", kQK,
-                           head_dim);
+  const int64_t block = LookupGgmlType(static_cast<uint32_t>(KvElementType(type)))->block_size;
+  if (head_dim % block != 0) {
+    return InvalidArgument("a {} KV cache needs head_dim % {} == 0; this model's is {}",
+                           KvTypeName(type), block, head_dim);
   }
   return Status::Ok();
 }

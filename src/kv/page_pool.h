@@ -35,6 +35,7 @@
 
 #include "base/huge_pages.h"
 #include "base/status.h"
+#include "gguf/ggml_type.h"
 
 namespace shardlm {
 
@@ -61,6 +62,9 @@ struct PageCopy {
 enum class KvType { kF32 = 0, kF16 = 1, kQ8_0 = 2, kSentinel = 3 };
 const char* KvTypeName(KvType type);
 Result<KvType> ParseKvType(const std::string& name);  // "f32" | "f16" | "q8_0"
+// The GGUF element type a KV cache type stores (F32, F16, Q8_0): its TypeTraits convert the
+// rows (quantize_act writes them, dequantize_row reads them) and give their size.
+GgmlType KvElementType(KvType type);
 // Bytes of `n` elements stored as `type` (n % 32 == 0 for Q8_0).
 size_t KvRowBytes(KvType type, size_t n);
 // Whether rows of head_dim elements can be stored as `type`: a valid type, and whole Q8_0

@@ -5,7 +5,6 @@
 
 #include "base/check.h"
 #include "model/attention_kernels.h"
-#include "model/ops.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm {
@@ -175,17 +174,13 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
     auto as_f32 = [](const uint8_t* raw, int) { return reinterpret_cast<const float*>(raw); };
     AttendTileRuns(tile, head_dim, scores, [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   } else {
-    // F16 and Q8_0: each run converted once into the scratch after the scores, and used by
-    // every (token, head) of the tile. A run is whole rows, so whole Q8_0 blocks.
-    const AttentionKernels& kern = GetAttentionKernels();
-    const bool q8_0 = pool.config().kv_type == KvType::kQ8_0;
+    // F16 and Q8_0: each run converted once into the scratch after the scores (by the
+    // element type's dequantize_row), and used by every (token, head) of the tile. A run is
+    // whole rows, so whole Q8_0 blocks.
+    const TypeTraits& element = *GetTypeTraits(KvElementType(pool.config().kv_type));
     float* converted = scratch + int64_t(tile.n_tokens) * tile.n_heads * n_ctx;
     auto as_f32 = [&](const uint8_t* raw, int n) -> const float* {
-      if (q8_0) {
-        kern.q8_0_row(raw, converted, n * head_dim);
-      } else {
-        kern.half_row(reinterpret_cast<const uint16_t*>(raw), converted, n * head_dim);
-      }
+      element.dequantize_row(raw, converted, int64_t(n) * head_dim);
       return converted;
     };
     AttendTileRuns(tile, head_dim, scores, [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
@@ -200,20 +195,10 @@ void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const 
   const int offset = position % page_tokens;
   const PagePoolConfig& config = pool.config();
   const int64_t head_dim = config.head_dim;
-  // Q8_0 rows are quantized as activations are for a Q8_0 matmul (the same bytes on every
-  // ISA, tensor/type_traits.h).
-  const TypeTraits* q8_0 =
-      config.kv_type == KvType::kQ8_0 ? GetTypeTraits(GgmlType::kQ8_0) : nullptr;
-  const AttentionKernels& kern = GetAttentionKernels();
-  auto store = [&](const float* src, void* dst) {
-    if (config.kv_type == KvType::kF32) {
-      std::copy(src, src + head_dim, static_cast<float*>(dst));
-    } else if (q8_0 != nullptr) {
-      q8_0->quantize_act(src, dst, head_dim);
-    } else {
-      kern.row_to_half(src, static_cast<uint16_t*>(dst), int(head_dim));
-    }
-  };
+  // Rows are stored as activations of the element type are converted for a matmul (a copy for
+  // F32; the same bytes on every ISA, tensor/type_traits.h).
+  const TypeTraits& element = *GetTypeTraits(KvElementType(config.kv_type));
+  auto store = [&](const float* src, void* dst) { element.quantize_act(src, dst, head_dim); };
   for (int h = 0; h < config.n_kv_heads; ++h) {
     store(k + h * head_dim, pool.KeyRow(page, layer_idx, h, offset));
     store(v + h * head_dim, pool.ValueRow(page, layer_idx, h, offset));

@@ -3,9 +3,6 @@
 
 #include <cmath>
 
-#include "model/ops.h"
-#include "tensor/quant_blocks.h"
-
 namespace shardlm {
 namespace {
 
@@ -65,30 +62,11 @@ void SoftmaxGeneric(float* x, int n, float scale) {
   for (int i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void HalfRowGeneric(const uint16_t* src, float* dst, int n) {
-  for (int i = 0; i < n; ++i) dst[i] = HalfToFloat(src[i]);
-}
-
-void RowToHalfGeneric(const float* src, uint16_t* dst, int n) {
-  for (int i = 0; i < n; ++i) dst[i] = FloatToHalf(src[i]);
-}
-
-void Q8_0RowGeneric(const void* src, float* dst, int n) {
-  const auto* blocks = static_cast<const BlockQ8_0*>(src);
-  for (int b = 0; b < n / kQK; ++b) {
-    const float d = HalfToFloat(blocks[b].d);
-    for (int j = 0; j < kQK; ++j) dst[b * kQK + j] = float(blocks[b].qs[j]) * d;
-  }
-}
-
 AttentionKernels Build(Isa isa) {
   AttentionKernels k;
   k.dot = DotGeneric;
   k.dot_rows = DotRowsGeneric;
   k.axpy = AxpyGeneric;
-  k.half_row = HalfRowGeneric;
-  k.q8_0_row = Q8_0RowGeneric;
-  k.row_to_half = RowToHalfGeneric;
   k.axpy_rows = AxpyRowsGeneric;
   k.dot_tile = DotTileGeneric;
   k.axpy_tile = AxpyTileGeneric;

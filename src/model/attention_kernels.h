@@ -1,19 +1,18 @@
-// Attention row kernels (q·k dot, p·v accumulate, f16 / q8_0 → f32 rows, f32 → f16 rows for
-// writing the cache) with one fixed arithmetic
-// order shared by every ISA, so generic, AVX2 and AVX-512 give bitwise-equal results.
+// Attention row kernels (q·k dot, p·v accumulate) with one fixed arithmetic order shared by
+// every ISA, so generic, AVX2 and AVX-512 give bitwise-equal results. F16 and Q8_0 cache rows
+// are converted by their element type's TypeTraits (dequantize_row, quantize_act).
 //
 // Order: Dot splits [0, n16) (n16 = n rounded down to 16) into 16 lanes, lane j taking the
 // elements i ≡ j (mod 16) in increasing i with a fused multiply-add; the lanes are summed by
 // the fixed tree of SumLanes; the tail [n16, n) is then added with fused multiply-adds in
 // order. Axpy computes y[i] = fma(a, x[i], y[i]) per element; AxpyRows applies that for
 // several rows in order, keeping y in registers. The *_tile forms run several queries over
-// the same rows with the same per-element arithmetic. HalfRow converts exactly, Q8_0Row
-// with one product per element, RowToHalf rounds to nearest even (hardware F16C). Softmax
+// the same rows with the same per-element arithmetic. Softmax
 // scales, takes the max, exponentiates with ExpNonPositive (fused multiply-adds in a fixed
 // order), sums the exponentials in double over the same 16 lanes + SumLanes tree + tail as
 // Dot, and multiplies by the float reciprocal of the sum.
 // Goals: attention that keeps up with the matmuls; ISA chosen once (DetectIsa).
-// Non-goals: other element types (the KV cache is F32, F16 or Q8_0).
+// Non-goals: element types other than F32 (conversions are the type traits').
 //
 // Thread safety: the table is immutable after first use.
 #pragma once
@@ -33,13 +32,6 @@ struct AttentionKernels {
   void (*dot_rows)(const float* q, const float* const* rows, int n_rows, int n,
                    float* out) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int n) = nullptr;  // y += a·x
-  void (*half_row)(const uint16_t* src, float* dst, int n) = nullptr;
-  // dst[0..n) = FloatToHalf(src[i]) (round to nearest even; every ISA gives the same bits
-  // for every input but NaN, which stays NaN).
-  void (*row_to_half)(const float* src, uint16_t* dst, int n) = nullptr;
-  // dst[0..n) = the n / 32 Q8_0 blocks at src, each qs[j] · float(d): one exact int8 → float
-  // conversion and one rounded product per element, so every ISA gives the same bits.
-  void (*q8_0_row)(const void* src, float* dst, int n) = nullptr;
   // y += Σ_r w[r]·rows[r] for r = 0, 1, ... in order: per element exactly n_rows axpy calls.
   void (*axpy_rows)(const float* w, const float* const* rows, int n_rows, float* y,
                     int n) = nullptr;

@@ -5,7 +5,6 @@
 
 #include "model/attention_kernels.h"
 #include "model/fast_exp_simd.h"
-#include "tensor/quant_blocks.h"
 #include "tensor/simd_tile.h"
 
 namespace shardlm::internal {
@@ -146,45 +145,12 @@ void SoftmaxAvx2(float* x, int n, float scale) {
   for (int i = n16; i < n; ++i) x[i] *= inv;
 }
 
-void HalfRowAvx2(const uint16_t* src, float* dst, int n) {
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
-}
-
-void RowToHalfAvx2(const float* src, uint16_t* dst, int n) {
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-  }
-  for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
-}
-
-void Q8_0RowAvx2(const void* src, float* dst, int n) {
-  const auto* blocks = static_cast<const BlockQ8_0*>(src);
-  for (int b = 0; b < n / kQK; ++b) {
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
-    for (int j = 0; j < kQK; j += 8) {
-      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + j));
-      _mm256_storeu_ps(dst + b * kQK + j,
-                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
-    }
-  }
-}
-
 }  // namespace
 
 void FillAttentionAvx2(AttentionKernels& k) {
   k.dot = DotAvx2;
   k.dot_rows = DotRowsAvx2;
   k.axpy = AxpyAvx2;
-  k.half_row = HalfRowAvx2;
-  k.q8_0_row = Q8_0RowAvx2;
-  k.row_to_half = RowToHalfAvx2;
   k.axpy_rows = AxpyRowsAvx2;
   k.dot_tile = DotTileAvx2;
   k.axpy_tile = AxpyTileAvx2;

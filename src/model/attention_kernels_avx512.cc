@@ -4,7 +4,6 @@
 #include "model/attention_kernels.h"
 #include "model/fast_exp_simd.h"
 #include "tensor/intrinsics.h"
-#include "tensor/quant_blocks.h"
 #include "tensor/simd_tile.h"
 
 namespace shardlm::internal {
@@ -241,45 +240,12 @@ void SoftmaxAvx512(float* x, int n, float scale) {
   for (int i = n16; i < n; ++i) x[i] *= inv;
 }
 
-void HalfRowAvx512(const uint16_t* src, float* dst, int n) {
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(0xffff, h));
-  }
-  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
-}
-
-void RowToHalfAvx512(const float* src, uint16_t* dst, int n) {
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-  }
-  for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
-}
-
-void Q8_0RowAvx512(const void* src, float* dst, int n) {
-  const auto* blocks = static_cast<const BlockQ8_0*>(src);
-  for (int b = 0; b < n / kQK; ++b) {
-    const __m512 d = _mm512_set1_ps(_cvtsh_ss(blocks[b].d));
-    for (int j = 0; j < kQK; j += 16) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + j));
-      _mm512_storeu_ps(dst + b * kQK + j,
-                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
-    }
-  }
-}
-
 }  // namespace
 
 void FillAttentionAvx512(AttentionKernels& k) {
   k.dot = DotAvx512;
   k.dot_rows = DotRowsAvx512;
   k.axpy = AxpyAvx512;
-  k.half_row = HalfRowAvx512;
-  k.q8_0_row = Q8_0RowAvx512;
-  k.row_to_half = RowToHalfAvx512;
   k.axpy_rows = AxpyRowsAvx512;
   k.dot_tile = DotTileAvx512;
   k.axpy_tile = AxpyTileAvx512;

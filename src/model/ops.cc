@@ -79,44 +79,4 @@ float DotF32(const float* a, const float* b, int n) {
   return sum;
 }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1f;
-  const uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);  // normal: rebias 15 → 127
-  } else if (mant == 0) {
-    bits = sign;  // ±0
-  } else {
-    // Subnormal half: mant · 2^-24, exactly representable as a float.
-    const float value = float(mant) * 5.9604644775390625e-8f;
-    std::memcpy(&bits, &value, 4);
-    bits |= sign;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00 : 0x7c00);  // nan / inf
-  if (abs >= 0x477ff000u) return sign | 0x7c00;  // rounds past the largest half: inf
-  if (abs < 0x38800000u) {
-    // Result is subnormal (or zero): value / 2^-24, rounded to nearest even by the FPU.
-    float a;
-    std::memcpy(&a, &abs, 4);
-    return sign | uint16_t(std::nearbyint(a * 16777216.0f));
-  }
-  // Normal: drop 13 mantissa bits with round-to-nearest-even, rebias 127 → 15.
-  const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
-  return sign | uint16_t((rounded - (112u << 23)) >> 13);
-}
-
 }  // namespace shardlm

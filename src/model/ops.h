@@ -38,8 +38,4 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 // fixed tree, then the tail: the order depends only on n.
 float DotF32(const float* a, const float* b, int n);
 
-// IEEE half ↔ float, round-to-nearest-even (KV cache in F16).
-float HalfToFloat(uint16_t h);
-uint16_t FloatToHalf(float f);
-
 }  // namespace shardlm

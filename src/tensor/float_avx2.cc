@@ -1,5 +1,6 @@
 // AVX2 kernels for F32 weights (F32 activations) and F16 weights (fp16 activations, both
-// widened with vcvtph2ps and fused-multiply-added in f32). Registered by kernels_avx2.cc.
+// widened with vcvtph2ps and fused-multiply-added in f32), and F16 rows converted both ways
+// (dequantize_row, quantize_act: also the F16 KV cache's). Registered by kernels_avx2.cc.
 //
 // Goals: memory speed at decode, load reuse in a small tile for prefill, the same per-pair
 // op sequence in every tile (simd_tile.h). A row tail shorter than 8 elements is copied
@@ -36,6 +37,28 @@ struct F16Load {
   }
 };
 
+// F16 rows ↔ F32 with F16C, round to nearest even: the bits of the generic Fp16ToFp32 /
+// Fp32ToFp16 for every input, NaN payloads included (both quiet a NaN and keep its top bits).
+void DequantizeRowF16Avx2(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const fp16_t*>(src);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(h[i]);
+}
+
+void QuantizeActF16Avx2(const float* src, void* dst, int64_t n) {
+  auto* h = static_cast<fp16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) h[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 template <class L>
 struct FloatKernel {
   template <int NR, int NC>
@@ -67,7 +90,11 @@ struct FloatKernel {
 // 16 ymm registers.
 void FillFloatAvx2(TypeTraits& traits) {
   if (traits.type == GgmlType::kF32) simd::Install<FloatKernel<F32Load>, 3, 4>(traits);
-  if (traits.type == GgmlType::kF16) simd::Install<FloatKernel<F16Load>, 3, 4>(traits);
+  if (traits.type == GgmlType::kF16) {
+    simd::Install<FloatKernel<F16Load>, 3, 4>(traits);
+    traits.dequantize_row = DequantizeRowF16Avx2;
+    traits.quantize_act = QuantizeActF16Avx2;
+  }
 }
 
 }  // namespace shardlm::internal

@@ -6,8 +6,9 @@
 // Goals: decode at memory speed; prefill reuses each weight vector across the tile's
 // tokens. Every (row, token) pair runs the same op sequence in any tile (simd_tile.h).
 // A row length that is not a multiple of the vector width is finished with one masked
-// (zero-filling) step, which adds exact zeros.
-// Non-goals: activation conversion (generic quantize_act).
+// (zero-filling) step, which adds exact zeros. F16 rows convert both ways (dequantize_row,
+// quantize_act: also the F16 KV cache's) with vcvtph2ps / vcvtps2ph.
+// Non-goals: F32 and BF16 activation conversion (generic quantize_act).
 
 #include "tensor/intrinsics.h"
 #include "tensor/quant_blocks.h"
@@ -100,6 +101,28 @@ struct FloatKernel {
   }
 };
 
+// F16 rows ↔ F32, round to nearest even: the bits of the generic Fp16ToFp32 / Fp32ToFp16
+// for every input, NaN payloads included (both quiet a NaN and keep its top bits).
+void DequantizeRowF16Avx512(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const fp16_t*>(src);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(dst + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  }
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(h[i]);
+}
+
+void QuantizeActF16Avx512(const float* src, void* dst, int64_t n) {
+  auto* h = static_cast<fp16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) h[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
 }  // namespace
 
 // Tiles of 4 rows x 4 tokens: 16 accumulators + 4 weight vectors + 1 activation vector
@@ -111,6 +134,8 @@ void FillFloatAvx512(TypeTraits& traits) {
       break;
     case GgmlType::kF16:
       simd::Install<FloatKernel<F16Elems>, 4, 4>(traits);
+      traits.dequantize_row = DequantizeRowF16Avx512;
+      traits.quantize_act = QuantizeActF16Avx512;
       break;
     case GgmlType::kBF16:
       simd::Install<FloatKernel<Bf16Elems>, 4, 4>(traits);

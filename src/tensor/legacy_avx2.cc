@@ -1,5 +1,6 @@
 // AVX2 kernels for the legacy 32-element block types: Q8_0, Q4_0, Q5_0 against Q8_0
-// activations, Q4_1, Q5_1 against Q8_1 activations. Registered by kernels_avx2.cc.
+// activations, Q4_1, Q5_1 against Q8_1 activations, and Q8_0 rows dequantized. Registered
+// by kernels_avx2.cc.
 //
 // Goals: the common 8-bit type at memory speed on AVX2-only CPUs, with a small tile for
 // prefill; the same per-pair op sequence in every tile (simd_tile.h).
@@ -158,6 +159,20 @@ struct UnsignedKernel {
   }
 };
 
+// dst = qs · float(d) per element: one exact int8 → float conversion and one rounded product,
+// the generic DequantizeRowQ8_0's bits (also the Q8_0 KV cache's rows, read by attention).
+void DequantizeRowQ8_0Avx2(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
+    for (int j = 0; j < kQK; j += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blocks[b].qs + j));
+      _mm256_storeu_ps(dst + b * kQK + j,
+                       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+
 }  // namespace
 
 // Tile 2 rows x 4 tokens: 8 accumulators + 2 registers per row + 1 per token + temporaries
@@ -166,6 +181,7 @@ void FillLegacyAvx2(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kQ8_0:
       simd::Install<Q8_0Kernel, 2, 4>(traits);
+      traits.dequantize_row = DequantizeRowQ8_0Avx2;
       break;
     case GgmlType::kQ4_0:
       simd::Install<UnsignedKernel<Q4_0Weights>, 2, 4>(traits);

@@ -1,5 +1,6 @@
 // AVX-512 VNNI kernels for the legacy 32-element block types: Q8_0, Q4_0, Q5_0 against
-// Q8_0 activations, Q4_1, Q5_1 against Q8_1 activations. Registered by kernels_avx512.cc.
+// Q8_0 activations, Q4_1, Q5_1 against Q8_1 activations, and Q8_0 rows dequantized.
+// Registered by kernels_avx512.cc.
 //
 // Goals: decode streams weight rows at memory speed; prefill reuses each loaded weight
 // block across the tile's tokens and each activation block across its rows. Every
@@ -235,6 +236,20 @@ struct UnsignedKernel {
   }
 };
 
+// dst = qs · float(d) per element: one exact int8 → float conversion and one rounded product,
+// the generic DequantizeRowQ8_0's bits (also the Q8_0 KV cache's rows, read by attention).
+void DequantizeRowQ8_0Avx512(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(blocks[b].d));
+    for (int j = 0; j < kQK; j += 16) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs + j));
+      _mm512_storeu_ps(dst + b * kQK + j,
+                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+
 }  // namespace
 
 // Tile 4 rows x 4 tokens: 16 accumulators + 3 registers per row + 2 per token nearly fit
@@ -244,6 +259,7 @@ void FillLegacyAvx512(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kQ8_0:
       simd::Install<Q8_0Kernel, 4, 4>(traits);
+      traits.dequantize_row = DequantizeRowQ8_0Avx512;
       break;
     case GgmlType::kQ4_0:
       simd::Install<UnsignedKernel<Q4_0Weights>, 4, 4>(traits);

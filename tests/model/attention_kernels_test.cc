@@ -7,13 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <vector>
 
 #include "model/ops.h"
-#include "tensor/quant_blocks.h"
-#include "tensor/type_traits.h"
 
 namespace shardlm {
 namespace {
@@ -65,93 +62,6 @@ TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
       std::vector<float> r3 = b;
       for (int r = 0; r < 5; ++r) generic->axpy(w[r], rows[r], r3.data(), n);
       EXPECT_EQ(std::memcmp(r1.data(), r3.data(), 4 * n), 0) << "axpy_rows vs axpy";
-
-      std::vector<uint16_t> h(n);
-      for (int i = 0; i < n; ++i) h[i] = FloatToHalf(a[i]);
-      std::vector<float> f1(n), f2(n);
-      generic->half_row(h.data(), f1.data(), n);
-      k->half_row(h.data(), f2.data(), n);
-      EXPECT_EQ(std::memcmp(f1.data(), f2.data(), 4 * n), 0) << IsaName(isa) << " half_row";
-
-      std::vector<uint16_t> h2(n);
-      k->row_to_half(a.data(), h2.data(), n);
-      EXPECT_EQ(h2, h) << IsaName(isa) << " row_to_half";
-    }
-  }
-}
-
-// row_to_half on every ISA against FloatToHalf over the edges: ties, subnormals, overflow to
-// infinity, infinities, signed zeros; NaN stays NaN.
-TEST(AttentionKernels, RowToHalfMatchesFloatToHalf) {
-  std::vector<float> x = {0.0f,
-                          -0.0f,
-                          1.0f,
-                          1.0f + 1.0f / 2048,
-                          1.0f + 3.0f / 2048,
-                          65504.0f,
-                          65519.0f,
-                          65520.0f,
-                          1e6f,
-                          -1e6f,
-                          5.9604645e-8f,
-                          2.9802322e-8f,
-                          2.98023259e-8f,
-                          1e-10f,
-                          6.1035156e-5f,
-                          6.097555e-5f,
-                          std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity()};
-  std::vector<float> random = RandomRow(61, 7);
-  for (float r : random) {
-    x.push_back(r);
-    x.push_back(r * 1e-6f);
-    x.push_back(r * 3e4f);
-  }
-  const int n = int(x.size());
-  std::vector<uint16_t> want(x.size());
-  for (size_t i = 0; i < x.size(); ++i) want[i] = FloatToHalf(x[i]);
-  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
-    const AttentionKernels* k = GetAttentionKernelsFor(isa);
-    if (k == nullptr) continue;
-    std::vector<uint16_t> got(x.size());
-    k->row_to_half(x.data(), got.data(), n);
-    for (int i = 0; i < n; ++i) {
-      EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << IsaName(isa) << " x=" << x[size_t(i)];
-    }
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    uint16_t h = 0;
-    k->row_to_half(&nan, &h, 1);
-    EXPECT_TRUE(std::isnan(HalfToFloat(h))) << IsaName(isa);
-  }
-}
-
-// Q8_0 rows (as the KV cache stores them): every ISA gives the generic kernel's bits, and
-// the values are the blocks' qs · d, within about half a quantization step of the input.
-TEST(AttentionKernels, Q8_0RowsMatchGenericAndDequantize) {
-  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
-  ASSERT_NE(generic, nullptr);
-  const TypeTraits* q8_0 = GetTypeTraitsFor(GgmlType::kQ8_0, Isa::kGeneric);
-  ASSERT_NE(q8_0, nullptr);
-  for (int n : {32, 64, 128, 256}) {
-    std::vector<float> x = RandomRow(n, 40 + n);
-    std::vector<BlockQ8_0> blocks(static_cast<size_t>(n / kQK));
-    q8_0->quantize_act(x.data(), blocks.data(), n);
-    std::vector<float> want(static_cast<size_t>(n));
-    generic->q8_0_row(blocks.data(), want.data(), n);
-    for (int i = 0; i < n; ++i) {
-      const BlockQ8_0& b = blocks[size_t(i / kQK)];
-      const float d = HalfToFloat(b.d);
-      EXPECT_EQ(want[size_t(i)], float(b.qs[i % kQK]) * d) << i;
-      // Half a step, plus 127 × the rounding of d to f16 (2^-11 relative).
-      EXPECT_LE(std::fabs(want[size_t(i)] - x[size_t(i)]), 0.57f * d) << i;
-    }
-    for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
-      const AttentionKernels* k = GetAttentionKernelsFor(isa);
-      if (k == nullptr) continue;
-      std::vector<float> got(static_cast<size_t>(n));
-      k->q8_0_row(blocks.data(), got.data(), n);
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), 4 * size_t(n)), 0)
-          << IsaName(isa) << " q8_0_row n=" << n;
     }
   }
 }
@@ -194,20 +104,6 @@ TEST(AttentionKernels, TilesMatchSingleQueries) {
         }
       }
     }
-  }
-}
-
-TEST(Ops, HalfRoundTripAndRounding) {
-  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
-  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
-  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
-  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);
-  EXPECT_EQ(FloatToHalf(5.9604645e-8f), 0x0001);       // smallest subnormal
-  EXPECT_EQ(FloatToHalf(1.0f + 1.0f / 2048), 0x3c00);  // tie → even
-  EXPECT_EQ(FloatToHalf(1.0f + 3.0f / 2048), 0x3c02);  // tie → even (up)
-  for (uint32_t h = 0; h < 0x7c00; ++h) {
-    ASSERT_EQ(FloatToHalf(HalfToFloat(uint16_t(h))), h) << h;
-    ASSERT_EQ(FloatToHalf(-HalfToFloat(uint16_t(h))), h | 0x8000) << h;
   }
 }
 

@@ -102,6 +102,22 @@ TEST(Fp16, MatchesF16cOnRandomFloats) {
   EXPECT_GT(checked, 1900000);
 }
 
+// The values and round trips the F16 KV cache relies on (its rows are written with
+// Fp32ToFp16's rounding and read back with Fp16ToFp32).
+TEST(Fp16, HalfRoundTripAndRounding) {
+  EXPECT_EQ(Fp32ToFp16(1.0f), 0x3c00);
+  EXPECT_EQ(Fp32ToFp16(-2.0f), 0xc000);
+  EXPECT_EQ(Fp32ToFp16(65504.0f), 0x7bff);
+  EXPECT_EQ(Fp32ToFp16(1e6f), 0x7c00);
+  EXPECT_EQ(Fp32ToFp16(5.9604645e-8f), 0x0001);       // smallest subnormal
+  EXPECT_EQ(Fp32ToFp16(1.0f + 1.0f / 2048), 0x3c00);  // tie → even
+  EXPECT_EQ(Fp32ToFp16(1.0f + 3.0f / 2048), 0x3c02);  // tie → even (up)
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    ASSERT_EQ(Fp32ToFp16(Fp16ToFp32(uint16_t(h))), h) << h;
+    ASSERT_EQ(Fp32ToFp16(-Fp16ToFp32(uint16_t(h))), h | 0x8000) << h;
+  }
+}
+
 TEST(Bf16, KnownValuesAndTies) {
   EXPECT_EQ(Fp32ToBf16(1.0f), 0x3F80);
   EXPECT_EQ(Fp32ToBf16(-2.5f), 0xC020);

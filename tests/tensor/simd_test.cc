@@ -5,18 +5,21 @@
 // bound derived from Σ|w·x| and epsilon (the worst case is printed); (2) vec_dot_tile is
 // BITWISE equal to vec_dot for every element, for every nr x nc up to the tile size, with
 // padded strides (the batch-composition invariance contract of type_traits.h);
-// (3) an overridden quantize_act produces exactly the generic bytes.
+// (3) an overridden quantize_act produces exactly the generic bytes; (4) an overridden
+// dequantize_row (F16, Q8_0: also the KV cache's rows) gives exactly the generic floats.
 // Non-goals: the generic kernels' own accuracy against llama.cpp (kernels_generic tests).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gguf/ggml_type.h"
+#include "tensor/fp16.h"
 #include "tensor/kernels_impl.h"
 #include "tensor/quant_blocks.h"
 
@@ -285,6 +288,114 @@ TEST(SimdIsa, QuantizeActIsBitwiseGeneric) {
       }
       std::printf("[%s %s] quantize_act to %s: %d rows byte-identical\n", isa.name,
                   Name(type).c_str(), Name(generic.act_type).c_str(), row_idx);
+    }
+  }
+}
+
+// Rows of every type whose dequantize_row an ISA overrides: the generic reference quantizer's
+// blocks of the activation rows above, read back bitwise as the generic kernel reads them.
+TEST(SimdIsa, DequantizeRowIsBitwiseGeneric) {
+  std::mt19937 rng(11);
+  for (const IsaCase& isa : kIsas) {
+    if (!isa.supported()) continue;
+    for (GgmlType type : kTypes) {
+      const TypeTraits generic = Traits(type, nullptr);
+      const TypeTraits fast = Traits(type, isa.fill);
+      if (fast.dequantize_row == generic.dequantize_row) continue;
+      for (int64_t n : {int64_t{32}, int64_t{128}, int64_t{3072}}) {
+        const int64_t bytes = RowBytes(*LookupGgmlType(uint32_t(type)), n);
+        for (const auto& x : ActRows(n, rng)) {
+          std::vector<uint8_t> row(bytes);
+          generic.quantize_row(x.data(), row.data(), n);
+          std::vector<float> want(n), got(n);
+          generic.dequantize_row(row.data(), want.data(), n);
+          fast.dequantize_row(row.data(), got.data(), n);
+          EXPECT_EQ(std::memcmp(want.data(), got.data(), 4 * size_t(n)), 0)
+              << isa.name << " " << Name(type) << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
+// F16 rows written on every ISA (quantize_act, the F16 KV cache's writer) against
+// Fp32ToFp16 over the edges: ties, subnormals, overflow to infinity, infinities, signed
+// zeros; NaN stays NaN.
+TEST(SimdIsa, F16QuantizeActMatchesFp32ToFp16OnEdges) {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.0f + 1.0f / 2048,
+                          1.0f + 3.0f / 2048,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          1e6f,
+                          -1e6f,
+                          5.9604645e-8f,
+                          2.9802322e-8f,
+                          2.98023259e-8f,
+                          1e-10f,
+                          6.1035156e-5f,
+                          6.097555e-5f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (int i = 0; i < 61; ++i) {
+    const float r = gauss(rng);
+    x.push_back(r);
+    x.push_back(r * 1e-6f);
+    x.push_back(r * 3e4f);
+  }
+  const int64_t n = int64_t(x.size());
+  std::vector<fp16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = Fp32ToFp16(x[i]);
+  std::vector<const IsaCase*> isas = {nullptr};
+  for (const IsaCase& isa : kIsas) {
+    if (isa.supported()) isas.push_back(&isa);
+  }
+  for (const IsaCase* isa : isas) {
+    const TypeTraits f16 = Traits(GgmlType::kF16, isa ? isa->fill : nullptr);
+    const char* name = isa ? isa->name : "generic";
+    std::vector<fp16_t> got(x.size());
+    f16.quantize_act(x.data(), got.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(got[size_t(i)], want[size_t(i)]) << name << " x=" << x[size_t(i)];
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    fp16_t h = 0;
+    f16.quantize_act(&nan, &h, 1);
+    EXPECT_TRUE(std::isnan(Fp16ToFp32(h))) << name;
+  }
+}
+
+// Q8_0 rows (as the KV cache stores them, written by quantize_act): dequantize_row gives the
+// blocks' qs · d on every ISA, within about half a quantization step of the input.
+TEST(SimdIsa, Q8_0RowsDequantizeToQsTimesD) {
+  const TypeTraits generic = Traits(GgmlType::kQ8_0, nullptr);
+  std::mt19937 rng(41);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (int n : {32, 64, 128, 256}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = gauss(rng);
+    std::vector<BlockQ8_0> blocks(static_cast<size_t>(n / kQK));
+    generic.quantize_act(x.data(), blocks.data(), n);
+    std::vector<float> want(static_cast<size_t>(n));
+    generic.dequantize_row(blocks.data(), want.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const BlockQ8_0& b = blocks[size_t(i / kQK)];
+      const float d = Fp16ToFp32(b.d);
+      EXPECT_EQ(want[size_t(i)], float(b.qs[i % kQK]) * d) << i;
+      // Half a step, plus 127 × the rounding of d to f16 (2^-11 relative).
+      EXPECT_LE(std::fabs(want[size_t(i)] - x[size_t(i)]), 0.57f * d) << i;
+    }
+    for (const IsaCase& isa : kIsas) {
+      if (!isa.supported()) continue;
+      std::vector<float> got(static_cast<size_t>(n));
+      Traits(GgmlType::kQ8_0, isa.fill).dequantize_row(blocks.data(), got.data(), n);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), 4 * size_t(n)), 0)
+          << isa.name << " q8_0 n=" << n;
     }
   }
 }
