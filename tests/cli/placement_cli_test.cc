@@ -119,6 +119,32 @@ void ExpectSameAsUnsplit(const RunOutput& unsplit, const RunOutput& split) {
       << "logits differ bitwise";
 }
 
+// A `shardlm shard` daemon on core 1 listening on a socket in the test's temp folder (a stale
+// socket file is removed first); killed, and its socket removed, when it goes out of scope.
+class ShardDaemon {
+ public:
+  explicit ShardDaemon(const std::string& name)
+      : socket_(RemoveStale(testing::CliTempPath(name))),
+        process_({"shard", "--listen", "unix:" + socket_, "--cores", "1"}) {}
+  ~ShardDaemon() {
+    process_.Kill();
+    std::filesystem::remove(socket_);
+  }
+  const std::string& socket() const { return socket_; }
+  testing::BackgroundProcess& process() { return process_; }
+  bool WaitListening() {
+    return process_.WaitFor("listening on unix:" + socket_, std::chrono::seconds(30));
+  }
+
+ private:
+  static std::string RemoveStale(const std::string& socket) {
+    std::filesystem::remove(socket);
+    return socket;
+  }
+  std::string socket_;
+  testing::BackgroundProcess process_;
+};
+
 TEST(PlacementCliTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
   SHARDLM_REQUIRE_BINARY();
   SHARDLM_REQUIRE_FIXTURES();
@@ -138,16 +164,12 @@ TEST(PlacementCliTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
 TEST(PlacementCliTest, LocalPlusRemoteGivesBitwiseTheUnsplitLogits) {
   SHARDLM_REQUIRE_BINARY();
   SHARDLM_REQUIRE_FIXTURES();
-  const std::string socket = testing::CliTempPath("s1.sock");
-  std::filesystem::remove(socket);
-  testing::BackgroundProcess shard({"shard", "--listen", "unix:" + socket, "--cores", "1"});
-  ASSERT_TRUE(shard.WaitFor("listening on unix:" + socket, std::chrono::seconds(30)))
-      << shard.log();
+  ShardDaemon shard("s1.sock");
+  ASSERT_TRUE(shard.WaitListening()) << shard.process().log();
   const RunOutput unsplit = GreedyRun({});
-  ExpectSameAsUnsplit(unsplit, GreedyRun({"--devices", "cpu,unix:" + socket}));
-  EXPECT_TRUE(shard.WaitFor("serving layers [", std::chrono::seconds(5))) << shard.log();
-  shard.Kill();
-  std::filesystem::remove(socket);
+  ExpectSameAsUnsplit(unsplit, GreedyRun({"--devices", "cpu,unix:" + shard.socket()}));
+  EXPECT_TRUE(shard.process().WaitFor("serving layers [", std::chrono::seconds(5)))
+      << shard.process().log();
 }
 
 // A q8_0 KV cache through a shard daemon (the handshake carries the KV type; the daemon
@@ -155,11 +177,8 @@ TEST(PlacementCliTest, LocalPlusRemoteGivesBitwiseTheUnsplitLogits) {
 TEST(PlacementCliTest, Q8_0KvThroughARemoteStageGivesTheUnsplitText) {
   SHARDLM_REQUIRE_BINARY();
   SHARDLM_REQUIRE_FIXTURES();
-  const std::string socket = testing::CliTempPath("q8.sock");
-  std::filesystem::remove(socket);
-  testing::BackgroundProcess shard({"shard", "--listen", "unix:" + socket, "--cores", "1"});
-  ASSERT_TRUE(shard.WaitFor("listening on unix:" + socket, std::chrono::seconds(30)))
-      << shard.log();
+  ShardDaemon shard("q8.sock");
+  ASSERT_TRUE(shard.WaitListening()) << shard.process().log();
   const std::vector<std::string> args = {"run",
                                          "-m",
                                          FixturePath("qwen3-tiny-q8_0.gguf"),
@@ -176,37 +195,31 @@ TEST(PlacementCliTest, Q8_0KvThroughARemoteStageGivesTheUnsplitText) {
   const ProcessResult unsplit = RunShardlm(args);
   ASSERT_EQ(unsplit.exit_code, 0) << unsplit.err;
   std::vector<std::string> split_args = args;
-  split_args.insert(split_args.end(), {"--devices", "cpu,unix:" + socket});
+  split_args.insert(split_args.end(), {"--devices", "cpu,unix:" + shard.socket()});
   const ProcessResult split = RunShardlm(split_args);
   ASSERT_EQ(split.exit_code, 0) << split.err;
   EXPECT_EQ(split.out, unsplit.out);
-  EXPECT_TRUE(shard.WaitFor("serving layers [", std::chrono::seconds(5))) << shard.log();
-  shard.Kill();
-  std::filesystem::remove(socket);
+  EXPECT_TRUE(shard.process().WaitFor("serving layers [", std::chrono::seconds(5)))
+      << shard.process().log();
 }
 
 TEST(PlacementCliTest, RemoteFirstStagesGiveBitwiseTheUnsplitLogits) {
   SHARDLM_REQUIRE_BINARY();
   SHARDLM_REQUIRE_FIXTURES();
-  const std::string socket1 = testing::CliTempPath("r1.sock");
-  const std::string socket2 = testing::CliTempPath("r2.sock");
-  testing::BackgroundProcess shard1({"shard", "--listen", "unix:" + socket1, "--cores", "1"});
-  testing::BackgroundProcess shard2({"shard", "--listen", "unix:" + socket2, "--cores", "1"});
-  ASSERT_TRUE(shard1.WaitFor("listening on unix:" + socket1, std::chrono::seconds(30)))
-      << shard1.log();
-  ASSERT_TRUE(shard2.WaitFor("listening on unix:" + socket2, std::chrono::seconds(30)))
-      << shard2.log();
+  ShardDaemon shard1("r1.sock");
+  ShardDaemon shard2("r2.sock");
+  ASSERT_TRUE(shard1.WaitListening()) << shard1.process().log();
+  ASSERT_TRUE(shard2.WaitListening()) << shard2.process().log();
   // Stage 0 (the embedding) and stage 1 remote, the LM head local.
   const RunOutput unsplit = GreedyRun({});
-  ExpectSameAsUnsplit(unsplit,
-                      GreedyRun({"--devices", "unix:" + socket1 + ",unix:" + socket2 + ",cpu",
-                                 "--layer-split", "1,2,2"}));
-  EXPECT_TRUE(shard1.WaitFor("serving layers [0, ", std::chrono::seconds(5))) << shard1.log();
-  EXPECT_TRUE(shard2.WaitFor("serving layers [", std::chrono::seconds(5))) << shard2.log();
-  shard1.Kill();
-  shard2.Kill();
-  std::filesystem::remove(socket1);
-  std::filesystem::remove(socket2);
+  ExpectSameAsUnsplit(
+      unsplit,
+      GreedyRun({"--devices", "unix:" + shard1.socket() + ",unix:" + shard2.socket() + ",cpu",
+                 "--layer-split", "1,2,2"}));
+  EXPECT_TRUE(shard1.process().WaitFor("serving layers [0, ", std::chrono::seconds(5)))
+      << shard1.process().log();
+  EXPECT_TRUE(shard2.process().WaitFor("serving layers [", std::chrono::seconds(5)))
+      << shard2.process().log();
 }
 
 }  // namespace
