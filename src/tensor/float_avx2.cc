@@ -40,23 +40,31 @@ struct F16Load {
 // F16 rows ↔ F32 with F16C, round to nearest even: the bits of the generic Fp16ToFp32 /
 // Fp32ToFp16 for every input, NaN payloads included (both quiet a NaN and keep its top bits).
 void DequantizeRowF16Avx2(const void* src, float* dst, int64_t n) {
-  const auto* h = static_cast<const fp16_t*>(src);
+  // Rows may sit at odd addresses (padded activation rows): unaligned loads, memcpy tails.
+  const auto* h = static_cast<const uint8_t*>(src);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     _mm256_storeu_ps(dst + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 2 * i))));
   }
-  for (; i < n; ++i) dst[i] = _cvtsh_ss(h[i]);
+  for (; i < n; ++i) {
+    fp16_t one;
+    std::memcpy(&one, h + 2 * i, 2);
+    dst[i] = _cvtsh_ss(one);
+  }
 }
 
 void QuantizeActF16Avx2(const float* src, void* dst, int64_t n) {
-  auto* h = static_cast<fp16_t*>(dst);
+  auto* h = static_cast<uint8_t*>(dst);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 2 * i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) h[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+  for (; i < n; ++i) {
+    const fp16_t one = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+    std::memcpy(h + 2 * i, &one, 2);
+  }
 }
 
 template <class L>
