@@ -67,18 +67,27 @@ Result<std::string> ChatTemplate::RenderWith(const nlohmann::ordered_json& messa
     return InvalidArgument("chat template variables must be a JSON object, got {}",
                            extra_vars.type_name());
   }
-  jinja::Context context = {
-      {"messages", jinja::Value::FromJson(messages)},
-      {"tools", jinja::Value::FromJson(tools)},
-      {"documents", jinja::Value::None()},
-      {"add_generation_prompt", jinja::Value::Bool(add_generation_prompt)},
-      {"strftime_now", StrftimeNow(options_.clock)},
-  };
+  size_t values_left = options_.limits.max_input_values;
+  jinja::Context context;
+  try {
+    context = {
+        {"messages", jinja::Value::FromJson(messages, &values_left)},
+        {"tools", jinja::Value::FromJson(tools, &values_left)},
+        {"documents", jinja::Value::None()},
+        {"add_generation_prompt", jinja::Value::Bool(add_generation_prompt)},
+        {"strftime_now", StrftimeNow(options_.clock)},
+    };
+    for (const auto& [name, value] : extra_vars.items()) {
+      context.emplace_back(name, jinja::Value::FromJson(value, &values_left));
+    }
+  } catch (const jinja::JinjaError& e) {
+    return InvalidArgument(
+        "the messages, tools and template variables cannot be rendered: {} "
+        "(at most {} values, {} levels deep)",
+        e.message, options_.limits.max_input_values, jinja::Value::kMaxFromJsonDepth);
+  }
   if (bos_token_) context.emplace_back("bos_token", jinja::Value::String(*bos_token_));
   if (eos_token_) context.emplace_back("eos_token", jinja::Value::String(*eos_token_));
-  for (const auto& [name, value] : extra_vars.items()) {
-    context.emplace_back(name, jinja::Value::FromJson(value));
-  }
   return template_.Render(context, options_.limits, raised);
 }
 

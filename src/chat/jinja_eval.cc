@@ -333,6 +333,7 @@ void Evaluator::ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope) {
   if (!ns || !ns->IsDict() || !ns->AsDict().is_namespace) {
     Fail("cannot assign attribute on non-namespace object '" + s.targets[0] + "'");
   }
+  if (value.holds_namespace()) Fail("a namespace cannot hold another namespace");
   ns->AsDict().Set(s.text, value);
 }
 

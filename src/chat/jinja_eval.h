@@ -34,6 +34,10 @@ struct RenderLimits {
   // Expression/statement evaluations per render; real templates use a few thousand per
   // message, so this bounds a hostile template's time to about a second.
   int64_t max_steps = 20'000'000;
+  // JSON values a render's variables may hold (messages, tools, extra variables): each
+  // becomes a Value of about a hundred bytes. A long agent conversation with its tool
+  // schemas holds tens of thousands.
+  size_t max_input_values = size_t{1} << 18;
 };
 
 struct Scope {

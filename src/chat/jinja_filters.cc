@@ -104,8 +104,9 @@ Value FDefault(Evaluator&, const Value& v, const CallArgs& args) {
   return v;
 }
 
-Value FToJson(Evaluator&, const Value& v, const CallArgs& args) {
+Value FToJson(Evaluator& ev, const Value& v, const CallArgs& args) {
   JsonOptions options;
+  options.max_bytes = ev.MaxOutputBytes();
   options.ensure_ascii = BoolArg(args, 0, "ensure_ascii", false);
   Value indent = args.Get(1, "indent");
   if (indent.IsString()) {

@@ -85,6 +85,9 @@ class JsonWriter {
 
   void Write(const Value& v, int depth, std::string& out) {
     if (depth > kMaxDepth) Fail("tojson: nesting too deep");
+    if (out.size() > options_.max_bytes) {
+      Fail("tojson: the output grew past " + std::to_string(options_.max_bytes) + " bytes");
+    }
     using K = Value::Kind;
     switch (v.kind()) {
       case K::kNone:

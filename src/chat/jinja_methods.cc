@@ -348,6 +348,11 @@ Value MakeDict(CallArgs& args, bool is_namespace) {
     for (const auto& [k, v] : p.AsDict().items) dict->Set(k, v);
   }
   for (const auto& [k, v] : args.named) dict->Set(k, v);
+  if (is_namespace) {
+    for (const auto& [k, v] : dict->items) {
+      if (v.holds_namespace()) Fail("a namespace cannot hold another namespace");
+    }
+  }
   return Value::Dict(std::move(dict));
 }
 

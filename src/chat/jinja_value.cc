@@ -29,9 +29,29 @@ void ValueDict::Set(const std::string& key, Value value) {
   items.emplace_back(key, std::move(value));
 }
 
+void Value::MeasureChildren() {
+  int deepest = 0;
+  auto add = [&](const Value& child) {
+    deepest = std::max(deepest, int(child.nesting_));
+    holds_namespace_ = holds_namespace_ || child.holds_namespace_;
+  };
+  if (kind_ == Kind::kList) {
+    for (const Value& e : *list_) add(e);
+  } else if (dict_->is_namespace) {
+    holds_namespace_ = true;  // its members may change later: they are not counted
+  } else {
+    for (const auto& [k, e] : dict_->items) add(e);
+  }
+  if (deepest + 1 > kMaxNesting) {
+    Fail("lists and dicts nest deeper than " + std::to_string(kMaxNesting) + " levels");
+  }
+  nesting_ = static_cast<uint16_t>(deepest + 1);
+}
+
 Value Value::List(ValueList items) {
   Value v(Kind::kList);
   v.list_ = std::make_shared<ValueList>(std::move(items));
+  v.MeasureChildren();
   return v;
 }
 
@@ -44,6 +64,7 @@ Value Value::Tuple(ValueList items) {
 Value Value::Dict(std::shared_ptr<ValueDict> dict) {
   Value v(Kind::kDict);
   v.dict_ = dict ? std::move(dict) : std::make_shared<ValueDict>();
+  v.MeasureChildren();
   return v;
 }
 
@@ -53,34 +74,53 @@ Value Value::Function(std::string name, NativeFn fn) {
   return v;
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& j) {
+namespace {
+
+Value FromJsonAt(const nlohmann::ordered_json& j, int depth, size_t* values_left) {
   using T = nlohmann::ordered_json::value_t;
+  if (values_left) {
+    if (*values_left == 0) Fail("the JSON values are more than a template may take");
+    --*values_left;
+  }
   switch (j.type()) {
     case T::null:
-      return None();
+      return Value::None();
     case T::boolean:
-      return Bool(j.get<bool>());
+      return Value::Bool(j.get<bool>());
     case T::number_integer:
-      return Int(j.get<int64_t>());
+      return Value::Int(j.get<int64_t>());
     case T::number_unsigned:
-      return Int(static_cast<int64_t>(j.get<uint64_t>()));
+      return Value::Int(static_cast<int64_t>(j.get<uint64_t>()));
     case T::number_float:
-      return Float(j.get<double>());
+      return Value::Float(j.get<double>());
     case T::string:
-      return String(j.get<std::string>());
-    case T::array: {
-      ValueList items;
-      for (const auto& e : j) items.push_back(FromJson(e));
-      return List(std::move(items));
-    }
-    case T::object: {
-      auto dict = std::make_shared<ValueDict>();
-      for (const auto& [k, e] : j.items()) dict->items.emplace_back(k, FromJson(e));
-      return Dict(std::move(dict));
-    }
+      return Value::String(j.get<std::string>());
+    case T::array:
+    case T::object:
+      if (depth >= Value::kMaxFromJsonDepth) {
+        Fail("a JSON value nests deeper than " + std::to_string(Value::kMaxFromJsonDepth) +
+             " levels");
+      }
+      break;
     default:
-      return None();  // binary/discarded: never produced by a JSON parse
+      return Value::None();  // binary/discarded: never produced by a JSON parse
   }
+  if (j.is_array()) {
+    ValueList items;
+    items.reserve(j.size());
+    for (const auto& e : j) items.push_back(FromJsonAt(e, depth + 1, values_left));
+    return Value::List(std::move(items));
+  }
+  auto dict = std::make_shared<ValueDict>();
+  for (const auto& [k, e] : j.items())
+    dict->items.emplace_back(k, FromJsonAt(e, depth + 1, values_left));
+  return Value::Dict(std::move(dict));
+}
+
+}  // namespace
+
+Value Value::FromJson(const nlohmann::ordered_json& j, size_t* values_left) {
+  return FromJsonAt(j, 0, values_left);
 }
 
 bool Value::Truthy() const {

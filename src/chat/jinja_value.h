@@ -11,6 +11,7 @@
 // lists flagged to print as tuples.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -85,7 +86,17 @@ class Value {
   static Value Tuple(ValueList items);
   static Value Dict(std::shared_ptr<ValueDict> dict = nullptr);
   static Value Function(std::string name, NativeFn fn);
-  static Value FromJson(const nlohmann::ordered_json& j);
+  // Converts a JSON value; fails (JinjaError) past kMaxFromJsonDepth nested containers, so
+  // the conversion and everything that walks the result later stay off deep recursion, and,
+  // when `values_left` is given, once more values than it holds were made (it counts down).
+  static Value FromJson(const nlohmann::ordered_json& j, size_t* values_left = nullptr);
+  static constexpr int kMaxFromJsonDepth = 128;
+  // Lists and dicts nest at most this deep: List, Tuple and Dict fail (JinjaError) beyond
+  // it, so printing, comparing, serializing and destroying a value, which all recurse, stay
+  // within a few hundred frames whatever a template builds. Namespaces are the only mutable
+  // containers; one may not hold another (ExecSet, namespace()), so no chain of them can
+  // grow a structure past the bound after its parts were built.
+  static constexpr int kMaxNesting = 512;
 
   Kind kind() const { return kind_; }
   bool IsUndefined() const { return kind_ == Kind::kUndefined; }
@@ -99,6 +110,10 @@ class Value {
     return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;
   }
   bool IsCallable() const { return kind_ == Kind::kCallable; }
+  // Containers inside this value, itself included (0 for a scalar).
+  int nesting() const { return nesting_; }
+  // Whether this value is, or contains, a namespace.
+  bool holds_namespace() const { return holds_namespace_; }
 
   // Accessors; the caller checks the kind first.
   bool AsBool() const { return i_ != 0; }
@@ -123,8 +138,13 @@ class Value {
  private:
   explicit Value(Kind kind) : kind_(kind) {}
 
+  // Sets nesting_ and holds_namespace_ from the children; fails past kMaxNesting.
+  void MeasureChildren();
+
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;  // kList printed as a tuple
+  bool holds_namespace_ = false;
+  uint16_t nesting_ = 0;
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;  // string value, or the undefined value's hint
@@ -147,6 +167,9 @@ struct JsonOptions {
   std::string item_separator = ", ";
   std::string key_separator = ": ";
   bool sort_keys = false;
+  // The output may not grow past this (checked as it is written): a template can ask for
+  // any indent and separators, and tojson of a large value would multiply it.
+  size_t max_bytes = SIZE_MAX;
 };
 // Python json.dumps(value, ...); fails for undefined or callables.
 std::string ToJson(const Value& v, const JsonOptions& options);

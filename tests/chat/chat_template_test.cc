@@ -160,3 +160,40 @@ TEST(ChatTemplate, PlainJsonOverloadAndErrors) {
 
 }  // namespace
 }  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+// What a caller hands a template is bounded while it is converted: nesting past
+// Value::kMaxFromJsonDepth or more values than RenderLimits::max_input_values is an
+// InvalidArgument, never a deep recursion or gigabytes of values.
+TEST(ChatTemplateLimits, MessagesAreBoundedWhileConverted) {
+  auto tmpl = ChatTemplate::ChatMl();
+  ASSERT_TRUE(tmpl.ok());
+  nlohmann::ordered_json deep = "leaf";
+  for (int i = 0; i < 200000; ++i) deep = nlohmann::ordered_json::array({std::move(deep)});
+  // Built in place: copying a value this deep would itself recurse 200000 times.
+  nlohmann::ordered_json message = {{"role", "user"}, {"content", "hi"}};
+  message["extra"] = std::move(deep);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  messages.push_back(std::move(message));
+  Result<std::string> r = tmpl->Render(messages, nullptr, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("deeper than 128"), std::string::npos)
+      << r.status().message();
+
+  nlohmann::ordered_json many = nlohmann::ordered_json::array();
+  for (int i = 0; i < 300000; ++i) many.push_back(i);
+  messages = {{{"role", "user"}, {"content", "hi"}, {"extra", many}}};
+  r = tmpl->Render(messages, nullptr, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than a template may take"), std::string::npos)
+      << r.status().message();
+
+  messages = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_TRUE(tmpl->Render(messages, nullptr, true).ok());
+}
+
+}  // namespace
+}  // namespace shardlm

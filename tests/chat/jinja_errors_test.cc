@@ -106,6 +106,49 @@ TEST(JinjaLimits, OutputSizeIsBounded) {
   EXPECT_TRUE(Render("{% for i in range(999) %}x{% endfor %}", small).ok());
 }
 
+// Values a template builds nest at most Value::kMaxNesting deep, so printing, comparing,
+// serializing and destroying them cannot exhaust the stack; a namespace may not hold one,
+// so no chain of namespaces can grow a structure past the bound after it was built.
+TEST(JinjaLimits, BuiltValuesNestBoundedly) {
+  auto got = Render(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
+      "{% endfor %}{{ ns.x }}");
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("nest deeper than 512"), std::string::npos)
+      << got.status().message();
+  got = Render(
+      "{% set ns = namespace(x={}) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}"
+      "{% endfor %}{{ ns.x }}");
+  ASSERT_FALSE(got.ok());
+  got = Render(
+      "{% set st = namespace(cur=namespace()) %}{% for i in range(100000) %}"
+      "{% set m = namespace() %}{% set c = st.cur %}{% set c.x = [m] %}{% set st.cur = m %}"
+      "{% endfor %}done");
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("cannot hold another namespace"), std::string::npos)
+      << got.status().message();
+  EXPECT_FALSE(Render("{% set a = namespace() %}{% set b = namespace(x=[a]) %}").ok());
+  // What real templates do with namespaces still works.
+  got = Render(
+      "{% set ns = namespace(items=[], flag=false) %}{% for i in range(3) %}"
+      "{% set ns.items = ns.items + [{'i': i}] %}{% set ns.flag = true %}{% endfor %}"
+      "{{ ns.items|length }} {{ ns.flag }} {{ ns.items|tojson }}");
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, "3 True [{\"i\": 0}, {\"i\": 1}, {\"i\": 2}]");
+}
+
+TEST(JinjaLimits, ToJsonOutputIsBounded) {
+  RenderLimits small;
+  small.max_output_bytes = 10000;
+  // A huge indent or separator multiplies a value's size: stopped as it is written.
+  auto got = Render("{% set xs = range(1000)|list %}{{ xs|tojson(separators=['" +
+                        std::string(200, ',') + "', ':']) }}",
+                    small);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("tojson"), std::string::npos) << got.status().message();
+  EXPECT_TRUE(Render("{{ range(100)|list|tojson }}", small).ok());
+}
+
 TEST(JinjaLimits, TemplatesAreReusableAndIndependent) {
   auto tmpl = Template::Parse("{% set ns = namespace(n=0) %}{% set ns.n = ns.n + 1 %}{{ ns.n }}");
   ASSERT_TRUE(tmpl.ok());
