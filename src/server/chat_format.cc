@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "server/json_limits.h"
+
 namespace shardlm::server {
 namespace {
 
@@ -92,7 +94,10 @@ void OutputParser::Emit(const std::string& text, OutputDelta& out) {
 }
 
 void OutputParser::EndToolCall(const std::string& body, OutputDelta& out) {
-  Json call = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // The model's text is as untrusted as a request: the same limits keep a runaway or
+  // adversarial output from nesting deep enough to hurt whatever walks it.
+  Result<Json> parsed = ParseJsonWithLimits(body, "", JsonLimits{});
+  Json call = parsed.ok() ? std::move(parsed).value() : Json();
   auto name = call.is_object() ? call.find("name") : call.end();
   if (!call.is_object() || name == call.end() || !name->is_string()) {
     state_ = State::kContent;

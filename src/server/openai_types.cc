@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "server/json_limits.h"
+
 namespace shardlm::server {
 namespace {
 
@@ -11,6 +13,8 @@ namespace {
 struct Parser {
   const Json& body;
   std::string* param;
+  // Values of the JSON texts inside the request (tool-call arguments) read so far.
+  std::shared_ptr<JsonBudget> budget = std::make_shared<JsonBudget>();
 
   Status Fail(const std::string& name, const std::string& what) const {
     if (param) *param = name;
@@ -78,17 +82,22 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 Status ParseStop(const Parser& p, std::vector<std::string>* stop) {
   const Json* v = p.Find("stop");
   if (!v) return Status::Ok();
-  if (v->is_string()) {
-    if (!v->get<std::string>().empty()) stop->push_back(v->get<std::string>());
+  auto add = [&](const std::string& s) {
+    if (s.size() > kMaxStopStringBytes) {
+      return p.Fail("stop", fmt::format("a stop string of {} bytes: at most {}", s.size(),
+                                        kMaxStopStringBytes));
+    }
+    if (!s.empty()) stop->push_back(s);
     return Status::Ok();
-  }
+  };
+  if (v->is_string()) return add(v->get<std::string>());
   if (!v->is_array()) return p.Fail("stop", "expected a string or an array of strings");
   if (v->size() > kMaxStopStrings) {
     return p.Fail("stop", fmt::format("at most {} stop strings", kMaxStopStrings));
   }
   for (const Json& s : *v) {
     if (!s.is_string()) return p.Fail("stop", "expected an array of strings");
-    if (!s.get<std::string>().empty()) stop->push_back(s.get<std::string>());
+    SHARDLM_TRY(add(s.get<std::string>()));
   }
   return Status::Ok();
 }
@@ -157,17 +166,26 @@ Status NormalizeContent(const Parser& p, const std::string& name, Json& content)
 
 Status CheckToolCalls(const Parser& p, const std::string& name, Json& calls) {
   if (!calls.is_array()) return p.Fail(name, "expected an array");
-  for (Json& call : calls) {
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json& call = calls[i];
     if (!call.is_object()) return p.Fail(name, "expected objects");
     auto fn = call.find("function");
     if (fn == call.end() || !fn->is_object()) return p.Fail(name, "needs 'function'");
     auto fname = fn->find("name");
     if (fname == fn->end() || !fname->is_string()) return p.Fail(name, "needs function.name");
-    // Templates expect arguments as an object (Qwen, Llama): parse a JSON text into one.
+    // Templates expect arguments as an object (Qwen, Llama): parse a JSON text into one,
+    // under the same limits as the body (it becomes part of what the template walks). Text
+    // that is not JSON stays a string; JSON past a limit is refused.
     auto args = fn->find("arguments");
-    if (args != fn->end() && args->is_string()) {
-      Json parsed = Json::parse(args->get<std::string>(), nullptr, false);
-      if (!parsed.is_discarded()) *args = parsed;
+    if (args == fn->end() || !args->is_string()) continue;
+    const std::string field = fmt::format("{}[{}].function.arguments", name, i);
+    Result<Json> parsed =
+        ParseJsonWithLimits(args->get<std::string>(), field, JsonLimits{}, p.budget.get());
+    if (parsed.ok()) {
+      *args = std::move(parsed).value();
+    } else if (parsed.status().code() != StatusCode::kInvalidData) {
+      if (p.param) *p.param = field;
+      return parsed.status();
     }
   }
   return Status::Ok();
@@ -364,18 +382,7 @@ Result<DetokenizeRequest> DetokenizeRequestFromJSON(const Json& body, std::strin
 }
 
 Result<Json> ParseBody(const std::string& body) {
-  // Deeply nested values would exhaust the stack of whatever walks them recursively later
-  // (the chat template's value conversion, tojson): refuse them at the boundary.
-  bool too_deep = false;
-  Json::parser_callback_t check_depth = [&](int depth, Json::parse_event_t, Json&) {
-    if (depth > kMaxJsonDepth) too_deep = true;
-    return !too_deep;
-  };
-  Json j = Json::parse(body, check_depth, /*allow_exceptions=*/false);
-  if (too_deep) {
-    return InvalidArgument("the request body nests deeper than {} levels", kMaxJsonDepth);
-  }
-  if (j.is_discarded()) return InvalidArgument("the request body is not valid JSON");
+  SHARDLM_ASSIGN_OR_RETURN(Json j, ParseJsonWithLimits(body, "", JsonLimits{}));
   if (!j.is_object()) return InvalidArgument("the request body must be a JSON object");
   return j;
 }

@@ -32,6 +32,12 @@ inline constexpr int32_t kMaxTopLogprobs = 20;
 // The deepest JSON nesting a request may have: tool schemas need a dozen levels; walking
 // thousands recursively (templates, tojson) would overflow a handler thread's stack.
 inline constexpr int kMaxJsonDepth = 64;
+// JSON values in one request, body and tool-call arguments together (json_limits.h): room
+// for a prompt of a million token ids, while a body of tiny values cannot cost gigabytes.
+inline constexpr size_t kMaxJsonValues = size_t{1} << 20;
+// The longest stop string a request may give: matching is linear in the text whatever the
+// stop strings are, but each is held and compared as the text grows.
+inline constexpr size_t kMaxStopStringBytes = 1024;
 
 // What both endpoints share: how to sample, when to stop, what to report.
 struct GenerationOptions {
@@ -83,7 +89,8 @@ Result<CompletionRequest> CompletionRequestFromJSON(const Json& body, std::strin
 Result<TokenizeRequest> TokenizeRequestFromJSON(const Json& body, std::string* param = nullptr);
 Result<DetokenizeRequest> DetokenizeRequestFromJSON(const Json& body, std::string* param = nullptr);
 
-// Parses a request body; invalid JSON or a non-object is an error (nothing thrown).
+// Parses a request body under the JSON limits (json_limits.h); invalid JSON, a body too deep
+// or with too many values, or a non-object is an error naming the field (nothing thrown).
 Result<Json> ParseBody(const std::string& body);
 
 // OpenAI's error object: {"error":{"message","type","param","code"}}.

@@ -110,7 +110,17 @@ std::string Mutate(std::string s, std::mt19937& rng) {
   int n = 1 + rng() % 4;
   for (int i = 0; i < n && !s.empty(); ++i) {
     size_t pos = rng() % s.size();
-    switch (rng() % 3) {
+    switch (rng() % 4) {
+      case 3: {  // deep nesting, balanced, anywhere (inside a string it is a JSON text)
+        const size_t depth = rng() % 16 != 0 ? 1 + rng() % 100 : 50000 + rng() % 150000;
+        const bool arrays = rng() % 2 == 0;
+        std::string run;
+        for (size_t d = 0; d < depth; ++d) run += arrays ? "[" : "{\\\"a\\\":";
+        run += "1";
+        run += std::string(depth, arrays ? ']' : '}');
+        s.insert(pos, run);
+        break;
+      }
       case 0:
         s.erase(pos, 1 + rng() % 3);
         break;
@@ -130,14 +140,21 @@ TEST(OpenAiTypes, FuzzParserNeverCrashes) {
       R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"1","content":[{"type":"text","text":"r"}]}],"tools":[{"type":"function","function":{"name":"f"}}],"logprobs":true,"top_logprobs":2})",
       R"({"prompt":[1,2,3],"seed":7,"top_k":4,"min_p":0.1,"logprobs":1,"echo":true})",
       R"({"prompt":"text","n":1,"presence_penalty":1,"frequency_penalty":1})",
+      R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"[]"}}]}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]})",
   };
+  // The request that once killed the server (arguments nested 200000 deep), as is: it is
+  // too big to be a seed of mutations as well.
+  const std::string killer =
+      R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":")" +
+      std::string(200000, '[') + std::string(200000, ']') + R"("}}]}]})";
   std::mt19937 rng(1234);
   MockTokenizer tokenizer;
   auto formatter = ChatFormatter::Create("", tokenizer);
   ASSERT_TRUE(formatter.ok());
   int ok = 0;
   for (int iter = 0; iter < 20000; ++iter) {
-    std::string text = Mutate(seeds[iter % std::size(seeds)], rng);
+    const std::string& seed = seeds[iter % std::size(seeds)];
+    std::string text = iter == 0 ? killer : Mutate(seed, rng);
     Result<Json> body = ParseBody(text);
     if (!body.ok()) continue;
     std::string param;
