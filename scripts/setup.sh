@@ -5,7 +5,7 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 PACKAGES=(build-essential cmake ninja-build pkg-config clang-format
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libxxhash-dev
-  libzstd-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev)
+  libzstd-dev libboost1.81-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -4,7 +4,9 @@
 // synthesized once into the user's cache folder (and the log says so) so a first run needs
 // no download; the chat template comes from the GGUF (or --chat-template-file; ChatML
 // when neither, logged); logs on stderr, one line per request; binds 127.0.0.1 unless told
-// otherwise (DESIGN.md Security); SIGINT/SIGTERM stop it cleanly; `--devices` /
+// otherwise, takes its API key from a file or the environment so `ps` does not show it, and
+// warns when it listens beyond loopback without one (README "Security"); SIGINT/SIGTERM
+// stop it cleanly; `--devices` /
 // `--layer-split` split the layers into stages (checked before anything loads) and the
 // log shows one line per stage; `--slot-save-path` (or `--kv-cache-dir`) enables /slots
 // save and restore in that folder.
@@ -30,6 +32,7 @@
 #include "runtime/scheduler.h"
 #include "server/http_server.h"
 #include "server/pipeline_metrics.h"
+#include "server/request_guard.h"
 
 namespace shardlm::cli {
 namespace {
@@ -39,6 +42,8 @@ struct ServeFlags {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
+  std::string api_key_file;
+  std::string cors_origin;
   std::string chat_template_file;
   int n_parallel = 4;
   int n_ctx = 4096;
@@ -65,7 +70,14 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "GGUF model file (none: synthesize a small qwen3 model once and serve it)");
   cmd.add_option("--host", f.host, "Address to bind")->capture_default_str();
   cmd.add_option("--port", f.port, "Port to listen on (0: any free port)")->capture_default_str();
-  cmd.add_option("--api-key", f.api_key, "Require 'Authorization: Bearer KEY' (not on /health)");
+  cmd.add_option("--api-key", f.api_key,
+                 "Require 'Authorization: Bearer KEY' (not on /health); visible to `ps`: "
+                 "prefer --api-key-file or SHARDLM_API_KEY");
+  cmd.add_option("--api-key-file", f.api_key_file,
+                 "Read the API key from the first line of this file");
+  cmd.add_option("--cors-origin", f.cors_origin,
+                 "Let web pages of this one origin (e.g. http://localhost:3000) call the server; "
+                 "without it, browsers' cross-origin requests are refused");
   cmd.add_option("--chat-template-file", f.chat_template_file,
                  "Jinja chat template to use instead of the model's");
   cmd.add_option("--parallel", f.n_parallel, "Sequences decoded together (slots)")
@@ -189,6 +201,30 @@ Result<std::string> PrepareSlotDir(const ServeFlags& flags) {
   return flags.slot_save_path;
 }
 
+// The API key: --api-key, else the first line of --api-key-file, else $SHARDLM_API_KEY, else
+// none. A key file readable by others is refused: the key would not be secret.
+Result<std::string> ApiKey(const ServeFlags& flags) {
+  if (!flags.api_key.empty()) return flags.api_key;
+  if (!flags.api_key_file.empty()) {
+    std::error_code ec;
+    const auto perms = std::filesystem::status(flags.api_key_file, ec).permissions();
+    if (ec) return NotFound("cannot read --api-key-file {}: {}", flags.api_key_file, ec.message());
+    using P = std::filesystem::perms;
+    if ((perms & (P::group_read | P::others_read)) != P::none) {
+      return InvalidArgument("--api-key-file {} is readable by other users: chmod 600 it",
+                             flags.api_key_file);
+    }
+    std::ifstream in(flags.api_key_file);
+    std::string key;
+    std::getline(in, key);
+    if (!key.empty() && key.back() == '\r') key.pop_back();
+    if (key.empty()) return InvalidArgument("--api-key-file {} is empty", flags.api_key_file);
+    return key;
+  }
+  if (const char* env = std::getenv("SHARDLM_API_KEY"); env && *env) return std::string(env);
+  return std::string();
+}
+
 std::string MiB(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
 
 server::HttpServer* g_server = nullptr;
@@ -204,6 +240,7 @@ Status RunServe(const ServeFlags& flags) {
   if (!budget.ok()) return InvalidArgument("--kv-cache-budget: {}", budget.status().message());
   SHARDLM_ASSIGN_OR_RETURN(std::string kv_cache_dir, PrepareKvCacheDir(flags));
   SHARDLM_ASSIGN_OR_RETURN(std::string slot_dir, PrepareSlotDir(flags));
+  SHARDLM_ASSIGN_OR_RETURN(std::string api_key, ApiKey(flags));
   std::string model_path = flags.model_path;
   if (model_path.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(model_path, EnsureSynthModel());
@@ -241,7 +278,8 @@ Status RunServe(const ServeFlags& flags) {
   opts.slot_save_dir = slot_dir;
   opts.host = flags.host;
   opts.port = flags.port;
-  opts.api_key = flags.api_key;
+  opts.api_key = api_key;
+  opts.cors_origin = flags.cors_origin;
   opts.chat_template = tmpl;
   opts.n_threads = flags.http_threads;
   opts.log = Log;
@@ -255,6 +293,12 @@ Status RunServe(const ServeFlags& flags) {
   Log(fmt::format("model {} ({} parallel, ctx {}, KV {}), listening on http://{}:{}",
                   engine->info().model_name, flags.n_parallel, flags.n_ctx, flags.kv_type,
                   flags.host, http->port()));
+  if (!server::IsLoopbackHost(flags.host) && api_key.empty()) {
+    Log(
+        fmt::format("warning: listening on {} with no API key: anyone who can reach it can "
+                    "use the model and the /slots files (set --api-key-file)",
+                    flags.host));
+  }
   g_server = http.get();
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -166,13 +166,23 @@ CompletionSession::Poll CompletionSession::NextEvents(std::chrono::milliseconds 
   return Poll::kData;
 }
 
-std::variant<Json, ApiError> CompletionSession::Wait() {
+std::optional<std::variant<Json, ApiError>> CompletionSession::Wait(
+    std::chrono::milliseconds poll, const std::function<bool()>& client_gone) {
+  auto next_check = std::chrono::steady_clock::now() + poll;
   while (!done_sent_) {
     std::deque<Event> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !events_.empty(); });
+      cv_.wait_until(lock, next_check, [&] { return !events_.empty(); });
       batch.swap(events_);
+    }
+    // Every `poll`, whether or not tokens keep coming.
+    if (client_gone && std::chrono::steady_clock::now() >= next_check) {
+      if (client_gone()) {
+        Cancel();
+        return std::nullopt;
+      }
+      next_check = std::chrono::steady_clock::now() + poll;
     }
     for (Event& ev : batch) Process(ev, nullptr);
   }

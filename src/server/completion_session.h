@@ -5,7 +5,8 @@
 // Goals: engine callbacks stay quick (they only queue events); all JSON building, output
 // parsing (reasoning, tool calls) and logprob rendering happen on the handler thread; a
 // client gone mid-stream cancels the request (on_token returns false, Engine::Cancel);
-// one structured log line per request when it finishes.
+// a client gone while it waits for a whole (non-streamed) response cancels it too; one
+// structured log line per request when it finishes.
 // Non-goals: n > 1, best_of, echo of logprobs for the prompt.
 //
 // Thread safety: Start/Next/Wait/Cancel are for one handler thread; the engine's callbacks
@@ -63,8 +64,12 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   // Streaming: the next SSE events ("data: {...}\n\n"), waiting up to `wait`. kDone once
   // everything including "data: [DONE]" was returned.
   Poll NextEvents(std::chrono::milliseconds wait, std::string* out);
-  // Non-stream: blocks until finished; the response JSON, or an error.
-  std::variant<Json, ApiError> Wait();
+  // Non-stream: blocks until finished; the response JSON, or an error. Every `poll` without
+  // an event it asks `client_gone`: when true the request is cancelled (its slot freed at
+  // once, not when the context fills) and the result is nullopt.
+  std::optional<std::variant<Json, ApiError>> Wait(
+      std::chrono::milliseconds poll = std::chrono::milliseconds(100),
+      const std::function<bool()>& client_gone = nullptr);
   // The client is gone: cancel in the engine (idempotent).
   void Cancel();
   bool finished() const;

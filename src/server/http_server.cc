@@ -1,7 +1,6 @@
-// HTTP routes, authentication, error shapes, SSE pumping. See http_server.h.
+// HTTP routes, the checks before a body is read, error shapes, SSE pumping. See
+// http_server.h; the sockets are http_transport.h's.
 #include "server/http_server.h"
-
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,56 +13,108 @@
 
 #include "server/chat_format.h"
 #include "server/completion_session.h"
+#include "server/http_transport.h"
 #include "server/openai_types.h"
 #include "server/props.h"
+#include "server/request_guard.h"
 #include "server/slot_api.h"
 
 namespace shardlm::server {
 namespace {
 
-constexpr const char* kRoutes[] = {
-    "/v1/chat/completions", "/v1/completions",   "/v1/models",   "/health", "/metrics", "/tokenize",
-    "/detokenize",          "/chat/completions", "/completions", "/models", "/props",   "/slots"};
-// How long a streaming handler waits for engine events before checking that the client is
-// still there: short enough that a disconnect frees its slot quickly.
-constexpr std::chrono::milliseconds kStreamPoll{100};
-// Idle keep-alive connections give their handler thread back after this long.
-constexpr time_t kKeepAliveSeconds = 2;
+// How long a handler waits for engine events before checking that its client is still
+// there: short enough that a disconnect frees its slot quickly.
+constexpr std::chrono::milliseconds kClientPoll{100};
 
+// Every Json the server writes was built by it or parsed under the request limits
+// (json_limits.h), so its depth and size are bounded before it gets here.
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+enum class Route {
+  kChat,
+  kCompletion,
+  kModels,
+  kHealth,
+  kMetrics,
+  kTokenize,
+  kDetokenize,
+  kProps,
+  kSlots,
+  kSlotAction,
+  kSentinel
+};
+
+struct RouteEntry {
+  const char* path;
+  Route route;
+  const char* method;
+};
+
+constexpr RouteEntry kRoutes[] = {
+    {"/v1/chat/completions", Route::kChat, "POST"},
+    {"/chat/completions", Route::kChat, "POST"},
+    {"/v1/completions", Route::kCompletion, "POST"},
+    {"/completions", Route::kCompletion, "POST"},
+    {"/v1/models", Route::kModels, "GET"},
+    {"/models", Route::kModels, "GET"},
+    {"/health", Route::kHealth, "GET"},
+    {"/metrics", Route::kMetrics, "GET"},
+    {"/tokenize", Route::kTokenize, "POST"},
+    {"/detokenize", Route::kDetokenize, "POST"},
+    {"/props", Route::kProps, "GET"},
+    {"/slots", Route::kSlots, "GET"},
+};
 
 constexpr std::string_view kSlotPrefix = "/slots/";
 
-// POST /slots/{id}: the id, or nullopt for another path.
-std::optional<std::string> SlotActionId(const std::string& path) {
-  if (!path.starts_with(kSlotPrefix)) return std::nullopt;
-  std::string id = path.substr(kSlotPrefix.size());
-  if (id.find('/') != std::string::npos) return std::nullopt;
-  return id;
-}
-
-bool IsRoute(const std::string& path) {
-  for (const char* r : kRoutes) {
-    if (path == r) return true;
+// The route of a path and the method it takes, or nullopt for an unknown path.
+std::optional<RouteEntry> FindRoute(const std::string& path) {
+  for (const RouteEntry& r : kRoutes) {
+    if (path == r.path) return r;
   }
-  return SlotActionId(path).has_value();
+  if (path.starts_with(kSlotPrefix) && path.find('/', kSlotPrefix.size()) == std::string::npos) {
+    return RouteEntry{"/slots/{id}", Route::kSlotAction, "POST"};
+  }
+  return std::nullopt;
 }
 
-// A POST whose body the HTTP library cannot size (`curl -X POST` without -d): it would
-// wait for the connection to close, then answer 400.
-bool UnsizedPost(const httplib::Request& req) {
-  return req.method == "POST" && !req.has_header("Content-Length") &&
-         req.get_header_value("Transfer-Encoding") != "chunked";
+HttpResponse JsonResponse(int status, const Json& j) {
+  HttpResponse r;
+  r.status = status;
+  r.body = Dump(j);
+  return r;
 }
+
+HttpResponse ErrorResponse(const ApiError& e) {
+  HttpResponse r = JsonResponse(e.http_status, ErrorJSON(e));
+  if (e.http_status == 503 || e.http_status == 429) r.headers.push_back({"Retry-After", "1"});
+  return r;
+}
+
+// One exchange's way back to its client: every response carries `headers` (CORS).
+struct Reply {
+  ResponseWriter& writer;
+  std::vector<HttpHeader> headers;
+
+  void Send(HttpResponse r) {
+    r.headers.insert(r.headers.end(), headers.begin(), headers.end());
+    writer.Send(r);
+  }
+  void Json(const server::Json& j) { Send(JsonResponse(200, j)); }
+  void Error(const ApiError& e) { Send(ErrorResponse(e)); }
+  void Status(const shardlm::Status& st, const std::string& param) {
+    Error(ErrorFromStatus(st, param));
+  }
+};
 
 }  // namespace
 
-struct HttpServer::Impl {
+struct HttpServer::Impl : HttpService {
   Engine& engine;
   ServerOptions options;
   std::optional<ChatFormatter> formatter;
-  httplib::Server svr;
-  int port = 0;
+  std::optional<RequestGuard> guard;
+  std::unique_ptr<HttpTransport> transport;
   std::atomic<uint64_t> next_id{1};
   uint64_t id_salt = std::random_device{}();
   std::mutex counts_mu;
@@ -74,84 +125,121 @@ struct HttpServer::Impl {
   void Log(const std::string& line) const {
     if (options.log) options.log(line);
   }
-  void SendError(httplib::Response& res, const ApiError& e) const {
-    res.status = e.http_status;
-    if (e.http_status == 503) res.set_header("Retry-After", "1");
-    res.set_content(Dump(ErrorJSON(e)), "application/json");
-  }
-  void SendStatus(httplib::Response& res, const Status& st, const std::string& param) const {
-    SendError(res, ErrorFromStatus(st, param));
-  }
-  void SendJson(httplib::Response& res, const Json& j) const {
-    res.status = 200;
-    res.set_content(Dump(j), "application/json");
-  }
   ResponseMeta NewMeta(const char* prefix) {
     uint64_t n = next_id.fetch_add(1);
     return ResponseMeta{fmt::format("{}{:08x}{:08x}", prefix, static_cast<uint32_t>(id_salt), n),
                         static_cast<int64_t>(std::time(nullptr)), engine.info().model_name};
   }
 
-  void InstallHandlers();
-  bool Authorized(const httplib::Request& req, httplib::Response& res) const;
-  void OnError(const httplib::Request& req, httplib::Response& res) const;
-  void HandleChat(const httplib::Request& req, httplib::Response& res);
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res);
-  void Respond(PreparedRequest prep, const char* id_prefix, httplib::Response& res);
-  void HandleModels(httplib::Response& res) const;
-  void HandleHealth(httplib::Response& res) const;
-  void HandleProps(httplib::Response& res) const;
-  void HandleMetrics(httplib::Response& res);
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res) const;
-  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) const;
-  void HandleSlotAction(const httplib::Request& req, const std::string& id, httplib::Response& res);
-  httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
+  // HttpService.
+  std::optional<HttpResponse> CheckHeaders(const HttpRequest& request) override;
+  void Handle(const HttpRequest& request, ResponseWriter& writer) override;
+  HttpResponse ErrorBody(int status, const std::string& message) const override;
+  void OnResponse(const HttpRequest& request, int status) override;
+
+  void HandleChat(const HttpRequest& req, Reply& res);
+  void HandleCompletion(const HttpRequest& req, Reply& res);
+  void Respond(PreparedRequest prep, const char* id_prefix, Reply& res);
+  void Stream(const std::shared_ptr<CompletionSession>& session, Reply& res);
+  void HandleModels(Reply& res) const;
+  void HandleHealth(Reply& res) const;
+  void HandleMetrics(Reply& res);
+  void HandleTokenize(const HttpRequest& req, Reply& res) const;
+  void HandleDetokenize(const HttpRequest& req, Reply& res) const;
+  void HandleSlotAction(const HttpRequest& req, Reply& res);
 };
 
-bool HttpServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) const {
-  if (options.api_key.empty() || req.path == "/health") return true;
-  std::string auth = req.get_header_value("Authorization");
-  if (auth == "Bearer " + options.api_key || req.get_header_value("x-api-key") == options.api_key) {
-    return true;
-  }
+HttpResponse HttpServer::Impl::ErrorBody(int status, const std::string& message) const {
   ApiError e;
-  e.http_status = 401;
-  e.message = "invalid or missing API key (send Authorization: Bearer <key>)";
-  e.code = "invalid_api_key";
-  SendError(res, e);
-  return false;
+  e.http_status = status;
+  e.message = message;
+  if (status >= 500) e.type = "server_error";
+  if (status == 413) e.code = "request_too_large";
+  return ErrorResponse(e);
 }
 
-void HttpServer::Impl::OnError(const httplib::Request& req, httplib::Response& res) const {
-  if (!res.body.empty()) return;
+void HttpServer::Impl::OnResponse(const HttpRequest& req, int status) {
+  {
+    std::lock_guard<std::mutex> lock(counts_mu);
+    responses_by_status[status]++;
+  }
+  if (status >= 400) {
+    Log(fmt::format("http {} {} -> {} client={}", LogSafe(req.method, 16), LogSafe(req.target),
+                    status, req.remote));
+  }
+}
+
+// Before the body: who is asking (Host, Origin), CORS preflight, the API key, the route and
+// its method. The transport then checks the body's size.
+std::optional<HttpResponse> HttpServer::Impl::CheckHeaders(const HttpRequest& req) {
+  if (std::optional<ApiError> e = guard->CheckSource(req)) return ErrorResponse(*e);
+  if (req.method == "OPTIONS") return guard->Options(req);
+  std::vector<HttpHeader> cors = guard->ResponseHeaders(req);
+  auto refuse = [&](const ApiError& e) {
+    HttpResponse r = ErrorResponse(e);
+    r.headers.insert(r.headers.end(), cors.begin(), cors.end());
+    return r;
+  };
+  if (std::optional<ApiError> e = guard->CheckKey(req)) return refuse(*e);
+  std::optional<RouteEntry> route = FindRoute(req.path);
   ApiError e;
-  e.http_status = res.status;
-  if (res.status == 404 && IsRoute(req.path)) {
-    e.http_status = 405;
-    e.message = fmt::format("method {} is not allowed on {}", req.method, req.path);
-  } else if (res.status == 404) {
+  if (!route) {
+    e.http_status = 404;
     e.type = "not_found_error";
-    e.message = fmt::format("unknown route {} {}", req.method, req.path);
-  } else if (res.status == 413) {
-    e.message = fmt::format(
-        "the request body is too large (limit {} bytes for application/json, 8 KiB for "
-        "form-encoded bodies: send Content-Type: application/json)",
-        options.max_body_bytes);
-  } else {
-    e.message = fmt::format("HTTP error {}", res.status);
+    e.message = fmt::format("unknown route {} {}", LogSafe(req.method, 16), LogSafe(req.path));
+    return refuse(e);
   }
-  SendError(res, e);
+  if (req.method != route->method) {
+    e.http_status = 405;
+    e.message = fmt::format("method {} is not allowed on {} (use {})", LogSafe(req.method, 16),
+                            LogSafe(req.path), route->method);
+    return refuse(e);
+  }
+  return std::nullopt;
 }
 
-void HttpServer::Impl::Respond(PreparedRequest prep, const char* id_prefix,
-                               httplib::Response& res) {
+void HttpServer::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
+  Reply res{writer, guard->ResponseHeaders(req)};
+  const RouteEntry route = *FindRoute(req.path);  // CheckHeaders found it
+  // A POST with no body at all (`curl -X POST` without -d): only a slot action takes none.
+  if (req.body.empty() && route.route != Route::kSlotAction && req.method == "POST") {
+    return res.Status(InvalidArgument("the request has no body: send a JSON object, or "
+                                      "Content-Length: 0 (curl: -d '')"),
+                      "");
+  }
+  switch (route.route) {
+    case Route::kChat:
+      return HandleChat(req, res);
+    case Route::kCompletion:
+      return HandleCompletion(req, res);
+    case Route::kModels:
+      return HandleModels(res);
+    case Route::kHealth:
+      return HandleHealth(res);
+    case Route::kMetrics:
+      return HandleMetrics(res);
+    case Route::kTokenize:
+      return HandleTokenize(req, res);
+    case Route::kDetokenize:
+      return HandleDetokenize(req, res);
+    case Route::kProps:
+      return res.Json(PropsJSON(engine.info()));
+    case Route::kSlots:
+      return res.Json(SlotsJSON(engine.Slots(), engine.info().n_ctx));
+    case Route::kSlotAction:
+      return HandleSlotAction(req, res);
+    case Route::kSentinel:
+      break;
+  }
+}
+
+void HttpServer::Impl::Respond(PreparedRequest prep, const char* id_prefix, Reply& res) {
   const int32_t n_ctx = engine.info().n_ctx;
   if (prep.prompt.empty()) {
-    return SendStatus(res, InvalidArgument("the prompt is empty"), "prompt");
+    return res.Status(InvalidArgument("the prompt is empty"), "prompt");
   }
   if (n_ctx > 0 && static_cast<int64_t>(prep.prompt.size()) >= n_ctx) {
-    return SendStatus(res,
-                      OutOfRange("context_length_exceeded: the prompt has {} tokens, the "
+    return res.Status(OutOfRange("context_length_exceeded: the prompt has {} tokens, the "
                                  "context holds {}",
                                  prep.prompt.size(), n_ctx),
                       prep.endpoint == Endpoint::kChat ? "messages" : "prompt");
@@ -161,45 +249,45 @@ void HttpServer::Impl::Respond(PreparedRequest prep, const char* id_prefix,
   ApiError error;
   auto session =
       CompletionSession::Start(engine, std::move(prep), NewMeta(id_prefix), options.log, &error);
-  if (!session) return SendError(res, error);
-  if (!stream) {
-    auto result = session->Wait();
-    if (auto* e = std::get_if<ApiError>(&result)) return SendError(res, *e);
-    return SendJson(res, std::get<Json>(result));
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [session](size_t, httplib::DataSink& sink) {
-        std::string out;
-        auto poll = session->NextEvents(kStreamPoll, &out);
-        if (!out.empty() && !sink.write(out.data(), out.size())) {
-          session->Cancel();
-          return false;
-        }
-        if (poll == CompletionSession::Poll::kDone) {
-          sink.done();
-          return true;
-        }
-        if (poll == CompletionSession::Poll::kTimeout && !sink.is_writable()) {
-          session->Cancel();
-          return false;
-        }
-        return true;
-      },
-      [session](bool success) {
-        if (!success) session->Cancel();
-      });
+  if (!session) return res.Error(error);
+  if (stream) return Stream(session, res);
+  auto result = session->Wait(kClientPoll, [&res] { return res.writer.ClientGone(); });
+  if (!result) return;  // the client left: nothing to send
+  if (auto* e = std::get_if<ApiError>(&*result)) return res.Error(*e);
+  res.Json(std::get<Json>(*result));
 }
 
-void HttpServer::Impl::HandleChat(const httplib::Request& req, httplib::Response& res) {
+// SSE: events as the engine makes them; a client that leaves (a failed write, or a closed
+// connection noticed while waiting) cancels the request.
+void HttpServer::Impl::Stream(const std::shared_ptr<CompletionSession>& session, Reply& res) {
+  std::vector<HttpHeader> headers = res.headers;
+  headers.push_back({"Cache-Control", "no-cache"});
+  if (!res.writer.StartStream(200, "text/event-stream", headers)) return session->Cancel();
+  auto next_check = std::chrono::steady_clock::now() + kClientPoll;
+  while (true) {
+    std::string out;
+    const CompletionSession::Poll poll = session->NextEvents(kClientPoll, &out);
+    if (!out.empty() && !res.writer.WriteStream(out)) return session->Cancel();
+    if (poll == CompletionSession::Poll::kDone) {
+      res.writer.EndStream();
+      return;
+    }
+    // Also while tokens come but nothing is written (held back by a stop string or a tag).
+    if (std::chrono::steady_clock::now() >= next_check) {
+      if (res.writer.ClientGone()) return session->Cancel();
+      next_check = std::chrono::steady_clock::now() + kClientPoll;
+    }
+  }
+}
+
+void HttpServer::Impl::HandleChat(const HttpRequest& req, Reply& res) {
   Result<Json> body = ParseBody(req.body);
-  if (!body.ok()) return SendStatus(res, body.status(), "");
+  if (!body.ok()) return res.Status(body.status(), "");
   std::string param;
   Result<ChatCompletionRequest> chat = ChatCompletionRequestFromJSON(body.value(), &param);
-  if (!chat.ok()) return SendStatus(res, chat.status(), param);
+  if (!chat.ok()) return res.Status(chat.status(), param);
   Result<std::string> prompt = formatter->Render(chat.value());
-  if (!prompt.ok()) return SendStatus(res, prompt.status(), "messages");
+  if (!prompt.ok()) return res.Status(prompt.status(), "messages");
   const Tokenizer& tok = engine.tokenizer();
   PreparedRequest prep;
   prep.endpoint = Endpoint::kChat;
@@ -215,12 +303,12 @@ void HttpServer::Impl::HandleChat(const httplib::Request& req, httplib::Response
   Respond(std::move(prep), "chatcmpl-", res);
 }
 
-void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
   Result<Json> body = ParseBody(req.body);
-  if (!body.ok()) return SendStatus(res, body.status(), "");
+  if (!body.ok()) return res.Status(body.status(), "");
   std::string param;
   Result<CompletionRequest> cr = CompletionRequestFromJSON(body.value(), &param);
-  if (!cr.ok()) return SendStatus(res, cr.status(), param);
+  if (!cr.ok()) return res.Status(cr.status(), param);
   const Tokenizer& tok = engine.tokenizer();
   PreparedRequest prep;
   prep.endpoint = Endpoint::kCompletion;
@@ -228,8 +316,7 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
   if (cr->has_prompt_tokens) {
     for (TokenId id : cr->prompt_tokens) {
       if (id >= tok.n_vocab()) {
-        return SendStatus(res, InvalidArgument("token id {} is outside the vocabulary", id),
-                          "prompt");
+        return res.Status(InvalidArgument("token id {} is outside the vocabulary", id), "prompt");
       }
     }
     prep.prompt = cr->prompt_tokens;
@@ -241,7 +328,7 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
   Respond(std::move(prep), "cmpl-", res);
 }
 
-void HttpServer::Impl::HandleModels(httplib::Response& res) const {
+void HttpServer::Impl::HandleModels(Reply& res) const {
   const EngineInfo& info = engine.info();
   Json model = Json{{"id", info.model_name},
                     {"object", "model"},
@@ -252,30 +339,26 @@ void HttpServer::Impl::HandleModels(httplib::Response& res) const {
                                   {"n_vocab", info.n_vocab},
                                   {"n_parallel", info.n_parallel},
                                   {"stages", StagesJSON(info.stages)}}}};
-  SendJson(res, Json{{"object", "list"}, {"data", Json::array({model})}});
+  res.Json(Json{{"object", "list"}, {"data", Json::array({model})}});
 }
 
 // Healthy: 200 {"status":"ok"}. Otherwise 503 with OpenAI's error object (a down stage:
 // code stage_unavailable, the message naming the stage) and "status":"unavailable", so
 // both load balancers and OpenAI clients read it.
-void HttpServer::Impl::HandleHealth(httplib::Response& res) const {
+void HttpServer::Impl::HandleHealth(Reply& res) const {
   Status st = engine.Health();
-  if (st.ok()) return SendJson(res, Json{{"status", "ok"}});
+  if (st.ok()) return res.Json(Json{{"status", "ok"}});
   ApiError e = ErrorFromStatus(st);
   e.http_status = 503;
   e.type = "unavailable_error";
   Json body = ErrorJSON(e);
   body["status"] = "unavailable";
-  res.status = 503;
-  res.set_header("Retry-After", "1");
-  res.set_content(Dump(body), "application/json");
+  HttpResponse r = JsonResponse(503, body);
+  r.headers.push_back({"Retry-After", "1"});
+  res.Send(std::move(r));
 }
 
-void HttpServer::Impl::HandleProps(httplib::Response& res) const {
-  SendJson(res, PropsJSON(engine.info()));
-}
-
-void HttpServer::Impl::HandleMetrics(httplib::Response& res) {
+void HttpServer::Impl::HandleMetrics(Reply& res) {
   EngineStats s = engine.Stats();
   std::string out;
   auto metric = [&](const char* name, const char* type, const char* help, int64_t value) {
@@ -331,119 +414,47 @@ void HttpServer::Impl::HandleMetrics(httplib::Response& res) {
   for (const auto& [status, count] : responses_by_status) {
     out += fmt::format("shardlm_http_responses_total{{status=\"{}\"}} {}\n", status, count);
   }
-  res.status = 200;
-  res.set_content(out, "text/plain; version=0.0.4");
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4";
+  r.body = std::move(out);
+  res.Send(std::move(r));
 }
 
-void HttpServer::Impl::HandleTokenize(const httplib::Request& req, httplib::Response& res) const {
+void HttpServer::Impl::HandleTokenize(const HttpRequest& req, Reply& res) const {
   Result<Json> body = ParseBody(req.body);
-  if (!body.ok()) return SendStatus(res, body.status(), "");
+  if (!body.ok()) return res.Status(body.status(), "");
   std::string param;
   Result<TokenizeRequest> tr = TokenizeRequestFromJSON(body.value(), &param);
-  if (!tr.ok()) return SendStatus(res, tr.status(), param);
+  if (!tr.ok()) return res.Status(tr.status(), param);
   std::vector<TokenId> ids =
       engine.tokenizer().Encode(tr->content, tr->add_special, tr->parse_special);
-  SendJson(res, Json{{"tokens", ids}});
+  res.Json(Json{{"tokens", ids}});
 }
 
-void HttpServer::Impl::HandleDetokenize(const httplib::Request& req, httplib::Response& res) const {
+void HttpServer::Impl::HandleDetokenize(const HttpRequest& req, Reply& res) const {
   Result<Json> body = ParseBody(req.body);
-  if (!body.ok()) return SendStatus(res, body.status(), "");
+  if (!body.ok()) return res.Status(body.status(), "");
   std::string param;
   Result<DetokenizeRequest> dr = DetokenizeRequestFromJSON(body.value(), &param);
-  if (!dr.ok()) return SendStatus(res, dr.status(), param);
+  if (!dr.ok()) return res.Status(dr.status(), param);
   const Tokenizer& tok = engine.tokenizer();
   for (TokenId id : dr->tokens) {
     if (id >= tok.n_vocab()) {
-      return SendStatus(res, InvalidArgument("token id {} is outside the vocabulary", id),
-                        "tokens");
+      return res.Status(InvalidArgument("token id {} is outside the vocabulary", id), "tokens");
     }
   }
-  SendJson(res, Json{{"content", tok.Decode(dr->tokens)}});
+  res.Json(Json{{"content", tok.Decode(dr->tokens)}});
 }
 
-void HttpServer::Impl::HandleSlotAction(const httplib::Request& req, const std::string& id,
-                                        httplib::Response& res) {
+void HttpServer::Impl::HandleSlotAction(const HttpRequest& req, Reply& res) {
   std::string param;
+  const std::string id = PercentDecode(std::string_view(req.path).substr(kSlotPrefix.size()));
   Result<SlotActionRequest> request =
-      SlotActionRequestFrom(id, req.get_param_value("action"), req.body, &param);
-  if (!request.ok()) return SendStatus(res, request.status(), param);
+      SlotActionRequestFrom(id, req.QueryParam("action"), req.body, &param);
+  if (!request.ok()) return res.Status(request.status(), param);
   auto answer = RunSlotAction(engine, options.slot_save_dir, *request, options.log);
-  if (auto* e = std::get_if<ApiError>(&answer)) return SendError(res, *e);
-  SendJson(res, std::get<Json>(answer));
-}
-
-// Runs before the body is read: authentication, and POSTs without a sized body, which get
-// their answer at once (a slot action runs with an empty body: erase needs none).
-httplib::Server::HandlerResponse HttpServer::Impl::PreRoute(const httplib::Request& req,
-                                                            httplib::Response& res) {
-  if (!Authorized(req, res)) return httplib::Server::HandlerResponse::Handled;
-  if (!UnsizedPost(req)) return httplib::Server::HandlerResponse::Unhandled;
-  if (std::optional<std::string> id = SlotActionId(req.path)) {
-    HandleSlotAction(req, *id, res);
-  } else {
-    SendStatus(res, InvalidArgument("a POST needs a body or Content-Length: 0 (curl: -d '')"), "");
-  }
-  return httplib::Server::HandlerResponse::Handled;
-}
-
-void HttpServer::Impl::InstallHandlers() {
-  svr.set_payload_max_length(options.max_body_bytes);
-  svr.set_pre_routing_handler(
-      [this](const httplib::Request& req, httplib::Response& res) { return PreRoute(req, res); });
-  svr.set_error_handler(
-      [this](const httplib::Request& req, httplib::Response& res) { OnError(req, res); });
-  svr.set_exception_handler(
-      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-        ApiError e;
-        e.http_status = 500;
-        e.type = "server_error";
-        e.message = "internal error while handling the request";
-        SendError(res, e);
-      });
-  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    {
-      std::lock_guard<std::mutex> lock(counts_mu);
-      responses_by_status[res.status]++;
-    }
-    if (res.status >= 400) Log(fmt::format("http {} {} -> {}", req.method, req.path, res.status));
-  });
-  auto chat = [this](const httplib::Request& req, httplib::Response& res) { HandleChat(req, res); };
-  auto completion = [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req, res);
-  };
-  auto models = [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); };
-  svr.Post("/v1/chat/completions", chat);
-  svr.Post("/chat/completions", chat);
-  svr.Post("/v1/completions", completion);
-  svr.Post("/completions", completion);
-  svr.Get("/v1/models", models);
-  svr.Get("/models", models);
-  svr.Get("/health",
-          [this](const httplib::Request&, httplib::Response& res) { HandleHealth(res); });
-  svr.Get("/props", [this](const httplib::Request&, httplib::Response& res) { HandleProps(res); });
-  svr.Get("/metrics",
-          [this](const httplib::Request&, httplib::Response& res) { HandleMetrics(res); });
-  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleTokenize(req, res);
-  });
-  svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleDetokenize(req, res);
-  });
-  svr.Get("/slots", [this](const httplib::Request&, httplib::Response& res) {
-    SendJson(res, SlotsJSON(engine.Slots(), engine.info().n_ctx));
-  });
-  svr.Post(R"(/slots/([^/]*))", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleSlotAction(req, req.matches[1].str(), res);
-  });
-  // httplib holds a thread per open keep-alive connection until it idles out, so the pool
-  // needs room beyond the engine's slots for clients that keep connections open (16
-  // concurrent SDK clients would otherwise wait seconds for a thread); idle threads only
-  // cost their stacks.
-  int threads =
-      options.n_threads > 0 ? options.n_threads : std::max(2 * engine.info().n_parallel + 8, 32);
-  svr.set_keep_alive_timeout(kKeepAliveSeconds);
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  if (auto* e = std::get_if<ApiError>(&answer)) return res.Error(*e);
+  res.Json(std::get<Json>(answer));
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Create(Engine& engine, ServerOptions options) {
@@ -453,7 +464,6 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(Engine& engine, ServerOpt
                                                                   engine.tokenizer(), &chatml));
   if (chatml) impl->Log("the model has no chat template: using ChatML");
   impl->formatter.emplace(std::move(f));
-  impl->InstallHandlers();
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
@@ -463,24 +473,34 @@ HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Bind() {
   const ServerOptions& o = impl_->options;
-  if (o.port == 0) {
-    impl_->port = impl_->svr.bind_to_any_port(o.host);
-    if (impl_->port <= 0) return IoError("cannot bind {}", o.host);
-  } else {
-    if (!impl_->svr.bind_to_port(o.host, o.port)) {
-      return IoError("cannot bind {}:{} (in use, or a bad address?)", o.host, o.port);
-    }
-    impl_->port = o.port;
-  }
+  TransportOptions t;
+  t.host = o.host;
+  t.port = o.port;
+  t.max_body_bytes = o.max_body_bytes;
+  // Handler threads: one per request in flight (idle connections hold none), with room
+  // beyond the engine's slots for queued requests and quick routes.
+  t.n_workers =
+      o.n_threads > 0 ? o.n_threads : std::max(2 * impl_->engine.info().n_parallel + 8, 32);
+  t.header_timeout = o.header_timeout;
+  t.io_timeout = o.io_timeout;
+  SHARDLM_ASSIGN_OR_RETURN(impl_->transport, HttpTransport::Listen(t, *impl_));
+  GuardOptions g;
+  g.bind_host = o.host;
+  g.port = impl_->transport->port();
+  g.api_key = o.api_key;
+  g.cors_origin = o.cors_origin;
+  impl_->guard.emplace(std::move(g));
   return Status::Ok();
 }
 
-int HttpServer::port() const { return impl_->port; }
+int HttpServer::port() const { return impl_->transport ? impl_->transport->port() : 0; }
 
-void HttpServer::Run() { impl_->svr.listen_after_bind(); }
+void HttpServer::Run() {
+  if (impl_->transport) impl_->transport->Run();
+}
 
 void HttpServer::Stop() {
-  if (impl_) impl_->svr.stop();
+  if (impl_ && impl_->transport) impl_->transport->Stop();
 }
 
 }  // namespace shardlm::server

@@ -1,4 +1,4 @@
-// MockEngine: an Engine with no model (STYLE rule 44), so the HTTP layer can be tested
+// MockEngine: an Engine with no model, so the HTTP layer can be tested
 // end to end in milliseconds: it "generates" a scripted reply one byte-token at a time on
 // its own thread, honours max_tokens, stop strings, cancellation, a bounded queue and the
 // context limit, and counts what the real engine counts. Slot 0 runs every request and

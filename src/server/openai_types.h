@@ -1,5 +1,5 @@
-// OpenAI API types: typed requests parsed from JSON (STYLE rule 43), the response and SSE
-// chunk objects we send back, and OpenAI's error object.
+// OpenAI API types: typed requests parsed from JSON into structs (FromJSON → Result<T>), the
+// response and SSE chunk objects we send back, and OpenAI's error object.
 //
 // Goals: every field a client may send is checked here once, at the parse boundary: a
 // wrong type or an out-of-range value is an error that names the parameter; unknown

@@ -13,7 +13,7 @@
 // (code slot_busy); 503 when a stage is down.
 //
 // Goals: every file a client names stays inside the configured folder; typed parsing at the
-// boundary (STYLE rule 43); no HTTP here (http_server.cc routes to it).
+// boundary; no HTTP here (http_server.cc routes to it).
 // Non-goals: the file format (cache/slot_file.h), what the engine does with the slot.
 //
 // Thread safety: free functions; the engine's slot methods are thread-safe.

@@ -8,8 +8,13 @@
 // Lifetime: the server stops and the engine is destroyed in TearDown.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -72,6 +77,73 @@ class ServerTest : public ::testing::Test {
   std::thread thread_;
   std::unique_ptr<httplib::Client> client_;
 };
+
+// A raw TCP connection to the server, for what an HTTP client library will not send: chunked
+// or truncated bodies, slow or bad heads, pipelined requests, clients that just leave.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~RawConnection() { Close(); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool connected() const { return connected_; }
+  bool Send(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(size_t(n));
+    }
+    return true;
+  }
+  // Reads until `needle` has arrived (empty: until the server closes) or `timeout` passes.
+  std::string ReadUntil(std::string_view needle,
+                        std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (needle.empty() || received_.find(needle) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          end - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) break;
+      char buf[65536];
+      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) {
+        closed_by_peer_ = true;
+        break;
+      }
+      received_.append(buf, size_t(n));
+    }
+    return received_;
+  }
+  std::string ReadAll(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    return ReadUntil("", timeout);
+  }
+  bool closed_by_peer() const { return closed_by_peer_; }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool closed_by_peer_ = false;
+  std::string received_;
+};
+
+// One request on a new connection; everything the server sent until it closed.
+inline std::string RawExchange(int port, const std::string& request) {
+  RawConnection c(port);
+  if (!c.Send(request)) return "";
+  return c.ReadAll();
+}
 
 // Splits an SSE body into its data payloads.
 inline std::vector<std::string> SseData(const std::string& body) {
