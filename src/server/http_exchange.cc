@@ -85,7 +85,8 @@ class Exchange : public ResponseWriter {
 
   // After the handler: whether the connection may carry another request.
   bool Finish() {
-    if (state_ == State::kNone) {
+    // A handler sends nothing when its client left (it cancelled the work): nothing to say.
+    if (state_ == State::kNone && !ClientGone()) {
       Send(service_.ErrorBody(500, "the handler sent no response"));
     }
     if (status_ > 0) service_.OnResponse(request_, status_);
