@@ -47,12 +47,18 @@ void CollectFds(msghdr& msg, UniqueFd& fd) {
 
 MessageChannel::MessageChannel(UniqueFd fd) : fd_(std::move(fd)) {}
 
-Result<std::unique_ptr<MessageChannel>> MessageChannel::Connect(const std::string& path) {
+Result<std::unique_ptr<MessageChannel>> MessageChannel::Connect(const std::string& path,
+                                                                const PeerUidPolicy& peers) {
   SHARDLM_ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
   UniqueFd fd;
   if (int err = ConnectUnixSocket(addr, 0, fd); err != 0) {
     return Unavailable("cannot connect to shard socket {}: {}", path, ErrnoText(err));
   }
+  // Checked before the caller can send anything (a Hello carries the shared-memory region):
+  // a refused listener only sees the connection close.
+  Result<PeerCredentials> peer = ReadPeerCredentials(fd.get());
+  if (!peer.ok()) return peer.status().WithContext("shard socket " + path);
+  SHARDLM_TRY(CheckPeerUid(*peer, peers, "the process listening on " + path));
   return std::make_unique<MessageChannel>(std::move(fd));
 }
 

@@ -13,7 +13,9 @@
 //
 // Listening sockets are created with mode 0600 (only the owner may connect): the socket is
 // bound under a umask of 0177, then chmod'ed, and an existing stale socket file at the
-// path is replaced only when nothing is listening on it.
+// path is replaced only when nothing is listening on it. Both ends also check the peer's
+// uid (peer_credentials.h) before any byte passes: Connect refuses a listener, Accept a
+// client, that runs as a uid the PeerUidPolicy does not allow.
 //
 // Thread safety: one thread sends and receives at a time; Shutdown may be called from any
 // thread to wake a blocked Receive. Lifetime: owns its fd (closed in the destructor).
@@ -23,12 +25,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "ipc/peer_credentials.h"
 #include "ipc/shard_protocol.h"
 
 namespace shardlm {
@@ -65,9 +69,13 @@ struct ReceivedMessage {
 
 class MessageChannel {
  public:
-  // Connects to a listening socket. Errors: kUnavailable naming the path (no such socket,
-  // connection refused), InvalidArgument for a path longer than sun_path.
-  static Result<std::unique_ptr<MessageChannel>> Connect(const std::string& path);
+  // Connects to a listening socket and checks that the process listening on it runs as a
+  // uid `peers` allows; a refused listener is hung up on before anything is sent to it.
+  // Errors: kUnavailable naming the path (no such socket, connection refused),
+  // InvalidArgument for a path longer than sun_path or a listener of another uid (naming the
+  // path, its uid and pid, and the allowed uids).
+  static Result<std::unique_ptr<MessageChannel>> Connect(const std::string& path,
+                                                         const PeerUidPolicy& peers = {});
   explicit MessageChannel(UniqueFd fd);
 
   // attach_fd >= 0 sends that descriptor with the message.
@@ -93,6 +101,9 @@ class MessageChannel {
   std::atomic<bool> shut_down_{false};
 };
 
+// Called with the reason each time Accept refuses a client (its uid, pid, the allowed uids).
+using RefusedPeerLog = std::function<void(const std::string& reason)>;
+
 class UnixListener {
  public:
   // Creates the socket file at `path` with mode 0600 and listens. Errors name the path:
@@ -101,25 +112,35 @@ class UnixListener {
   // (IoError). A stale socket file (nobody accepting on it) is replaced. Finding out
   // connects to the existing socket once: a live daemon there accepts a client that hangs
   // up without sending anything.
+  // Accept lets in only clients of a uid `peers` allows; `on_refused` hears of the others.
   // The umask is process-wide: bind briefly runs under 0177, so do not create files from
   // other threads while listening starts.
-  static Result<std::unique_ptr<UnixListener>> Listen(const std::string& path);
+  static Result<std::unique_ptr<UnixListener>> Listen(const std::string& path,
+                                                      PeerUidPolicy peers = {},
+                                                      RefusedPeerLog on_refused = {});
   ~UnixListener();  // closes, and unlinks the socket file if it is still ours
   UnixListener(const UnixListener&) = delete;
   UnixListener& operator=(const UnixListener&) = delete;
 
-  // Waits up to timeout_ms (< 0: forever) for a client; kUnavailable on timeout or after
-  // Shutdown.
+  // Waits up to timeout_ms (< 0: forever) for a client of an allowed uid; kUnavailable on
+  // timeout or after Shutdown. A client of another uid is hung up on at once, before a byte
+  // is read from it or written to it (a descriptor it sent is closed unseen), reported to
+  // on_refused on this thread, and the wait goes on.
   Result<std::unique_ptr<MessageChannel>> Accept(int timeout_ms = -1);
   void Shutdown();  // wakes Accept; thread-safe
   const std::string& path() const { return path_; }
 
  private:
-  UnixListener(UniqueFd fd, std::string path);
+  UnixListener(UniqueFd fd, std::string path, PeerUidPolicy peers, RefusedPeerLog on_refused);
+  // Ok when the accepted client may be served, else why not.
+  Status CheckClient(int client_fd) const;
+
   UniqueFd fd_;         // listening socket, non-blocking (Accept polls first)
   UniqueFd wake_read_;  // self-pipe that Shutdown writes to
   UniqueFd wake_write_;
   std::string path_;
+  PeerUidPolicy peers_;
+  RefusedPeerLog on_refused_;
   // Identity of the socket file we bound, so the destructor never unlinks a file that
   // someone else put at the path since.
   dev_t dev_ = 0;

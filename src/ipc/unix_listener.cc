@@ -1,5 +1,6 @@
-// UnixListener (message_channel.h): a 0600 listening socket file, with a self-pipe so
-// that Shutdown can wake a blocked Accept from another thread.
+// UnixListener (message_channel.h): a 0600 listening socket file that lets in clients of
+// allowed uids only, with a self-pipe so that Shutdown can wake a blocked Accept from
+// another thread.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -70,17 +71,24 @@ Status BindOwnerOnly(int fd, const std::string& path, const sockaddr_un& addr) {
 
 }  // namespace
 
-UnixListener::UnixListener(UniqueFd fd, std::string path)
-    : fd_(std::move(fd)), path_(std::move(path)) {}
+UnixListener::UnixListener(UniqueFd fd, std::string path, PeerUidPolicy peers,
+                           RefusedPeerLog on_refused)
+    : fd_(std::move(fd)),
+      path_(std::move(path)),
+      peers_(std::move(peers)),
+      on_refused_(std::move(on_refused)) {}
 
-Result<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& path) {
+Result<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& path,
+                                                           PeerUidPolicy peers,
+                                                           RefusedPeerLog on_refused) {
   SHARDLM_ASSIGN_OR_RETURN(sockaddr_un addr, UnixSocketAddress(path));
   SHARDLM_TRY(RemoveStaleSocket(path, addr));
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return IoError("cannot create a socket for {}: {}", path, ErrnoText(errno));
   SHARDLM_TRY(BindOwnerOnly(fd.get(), path, addr));
   // From here the file is ours: the listener's destructor unlinks it on any error below.
-  std::unique_ptr<UnixListener> listener(new UnixListener(std::move(fd), path));
+  std::unique_ptr<UnixListener> listener(
+      new UnixListener(std::move(fd), path, std::move(peers), std::move(on_refused)));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     return IoError("cannot stat {} after binding: {}", path, ErrnoText(errno));
@@ -118,12 +126,25 @@ Result<std::unique_ptr<MessageChannel>> UnixListener::Accept(int timeout_ms) {
     if (rc == 0) {
       return Unavailable("timed out after {} ms waiting for a connection on {}", timeout_ms, path_);
     }
-    int client = ::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (client >= 0) return std::make_unique<MessageChannel>(UniqueFd(client));
+    UniqueFd client(::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (client.valid()) {
+      Status allowed = CheckClient(client.get());
+      if (allowed.ok()) return std::make_unique<MessageChannel>(std::move(client));
+      // Closed unread and unanswered: the client sees its connection end, nothing more.
+      client = UniqueFd();
+      if (on_refused_) on_refused_(allowed.message());
+      continue;
+    }
     // The client may have gone between poll and accept: wait again.
     if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
     return IoError("accepting on {}: {}", path_, ErrnoText(errno));
   }
+}
+
+Status UnixListener::CheckClient(int client_fd) const {
+  Result<PeerCredentials> peer = ReadPeerCredentials(client_fd);
+  if (!peer.ok()) return peer.status().WithContext("a client on " + path_);
+  return CheckPeerUid(*peer, peers_, "the client on " + path_);
 }
 
 void UnixListener::Shutdown() {
