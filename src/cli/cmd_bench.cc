@@ -177,6 +177,7 @@ Status BenchCommand(const BenchFlags& f) {
   PlacementOptions vs_placement;
   if (vs) {
     SHARDLM_ASSIGN_OR_RETURN(vs_placement, ParsePlacement(f.vs_placement));
+    vs_placement.allowed_shard_uids = placement.allowed_shard_uids;  // one flag for both
   }
   // An unsplit placement computes with the loaded model itself, so it must be loaded whole.
   const bool vs_unsplit = vs && vs_placement.devices.size() <= 1;

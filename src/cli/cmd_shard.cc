@@ -1,9 +1,10 @@
 // `shardlm shard`: the remote stage daemon (runtime/shard_service.h). A server started with
-// `--devices ...,unix:PATH` connects to it and tells it which model file and layers to load.
+// `--devices ...,unix:NAME` connects to it and tells it which model file and layers to load.
 //
-// Goals: ready when it says so ("shard: listening on unix:PATH (N threads)" on stderr, the line
-// scripts and tests wait for); SIGINT/SIGTERM stop it cleanly (the session ends, the socket file is
-// removed); a bad flag is a clear error before anything listens.
+// Goals: ready when it says so ("shard: listening on unix:PATH (N threads)" on stderr, with the
+// socket's full path: the line scripts and tests wait for); SIGINT/SIGTERM stop it cleanly (the
+// session ends, the socket file is removed); a bad flag is a clear error before anything listens;
+// servers of another uid are refused unless --allow-uid names it.
 // Non-goals: daemonizing, TCP listeners (later: UCX), several stages per daemon.
 #include <pthread.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "runtime/placement.h"
@@ -25,11 +27,18 @@ struct ShardFlags {
   std::string listen;
   std::string cores;
   int threads = 0;
+  std::vector<uid_t> allow_uids;
 };
 
 void DeclareFlags(CLI::App& cmd, ShardFlags& f) {
-  cmd.add_option("--listen", f.listen, "Where to listen: unix:PATH (the socket is created 0600)")
+  cmd.add_option("--listen", f.listen,
+                 "Where to listen: unix:NAME, a socket in $XDG_RUNTIME_DIR/shardlm/ (else "
+                 "/tmp/shardlm-$UID/), a folder made 0700; or unix:PATH with a '/', as given. "
+                 "The socket is created 0600")
       ->required();
+  cmd.add_option("--allow-uid", f.allow_uids,
+                 "Also serve servers that run as this uid (repeatable; default: only servers of "
+                 "the daemon's own uid)");
   cmd.add_option("--cores", f.cores,
                  "Compute on: N = N threads, unpinned; A-B = cores A..B, one "
                  "pinned thread "
@@ -39,10 +48,10 @@ void DeclareFlags(CLI::App& cmd, ShardFlags& f) {
       ->capture_default_str();
 }
 
-Result<std::string> SocketPath(const std::string& listen) {
+Result<std::string> SocketName(const std::string& listen) {
   constexpr std::string_view kPrefix = "unix:";
   if (listen.rfind(kPrefix, 0) != 0 || listen.size() == kPrefix.size()) {
-    return InvalidArgument("--listen '{}': expected unix:PATH", listen);
+    return InvalidArgument("--listen '{}': expected unix:NAME or unix:PATH", listen);
   }
   return listen.substr(kPrefix.size());
 }
@@ -123,7 +132,8 @@ std::string PinnedSuffix(const ShardService& service) {
 
 Status RunShard(const ShardFlags& f) {
   ShardServiceOptions options;
-  SHARDLM_ASSIGN_OR_RETURN(options.socket_path, SocketPath(f.listen));
+  SHARDLM_ASSIGN_OR_RETURN(options.socket_path, SocketName(f.listen));
+  options.allowed_uids = f.allow_uids;
   SHARDLM_TRY(ParseCores(f, options));
   sigset_t set;
   sigemptyset(&set);
@@ -136,8 +146,8 @@ Status RunShard(const ShardFlags& f) {
                            ShardService::Create(std::move(options)));
   const int threads = service->threads();
   const std::string pinned = PinnedSuffix(*service);
-  std::fprintf(stderr, "shard: listening on %s (%d thread%s%s)\n", f.listen.c_str(), threads,
-               threads == 1 ? "" : "s", pinned.c_str());
+  std::fprintf(stderr, "shard: listening on unix:%s (%d thread%s%s)\n",
+               service->socket_path().c_str(), threads, threads == 1 ? "" : "s", pinned.c_str());
   std::fflush(stderr);
   Status status = ServeUntilSignal(*service);
   service.reset();  // removes the socket file

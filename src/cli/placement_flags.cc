@@ -1,4 +1,5 @@
-// `--devices` / `--layer-split` for serve, run and bench. See placement_flags.h.
+// `--devices` / `--layer-split` / `--allow-shard-uid` for serve, run and bench. See
+// placement_flags.h.
 #include "cli/placement_flags.h"
 
 #include <fmt/format.h>
@@ -15,7 +16,12 @@ std::string MiB(size_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) /
 void DeclarePlacementFlags(CLI::App& cmd, PlacementFlags& flags) {
   cmd.add_option("--devices", flags.devices,
                  "Stages in pipeline order, comma-separated: cpu (every core), cpu:A or "
-                 "cpu:A-B (pinned cores), unix:PATH (a `shardlm shard` daemon). Default: cpu");
+                 "cpu:A-B (pinned cores), unix:NAME (a `shardlm shard` daemon's socket: a NAME "
+                 "without '/' is in $XDG_RUNTIME_DIR/shardlm/, else /tmp/shardlm-$UID/). "
+                 "Default: cpu");
+  cmd.add_option("--allow-shard-uid", flags.allow_shard_uids,
+                 "Also trust shard daemons that run as this uid (repeatable; default: only "
+                 "daemons of this process's own uid)");
   cmd.add_option("--layer-split", flags.layer_split,
                  "One weight per device, e.g. 1,1 or 0.4,0.6: each stage's share of the "
                  "multiply-adds per token (weight elements; default: equal shares)");
@@ -28,6 +34,7 @@ Result<PlacementOptions> ParsePlacement(const PlacementFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(placement.devices,
                            ParseDevices(flags.devices, hardware > 0 ? int(hardware) : 1));
   SHARDLM_ASSIGN_OR_RETURN(placement.layer_split, ParseLayerSplit(flags.layer_split));
+  placement.allowed_shard_uids = flags.allow_shard_uids;
   const size_t n_weights = placement.layer_split.size();
   if (n_weights > 0 && n_weights != placement.devices.size()) {
     return InvalidArgument(

@@ -1,5 +1,5 @@
-// Placement flags: `--devices` and `--layer-split`, shared by serve, run and bench, so each
-// flag is declared once (STYLE rule 45) and every command reports a bad value the same way.
+// Placement flags: `--devices`, `--layer-split` and `--allow-shard-uid`, shared by serve, run
+// and bench, so each flag is declared once and every command reports a bad value the same way.
 //
 // Goals: every malformed value is an error before the model is loaded (placement.h does
 // the parsing; this adds the check that the two lists have the same length); one log line
@@ -22,8 +22,9 @@
 namespace shardlm::cli {
 
 struct PlacementFlags {
-  std::string devices;      // "" → one "cpu" stage
-  std::string layer_split;  // "" → equal work per token per stage
+  std::string devices;                  // "" → one "cpu" stage
+  std::string layer_split;              // "" → equal work per token per stage
+  std::vector<uid_t> allow_shard_uids;  // shard daemon uids trusted besides our own
 };
 
 void DeclarePlacementFlags(CLI::App& cmd, PlacementFlags& flags);

@@ -5,7 +5,9 @@
 //   cpu          every core, threads unpinned (or --threads of them)
 //   cpu:A        core A, one pinned thread
 //   cpu:A-B      cores A..B inclusive, one pinned thread per core
-//   unix:PATH    a remote stage served by `shardlm shard --listen unix:PATH`
+//   unix:NAME    a remote stage served by `shardlm shard --listen unix:NAME`: a NAME without
+//                '/' is a socket in the private socket folder (ipc/socket_dir.h), a path
+//                with '/' is used as given; resolved when the stage connects
 // Layer split: one positive weight per device ("1,1", "0.4,0.6"); stage i gets the share
 // w_i / Σw of the work per token, rounded to whole layers, at least one layer each. No split
 // given: equal weights, i.e. equal work. The work of a stage is the multiply-adds one token
@@ -25,6 +27,8 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -41,7 +45,7 @@ struct DeviceSpec {
   enum class Kind { kCpu, kUnix };
   Kind kind = Kind::kCpu;
   std::vector<int> cores;        // kCpu: pinned cores; empty = every core, unpinned
-  std::string socket_path;       // kUnix
+  std::string socket_path;       // kUnix: as written after "unix:"
   std::string ToString() const;  // as it would be written on the command line
   bool remote() const { return kind != Kind::kCpu; }
 };
@@ -53,7 +57,9 @@ struct PlacementOptions {
   std::vector<DeviceSpec> devices = {};  // one per stage, in pipeline order; empty: one "cpu"
   std::vector<double> layer_split = {};  // one weight per device; empty: equal work per token
   std::string model_path = {};           // the model's file, opened by remote stages
-  bool show_progress = false;            // stages of a split page in with progress on stderr
+  // Uids whose shard daemons are trusted besides this process's own (`--allow-shard-uid`).
+  std::vector<uid_t> allowed_shard_uids = {};
+  bool show_progress = false;  // stages of a split page in with progress on stderr
 };
 
 // "" parses as one device "cpu". n_cores_available bounds core numbers.

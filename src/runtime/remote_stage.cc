@@ -2,6 +2,7 @@
 #include "runtime/remote_stage.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "ipc/socket_dir.h"
 #include "runtime/shard_geometry.h"
 
 namespace shardlm {
@@ -51,6 +53,20 @@ ShardHello MakeHello(const RemoteStageOptions& o) {
   return hello;
 }
 
+// A daemon hangs up without a word on a server of a uid it does not serve: say so, since the
+// reason is only in the daemon's log.
+Status HangUpBeforeReply(const Status& cause) {
+  if (cause.code() != StatusCode::kUnavailable ||
+      cause.message().rfind("connection closed", 0) != 0) {
+    return cause;
+  }
+  return Status(cause.code(),
+                fmt::format("the daemon hung up before answering the Hello ({}); a daemon hangs "
+                            "up on servers whose uid is neither its own nor one of its "
+                            "--allow-uid, and this server runs as uid {}: see the daemon's log",
+                            cause.message(), ::geteuid()));
+}
+
 }  // namespace
 
 RemoteStage::RemoteStage(const RemoteStageOptions& options, const ShardHello& hello,
@@ -66,8 +82,15 @@ RemoteStage::RemoteStage(const RemoteStageOptions& options, const ShardHello& he
 
 RemoteStage::~RemoteStage() = default;
 
-Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOptions& options) {
-  SHARDLM_TRY(CheckOptions(options));
+Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOptions& given) {
+  SHARDLM_TRY(CheckOptions(given));
+  RemoteStageOptions options = given;
+  Result<std::string> socket_path = ResolveSocketPath(given.socket_path);
+  if (!socket_path.ok()) {
+    return socket_path.status().WithContext(
+        fmt::format("stage {} (unix:{})", given.index, given.socket_path));
+  }
+  options.socket_path = std::move(socket_path).value();
   ShardHello hello = MakeHello(options);
   // The daemon opens the file itself, from its own working directory.
   std::error_code ec;
@@ -97,15 +120,25 @@ std::string RemoteStage::Name() const {
 
 Status RemoteStage::Handshake() {
   channel_.reset();
-  Result<std::unique_ptr<MessageChannel>> channel = MessageChannel::Connect(options_.socket_path);
+  Result<std::unique_ptr<MessageChannel>> channel =
+      MessageChannel::Connect(options_.socket_path, PeerUidPolicy(options_.allowed_peer_uids));
+  if (!channel.ok() && channel.status().code() == StatusCode::kInvalidArgument) {
+    // A listener of an untrusted uid (Create checked the path's length): the region was not
+    // sent; a configuration to fix, not an outage.
+    const std::string reason =
+        channel.status().message() + " (--allow-shard-uid UID trusts a daemon of another uid)";
+    std::lock_guard<std::mutex> lock(state_mu_);
+    down_reason_ = reason;
+    return InvalidArgument("{}: {}", Name(), reason);
+  }
   if (!channel.ok()) return MarkDown(channel.status());
   scratch_.clear();
   EncodeHello(hello_, scratch_);
   Status sent = (*channel)->Send(ShardMessageType::kHello, scratch_, region_->fd());
-  if (!sent.ok()) return MarkDown(sent);
+  if (!sent.ok()) return MarkDown(HangUpBeforeReply(sent));
   Result<ReceivedMessage> message =
       (*channel)->Receive(kMaxSmallReplyBytes, options_.hello_timeout_ms);
-  if (!message.ok()) return MarkDown(message.status());
+  if (!message.ok()) return MarkDown(HangUpBeforeReply(message.status()));
   if (message->type != ShardMessageType::kHelloReply) {
     return MarkDown(
         InvalidData("expected HelloReply, got {}", ShardMessageTypeName(message->type)));

@@ -7,6 +7,9 @@
 // refused: model fingerprint mismatch: ..."); a daemon that dies is a kUnavailable Status
 // from Run and from Health until Reconnect succeeds, never a crash or a hang on a dead
 // socket; page export/import through the region, for the prefix cache's snapshots.
+// Only a daemon of this process's uid (or of allowed_peer_uids) is trusted: the uid of the
+// process listening on the socket is checked before the Hello, which carries the region, is
+// sent (ipc/peer_credentials.h).
 // Non-goals: pipelining several batches in flight (one request at a time, as the protocol
 // says), reconnecting by itself (the caller decides when: Reconnect), TCP.
 //
@@ -22,6 +25,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "gguf/fingerprint.h"
@@ -35,11 +39,14 @@ namespace shardlm {
 
 // What the server tells a daemon about the stage it wants (the Hello's contents).
 struct RemoteStageOptions {
-  int index = 0;               // position in the pipeline, for messages
-  std::string socket_path;     // the daemon's `--listen unix:PATH`
-  std::string model_path;      // the daemon opens this file itself
-  Fingerprint128 fingerprint;  // ModelFingerprint of the file the server loaded
-  ModelConfig config;          // of the whole model (n_layers, n_embd, n_vocab, KV shape)
+  int index = 0;  // position in the pipeline, for messages
+  // The daemon's `--listen unix:NAME`: a name without '/' is a socket in the private socket
+  // folder (ipc/socket_dir.h), a path with '/' is used as given.
+  std::string socket_path;
+  std::vector<uid_t> allowed_peer_uids;  // daemon uids trusted besides this process's own
+  std::string model_path;                // the daemon opens this file itself
+  Fingerprint128 fingerprint;            // ModelFingerprint of the file the server loaded
+  ModelConfig config;                    // of the whole model (n_layers, n_embd, n_vocab, KV shape)
   LayerRange layers;
   int n_pages = 0;  // page geometry: the same ids and sizes as every other stage
   int page_tokens = kDefaultPageTokens;
@@ -57,10 +64,11 @@ struct RemoteStageOptions {
 
 class RemoteStage : public Stage {
  public:
-  // Connects, creates the region, sends the Hello and waits for the reply. Errors:
-  // InvalidArgument for a bad option; kUnavailable when nothing listens at the path
-  // ("stage N (unix:PATH) is down: ..."); the daemon's refusal prefixed by
-  // "stage N (unix:PATH) refused: ".
+  // Connects, checks the daemon's uid, creates the region, sends the Hello and waits for the
+  // reply. Errors: InvalidArgument for a bad option, a socket folder that is not private, or
+  // a daemon of an untrusted uid (naming the socket and both uids); kUnavailable when
+  // nothing listens at the path ("stage N (unix:PATH) is down: ..."); the daemon's refusal
+  // prefixed by "stage N (unix:PATH) refused: ". PATH is the resolved socket path.
   static Result<std::unique_ptr<RemoteStage>> Create(const RemoteStageOptions& options);
   ~RemoteStage() override;
 

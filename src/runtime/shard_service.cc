@@ -14,6 +14,7 @@
 #include "base/thread_name.h"
 #include "gguf/fingerprint.h"
 #include "ipc/shm_region.h"
+#include "ipc/socket_dir.h"
 #include "model/model_config.h"
 #include "runtime/local_stage.h"
 #include "runtime/shard_geometry.h"
@@ -122,7 +123,15 @@ Result<std::unique_ptr<ShardService>> ShardService::Create(ShardServiceOptions o
     service->threads_ =
         o.threads > 0 ? o.threads : std::max(1, int(std::thread::hardware_concurrency()));
   }
-  SHARDLM_ASSIGN_OR_RETURN(service->listener_, UnixListener::Listen(o.socket_path));
+  SHARDLM_ASSIGN_OR_RETURN(service->options_.socket_path, ResolveSocketPath(o.socket_path));
+  ShardService* logger = service.get();  // owns the listener, so outlives its callback
+  SHARDLM_ASSIGN_OR_RETURN(
+      service->listener_,
+      UnixListener::Listen(o.socket_path, PeerUidPolicy(o.allowed_uids),
+                           [logger](const std::string& reason) {
+                             logger->Log("refused a connection: " + reason +
+                                         " (--allow-uid UID lets servers of another uid in)");
+                           }));
   return service;
 }
 

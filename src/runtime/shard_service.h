@@ -14,9 +14,10 @@
 // closes the session); a refusal says why on both sides; a second server while one is connected is
 // refused ("busy: serving another server"); a reconnect after a server restart is fast (the opened
 // model file stays mapped between sessions while the next Hello names the same file and
-// fingerprint); one stderr line per session start, end and refusal.
-// Non-goals: several sessions at once, TCP (later: UCX), authentication beyond the socket's 0600
-// mode.
+// fingerprint); one stderr line per session start, end and refusal; only servers of this daemon's
+// own uid (or of the allowed_uids) get a session: a client of another uid is hung up on before the
+// daemon reads or sends a byte, and logged with its uid and pid (ipc/peer_credentials.h).
+// Non-goals: several sessions at once, TCP (later: UCX), authentication beyond the peer's uid.
 //
 // Thread safety: Run is called by one thread; Stop may be called from any thread (and from nowhere
 // else that blocks: it only wakes Run).
@@ -31,6 +32,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/status.h"
 #include "ipc/message_channel.h"
@@ -39,7 +41,11 @@
 namespace shardlm {
 
 struct ShardServiceOptions {
+  // `--listen unix:NAME`: a name without '/' is a socket in the private socket folder
+  // (ipc/socket_dir.h), a path with '/' is used as given.
   std::string socket_path;
+  // Uids besides the daemon's own whose servers it serves (`--allow-uid`).
+  std::vector<uid_t> allowed_uids;
   // Where the stage computes: kCpu with `cores` = pinned threads (one per core), or no cores =
   // `threads` unpinned threads (0: every core).
   DeviceSpec device;
@@ -53,8 +59,9 @@ struct ShardServiceOptions {
 
 class ShardService {
  public:
-  // Listens on options.socket_path (mode 0600). Errors name the path (another daemon listening
-  // there, a missing folder) or the bad option.
+  // Listens on options.socket_path (mode 0600; a bare name in the socket folder, made if
+  // missing). Errors name the path (another daemon listening there, a missing folder, a socket
+  // folder that is not private) or the bad option.
   static Result<std::unique_ptr<ShardService>> Create(ShardServiceOptions options);
   ~ShardService();  // stops, joins the session, removes the socket file
   ShardService(const ShardService&) = delete;
@@ -66,6 +73,7 @@ class ShardService {
   // Wakes Run and ends the current session. Thread-safe, idempotent.
   void Stop();
 
+  // The socket file's path (a bare name resolved into the socket folder).
   const std::string& socket_path() const { return options_.socket_path; }
   int threads() const { return threads_; }
   // "cpu:0-1 (2 threads)" or "cpu (4 threads)".

@@ -46,6 +46,7 @@ Result<std::unique_ptr<Stage>> BuildRemote(const Model& model, const StagePlan& 
   RemoteStageOptions remote;
   remote.index = plan.index;
   remote.socket_path = plan.device.socket_path;
+  remote.allowed_peer_uids = options.placement.allowed_shard_uids;
   remote.model_path = model_path;
   remote.fingerprint = ModelFingerprint(model.file());
   remote.config = model.config();

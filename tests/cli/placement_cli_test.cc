@@ -1,16 +1,23 @@
 // `--devices` / `--layer-split` through the real binary: a bad value, or a remote stage with
 // no daemon behind it, makes run, bench and serve exit non-zero with a message that names
-// it; `run` over 2 and 3 local stages, over a local stage + a `shardlm shard` daemon, and
-// over remote + remote + local, prints the unsplit greedy text from bitwise the same logits.
+// it; `run` over 2 and 3 local stages, over a local stage + a `shardlm shard` daemon (also
+// met by a bare socket name in the private socket folder), and over remote + remote + local,
+// prints the unsplit greedy text from bitwise the same logits; a daemon of another uid is
+// refused by the server, a server of another uid by the daemon, until each allows the other.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/cli_process.h"
 #include "support/fixtures.h"
+#include "support/other_user.h"
 
 namespace shardlm {
 namespace {
@@ -88,12 +95,13 @@ struct RunOutput {
   std::string logits;  // raw float32 bytes
 };
 
-// `run` greedy on stories260K with `extra` flags: the text and the logits of each step.
-RunOutput GreedyRun(const std::vector<std::string>& extra) {
+// `run` greedy on stories260K (or a copy of it at `model`) with `extra` flags: the text and
+// the logits of each step.
+RunOutput GreedyRun(const std::vector<std::string>& extra, const std::string& model = "") {
   const std::string logits_path = testing::CliTempPath("logits.f32");
   std::vector<std::string> args = {"run",
                                    "-m",
-                                   FixturePath("stories260K.gguf"),
+                                   model.empty() ? FixturePath("stories260K.gguf") : model,
                                    "-p",
                                    "Once upon a time",
                                    "-n",
@@ -220,6 +228,107 @@ TEST(PlacementCliTest, RemoteFirstStagesGiveBitwiseTheUnsplitLogits) {
       << shard1.process().log();
   EXPECT_TRUE(shard2.process().WaitFor("serving layers [", std::chrono::seconds(5)))
       << shard2.process().log();
+}
+
+// XDG_RUNTIME_DIR, for this test and the processes it starts, is a fresh folder; the old
+// value comes back afterwards.
+class ScopedRuntimeDir {
+ public:
+  ScopedRuntimeDir() : path_(testing::CliTempPath("runtime")) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directory(path_);
+    if (const char* old = std::getenv("XDG_RUNTIME_DIR")) saved_ = old;
+    ::setenv("XDG_RUNTIME_DIR", path_.c_str(), 1);
+  }
+  ~ScopedRuntimeDir() {
+    if (saved_) {
+      ::setenv("XDG_RUNTIME_DIR", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("XDG_RUNTIME_DIR");
+    }
+    std::filesystem::remove_all(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::optional<std::string> saved_;
+};
+
+TEST(PlacementCliTest, BareSocketNameMeetsInThePrivateSocketFolder) {
+  SHARDLM_REQUIRE_BINARY();
+  SHARDLM_REQUIRE_FIXTURES();
+  ScopedRuntimeDir runtime;
+  const std::string folder = runtime.path() + "/shardlm";
+  testing::BackgroundProcess shard({"shard", "--listen", "unix:bare.sock", "--cores", "1"});
+  ASSERT_TRUE(shard.WaitFor("listening on unix:" + folder + "/bare.sock", std::chrono::seconds(30)))
+      << shard.log();
+  struct stat st {};
+  ASSERT_EQ(::stat(folder.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ExpectSameAsUnsplit(GreedyRun({}), GreedyRun({"--devices", "cpu,unix:bare.sock"}));
+  EXPECT_TRUE(shard.WaitFor("serving layers [", std::chrono::seconds(5))) << shard.log();
+}
+
+// A daemon run as another user (in that user's own folder, from copies both users can read):
+// the server refuses it before the Hello, naming the socket and both uids; trusting it with
+// --allow-shard-uid, the server is hung up on by the daemon, which logs the server's uid and
+// pid; with --allow-uid on the daemon too, the split gives the unsplit logits.
+TEST(PlacementCliTest, ShardDaemonOfAnotherUidServesOnlyWhenBothSidesAllowIt) {
+  SHARDLM_REQUIRE_BINARY();
+  SHARDLM_REQUIRE_FIXTURES();
+  SHARDLM_REQUIRE_ROOT_FOR_OTHER_USER();
+  testing::OtherUserDir dir;
+  const std::string shardlm = dir.Copy(testing::ShardlmBinary(), "shardlm");
+  const std::string model = dir.Copy(FixturePath("stories260K.gguf"), "model.gguf");
+  const std::string socket = dir.Subdir("theirs", testing::kOtherUid, 0700) + "/s.sock";
+  const std::string own = std::to_string(::geteuid());
+  const std::string other = std::to_string(testing::kOtherUid);
+  const std::vector<std::string> run = {"run",
+                                        "-m",
+                                        model,
+                                        "-p",
+                                        "Once",
+                                        "-n",
+                                        "4",
+                                        "--temp",
+                                        "0",
+                                        "--devices",
+                                        "cpu,unix:" + socket};
+  const std::vector<std::string> daemon_args = {shardlm,          "shard",     "--listen",
+                                                "unix:" + socket, "--threads", "1"};
+  {
+    testing::ChildProcess daemon(testing::AsOtherUser(daemon_args), dir.File("daemon1.log"));
+    ASSERT_TRUE(daemon.WaitFor("listening on unix:" + socket, std::chrono::seconds(30)))
+        << daemon.output();
+    ProcessResult r = RunShardlm(run);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("stage 1 (unix:" + socket + "): the process listening on " + socket +
+                         " runs as uid " + other + " (pid " + std::to_string(daemon.pid()) +
+                         "); only uid " + own + " may (--allow-shard-uid UID trusts"),
+              std::string::npos)
+        << r.err;
+
+    std::vector<std::string> trusting = run;
+    trusting.insert(trusting.end(), {"--allow-shard-uid", other});
+    r = RunShardlm(trusting);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("before answering the Hello"), std::string::npos) << r.err;
+    EXPECT_TRUE(daemon.WaitFor(
+        "refused a connection: the client on " + socket + " runs as uid " + own + " (pid ",
+        std::chrono::seconds(5)))
+        << daemon.output();
+    EXPECT_EQ(daemon.output().find("serving layers"), std::string::npos) << daemon.output();
+  }
+  std::vector<std::string> allowing = daemon_args;
+  allowing.insert(allowing.end(), {"--allow-uid", own});
+  testing::ChildProcess daemon(testing::AsOtherUser(allowing), dir.File("daemon2.log"));
+  ASSERT_TRUE(daemon.WaitFor("listening on unix:" + socket, std::chrono::seconds(30)))
+      << daemon.output();
+  ExpectSameAsUnsplit(
+      GreedyRun({}),
+      GreedyRun({"--devices", "cpu,unix:" + socket, "--allow-shard-uid", other}, model));
+  EXPECT_TRUE(daemon.WaitFor("serving layers [", std::chrono::seconds(5))) << daemon.output();
 }
 
 }  // namespace
