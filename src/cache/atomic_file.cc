@@ -34,6 +34,12 @@ class Fd {
     fd_ = -1;
     return rc;
   }
+  // Gives up ownership without closing.
+  int Release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
 
  private:
   int fd_;
@@ -86,14 +92,22 @@ Status WriteAllDirect(int fd, std::span<const uint8_t> bytes, const std::string&
   return Status::Ok();
 }
 
+constexpr int kCreateFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+
+// A fresh temp file for `path`: its name + ".tmp.<pid>.<n>".
+std::string TempPathFor(const std::filesystem::path& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path.string() + std::string(kTempFileMarker) + std::to_string(::getpid()) + "." +
+         std::to_string(counter++);
+}
+
 Status WriteAndSync(const std::string& tmp, std::span<const uint8_t> bytes) {
-  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
   const bool direct = bytes.size() >= kDirectMinBytes;
-  Fd fd(::open(tmp.c_str(), kFlags | (direct ? O_DIRECT : 0), 0644));
+  Fd fd(::open(tmp.c_str(), kCreateFlags | (direct ? O_DIRECT : 0), kPrivateFileMode));
   const bool is_direct = direct && fd.get() >= 0;
   if (fd.get() < 0 && direct && errno == EINVAL) {
     ::unlink(tmp.c_str());  // the kernel may have created it before refusing O_DIRECT
-    Fd buffered(::open(tmp.c_str(), kFlags, 0644));
+    Fd buffered(::open(tmp.c_str(), kCreateFlags, kPrivateFileMode));
     swap(fd, buffered);
   }
   if (fd.get() < 0) return ErrnoStatus(errno, "create " + tmp);
@@ -124,11 +138,11 @@ bool IsDiskFull(const Status& status) {
          status.message().find(kDiskFull) != std::string::npos;
 }
 
-Status WriteFileAtomic(const std::filesystem::path& path, std::span<const uint8_t> bytes) {
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path.string() + std::string(kTempFileMarker) +
-                          std::to_string(::getpid()) + "." + std::to_string(counter++);
-  Status written = WriteAndSync(tmp, bytes);
+namespace {
+
+// Renames a written and synced temp file over `path` and syncs the folder; removes the
+// temp file when `written` failed or the rename does.
+Status Publish(const std::string& tmp, const std::filesystem::path& path, Status written) {
   if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     written = ErrnoStatus(errno, "rename " + tmp + " to " + path.string());
   }
@@ -138,6 +152,102 @@ Status WriteFileAtomic(const std::filesystem::path& path, std::span<const uint8_
   }
   std::filesystem::path dir = path.parent_path();
   return SyncDirectory(dir.empty() ? std::filesystem::path(".") : dir);
+}
+
+}  // namespace
+
+Status WriteFileAtomic(const std::filesystem::path& path, std::span<const uint8_t> bytes) {
+  const std::string tmp = TempPathFor(path);
+  return Publish(tmp, path, WriteAndSync(tmp, bytes));
+}
+
+Result<AtomicFileWriter> AtomicFileWriter::Create(const std::filesystem::path& path) {
+  std::string tmp = TempPathFor(path);
+  const int fd = ::open(tmp.c_str(), kCreateFlags, kPrivateFileMode);
+  if (fd < 0) return ErrnoStatus(errno, "create " + tmp);
+  return AtomicFileWriter(path, std::move(tmp), fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(std::filesystem::path path, std::filesystem::path tmp, int fd)
+    : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)), tmp_(std::move(other.tmp_)), fd_(other.fd_) {
+  other.fd_ = -1;
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+Status AtomicFileWriter::WriteAt(uint64_t offset, std::span<const uint8_t> bytes) {
+  if (fd_ < 0) return Status(StatusCode::kInternal, "write to a closed " + tmp_.string());
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n =
+        ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "write " + tmp_.string());
+    if (n == 0) return ErrnoStatus(EIO, "write " + tmp_.string());
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return Status(StatusCode::kInternal, "commit of a closed " + tmp_.string());
+  Fd fd(fd_);
+  fd_ = -1;
+  Status written = Status::Ok();
+  if (::fsync(fd.get()) != 0) {
+    written = ErrnoStatus(errno, "fsync " + tmp_.string());
+  } else if (fd.Close() != 0) {
+    written = ErrnoStatus(errno, "close " + tmp_.string());
+  }
+  return Publish(tmp_.string(), path_, std::move(written));
+}
+
+Result<ReadOnlyFile> ReadOnlyFile::Open(const std::filesystem::path& path) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; a regular file ignores it.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return NotFound("{}: no such file", path.string());
+    return ErrnoStatus(errno, "open " + path.string());
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + path.string());
+  if (!S_ISREG(st.st_mode)) return InvalidData("{}: not a regular file", path.string());
+  return ReadOnlyFile(path, fd.Release(), static_cast<uint64_t>(st.st_size));
+}
+
+ReadOnlyFile::ReadOnlyFile(std::filesystem::path path, int fd, uint64_t size)
+    : path_(std::move(path)), fd_(fd), size_(size) {}
+
+ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_), size_(other.size_) {
+  other.fd_ = -1;
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status ReadOnlyFile::ReadAt(uint64_t offset, std::span<uint8_t> dst) const {
+  size_t done = 0;
+  while (done < dst.size()) {
+    const ssize_t n =
+        ::pread(fd_, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read " + path_.string());
+    if (n == 0) {
+      return InvalidData("{}: ends at byte {}, shorter than when it was opened", path_.string(),
+                         offset + done);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
 }
 
 namespace {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "cache/file_mode.h"
 #include "cache/temp_dir.h"
 
 namespace shardlm {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_util::ModeOf;
+using testing_util::ScopedUmask;
 using testing_util::TempDir;
 
 int CountFiles(const fs::path& dir) {
@@ -103,6 +107,81 @@ TEST(AtomicFile, AFailedWriteRemovesTheTempFileAndKeepsTheOldFile) {
   auto read = ReadWholeFile(path, 100);
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(*read, std::vector<uint8_t>{9});
+}
+
+// The temp file of a write in progress (".tmp." in its name), or an empty path.
+fs::path TempFileIn(const fs::path& dir) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().find(kTempFileMarker) != std::string::npos) {
+      return entry.path();
+    }
+  }
+  return {};
+}
+
+// Every file is 0600 from its creation: the temp file while it is written, then the file.
+TEST(AtomicFile, FilesAndTempFilesAre0600WhateverTheUmask) {
+  TempDir dir;
+  ScopedUmask open_umask(0);
+  for (size_t size : {size_t{3}, size_t{2} << 20}) {  // buffered and direct I/O
+    const fs::path path = dir.path() / ("whole-" + std::to_string(size));
+    ASSERT_TRUE(WriteFileAtomic(path, std::vector<uint8_t>(size, 7)).ok());
+    EXPECT_EQ(ModeOf(path), 0600u) << size;
+  }
+  const fs::path path = dir.path() / "streamed";
+  Result<AtomicFileWriter> writer = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status().message();
+  ASSERT_TRUE(writer->WriteAt(0, std::vector<uint8_t>{1, 2}).ok());
+  const fs::path temp = TempFileIn(dir.path());
+  ASSERT_EQ(temp, writer->temp_path());
+  EXPECT_EQ(ModeOf(temp), 0600u);
+  EXPECT_FALSE(fs::exists(path));  // nothing under the name until the commit
+  ASSERT_TRUE(writer->Commit().ok());
+  EXPECT_EQ(ModeOf(path), 0600u);
+  EXPECT_FALSE(fs::exists(temp));
+}
+
+TEST(AtomicFile, AStreamedFileIsWrittenAtAnyOffsetAndAppearsAtCommit) {
+  TempDir dir;
+  const fs::path path = dir.path() / "s.bin";
+  ASSERT_TRUE(WriteFileAtomic(path, std::vector<uint8_t>{9}).ok());
+  {
+    Result<AtomicFileWriter> abandoned = AtomicFileWriter::Create(path);
+    ASSERT_TRUE(abandoned.ok());
+    ASSERT_TRUE(abandoned->WriteAt(0, std::vector<uint8_t>{1, 2, 3}).ok());
+  }  // never committed: the temp file goes, the old file stays
+  EXPECT_EQ(CountFiles(dir.path()), 1);
+  EXPECT_EQ(ReadWholeFile(path, 100).value(), std::vector<uint8_t>{9});
+  Result<AtomicFileWriter> writer = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(writer->WriteAt(4, std::vector<uint8_t>{5, 6}).ok());  // a hole before it
+  ASSERT_TRUE(writer->WriteAt(0, std::vector<uint8_t>{1, 2}).ok());
+  ASSERT_TRUE(writer->Commit().ok());
+  EXPECT_EQ(ReadWholeFile(path, 100).value(), (std::vector<uint8_t>{1, 2, 0, 0, 5, 6}));
+  EXPECT_EQ(CountFiles(dir.path()), 1);
+  EXPECT_EQ(writer->Commit().code(), StatusCode::kInternal);  // once
+}
+
+TEST(AtomicFile, ReadOnlyFileReadsRangesAndRefusesWhatIsNoFile) {
+  TempDir dir;
+  const fs::path path = dir.path() / "r.bin";
+  ASSERT_TRUE(WriteFileAtomic(path, std::vector<uint8_t>{1, 2, 3, 4, 5}).ok());
+  Result<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_EQ(file->size(), 5u);
+  std::vector<uint8_t> got(2);
+  ASSERT_TRUE(file->ReadAt(3, got).ok());
+  EXPECT_EQ(got, (std::vector<uint8_t>{4, 5}));
+  const Status past = file->ReadAt(4, got);
+  EXPECT_EQ(past.code(), StatusCode::kInvalidData) << past.message();
+  EXPECT_EQ(ReadOnlyFile::Open(dir.path() / "none").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ReadOnlyFile::Open(dir.path()).status().code(), StatusCode::kInvalidData);
+  const fs::path fifo = dir.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Status fifo_status = ReadOnlyFile::Open(fifo).status();  // at once, no writer needed
+  EXPECT_EQ(fifo_status.code(), StatusCode::kInvalidData);
+  EXPECT_NE(fifo_status.message().find("not a regular file"), std::string::npos)
+      << fifo_status.message();
 }
 
 TEST(AtomicFile, DiskFullIsNamed) {
