@@ -15,6 +15,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kUnavailable: return "unavailable";
     case StatusCode::kInternal: return "internal";
     case StatusCode::kConflict: return "conflict";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kQuotaExceeded: return "quota exceeded";
     case StatusCode::kSentinel: break;
   }
   return "unknown";

@@ -26,6 +26,8 @@ enum class StatusCode {
   kUnavailable,      // a part of the engine is gone for now (a shard daemon died); retry
   kInternal,
   kConflict,  // busy with something else (a slot processing a request); retry later
+  kResourceExhausted,  // too much at once (another slot transfer running); retry later
+  kQuotaExceeded,      // a configured byte budget is full; free room or raise the budget
   kSentinel
 };
 
@@ -80,6 +82,14 @@ Status IoError(fmt::format_string<Args...> f, Args&&... args) {
 template <typename... Args>
 Status Conflict(fmt::format_string<Args...> f, Args&&... args) {
   return Status(StatusCode::kConflict, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+Status ResourceExhausted(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(StatusCode::kResourceExhausted, fmt::format(f, std::forward<Args>(args)...));
+}
+template <typename... Args>
+Status QuotaExceeded(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(StatusCode::kQuotaExceeded, fmt::format(f, std::forward<Args>(args)...));
 }
 template <typename... Args>
 Status Unavailable(fmt::format_string<Args...> f, Args&&... args) {
