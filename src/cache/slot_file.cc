@@ -1,6 +1,13 @@
-// SlotFile: encoding and validation of a saved slot sequence (see slot_file.h).
+// SlotFile: the geometry, streaming writer and reader of a saved slot sequence, and their
+// in-memory forms (see slot_file.h).
 #include "cache/slot_file.h"
 
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
 #include <string>
 
 #include "base/check.h"
@@ -8,19 +15,21 @@
 namespace shardlm {
 namespace {
 
-uint64_t Align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
+constexpr uint64_t kTokenBytes = 4;  // i32, little-endian
+// A stage's pages of one sequence above this many bytes are no slot file (a 128K-token
+// sequence of a large model is ~2^37); the bound keeps every offset sum far from overflow.
+constexpr uint64_t kMaxSectionBytes = uint64_t{1} << 50;
 
-SnapshotSection TokensSection(int n_tokens, std::span<const uint8_t> bytes) {
+SnapshotSection TokensSection(int n_tokens) {
   SnapshotSection s;
   s.kind = SectionKind::kTokens;
   s.dtype = SnapshotDType::kI32;
   s.dims = {static_cast<uint32_t>(n_tokens), 1, 1, 1};
-  s.bytes = bytes;
   return s;
 }
 
 std::vector<uint8_t> TokensToBytes(std::span<const int32_t> tokens) {
-  std::vector<uint8_t> out(tokens.size() * 4);
+  std::vector<uint8_t> out(PaddedPayloadBytes(tokens.size() * kTokenBytes), 0);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const auto v = static_cast<uint32_t>(tokens[i]);
     for (int b = 0; b < 4; ++b) out[4 * i + b] = static_cast<uint8_t>(v >> (8 * b));
@@ -28,86 +37,337 @@ std::vector<uint8_t> TokensToBytes(std::span<const int32_t> tokens) {
   return out;
 }
 
-Result<std::vector<int32_t>> TokensFromSection(const SnapshotSection& s, int n_tokens) {
-  const SnapshotSection want = TokensSection(n_tokens, {});
-  if (s.kind != SectionKind::kTokens) {
-    return InvalidData("section 0 is {}, a slot file starts with its tokens",
-                       SectionKindName(s.kind));
+Xxh3State NewChecksum() {
+  Xxh3State state(XXH3_createState());
+  SHARDLM_CHECK_MSG(state != nullptr, "out of memory for an xxh3 state");
+  XXH3_64bits_reset(state.get());
+  return state;
+}
+
+SnapshotHeader SlotHeader(const SnapshotLayout& layout, int n_tokens) {
+  SnapshotHeader header;
+  header.kind = SnapshotFileKind::kSlot;
+  header.layout = LayoutFingerprint(layout);
+  header.n_tokens = n_tokens;
+  return header;
+}
+
+// Checks a descriptor read at section `idx` against the section the geometry expects there.
+Status CheckDescriptor(const SnapshotLayout& layout, const SlotFileGeometry& g, size_t idx,
+                       const SectionDescriptor& d) {
+  const SnapshotSection& s = d.section;
+  if (idx == 0) {
+    if (s.kind != SectionKind::kTokens) {
+      return InvalidData("section 0 is {}, a slot file starts with its tokens",
+                         SectionKindName(s.kind));
+    }
+    const SnapshotSection want = TokensSection(g.n_tokens);
+    if (s.dims != want.dims || s.dtype != want.dtype || s.stage_idx != 0 || s.layer_begin != 0 ||
+        s.layer_end != 0) {
+      return InvalidData("the tokens section holds {} tokens, the header says {}", s.dims[0],
+                         g.n_tokens);
+    }
+  } else {
+    SHARDLM_TRY(CheckKvPageSection(layout, static_cast<int>(idx - 1), s, g.n_pages));
   }
-  if (s.dims != want.dims || s.stage_idx != 0 || s.layer_begin != 0 || s.layer_end != 0) {
-    return InvalidData("the tokens section holds {} tokens, the header says {}", s.dims[0],
-                       n_tokens);
+  const uint64_t want_bytes =
+      idx == 0 ? kTokenBytes * uint64_t(g.n_tokens) : g.page_bytes[idx - 1] * uint64_t(g.n_pages);
+  if (d.byte_length != want_bytes) {
+    return InvalidData("section {} ({}): {} bytes, its geometry needs {}", idx,
+                       SectionKindName(s.kind), d.byte_length, want_bytes);
   }
-  std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    uint32_t v = 0;
-    for (int b = 3; b >= 0; --b) v = (v << 8) | s.bytes[4 * i + b];
-    tokens[i] = static_cast<int32_t>(v);
-    if (tokens[i] < 0) return InvalidData("token {} has id {}", i, tokens[i]);
+  return Status::Ok();
+}
+
+Status CheckZeroPadding(std::span<const uint8_t> padding, size_t section_idx) {
+  for (uint8_t byte : padding) {
+    if (byte != 0) return InvalidData("section {}: non-zero padding", section_idx);
   }
-  return tokens;
+  return Status::Ok();
 }
 
 }  // namespace
+
+void Xxh3StateFree::operator()(XXH3_state_s* state) const { XXH3_freeState(state); }
 
 int SlotPages(const SnapshotLayout& layout, int n_tokens) {
   return (n_tokens + layout.page_tokens - 1) / layout.page_tokens;
 }
 
+Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_tokens) {
+  if (n_tokens <= 0) return InvalidData("a sequence of {} tokens", n_tokens);
+  SlotFileGeometry g;
+  g.n_tokens = n_tokens;
+  g.n_pages = SlotPages(layout, n_tokens);
+  uint64_t offset = kSnapshotHeaderBytes;
+  auto add_section = [&](uint64_t payload_bytes) {
+    g.descriptor_offset.push_back(offset);
+    g.payload_offset.push_back(offset + kSectionDescriptorBytes);
+    offset += kSectionDescriptorBytes + PaddedPayloadBytes(payload_bytes);
+  };
+  add_section(kTokenBytes * uint64_t(n_tokens));
+  for (size_t s = 0; s < layout.stages.size(); ++s) {
+    Result<uint64_t> page = SectionPayloadBytes(KvPageSection(layout, int(s), {}, 1));
+    if (!page.ok()) return page.status().WithContext(fmt::format("stage {}", s));
+    if (*page > kMaxSectionBytes / uint64_t(g.n_pages)) {
+      return InvalidData("stage {}: {} pages of {} bytes overflow", s, g.n_pages, *page);
+    }
+    g.page_bytes.push_back(*page);
+    add_section(*page * uint64_t(g.n_pages));
+  }
+  g.file_bytes = offset;
+  return g;
+}
+
+uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens) {
+  Result<SlotFileGeometry> g = SlotFileGeometryOf(layout, n_tokens);
+  SHARDLM_CHECK_MSG(g.ok(), "%s", g.status().message().c_str());
+  return g->file_bytes;
+}
+
+// --- writer ---
+
+SlotFileWriter::SlotFileWriter(const SnapshotLayout& layout, SlotFileGeometry geometry,
+                               WriteAt write_at)
+    : layout_(layout), geometry_(std::move(geometry)), write_at_(std::move(write_at)) {
+  for (size_t s = 0; s < layout_.stages.size(); ++s) checksums_.push_back(NewChecksum());
+}
+
+Result<SlotFileWriter> SlotFileWriter::Start(const SnapshotLayout& layout,
+                                             std::span<const int32_t> tokens, WriteAt write_at) {
+  if (tokens.empty()) return InvalidArgument("a slot file needs at least one token");
+  if (tokens.size() > size_t(std::numeric_limits<int32_t>::max())) {
+    return InvalidArgument("a slot file of {} tokens", tokens.size());
+  }
+  Result<SlotFileGeometry> geometry = SlotFileGeometryOf(layout, int(tokens.size()));
+  if (!geometry.ok()) return InvalidArgument("{}", geometry.status().message());
+  SlotFileWriter writer(layout, std::move(geometry).value(), std::move(write_at));
+  const SlotFileGeometry& g = writer.geometry_;
+  const auto header = EncodeSnapshotHeader(SlotHeader(layout, g.n_tokens),
+                                           static_cast<uint32_t>(1 + layout.stages.size()));
+  SHARDLM_TRY(writer.write_at_(0, header));
+  const std::vector<uint8_t> token_bytes = TokensToBytes(tokens);
+  const uint64_t token_length = kTokenBytes * tokens.size();
+  const SectionDescriptor descriptor{
+      TokensSection(g.n_tokens), token_length,
+      XXH3_64bits(token_bytes.data(), static_cast<size_t>(token_length))};
+  SHARDLM_TRY(writer.write_at_(g.descriptor_offset[0], EncodeSectionDescriptor(descriptor)));
+  SHARDLM_TRY(writer.write_at_(g.payload_offset[0], token_bytes));
+  static constexpr uint8_t kZeros[8] = {};
+  for (size_t s = 0; s < g.page_bytes.size(); ++s) {
+    const uint64_t length = g.page_bytes[s] * uint64_t(g.n_pages);
+    const uint64_t padding = PaddedPayloadBytes(length) - length;
+    if (padding > 0) {
+      SHARDLM_TRY(writer.write_at_(g.payload_offset[1 + s] + length,
+                                   std::span<const uint8_t>(kZeros, padding)));
+    }
+  }
+  return writer;
+}
+
+Status SlotFileWriter::WritePages(int n, std::span<const uint8_t* const> src_by_stage) {
+  if (src_by_stage.size() != geometry_.page_bytes.size()) {
+    return InvalidArgument("pages of {} stages for a layout of {}", src_by_stage.size(),
+                           geometry_.page_bytes.size());
+  }
+  if (n < 0 || n > geometry_.n_pages - pages_done_) {
+    return InvalidArgument("pages [{}, {}) of a sequence of {}", pages_done_, pages_done_ + n,
+                           geometry_.n_pages);
+  }
+  for (size_t s = 0; s < src_by_stage.size(); ++s) {
+    const uint64_t page = geometry_.page_bytes[s];
+    const std::span<const uint8_t> bytes(src_by_stage[s], size_t(page * uint64_t(n)));
+    SHARDLM_TRY(write_at_(geometry_.payload_offset[1 + s] + page * uint64_t(pages_done_), bytes));
+    XXH3_64bits_update(checksums_[s].get(), bytes.data(), bytes.size());
+  }
+  pages_done_ += n;
+  return Status::Ok();
+}
+
+Status SlotFileWriter::Finish() {
+  if (pages_done_ != geometry_.n_pages) {
+    return InvalidArgument("slot file finished after {} of its {} pages", pages_done_,
+                           geometry_.n_pages);
+  }
+  for (size_t s = 0; s < geometry_.page_bytes.size(); ++s) {
+    const SectionDescriptor descriptor{KvPageSection(layout_, int(s), {}, geometry_.n_pages),
+                                       geometry_.page_bytes[s] * uint64_t(geometry_.n_pages),
+                                       XXH3_64bits_digest(checksums_[s].get())};
+    SHARDLM_TRY(write_at_(geometry_.descriptor_offset[1 + s], EncodeSectionDescriptor(descriptor)));
+  }
+  return Status::Ok();
+}
+
+// --- reader ---
+
+SlotFileReader::SlotFileReader(SlotFileGeometry geometry, ReadAt read_at)
+    : geometry_(std::move(geometry)), read_at_(std::move(read_at)) {
+  for (size_t s = 0; s < geometry_.page_bytes.size(); ++s) checksums_.push_back(NewChecksum());
+}
+
+Result<SlotFileReader> SlotFileReader::Open(const SnapshotLayout& layout, uint64_t file_bytes,
+                                            ReadAt read_at, int max_tokens) {
+  std::vector<uint8_t> head(std::min<uint64_t>(file_bytes, kSnapshotHeaderBytes));
+  SHARDLM_TRY(read_at(0, head));
+  SHARDLM_ASSIGN_OR_RETURN(SnapshotHeader header, DecodeSnapshotHeader(head));
+  if (header.kind != SnapshotFileKind::kSlot) {
+    return InvalidData("a {}, not a {}", SnapshotFileKindName(header.kind),
+                       SnapshotFileKindName(SnapshotFileKind::kSlot));
+  }
+  const Fingerprint128 expected = LayoutFingerprint(layout);
+  if (header.layout != expected) {
+    return InvalidData("layout fingerprint {}, expected {} (another model, split or geometry)",
+                       header.layout.ToHex(), expected.ToHex());
+  }
+  if (header.block_hash != kRootBlockHash || header.parent_hash != kRootBlockHash) {
+    return InvalidData("a slot file with block hashes set");
+  }
+  const size_t n_sections = 1 + layout.stages.size();
+  if (size_t(header.n_sections) != n_sections) {
+    return InvalidData("{} sections; a slot file of {} stages has {} (tokens, one per stage)",
+                       header.n_sections, layout.stages.size(), n_sections);
+  }
+  if (header.n_tokens > max_tokens) {
+    return InvalidData("a sequence of {} tokens; a slot here holds at most {} (its context size)",
+                       header.n_tokens, max_tokens);
+  }
+  SHARDLM_ASSIGN_OR_RETURN(SlotFileGeometry g, SlotFileGeometryOf(layout, header.n_tokens));
+  if (file_bytes < g.file_bytes) {
+    return InvalidData("truncated: {} bytes, a slot file of {} tokens has {}", file_bytes,
+                       g.n_tokens, g.file_bytes);
+  }
+  if (file_bytes > g.file_bytes) {
+    return InvalidData("{} trailing bytes after the last section", file_bytes - g.file_bytes);
+  }
+  SlotFileReader reader(std::move(g), std::move(read_at));
+  const SlotFileGeometry& geo = reader.geometry_;
+  for (size_t idx = 0; idx < n_sections; ++idx) {
+    std::array<uint8_t, kSectionDescriptorBytes> bytes{};
+    SHARDLM_TRY(reader.read_at_(geo.descriptor_offset[idx], bytes));
+    SHARDLM_ASSIGN_OR_RETURN(SectionDescriptor d, DecodeSectionDescriptor(idx, bytes));
+    SHARDLM_TRY(CheckDescriptor(layout, geo, idx, d));
+    if (idx == 0) {
+      std::vector<uint8_t> token_bytes(PaddedPayloadBytes(d.byte_length));
+      SHARDLM_TRY(reader.read_at_(geo.payload_offset[0], token_bytes));
+      if (XXH3_64bits(token_bytes.data(), size_t(d.byte_length)) != d.payload_checksum) {
+        return InvalidData("section 0 (tokens): payload checksum mismatch");
+      }
+      SHARDLM_TRY(CheckZeroPadding(std::span(token_bytes).subspan(size_t(d.byte_length)), 0));
+      reader.tokens_.resize(size_t(geo.n_tokens));
+      for (size_t i = 0; i < reader.tokens_.size(); ++i) {
+        uint32_t v = 0;
+        for (int b = 3; b >= 0; --b) v = (v << 8) | token_bytes[4 * i + b];
+        reader.tokens_[i] = static_cast<int32_t>(v);
+        if (reader.tokens_[i] < 0) return InvalidData("token {} has id {}", i, reader.tokens_[i]);
+      }
+    } else {
+      reader.want_checksums_.push_back(d.payload_checksum);
+    }
+  }
+  return reader;
+}
+
+Status SlotFileReader::ReadPages(int n, std::span<uint8_t* const> dst_by_stage) {
+  if (dst_by_stage.size() != geometry_.page_bytes.size()) {
+    return InvalidArgument("buffers of {} stages for a layout of {}", dst_by_stage.size(),
+                           geometry_.page_bytes.size());
+  }
+  if (n < 0 || n > geometry_.n_pages - pages_done_) {
+    return InvalidArgument("pages [{}, {}) of a sequence of {}", pages_done_, pages_done_ + n,
+                           geometry_.n_pages);
+  }
+  for (size_t s = 0; s < dst_by_stage.size(); ++s) {
+    const uint64_t page = geometry_.page_bytes[s];
+    const std::span<uint8_t> bytes(dst_by_stage[s], size_t(page * uint64_t(n)));
+    SHARDLM_TRY(read_at_(geometry_.payload_offset[1 + s] + page * uint64_t(pages_done_), bytes));
+    XXH3_64bits_update(checksums_[s].get(), bytes.data(), bytes.size());
+  }
+  pages_done_ += n;
+  return Status::Ok();
+}
+
+Status SlotFileReader::Finish() {
+  if (pages_done_ != geometry_.n_pages) {
+    return InvalidArgument("slot file checked after {} of its {} pages", pages_done_,
+                           geometry_.n_pages);
+  }
+  for (size_t s = 0; s < geometry_.page_bytes.size(); ++s) {
+    if (XXH3_64bits_digest(checksums_[s].get()) != want_checksums_[s]) {
+      return InvalidData("section {} (kv_page, stage {}): payload checksum mismatch", 1 + s, s);
+    }
+    const uint64_t length = geometry_.page_bytes[s] * uint64_t(geometry_.n_pages);
+    std::vector<uint8_t> padding(PaddedPayloadBytes(length) - length);
+    SHARDLM_TRY(read_at_(geometry_.payload_offset[1 + s] + length, padding));
+    SHARDLM_TRY(CheckZeroPadding(padding, 1 + s));
+  }
+  return Status::Ok();
+}
+
+// --- in memory ---
+
 Result<std::vector<uint8_t>> EncodeSlotFile(const SnapshotLayout& layout,
                                             std::span<const int32_t> tokens,
                                             std::span<const std::span<const uint8_t>> stage_pages) {
-  if (tokens.empty()) return InvalidArgument("a slot file needs at least one token");
   if (stage_pages.size() != layout.stages.size()) {
     return InvalidArgument("pages of {} stages for a layout of {}", stage_pages.size(),
                            layout.stages.size());
   }
-  const int n_tokens = static_cast<int>(tokens.size());
-  const std::vector<uint8_t> token_bytes = TokensToBytes(tokens);
-  std::vector<SnapshotSection> sections{TokensSection(n_tokens, token_bytes)};
-  for (size_t s = 0; s < stage_pages.size(); ++s) {
-    sections.push_back(
-        KvPageSection(layout, static_cast<int>(s), stage_pages[s], SlotPages(layout, n_tokens)));
+  if (tokens.empty()) return InvalidArgument("a slot file needs at least one token");
+  if (tokens.size() > size_t(std::numeric_limits<int32_t>::max())) {
+    return InvalidArgument("a slot file of {} tokens", tokens.size());
   }
-  SnapshotHeader header;
-  header.kind = SnapshotFileKind::kSlot;
-  header.layout = LayoutFingerprint(layout);
-  header.n_tokens = n_tokens;
-  return EncodeSnapshot(header, sections);
+  Result<SlotFileGeometry> sized = SlotFileGeometryOf(layout, int(tokens.size()));
+  if (!sized.ok()) return InvalidArgument("{}", sized.status().message());
+  std::vector<uint8_t> out(sized->file_bytes, 0);
+  auto write_at = [&out](uint64_t offset, std::span<const uint8_t> bytes) {
+    if (offset + bytes.size() > out.size()) return InvalidArgument("write past the file's end");
+    std::memcpy(out.data() + offset, bytes.data(), bytes.size());
+    return Status::Ok();
+  };
+  SHARDLM_ASSIGN_OR_RETURN(SlotFileWriter writer, SlotFileWriter::Start(layout, tokens, write_at));
+  const SlotFileGeometry& g = writer.geometry();
+  std::vector<const uint8_t*> src;
+  for (size_t s = 0; s < stage_pages.size(); ++s) {
+    if (stage_pages[s].size() != g.page_bytes[s] * uint64_t(g.n_pages)) {
+      return InvalidArgument("stage {}: {} bytes of pages, {} pages need {}", s,
+                             stage_pages[s].size(), g.n_pages, g.page_bytes[s] * g.n_pages);
+    }
+    src.push_back(stage_pages[s].data());
+  }
+  SHARDLM_TRY(writer.WritePages(g.n_pages, src));
+  SHARDLM_TRY(writer.Finish());
+  return out;
 }
 
 Result<SlotImage> DecodeSlotFile(std::span<const uint8_t> file, const SnapshotLayout& layout) {
-  SHARDLM_ASSIGN_OR_RETURN(Snapshot snap, DecodeSnapshotOfKind(file, SnapshotFileKind::kSlot,
-                                                               LayoutFingerprint(layout)));
-  if (snap.header.block_hash != kRootBlockHash || snap.header.parent_hash != kRootBlockHash) {
-    return InvalidData("a slot file with block hashes set");
+  auto read_at = [file](uint64_t offset, std::span<uint8_t> dst) {
+    if (offset > file.size() || dst.size() > file.size() - offset) {
+      return InvalidData("truncated: {} bytes", file.size());
+    }
+    std::memcpy(dst.data(), file.data() + offset, dst.size());
+    return Status::Ok();
+  };
+  SHARDLM_ASSIGN_OR_RETURN(
+      SlotFileReader reader,
+      SlotFileReader::Open(layout, file.size(), read_at, std::numeric_limits<int>::max()));
+  // A page at a time through a scratch page: the checks of a streamed restore, over views.
+  const SlotFileGeometry& g = reader.geometry();
+  std::vector<std::vector<uint8_t>> scratch;
+  std::vector<uint8_t*> dst;
+  for (uint64_t bytes : g.page_bytes) {
+    scratch.emplace_back(bytes);
+    dst.push_back(scratch.back().data());
   }
-  const size_t n_stages = layout.stages.size();
-  if (snap.sections.size() != 1 + n_stages) {
-    return InvalidData("{} sections; a slot file of {} stages has {} (tokens, one per stage)",
-                       snap.sections.size(), n_stages, 1 + n_stages);
-  }
+  for (int page = 0; page < g.n_pages; ++page) SHARDLM_TRY(reader.ReadPages(1, dst));
+  SHARDLM_TRY(reader.Finish());
   SlotImage image;
-  SHARDLM_ASSIGN_OR_RETURN(image.tokens, TokensFromSection(snap.sections[0], snap.header.n_tokens));
-  image.n_pages = SlotPages(layout, snap.header.n_tokens);
-  for (size_t s = 0; s < n_stages; ++s) {
-    const SnapshotSection& section = snap.sections[1 + s];
-    SHARDLM_TRY(CheckKvPageSection(layout, static_cast<int>(s), section, image.n_pages));
-    image.stage_pages.push_back(section.bytes);
+  image.tokens = reader.tokens();
+  image.n_pages = g.n_pages;
+  for (size_t s = 0; s < g.page_bytes.size(); ++s) {
+    image.stage_pages.push_back(
+        file.subspan(g.payload_offset[1 + s], g.page_bytes[s] * uint64_t(g.n_pages)));
   }
   return image;
-}
-
-uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens) {
-  SHARDLM_CHECK(n_tokens >= 1);
-  const int n_pages = SlotPages(layout, n_tokens);
-  uint64_t bytes = kSnapshotHeaderBytes + kSectionDescriptorBytes + Align8(4 * uint64_t(n_tokens));
-  for (size_t s = 0; s < layout.stages.size(); ++s) {
-    const SnapshotSection section = KvPageSection(layout, static_cast<int>(s), {}, n_pages);
-    Result<uint64_t> payload = SectionPayloadBytes(section);
-    bytes += kSectionDescriptorBytes + (payload.ok() ? Align8(*payload) : 0);
-  }
-  return bytes;
 }
 
 }  // namespace shardlm

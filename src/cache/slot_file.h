@@ -14,22 +14,37 @@
 // stages, the page geometry and the KV type (snapshot_layout.h): a file saved under any
 // other is refused, naming the mismatch.
 //
-// Goals: one format with the cache blocks (no second container); every truncation, flipped
-// byte or foreign file an InvalidData Status, never a crash or different data; decoding
-// without copying the KV (views into the file bytes).
-// Non-goals: file I/O and folders (atomic_file.h, confined_path.h), what a server does
-// with the sequence (runtime/scheduler_slots.cc).
+// A slot file is written and read a few pages at a time: a 128K-token sequence is
+// gigabytes, so neither a save nor a restore may hold it whole. SlotFileWriter writes the
+// header and tokens first, each stage's pages as they come (positional writes: the stages'
+// sections are far apart), and each stage's descriptor last, once its payload checksum is
+// known. SlotFileReader checks the header, every descriptor, the exact file size and the
+// tokens before a page is read, then hands out pages in order while it checksums them;
+// Finish compares the checksums and padding, so no page may be used before Finish is ok.
+// EncodeSlotFile and DecodeSlotFile are the same writer and reader over a buffer.
 //
-// Thread safety: pure functions. Lifetime: a SlotImage's page views point into the bytes it
-// was decoded from.
+// Goals: one format with the cache blocks (no second container); every truncation, flipped
+// byte or foreign file an InvalidData Status, never a crash or different data; memory
+// bounded by the pages asked for at once, whatever the file says.
+// Non-goals: file I/O and folders (the callers pass positional read and write functions;
+// atomic_file.h, private_folder.h), what a server does with the sequence
+// (runtime/scheduler_slots.cc).
+//
+// Thread safety: pure functions; a SlotFileWriter or SlotFileReader belongs to one thread
+// at a time. Lifetime: a SlotImage's page views point into the bytes it was decoded from;
+// the reader and writer keep their read and write functions.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "base/status.h"
 #include "cache/snapshot_layout.h"
+
+struct XXH3_state_s;
 
 namespace shardlm {
 
@@ -43,6 +58,81 @@ struct SlotImage {
 // The pages n tokens need: ceil(n / page_tokens).
 int SlotPages(const SnapshotLayout& layout, int n_tokens);
 
+// Where the parts of a slot file of n_tokens (>= 1) lie under a layout.
+struct SlotFileGeometry {
+  int n_tokens = 0;
+  int n_pages = 0;
+  std::vector<uint64_t> page_bytes;         // [stage]: one page of that stage
+  std::vector<uint64_t> descriptor_offset;  // [section]: 0 tokens, 1 + s stage s
+  std::vector<uint64_t> payload_offset;     // [section]
+  uint64_t file_bytes = 0;
+};
+// InvalidData when n_tokens is out of range or the sizes overflow.
+Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_tokens);
+
+// The exact size of the file of a sequence of n_tokens (>= 1) under `layout` (a bound for
+// reads).
+uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens);
+
+struct Xxh3StateFree {
+  void operator()(XXH3_state_s* state) const;
+};
+using Xxh3State = std::unique_ptr<XXH3_state_s, Xxh3StateFree>;
+
+// Writes one slot file through positional writes; see the file comment.
+class SlotFileWriter {
+ public:
+  using WriteAt = std::function<Status(uint64_t offset, std::span<const uint8_t> bytes)>;
+  // Writes the header, the tokens section and the stages' padding. InvalidArgument when
+  // tokens is empty; the write's error.
+  static Result<SlotFileWriter> Start(const SnapshotLayout& layout, std::span<const int32_t> tokens,
+                                      WriteAt write_at);
+  // The next n pages of every stage: src_by_stage[s] holds n pages of stage s back to back.
+  // InvalidArgument past the last page or for a wrong number of stages.
+  Status WritePages(int n, std::span<const uint8_t* const> src_by_stage);
+  // Once every page is written: the stage descriptors. InvalidArgument before that.
+  Status Finish();
+  int pages_written() const { return pages_done_; }
+  const SlotFileGeometry& geometry() const { return geometry_; }
+
+ private:
+  SlotFileWriter(const SnapshotLayout& layout, SlotFileGeometry geometry, WriteAt write_at);
+  SnapshotLayout layout_;
+  SlotFileGeometry geometry_;
+  WriteAt write_at_;
+  std::vector<Xxh3State> checksums_;  // [stage]: over the pages written so far
+  int pages_done_ = 0;
+};
+
+// Reads one slot file through positional reads; see the file comment.
+class SlotFileReader {
+ public:
+  using ReadAt = std::function<Status(uint64_t offset, std::span<uint8_t> dst)>;
+  // Checks everything but the pages' bytes: header, kind, layout, section count, a sequence
+  // of at most max_tokens, file_bytes against the exact size, every descriptor, the tokens
+  // (checksum, padding, ids >= 0). InvalidData naming what failed; read_at's error.
+  static Result<SlotFileReader> Open(const SnapshotLayout& layout, uint64_t file_bytes,
+                                     ReadAt read_at, int max_tokens);
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int n_pages() const { return geometry_.n_pages; }
+  const SlotFileGeometry& geometry() const { return geometry_; }
+  // The next n pages of every stage into dst_by_stage[s] (n pages of stage s back to back),
+  // checksummed on the way; not to be trusted before Finish. InvalidArgument past the last
+  // page or for a wrong number of stages.
+  Status ReadPages(int n, std::span<uint8_t* const> dst_by_stage);
+  // Once every page is read: each stage's payload checksum and zero padding.
+  Status Finish();
+
+ private:
+  SlotFileReader(SlotFileGeometry geometry, ReadAt read_at);
+  SlotFileGeometry geometry_;
+  ReadAt read_at_;
+  std::vector<int32_t> tokens_;
+  std::vector<uint64_t> want_checksums_;  // [stage], from the descriptors
+  std::vector<Xxh3State> checksums_;      // [stage]: over the pages read so far
+  int pages_done_ = 0;
+};
+
 // The file bytes. `stage_pages[s]` holds stage s's SlotPages(n) pages; InvalidArgument when
 // tokens is empty or a stage's bytes do not match the layout.
 Result<std::vector<uint8_t>> EncodeSlotFile(const SnapshotLayout& layout,
@@ -51,9 +141,5 @@ Result<std::vector<uint8_t>> EncodeSlotFile(const SnapshotLayout& layout,
 
 // Validates every byte and checks that the file was saved under `layout`.
 Result<SlotImage> DecodeSlotFile(std::span<const uint8_t> file, const SnapshotLayout& layout);
-
-// The exact size of the file of a sequence of n_tokens (>= 1) under `layout` (a bound for
-// reads).
-uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens);
 
 }  // namespace shardlm

@@ -46,50 +46,10 @@ std::string SectionName(size_t idx, const SnapshotSection& s) {
 }
 
 void EncodeDescriptor(const SnapshotSection& s, uint8_t* d) {
-  PutU32(d + 0, static_cast<uint32_t>(s.kind));
-  PutU32(d + 4, static_cast<uint32_t>(s.stage_idx));
-  PutU32(d + 8, static_cast<uint32_t>(s.layer_begin));
-  PutU32(d + 12, static_cast<uint32_t>(s.layer_end));
-  PutU32(d + 16, static_cast<uint32_t>(s.dtype));
-  for (int i = 0; i < 4; ++i) PutU32(d + 20 + 4 * i, s.dims[i]);
-  PutU32(d + 36, 0);
-  PutU64(d + 40, s.bytes.size());
-  PutU64(d + 48, XXH3_64bits(s.bytes.data(), s.bytes.size()));
-  PutU64(d + 56, XXH3_64bits(d, 56));
-}
-
-// Parses descriptor `idx` at `d` (kSectionDescriptorBytes readable); the payload is not
-// attached yet. Returns the stored payload checksum through `payload_checksum`.
-Result<SnapshotSection> DecodeDescriptor(size_t idx, const uint8_t* d, uint64_t* byte_length,
-                                         uint64_t* payload_checksum) {
-  if (GetU64(d + 56) != XXH3_64bits(d, 56)) {
-    return InvalidData("section {}: descriptor checksum mismatch", idx);
-  }
-  const uint32_t kind = GetU32(d + 0);
-  if (kind == 0 || kind >= static_cast<uint32_t>(SectionKind::kSentinel)) {
-    return InvalidData("section {}: unknown kind {}", idx, kind);
-  }
-  const uint32_t dtype = GetU32(d + 16);
-  if (dtype >= static_cast<uint32_t>(SnapshotDType::kSentinel)) {
-    return InvalidData("section {}: unknown dtype {}", idx, dtype);
-  }
-  const uint32_t stage = GetU32(d + 4), begin = GetU32(d + 8), end = GetU32(d + 12);
-  constexpr uint32_t kIntMax = 0x7fffffff;
-  if (stage > kIntMax || begin > kIntMax || end > kIntMax) {
-    return InvalidData("section {}: stage {} or layer range [{}, {}) out of range", idx, stage,
-                       begin, end);
-  }
-  if (GetU32(d + 36) != 0) return InvalidData("section {}: reserved field is not 0", idx);
-  SnapshotSection s;
-  s.kind = static_cast<SectionKind>(kind);
-  s.stage_idx = static_cast<int>(stage);
-  s.layer_begin = static_cast<int>(begin);
-  s.layer_end = static_cast<int>(end);
-  s.dtype = static_cast<SnapshotDType>(dtype);
-  for (int i = 0; i < 4; ++i) s.dims[i] = GetU32(d + 20 + 4 * i);
-  *byte_length = GetU64(d + 40);
-  *payload_checksum = GetU64(d + 48);
-  return s;
+  const SectionDescriptor descriptor{s, s.bytes.size(),
+                                     XXH3_64bits(s.bytes.data(), s.bytes.size())};
+  const auto bytes = EncodeSectionDescriptor(descriptor);
+  std::memcpy(d, bytes.data(), bytes.size());
 }
 
 // Decodes section `idx` at `offset` (advanced past its payload and padding): descriptor,
@@ -98,9 +58,11 @@ Result<SnapshotSection> DecodeSection(std::span<const uint8_t> file, size_t idx,
   if (file.size() - offset < kSectionDescriptorBytes) {
     return InvalidData("truncated in section {} descriptor", idx);
   }
-  uint64_t length = 0, checksum = 0;
-  SHARDLM_ASSIGN_OR_RETURN(SnapshotSection s,
-                           DecodeDescriptor(idx, file.data() + offset, &length, &checksum));
+  SHARDLM_ASSIGN_OR_RETURN(
+      SectionDescriptor descriptor,
+      DecodeSectionDescriptor(idx, file.subspan(offset).first<kSectionDescriptorBytes>()));
+  SnapshotSection s = descriptor.section;
+  const uint64_t length = descriptor.byte_length, checksum = descriptor.payload_checksum;
   offset += kSectionDescriptorBytes;
   Result<uint64_t> want = SectionPayloadBytes(s);
   if (!want.ok()) return want.status().WithContext(SectionName(idx, s));
@@ -123,6 +85,77 @@ Result<SnapshotSection> DecodeSection(std::span<const uint8_t> file, size_t idx,
 }
 
 }  // namespace
+
+std::array<uint8_t, kSectionDescriptorBytes> EncodeSectionDescriptor(
+    const SectionDescriptor& desc) {
+  std::array<uint8_t, kSectionDescriptorBytes> out{};
+  uint8_t* d = out.data();
+  const SnapshotSection& s = desc.section;
+  PutU32(d + 0, static_cast<uint32_t>(s.kind));
+  PutU32(d + 4, static_cast<uint32_t>(s.stage_idx));
+  PutU32(d + 8, static_cast<uint32_t>(s.layer_begin));
+  PutU32(d + 12, static_cast<uint32_t>(s.layer_end));
+  PutU32(d + 16, static_cast<uint32_t>(s.dtype));
+  for (int i = 0; i < 4; ++i) PutU32(d + 20 + 4 * i, s.dims[i]);
+  PutU32(d + 36, 0);
+  PutU64(d + 40, desc.byte_length);
+  PutU64(d + 48, desc.payload_checksum);
+  PutU64(d + 56, XXH3_64bits(d, 56));
+  return out;
+}
+
+Result<SectionDescriptor> DecodeSectionDescriptor(
+    size_t idx, std::span<const uint8_t, kSectionDescriptorBytes> bytes) {
+  const uint8_t* d = bytes.data();
+  if (GetU64(d + 56) != XXH3_64bits(d, 56)) {
+    return InvalidData("section {}: descriptor checksum mismatch", idx);
+  }
+  const uint32_t kind = GetU32(d + 0);
+  if (kind == 0 || kind >= static_cast<uint32_t>(SectionKind::kSentinel)) {
+    return InvalidData("section {}: unknown kind {}", idx, kind);
+  }
+  const uint32_t dtype = GetU32(d + 16);
+  if (dtype >= static_cast<uint32_t>(SnapshotDType::kSentinel)) {
+    return InvalidData("section {}: unknown dtype {}", idx, dtype);
+  }
+  const uint32_t stage = GetU32(d + 4), begin = GetU32(d + 8), end = GetU32(d + 12);
+  constexpr uint32_t kIntMax = 0x7fffffff;
+  if (stage > kIntMax || begin > kIntMax || end > kIntMax) {
+    return InvalidData("section {}: stage {} or layer range [{}, {}) out of range", idx, stage,
+                       begin, end);
+  }
+  if (GetU32(d + 36) != 0) return InvalidData("section {}: reserved field is not 0", idx);
+  SectionDescriptor out;
+  SnapshotSection& s = out.section;
+  s.kind = static_cast<SectionKind>(kind);
+  s.stage_idx = static_cast<int>(stage);
+  s.layer_begin = static_cast<int>(begin);
+  s.layer_end = static_cast<int>(end);
+  s.dtype = static_cast<SnapshotDType>(dtype);
+  for (int i = 0; i < 4; ++i) s.dims[i] = GetU32(d + 20 + 4 * i);
+  out.byte_length = GetU64(d + 40);
+  out.payload_checksum = GetU64(d + 48);
+  return out;
+}
+
+std::array<uint8_t, kSnapshotHeaderBytes> EncodeSnapshotHeader(const SnapshotHeader& header,
+                                                               uint32_t n_sections) {
+  std::array<uint8_t, kSnapshotHeaderBytes> out{};
+  uint8_t* h = out.data();
+  std::memcpy(h, MagicOf(header.kind), sizeof(kBlockMagic));
+  PutU32(h + 8, kSnapshotFormatVersion);
+  PutU32(h + 12, kSnapshotHeaderBytes);
+  PutU64(h + 16, header.layout.hi);
+  PutU64(h + 24, header.layout.lo);
+  PutU64(h + 32, header.block_hash.hi);
+  PutU64(h + 40, header.block_hash.lo);
+  PutU64(h + 48, header.parent_hash.hi);
+  PutU64(h + 56, header.parent_hash.lo);
+  PutU32(h + 64, static_cast<uint32_t>(header.n_tokens));
+  PutU32(h + 68, n_sections);
+  PutU64(h + 72, XXH3_64bits(h, 72));
+  return out;
+}
 
 const char* SnapshotFileKindName(SnapshotFileKind kind) {
   switch (kind) {
@@ -234,19 +267,8 @@ Result<std::vector<uint8_t>> EncodeSnapshot(const SnapshotHeader& header,
     total += kSectionDescriptorBytes + Align8(sections[i].bytes.size());
   }
   std::vector<uint8_t> out(total, 0);
-  uint8_t* h = out.data();
-  std::memcpy(h, MagicOf(header.kind), sizeof(kBlockMagic));
-  PutU32(h + 8, kSnapshotFormatVersion);
-  PutU32(h + 12, kSnapshotHeaderBytes);
-  PutU64(h + 16, header.layout.hi);
-  PutU64(h + 24, header.layout.lo);
-  PutU64(h + 32, header.block_hash.hi);
-  PutU64(h + 40, header.block_hash.lo);
-  PutU64(h + 48, header.parent_hash.hi);
-  PutU64(h + 56, header.parent_hash.lo);
-  PutU32(h + 64, static_cast<uint32_t>(header.n_tokens));
-  PutU32(h + 68, static_cast<uint32_t>(sections.size()));
-  PutU64(h + 72, XXH3_64bits(h, 72));
+  const auto head = EncodeSnapshotHeader(header, static_cast<uint32_t>(sections.size()));
+  std::memcpy(out.data(), head.data(), head.size());
   size_t offset = kSnapshotHeaderBytes;
   for (const SnapshotSection& s : sections) {
     EncodeDescriptor(s, out.data() + offset);

@@ -29,6 +29,10 @@
 //   logits:          dims {n_vocab}; elements = dims product; dtype f32
 //   tokens:          dims {n_tokens}; elements = dims product; dtype i32 (token ids)
 //
+// The header and descriptor encodings are public too, for files written and read a piece at
+// a time (a slot file of a long sequence is gigabytes): a streamed file has exactly the bytes
+// EncodeSnapshot gives, and a streamed reader makes the same checks as DecodeSnapshotOfKind.
+//
 // Goals: every byte is covered by a check — the header and each descriptor by their own
 // checksum, payloads by theirs, padding must be zero, no trailing bytes — so a corrupt,
 // truncated or foreign file is an InvalidData Status that names what failed, never a crash,
@@ -106,6 +110,27 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& section);
 // The file bytes; InvalidArgument when a section's bytes do not match its geometry.
 Result<std::vector<uint8_t>> EncodeSnapshot(const SnapshotHeader& header,
                                             std::span<const SnapshotSection> sections);
+
+// A section's descriptor: the section without its payload, the payload's length and xxh3-64.
+struct SectionDescriptor {
+  SnapshotSection section;  // bytes empty
+  uint64_t byte_length = 0;
+  uint64_t payload_checksum = 0;
+};
+
+// Payload bytes with the zero padding that follows them (a multiple of 8).
+inline uint64_t PaddedPayloadBytes(uint64_t byte_length) {
+  return (byte_length + 7) & ~uint64_t{7};
+}
+
+// The header bytes of a file of `n_sections` sections (header.n_sections is ignored).
+std::array<uint8_t, kSnapshotHeaderBytes> EncodeSnapshotHeader(const SnapshotHeader& header,
+                                                               uint32_t n_sections);
+std::array<uint8_t, kSectionDescriptorBytes> EncodeSectionDescriptor(const SectionDescriptor& d);
+// Checks descriptor `idx` (its checksum, kind, dtype, ranges, reserved field); the payload
+// length is not compared with the geometry here (SectionPayloadBytes does that).
+Result<SectionDescriptor> DecodeSectionDescriptor(
+    size_t idx, std::span<const uint8_t, kSectionDescriptorBytes> bytes);
 
 // Validates the header alone (magic, version, sizes, header checksum): what a folder scan
 // needs. `bytes` may be the whole file or only its first bytes.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -153,6 +154,93 @@ TEST(SlotFile, MissingExtraOrMisplacedSectionsAreErrors) {
   auto file = EncodeSnapshot(header, std::vector<SnapshotSection>{tokens, stage0, stage1});
   ASSERT_TRUE(file.ok());
   EXPECT_FALSE(DecodeSlotFile(*file, layout).ok());
+}
+
+// Streaming: the writer and reader touch the file only in the pieces asked for (a header,
+// descriptors, the tokens, then n pages of one stage at a time), so a restore or save
+// holds a chunk, never the sequence; the streamed file is EncodeSlotFile's, byte for byte.
+TEST(SlotFile, StreamsInPiecesOfTheSizeAskedFor) {
+  const SnapshotLayout layout = SmallLayout();
+  const Sequence seq(41);  // 21 pages
+  const std::vector<uint8_t> whole = Encode(layout, seq);
+  const size_t largest_stage_page = 64;
+  for (int chunk : {1, 3, 21}) {
+    SCOPED_TRACE(chunk);
+    std::vector<uint8_t> streamed(whole.size(), 0xee);
+    size_t largest_write = 0;
+    auto write_at = [&](uint64_t offset, std::span<const uint8_t> bytes) {
+      largest_write = std::max(largest_write, bytes.size());
+      if (offset + bytes.size() > streamed.size()) return InvalidArgument("past the end");
+      std::memcpy(streamed.data() + offset, bytes.data(), bytes.size());
+      return Status::Ok();
+    };
+    auto writer = SlotFileWriter::Start(layout, seq.tokens, write_at);
+    ASSERT_TRUE(writer.ok()) << writer.status().message();
+    for (int first = 0; first < writer->geometry().n_pages; first += chunk) {
+      const int n = std::min(chunk, writer->geometry().n_pages - first);
+      const std::vector<const uint8_t*> src = {seq.pages[0].data() + 32 * first,
+                                               seq.pages[1].data() + 64 * first};
+      ASSERT_TRUE(writer->WritePages(n, src).ok());
+    }
+    ASSERT_TRUE(writer->Finish().ok());
+    EXPECT_TRUE(streamed == whole);
+    EXPECT_LE(largest_write,
+              std::max<size_t>(largest_stage_page * chunk, 4 * seq.tokens.size() + 8));
+
+    size_t largest_read = 0;
+    auto read_at = [&](uint64_t offset, std::span<uint8_t> dst) {
+      largest_read = std::max(largest_read, dst.size());
+      std::memcpy(dst.data(), whole.data() + offset, dst.size());
+      return Status::Ok();
+    };
+    auto reader = SlotFileReader::Open(layout, whole.size(), read_at, 41);
+    ASSERT_TRUE(reader.ok()) << reader.status().message();
+    EXPECT_EQ(reader->tokens(), seq.tokens);
+    std::vector<uint8_t> stage0(32 * size_t(chunk)), stage1(64 * size_t(chunk));
+    std::vector<uint8_t*> dst = {stage0.data(), stage1.data()};
+    for (int first = 0; first < reader->n_pages(); first += chunk) {
+      const int n = std::min(chunk, reader->n_pages() - first);
+      ASSERT_TRUE(reader->ReadPages(n, dst).ok());
+      EXPECT_TRUE(Same(std::span(stage1).first(64 * size_t(n)),
+                       std::span(seq.pages[1]).subspan(64 * size_t(first), 64 * size_t(n))));
+    }
+    EXPECT_EQ(reader->ReadPages(1, dst).code(), StatusCode::kInvalidArgument);  // past the end
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_LE(largest_read,
+              std::max<size_t>(largest_stage_page * chunk, 4 * seq.tokens.size() + 8));
+  }
+}
+
+// A flipped page byte passes ReadPages (the pages are not to be used yet) and fails Finish;
+// a sequence longer than the slots is refused before anything is read past the header.
+TEST(SlotFile, PagesAreTrustedOnlyAfterFinishAndLongSequencesAreRefusedFirst) {
+  const SnapshotLayout layout = SmallLayout();
+  const Sequence seq(6);
+  std::vector<uint8_t> file = Encode(layout, seq);
+  file[file.size() - 10] ^= 0x04;  // stage 1's last page
+  uint64_t bytes_read = 0;
+  auto read_at = [&](uint64_t offset, std::span<uint8_t> dst) {
+    bytes_read += dst.size();
+    std::memcpy(dst.data(), file.data() + offset, dst.size());
+    return Status::Ok();
+  };
+  auto reader = SlotFileReader::Open(layout, file.size(), read_at, 6);
+  ASSERT_TRUE(reader.ok()) << reader.status().message();
+  std::vector<uint8_t> stage0(32 * 3), stage1(64 * 3);
+  std::vector<uint8_t*> dst = {stage0.data(), stage1.data()};
+  EXPECT_EQ(reader->Finish().code(), StatusCode::kInvalidArgument);  // pages not read yet
+  ASSERT_TRUE(reader->ReadPages(3, dst).ok());
+  const Status finished = reader->Finish();
+  EXPECT_EQ(finished.code(), StatusCode::kInvalidData);
+  EXPECT_NE(finished.message().find("stage 1): payload checksum mismatch"), std::string::npos)
+      << finished.message();
+  bytes_read = 0;
+  auto too_long = SlotFileReader::Open(layout, file.size(), read_at, 5);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidData);
+  EXPECT_NE(too_long.status().message().find("at most 5"), std::string::npos)
+      << too_long.status().message();
+  EXPECT_EQ(bytes_read, kSnapshotHeaderBytes);
 }
 
 TEST(SlotFile, EncodeRejectsEmptySequencesAndMismatchedPages) {
