@@ -161,9 +161,12 @@ class Engine {
 
   // Slots (see SlotInfo). `file` is a path the caller has confined to its slot folder.
   // Errors: no such slot (kNotFound), a slot that is processing a request or another slot
-  // operation (kConflict), nothing to save (kInvalidArgument), a missing file (kNotFound),
-  // a corrupt, truncated or foreign file (kInvalidData: nothing changes), a stage down
-  // (kUnavailable), a write that failed (kIoError); an engine without slots: kUnsupported.
+  // operation (kConflict, before the file is touched), another save or restore still
+  // running after a bounded wait (kResourceExhausted: retry), a save past the slot
+  // folder's byte budget (kQuotaExceeded), nothing to save (kInvalidArgument), a missing
+  // file (kNotFound), a corrupt, truncated or foreign file (kInvalidData), too few free KV
+  // pages (kOutOfRange), a stage down (kUnavailable), a write that failed (kIoError); an
+  // engine without slots: kUnsupported. A restore that fails changes nothing in the slot.
   virtual std::vector<SlotInfo> Slots() const { return {}; }
   virtual Result<SlotSaveResult> SaveSlot(int32_t slot, const std::filesystem::path& file);
   virtual Result<SlotRestoreResult> RestoreSlot(int32_t slot, const std::filesystem::path& file);

@@ -24,6 +24,10 @@ Status SchedulerOptions::Validate() const {
         "(>= 0), cache pages {} (>= 0)",
         n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk, cache_pages);
   }
+  if (slot_save_budget == 0 || slot_io_wait.count() < 0) {
+    return InvalidArgument("bad slot options: save budget {} bytes (> 0), io wait {} ms (>= 0)",
+                           slot_save_budget, slot_io_wait.count());
+  }
   if (!kv_cache_dir.empty() && !prefix_cache) {
     return InvalidArgument(
         "the disk tier of the prefix cache (--kv-cache-dir) needs the memory prefix cache: "

@@ -27,14 +27,17 @@
 //    takes its next request or the sequence is erased. A slot never holds more than its
 //    share, so retention takes no room a running sequence may need.
 //  - Slots (scheduler_slots.h): save exports a free slot's retained sequence from every
-//    stage (remote ones through their daemon) and writes it to a slot file (cache/
-//    slot_file.h) off the engine thread; restore validates a whole file before anything
-//    changes, imports its pages into fresh ones and makes them the slot's retained sequence,
-//    publishing the full pages in the prefix cache, so any prompt that starts with those
-//    tokens hits them. Both move a few pages per engine step (resumable tasks) while the
+//    stage (remote ones through their daemon) and streams it into a slot file (cache/
+//    slot_file.h) off the engine thread; restore streams a file back, checking it as it
+//    goes, into fresh pages, and only once every byte checked out makes them the slot's
+//    retained sequence, publishing the full pages in the prefix cache, so any prompt that
+//    starts with those tokens hits them. Both move a few pages per engine step while the
 //    slot is held: a slot that runs a request, or is being saved or restored, answers
-//    kConflict (a save never races with the KV it reads). A failed batch or a lost stage
-//    drops every retained sequence and fails the slot tasks.
+//    kConflict before the file is touched (a save never races with the KV it reads). One
+//    save or restore runs at a time; another waits up to options.slot_io_wait, then gets
+//    kResourceExhausted. A save that would take the folder's slot files past
+//    options.slot_save_budget is refused (kQuotaExceeded). A failed batch or a lost stage
+//    drops every retained sequence and fails the transfers.
 //  - Prefix cache (options.prefix_cache, DESIGN.md "block hash"): admission maps the
 //    longest cached chain of the prompt's full blocks into the slot's block table and
 //    prefills only the rest (a wholly cached prompt recomputes its last token, copy-on-write,
@@ -120,6 +123,14 @@ struct SchedulerOptions {
   // stay under kv_cache_budget bytes.
   std::string kv_cache_dir = {};
   uint64_t kv_cache_budget = uint64_t{8} << 30;
+  // Slot files (SaveSlot): the files with a slot file's magic in the folder a save writes
+  // to stay under this many bytes; a save past it is refused, never an older file evicted
+  // (they are the user's named files).
+  uint64_t slot_save_budget = uint64_t{8} << 30;
+  // How long a slot save or restore waits for the one in progress before it is refused.
+  // A save of a long sequence takes seconds; a client retries sooner than an HTTP handler
+  // should sit.
+  std::chrono::milliseconds slot_io_wait{5000};
 
   Status Validate() const;
   // The pipeline these options ask for: n_parallel × ceil(n_ctx / page_tokens) +
@@ -195,8 +206,15 @@ class Scheduler : public Engine {
   Status CheckSlot(int32_t slot) const;
   // Queues `job` for the engine thread and waits for its answer.
   Result<SlotJobResult> RunSlotJob(std::shared_ptr<SlotJob> job);
-  Result<std::shared_ptr<const SlotRestoreSource>> ReadSlotFile(
-      const std::filesystem::path& file) const;
+  // Runs a slot job of `op` with nothing else to say.
+  Result<SlotJobResult> RunSlotJob(SlotJob::Op op, int32_t slot);
+  // The one save or restore at a time: waits up to options_.slot_io_wait.
+  Result<std::unique_lock<std::timed_mutex>> TakeSlotIoTurn();
+  Result<SlotSaveResult> StreamSave(int32_t slot, const std::filesystem::path& file,
+                                    const SlotJobResult& begun);
+  Result<RestoredSlotFile> StreamRestore(int32_t slot, const std::filesystem::path& file);
+  // Moves pages [first, first + n) of the slot's transfer through `buffers` (kCopy).
+  Status CopySlotPages(int32_t slot, int first, int n, const std::vector<uint8_t*>& buffers);
 
   // Engine thread.
   void Loop();
@@ -216,12 +234,13 @@ class Scheduler : public Engine {
   void PublishStats();
   // Slots, engine thread (scheduler_slots.cc).
   void StartSlotJob(std::shared_ptr<SlotJob> job);
-  Status StartSave(SchedulerSlot& slot, SlotTask& task);
-  Status StartRestore(SchedulerSlot& slot, SlotTask& task);
+  Result<SlotJobResult> BeginSave(SchedulerSlot& slot, int slot_idx);
+  Result<SlotJobResult> AllocateRestore(SchedulerSlot& slot, int n_pages);
+  Result<SlotJobResult> EndTransfer(SchedulerSlot& slot, SlotJob& job);
   bool SlotTaskAction();  // bounded work; never ends the step
-  Status StepSlotTask(SlotTask& task, int& budget);
-  void FinishSlotTask(SlotTask& task, Status status);
-  void CommitRestore(SlotTask& task);
+  Status StepSlotCopy(SlotCopyTask& task, int& budget);
+  void CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens);
+  void ReleaseTransferPages(SlotTransfer& transfer);
   void RetainSequence(SchedulerSlot& slot, const ActiveRequest& request);
   void DropRetained(SchedulerSlot& slot);
   void DropAllSlotState(const Status& error);  // a failed batch or a lost stage
@@ -235,6 +254,8 @@ class Scheduler : public Engine {
   std::unique_ptr<State> state_;  // engine thread only (after Init)
   // The layout slot files are saved under; unset without the model's fingerprint.
   std::optional<SnapshotLayout> slot_layout_;
+  // Held by the one slot save or restore in progress (its file I/O and pool copies).
+  std::timed_mutex slot_io_mu_;
 
   // Shared with the submitting threads, guarded by mu_.
   mutable std::mutex mu_;

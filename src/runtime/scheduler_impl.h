@@ -1,7 +1,7 @@
 // Scheduler internals: the engine thread's state (slots, waiting requests, batches in
 // flight, prefix cache, slot tasks, counters), shared by scheduler.cc (instructions,
 // actions, faults, stats), scheduler_batch.cc (building, submitting and collecting batches)
-// and scheduler_slots.cc (retained sequences, slot save/restore tasks).
+// and scheduler_slots.cc (retained sequences, slot save/restore transfers).
 //
 // Goals: one definition of what the engine thread owns; no logic beyond small helpers.
 // Non-goals: anything other threads may see (that lives in Scheduler, guarded by mu_).
@@ -42,7 +42,8 @@ struct SchedulerSlot {
   std::unique_ptr<BlockTable> retained;
   std::vector<TokenId> retained_tokens;  // token of each retained position
   uint64_t retained_fence = 0;        // batches [0, fence) may write retained pages until collected
-  SlotState task = SlotState::kIdle;  // kSaving / kRestoring: a slot task holds the slot
+  SlotState task = SlotState::kIdle;  // kSaving / kRestoring: a slot transfer holds the slot
+  SlotTransfer transfer;              // while task is kSaving or kRestoring
 };
 
 // A submitted batch: whose logits rows it will give, in batch order. The request id guards
@@ -70,7 +71,7 @@ struct Scheduler::State {
   std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
   std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
   std::deque<InFlight> in_flight;                      // submission order
-  std::deque<SlotTask> slot_tasks;                     // started order
+  std::deque<SlotCopyTask> slot_tasks;                 // slot transfers' copies, queued order
   std::vector<BatchEntry> batch;
   std::vector<PageCopy> copies;
   std::chrono::steady_clock::time_point last_reconnect;

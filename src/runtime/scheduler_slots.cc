@@ -1,5 +1,5 @@
-// Scheduler slots, engine thread: retained sequences, and the save and restore tasks that
-// move a slot's pages a few per step (see scheduler_slots.h and scheduler.h "Slots").
+// Scheduler slots, engine thread: retained sequences, the slot jobs, and the copies that move
+// a transfer's pages a few per step (see scheduler_slots.h and scheduler.h "Slots").
 #include "runtime/scheduler_slots.h"
 
 #include <algorithm>
@@ -21,6 +21,8 @@ const char* BusyReason(const SchedulerSlot& slot) {
   return slot.task == SlotState::kSaving ? "being saved" : "being restored";
 }
 
+void Answer(SlotJob& job, Result<SlotJobResult> result) { job.done.set_value(std::move(result)); }
+
 }  // namespace
 
 void Scheduler::RetainSequence(SchedulerSlot& slot, const ActiveRequest& request) {
@@ -41,166 +43,209 @@ void Scheduler::DropRetained(SchedulerSlot& slot) {
 
 void Scheduler::DropAllSlotState(const Status& error) {
   State& s = *state_;
-  while (!s.slot_tasks.empty()) {
-    FinishSlotTask(s.slot_tasks.front(), error);
-    s.slot_tasks.pop_front();
+  for (SlotCopyTask& task : s.slot_tasks) Answer(*task.job, error);
+  s.slot_tasks.clear();
+  for (SchedulerSlot& slot : s.slots) {
+    if (slot.task != SlotState::kIdle && slot.transfer.failed.ok()) {
+      ReleaseTransferPages(slot.transfer);
+      slot.transfer.failed = error;
+    }
+    DropRetained(slot);
   }
-  for (SchedulerSlot& slot : s.slots) DropRetained(slot);
   PublishStats();
 }
 
 void Scheduler::StartSlotJob(std::shared_ptr<SlotJob> job) {
   State& s = *state_;
   SchedulerSlot& slot = s.slots[size_t(job->slot)];
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!lost_.ok()) return job->done.set_value(lost_);
+  SlotJob& j = *job;
+  const bool begins = j.op == SlotJob::Op::kErase || j.op == SlotJob::Op::kSaveBegin ||
+                      j.op == SlotJob::Op::kRestoreBegin;
+  if (begins) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!lost_.ok()) return Answer(j, lost_);
+    }
+    if (!State::Admissible(slot)) {
+      return Answer(j, Conflict("slot {} is {}: try again once it is idle (GET /slots)", j.slot,
+                                BusyReason(slot)));
+    }
+  } else if (slot.task == SlotState::kIdle) {
+    return Answer(j, Status(StatusCode::kInternal,
+                            fmt::format("slot {} has no save or restore in progress", j.slot)));
   }
-  if (!State::Admissible(slot)) {
-    return job->done.set_value(Conflict("slot {} is {}: try again once it is idle (GET /slots)",
-                                        job->slot, BusyReason(slot)));
-  }
-  SlotTask task;
-  task.job = std::move(job);
-  Status started;
-  switch (task.job->op) {
-    case SlotJob::Op::kErase:
-      task.result.n_tokens = int(slot.retained_tokens.size());
+  switch (j.op) {
+    case SlotJob::Op::kErase: {
+      SlotJobResult erased;
+      erased.n_tokens = int(slot.retained_tokens.size());
       DropRetained(slot);
-      break;
-    case SlotJob::Op::kSave:
-      started = StartSave(slot, task);
-      break;
-    case SlotJob::Op::kRestore:
-      started = StartRestore(slot, task);
-      break;
-  }
-  if (task.job->op == SlotJob::Op::kErase || !started.ok()) {
-    FinishSlotTask(task, started);
-  } else {
-    s.slot_tasks.push_back(std::move(task));
-    PublishStats();
+      PublishStats();
+      return Answer(j, std::move(erased));
+    }
+    case SlotJob::Op::kSaveBegin:
+      return Answer(j, BeginSave(slot, j.slot));
+    case SlotJob::Op::kRestoreBegin:
+      slot.transfer = SlotTransfer{};
+      slot.task = SlotState::kRestoring;
+      PublishStats();
+      return Answer(j, SlotJobResult{});
+    case SlotJob::Op::kRestoreAllocate:
+      return Answer(j, AllocateRestore(slot, j.n_pages));
+    case SlotJob::Op::kCopy:
+      if (!slot.transfer.failed.ok()) return Answer(j, slot.transfer.failed);
+      if (j.first_page < 0 || j.n_pages < 1 || j.n_pages > kSlotChunkPages ||
+          j.first_page > int(slot.transfer.pages.size()) - j.n_pages ||
+          j.stage_buffers.size() != s.pipeline->page_bytes().size()) {
+        return Answer(j, Status(StatusCode::kInternal,
+                                fmt::format("slot {}: a copy of pages [{}, +{}) out of {}", j.slot,
+                                            j.first_page, j.n_pages, slot.transfer.pages.size())));
+      }
+      s.slot_tasks.push_back(SlotCopyTask{std::move(job)});
+      return;
+    case SlotJob::Op::kEnd:
+      return Answer(j, EndTransfer(slot, j));
   }
 }
 
-Status Scheduler::StartSave(SchedulerSlot& slot, SlotTask& task) {
+Result<SlotJobResult> Scheduler::BeginSave(SchedulerSlot& slot, int slot_idx) {
   State& s = *state_;
   if (slot.retained_tokens.empty()) {
     return InvalidArgument("slot {} holds no tokens: nothing to save (run a request in it first)",
-                           task.job->slot);
+                           slot_idx);
   }
-  task.pages = slot.retained->pages();
-  for (PageId page : task.pages) s.pipeline->allocator().Retain(page);
-  task.fence = slot.retained_fence;
-  task.result.tokens = slot.retained_tokens;
-  task.result.n_tokens = int(task.result.tokens.size());
-  task.result.stage_bytes = s.pipeline->page_bytes();
-  for (size_t& bytes : task.result.stage_bytes) {
-    bytes *= task.pages.size();
-    task.result.stage_pages.push_back(std::make_unique_for_overwrite<uint8_t[]>(bytes));
-  }
+  slot.transfer = SlotTransfer{};
+  slot.transfer.pages = slot.retained->pages();
+  for (PageId page : slot.transfer.pages) s.pipeline->allocator().Retain(page);
+  slot.transfer.fence = slot.retained_fence;
   slot.task = SlotState::kSaving;
-  return Status::Ok();
+  PublishStats();
+  SlotJobResult begun;
+  begun.tokens = slot.retained_tokens;
+  begun.n_tokens = int(begun.tokens.size());
+  return begun;
 }
 
-// The slot's retained sequence goes first: a restore replaces it, and its pages make room.
-Status Scheduler::StartRestore(SchedulerSlot& slot, SlotTask& task) {
+// Fresh pages only: the slot's retained sequence keeps its pages until the commit.
+Result<SlotJobResult> Scheduler::AllocateRestore(SchedulerSlot& slot, int n_pages) {
   State& s = *state_;
+  SlotTransfer& transfer = slot.transfer;
+  if (!transfer.failed.ok()) return transfer.failed;
+  if (slot.task != SlotState::kRestoring || !transfer.pages.empty() || n_pages < 1) {
+    return Status(StatusCode::kInternal, "a restore allocates its pages once");
+  }
   PageAllocator& allocator = s.pipeline->allocator();
-  const SlotImage& image = task.job->source->image;
-  DropRetained(slot);
-  while (int(task.pages.size()) < image.n_pages) {
+  while (int(transfer.pages.size()) < n_pages) {
     Result<PageId> page = allocator.Allocate();
-    if (!page.ok() && s.prefix_cache->Evict(image.n_pages - int(task.pages.size())) > 0) {
+    if (!page.ok() && s.prefix_cache->Evict(n_pages - int(transfer.pages.size())) > 0) {
       page = allocator.Allocate();
     }
     if (!page.ok()) {
+      const int found = int(transfer.pages.size());
+      ReleaseTransferPages(transfer);
       return OutOfRange(
-          "restoring {} tokens needs {} free KV pages, {} could be found: retry "
-          "once running requests finish",
-          image.tokens.size(), image.n_pages, task.pages.size());
+          "the sequence needs {} free KV pages, {} could be found (the slot keeps its own "
+          "sequence until the restore succeeds): retry once running requests finish, or erase "
+          "a slot's sequence first",
+          n_pages, found);
     }
-    task.pages.push_back(*page);
+    transfer.pages.push_back(*page);
   }
   // A page freed by a finished sequence may still be written by its last batch.
-  task.fence = s.batches_submitted;
-  task.result.n_tokens = int(image.tokens.size());
-  slot.task = SlotState::kRestoring;
-  return Status::Ok();
+  transfer.fence = s.batches_submitted;
+  PublishStats();
+  return SlotJobResult{};
+}
+
+Result<SlotJobResult> Scheduler::EndTransfer(SchedulerSlot& slot, SlotJob& job) {
+  SlotJobResult ended;
+  Status status = slot.transfer.failed;
+  if (slot.task == SlotState::kRestoring && job.commit && status.ok()) {
+    const int page_tokens = state_->pipeline->allocator().page_tokens();
+    const size_t n_pages = (job.tokens.size() + size_t(page_tokens) - 1) / size_t(page_tokens);
+    if (job.tokens.empty() || n_pages != slot.transfer.pages.size()) {
+      status =
+          Status(StatusCode::kInternal, fmt::format("{} tokens to commit over {} restored pages",
+                                                    job.tokens.size(), slot.transfer.pages.size()));
+    } else {
+      CommitRestore(slot, std::move(job.tokens));
+      ended.n_tokens = int(slot.retained_tokens.size());
+    }
+  }
+  ReleaseTransferPages(slot.transfer);
+  slot.transfer = SlotTransfer{};
+  slot.task = SlotState::kIdle;
+  PublishStats();  // before the answer: the caller may look at Slots() right after
+  if (!status.ok()) return status;
+  return ended;
 }
 
 bool Scheduler::SlotTaskAction() {
   State& s = *state_;
   int budget = kSlotPagesPerStep;
   for (auto it = s.slot_tasks.begin(); it != s.slot_tasks.end() && budget > 0;) {
-    SlotTask& task = *it;
-    if (s.collected() < task.fence) {
+    SlotCopyTask& task = *it;
+    const SlotTransfer& transfer = s.slots[size_t(task.job->slot)].transfer;
+    if (s.collected() < transfer.fence) {
       ++it;
       continue;
     }
-    const Status status = StepSlotTask(task, budget);
-    if (status.ok() && task.next_page < int(task.pages.size())) {
+    const Status status = StepSlotCopy(task, budget);
+    if (status.ok() && task.n_copied < task.job->n_pages) {
       ++it;
       continue;
     }
-    if (status.ok() && task.job->op == SlotJob::Op::kRestore) CommitRestore(task);
-    FinishSlotTask(task, status);
+    if (status.ok()) {
+      Answer(*task.job, SlotJobResult{});
+    } else {
+      Answer(*task.job, status);
+    }
     it = s.slot_tasks.erase(it);
   }
   return false;  // bounded work: the step goes on to admit, submit and collect
 }
 
-Status Scheduler::StepSlotTask(SlotTask& task, int& budget) {
+Status Scheduler::StepSlotCopy(SlotCopyTask& task, int& budget) {
   Pipeline& pipeline = *state_->pipeline;
-  const int n = std::min(budget, int(task.pages.size()) - task.next_page);
-  const std::span<const PageId> pages(task.pages.data() + task.next_page, size_t(n));
+  const SlotJob& job = *task.job;
+  const SchedulerSlot& slot = state_->slots[size_t(job.slot)];
+  const int n = std::min(budget, job.n_pages - task.n_copied);
+  const std::span<const PageId> pages(slot.transfer.pages.data() + job.first_page + task.n_copied,
+                                      size_t(n));
   const std::vector<size_t> page_bytes = pipeline.page_bytes();
   budget -= n;
-  if (task.job->op == SlotJob::Op::kSave) {
-    std::vector<uint8_t*> dst;
-    for (size_t st = 0; st < page_bytes.size(); ++st) {
-      dst.push_back(task.result.stage_pages[st].get() + size_t(task.next_page) * page_bytes[st]);
-    }
-    SHARDLM_TRY(pipeline.ExportPages(pages, dst));
+  std::vector<uint8_t*> buffers;
+  for (size_t st = 0; st < page_bytes.size(); ++st) {
+    buffers.push_back(job.stage_buffers[st] + size_t(task.n_copied) * page_bytes[st]);
+  }
+  if (slot.task == SlotState::kSaving) {
+    SHARDLM_TRY(pipeline.ExportPages(pages, buffers));
   } else {
-    const SlotImage& image = task.job->source->image;
-    std::vector<const uint8_t*> src;
-    for (size_t st = 0; st < page_bytes.size(); ++st) {
-      src.push_back(image.stage_pages[st].data() + size_t(task.next_page) * page_bytes[st]);
-    }
+    const std::vector<const uint8_t*> src(buffers.begin(), buffers.end());
     SHARDLM_TRY(pipeline.ImportPages(pages, src));
   }
-  task.next_page += n;
+  task.n_copied += n;
   return Status::Ok();
 }
 
 // The imported pages become the slot's retained sequence; its full pages join the prefix
 // cache (or are swapped for the cached copy of their block).
-void Scheduler::CommitRestore(SlotTask& task) {
+void Scheduler::CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens) {
   State& s = *state_;
-  SchedulerSlot& slot = s.slots[size_t(task.job->slot)];
-  const std::vector<TokenId>& tokens = task.job->source->image.tokens;
-  s.prefix_cache->AdoptRestored(tokens, task.pages);
+  DropRetained(slot);
+  std::vector<PageId>& pages = slot.transfer.pages;
+  s.prefix_cache->AdoptRestored(tokens, pages);
   const int page_tokens = s.pipeline->allocator().page_tokens();
-  for (size_t i = 0; i < task.pages.size(); ++i) {
+  for (size_t i = 0; i < pages.size(); ++i) {
     const int n = std::min(page_tokens, int(tokens.size()) - int(i) * page_tokens);
-    slot.retained->AppendPage(task.pages[i], n);
+    slot.retained->AppendPage(pages[i], n);
   }
-  slot.retained_tokens = tokens;
+  slot.retained_tokens = std::move(tokens);
   slot.retained_fence = 0;  // nothing in flight writes the imported pages
 }
 
-void Scheduler::FinishSlotTask(SlotTask& task, Status status) {
-  State& s = *state_;
-  for (PageId page : task.pages) s.pipeline->allocator().Release(page);
-  task.pages.clear();
-  s.slots[size_t(task.job->slot)].task = SlotState::kIdle;
-  PublishStats();  // before the answer: the caller may look at Slots() right after
-  if (status.ok()) {
-    task.job->done.set_value(std::move(task.result));
-  } else {
-    task.job->done.set_value(std::move(status));
-  }
+void Scheduler::ReleaseTransferPages(SlotTransfer& transfer) {
+  for (PageId page : transfer.pages) state_->pipeline->allocator().Release(page);
+  transfer.pages.clear();
 }
 
 int Scheduler::CountRetainedOnly() {

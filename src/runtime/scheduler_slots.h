@@ -1,26 +1,37 @@
-// Scheduler slots (`/slots` save, restore, erase): what a caller thread hands the engine
-// thread, and the resumable tasks that move a slot's KV pages on the engine thread.
+// Scheduler slots (`/slots` save, restore, erase): the jobs a caller thread hands the engine
+// thread, and the slot transfers they drive.
 //
-// A job's life:
-//   - The caller (an HTTP handler, scheduler_slot_files.cc) checks the slot id and, for a
-//     restore, reads and validates the whole file first, so a bad file changes nothing.
-//     It queues a SlotJob as an instruction and waits for its promise.
-//   - The engine thread (scheduler_slots.cc) starts it: a slot that runs a request or
-//     another job answers kConflict at once; erase drops the retained sequence at once; a
-//     save or restore becomes a SlotTask that holds the slot (admission skips it) and a
-//     reference on every page it moves.
-//   - Each engine step offers the tasks kSlotPagesPerStep page copies in all (STYLE rule
-//     35), once every batch that was in flight when the task's pages were last written or
-//     allocated has been collected (its fence): a save exports the retained pages of every
-//     stage into the job's buffers; a restore imports the file's pages into fresh pages.
-//   - A finished save answers the tokens and pages (the caller encodes and writes the file,
-//     off the engine thread); a finished restore maps the pages into the slot's retained
-//     sequence, offering each full page to the prefix cache (the cached page is used when
-//     the block is cached already), then answers.
+// A save or restore is a transfer between a caller thread, which does every file byte
+// (scheduler_slot_files.cc), and the engine thread, which owns the slot and every KV page
+// (scheduler_slots.cc). The caller drives it with jobs, each queued as an instruction and
+// answered through its promise:
+//   save:    kSaveBegin, kCopy per chunk (pages exported into the caller's buffers), kEnd
+//   restore: kRestoreBegin, kRestoreAllocate, kCopy per chunk (pages imported), kEnd
+//   erase:   kErase
+//  - A begin holds the slot (SlotState kSaving / kRestoring: admission skips it, and every
+//    other job on it answers kConflict), or answers kConflict when the slot runs a request
+//    or another transfer — before the caller has opened the file. A save's begin takes a
+//    reference on every retained page and answers the tokens.
+//  - kRestoreAllocate takes fresh pages for the file's sequence (evicting unreferenced cached
+//    pages when the pool is full). The slot's retained sequence stays as it is until the
+//    commit, so a restore that fails anywhere (a bad file, a checksum at the end, too few
+//    free pages, a stage down) leaves the slot exactly as it was.
+//  - kCopy moves pages [first_page, first_page + n_pages) of the transfer, at most
+//    kSlotChunkPages, between the caller's buffers and every stage. The engine thread
+//    offers all copies kSlotPagesPerStep pages per step (a resumable task), once every
+//    batch that was in flight when the pages were last written or allocated has been
+//    collected (the transfer's fence).
+//  - kEnd releases the transfer's pages, or, for a restore with `commit`, makes them the
+//    slot's retained sequence (dropping the one before), offering each full page to the
+//    prefix cache (the cached page is used when the block is cached already).
+//  - A failed batch or a lost stage releases every transfer's pages at once and fails the
+//    transfer: its later jobs answer that error, and the slot stays held until the
+//    caller's kEnd, which the caller always sends.
 //
 // Thread safety: SlotJob's promise is fulfilled on the engine thread and read by the
-// caller; everything else belongs to the engine thread.
-// Lifetime: a SlotTask's pages are released when it ends (or the engine fails or stops).
+// caller, which owns the job's buffers until then; everything else belongs to the engine
+// thread. Lifetime: a transfer's pages are released at its kEnd, or when the engine fails
+// or stops.
 #pragma once
 
 #include <cstdint>
@@ -29,47 +40,56 @@
 #include <vector>
 
 #include "base/status.h"
-#include "cache/slot_file.h"
 #include "kv/page_pool.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
 
-// Page copies per engine step over all slot tasks. A memcpy of one page of a 0.6B-shaped
-// model in F32 (~15 MB) takes a few milliseconds, so 4 keep a step near one decode step of
-// such a model and running streams keep their pace; an idle engine runs steps back to back.
+// Page copies per engine step over all slot transfers. A memcpy of one page of a
+// 0.6B-shaped model in F32 (~15 MB) takes a few milliseconds, so 4 keep a step near one
+// decode step of such a model and running streams keep their pace; an idle engine runs
+// steps back to back.
 inline constexpr int kSlotPagesPerStep = 4;
-
-// A validated slot file (restore): the views of `image` point into `bytes`.
-struct SlotRestoreSource {
-  std::vector<uint8_t> bytes;
-  SlotImage image;
-};
+// Pages one kCopy moves at most: one step's worth. The caller's buffers hold this many
+// pages of every stage, which is all the memory a transfer costs beyond its pool pages,
+// however long the sequence.
+inline constexpr int kSlotChunkPages = kSlotPagesPerStep;
 
 // What the engine thread answers.
 struct SlotJobResult {
-  int n_tokens = 0;             // saved, restored or erased
-  std::vector<TokenId> tokens;  // save: the retained tokens
-  // Save: [stage] its pages back to back, stage_bytes[stage] bytes. Not zero-filled (a
-  // sequence's KV can be a gigabyte; the export writes every byte).
-  std::vector<std::unique_ptr<uint8_t[]>> stage_pages;
-  std::vector<size_t> stage_bytes;
+  int n_tokens = 0;             // erase: erased; save begin: held; restore kEnd: restored
+  std::vector<TokenId> tokens;  // save begin: the retained tokens
 };
 
 struct SlotJob {
-  enum class Op { kSave, kRestore, kErase } op = Op::kSave;
+  enum class Op { kErase, kSaveBegin, kRestoreBegin, kRestoreAllocate, kCopy, kEnd };
+  Op op = Op::kErase;
   int slot = 0;
-  std::shared_ptr<const SlotRestoreSource> source;  // kRestore
+  int n_pages = 0;                      // kRestoreAllocate: all; kCopy: this chunk's
+  int first_page = 0;                   // kCopy
+  std::vector<uint8_t*> stage_buffers;  // kCopy: [stage] n_pages pages, back to back
+  bool commit = false;                  // kEnd of a restore: keep the imported sequence
+  std::vector<TokenId> tokens;          // kEnd with commit: the restored tokens
   std::promise<Result<SlotJobResult>> done;
 };
 
-// A save or restore in progress (engine thread).
-struct SlotTask {
-  std::shared_ptr<SlotJob> job;
-  std::vector<PageId> pages;  // one reference each, held by the task
+// A save or restore in progress on a slot (engine thread), from its begin to its kEnd.
+struct SlotTransfer {
+  std::vector<PageId> pages;  // one reference each, held by the transfer
   uint64_t fence = 0;         // usable once batches [0, fence) are collected
-  int next_page = 0;          // pages [0, next_page) are copied
-  SlotJobResult result;
+  Status failed;              // the engine failed meanwhile: the pages are gone
+};
+
+// What a restore's caller read from the file, once every byte checked out.
+struct RestoredSlotFile {
+  std::vector<TokenId> tokens;
+  uint64_t n_bytes = 0;
+};
+
+// A kCopy in progress (engine thread).
+struct SlotCopyTask {
+  std::shared_ptr<SlotJob> job;
+  int n_copied = 0;  // pages [first_page, first_page + n_copied) are done
 };
 
 }  // namespace shardlm

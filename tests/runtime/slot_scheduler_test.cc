@@ -7,9 +7,14 @@
 // missing or foreign file (other model, other split) is refused and changes nothing; a busy
 // slot answers kConflict; erase drops the sequence; retained pages are not "used" pages; a
 // cancelled request retains only the KV every stage wrote; a lost stage drops everything.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -18,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/file_mode.h"
 #include "runtime/fake_stage.h"
 #include "runtime/scheduler.h"
 #include "runtime/scheduler_test_util.h"
@@ -287,6 +293,160 @@ TEST(SlotSchedulerTest, ABusySlotAnswersConflict) {
   scheduler->Cancel(*id);
   ASSERT_TRUE(running.Wait());
   EXPECT_EQ(running.finish.reason, FinishReason::kCancelled);  // still running until now
+}
+
+// A restore whose file cannot be opened without blocking: if the restore opened it, the
+// result would not come; then the test writes to the FIFO to let it go, and fails.
+Status RestoreFromFifo(Scheduler& scheduler, int32_t slot, const fs::path& fifo) {
+  auto restore = std::async(std::launch::async, [&] { return scheduler.RestoreSlot(slot, fifo); });
+  if (restore.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "the restore blocked on opening the FIFO";
+  }
+  return restore.get().status();
+}
+
+TEST(SlotSchedulerTest, ABusySlotIsRefusedBeforeItsFileIsOpened) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const fs::path dir = TempDir("busy_fifo");
+  const fs::path fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  auto scheduler = MakeScheduler(kStories, Options());
+  ASSERT_TRUE(scheduler);
+  Collector running;
+  std::promise<void> release;
+  running.gate_after = 2;
+  running.release = release.get_future().share();
+  auto id = scheduler->Submit(Request(Turn1(kStories), -1), running.Callbacks());
+  ASSERT_TRUE(id.ok());
+  running.reached.get_future().wait();
+  release.set_value();
+  const Status busy = RestoreFromFifo(*scheduler, 0, fifo);
+  EXPECT_EQ(busy.code(), StatusCode::kConflict) << busy.message();
+  // An idle slot opens it, and a FIFO is no slot file (and no reason to wait for a writer).
+  const Status fifo_file = RestoreFromFifo(*scheduler, 1, fifo);
+  EXPECT_EQ(fifo_file.code(), StatusCode::kInvalidData) << fifo_file.message();
+  scheduler->Cancel(*id);
+  ASSERT_TRUE(running.Wait());
+}
+
+// A restore that fails after the slot was taken (too few free pages for the file's
+// sequence, a checksum that fails at the end of the pages) leaves the slot's retained
+// sequence as it was: its tokens, its pages (a save writes the same bytes) and its hits.
+TEST(SlotSchedulerTest, AFailedRestoreLeavesTheRetainedSequence) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::string file = kStories;
+  const fs::path dir = TempDir("failed_restore");
+  {
+    auto other = MakeScheduler(file, Options());
+    ASSERT_TRUE(other);
+    ASSERT_EQ(RunOne(*other, Request(StoryTokens(file, 70, "A big bird sang in the rain."), 4))
+                  ->ids.size(),
+              4u);
+    ASSERT_TRUE(other->SaveSlot(0, dir / "other").ok());
+  }
+  std::vector<uint8_t> bad = ReadBytes(dir / "other");
+  bad[bad.size() - 20] ^= 0x01;  // the last stage's last page: found after every import
+  WriteBytes(dir / "bad_end", bad);
+  // One slot of 96 positions: 6 pages, 5 of them retained by turn 1.
+  SchedulerOptions small = Options();
+  small.n_parallel = 1;
+  small.n_ctx = 96;
+  for (const SchedulerOptions& options : {small, Options()}) {
+    SCOPED_TRACE(options.n_parallel);
+    auto scheduler = MakeScheduler(file, options);
+    ASSERT_TRUE(scheduler);
+    const std::vector<TokenId> held = RunAndSave(*scheduler, file, dir / "before");
+    const fs::path refused = options.n_parallel == 1 ? dir / "other" : dir / "bad_end";
+    const Status status = scheduler->RestoreSlot(0, refused).status();
+    EXPECT_EQ(status.code(),
+              options.n_parallel == 1 ? StatusCode::kOutOfRange : StatusCode::kInvalidData)
+        << status.message();
+    EXPECT_EQ(scheduler->Slots()[0].n_tokens, kTurn1Held);
+    const EngineStats stats = scheduler->Stats();
+    EXPECT_EQ(stats.kv_pages_retained, 5);
+    EXPECT_EQ(stats.kv_pages_used, 0);  // the fresh pages went back
+    ASSERT_TRUE(scheduler->SaveSlot(0, dir / "after").ok());
+    EXPECT_TRUE(ReadBytes(dir / "after") == ReadBytes(dir / "before"));
+    const EngineRequest next = Request(Turn2(file, held), 8);
+    auto want = Cold(file, next);
+    ASSERT_TRUE(want);
+    auto got = RunOne(*scheduler, next);
+    EXPECT_EQ(got->finish.usage.cached_tokens, kTurn1Held / kPageTokens * kPageTokens);
+    ExpectSameOutput(*got, *want);
+  }
+}
+
+// One save or restore at a time: while a save waits for the engine thread (held inside a
+// request's on_token), a restore waits slot_io_wait, then is refused; it runs once the
+// save is done.
+TEST(SlotSchedulerTest, OneSaveOrRestoreAtATime) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const fs::path dir = TempDir("one_at_a_time");
+  SchedulerOptions options = Options();
+  options.slot_io_wait = std::chrono::milliseconds(200);
+  auto scheduler = MakeScheduler(kStories, options);
+  ASSERT_TRUE(scheduler);
+  (void)RunAndSave(*scheduler, kStories, dir / "chat1");
+  Collector running;
+  std::promise<void> release;
+  running.gate_after = 2;
+  running.release = release.get_future().share();
+  auto id = scheduler->Submit(Request(Turn1(kStories), -1), running.Callbacks());
+  ASSERT_TRUE(id.ok());
+  running.reached.get_future().wait();
+  const int32_t idle = scheduler->Slots()[0].state == SlotState::kProcessing ? 1 : 0;
+  auto save = std::async(std::launch::async, [&] { return scheduler->SaveSlot(idle, dir / "x"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the save takes the turn
+  const auto start = std::chrono::steady_clock::now();
+  const Status refused = scheduler->RestoreSlot(idle, dir / "chat1").status();
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.message();
+  EXPECT_NE(refused.message().find("one at a time"), std::string::npos) << refused.message();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  EXPECT_EQ(save.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  release.set_value();
+  (void)save.get();  // saved, or nothing to save in that slot: either way it is done
+  const Result<SlotRestoreResult> restored = scheduler->RestoreSlot(idle, dir / "chat1");
+  EXPECT_TRUE(restored.ok()) << restored.status().message();
+  scheduler->Cancel(*id);
+  ASSERT_TRUE(running.Wait());
+}
+
+// Slot files stay under slot_save_budget: a save past it is refused (naming the budget and
+// what the files take) and writes nothing; replacing a file credits its size; files that are
+// not slot files do not count. Saved files are 0600.
+TEST(SlotSchedulerTest, SavesStayUnderTheBudgetAndFilesArePrivate) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const fs::path dir = TempDir("budget");
+  testing_util::ScopedUmask open_umask(0);
+  uint64_t file_bytes = 0;
+  {
+    auto sizing = MakeScheduler(kStories, Options());
+    ASSERT_TRUE(sizing);
+    (void)RunAndSave(*sizing, kStories, dir / "a");
+    file_bytes = fs::file_size(dir / "a");
+    EXPECT_EQ(testing_util::ModeOf(dir / "a"), 0600u);
+  }
+  WriteBytes(dir / "notes", std::vector<uint8_t>(4 * file_bytes, 'x'));  // not a slot file
+  SchedulerOptions options = Options();
+  options.slot_save_budget = file_bytes + file_bytes / 2;
+  auto scheduler = MakeScheduler(kStories, options);
+  ASSERT_TRUE(scheduler);
+  (void)RunOne(*scheduler, Request(Turn1(kStories), 4));
+  const Status refused = scheduler->SaveSlot(0, dir / "b").status();
+  EXPECT_EQ(refused.code(), StatusCode::kQuotaExceeded) << refused.message();
+  EXPECT_NE(refused.message().find("--slot-save-budget"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find(fmt::format("{:.1f} MiB", double(file_bytes) / (1 << 20))),
+            std::string::npos)
+      << refused.message();
+  EXPECT_FALSE(fs::exists(dir / "b"));
+  int entries = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) entries += bool(entry.exists());
+  EXPECT_EQ(entries, 2);  // a and notes: no temp file either
+  const Result<SlotSaveResult> replaced = scheduler->SaveSlot(0, dir / "a");
+  ASSERT_TRUE(replaced.ok()) << replaced.status().message();
+  EXPECT_EQ(testing_util::ModeOf(dir / "a"), 0600u);
 }
 
 TEST(SlotSchedulerTest, EraseDropsTheRetainedSequenceAndRetainedPagesAreNotUsed) {
