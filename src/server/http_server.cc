@@ -87,6 +87,7 @@ HttpResponse JsonResponse(int status, const Json& j) {
 
 HttpResponse ErrorResponse(const ApiError& e) {
   HttpResponse r = JsonResponse(e.http_status, ErrorJSON(e));
+  // Unavailable (503) and too much at once (429): both pass, so say when to try again.
   if (e.http_status == 503 || e.http_status == 429) r.headers.push_back({"Retry-After", "1"});
   return r;
 }

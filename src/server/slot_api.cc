@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "cache/confined_path.h"
+#include "cache/private_folder.h"
 #include "server/completion_session.h"
 
 namespace shardlm::server {
@@ -49,9 +50,31 @@ ApiError SlotError(const Status& status) {
       e.param = "id_slot";
       e.code = "slot_busy";
       break;
+    case StatusCode::kResourceExhausted:  // another save or restore: retry after a while
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      e.code = "slot_io_busy";
+      break;
+    case StatusCode::kQuotaExceeded:  // the slot folder's budget: erase files or raise it
+      e.http_status = 507;
+      e.type = "server_error";
+      e.param = "filename";
+      e.code = "insufficient_storage";
+      break;
     default:
       break;
   }
+  return e;
+}
+
+// A slot folder the server may not use (another user's, not a folder, not creatable): the
+// operator's to fix, so a 500 whose message says how.
+ApiError FolderError(const Status& status, const std::function<void(const std::string&)>& log) {
+  if (log) log(status.message());
+  ApiError e = ErrorFromStatus(status);
+  e.http_status = 500;
+  e.type = "server_error";
+  e.code = "slot_folder_unusable";
   return e;
 }
 
@@ -70,12 +93,9 @@ std::variant<Json, ApiError> SaveOrRestore(Engine& engine, const std::filesystem
                                            const std::function<void(const std::string&)>& log) {
   const Clock::time_point start = Clock::now();
   if (r.action == SlotAction::kSave) {
-    std::error_code ec;  // the folder may be created by the first save (slot_api.h)
-    std::filesystem::create_directories(file.parent_path(), ec);
-    if (ec) {
-      return SlotError(IoError("cannot create the slot folder {}: {}", file.parent_path().string(),
-                               ec.message()));
-    }
+    // The folder may be created by the first save (slot_api.h), and is checked at every use.
+    const Status folder = EnsurePrivateFolder(file.parent_path(), "slot folder");
+    if (!folder.ok()) return FolderError(folder, log);
     Result<SlotSaveResult> saved = engine.SaveSlot(r.id_slot, file);
     if (!saved.ok()) return SlotError(saved.status());
     const double ms = MsSince(start);
@@ -89,6 +109,8 @@ std::variant<Json, ApiError> SaveOrRestore(Engine& engine, const std::filesystem
                 {"n_written", saved->n_written},
                 {"timings", {{"save_ms", ms}}}};
   }
+  const Status folder = CheckPrivateFolder(file.parent_path(), "slot folder");
+  if (!folder.ok() && folder.code() != StatusCode::kNotFound) return FolderError(folder, log);
   Result<SlotRestoreResult> restored = engine.RestoreSlot(r.id_slot, file);
   if (!restored.ok()) return SlotError(restored.status());
   const double ms = MsSince(start);

@@ -10,7 +10,18 @@
 // ".x"), a corrupt, truncated or foreign file (code invalid_slot_file), or save/restore
 // without a slot folder (the message names --slot-save-path); 404 for an unknown slot (code
 // slot_not_found) or a missing file (code file_not_found); 409 for a slot that is busy
-// (code slot_busy); 503 when a stage is down.
+// (code slot_busy), answered before the file is opened; 429 with Retry-After when another
+// save or restore still runs after the engine's bounded wait (code slot_io_busy: one runs
+// at a time); 507 when a save would take the folder's slot files past --slot-save-budget
+// (code insufficient_storage: nothing is evicted, the user erases files or raises the
+// budget); 503 when a stage is down or too few KV pages are free for a restore; 500 (code
+// slot_folder_unusable, also logged) when the slot folder is another user's or cannot be
+// made.
+//
+// The slot folder is private (private_folder.h): a save creates it 0700 with its parents
+// when missing, and both save and restore refuse one owned by another user, every time
+// (the slots subfolder of --kv-cache-dir is made lazily, so the server start cannot check
+// it).
 //
 // Goals: every file a client names stays inside the configured folder; typed parsing at the
 // boundary; no HTTP here (http_server.cc routes to it).
@@ -46,8 +57,8 @@ Result<SlotActionRequest> SlotActionRequestFrom(std::string_view id, std::string
                                                 const std::string& body, std::string* param);
 
 // Runs a parsed request on the engine: the answer, or the error to send. `slot_dir` is the
-// slot folder ("" when save and restore are off), created with its parents by a save when
-// missing. `log` gets one line per action done.
+// slot folder ("" when save and restore are off), created privately with its parents by a
+// save when missing. `log` gets one line per action done, and the folder errors.
 std::variant<Json, ApiError> RunSlotAction(Engine& engine, const std::filesystem::path& slot_dir,
                                            const SlotActionRequest& request,
                                            const std::function<void(const std::string&)>& log);

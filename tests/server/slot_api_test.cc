@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "cache/file_mode.h"
 #include "cache/temp_dir.h"
 #include "server/server_harness.h"
 
@@ -167,6 +168,89 @@ TEST_F(SlotApiTest, TheFirstSaveCreatesAMissingFolder) {
   EXPECT_FALSE(fs::exists(options.slot_save_dir));
   EXPECT_EQ(Slot("0?action=save", Named("a"))->status, 200);
   EXPECT_TRUE(fs::exists(fs::path(options.slot_save_dir) / "a"));
+}
+
+// The folder a first save makes is 0700 (its missing parents too), the file in it 0600.
+TEST_F(SlotApiTest, TheFirstSaveMakesAPrivateFolder) {
+  testing_util::ScopedUmask open_umask(0);
+  ServerOptions options;
+  options.slot_save_dir = (parent_.path() / "cache" / "slots").string();
+  StartServer(options);
+  ASSERT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
+  ASSERT_EQ(Slot("0?action=save", Named("a"))->status, 200);
+  EXPECT_EQ(testing_util::ModeOf(parent_.path() / "cache"), 0700u);
+  EXPECT_EQ(testing_util::ModeOf(options.slot_save_dir), 0700u);
+  EXPECT_EQ(testing_util::ModeOf(fs::path(options.slot_save_dir) / "a"), 0600u);
+}
+
+// A slot folder that another user owns is refused at every use, with a message that names
+// it and its owner; nothing is read or written there.
+TEST_F(SlotApiTest, AnotherUsersSlotFolderIsRefused) {
+  StartWithSlots();
+  ASSERT_EQ(Post("/v1/chat/completions", kChat)->status, 200);
+  ASSERT_EQ(Slot("0?action=save", Named("mine"))->status, 200);
+  ASSERT_EQ(Slot("0?action=erase", "")->status, 200);
+  if (!testing_util::GiveToOtherUser(folder_)) GTEST_SKIP() << "needs root to give it away";
+  for (const char* action : {"save", "restore"}) {
+    SCOPED_TRACE(action);
+    json e = ExpectError(Slot(std::string("0?action=") + action, Named("mine")), 500);
+    EXPECT_EQ(e["code"], "slot_folder_unusable");
+    const std::string message = e["message"].get<std::string>();
+    EXPECT_NE(message.find(folder_.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("owned by uid 65534"), std::string::npos) << message;
+  }
+  EXPECT_EQ(FilesIn(folder_), 1);
+  EXPECT_EQ(json::parse(client_->Get("/slots")->body)[0]["n_tokens"], 0);  // not restored
+}
+
+// An engine whose slot saves and restores fail with a given status.
+class FailingSlotEngine : public MockEngine {
+ public:
+  explicit FailingSlotEngine(Status failure) : failure_(std::move(failure)) {}
+  Result<SlotSaveResult> SaveSlot(int32_t, const std::filesystem::path&) override {
+    return failure_;
+  }
+  Result<SlotRestoreResult> RestoreSlot(int32_t, const std::filesystem::path&) override {
+    return failure_;
+  }
+
+ private:
+  Status failure_;
+};
+
+// Another transfer still running is 429 with Retry-After (the client retries); a save past
+// the slot budget is 507 (the client frees room).
+TEST(SlotApiErrors, BusyTransfersAre429AndAFullBudgetIs507) {
+  testing_util::TempDir folder;
+  struct Case {
+    Status failure;
+    int http_status;
+    const char* code;
+  };
+  const Case cases[] = {
+      {ResourceExhausted("another slot save or restore is running"), 429, "slot_io_busy"},
+      {QuotaExceeded("saving needs 2.0 MiB ... --slot-save-budget"), 507, "insufficient_storage"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.code);
+    FailingSlotEngine engine(c.failure);
+    ServerOptions options;
+    options.port = 0;
+    options.slot_save_dir = folder.path().string();
+    auto server = HttpServer::Create(engine, options);
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    ASSERT_TRUE((*server)->Bind().ok());
+    std::thread thread([&] { (*server)->Run(); });
+    httplib::Client client("127.0.0.1", (*server)->port());
+    client.set_read_timeout(10, 0);
+    auto r = client.Post("/slots/0?action=save", R"({"filename":"a"})", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, c.http_status) << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], c.code) << r->body;
+    EXPECT_EQ(r->get_header_value("Retry-After"), c.http_status == 429 ? "1" : "");
+    (*server)->Stop();
+    thread.join();
+  }
 }
 
 TEST_F(SlotApiTest, SaveAndRestoreAreOffWithoutAFolder) {
