@@ -9,7 +9,8 @@
 // stop it cleanly; `--devices` /
 // `--layer-split` split the layers into stages (checked before anything loads) and the
 // log shows one line per stage; `--slot-save-path` (or `--kv-cache-dir`) enables /slots
-// save and restore in that folder.
+// save and restore in that folder, under `--slot-save-budget`; the cache and slot folders
+// are private (created 0700; another user's is refused before the model loads).
 // Non-goals: daemonizing, TLS, several models.
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include <thread>
 
 #include "cache/byte_size.h"
+#include "cache/private_folder.h"
 #include "cli/commands.h"
 #include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
@@ -62,6 +64,7 @@ struct ServeFlags {
   std::string kv_cache_budget = "8GiB";
   std::string kv_type = "f16";
   std::string slot_save_path;
+  std::string slot_save_budget = "8GiB";
   PlacementFlags placement;
 };
 
@@ -113,6 +116,10 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
   cmd.add_option("--slot-save-path", f.slot_save_path,
                  "Folder of /slots save and restore files (created if missing; default: the "
                  "slots subfolder of --kv-cache-dir; neither: save and restore are off)");
+  cmd.add_option("--slot-save-budget", f.slot_save_budget,
+                 "Most bytes of slot files in the slot folder (e.g. 2GiB); a save past it is "
+                 "refused (HTTP 507), no file is evicted")
+      ->capture_default_str();
   DeclarePlacementFlags(cmd, f.placement);
 }
 
@@ -169,35 +176,29 @@ Result<std::string> ChatTemplateSource(const ServeFlags& flags, const GgufFile& 
   return std::string(t.value());
 }
 
-// The disk tier's folder, created with its parents like any cache folder.
+// The disk tier's folder, created privately with its parents.
 Result<std::string> PrepareKvCacheDir(const ServeFlags& flags) {
   if (flags.kv_cache_dir.empty()) return std::string();
   if (flags.no_prefix_cache) {
     return InvalidArgument("--kv-cache-dir needs the prefix cache: drop --no-prefix-cache");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(flags.kv_cache_dir, ec);
-  if (ec) {
-    return IoError("cannot create the --kv-cache-dir folder {}: {}", flags.kv_cache_dir,
-                   ec.message());
-  }
+  SHARDLM_TRY(EnsurePrivateFolder(flags.kv_cache_dir, "--kv-cache-dir folder"));
   return flags.kv_cache_dir;
 }
 
-// The /slots file folder: --slot-save-path (created with its parents now, so a bad path
-// fails at startup), else DIR/slots of --kv-cache-dir (created by the first save, so the
-// cache folder holds only cache files until slots are used), else none.
+// The /slots file folder: --slot-save-path (created privately with its parents now, so a
+// bad path fails at startup), else DIR/slots of --kv-cache-dir (created by the first save,
+// so the cache folder holds only cache files until slots are used; checked now when it
+// exists, and at every use), else none.
 Result<std::string> PrepareSlotDir(const ServeFlags& flags) {
   if (flags.slot_save_path.empty()) {
     if (flags.kv_cache_dir.empty()) return std::string();
-    return (std::filesystem::path(flags.kv_cache_dir) / "slots").string();
+    const std::filesystem::path dir = std::filesystem::path(flags.kv_cache_dir) / "slots";
+    const Status checked = CheckPrivateFolder(dir, "slot folder (the slots of --kv-cache-dir)");
+    if (!checked.ok() && checked.code() != StatusCode::kNotFound) return checked;
+    return dir.string();
   }
-  std::error_code ec;
-  std::filesystem::create_directories(flags.slot_save_path, ec);
-  if (ec) {
-    return IoError("cannot create the --slot-save-path folder {}: {}", flags.slot_save_path,
-                   ec.message());
-  }
+  SHARDLM_TRY(EnsurePrivateFolder(flags.slot_save_path, "--slot-save-path folder"));
   return flags.slot_save_path;
 }
 
@@ -238,6 +239,12 @@ Status RunServe(const ServeFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(flags.kv_type));
   Result<uint64_t> budget = ParseByteSize(flags.kv_cache_budget);
   if (!budget.ok()) return InvalidArgument("--kv-cache-budget: {}", budget.status().message());
+  Result<uint64_t> slot_budget = ParseByteSize(flags.slot_save_budget);
+  if (!slot_budget.ok() || *slot_budget == 0) {
+    return InvalidArgument("--slot-save-budget: {}", slot_budget.ok()
+                                                         ? "must be more than 0"
+                                                         : slot_budget.status().message());
+  }
   SHARDLM_ASSIGN_OR_RETURN(std::string kv_cache_dir, PrepareKvCacheDir(flags));
   SHARDLM_ASSIGN_OR_RETURN(std::string slot_dir, PrepareSlotDir(flags));
   SHARDLM_ASSIGN_OR_RETURN(std::string api_key, ApiKey(flags));
@@ -261,6 +268,7 @@ Status RunServe(const ServeFlags& flags) {
   so.kv_type = kv_type;
   so.kv_cache_dir = kv_cache_dir;
   so.kv_cache_budget = *budget;
+  so.slot_save_budget = *slot_budget;
   so.log_requests = false;  // the server logs one line per request, with its id
   so.placement = std::move(placement);
   so.placement.model_path = model_path;
@@ -273,7 +281,10 @@ Status RunServe(const ServeFlags& flags) {
                     kv_cache_dir, stats.kv_disk_files, MiB(stats.kv_disk_bytes),
                     MiB(int64_t(*budget))));
   }
-  if (!slot_dir.empty()) Log("slot files (/slots save, restore): " + slot_dir);
+  if (!slot_dir.empty()) {
+    Log(fmt::format("slot files (/slots save, restore): {} (budget {})", slot_dir,
+                    MiB(int64_t(*slot_budget))));
+  }
   server::ServerOptions opts;
   opts.slot_save_dir = slot_dir;
   opts.host = flags.host;
