@@ -9,6 +9,7 @@
 
 #include "base/thread_name.h"
 #include "cache/atomic_file.h"
+#include "cache/private_folder.h"
 
 namespace shardlm {
 namespace fs = std::filesystem;
@@ -19,29 +20,21 @@ constexpr std::string_view kProbeName = "write-probe.tmp.open";  // a temp name:
 
 Status CheckFolder(const fs::path& dir) {
   if (dir.empty()) return InvalidArgument("--kv-cache-dir is empty");
-  std::error_code ec;
-  const fs::file_status st = fs::status(dir, ec);
-  if (!fs::exists(st)) {
-    return NotFound(
-        "kv cache folder '{}' does not exist: create it or give another "
-        "--kv-cache-dir",
-        dir.string());
+  const Status checked = CheckPrivateFolder(dir, "kv cache folder");
+  if (checked.code() == StatusCode::kNotFound) {
+    return NotFound("{}: create it or give another --kv-cache-dir", checked.message());
   }
-  if (!fs::is_directory(st)) {
-    return InvalidArgument("--kv-cache-dir '{}' is not a folder", dir.string());
-  }
-  return Status::Ok();
+  return checked;
 }
 
-// Creates the layout subfolder and proves it writable with a temp file.
+// Creates the layout subfolder (private) and proves it writable with a temp file.
 Status PrepareSubfolder(const fs::path& folder) {
-  std::error_code ec;
-  fs::create_directory(folder, ec);
-  if (ec) {
-    return ErrnoStatus(ec.value(), "kv cache folder is not writable: create " + folder.string());
-  }
+  const Status made =
+      EnsurePrivateFolder(folder, "kv cache layout folder", ExistingFolderMode::kTighten);
+  if (!made.ok()) return made;
   const fs::path probe = folder / kProbeName;
   Status written = WriteFileAtomic(probe, {});
+  std::error_code ec;
   fs::remove(probe, ec);
   return written.ok() ? written : written.WithContext("kv cache folder is not writable");
 }
@@ -137,7 +130,7 @@ Status DiskStore::Scan() {
     const uint64_t size = it->file_size(file_ec);
     const fs::file_time_type mtime = it->last_write_time(file_ec);
     if (file_ec) continue;  // vanished meanwhile
-    found.push_back({hash, FileEntry{size, header->parent_hash, 0, 0}, mtime});
+    found.push_back({hash, FileEntry{.bytes = size, .parent = header->parent_hash}, mtime});
   }
   if (ec) return ErrnoStatus(ec.value(), "scan kv cache folder " + folder_.string());
   // Oldest first, so ticks follow the files' last use across restarts.
@@ -148,11 +141,12 @@ Status DiskStore::Scan() {
     f.entry.last_use = ++tick_;
     AddEntryLocked(f.hash, f.entry);
   }
-  MakeRoomLocked(0, kRootBlockHash);
+  MakeRoomLocked(0, {});
   return Status::Ok();
 }
 
 void DiskStore::AddEntryLocked(const BlockHash& hash, FileEntry entry) {
+  entry.generation = ++generations_;
   ++children_[entry.parent];
   stats_.bytes_on_disk += static_cast<int64_t>(entry.bytes);
   ++stats_.files;
@@ -173,12 +167,14 @@ uint64_t DiskStore::ValueLocked(const FileEntry& entry) const {
   return entry.last_use + kTicksPerHit * std::min(entry.hits, kMaxHitCredit);
 }
 
-void DiskStore::MakeRoomLocked(uint64_t incoming, const BlockHash& keep) {
+void DiskStore::MakeRoomLocked(uint64_t incoming, std::span<const BlockHash> keep) {
   while (static_cast<uint64_t>(stats_.bytes_on_disk) + incoming > options_.budget_bytes) {
     const BlockHash* victim = nullptr;
     uint64_t victim_value = std::numeric_limits<uint64_t>::max();
     for (const auto& [hash, entry] : files_) {  // O(files): eviction is rare next to a write
-      if (hash == keep || children_.contains(hash)) continue;
+      if (children_.contains(hash) || std::find(keep.begin(), keep.end(), hash) != keep.end()) {
+        continue;
+      }
       if (ValueLocked(entry) < victim_value) {
         victim = &hash;
         victim_value = ValueLocked(entry);
@@ -204,11 +200,11 @@ bool DiskStore::Put(const BlockHash& hash, std::vector<uint8_t> snapshot) {
   }
   const uint64_t size = snapshot.size();
   std::lock_guard<std::mutex> lock(mu_);
-  if (files_.contains(hash) || queued_.contains(hash)) return true;
+  if (queued_.contains(hash) || !NeedsWriteLocked(hash)) return true;
   const bool fits = size <= options_.budget_bytes &&
                     static_cast<int>(queue_.size()) < options_.max_queued_writes &&
                     queued_bytes_ + size <= options_.max_queued_bytes;
-  if (!fits || std::chrono::steady_clock::now() < disk_full_until_) {
+  if (!fits || std::chrono::steady_clock::now() < write_backoff_until_) {
     ++stats_.dropped_writes;
     return false;
   }
@@ -217,6 +213,16 @@ bool DiskStore::Put(const BlockHash& hash, std::vector<uint8_t> snapshot) {
   queued_bytes_ += size;
   work_cv_.notify_one();
   return true;
+}
+
+bool DiskStore::NeedsWrite(const BlockHash& hash) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return NeedsWriteLocked(hash);
+}
+
+bool DiskStore::NeedsWriteLocked(const BlockHash& hash) const {
+  auto it = files_.find(hash);
+  return it == files_.end() || !it->second.validated;
 }
 
 void DiskStore::WriterLoop() {
@@ -242,34 +248,46 @@ void DiskStore::WriterLoop() {
 void DiskStore::Write(PendingWrite& write) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    MakeRoomLocked(write.bytes.size(), write.parent);  // keep the parent: it heads the chain
+    if (std::chrono::steady_clock::now() < write_backoff_until_) {
+      ++stats_.dropped_writes;  // queued before a write failed: not worth an attempt
+      return;
+    }
+    // A file it replaces credits its size; neither it nor the parent (the chain's head) is
+    // evicted to make room.
+    auto old = files_.find(write.hash);
+    const uint64_t credit = old == files_.end() ? 0 : old->second.bytes;
+    const BlockHash keep[] = {write.parent, write.hash};
+    MakeRoomLocked(write.bytes.size() > credit ? write.bytes.size() - credit : 0, keep);
   }
   const Status written = WriteFileAtomic(PathOf(write.hash), write.bytes);
   std::lock_guard<std::mutex> lock(mu_);
   if (written.ok()) {
-    AddEntryLocked(write.hash, FileEntry{write.bytes.size(), write.parent, ++tick_, 0});
+    RemoveEntryLocked(write.hash);  // the file it replaced, if any
+    AddEntryLocked(write.hash, FileEntry{.bytes = write.bytes.size(),
+                                         .parent = write.parent,
+                                         .last_use = ++tick_,
+                                         .validated = true});
     stats_.bytes_written += static_cast<int64_t>(write.bytes.size());
     ++stats_.files_written;
     return;
   }
   ++stats_.write_errors;
-  if (IsDiskFull(written)) {
-    disk_full_until_ = std::chrono::steady_clock::now() + kDiskFullBackoff;
-    Log(fmt::format("{}: skipping writes for {} s, serving reads", written.message(),
-                    kDiskFullBackoff.count()));
-  } else {
-    Log(written.message());
-  }
+  write_backoff_until_ = std::chrono::steady_clock::now() + options_.write_failure_backoff;
+  Log(fmt::format("{}: skipping writes for {:.1f} s, serving reads", written.message(),
+                  std::chrono::duration<double>(options_.write_failure_backoff).count()));
 }
 
 Result<LoadedSnapshot> DiskStore::Get(const BlockHash& hash) {
   const fs::path path = PathOf(hash);
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!files_.contains(hash)) {
+    auto it = files_.find(hash);
+    if (it == files_.end()) {
       ++stats_.misses;
       return NotFound("block {} is not on disk", hash.ToHex());
     }
+    generation = it->second.generation;
   }
   Result<std::vector<uint8_t>> bytes = ReadWholeFile(path, options_.max_file_bytes);
   Status failed = bytes.status();
@@ -283,11 +301,12 @@ Result<LoadedSnapshot> DiskStore::Get(const BlockHash& hash) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!failed.ok()) return GetFailedLocked(hash, path, failed);
+  if (!failed.ok()) return GetFailedLocked(hash, path, failed, generation);
   auto it = files_.find(hash);
   if (it != files_.end()) {
     it->second.last_use = ++tick_;
     ++it->second.hits;
+    if (it->second.generation == generation) it->second.validated = true;
   }
   ++stats_.hits;
   stats_.bytes_read += static_cast<int64_t>(bytes->size());
@@ -296,26 +315,36 @@ Result<LoadedSnapshot> DiskStore::Get(const BlockHash& hash) {
   LoadedSnapshot loaded;
   loaded.bytes = std::move(bytes).value();  // the buffer moves: the views stay valid
   loaded.snapshot = std::move(*snapshot);
+  loaded.generation = generation;
   return loaded;
 }
 
-Status DiskStore::GetFailedLocked(const BlockHash& hash, const fs::path& path, Status failed) {
+Status DiskStore::GetFailedLocked(const BlockHash& hash, const fs::path& path, Status failed,
+                                  uint64_t generation) {
   ++stats_.misses;
-  if (failed.code() == StatusCode::kIoError) return failed;  // the file may be fine
-  if (failed.code() != StatusCode::kNotFound) {              // invalid: never serve it again
+  auto it = files_.find(hash);
+  const bool same_file = it != files_.end() && it->second.generation == generation;
+  if (failed.code() == StatusCode::kIoError) {  // the bytes may be fine: keep, but rewrite
+    if (same_file) it->second.validated = false;
+    return failed.WithContext(path.string());
+  }
+  if (failed.code() != StatusCode::kNotFound) {  // invalid: never serve it again
+    failed = InvalidData("{}", failed.message());
+    if (!same_file) return failed.WithContext(path.string());  // replaced while read
     ++stats_.corrupt_files;
     Log(fmt::format("discarded '{}': {}", path.string(), failed.message()));
     std::error_code ec;
     fs::remove(path, ec);
-    failed = InvalidData("{}", failed.message());
   }
-  RemoveEntryLocked(hash);
+  if (same_file) RemoveEntryLocked(hash);
   return failed.WithContext(path.string());
 }
 
-void DiskStore::Discard(const BlockHash& hash, const std::string& why) {
+void DiskStore::Discard(const BlockHash& hash, const std::string& why, uint64_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!files_.contains(hash)) return;
+  auto it = files_.find(hash);
+  if (it == files_.end()) return;
+  if (generation != kAnyGeneration && it->second.generation != generation) return;
   const fs::path path = PathOf(hash);
   ++stats_.corrupt_files;
   Log(fmt::format("discarded '{}': {}", path.string(), why));

@@ -3,12 +3,23 @@
 //
 // Folder layout:
 //   <dir>/<layout fingerprint hex>/<block hash hex>.snap     (snapshot_file.h format)
+// Both folders are private (private_folder.h): `dir` must be the server user's own, the
+// layout subfolder is created 0700 (tightened to 0700 when an older build made it wider),
+// and every file is created 0600 (atomic_file.h).
 // Files of another model, split, page geometry or KV type live in another subfolder and
 // are never opened. Inside our subfolder, Open scans every file: a valid header whose
 // layout and hash match the name is indexed (size, mtime, parent); a corrupt .snap file
 // and a temp file left by a crash are ours, so they are logged and deleted; a file that
-// cannot be read and anything else is logged and left alone. A file's payload is validated in full
-// on every Get; a file that fails is deleted with one log line and the request proceeds cold.
+// cannot be read and anything else is logged and left alone. A file's payload is validated
+// in full on every Get; a file that fails is deleted with one log line and the request
+// proceeds cold.
+//
+// Healing: a scan reads headers only, so a file indexed at Open may be corrupt past its
+// header until a Get reads it. A caller that computed a block again (a chain's load stops
+// at its first bad file, so the blocks after it were never read) writes it again: Put
+// replaces a stored file that this process has not validated (read in full by a Get, or
+// written itself), and one whose read failed with an I/O error. NeedsWrite tells the caller
+// whether a block is worth exporting for that.
 //
 // Eviction keeps the subfolder under the byte budget. Like PrefixIndex, only leaves are
 // evicted (a file whose child block is also on disk stays: a chain is read from its head,
@@ -20,9 +31,10 @@
 //
 // Writes are write-behind: Put queues the bytes and returns at once; a thread writes them
 // (temp file + fsync + rename, atomic_file.h). The queue is bounded in entries and bytes;
-// a Put that does not fit is dropped and counted, never waits. A failed write is counted
-// and logged; after a full disk (ENOSPC, EDQUOT) writes are skipped for kDiskFullBackoff,
-// and reads are served throughout.
+// a Put that does not fit is dropped and counted, never waits. A failed write of any kind
+// (a full disk, EIO, EACCES, EROFS, ...) is counted, and writes are skipped for
+// options.write_failure_backoff (10 s by default): writes queued meanwhile are dropped
+// without an attempt, so one line is logged per backoff; reads are served throughout.
 //
 // Goals: never block the request path on disk writes; never serve bytes that fail
 // validation; counters for /metrics. Non-goals: sharing one budget across layout
@@ -43,6 +55,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -69,6 +82,10 @@ struct DiskStoreOptions {
   uint64_t max_file_bytes = uint64_t{1} << 30;
   // Where log lines go; stderr ("kv-cache: ...") when empty.
   std::function<void(const std::string&)> log;
+  // Writes are skipped for this long after one fails: one failed write tells us more would
+  // fail (a full disk, a folder gone read-only or a failing device), and retrying each costs
+  // a temp file create and delete and a log line.
+  std::chrono::milliseconds write_failure_backoff{std::chrono::seconds(10)};
 };
 
 struct DiskStoreStats {
@@ -90,6 +107,7 @@ struct DiskStoreStats {
 struct LoadedSnapshot {
   std::vector<uint8_t> bytes;
   Snapshot snapshot;
+  uint64_t generation = 0;  // of the file read (Discard)
   LoadedSnapshot() = default;
   LoadedSnapshot(LoadedSnapshot&&) = default;
   LoadedSnapshot& operator=(LoadedSnapshot&&) = default;
@@ -105,27 +123,34 @@ class DiskStore {
   static constexpr uint64_t kTicksPerHit = 32;
   static constexpr uint64_t kMaxHitCredit = 16;
 
-  // Checks the folder (NotFound when missing, InvalidArgument when not a folder, IoError
-  // when not writable), creates the layout subfolder, scans it and starts the writer.
+  // Checks the folder (NotFound when missing, InvalidArgument when not a folder or another
+  // user's, IoError when not writable), creates the layout subfolder, scans it and starts
+  // the writer.
   static Result<std::unique_ptr<DiskStore>> Open(DiskStoreOptions options);
   ~DiskStore();
   DiskStore(const DiskStore&) = delete;
   DiskStore& operator=(const DiskStore&) = delete;
 
   // Queues `snapshot` (EncodeSnapshot bytes for `hash` under this layout) for writing.
-  // Returns false when it was dropped: queue full, larger than the budget, disk full
-  // recently, or not a snapshot of `hash` under this layout (logged). A block already stored or
-  // queued is not written again (true).
+  // Returns false when it was dropped: queue full, larger than the budget, a write failed
+  // recently, or not a snapshot of `hash` under this layout (logged). A block queued, or
+  // stored and validated, is not written again (true); a stored one not validated is
+  // replaced (see "Healing").
   bool Put(const BlockHash& hash, std::vector<uint8_t> snapshot);
+  // Whether a Put of `hash` would write: not stored, or stored but not validated.
+  bool NeedsWrite(const BlockHash& hash) const;
 
   // The validated snapshot, NotFound when not stored, InvalidData when the file failed
-  // validation (it is deleted), IoError when it could not be read.
+  // validation (it is deleted), IoError when it could not be read (it is kept, and replaced
+  // by the next write of its block).
   Result<LoadedSnapshot> Get(const BlockHash& hash);
 
   // Deletes a stored block whose file passed Get's validation but that the caller cannot use
   // (a section its pipeline needs is missing or of the wrong shape): logged with `why`,
-  // counted as corrupt, never offered again. Nothing happens when it is not stored.
-  void Discard(const BlockHash& hash, const std::string& why);
+  // counted as corrupt, never offered again. Nothing happens when it is not stored, or when
+  // `generation` (LoadedSnapshot::generation) is given and the file was replaced since.
+  static constexpr uint64_t kAnyGeneration = 0;
+  void Discard(const BlockHash& hash, const std::string& why, uint64_t generation = kAnyGeneration);
 
   bool Contains(const BlockHash& hash) const;
   // Blocks until every queued write is done (tests, shutdown).
@@ -133,9 +158,6 @@ class DiskStore {
   DiskStoreStats stats() const;
   // <dir>/<layout hex>: where the files are.
   const std::filesystem::path& folder() const { return folder_; }
-
-  // Writes are skipped for this long after a disk-full error.
-  static constexpr std::chrono::seconds kDiskFullBackoff{10};
 
   // Test hook: while paused the writer takes nothing from the queue (Flush would wait).
   void PauseWriterForTest(bool paused);
@@ -146,6 +168,9 @@ class DiskStore {
     BlockHash parent;
     uint64_t last_use = 0;
     uint64_t hits = 0;
+    // Read in full and valid, or written by this process; a scanned file is not until read.
+    bool validated = false;
+    uint64_t generation = 0;  // a new one per file added: a replaced file is another file
   };
   struct PendingWrite {
     BlockHash hash;
@@ -163,12 +188,16 @@ class DiskStore {
   // Callers hold mu_.
   void AddEntryLocked(const BlockHash& hash, FileEntry entry);
   void RemoveEntryLocked(const BlockHash& hash);  // and unlinks it from its parent
-  // Evicts leaves (never `keep`) and deletes their files until `incoming` more bytes fit
-  // the budget.
-  void MakeRoomLocked(uint64_t incoming, const BlockHash& keep);
+  // Evicts leaves (never those in `keep`) and deletes their files until `incoming` more
+  // bytes fit the budget.
+  void MakeRoomLocked(uint64_t incoming, std::span<const BlockHash> keep);
   uint64_t ValueLocked(const FileEntry& entry) const;
-  // Counts a miss; an invalid file is logged, deleted and forgotten. Returns the error.
-  Status GetFailedLocked(const BlockHash& hash, const std::filesystem::path& path, Status failed);
+  bool NeedsWriteLocked(const BlockHash& hash) const;
+  // Counts a miss; an invalid file is logged, deleted and forgotten unless the file was
+  // replaced since the read (`generation`); an unreadable one is kept for a rewrite.
+  // Returns the error.
+  Status GetFailedLocked(const BlockHash& hash, const std::filesystem::path& path, Status failed,
+                         uint64_t generation);
 
   const DiskStoreOptions options_;
   const std::filesystem::path folder_;
@@ -186,10 +215,10 @@ class DiskStore {
   int in_flight_ = 0;
   bool paused_ = false;
   bool stop_ = false;
-  // After a disk-full error Put drops writes until then: one failed write tells us more
-  // will fail, and retrying each costs a temp file create and delete.
-  std::chrono::steady_clock::time_point disk_full_until_{};
+  // After a failed write, writes are dropped until then (options.write_failure_backoff).
+  std::chrono::steady_clock::time_point write_backoff_until_{};
   uint64_t tick_ = 0;
+  uint64_t generations_ = 0;
   DiskStoreStats stats_;
   std::thread writer_;
 };

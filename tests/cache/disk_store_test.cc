@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cache/atomic_file.h"
+#include "cache/file_mode.h"
 #include "cache/snapshot_layout.h"
 #include "cache/snapshot_test_util.h"
 #include "cache/temp_dir.h"
@@ -25,6 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing_util::EncodeBlock;
+using testing_util::GiveToOtherUser;
+using testing_util::ModeOf;
+using testing_util::ScopedUmask;
 using testing_util::SmallLayout;
 using testing_util::TempDir;
 
@@ -322,34 +327,144 @@ TEST_F(DiskStoreTest, QueuedWritesAreFinishedAtShutdown) {
   EXPECT_EQ(store->stats().files, 5);
 }
 
-TEST_F(DiskStoreTest, AFailedWriteIsCountedLoggedAndReadsGoOn) {
-  auto store = Open(Options());
+int LogLinesWith(const std::vector<std::string>& log, const std::string& text) {
+  int n = 0;
+  for (const std::string& line : log) n += line.find(text) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+// Any failed write (here EFBIG from a file size limit, not a full disk) starts a backoff:
+// the writes queued behind it are dropped without an attempt, one line is logged, reads go
+// on, and writes work again once the backoff is over.
+TEST_F(DiskStoreTest, AnyFailedWriteBacksOffWithOneLogLineAndReadsGoOn) {
+  DiskStoreOptions options = Options();
+  options.write_failure_backoff = std::chrono::milliseconds(300);
+  auto store = Open(options);
   ASSERT_TRUE(store);
   ASSERT_TRUE(store->Put(Hash(1), Block(1)));
   store->Flush();
-  // A file size limit below one snapshot makes the next write fail (EFBIG).
+  store->PauseWriterForTest(true);
+  for (uint64_t i = 2; i <= 4; ++i) ASSERT_TRUE(store->Put(Hash(i), Block(i)));
   std::signal(SIGXFSZ, SIG_IGN);
   rlimit old{};
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
   rlimit small = old;
   small.rlim_cur = file_bytes_ / 2;
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  const bool queued = store->Put(Hash(2), Block(2));
+  store->PauseWriterForTest(false);
   store->Flush();
   ::setrlimit(RLIMIT_FSIZE, &old);
-  EXPECT_TRUE(queued);
-  EXPECT_EQ(store->stats().write_errors, 1);
-  EXPECT_FALSE(store->Contains(Hash(2)));
+  DiskStoreStats s = store->stats();
+  EXPECT_EQ(s.write_errors, 1);
+  EXPECT_EQ(s.dropped_writes, 2);  // 3 and 4: not attempted
+  EXPECT_EQ(LogLinesWith(log_, "skipping writes"), 1) << ::testing::PrintToString(log_);
   EXPECT_TRUE(LogMentions(Hash(2).ToHex()));
+  EXPECT_FALSE(store->Put(Hash(5), Block(5)));  // still backing off
   int files_in_folder = 0;
   for (const auto& entry : fs::directory_iterator(store->folder())) {
     files_in_folder += entry.is_regular_file() ? 1 : 0;
   }
   EXPECT_EQ(files_in_folder, 1);  // no temp file left behind
   EXPECT_TRUE(store->Get(Hash(1)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
   ASSERT_TRUE(store->Put(Hash(2), Block(2)));  // and writes work again
   store->Flush();
   EXPECT_TRUE(store->Contains(Hash(2)));
+  EXPECT_EQ(store->stats().write_errors, 1);
+}
+
+// A failure that is neither a full disk nor a size limit: the file's name is taken by a
+// folder, so the rename fails (EISDIR). The same backoff; the other blocks are served.
+TEST_F(DiskStoreTest, AFailedRenameBacksOffToo) {
+  DiskStoreOptions options = Options();
+  options.write_failure_backoff = std::chrono::seconds(60);
+  auto store = Open(options);
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+  store->Flush();
+  fs::create_directory(store->folder() / (Hash(2).ToHex() + ".snap"));
+  ASSERT_TRUE(store->Put(Hash(2), Block(2)));
+  store->Flush();
+  EXPECT_EQ(store->stats().write_errors, 1);
+  EXPECT_EQ(LogLinesWith(log_, "skipping writes for 60.0 s, serving reads"), 1)
+      << ::testing::PrintToString(log_);
+  EXPECT_FALSE(store->Put(Hash(3), Block(3)));
+  EXPECT_TRUE(store->Get(Hash(1)).ok());
+}
+
+// A scan reads headers only: a file indexed at Open is replaced by the next write of its
+// block until a Get has read it in full; a validated file is not written again.
+TEST_F(DiskStoreTest, AFileNotYetValidatedIsReplacedByTheNextWriteOfItsBlock) {
+  fs::path path;
+  {
+    auto store = Open(Options());
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+    ASSERT_TRUE(store->Put(Hash(2), Block(2, 1)));
+    store->Flush();
+    EXPECT_FALSE(store->NeedsWrite(Hash(1)));  // written by this process
+    path = store->folder() / (Hash(2).ToHex() + ".snap");
+  }
+  std::vector<uint8_t> bad = Block(2, 1);
+  bad[bad.size() / 2] ^= 0x5a;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bad.data()), std::streamsize(bad.size()));
+  }
+  auto store = Open(Options());
+  ASSERT_TRUE(store);
+  EXPECT_TRUE(store->Contains(Hash(2)));
+  EXPECT_TRUE(store->NeedsWrite(Hash(2)));
+  EXPECT_TRUE(store->NeedsWrite(Hash(3)));
+  ASSERT_TRUE(store->Put(Hash(2), Block(2, 1)));
+  store->Flush();
+  EXPECT_FALSE(store->NeedsWrite(Hash(2)));
+  auto got = store->Get(Hash(2));
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(got->bytes, Block(2, 1));
+  DiskStoreStats s = store->stats();
+  EXPECT_EQ(s.files, 2);
+  EXPECT_EQ(s.bytes_on_disk, static_cast<int64_t>(2 * file_bytes_));  // replaced, not added
+  EXPECT_EQ(s.corrupt_files, 0);
+  // Block 1, read in full, is not written again.
+  ASSERT_TRUE(store->Get(Hash(1)).ok());
+  EXPECT_FALSE(store->NeedsWrite(Hash(1)));
+  ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+  store->Flush();
+  EXPECT_EQ(store->stats().files_written, s.files_written);
+}
+
+// The layout subfolder is created 0700 (an older, wider one is tightened) and every file
+// in it 0600; a cache folder or layout subfolder of another user is refused at Open.
+TEST_F(DiskStoreTest, FoldersArePrivateAndAnotherUsersIsRefused) {
+  {
+    ScopedUmask open_umask(0);
+    auto store = Open(Options());
+    ASSERT_TRUE(store);
+    EXPECT_EQ(ModeOf(store->folder()), 0700u);
+    ASSERT_TRUE(store->Put(Hash(1), Block(1)));
+    store->Flush();
+    EXPECT_EQ(ModeOf(store->folder() / (Hash(1).ToHex() + ".snap")), 0600u);
+    ::chmod(store->folder().c_str(), 0755);
+  }
+  auto reopened = Open(Options());
+  ASSERT_TRUE(reopened);
+  EXPECT_EQ(ModeOf(reopened->folder()), 0700u);
+  const fs::path layout_folder = reopened->folder();
+  reopened.reset();
+  if (!GiveToOtherUser(layout_folder)) GTEST_SKIP() << "needs root to give a folder away";
+  for (const fs::path& theirs : {layout_folder, dir_.path()}) {
+    SCOPED_TRACE(theirs);
+    if (theirs == dir_.path()) {
+      ASSERT_TRUE(GiveToOtherUser(theirs));
+    }
+    auto refused = DiskStore::Open(Options());
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("'" + theirs.string() + "' is owned by uid 65534"),
+              std::string::npos)
+        << refused.status().message();
+  }
 }
 
 TEST_F(DiskStoreTest, ConcurrentPutsAndGetsStayConsistentUnderTheBudget) {
