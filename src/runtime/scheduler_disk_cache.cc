@@ -69,7 +69,7 @@ void SchedulerDiskCache::Log(const std::string& line) const {
 }
 
 void SchedulerDiskCache::Persist(const BlockHash& hash, const BlockHash& parent, PageId page) {
-  if (store_->Contains(hash)) return;
+  if (!store_->NeedsWrite(hash)) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const bool queued = std::any_of(queue_.begin(), queue_.end(),
@@ -204,7 +204,7 @@ Status SchedulerDiskCache::LoadChecked(const BlockHash& hash, PageId page) {
                             section.bytes.size(), page_bytes_[s]);
     }
     if (!checked.ok()) {
-      store_->Discard(hash, checked.message());
+      store_->Discard(hash, checked.message(), loaded.generation);
       return checked;
     }
     src[s] = section.bytes.data();
@@ -212,7 +212,7 @@ Status SchedulerDiskCache::LoadChecked(const BlockHash& hash, PageId page) {
   for (int s = 0; s < n_stages; ++s) {
     if (src[s] == nullptr) {
       Status missing = InvalidData("the file has no kv_page section for stage {}", s);
-      store_->Discard(hash, missing.message());
+      store_->Discard(hash, missing.message(), loaded.generation);
       return missing;
     }
   }

@@ -1,16 +1,21 @@
-// SchedulerDiskCache: the disk tier of the Scheduler's prefix cache (issue 5 "Disk") — full
+// SchedulerDiskCache: the disk tier of the Scheduler's prefix cache — full
 // KV pages persisted under `--kv-cache-dir` as they are published, and loaded back into
 // fresh pages when a prompt's chain continues past what memory holds, so a restarted
 // server answers a long conversation's next turn without recomputing it.
 //
 // Persist path (write-behind, off the engine thread):
 //   Persist(hash, parent, page) runs on the engine thread when a page is published into the
-//   memory index. It retains the page (PageAllocator::Retain: the page can be neither
-//   evicted nor reused while the reference is held) and queues it. A persister thread
-//   exports the page from every stage (Pipeline::ExportPages: a memcpy for local stages, a
-//   transfer through the daemon for remote ones), encodes one snapshot with one kv_page
-//   section per stage and hands it to DiskStore::Put, then waits until the store's writer
-//   has written it (one file at a time: a slow disk backs up into this queue, not the
+//   memory index, for a block the store does not hold, or holds in a file this process has
+//   not validated (DiskStore::NeedsWrite). That second case heals a chain: its load stops
+//   at the first file that fails validation, so the files after it are never read, and a
+//   corrupt one among them would stay until a later restart's load reached it (one bad
+//   file healed per restart). The request recomputes every block from the failed one on,
+//   so each is written again, replacing whatever its file held. It retains the page
+//   (PageAllocator::Retain: the page can be neither evicted nor reused while the reference is held)
+//   and queues it. A persister thread exports the page from every stage (Pipeline::ExportPages: a
+//   memcpy for local stages, a transfer through the daemon for remote ones), encodes one snapshot
+//   with one kv_page section per stage and hands it to DiskStore::Put, then waits until the store's
+//   writer has written it (one file at a time: a slow disk backs up into this queue, not the
 //   store's, whose overflow would drop blocks from the middle of chains).
 //   The exported page goes on a done list; the engine thread releases the reference
 //   (ReleaseExported: PageAllocator is engine-thread only). At most kMaxPendingExports
@@ -21,7 +26,10 @@
 //   Load(hash, page) reads and validates the block's file (DiskStore::Get checks every
 //   checksum), checks every stage's kv_page section (CheckKvPageSection and its size) and
 //   imports them into `page` of every stage (Pipeline::ImportPages). All stages or nothing:
-//   a missing section or a failed import is an error and the caller frees the page. The
+//   a missing section or a failed import is an error and the caller frees the page. A file
+//   that fails (DiskStore::Get's checks, or a stage's section missing or misshapen: the
+//   snapshot holds every stage's section, remote stages' included, so a file is whole or
+//   unusable) is deleted, and the block's recompute writes it whole again. The
 //   caller (SchedulerPrefixCache) runs a prompt's disk chain as a resumable task, at most
 //   kLoadPagesPerStep pages per engine step, so running streams keep decoding while a
 //   long prefix is read.
@@ -96,7 +104,8 @@ class SchedulerDiskCache {
   SchedulerDiskCache& operator=(const SchedulerDiskCache&) = delete;
 
   // Engine thread. Queues `page` (published under `hash`, child of `parent`) for export,
-  // unless the block is on disk or queued already, or the queue is full (dropped).
+  // unless the block is on disk in a validated file or queued already, or the queue is
+  // full (dropped).
   void Persist(const BlockHash& hash, const BlockHash& parent, PageId page);
   // Releases the references of pages the persister has exported.
   void ReleaseExported();

@@ -4,14 +4,17 @@
 // the tokens and logprobs of a cold scheduler. The same through a local + remote split, with
 // the shard daemon restarted too. A byte-flipped, truncated or foreign file, and a file
 // missing one stage's section, are discarded (counted, logged) and the prompt is computed,
-// with the cold output. A tiny budget evicts files and a tiny pool evicts pages waiting for
-// export; serving stays correct.
+// with the cold output; every damaged file of a chain is written again, whole, by the
+// request that recomputes it (not only the first, where the load stopped). A tiny budget evicts
+// files and a tiny pool evicts pages waiting for export; serving stays correct.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/snapshot_file.h"
@@ -293,20 +296,77 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
   ExpectSameOutput(*got, *want);
   EXPECT_EQ(restarted->Stats().kv_disk_corrupt_files, 1);
   EXPECT_NE(log.find("no kv_page section for stage 1"), std::string::npos) << log;
-  // The unusable file is deleted (the turn's own pages may write that block again, whole),
-  // not counted again on every request.
-  size_t one_section = 0;
-  for (const fs::path& path : SnapshotFiles(options.kv_cache_dir)) {
-    const std::vector<uint8_t> bytes = ReadBytes(path);
-    if (DecodeAsStored(bytes).sections.size() == 1) ++one_section;
-  }
-  EXPECT_EQ(one_section, files_before - 1);
+  // The unusable file is deleted, not counted again on every request.
   ::testing::internal::CaptureStderr();
   got = RunOne(*restarted, Request(Turn2(file), 12));
   log = ::testing::internal::GetCapturedStderr();
   ExpectSameOutput(*got, *want);
   EXPECT_EQ(restarted->Stats().kv_disk_corrupt_files, 1) << log;
   EXPECT_EQ(log.find("no kv_page section"), std::string::npos) << log;
+  // Turn 2 recomputed blocks 0-2 and wrote each whole: the block whose file failed, and the
+  // two after it, whose files were never read (their load had stopped). Only block 3, which
+  // turn 2 does not share, still has one section.
+  restarted.reset();  // writes what is queued
+  size_t one_section = 0;
+  for (const fs::path& path : SnapshotFiles(options.kv_cache_dir)) {
+    const std::vector<uint8_t> bytes = ReadBytes(path);
+    if (DecodeAsStored(bytes).sections.size() == 1) ++one_section;
+  }
+  EXPECT_EQ(files_before, 4u);
+  EXPECT_EQ(one_section, 1u);
+}
+
+// The files of one chain in chain order (each names its parent in its header).
+std::vector<fs::path> ChainOrder(const std::vector<fs::path>& files) {
+  std::unordered_map<BlockHash, std::pair<BlockHash, fs::path>> by_parent;  // → (hash, file)
+  for (const fs::path& path : files) {
+    Result<SnapshotHeader> header = DecodeSnapshotHeader(ReadBytes(path));
+    EXPECT_TRUE(header.ok()) << path << ": " << header.status().message();
+    if (header.ok()) by_parent[header->parent_hash] = {header->block_hash, path};
+  }
+  std::vector<fs::path> chain;
+  for (auto it = by_parent.find(kRootBlockHash); it != by_parent.end();
+       it = by_parent.find(it->second.first)) {
+    chain.push_back(it->second.second);
+  }
+  return chain;
+}
+
+// A chain's load stops at its first bad file, so the files after it are never read; the
+// request recomputes every block from there, and each is written again: one run heals every
+// corrupt file of the chain (not one per restart), and the next restart hits them all.
+TEST(DiskCacheSchedulerTest, EveryCorruptFileOfAChainIsRewrittenByTheRecompute) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const std::string file = kStories;
+  const fs::path dir = TempDir("heal");
+  PersistTurn1(file, Options(dir));
+  const std::vector<fs::path> chain = ChainOrder(SnapshotFiles(dir));
+  ASSERT_EQ(chain.size(), 4u);
+  std::vector<std::vector<uint8_t>> good;
+  for (const fs::path& path : chain) good.push_back(ReadBytes(path));
+  for (size_t i = 1; i < chain.size(); ++i) {
+    std::vector<uint8_t> bytes = good[i];
+    bytes[bytes.size() / 2] ^= 0x5a;  // inside a payload: only its checksum can tell
+    WriteBytes(chain[i], bytes);
+  }
+  {
+    ::testing::internal::CaptureStderr();
+    auto restarted = MakeScheduler(file, Options(dir));
+    ASSERT_TRUE(restarted);
+    auto got = RunOne(*restarted, Request(Turn1(file), 4));
+    EXPECT_EQ(got->finish.usage.cached_disk_tokens, kPageTokens);  // block 0, then block 1 fails
+    EXPECT_EQ(restarted->Stats().kv_disk_corrupt_files, 1);
+    restarted.reset();  // writes what is queued
+    (void)::testing::internal::GetCapturedStderr();
+  }
+  for (size_t i = 0; i < chain.size(); ++i) {
+    EXPECT_TRUE(ReadBytes(chain[i]) == good[i]) << "block " << i << " was not rewritten";
+  }
+  auto again = MakeScheduler(file, Options(dir));
+  ASSERT_TRUE(again);
+  auto got = RunOne(*again, Request(Turn1(file), 4));
+  EXPECT_EQ(got->finish.usage.cached_disk_tokens, 4 * kPageTokens);
+  EXPECT_EQ(again->Stats().kv_disk_corrupt_files, 0);
 }
 
 TEST(DiskCacheSchedulerTest, TinyBudgetAndTinyPoolEvictAndKeepServingCorrectly) {
