@@ -174,6 +174,7 @@ Status SlotFileWriter::WritePages(int n, std::span<const uint8_t* const> src_by_
     return InvalidArgument("pages [{}, {}) of a sequence of {}", pages_done_, pages_done_ + n,
                            geometry_.n_pages);
   }
+  if (n == 0) return Status::Ok();
   for (size_t s = 0; s < src_by_stage.size(); ++s) {
     const uint64_t page = geometry_.page_bytes[s];
     const std::span<const uint8_t> bytes(src_by_stage[s], size_t(page * uint64_t(n)));
@@ -208,7 +209,7 @@ SlotFileReader::SlotFileReader(SlotFileGeometry geometry, ReadAt read_at)
 Result<SlotFileReader> SlotFileReader::Open(const SnapshotLayout& layout, uint64_t file_bytes,
                                             ReadAt read_at, int max_tokens) {
   std::vector<uint8_t> head(std::min<uint64_t>(file_bytes, kSnapshotHeaderBytes));
-  SHARDLM_TRY(read_at(0, head));
+  if (!head.empty()) SHARDLM_TRY(read_at(0, head));
   SHARDLM_ASSIGN_OR_RETURN(SnapshotHeader header, DecodeSnapshotHeader(head));
   if (header.kind != SnapshotFileKind::kSlot) {
     return InvalidData("a {}, not a {}", SnapshotFileKindName(header.kind),
@@ -276,6 +277,7 @@ Status SlotFileReader::ReadPages(int n, std::span<uint8_t* const> dst_by_stage) 
     return InvalidArgument("pages [{}, {}) of a sequence of {}", pages_done_, pages_done_ + n,
                            geometry_.n_pages);
   }
+  if (n == 0) return Status::Ok();
   for (size_t s = 0; s < dst_by_stage.size(); ++s) {
     const uint64_t page = geometry_.page_bytes[s];
     const std::span<uint8_t> bytes(dst_by_stage[s], size_t(page * uint64_t(n)));
@@ -297,6 +299,7 @@ Status SlotFileReader::Finish() {
     }
     const uint64_t length = geometry_.page_bytes[s] * uint64_t(geometry_.n_pages);
     std::vector<uint8_t> padding(PaddedPayloadBytes(length) - length);
+    if (padding.empty()) continue;
     SHARDLM_TRY(read_at_(geometry_.payload_offset[1 + s] + length, padding));
     SHARDLM_TRY(CheckZeroPadding(padding, 1 + s));
   }
@@ -321,7 +324,7 @@ Result<std::vector<uint8_t>> EncodeSlotFile(const SnapshotLayout& layout,
   std::vector<uint8_t> out(sized->file_bytes, 0);
   auto write_at = [&out](uint64_t offset, std::span<const uint8_t> bytes) {
     if (offset + bytes.size() > out.size()) return InvalidArgument("write past the file's end");
-    std::memcpy(out.data() + offset, bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(out.data() + offset, bytes.data(), bytes.size());
     return Status::Ok();
   };
   SHARDLM_ASSIGN_OR_RETURN(SlotFileWriter writer, SlotFileWriter::Start(layout, tokens, write_at));
@@ -344,7 +347,7 @@ Result<SlotImage> DecodeSlotFile(std::span<const uint8_t> file, const SnapshotLa
     if (offset > file.size() || dst.size() > file.size() - offset) {
       return InvalidData("truncated: {} bytes", file.size());
     }
-    std::memcpy(dst.data(), file.data() + offset, dst.size());
+    if (!dst.empty()) std::memcpy(dst.data(), file.data() + offset, dst.size());
     return Status::Ok();
   };
   SHARDLM_ASSIGN_OR_RETURN(

@@ -70,8 +70,7 @@ struct SlotFileGeometry {
 // InvalidData when n_tokens is out of range or the sizes overflow.
 Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_tokens);
 
-// The exact size of the file of a sequence of n_tokens (>= 1) under `layout` (a bound for
-// reads).
+// The exact size of the file of a sequence of n_tokens (>= 1) under `layout`.
 uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens);
 
 struct Xxh3StateFree {

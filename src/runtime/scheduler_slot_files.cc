@@ -13,6 +13,7 @@
 // Non-goals: folders (the caller confines names and creates the folder privately:
 // server/slot_api.cc); several processes sharing a slot folder (each counts the budget
 // alone).
+#include <algorithm>
 #include <filesystem>
 #include <future>
 #include <memory>

@@ -120,6 +120,8 @@ fs::path TempFileIn(const fs::path& dir) {
 }
 
 // Every file is 0600 from its creation: the temp file while it is written, then the file.
+// (A whole-file write's result is its temp file renamed, the same inode and mode: nothing
+// chmods it in between.)
 TEST(AtomicFile, FilesAndTempFilesAre0600WhateverTheUmask) {
   TempDir dir;
   ScopedUmask open_umask(0);
