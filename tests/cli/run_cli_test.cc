@@ -67,15 +67,7 @@ ProcessResult RunShardlm(const std::vector<std::string>& args) {
   return result;
 }
 
-std::vector<json> Entries() {
-  const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
-  std::vector<json> entries;
-  for (const json& entry : golden["entries"]) {
-    const std::string arch = entry["arch"];
-    if (arch == "llama" || arch == "qwen3") entries.push_back(entry);
-  }
-  return entries;
-}
+std::vector<json> Entries() { return testing::RunnableGoldenEntries(); }
 
 // Steps whose ids the printed text depends on: through the first EOG, or all 32.
 int StepsNeeded(const json& entry) {

@@ -23,14 +23,10 @@ const json& Golden() {
   return golden;
 }
 
-// Ids of the golden entries this engine covers (arch llama or qwen3).
+// Ids of the golden entries this engine covers (RunnableGoldenEntries).
 std::vector<std::string> CoveredEntries() {
   std::vector<std::string> ids;
-  if (FixturesDir().empty()) return ids;
-  for (const json& e : Golden()["entries"]) {
-    const std::string arch = e["arch"];
-    if (arch == "llama" || arch == "qwen3") ids.push_back(e["id"]);
-  }
+  for (const json& e : RunnableGoldenEntries()) ids.push_back(e["id"]);
   return ids;
 }
 

@@ -54,15 +54,7 @@ SamplingParams Greedy() {
   return params;
 }
 
-std::vector<json> GoldenEntries() {
-  std::vector<json> entries;
-  const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
-  for (const json& entry : golden["entries"]) {
-    const std::string arch = entry["arch"];
-    if (arch == "llama" || arch == "qwen3") entries.push_back(entry);
-  }
-  return entries;
-}
+std::vector<json> GoldenEntries() { return testing::RunnableGoldenEntries(); }
 
 TEST(GeneratorTest, GreedyMatchesGoldenOverSafePrefix) {
   SHARDLM_REQUIRE_FIXTURES();
