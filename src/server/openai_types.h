@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "runtime/stop_matcher.h"
 
 namespace shardlm::server {
 
@@ -35,9 +36,8 @@ inline constexpr int kMaxJsonDepth = 64;
 // JSON values in one request, body and tool-call arguments together (json_limits.h): room
 // for a prompt of a million token ids, while a body of tiny values cannot cost gigabytes.
 inline constexpr size_t kMaxJsonValues = size_t{1} << 20;
-// The longest stop string a request may give: matching is linear in the text whatever the
-// stop strings are, but each is held and compared as the text grows.
-inline constexpr size_t kMaxStopStringBytes = 1024;
+// The longest stop string a request may give: what the stop matcher takes.
+inline constexpr size_t kMaxStopStringBytes = StopMatcher::kMaxStopStringBytes;
 
 // What both endpoints share: how to sample, when to stop, what to report.
 struct GenerationOptions {
