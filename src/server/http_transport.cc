@@ -31,6 +31,8 @@ namespace {
 // The poller wakes at least this often to expire deadlines.
 constexpr int kMaxPollMs = 1000;
 constexpr int kListenBacklog = 512;
+// How long accepting pauses when the process is out of descriptors.
+constexpr std::chrono::milliseconds kAcceptPause{100};
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -109,6 +111,7 @@ struct HttpTransport::Impl {
 
   // Poller thread only: connections waiting for (the rest of) a head, or idle.
   std::vector<std::unique_ptr<Connection>> waiting;
+  SteadyClock::time_point accept_paused_until{};
 
   Impl(TransportOptions o, HttpService& s) : options(std::move(o)), service(s) {}
   ~Impl() {
@@ -173,7 +176,14 @@ void HttpTransport::Impl::Accept() {
     socklen_t len = sizeof(addr);
     int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN: all taken; other errors (EMFILE, ECONNABORTED): next round
+    if (fd < 0) {
+      // Out of descriptors: the listening socket stays readable, so polling it again at
+      // once would spin. Leave the pending connections in the backlog for a moment.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        accept_paused_until = SteadyClock::now() + kAcceptPause;
+      }
+      return;  // EAGAIN: all taken; ECONNABORTED and the like: next round
+    }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto conn = std::make_unique<Connection>();
@@ -226,6 +236,10 @@ void HttpTransport::Impl::TakeReturned() {
 int HttpTransport::Impl::NextTimeoutMs() const {
   const auto now = SteadyClock::now();
   long long ms = kMaxPollMs;
+  if (accept_paused_until > now) {
+    ms = std::chrono::duration_cast<std::chrono::milliseconds>(accept_paused_until - now).count() +
+         1;
+  }
   for (const auto& conn : waiting) {
     ms = std::min<long long>(
         ms,
@@ -254,7 +268,8 @@ void HttpTransport::Impl::PollLoop() {
   std::vector<pollfd> fds;
   while (!stop.load()) {
     TakeReturned();
-    fds.assign({{listen_fd, POLLIN, 0}, {wake_read, POLLIN, 0}});
+    const bool accepting = SteadyClock::now() >= accept_paused_until;
+    fds.assign({{accepting ? listen_fd : -1, POLLIN, 0}, {wake_read, POLLIN, 0}});
     for (const auto& conn : waiting) fds.push_back({conn->fd, POLLIN | POLLRDHUP, 0});
     const int n = ::poll(fds.data(), fds.size(), NextTimeoutMs());
     if (n < 0 && errno != EINTR) break;
