@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prefix-cache benchmark (issue 5) on a random-weight Qwen3-0.6B-shaped Q4_K_M model
+# Prefix-cache benchmark on a random-weight Qwen3-0.6B-shaped Q4_K_M model
 # (written by `shardlm gguf synth` when missing):
 #
 # 1. Time to first token of a long prompt (default 16384 tokens, sent as token ids through

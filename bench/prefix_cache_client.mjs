@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Client of bench/prefix_cache_bench.sh (issue 5): time to first token of one long prompt
+// Client of bench/prefix_cache_bench.sh: time to first token of one long prompt
 // sent as token ids, and the summary of a run's JSON lines against the prefix-cache goals.
 //
 //   node bench/prefix_cache_client.mjs ttft --url http://127.0.0.1:PORT --case cold

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layer-split benchmark (issue 4): decode and prefill throughput of one model unsplit, as 2
+# Layer-split benchmark: decode and prefill throughput of one model unsplit, as 2
 # local stages (cpu:0 + cpu:1, layers 1:1) and as a local stage + a remote stage (cpu:0 + a
 # `shardlm shard` daemon pinned to core 1), at 1 stream (`shardlm bench`, llama-bench's
 # method) and at 1 and 4 concurrent streams (`shardlm serve` under bench/load_gen.mjs, via

@@ -1,4 +1,4 @@
-// BlockHash: the content address of one full KV page — DESIGN.md "block hash".
+// BlockHash: the content address of one full KV page, the key of the prefix cache.
 //
 //   h(0) = xxh3_128(Z       ‖ tokens of block 0 ‖ model fingerprint)
 //   h(i) = xxh3_128(h(i-1)  ‖ tokens of block i ‖ model fingerprint)

@@ -5,7 +5,7 @@
 // kMaxUserFilenameBytes, any '/' or '\' (so no absolute path and no subfolder), a name
 // that starts with '.' (".", "..", hidden files and the cache's own temp files), and
 // control characters (bytes < 0x20 and 0x7f). Anything else is used as is.
-// Goals: no path a client sends can name a file outside `folder` (DESIGN.md "Security").
+// Goals: no path a client sends can name a file outside `folder` (README "Security").
 // Non-goals: checking that the file exists, symlinks planted inside the folder by someone
 // with write access to it (they already own the folder).
 // Thread safety: pure function.

@@ -1,5 +1,5 @@
 // PrefixIndex: the in-memory prefix cache — block hash → the full page that holds that
-// block's KV in every stage (DESIGN.md "block hash", issue 5 "Memory").
+// block's KV in every stage (block_hash.h).
 //
 // References (who retains what), for one page P cached under hash H:
 //   - Publish(H, parent, P): the caller holds P (refcount ≥ 1) and keeps its own

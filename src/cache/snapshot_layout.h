@@ -3,7 +3,7 @@
 // 128-bit layout fingerprint that names it in every snapshot file and cache folder.
 //
 // Goals: one fingerprint that changes whenever any of those inputs changes, so a file
-// written for another model, split, page size or KV type is never used (issue 5 "Disk");
+// written for another model, split, page size or KV type is never used;
 // one helper that describes a stage's KV page as a snapshot section.
 // Non-goals: describing recurrent state or logits geometry (the model does, later).
 //

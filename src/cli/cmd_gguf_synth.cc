@@ -1,5 +1,5 @@
 // `shardlm gguf synth`: writes a random-weight model of a given architecture, shape and quant
-// type, for tests and benchmarks without downloads (DESIGN.md). The model logic lives in
+// type, for tests and benchmarks without downloads. The model logic lives in
 // synth_model.{h,cc}; this file declares the flags and reports progress.
 //
 // Goals: a preset plus per-dimension overrides; progress on stderr for big models; the file

@@ -1,4 +1,4 @@
-// `--kv-type`, shared by serve, run and bench so the flag is declared once (STYLE rule 45).
+// `--kv-type`, shared by serve, run and bench so the flag is declared once.
 //
 // Goals: one name, one help text, one parse error for the KV element type. Each command keeps
 // its own default: serve stores F16 (half the memory and half the bytes attention reads per

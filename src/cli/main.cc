@@ -1,4 +1,4 @@
-// `shardlm`: one binary, one subcommand per job (DESIGN.md). Logs go to stderr; stdout
+// `shardlm`: one binary, one subcommand per job. Logs go to stderr; stdout
 // carries only what the subcommand produces (generated text, token ids, JSON).
 #include <cstdio>
 

@@ -5,7 +5,7 @@
 // data. So a re-quantized file or one with other weights but the same header differs, while
 // only ~8 KiB per tensor is read.
 // Goals: stable across runs, machines and versions of shardlm (it keys the persistent prefix
-// cache: DESIGN.md "block hash"). Non-goals: detecting a change in the middle of a large
+// cache: cache/block_hash.h). Non-goals: detecting a change in the middle of a large
 // tensor (use a checksum of the whole file for that), cryptographic strength.
 #pragma once
 

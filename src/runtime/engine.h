@@ -1,7 +1,7 @@
 // Engine: what the server asks of the inference core. One request in, a stream of token
 // events and one finish event out. The real engine (scheduler.h) batches many requests
 // into each forward pass; tests of the HTTP layer use a mock that implements the same
-// interface with no model (STYLE rule 44).
+// interface with no model.
 //
 // Goals: a small, typed boundary between server/ and runtime/: the server parses OpenAI
 // JSON into an EngineRequest, the engine never sees JSON or HTTP.

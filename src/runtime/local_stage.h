@@ -1,5 +1,5 @@
-// LocalStage: a stage computed in this process, on a set of CPU cores (DESIGN.md "stage",
-// "device"; the Stage interface is stage.h).
+// LocalStage: a stage computed in this process, on a set of CPU cores (its
+// device; the Stage interface is stage.h).
 //
 // Two ways to make one:
 //  - Load: from a GgufFile and a layer range. The stage binds its own tensors and pages in

@@ -1,5 +1,5 @@
 // Pipeline: the ordered stages of one model and the batches flowing through them
-// (DESIGN.md "pipeline") — what the scheduler, `run` and `bench` compute with.
+// — what the scheduler, `run` and `bench` compute with.
 //
 // A batch enters stage 0 and flows 0 → 1 → … → N-1, each stage on its own worker thread
 // with a FIFO queue, so with several batches in flight the stages work on different

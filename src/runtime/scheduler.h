@@ -3,7 +3,7 @@
 //
 // Goals:
 //  - One engine thread owns every piece of engine state (slots, block tables, the
-//    pipeline); Submit and Cancel only enqueue typed instructions (STYLE rule 34).
+//    pipeline); Submit and Cancel only enqueue typed instructions.
 //  - Each step is an ordered list of actions, the first that does work ends it (rule 33):
 //    recover a lost stage; admit queued requests into free slots (FIFO); submit one batch
 //    to the pipeline while fewer than pipeline.depth() are in flight; else collect the
@@ -38,7 +38,7 @@
 //    kResourceExhausted. A save that would take the folder's slot files past
 //    options.slot_save_budget is refused (kQuotaExceeded). A failed batch or a lost stage
 //    drops every retained sequence and fails the transfers.
-//  - Prefix cache (options.prefix_cache, DESIGN.md "block hash"): admission maps the
+//  - Prefix cache (options.prefix_cache; pages keyed by block hash): admission maps the
 //    longest cached chain of the prompt's full blocks into the slot's block table and
 //    prefills only the rest (a wholly cached prompt recomputes its last token, copy-on-write,
 //    to get logits); usage.cached_tokens counts the skipped tokens. Once a batch's logits

@@ -1,5 +1,6 @@
-// SchedulerPrefixCache: the Scheduler's in-memory prefix cache (DESIGN.md "block hash") —
-// which KV pages of a slot are shared with earlier requests and which it offers to later ones.
+// SchedulerPrefixCache: the Scheduler's in-memory prefix cache (pages keyed by block hash:
+// cache/block_hash.h) — which KV pages of a slot are shared with earlier requests and which it
+// offers to later ones.
 //
 // Goals:
 //  - Admission: map the longest cached chain of the prompt's full blocks into the slot's

@@ -1,5 +1,5 @@
 // Stage: one contiguous layer range of a model and the device that computes it — the unit a
-// Pipeline chains (DESIGN.md "stage", "device", "pipeline").
+// Pipeline chains.
 //
 // A stage owns its weights (only its layers' bytes are touched), its KV page storage and
 // its compute (a pinned core set for a local stage; a `shardlm shard` daemon for a remote

@@ -1,6 +1,6 @@
 // Weight panels: Q4_K and Q6_K matrices repacked, 16 rows at a time, into the layout the
-// batched kernels want (DESIGN.md "Memory": weights are mmapped, never copied unless
-// repacked; this is the repack).
+// batched kernels want (weights are mmapped and never copied, unless repacked: this is the
+// repack).
 //
 // In a GGUF row block the 256 weights of one row are contiguous, so a kernel multiplies one
 // row by one token at a time and pays for unpacking, scales and a float epilogue per (row,

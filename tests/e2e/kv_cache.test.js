@@ -1,4 +1,4 @@
-// End-to-end tests of the prefix cache's disk tier (issue 5): `shardlm serve --kv-cache-dir`
+// End-to-end tests of the prefix cache's disk tier: `shardlm serve --kv-cache-dir`
 // driven by the official `openai` npm client.
 //
 // Goals: what a user sees: in a multi-turn chat each turn computes only the tokens past the

@@ -1,4 +1,4 @@
-// End-to-end tests of the /slots routes (issue 5): `shardlm serve --slot-save-path` driven
+// End-to-end tests of the /slots routes: `shardlm serve --slot-save-path` driven
 // by the official `openai` npm client for the chat and `fetch` for /slots.
 //
 // Goals: what a user sees: a chat turn, `POST /slots/0?action=save`, a restarted server,

@@ -1,4 +1,4 @@
-// End-to-end tests of layer splits (issue 4): `shardlm serve --devices ... --layer-split ...`
+// End-to-end tests of layer splits: `shardlm serve --devices ... --layer-split ...`
 // with local stages, with a stage in a `shardlm shard` daemon, and that daemon killed -9
 // mid-stream and restarted — driven by the official `openai` npm client.
 //

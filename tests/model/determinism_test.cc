@@ -1,4 +1,4 @@
-// Determinism contract tests (DESIGN.md): logits are bitwise identical whatever the thread
+// Determinism contract tests: logits are bitwise identical whatever the thread
 // count, the batch composition, the chunking of the prompt, decode vs prefill, the layer
 // split, and whether KV pages were shared (fork) or written fresh.
 #include <gtest/gtest.h>

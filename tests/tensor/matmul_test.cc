@@ -167,7 +167,7 @@ TEST(MatMulGated, EqualsTwoMatMulsThenCombine) {
 }
 
 // Slow reference: dequantized weights times float activations in double. The tolerance is
-// the type's activation-quantization error bound, scaled by Σ|w|·|x| (STYLE rule 46).
+// the type's activation-quantization error bound, scaled by Σ|w|·|x|.
 TEST(MatMul, MatchesSlowReference) {
   constexpr int64_t kCols = 768, kRows = 33, kTokens = 3;
   for (GgmlType type : kAllTypes) {

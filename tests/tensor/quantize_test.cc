@@ -1,6 +1,6 @@
-// Tests of the quantizers: weight quantize -> dequantize error ceilings per type (STYLE rule
-// 47), and the activation quantizers' exact llama.cpp x86 semantics (ties to even, id =
-// 127/amax, Q8_1's s from the unrounded d, Q8_K's signed-max scale and bsums).
+// Tests of the quantizers: weight quantize -> dequantize error ceilings per type, and the
+// activation quantizers' exact llama.cpp x86 semantics (ties to even, id = 127/amax, Q8_1's
+// s from the unrounded d, Q8_K's signed-max scale and bsums).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -2,7 +2,7 @@
 //  (1) with the activations as quantized (dequantized act blocks): only float accumulation
 //      differs, so the bound is a few float epsilons of Σ|w·a|;
 //  (2) with the original float activations: the bound adds the activation rounding, at
-//      most half a quantization step per element, Σ|w_k|·step_k/2 (STYLE rules 46-47).
+//      most half a quantization step per element, Σ|w_k|·step_k/2.
 // The worst ratio error/bound is printed per type.
 #include <gtest/gtest.h>
 
