@@ -245,6 +245,14 @@ void HttpServer::Impl::Respond(PreparedRequest prep, const char* id_prefix, Repl
                                  prep.prompt.size(), n_ctx),
                       prep.endpoint == Endpoint::kChat ? "messages" : "prompt");
   }
+  for (const auto& [id, bias] : prep.options.logit_bias) {
+    if (id >= engine.tokenizer().n_vocab()) {
+      return res.Status(InvalidArgument("logit_bias: token id {} is outside the vocabulary "
+                                        "(0 to {})",
+                                        id, engine.tokenizer().n_vocab() - 1),
+                        "logit_bias");
+    }
+  }
   if (!prep.options.seed_given) prep.options.sampling.seed = std::random_device{}();
   bool stream = prep.options.stream;
   ApiError error;

@@ -1,6 +1,7 @@
 // OpenAI request parsing (typed, validated) and response builders. See openai_types.h.
 #include "server/openai_types.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -125,6 +126,68 @@ Status ParseSampling(const Parser& p, GenerationOptions* o) {
   return Status::Ok();
 }
 
+// {"token id": bias}, at most kMaxLogitBias entries, each bias in [-100, 100].
+Status ParseLogitBias(const Parser& p, GenerationOptions* o) {
+  const Json* v = p.Find("logit_bias");
+  if (!v) return Status::Ok();
+  if (!v->is_object()) return p.Fail("logit_bias", "expected an object of token id → bias");
+  if (v->size() > kMaxLogitBias) {
+    return p.Fail("logit_bias", fmt::format("at most {} entries", kMaxLogitBias));
+  }
+  for (const auto& [key, bias] : v->items()) {
+    int32_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0) {
+      return p.Fail("logit_bias", fmt::format("'{}' is not a token id", key));
+    }
+    if (!bias.is_number() || !std::isfinite(bias.get<double>()) || bias.get<double>() < -100 ||
+        bias.get<double>() > 100) {
+      return p.Fail("logit_bias", fmt::format("the bias of token {} is not a number in "
+                                              "[-100, 100]",
+                                              id));
+    }
+    o->logit_bias.emplace_back(id, bias.get<float>());
+  }
+  return Status::Ok();
+}
+
+// {"type":"text"} | {"type":"json_object"} |
+// {"type":"json_schema","json_schema":{"name":N,"schema":{...},"strict":B}}.
+Status ParseResponseFormat(const Parser& p, GenerationOptions* o) {
+  const Json* v = p.Find("response_format");
+  if (!v) return Status::Ok();
+  if (!v->is_object()) return p.Fail("response_format", "expected an object");
+  auto type = v->find("type");
+  if (type == v->end() || !type->is_string()) {
+    return p.Fail("response_format", "needs a 'type': text, json_object or json_schema");
+  }
+  ResponseFormat& rf = o->response_format;
+  const std::string t = type->get<std::string>();
+  if (t == "text") {
+    rf.type = ResponseFormat::Type::kText;
+  } else if (t == "json_object") {
+    rf.type = ResponseFormat::Type::kJsonObject;
+  } else if (t == "json_schema") {
+    rf.type = ResponseFormat::Type::kJsonSchema;
+    auto js = v->find("json_schema");
+    if (js == v->end() || !js->is_object()) {
+      return p.Fail("response_format", "json_schema needs a 'json_schema' object");
+    }
+    Parser jp{*js, p.param};
+    SHARDLM_TRY(jp.String("name", &rf.name));
+    SHARDLM_TRY(jp.Bool("strict", &rf.strict));
+    const Json* schema = jp.Find("schema");
+    if (!schema || !schema->is_object()) {
+      return p.Fail("response_format", "json_schema.schema must be a JSON Schema object");
+    }
+    rf.schema = *schema;
+  } else {
+    return p.Fail("response_format",
+                  fmt::format("unknown type '{}' (text, json_object or json_schema)", t));
+  }
+  return Status::Ok();
+}
+
 Status ParseCommon(const Parser& p, GenerationOptions* o) {
   SHARDLM_TRY(p.String("model", &o->model));
   SHARDLM_TRY(p.Bool("stream", &o->stream));
@@ -142,6 +205,8 @@ Status ParseCommon(const Parser& p, GenerationOptions* o) {
   if (n != 1) return p.Fail("n", "only n = 1 is supported");
   SHARDLM_TRY(ParseStop(p, &o->stop));
   SHARDLM_TRY(p.Bool("ignore_eos", &o->ignore_eos));
+  SHARDLM_TRY(ParseLogitBias(p, o));
+  SHARDLM_TRY(ParseResponseFormat(p, o));
   return ParseSampling(p, o);
 }
 
@@ -221,6 +286,46 @@ Status NormalizeMessage(const Parser& p, size_t i, Json& msg) {
   return Status::Ok();
 }
 
+// "auto" | "none" | "required" | {"type":"function","function":{"name":N}}; a required or
+// named tool needs `tools`, and the name must be one of them.
+Status ParseToolChoice(const Parser& p, const Json& choice, ChatCompletionRequest* r) {
+  ToolChoice& tc = r->tool_choice;
+  if (choice.is_string()) {
+    const std::string mode = choice.get<std::string>();
+    if (mode == "auto") {
+      tc.mode = ToolChoice::Mode::kAuto;
+    } else if (mode == "none") {
+      tc.mode = ToolChoice::Mode::kNone;
+    } else if (mode == "required") {
+      tc.mode = ToolChoice::Mode::kRequired;
+    } else {
+      return p.Fail("tool_choice", "expected auto, none, required or an object naming a function");
+    }
+  } else if (choice.is_object()) {
+    auto fn = choice.find("function");
+    const Json* name = nullptr;
+    if (fn != choice.end() && fn->is_object() && fn->contains("name")) name = &(*fn)["name"];
+    if (!name || !name->is_string()) {
+      return p.Fail("tool_choice", "an object needs function.name");
+    }
+    tc.mode = ToolChoice::Mode::kFunction;
+    tc.function = name->get<std::string>();
+  } else {
+    return p.Fail("tool_choice", "expected a string or an object");
+  }
+  if (tc.mode != ToolChoice::Mode::kRequired && tc.mode != ToolChoice::Mode::kFunction) {
+    return Status::Ok();
+  }
+  if (r->tools.is_null()) return p.Fail("tool_choice", "a tool is required but 'tools' is empty");
+  if (tc.mode == ToolChoice::Mode::kFunction) {
+    for (const Json& tool : r->tools) {
+      if (tool["function"]["name"] == tc.function) return Status::Ok();
+    }
+    return p.Fail("tool_choice", fmt::format("no tool is named '{}'", tc.function));
+  }
+  return Status::Ok();
+}
+
 Status ParseTools(const Parser& p, ChatCompletionRequest* r) {
   if (const Json* tools = p.Find("tools")) {
     if (!tools->is_array()) return p.Fail("tools", "expected an array");
@@ -233,18 +338,9 @@ Status ParseTools(const Parser& p, ChatCompletionRequest* r) {
     if (!tools->empty()) r->tools = *tools;
   }
   if (const Json* choice = p.Find("tool_choice")) {
-    if (choice->is_string()) {
-      r->tool_choice = choice->get<std::string>();
-      if (r->tool_choice != "auto" && r->tool_choice != "none" && r->tool_choice != "required") {
-        return p.Fail("tool_choice", "expected auto, none, required or an object");
-      }
-    } else if (choice->is_object()) {
-      r->tool_choice = "required";
-    } else {
-      return p.Fail("tool_choice", "expected a string or an object");
-    }
+    SHARDLM_TRY(ParseToolChoice(p, *choice, r));
   }
-  if (r->tool_choice == "none") r->tools = nullptr;
+  if (r->tool_choice.mode == ToolChoice::Mode::kNone) r->tools = nullptr;
   return Status::Ok();
 }
 

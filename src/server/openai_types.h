@@ -39,6 +39,26 @@ inline constexpr size_t kMaxJsonValues = size_t{1} << 20;
 // The longest stop string a request may give: what the stop matcher takes.
 inline constexpr size_t kMaxStopStringBytes = StopMatcher::kMaxStopStringBytes;
 
+// `response_format`: what the output must be. text: anything; json_object: one JSON object;
+// json_schema: a value valid against `schema` (OpenAI's strict subset when `strict`).
+struct ResponseFormat {
+  enum class Type { kText, kJsonObject, kJsonSchema, kSentinel };
+  Type type = Type::kText;
+  std::string name;     // json_schema.name
+  Json schema;          // json_schema.schema (an object)
+  bool strict = false;  // json_schema.strict
+};
+
+// `tool_choice`: whether the model must call a tool. kFunction names one of `tools`.
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kFunction, kSentinel };
+  Mode mode = Mode::kAuto;
+  std::string function;  // kFunction
+};
+
+// The most logit_bias entries a request may give (OpenAI's limit).
+inline constexpr size_t kMaxLogitBias = 300;
+
 // What both endpoints share: how to sample, when to stop, what to report.
 struct GenerationOptions {
   std::string model;
@@ -51,6 +71,10 @@ struct GenerationOptions {
   bool logprobs = false;
   int32_t top_logprobs = 0;
   bool ignore_eos = false;
+  // Token id → added to its logit, in [-100, 100] (-100 bans it, 100 all but forces it).
+  // Ids are checked against the vocabulary by the server, which knows it.
+  std::vector<std::pair<TokenId, float>> logit_bias;
+  ResponseFormat response_format;
 };
 
 // POST /v1/chat/completions. `messages` is normalized: every content is a string (an
@@ -58,8 +82,8 @@ struct GenerationOptions {
 struct ChatCompletionRequest {
   GenerationOptions options;
   Json messages = Json::array();
-  Json tools;                        // null when none
-  std::string tool_choice = "auto";  // auto | none | required | a named function
+  Json tools;  // null when none (or tool_choice none)
+  ToolChoice tool_choice;
   Json chat_template_kwargs = Json::object();
 };
 

@@ -242,3 +242,83 @@ TEST(OutputParser, PromptOpenedThinkAndBadToolJson) {
 
 }  // namespace
 }  // namespace shardlm::server
+
+namespace shardlm::server {
+namespace {
+
+ChatCompletionRequest MustChat(const std::string& extra) {
+  auto r = ChatCompletionRequestFromJSON(
+      Json::parse(R"({"messages":[{"role":"user","content":"x"}],)"
+                  R"("tools":[{"type":"function","function":{"name":"get"}}])" +
+                  extra + "}"));
+  EXPECT_TRUE(r.ok()) << extra << ": " << r.status().message();
+  return r.ok() ? std::move(r).value() : ChatCompletionRequest{};
+}
+
+Status ChatError(const std::string& extra, std::string* param) {
+  auto r = ChatCompletionRequestFromJSON(
+      Json::parse(R"({"messages":[{"role":"user","content":"x"}],)"
+                  R"("tools":[{"type":"function","function":{"name":"get"}}])" +
+                  extra + "}"),
+      param);
+  return r.ok() ? Status::Ok() : r.status();
+}
+
+TEST(OpenAiTypes, ToolChoiceModesAndNames) {
+  EXPECT_EQ(MustChat("").tool_choice.mode, ToolChoice::Mode::kAuto);
+  EXPECT_EQ(MustChat(R"(,"tool_choice":"required")").tool_choice.mode, ToolChoice::Mode::kRequired);
+  ChatCompletionRequest named =
+      MustChat(R"(,"tool_choice":{"type":"function","function":{"name":"get"}})");
+  EXPECT_EQ(named.tool_choice.mode, ToolChoice::Mode::kFunction);
+  EXPECT_EQ(named.tool_choice.function, "get");
+  ChatCompletionRequest none = MustChat(R"(,"tool_choice":"none")");
+  EXPECT_TRUE(none.tools.is_null());
+  std::string param;
+  Status st = ChatError(R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})", &param);
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(param, "tool_choice");
+  EXPECT_NE(st.message().find("no tool is named 'nope'"), std::string::npos);
+  EXPECT_FALSE(ChatError(R"(,"tool_choice":"sometimes")", &param).ok());
+  auto no_tools = ChatCompletionRequestFromJSON(
+      Json::parse(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})"),
+      &param);
+  EXPECT_FALSE(no_tools.ok());
+  EXPECT_EQ(param, "tool_choice");
+}
+
+TEST(OpenAiTypes, ResponseFormats) {
+  EXPECT_EQ(MustChat("").options.response_format.type, ResponseFormat::Type::kText);
+  EXPECT_EQ(MustChat(R"(,"response_format":{"type":"json_object"})").options.response_format.type,
+            ResponseFormat::Type::kJsonObject);
+  ChatCompletionRequest js = MustChat(
+      R"(,"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,)"
+      R"("schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}})");
+  EXPECT_EQ(js.options.response_format.type, ResponseFormat::Type::kJsonSchema);
+  EXPECT_EQ(js.options.response_format.name, "p");
+  EXPECT_TRUE(js.options.response_format.strict);
+  EXPECT_EQ(js.options.response_format.schema["required"][0], "a");
+  std::string param;
+  for (const char* bad : {R"(,"response_format":{"type":"yaml"})", R"(,"response_format":"json")",
+                          R"(,"response_format":{"type":"json_schema"})",
+                          R"(,"response_format":{"type":"json_schema","json_schema":{}})"}) {
+    EXPECT_FALSE(ChatError(bad, &param).ok()) << bad;
+    EXPECT_EQ(param, "response_format") << bad;
+  }
+}
+
+TEST(OpenAiTypes, LogitBias) {
+  ChatCompletionRequest r = MustChat(R"(,"logit_bias":{"17":-100,"42":5.5})");
+  ASSERT_EQ(r.options.logit_bias.size(), 2u);
+  EXPECT_EQ(r.options.logit_bias[0], (std::pair<TokenId, float>{17, -100.0f}));
+  EXPECT_EQ(r.options.logit_bias[1], (std::pair<TokenId, float>{42, 5.5f}));
+  std::string param;
+  for (const char* bad :
+       {R"(,"logit_bias":{"x":1})", R"(,"logit_bias":{"1":101})", R"(,"logit_bias":{"-3":1})",
+        R"(,"logit_bias":{"1":"a"})", R"(,"logit_bias":[1])"}) {
+    EXPECT_FALSE(ChatError(bad, &param).ok()) << bad;
+    EXPECT_EQ(param, "logit_bias") << bad;
+  }
+}
+
+}  // namespace
+}  // namespace shardlm::server
