@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs what shardlm needs on a fresh Debian machine (run as root or with sudo).
+# Installs what shardlm needs on a fresh Debian machine (run as root or with sudo). Python
+# jinja2 renders the reference prompts the chat-template tests compare with.
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 PACKAGES=(build-essential cmake ninja-build pkg-config clang-format
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libxxhash-dev
-  libzstd-dev libboost1.81-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev)
+  libzstd-dev libboost1.81-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3-jinja2)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,6 +1,7 @@
 // OpenAI request parsing (typed, validated) and response builders. See openai_types.h.
 #include "server/openai_types.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -210,19 +211,38 @@ Status ParseCommon(const Parser& p, GenerationOptions* o) {
   return ParseSampling(p, o);
 }
 
-// Content: a string, null, or an array of {"type":"text","text":...} parts (joined).
-Status NormalizeContent(const Parser& p, const std::string& name, Json& content) {
-  if (content.is_null() || content.is_string()) return Status::Ok();
-  if (!content.is_array()) return p.Fail(name, "expected a string or an array of parts");
+// Content as a template takes it: a string. Null (and, for the assistant, missing) is "";
+// an array of text parts ("text", or the Responses API's "input_text" / "output_text") is
+// their texts joined; a refusal part is its text; other parts (images, audio, files) are
+// refused: the models served take text only. A tool's result may also be any other JSON
+// value (structured output of a tool), which the template gets as its JSON text.
+Status NormalizeContent(const Parser& p, const std::string& name, bool tool, Json& content) {
+  if (content.is_null()) content = "";
+  if (content.is_string()) return Status::Ok();
+  const bool parts = content.is_array() && std::all_of(content.begin(), content.end(), [](auto& x) {
+                       return x.is_object() && x.contains("type");
+                     });
+  if (!parts) {
+    if (!tool) return p.Fail(name, "expected a string or an array of content parts");
+    content = content.dump(-1, ' ', false, Json::error_handler_t::replace);
+    return Status::Ok();
+  }
   std::string text;
-  for (const Json& part : content) {
-    if (!part.is_object()) return p.Fail(name, "expected content parts to be objects");
-    auto type = part.find("type");
-    if (type == part.end() || !type->is_string() || *type != "text") {
-      return p.Fail(name, "only text content parts are supported");
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    const std::string field = fmt::format("{}[{}]", name, i);
+    const Json& type = part["type"];
+    const char* key = type == "text" || type == "input_text" || type == "output_text" ? "text"
+                      : type == "refusal"                                             ? "refusal"
+                                                                                      : nullptr;
+    if (!key) {
+      return p.Fail(field, fmt::format("{} parts are not supported: the model takes text only",
+                                       type.is_string() ? type.get<std::string>() : type.dump()));
     }
-    auto t = part.find("text");
-    if (t == part.end() || !t->is_string()) return p.Fail(name, "a text part needs 'text'");
+    auto t = part.find(key);
+    if (t == part.end() || !t->is_string()) {
+      return p.Fail(field, fmt::format("a {} part needs '{}'", key, key));
+    }
     text += t->get<std::string>();
   }
   content = text;
@@ -240,9 +260,13 @@ Status CheckToolCalls(const Parser& p, const std::string& name, Json& calls) {
     if (fname == fn->end() || !fname->is_string()) return p.Fail(name, "needs function.name");
     // Templates expect arguments as an object (Qwen, Llama): parse a JSON text into one,
     // under the same limits as the body (it becomes part of what the template walks). Text
-    // that is not JSON stays a string; JSON past a limit is refused.
+    // that is not JSON stays a string; JSON past a limit is refused; none is {}.
     auto args = fn->find("arguments");
-    if (args == fn->end() || !args->is_string()) continue;
+    if (args == fn->end() || args->is_null()) {
+      (*fn)["arguments"] = Json::object();
+      continue;
+    }
+    if (!args->is_string()) continue;
     const std::string field = fmt::format("{}[{}].function.arguments", name, i);
     Result<Json> parsed =
         ParseJsonWithLimits(args->get<std::string>(), field, JsonLimits{}, p.budget.get());
@@ -256,6 +280,11 @@ Status CheckToolCalls(const Parser& p, const std::string& name, Json& calls) {
   return Status::Ok();
 }
 
+// A message as chat templates expect it (what llama.cpp and transformers hand them): role
+// system | user | assistant | tool (developer is system), content a string
+// (NormalizeContent), optional fields that are null left out (clients echo an assistant
+// message back with "tool_calls": null, "refusal": null, ...; templates test whether a key
+// is defined, and then iterate or print None), tool-call arguments as objects.
 Status NormalizeMessage(const Parser& p, size_t i, Json& msg) {
   const std::string name = fmt::format("messages[{}]", i);
   if (!msg.is_object()) return p.Fail(name, "expected an object");
@@ -266,22 +295,21 @@ Status NormalizeMessage(const Parser& p, size_t i, Json& msg) {
     return p.Fail(name + ".role", "unknown role '" + r + "'");
   }
   if (r == "developer") *role = "system";
+  for (auto it = msg.begin(); it != msg.end();) {
+    it = it->is_null() && it.key() != "content" ? msg.erase(it) : std::next(it);
+  }
   auto content = msg.find("content");
   if (content == msg.end()) {
     if (r != "assistant") return p.Fail(name + ".content", "missing");
-    msg["content"] = nullptr;
+    msg["content"] = "";
   } else {
-    SHARDLM_TRY(NormalizeContent(p, name + ".content", *content));
+    SHARDLM_TRY(NormalizeContent(p, name + ".content", r == "tool", *content));
   }
   auto calls = msg.find("tool_calls");
-  if (calls != msg.end() && !calls->is_null()) {
-    SHARDLM_TRY(CheckToolCalls(p, name + ".tool_calls", *calls));
-  }
+  if (calls != msg.end()) SHARDLM_TRY(CheckToolCalls(p, name + ".tool_calls", *calls));
   for (const char* key : {"name", "tool_call_id", "reasoning_content"}) {
     auto it = msg.find(key);
-    if (it != msg.end() && !it->is_null() && !it->is_string()) {
-      return p.Fail(name + "." + key, "expected a string");
-    }
+    if (it != msg.end() && !it->is_string()) return p.Fail(name + "." + key, "expected a string");
   }
   return Status::Ok();
 }

@@ -77,8 +77,10 @@ struct GenerationOptions {
   ResponseFormat response_format;
 };
 
-// POST /v1/chat/completions. `messages` is normalized: every content is a string (an
-// array of text parts is joined) or null, roles are checked.
+// POST /v1/chat/completions. `messages` is normalized for chat templates: roles checked
+// (developer becomes system), every content a string (null and a missing assistant content
+// are "", text parts joined, a tool's structured result its JSON text), optional fields
+// that are null left out, tool-call arguments objects (openai_types.cc NormalizeMessage).
 struct ChatCompletionRequest {
   GenerationOptions options;
   Json messages = Json::array();

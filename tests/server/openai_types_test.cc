@@ -43,7 +43,7 @@ TEST(OpenAiTypes, ChatRequestFields) {
   EXPECT_TRUE(o.logprobs);
   EXPECT_EQ(o.top_logprobs, 3);
   EXPECT_EQ(r->messages[1]["content"], "ab");
-  EXPECT_TRUE(r->messages[2]["content"].is_null());
+  EXPECT_EQ(r->messages[2]["content"], "");  // a missing assistant content is "", not None
   EXPECT_EQ(r->messages[2]["tool_calls"][0]["function"]["arguments"]["k"], 1);
   EXPECT_EQ(r->tools.size(), 1u);
 }
