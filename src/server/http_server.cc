@@ -41,6 +41,7 @@ enum class Route {
   kProps,
   kSlots,
   kSlotAction,
+  kModel,
   kSentinel
 };
 
@@ -66,6 +67,8 @@ constexpr RouteEntry kRoutes[] = {
 };
 
 constexpr std::string_view kSlotPrefix = "/slots/";
+// GET /v1/models/{id}: an id may hold '/' ("org/model"), sent as is or percent-encoded.
+constexpr std::string_view kModelPrefixes[] = {"/v1/models/", "/models/"};
 
 // The route of a path and the method it takes, or nullopt for an unknown path.
 std::optional<RouteEntry> FindRoute(const std::string& path) {
@@ -74,6 +77,11 @@ std::optional<RouteEntry> FindRoute(const std::string& path) {
   }
   if (path.starts_with(kSlotPrefix) && path.find('/', kSlotPrefix.size()) == std::string::npos) {
     return RouteEntry{"/slots/{id}", Route::kSlotAction, "POST"};
+  }
+  for (std::string_view prefix : kModelPrefixes) {
+    if (path.starts_with(prefix) && path.size() > prefix.size()) {
+      return RouteEntry{"/v1/models/{id}", Route::kModel, "GET"};
+    }
   }
   return std::nullopt;
 }
@@ -142,7 +150,9 @@ struct HttpServer::Impl : HttpService {
   void HandleCompletion(const HttpRequest& req, Reply& res);
   void Respond(PreparedRequest prep, const char* id_prefix, Reply& res);
   void Stream(const std::shared_ptr<CompletionSession>& session, Reply& res);
+  Json ModelJSON() const;
   void HandleModels(Reply& res) const;
+  void HandleModel(const HttpRequest& req, Reply& res) const;
   void HandleHealth(Reply& res) const;
   void HandleMetrics(Reply& res);
   void HandleTokenize(const HttpRequest& req, Reply& res) const;
@@ -229,6 +239,8 @@ void HttpServer::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
       return res.Json(SlotsJSON(engine.Slots(), engine.info().n_ctx));
     case Route::kSlotAction:
       return HandleSlotAction(req, res);
+    case Route::kModel:
+      return HandleModel(req, res);
     case Route::kSentinel:
       break;
   }
@@ -337,18 +349,38 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
   Respond(std::move(prep), "cmpl-", res);
 }
 
-void HttpServer::Impl::HandleModels(Reply& res) const {
+Json HttpServer::Impl::ModelJSON() const {
   const EngineInfo& info = engine.info();
-  Json model = Json{{"id", info.model_name},
-                    {"object", "model"},
-                    {"created", 0},
-                    {"owned_by", "shardlm"},
-                    {"meta", Json{{"architecture", info.architecture},
-                                  {"n_ctx", info.n_ctx},
-                                  {"n_vocab", info.n_vocab},
-                                  {"n_parallel", info.n_parallel},
-                                  {"stages", StagesJSON(info.stages)}}}};
-  res.Json(Json{{"object", "list"}, {"data", Json::array({model})}});
+  return Json{{"id", info.model_name},
+              {"object", "model"},
+              {"created", 0},
+              {"owned_by", "shardlm"},
+              {"meta", Json{{"architecture", info.architecture},
+                            {"n_ctx", info.n_ctx},
+                            {"n_vocab", info.n_vocab},
+                            {"n_parallel", info.n_parallel},
+                            {"stages", StagesJSON(info.stages)}}}};
+}
+
+void HttpServer::Impl::HandleModels(Reply& res) const {
+  res.Json(Json{{"object", "list"}, {"data", Json::array({ModelJSON()})}});
+}
+
+void HttpServer::Impl::HandleModel(const HttpRequest& req, Reply& res) const {
+  std::string_view rest = req.path;
+  for (std::string_view prefix : kModelPrefixes) {
+    if (rest.starts_with(prefix)) rest.remove_prefix(prefix.size());
+  }
+  const std::string id = PercentDecode(rest);
+  if (id == engine.info().model_name) return res.Json(ModelJSON());
+  ApiError e;
+  e.http_status = 404;
+  e.type = "invalid_request_error";
+  e.code = "model_not_found";
+  e.param = "model";
+  e.message = fmt::format("the model '{}' does not exist here (this server serves '{}')", id,
+                          engine.info().model_name);
+  res.Error(e);
 }
 
 // Healthy: 200 {"status":"ok"}. Otherwise 503 with OpenAI's error object (a down stage:

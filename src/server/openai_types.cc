@@ -415,7 +415,12 @@ Status ParsePrompt(const Parser& p, CompletionRequest* r) {
   }
   // A one-element array of a string or of a token array is one prompt too.
   const Json* v = prompt;
-  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) {
+  if (v->is_array() && !v->empty() && ((*v)[0].is_string() || (*v)[0].is_array())) {
+    if (v->size() > 1) {
+      return p.Fail("prompt", fmt::format("{} prompts in one request: send one request per "
+                                          "prompt (several choices per request are not served)",
+                                          v->size()));
+    }
     v = &(*v)[0];
     if (v->is_string()) {
       r->prompt = v->get<std::string>();
@@ -439,6 +444,10 @@ Result<CompletionRequest> ParseCompletion(const Json& body, std::string* param) 
   Parser p{body, param};
   CompletionRequest r;
   SHARDLM_TRY(ParseCommon(p, &r.options));
+  // The legacy API's default length (chat's is "until done"); -1 asks for that here too.
+  if (!p.Find("max_tokens") && !p.Find("max_completion_tokens")) {
+    r.options.max_tokens = kDefaultCompletionMaxTokens;
+  }
   SHARDLM_TRY(ParsePrompt(p, &r));
   SHARDLM_TRY(p.Bool("echo", &r.echo));
   // Legacy completions: logprobs is the number of alternatives (0..5).

@@ -89,7 +89,11 @@ struct ChatCompletionRequest {
   Json chat_template_kwargs = Json::object();
 };
 
-// POST /v1/completions: a prompt as text or as token ids.
+// The legacy completions API's max_tokens when a request gives none (OpenAI's).
+inline constexpr int32_t kDefaultCompletionMaxTokens = 16;
+
+// POST /v1/completions: a prompt as text or as token ids (one prompt: an array of several is
+// refused by name). max_tokens defaults to kDefaultCompletionMaxTokens.
 struct CompletionRequest {
   GenerationOptions options;
   std::string prompt;

@@ -333,3 +333,31 @@ TEST_F(ServerTest, ConcurrentStreamsGetTheSameText) {
 
 }  // namespace
 }  // namespace shardlm::server
+
+namespace shardlm::server {
+namespace {
+
+TEST_F(ServerTest, ModelByIdAndLegacyDefaults) {
+  StartServer();
+  auto r = client_->Get("/v1/models/mock-model");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["id"], "mock-model");
+  EXPECT_EQ(json::parse(r->body)["object"], "model");
+  json e = ExpectError(client_->Get("/v1/models/other%2Fmodel"), 404);
+  EXPECT_EQ(e["code"], "model_not_found");
+  EXPECT_NE(e["message"].get<std::string>().find("'other/model'"), std::string::npos);
+  ExpectError(client_->Post("/v1/models/mock-model", "", "application/json"), 405);
+  // Legacy completions stop at 16 tokens when max_tokens is not given.
+  engine_->SetReply(std::string(40, 'y'));
+  r = Post("/v1/completions", R"({"prompt":"x"})");
+  ASSERT_TRUE(r);
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], std::string(16, 'y'));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  e = ExpectError(Post("/v1/completions", R"({"prompt":["a","b"]})"), 400);
+  EXPECT_EQ(e["param"], "prompt");
+}
+
+}  // namespace
+}  // namespace shardlm::server

@@ -98,6 +98,19 @@ TEST(OpenAiTypes, CompletionPrompts) {
   EXPECT_FALSE(CompletionRequestFromJSON(Json::parse(R"({"prompt":[-1]})")).ok());
   EXPECT_FALSE(CompletionRequestFromJSON(Json::parse(R"({"prompt":{}})")).ok());
   EXPECT_FALSE(CompletionRequestFromJSON(Json::parse(R"({})")).ok());
+  // OpenAI's legacy default length, unless the request says otherwise (-1: until done).
+  EXPECT_EQ(r->options.max_tokens, kDefaultCompletionMaxTokens);
+  r = CompletionRequestFromJSON(Json::parse(R"({"prompt":"x","max_tokens":-1})"));
+  EXPECT_EQ(r->options.max_tokens, -1);
+  r = CompletionRequestFromJSON(Json::parse(R"({"prompt":"x","max_tokens":null})"));
+  EXPECT_EQ(r->options.max_tokens, kDefaultCompletionMaxTokens);
+  // Several prompts: a 400 that says so, not "expected an integer".
+  std::string param;
+  r = CompletionRequestFromJSON(Json::parse(R"({"prompt":["a","b"]})"), &param);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(param, "prompt");
+  EXPECT_NE(r.status().message().find("2 prompts in one request"), std::string::npos);
+  EXPECT_FALSE(CompletionRequestFromJSON(Json::parse(R"({"prompt":[[1],[2]]})")).ok());
 }
 
 // Random mutations of valid requests: the parser returns ok or an error, never throws or
