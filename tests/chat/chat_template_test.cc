@@ -19,22 +19,6 @@ ordered_json ReadOrderedJson(const std::string& path) {
   return ordered_json::parse(testing::ReadTextFile(path));
 }
 
-std::optional<std::string> OptToken(const ordered_json& j) {
-  if (j.is_null()) return std::nullopt;
-  return j.get<std::string>();
-}
-
-// The fixed clock of the fixtures: 2026-11-22 00:00:00.
-std::tm FixtureClock() {
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 10;
-  tm.tm_mday = 22;
-  std::time_t t = timegm(&tm);
-  gmtime_r(&t, &tm);  // fills tm_wday / tm_yday
-  return tm;
-}
-
 std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -69,7 +53,7 @@ TEST(ChatTemplateFixtures, AllRendersMatch) {
   std::string line;
   int checked = 0;
   ChatTemplateOptions options;
-  options.clock = FixtureClock;
+  options.clock = testing::FixtureClock;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
     ordered_json want = ordered_json::parse(line);
@@ -83,8 +67,8 @@ TEST(ChatTemplateFixtures, AllRendersMatch) {
     ASSERT_NE(tpl_it, templates.end());
     ASSERT_NE(conv_it, conversations.end());
     auto tmpl = ChatTemplate::Create(testing::ReadTextFile(dir + "/" + file),
-                                     OptToken((*tpl_it)["bos_token"]),
-                                     OptToken((*tpl_it)["eos_token"]), options);
+                                     testing::OptionalToken((*tpl_it)["bos_token"]),
+                                     testing::OptionalToken((*tpl_it)["eos_token"]), options);
     ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
     ordered_json tools = conv_it->contains("tools") ? (*conv_it)["tools"] : ordered_json();
     bool raised = false;
@@ -119,7 +103,7 @@ TEST(ChatTemplate, PassesTheVariablesTransformersPasses) {
   auto tmpl = ChatTemplate::Create(
       "{{ bos_token is defined }}|{{ eos_token }}|{{ tools }}|{{ documents }}|"
       "{{ add_generation_prompt }}|{{ messages|length }}|{{ strftime_now('%Y-%m-%d %a %b') }}",
-      std::nullopt, "</s>", ChatTemplateOptions{FixtureClock, {}});
+      std::nullopt, "</s>", ChatTemplateOptions{testing::FixtureClock, {}});
   ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
   auto got = tmpl->Render(ordered_json::array(), ordered_json(), false);
   ASSERT_TRUE(got.ok()) << got.status().message();

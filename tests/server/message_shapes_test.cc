@@ -42,21 +42,6 @@ std::string RunCommand(const std::string& command) {
   return out;
 }
 
-std::tm FixtureClock() {
-  std::tm tm{};
-  tm.tm_year = 2026 - 1900;
-  tm.tm_mon = 10;
-  tm.tm_mday = 22;
-  std::time_t t = timegm(&tm);
-  gmtime_r(&t, &tm);
-  return tm;
-}
-
-std::optional<std::string> OptToken(const ordered_json& j) {
-  if (j.is_null()) return std::nullopt;
-  return j.get<std::string>();
-}
-
 TEST(MessageShapes, EveryTemplateRendersThemLikeJinja2) {
   SHARDLM_REQUIRE_FIXTURES();
   const std::string python = PythonWithJinja();
@@ -81,13 +66,14 @@ TEST(MessageShapes, EveryTemplateRendersThemLikeJinja2) {
       ordered_json::parse(testing::ReadTextFile(templates_dir + "/templates.json"))["templates"];
   ASSERT_EQ(reference.size(), table.size() * shapes["shapes"].size()) << lines.substr(0, 2000);
   ChatTemplateOptions options;
-  options.clock = FixtureClock;
+  options.clock = testing::FixtureClock;
   int rendered = 0;
   int qwen3_rendered = 0;
   for (const ordered_json& entry : table) {
     auto tmpl = ChatTemplate::Create(
         testing::ReadTextFile(templates_dir + "/" + entry["file"].get<std::string>()),
-        OptToken(entry["bos_token"]), OptToken(entry["eos_token"]), options);
+        testing::OptionalToken(entry["bos_token"]), testing::OptionalToken(entry["eos_token"]),
+        options);
     ASSERT_TRUE(tmpl.ok()) << tmpl.status().message();
     for (const ordered_json& shape : shapes["shapes"]) {
       const std::string file = entry["file"], id = shape["id"];

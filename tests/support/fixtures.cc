@@ -93,6 +93,21 @@ std::vector<nlohmann::json> RunnableGoldenEntries() {
   return entries;
 }
 
+std::tm FixtureClock() {
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 10;
+  tm.tm_mday = 22;
+  std::time_t t = timegm(&tm);
+  gmtime_r(&t, &tm);  // fills tm_wday / tm_yday
+  return tm;
+}
+
+std::optional<std::string> OptionalToken(const nlohmann::json& token) {
+  if (token.is_null()) return std::nullopt;
+  return token.get<std::string>();
+}
+
 std::string ShardlmBinary() { return SHARDLM_BINARY; }
 
 bool BinaryBuilt() { return std::filesystem::exists(ShardlmBinary()); }

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <ctime>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,10 @@ const std::vector<std::string>& ModelsWithUnreadableWeightTypes();
 const std::vector<std::string>& ModelsOfArchitecturesToCome();
 // golden.json's entries the engine runs today (arch llama or qwen3, readable weights).
 std::vector<nlohmann::json> RunnableGoldenEntries();
+// The fixed clock the fixture renderings were made with (strftime_now): 2026-11-22 00:00:00.
+std::tm FixtureClock();
+// A bos/eos token of templates.json: null (not passed to the template) is nullopt.
+std::optional<std::string> OptionalToken(const nlohmann::json& token);
 // The `shardlm` binary built beside the tests.
 std::string ShardlmBinary();
 bool BinaryBuilt();
