@@ -67,6 +67,7 @@ struct FinishEvent {
   Status error;      // set when reason == kError (e.g. a stage died)
   std::string text;  // text held back for stop-string matching, now released
                      // ("" when a stop string matched)
+  std::string stop_sequence;  // the stop string that ended the output ("" when none did)
   RequestUsage usage;
 };
 

@@ -101,6 +101,7 @@ void ActiveRequest::Finish(FinishReason reason, Status error, bool log) {
   FinishEvent event;
   event.text = ReleaseHeldText(reason);
   event.reason = reason;
+  if (reason == FinishReason::kStop) event.stop_sequence = stop_.matched();
   event.error = std::move(error);
   event.usage = Usage(SchedulerClock::now());
   if (log) Log(event);

@@ -198,9 +198,10 @@ void MockEngine::Run(Pending& p) {
   std::string reply = ReplyFor(req);
   FinishEvent fin;
   fin.reason = FinishReason::kStop;
+  std::string matched_stop;  // the stop string that cuts the reply first
   for (const std::string& stop : req.stop) {
     size_t pos = reply.find(stop);
-    if (pos != std::string::npos) reply.resize(pos);
+    if (pos != std::string::npos) reply.resize(pos), matched_stop = stop;
   }
   std::vector<TokenId> tokens = tokenizer_.Encode(reply, false, true);
   fin.usage.prompt_tokens = static_cast<int32_t>(req.prompt.size());
@@ -233,6 +234,7 @@ void MockEngine::Run(Pending& p) {
       break;
     }
   }
+  if (fin.reason == FinishReason::kStop) fin.stop_sequence = matched_stop;
   if (fin.reason == FinishReason::kCancelled) cancelled_++;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -338,6 +338,8 @@ TEST(SchedulerTest, StopStringsCutTextExactly) {
   EXPECT_EQ(got[0]->finish.reason, FinishReason::kStop);
   EXPECT_EQ(got[0]->text, want);
   EXPECT_EQ(got[0]->finish.text, "");
+  EXPECT_EQ(got[0]->finish.stop_sequence, stop);
+  EXPECT_EQ(full[0]->finish.stop_sequence, "");
   EXPECT_EQ(scheduler->Stats().kv_pages_used, 0);
 }
 
