@@ -87,7 +87,7 @@ class Exchange : public ResponseWriter {
   bool Finish() {
     // A handler sends nothing when its client left (it cancelled the work): nothing to say.
     if (state_ == State::kNone && !ClientGone()) {
-      Send(service_.ErrorBody(500, "the handler sent no response"));
+      Send(service_.ErrorBody(request_, 500, "the handler sent no response"));
     }
     if (status_ > 0) service_.OnResponse(request_, status_);
     return state_ == State::kDone && !broken_ && keep_alive_;
@@ -133,7 +133,7 @@ void DrainBeforeClose(Connection& conn, const TransportOptions& options) {
 bool Fail(Connection& conn, const TransportOptions& options, HttpService& service,
           const HttpRequest& request, int status, const std::string& message) {
   Exchange exchange(conn, options, service, request, /*keep_alive=*/false);
-  exchange.Send(service.ErrorBody(status, message));
+  exchange.Send(service.ErrorBody(request, status, message));
   exchange.Finish();
   DrainBeforeClose(conn, options);
   return false;

@@ -143,7 +143,8 @@ struct HttpServer::Impl : HttpService {
   // HttpService.
   std::optional<HttpResponse> CheckHeaders(const HttpRequest& request) override;
   void Handle(const HttpRequest& request, ResponseWriter& writer) override;
-  HttpResponse ErrorBody(int status, const std::string& message) const override;
+  HttpResponse ErrorBody(const HttpRequest& request, int status,
+                         const std::string& message) const override;
   void OnResponse(const HttpRequest& request, int status) override;
 
   void HandleChat(const HttpRequest& req, Reply& res);
@@ -160,7 +161,8 @@ struct HttpServer::Impl : HttpService {
   void HandleSlotAction(const HttpRequest& req, Reply& res);
 };
 
-HttpResponse HttpServer::Impl::ErrorBody(int status, const std::string& message) const {
+HttpResponse HttpServer::Impl::ErrorBody(const HttpRequest& /*request*/, int status,
+                                         const std::string& message) const {
   ApiError e;
   e.http_status = status;
   e.message = message;

@@ -141,7 +141,7 @@ Connection::~Connection() {
 
 void HttpTransport::Impl::Refuse(std::unique_ptr<Connection> conn, int status,
                                  const std::string& message) {
-  HttpResponse r = service.ErrorBody(status, message);
+  HttpResponse r = service.ErrorBody(HttpRequest{}, status, message);
   std::string bytes =
       ResponseHead(11, status, r.content_type, r.headers, static_cast<long long>(r.body.size()),
                    false, false, options.keep_alive_idle) +

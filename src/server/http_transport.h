@@ -70,8 +70,11 @@ class HttpService {
   // and its body never read), or nullopt to go on.
   virtual std::optional<HttpResponse> CheckHeaders(const HttpRequest& request) = 0;
   virtual void Handle(const HttpRequest& request, ResponseWriter& writer) = 0;
-  // The response for an error the transport finds itself (400, 408, 413, 431, 503).
-  virtual HttpResponse ErrorBody(int status, const std::string& message) const = 0;
+  // The response for an error the transport finds itself (400, 408, 413, 431, 503), to
+  // `request` as far as it was read (no path when its head was not complete), so the error
+  // can take the shape of the API its path belongs to.
+  virtual HttpResponse ErrorBody(const HttpRequest& request, int status,
+                                 const std::string& message) const = 0;
   // Once per exchange that got a response (also the transport's own errors): for logs and
   // metrics. `request` may lack a body or even a method when the headers were bad.
   virtual void OnResponse(const HttpRequest& request, int status) = 0;

@@ -50,7 +50,8 @@ class StubService : public HttpService {
     ok.body = r.path.substr(1) + r.body;
     w.Send(ok);
   }
-  HttpResponse ErrorBody(int status, const std::string& message) const override {
+  HttpResponse ErrorBody(const HttpRequest&, int status,
+                         const std::string& message) const override {
     HttpResponse e;
     e.status = status;
     e.body = message;
