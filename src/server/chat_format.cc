@@ -57,6 +57,20 @@ Result<std::string> ChatFormatter::Render(const ChatCompletionRequest& request) 
   return text;
 }
 
+Result<ChatPrompt> ChatFormatter::Tokenize(const ChatCompletionRequest& request,
+                                           const Tokenizer& tokenizer) const {
+  SHARDLM_ASSIGN_OR_RETURN(std::string text, Render(request));
+  ChatPrompt prompt;
+  prompt.tokens = tokenizer.Encode(text, /*add_special=*/true, /*parse_special=*/true);
+  // Templates that write the BOS text themselves would get a second one from add_special.
+  if (prompt.tokens.size() >= 2 && tokenizer.bos() >= 0 && prompt.tokens[0] == tokenizer.bos() &&
+      prompt.tokens[1] == tokenizer.bos()) {
+    prompt.tokens.erase(prompt.tokens.begin());
+  }
+  prompt.opens_reasoning = PromptOpensReasoning(text);
+  return prompt;
+}
+
 bool PromptOpensReasoning(const std::string& prompt) {
   size_t open = prompt.rfind(kThinkOpen);
   if (open == std::string::npos) return false;

@@ -22,6 +22,12 @@
 
 namespace shardlm::server {
 
+// A chat request's prompt as the engine takes it.
+struct ChatPrompt {
+  std::vector<TokenId> tokens;
+  bool opens_reasoning = false;  // the text ends inside an open <think> block
+};
+
 class ChatFormatter {
  public:
   // `template_source` empty: ChatML (and `*used_chatml` is set so the caller can log it).
@@ -30,6 +36,9 @@ class ChatFormatter {
   // The prompt text for a request (add_generation_prompt on). kInvalidArgument errors are
   // the template's own (raise_exception) or a render failure.
   Result<std::string> Render(const ChatCompletionRequest& request) const;
+  // Render, then tokenize (special tokens parsed, the BOS the model wants added once).
+  Result<ChatPrompt> Tokenize(const ChatCompletionRequest& request,
+                              const Tokenizer& tokenizer) const;
 
  private:
   explicit ChatFormatter(ChatTemplate tmpl) : template_(std::move(tmpl)) {}
@@ -53,6 +62,8 @@ class OutputParser {
   OutputDelta Push(const std::string& text);
   OutputDelta Finish();  // releases whatever was held back
   int tool_call_count() const { return tool_calls_; }
+  // Inside <think>…</think> now (the text pushed so far opened it and has not closed it).
+  bool in_reasoning() const { return state_ == State::kReasoning; }
 
  private:
   enum class State { kContent, kReasoning, kToolCall };

@@ -6,15 +6,42 @@
 namespace shardlm::server {
 namespace {
 
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
-std::string SseData(const Json& j) { return "data: " + Dump(j) + "\n\n"; }
-
 double MsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+// The end of a response id ("chatcmpl-0a1b2c3d00000007" → "00000007"): enough to tell apart
+// the tool calls of concurrent responses in a log.
+std::string IdTail(const std::string& id) { return id.substr(id.size() > 8 ? id.size() - 8 : 0); }
+
 }  // namespace
+
+const char* EndpointName(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kChat:
+      return "chat";
+    case Endpoint::kCompletion:
+      return "completions";
+    case Endpoint::kResponses:
+      return "responses";
+    case Endpoint::kMessages:
+      return "messages";
+    case Endpoint::kSentinel:
+      break;
+  }
+  return "?";
+}
+
+const char* PromptParam(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kCompletion:
+      return "prompt";
+    case Endpoint::kResponses:
+      return "input";
+    default:
+      return "messages";
+  }
+}
 
 // A request the engine failed after accepting it: 503 when a stage went down (the client
 // may retry once /health is back), else 500; never a 4xx (the request was fine).
@@ -68,21 +95,21 @@ ApiError ErrorFromStatus(const Status& status, const std::string& param) {
   return e;
 }
 
-CompletionSession::CompletionSession(Engine& engine, PreparedRequest request, ResponseMeta meta,
-                                     LogFn log)
+CompletionSession::CompletionSession(Engine& engine, PreparedRequest request,
+                                     std::unique_ptr<OutputFormatter> formatter, LogFn log)
     : engine_(engine),
       request_(std::move(request)),
-      meta_(std::move(meta)),
+      formatter_(std::move(formatter)),
       log_(std::move(log)),
       start_(std::chrono::steady_clock::now()),
       parser_(request_.in_reasoning, request_.parse_tools,
-              "call_" + meta_.id.substr(meta_.id.size() > 8 ? meta_.id.size() - 8 : 0) + "_") {}
+              request_.tool_call_prefix + IdTail(formatter_->meta().id) + "_") {}
 
-std::shared_ptr<CompletionSession> CompletionSession::Start(Engine& engine, PreparedRequest request,
-                                                            ResponseMeta meta, LogFn log,
-                                                            ApiError* error) {
+std::shared_ptr<CompletionSession> CompletionSession::Start(
+    Engine& engine, PreparedRequest request, std::unique_ptr<OutputFormatter> formatter, LogFn log,
+    ApiError* error) {
   std::shared_ptr<CompletionSession> s(
-      new CompletionSession(engine, std::move(request), std::move(meta), std::move(log)));
+      new CompletionSession(engine, std::move(request), std::move(formatter), std::move(log)));
   const GenerationOptions& o = s->request_.options;
   EngineRequest er;
   er.prompt = s->request_.prompt;
@@ -130,9 +157,9 @@ void CompletionSession::LogFinish(const FinishEvent& fin) {
   log_(fmt::format(
            "request id={} endpoint={} finish={} prompt_tokens={} cached_tokens={} "
            "cached_disk={} completion_tokens={} ttft_ms={:.1f} decode_tok_s={:.1f} total_ms={:.1f}",
-           meta_.id, request_.endpoint == Endpoint::kChat ? "chat" : "completions",
-           FinishReasonName(fin.reason), u.prompt_tokens, u.cached_tokens, u.cached_disk_tokens,
-           u.completion_tokens, ttft, tps < 0 ? 0.0 : tps, MsSince(start_)) +
+           formatter_->meta().id, EndpointName(request_.endpoint), FinishReasonName(fin.reason),
+           u.prompt_tokens, u.cached_tokens, u.cached_disk_tokens, u.completion_tokens, ttft,
+           tps < 0 ? 0.0 : tps, MsSince(start_)) +
        (fin.reason == FinishReason::kError ? " error=\"" + fin.error.message() + "\"" : ""));
 }
 
@@ -155,15 +182,23 @@ bool CompletionSession::finished() const {
 CompletionSession::Poll CompletionSession::NextEvents(std::chrono::milliseconds wait,
                                                       std::string* out) {
   if (done_sent_) return Poll::kDone;
+  bool wrote_start = false;
+  if (!stream_started_) {
+    stream_started_ = true;
+    const size_t before = out->size();
+    formatter_->StreamStart(out);
+    wrote_start = out->size() > before;
+  }
   std::deque<Event> batch;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, wait, [&] { return !events_.empty(); });
+    // What StreamStart wrote goes out at once, not after the first token.
+    cv_.wait_for(lock, wrote_start ? std::chrono::milliseconds(0) : wait,
+                 [&] { return !events_.empty(); });
     batch.swap(events_);
   }
-  if (batch.empty()) return Poll::kTimeout;
   for (Event& ev : batch) Process(ev, out);
-  return Poll::kData;
+  return batch.empty() && !wrote_start ? Poll::kTimeout : Poll::kData;
 }
 
 std::optional<std::variant<Json, ApiError>> CompletionSession::Wait(
@@ -187,17 +222,12 @@ std::optional<std::variant<Json, ApiError>> CompletionSession::Wait(
     for (Event& ev : batch) Process(ev, nullptr);
   }
   if (error_) return *error_;
-  if (request_.endpoint == Endpoint::kCompletion) {
-    std::optional<std::vector<TokenLogprobInfo>> lp;
-    if (request_.options.logprobs) lp = logprobs_;
-    return CompletionJSON(meta_, request_.echo_prefix + text_, finish_reason_, usage_, lp);
+  // A whole response's reasoning ends where the model's text does; a stream has already sent
+  // whatever newlines came before </think>.
+  while (!result_.reasoning.empty() && result_.reasoning.back() == '\n') {
+    result_.reasoning.pop_back();
   }
-  if (request_.options.logprobs) chat_.logprobs = logprobs_;
-  chat_.finish_reason = finish_reason_;
-  while (!chat_.reasoning_content.empty() && chat_.reasoning_content.back() == '\n') {
-    chat_.reasoning_content.pop_back();
-  }
-  return ChatCompletionJSON(meta_, chat_, usage_);
+  return formatter_->Whole(result_);
 }
 
 void CompletionSession::Process(Event& ev, std::string* sse) {
@@ -218,106 +248,53 @@ TokenLogprobInfo CompletionSession::LogprobInfo(const TokenEvent& ev) const {
   return info;
 }
 
+OutputDelta CompletionSession::Parse(const std::string& text) {
+  if (request_.endpoint != Endpoint::kCompletion) return parser_.Push(text);
+  OutputDelta delta;
+  delta.content = text;
+  return delta;
+}
+
+void CompletionSession::Accumulate(const OutputDelta& delta) {
+  result_.content += delta.content;
+  result_.reasoning += delta.reasoning;
+  result_.tool_calls.insert(result_.tool_calls.end(), delta.tool_calls.begin(),
+                            delta.tool_calls.end());
+}
+
 void CompletionSession::ProcessToken(const TokenEvent& ev, std::string* sse) {
-  Json lp_json = nullptr;
+  const TokenLogprobInfo* logprob = nullptr;
   if (request_.options.logprobs) {
-    logprobs_.push_back(LogprobInfo(ev));
-    lp_json = request_.endpoint == Endpoint::kChat
-                  ? ChatLogprobsJSON({logprobs_.back()})
-                  : CompletionLogprobsJSON(std::span(&logprobs_.back(), 1));
+    result_.logprobs.push_back(LogprobInfo(ev));
+    logprob = &result_.logprobs.back();
   }
-  if (request_.endpoint == Endpoint::kCompletion) {
-    StreamEcho(sse);
-    text_ += ev.text;
-    // A token whose bytes are held back (part of a UTF-8 character or of a possible stop
-    // string) still gets its chunk when logprobs were asked for: one entry per token.
-    if (sse && (!ev.text.empty() || !lp_json.is_null())) {
-      *sse += SseData(CompletionChunkJSON(meta_, ev.text, "", lp_json));
-    }
-    return;
-  }
-  OutputDelta delta = parser_.Push(ev.text);
-  if (sse) {
-    StreamDelta(delta, lp_json, sse);
-  } else {
-    chat_.content += delta.content;
-    chat_.reasoning_content += delta.reasoning;
-    for (ToolCall& c : delta.tool_calls) chat_.tool_calls.push_back(std::move(c));
-  }
-}
-
-void CompletionSession::StreamDelta(const OutputDelta& delta, const Json& logprobs,
-                                    std::string* sse) {
-  if (!role_sent_) {
-    *sse += SseData(ChatChunkJSON(meta_, Json{{"role", "assistant"}, {"content", ""}}, ""));
-    role_sent_ = true;
-  }
-  if (!delta.reasoning.empty()) {
-    *sse += SseData(ChatChunkJSON(meta_, Json{{"reasoning_content", delta.reasoning}}, ""));
-  }
-  if (!delta.content.empty() || !logprobs.is_null()) {
-    *sse += SseData(ChatChunkJSON(meta_, Json{{"content", delta.content}}, "", logprobs));
-  }
-  for (const ToolCall& call : delta.tool_calls) {
-    int index = static_cast<int>(chat_.tool_calls.size());
-    chat_.tool_calls.push_back(call);
-    Json calls = Json::array({ToolCallJSON(call, index)});
-    *sse += SseData(ChatChunkJSON(meta_, Json{{"tool_calls", calls}}, ""));
-  }
-}
-
-void CompletionSession::StreamEcho(std::string* sse) {
-  if (!sse || role_sent_) return;
-  role_sent_ = true;  // for completions: the echoed prompt went out first
-  if (!request_.echo_prefix.empty()) {
-    *sse += SseData(CompletionChunkJSON(meta_, request_.echo_prefix, ""));
-  }
-}
-
-std::string CompletionSession::FinishReasonText(FinishReason reason) const {
-  if (reason == FinishReason::kLength) return "length";
-  if (request_.endpoint == Endpoint::kChat && !chat_.tool_calls.empty()) return "tool_calls";
-  return "stop";
+  // A token inside <think>…</think> (either tag included) is a reasoning token.
+  const bool was_reasoning = parser_.in_reasoning();
+  OutputDelta delta = Parse(ev.text);
+  if (was_reasoning || parser_.in_reasoning()) ++result_.reasoning_tokens;
+  Accumulate(delta);
+  if (sse) formatter_->StreamDelta(delta, logprob, sse);
 }
 
 void CompletionSession::ProcessFinish(const FinishEvent& fin, std::string* sse) {
-  usage_ = fin.usage;
+  result_.usage = fin.usage;
   done_sent_ = true;
   if (fin.reason == FinishReason::kError) {
     error_ = EngineError(fin.error);
-    // As OpenAI does: the error event is the stream's last (no [DONE]), so a client
-    // cannot take the text so far for a complete answer.
-    if (sse) *sse += SseData(ErrorJSON(*error_));
+    if (sse) formatter_->StreamError(*error_, sse);
     return;
   }
-  if (request_.endpoint == Endpoint::kCompletion) {
-    StreamEcho(sse);
-    text_ += fin.text;
-    finish_reason_ = FinishReasonText(fin.reason);
-    if (sse) *sse += SseData(CompletionChunkJSON(meta_, fin.text, finish_reason_));
-  } else {
-    OutputDelta delta = parser_.Push(fin.text);
+  OutputDelta last = Parse(fin.text);
+  if (request_.endpoint != Endpoint::kCompletion) {
     OutputDelta rest = parser_.Finish();
-    delta.content += rest.content;
-    delta.reasoning += rest.reasoning;
-    for (ToolCall& c : rest.tool_calls) delta.tool_calls.push_back(std::move(c));
-    if (sse) {
-      StreamDelta(delta, nullptr, sse);
-    } else {
-      chat_.content += delta.content;
-      chat_.reasoning_content += delta.reasoning;
-      for (ToolCall& c : delta.tool_calls) chat_.tool_calls.push_back(std::move(c));
-    }
-    finish_reason_ = FinishReasonText(fin.reason);
-    if (sse) *sse += SseData(ChatChunkJSON(meta_, Json::object(), finish_reason_));
+    last.content += rest.content;
+    last.reasoning += rest.reasoning;
+    for (ToolCall& c : rest.tool_calls) last.tool_calls.push_back(std::move(c));
   }
-  if (!sse) return;
-  if (request_.options.include_usage) {
-    const char* object =
-        request_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
-    *sse += SseData(UsageChunkJSON(meta_, object, usage_));
-  }
-  *sse += "data: [DONE]\n\n";
+  Accumulate(last);
+  result_.finish = fin.reason;
+  result_.stop_sequence = fin.stop_sequence;
+  if (sse) formatter_->StreamEnd(last, result_, sse);
 }
 
 }  // namespace shardlm::server

@@ -1,16 +1,21 @@
-// CompletionSession: one OpenAI completion in flight, between the Engine (which pushes
-// token events from its own thread) and the HTTP handler thread (which turns them into SSE
-// chunks or one JSON response). No HTTP here, so it is testable without sockets.
+// CompletionSession: one completion in flight, between the Engine (which pushes token events
+// from its own thread) and the HTTP handler thread (which turns them into SSE events or one
+// JSON response). No HTTP here, so it is testable without sockets.
 //
-// Goals: engine callbacks stay quick (they only queue events); all JSON building, output
-// parsing (reasoning, tool calls) and logprob rendering happen on the handler thread; a
-// client gone mid-stream cancels the request (on_token returns false, Engine::Cancel);
-// a client gone while it waits for a whole (non-streamed) response cancels it too; one
-// structured log line per request when it finishes.
-// Non-goals: n > 1, best_of, echo of logprobs for the prompt.
+// The session parses the model's output into API-neutral pieces (content, reasoning, tool
+// calls, logprobs, then the finish reason, matched stop string and usage) and hands them to
+// the request's OutputFormatter, which writes them in its API's shape: chat and legacy
+// completions, the Responses API, Anthropic Messages (output_formatter.h).
 //
-// Thread safety: Start/Next/Wait/Cancel are for one handler thread; the engine's callbacks
-// may run concurrently on the engine thread. Lifetime: shared_ptr, kept alive by the
+// Goals: engine callbacks stay quick (they only queue events); all parsing, logprob rendering
+// and formatting happen on the handler thread; a client gone mid-stream cancels the request
+// (on_token returns false, Engine::Cancel); a client gone while it waits for a whole
+// (non-streamed) response cancels it too; one structured log line per request when it
+// finishes.
+// Non-goals: n > 1, best_of, echo of logprobs for the prompt, the shape of any API's output.
+//
+// Thread safety: Start/NextEvents/Wait/Cancel are for one handler thread; the engine's
+// callbacks may run concurrently on the engine thread. Lifetime: shared_ptr, kept alive by the
 // callbacks until the engine's on_finish and by the handler until the response is sent.
 #pragma once
 
@@ -28,19 +33,27 @@
 #include "runtime/engine.h"
 #include "server/chat_format.h"
 #include "server/openai_types.h"
+#include "server/output_formatter.h"
 
 namespace shardlm::server {
 
-enum class Endpoint { kChat, kCompletion };
+enum class Endpoint { kChat, kCompletion, kResponses, kMessages, kSentinel };
+// The endpoint's name in the request log line: chat, completions, responses, messages.
+const char* EndpointName(Endpoint endpoint);
+// The request parameter that holds the prompt, for errors about its length: messages, prompt,
+// input.
+const char* PromptParam(Endpoint endpoint);
 
 // A request ready for the engine: the prompt is tokenized, the options checked.
 struct PreparedRequest {
   Endpoint endpoint = Endpoint::kChat;
   GenerationOptions options;
   std::vector<TokenId> prompt;
-  bool in_reasoning = false;  // chat: the prompt opened <think>
-  bool parse_tools = false;   // chat: tools were offered
-  std::string echo_prefix;    // completions with echo: the prompt text
+  bool in_reasoning = false;  // the prompt opened <think> (not for completions)
+  bool parse_tools = false;   // tools were offered
+  // How the ids of tool calls parsed from the output begin; the session appends the end of
+  // the response id and a counter.
+  std::string tool_call_prefix = "call_";
 };
 
 // Log sink for the per-request line.
@@ -56,13 +69,15 @@ ApiError EngineError(const Status& status);
 
 class CompletionSession : public std::enable_shared_from_this<CompletionSession> {
  public:
-  // Submits to the engine. Errors (queue full, context exceeded) come back as ApiError.
+  // Submits to the engine; `formatter` writes the output. Errors (queue full, context
+  // exceeded) come back as ApiError.
   static std::shared_ptr<CompletionSession> Start(Engine& engine, PreparedRequest request,
-                                                  ResponseMeta meta, LogFn log, ApiError* error);
+                                                  std::unique_ptr<OutputFormatter> formatter,
+                                                  LogFn log, ApiError* error);
 
   enum class Poll { kData, kTimeout, kDone };
-  // Streaming: the next SSE events ("data: {...}\n\n"), waiting up to `wait`. kDone once
-  // everything including "data: [DONE]" was returned.
+  // Streaming: the next SSE events, waiting up to `wait`. kDone once everything including
+  // the stream's last event was returned.
   Poll NextEvents(std::chrono::milliseconds wait, std::string* out);
   // Non-stream: blocks until finished; the response JSON, or an error. Every `poll` without
   // an event it asks `client_gone`: when true the request is cancelled (its slot freed at
@@ -75,7 +90,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   bool finished() const;
 
  private:
-  CompletionSession(Engine& engine, PreparedRequest request, ResponseMeta meta, LogFn log);
+  CompletionSession(Engine& engine, PreparedRequest request,
+                    std::unique_ptr<OutputFormatter> formatter, LogFn log);
   struct Event {
     bool finish = false;
     TokenEvent token;
@@ -88,14 +104,14 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   void Process(Event& ev, std::string* sse);
   void ProcessToken(const TokenEvent& ev, std::string* sse);
   void ProcessFinish(const FinishEvent& fin, std::string* sse);
-  void StreamEcho(std::string* sse);
-  void StreamDelta(const OutputDelta& delta, const Json& logprobs, std::string* sse);
+  // What `text` adds to the output: parsed for chat-like endpoints, verbatim for completions.
+  OutputDelta Parse(const std::string& text);
+  void Accumulate(const OutputDelta& delta);
   TokenLogprobInfo LogprobInfo(const TokenEvent& ev) const;
-  std::string FinishReasonText(FinishReason reason) const;
 
   Engine& engine_;
   PreparedRequest request_;
-  ResponseMeta meta_;
+  std::unique_ptr<OutputFormatter> formatter_;
   LogFn log_;
   RequestId id_ = 0;
   std::chrono::steady_clock::time_point start_;
@@ -109,14 +125,10 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
 
   // Handler-thread state.
   OutputParser parser_;
-  ChatResult chat_;
-  std::string text_;  // completions
-  std::vector<TokenLogprobInfo> logprobs_;
-  bool role_sent_ = false;
+  GenerationResult result_;
+  bool stream_started_ = false;
   bool done_sent_ = false;
   std::optional<ApiError> error_;
-  RequestUsage usage_;
-  std::string finish_reason_;
 };
 
 }  // namespace shardlm::server

@@ -14,6 +14,7 @@
 #include "server/chat_format.h"
 #include "server/completion_session.h"
 #include "server/http_transport.h"
+#include "server/openai_output.h"
 #include "server/openai_types.h"
 #include "server/props.h"
 #include "server/request_guard.h"
@@ -149,7 +150,10 @@ struct HttpServer::Impl : HttpService {
 
   void HandleChat(const HttpRequest& req, Reply& res);
   void HandleCompletion(const HttpRequest& req, Reply& res);
-  void Respond(PreparedRequest prep, const char* id_prefix, Reply& res);
+  // A chat request's prompt, rendered and tokenized; nullopt when it failed (answered).
+  std::optional<PreparedRequest> PrepareChat(const ChatCompletionRequest& chat, Endpoint endpoint,
+                                             Reply& res) const;
+  void Respond(PreparedRequest prep, std::unique_ptr<OutputFormatter> output, Reply& res);
   void Stream(const std::shared_ptr<CompletionSession>& session, Reply& res);
   Json ModelJSON() const;
   void HandleModels(Reply& res) const;
@@ -248,7 +252,8 @@ void HttpServer::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
   }
 }
 
-void HttpServer::Impl::Respond(PreparedRequest prep, const char* id_prefix, Reply& res) {
+void HttpServer::Impl::Respond(PreparedRequest prep, std::unique_ptr<OutputFormatter> output,
+                               Reply& res) {
   const int32_t n_ctx = engine.info().n_ctx;
   if (prep.prompt.empty()) {
     return res.Status(InvalidArgument("the prompt is empty"), "prompt");
@@ -257,7 +262,7 @@ void HttpServer::Impl::Respond(PreparedRequest prep, const char* id_prefix, Repl
     return res.Status(OutOfRange("context_length_exceeded: the prompt has {} tokens, the "
                                  "context holds {}",
                                  prep.prompt.size(), n_ctx),
-                      prep.endpoint == Endpoint::kChat ? "messages" : "prompt");
+                      PromptParam(prep.endpoint));
   }
   for (const auto& [id, bias] : prep.options.logit_bias) {
     if (id >= engine.tokenizer().n_vocab()) {
@@ -271,7 +276,7 @@ void HttpServer::Impl::Respond(PreparedRequest prep, const char* id_prefix, Repl
   bool stream = prep.options.stream;
   ApiError error;
   auto session =
-      CompletionSession::Start(engine, std::move(prep), NewMeta(id_prefix), options.log, &error);
+      CompletionSession::Start(engine, std::move(prep), std::move(output), options.log, &error);
   if (!session) return res.Error(error);
   if (stream) return Stream(session, res);
   auto result = session->Wait(kClientPoll, [&res] { return res.writer.ClientGone(); });
@@ -309,21 +314,26 @@ void HttpServer::Impl::HandleChat(const HttpRequest& req, Reply& res) {
   std::string param;
   Result<ChatCompletionRequest> chat = ChatCompletionRequestFromJSON(body.value(), &param);
   if (!chat.ok()) return res.Status(chat.status(), param);
-  Result<std::string> prompt = formatter->Render(chat.value());
-  if (!prompt.ok()) return res.Status(prompt.status(), "messages");
-  const Tokenizer& tok = engine.tokenizer();
-  PreparedRequest prep;
-  prep.endpoint = Endpoint::kChat;
-  prep.options = chat->options;
-  prep.prompt = tok.Encode(prompt.value(), /*add_special=*/true, /*parse_special=*/true);
-  // Templates that write the BOS text themselves would get a second one from add_special.
-  if (prep.prompt.size() >= 2 && tok.bos() >= 0 && prep.prompt[0] == tok.bos() &&
-      prep.prompt[1] == tok.bos()) {
-    prep.prompt.erase(prep.prompt.begin());
+  std::optional<PreparedRequest> prep = PrepareChat(chat.value(), Endpoint::kChat, res);
+  if (!prep) return;
+  auto output = std::make_unique<ChatCompletionFormatter>(NewMeta("chatcmpl-"), prep->options);
+  Respond(std::move(*prep), std::move(output), res);
+}
+
+std::optional<PreparedRequest> HttpServer::Impl::PrepareChat(const ChatCompletionRequest& chat,
+                                                             Endpoint endpoint, Reply& res) const {
+  Result<ChatPrompt> prompt = formatter->Tokenize(chat, engine.tokenizer());
+  if (!prompt.ok()) {
+    res.Status(prompt.status(), PromptParam(endpoint));
+    return std::nullopt;
   }
-  prep.in_reasoning = PromptOpensReasoning(prompt.value());
-  prep.parse_tools = !chat->tools.is_null();
-  Respond(std::move(prep), "chatcmpl-", res);
+  PreparedRequest prep;
+  prep.endpoint = endpoint;
+  prep.options = chat.options;
+  prep.prompt = std::move(prompt->tokens);
+  prep.in_reasoning = prompt->opens_reasoning;
+  prep.parse_tools = !chat.tools.is_null();
+  return prep;
 }
 
 void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
@@ -336,6 +346,7 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
   PreparedRequest prep;
   prep.endpoint = Endpoint::kCompletion;
   prep.options = cr->options;
+  std::string echo_prefix;
   if (cr->has_prompt_tokens) {
     for (TokenId id : cr->prompt_tokens) {
       if (id >= tok.n_vocab()) {
@@ -343,12 +354,14 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
       }
     }
     prep.prompt = cr->prompt_tokens;
-    if (cr->echo) prep.echo_prefix = tok.Decode(cr->prompt_tokens);
+    if (cr->echo) echo_prefix = tok.Decode(cr->prompt_tokens);
   } else {
     prep.prompt = tok.Encode(cr->prompt, /*add_special=*/true, /*parse_special=*/true);
-    if (cr->echo) prep.echo_prefix = cr->prompt;
+    if (cr->echo) echo_prefix = cr->prompt;
   }
-  Respond(std::move(prep), "cmpl-", res);
+  auto output = std::make_unique<TextCompletionFormatter>(NewMeta("cmpl-"), prep.options,
+                                                          std::move(echo_prefix));
+  Respond(std::move(prep), std::move(output), res);
 }
 
 Json HttpServer::Impl::ModelJSON() const {

@@ -10,6 +10,7 @@
 
 #include "server/completion_session.h"
 #include "server/mock_engine.h"
+#include "server/openai_output.h"
 
 namespace shardlm::server {
 namespace {
@@ -24,17 +25,29 @@ PreparedRequest Prepared(MockEngine& engine, Endpoint endpoint, const std::strin
   return prep;
 }
 
+// The formatter the endpoint's handler gives its session.
+std::unique_ptr<OutputFormatter> FormatterFor(const PreparedRequest& prep, const ResponseMeta& meta,
+                                              const std::string& echo) {
+  if (prep.endpoint == Endpoint::kCompletion) {
+    return std::make_unique<TextCompletionFormatter>(meta, prep.options, echo);
+  }
+  return std::make_unique<ChatCompletionFormatter>(meta, prep.options);
+}
+
 std::shared_ptr<CompletionSession> Start(MockEngine& engine, PreparedRequest prep,
-                                         const ResponseMeta& meta) {
+                                         const ResponseMeta& meta, const std::string& echo) {
   ApiError error;
-  auto session = CompletionSession::Start(engine, std::move(prep), meta, nullptr, &error);
+  auto output = FormatterFor(prep, meta, echo);
+  auto session =
+      CompletionSession::Start(engine, std::move(prep), std::move(output), nullptr, &error);
   EXPECT_NE(session, nullptr) << error.message;
   return session;
 }
 
-std::string Streamed(MockEngine& engine, PreparedRequest prep, const ResponseMeta& meta) {
+std::string Streamed(MockEngine& engine, PreparedRequest prep, const ResponseMeta& meta,
+                     const std::string& echo = "") {
   prep.options.stream = true;
-  auto session = Start(engine, std::move(prep), meta);
+  auto session = Start(engine, std::move(prep), meta, echo);
   if (!session) return "";
   std::string sse;
   while (session->NextEvents(std::chrono::milliseconds(100), &sse) !=
@@ -43,8 +56,9 @@ std::string Streamed(MockEngine& engine, PreparedRequest prep, const ResponseMet
   return sse;
 }
 
-std::string Whole(MockEngine& engine, PreparedRequest prep, const ResponseMeta& meta) {
-  auto session = Start(engine, std::move(prep), meta);
+std::string Whole(MockEngine& engine, PreparedRequest prep, const ResponseMeta& meta,
+                  const std::string& echo = "") {
+  auto session = Start(engine, std::move(prep), meta, echo);
   if (!session) return "";
   auto result = session->Wait();
   EXPECT_TRUE(result.has_value());
@@ -153,17 +167,16 @@ TEST(CompletionOutput, CompletionsWholeAndStreamWithEchoAndLogprobs) {
   MockEngine engine;
   engine.SetReply("xy");
   PreparedRequest prep = Prepared(engine, Endpoint::kCompletion, "say");
-  prep.echo_prefix = "say";
   prep.options.logprobs = true;
   prep.options.top_logprobs = 2;
   EXPECT_EQ(
-      Whole(engine, prep, kCompletionMeta),
+      Whole(engine, prep, kCompletionMeta, "say"),
       R"({"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"text":"sayxy","logprobs":{"tokens":["x","y"],"token_logprobs":[-0.5,-0.5],"top_logprobs":[{"x":-0.5,"y":-1.5},{"y":-0.5,"z":-1.5}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"cache_n":0,"prompt_n":3,"prompt_ms":1.0,"prompt_per_second":3000.0,"predicted_n":2,"predicted_ms":3.0,"predicted_per_second":666.6666666666666,"queue_ms":0.0}})");
 
   prep.options.include_usage = true;
   prep.options.top_logprobs = 0;
   EXPECT_EQ(
-      Streamed(engine, prep, kCompletionMeta),
+      Streamed(engine, prep, kCompletionMeta, "say"),
       R"(data: {"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"text":"say","logprobs":null,"finish_reason":null}]}
 
 data: {"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"text":"x","logprobs":{"tokens":["x"],"token_logprobs":[-0.5],"top_logprobs":[{}]},"finish_reason":null}]}
