@@ -7,77 +7,10 @@
 #include <limits>
 
 #include "server/json_limits.h"
+#include "server/request_parser.h"
 
 namespace shardlm::server {
 namespace {
-
-// The parse context: remembers the parameter an error is about.
-struct Parser {
-  const Json& body;
-  std::string* param;
-  // Values of the JSON texts inside the request (tool-call arguments) read so far.
-  std::shared_ptr<JsonBudget> budget = std::make_shared<JsonBudget>();
-
-  Status Fail(const std::string& name, const std::string& what) const {
-    if (param) *param = name;
-    return InvalidArgument("invalid '{}': {}", name, what);
-  }
-  // The field, or nullptr when absent or null (null means "default" to OpenAI clients).
-  const Json* Find(const char* name) const {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-  Status Bool(const char* name, bool* out) const {
-    const Json* v = Find(name);
-    if (!v) return Status::Ok();
-    if (!v->is_boolean()) return Fail(name, "expected a boolean");
-    *out = v->get<bool>();
-    return Status::Ok();
-  }
-  Status Float(const char* name, double lo, double hi, float* out) const {
-    const Json* v = Find(name);
-    if (!v) return Status::Ok();
-    if (!v->is_number()) return Fail(name, "expected a number");
-    double x = v->get<double>();
-    if (!std::isfinite(x) || x < lo || x > hi) {
-      return Fail(name, fmt::format("{} is outside [{}, {}]", x, lo, hi));
-    }
-    *out = static_cast<float>(x);
-    return Status::Ok();
-  }
-  Status Int(const char* name, int64_t lo, int64_t hi, int64_t* out) const {
-    const Json* v = Find(name);
-    if (!v) return Status::Ok();
-    return IntValue(name, *v, lo, hi, out);
-  }
-  Status IntValue(const std::string& name, const Json& v, int64_t lo, int64_t hi,
-                  int64_t* out) const {
-    if (v.is_number_unsigned()) {
-      uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(hi)) return Fail(name, fmt::format("{} is too large", u));
-      *out = static_cast<int64_t>(u);
-    } else if (v.is_number_integer()) {
-      *out = v.get<int64_t>();
-    } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
-               std::fabs(v.get<double>()) < 9e15) {
-      *out = static_cast<int64_t>(v.get<double>());
-    } else {
-      return Fail(name, "expected an integer");
-    }
-    if (*out < lo || *out > hi) {
-      return Fail(name, fmt::format("{} is outside [{}, {}]", *out, lo, hi));
-    }
-    return Status::Ok();
-  }
-  Status String(const char* name, std::string* out) const {
-    const Json* v = Find(name);
-    if (!v) return Status::Ok();
-    if (!v->is_string()) return Fail(name, "expected a string");
-    *out = v->get<std::string>();
-    return Status::Ok();
-  }
-};
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
@@ -189,6 +122,8 @@ Status ParseResponseFormat(const Parser& p, GenerationOptions* o) {
   return Status::Ok();
 }
 
+}  // namespace
+
 Status ParseCommon(const Parser& p, GenerationOptions* o) {
   SHARDLM_TRY(p.String("model", &o->model));
   SHARDLM_TRY(p.Bool("stream", &o->stream));
@@ -210,6 +145,8 @@ Status ParseCommon(const Parser& p, GenerationOptions* o) {
   SHARDLM_TRY(ParseResponseFormat(p, o));
   return ParseSampling(p, o);
 }
+
+namespace {
 
 // Content as a template takes it: a string. Null (and, for the assistant, missing) is "";
 // an array of text parts ("text", or the Responses API's "input_text" / "output_text") is
@@ -341,17 +278,7 @@ Status ParseToolChoice(const Parser& p, const Json& choice, ChatCompletionReques
   } else {
     return p.Fail("tool_choice", "expected a string or an object");
   }
-  if (tc.mode != ToolChoice::Mode::kRequired && tc.mode != ToolChoice::Mode::kFunction) {
-    return Status::Ok();
-  }
-  if (r->tools.is_null()) return p.Fail("tool_choice", "a tool is required but 'tools' is empty");
-  if (tc.mode == ToolChoice::Mode::kFunction) {
-    for (const Json& tool : r->tools) {
-      if (tool["function"]["name"] == tc.function) return Status::Ok();
-    }
-    return p.Fail("tool_choice", fmt::format("no tool is named '{}'", tc.function));
-  }
-  return Status::Ok();
+  return CheckToolChoice(p, "tool_choice", *r);
 }
 
 Status ParseTools(const Parser& p, ChatCompletionRequest* r) {
@@ -372,11 +299,30 @@ Status ParseTools(const Parser& p, ChatCompletionRequest* r) {
   return Status::Ok();
 }
 
+}  // namespace
+
 Status CheckObject(const Json& body, std::string* param) {
   if (body.is_object()) return Status::Ok();
   if (param) *param = "";
   return InvalidArgument("the request body must be a JSON object");
 }
+
+Status CheckToolChoice(const Parser& p, const std::string& name, const ChatCompletionRequest& r) {
+  const ToolChoice& tc = r.tool_choice;
+  if (tc.mode != ToolChoice::Mode::kRequired && tc.mode != ToolChoice::Mode::kFunction) {
+    return Status::Ok();
+  }
+  if (r.tools.is_null()) return p.Fail(name, "a tool is required but 'tools' is empty");
+  if (tc.mode == ToolChoice::Mode::kFunction) {
+    for (const Json& tool : r.tools) {
+      if (tool["function"]["name"] == tc.function) return Status::Ok();
+    }
+    return p.Fail(name, fmt::format("no tool is named '{}'", tc.function));
+  }
+  return Status::Ok();
+}
+
+namespace {
 
 Result<ChatCompletionRequest> ParseChat(const Json& body, std::string* param) {
   SHARDLM_TRY(CheckObject(body, param));
@@ -462,27 +408,16 @@ Result<CompletionRequest> ParseCompletion(const Json& body, std::string* param) 
 
 }  // namespace
 
-// Everything is caught here: a nlohmann exception never leaves the parse boundary.
-template <typename F>
-auto Guard(F&& f, std::string* param) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::exception& e) {
-    if (param) *param = "";
-    return InvalidArgument("invalid request: {}", e.what());
-  }
-}
-
 Result<ChatCompletionRequest> ChatCompletionRequestFromJSON(const Json& body, std::string* param) {
-  return Guard([&] { return ParseChat(body, param); }, param);
+  return GuardParse([&] { return ParseChat(body, param); }, param);
 }
 
 Result<CompletionRequest> CompletionRequestFromJSON(const Json& body, std::string* param) {
-  return Guard([&] { return ParseCompletion(body, param); }, param);
+  return GuardParse([&] { return ParseCompletion(body, param); }, param);
 }
 
 Result<TokenizeRequest> TokenizeRequestFromJSON(const Json& body, std::string* param) {
-  return Guard(
+  return GuardParse(
       [&]() -> Result<TokenizeRequest> {
         SHARDLM_TRY(CheckObject(body, param));
         Parser p{body, param};
@@ -497,7 +432,7 @@ Result<TokenizeRequest> TokenizeRequestFromJSON(const Json& body, std::string* p
 }
 
 Result<DetokenizeRequest> DetokenizeRequestFromJSON(const Json& body, std::string* param) {
-  return Guard(
+  return GuardParse(
       [&]() -> Result<DetokenizeRequest> {
         SHARDLM_TRY(CheckObject(body, param));
         Parser p{body, param};
