@@ -142,11 +142,19 @@ Result<RequestId> MockEngine::Submit(EngineRequest request, RequestCallbacks cal
     return OutOfRange("the queue is full ({} requests)", queue_.size());
   }
   RequestId id = next_id_++;
+  last_prompt_ = request.prompt;
   stats_.requests_total++;
   stats_.prompt_tokens_total += static_cast<int64_t>(request.prompt.size());
   queue_.push_back(Pending{id, std::move(request), std::move(callbacks)});
   cv_.notify_all();
   return id;
+}
+
+std::string MockEngine::LastPromptText() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string text;
+  for (TokenId t : last_prompt_) text += tokenizer_.Piece(t, /*render_special=*/true);
+  return text;
 }
 
 void MockEngine::Cancel(RequestId id) {

@@ -78,6 +78,9 @@ class MockEngine : public Engine {
   // `status`; a kUnavailable status also takes the stage down (SetStageDown). Ok: off.
   void FailAfterTokens(int after_tokens, Status status);
   int64_t cancelled_count() const { return cancelled_; }
+  // The prompt of the last request submitted, as text (special tokens written out): what the
+  // chat template rendered for it.
+  std::string LastPromptText() const;
 
   Result<RequestId> Submit(EngineRequest request, RequestCallbacks callbacks) override;
   void Cancel(RequestId id) override;
@@ -122,6 +125,7 @@ class MockEngine : public Engine {
   bool stop_ = false;
   bool busy_ = false;
   std::vector<std::vector<TokenId>> slot_tokens_;  // [slot] retained sequence
+  std::vector<TokenId> last_prompt_;
   RequestId next_id_ = 1;
   EngineStats stats_;
   std::thread worker_;
