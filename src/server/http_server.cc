@@ -18,6 +18,9 @@
 #include "server/openai_types.h"
 #include "server/props.h"
 #include "server/request_guard.h"
+#include "server/response_store.h"
+#include "server/responses_api.h"
+#include "server/responses_output.h"
 #include "server/slot_api.h"
 
 namespace shardlm::server {
@@ -43,6 +46,7 @@ enum class Route {
   kSlots,
   kSlotAction,
   kModel,
+  kResponses,
   kSentinel
 };
 
@@ -65,6 +69,8 @@ constexpr RouteEntry kRoutes[] = {
     {"/detokenize", Route::kDetokenize, "POST"},
     {"/props", Route::kProps, "GET"},
     {"/slots", Route::kSlots, "GET"},
+    {"/v1/responses", Route::kResponses, "POST"},
+    {"/responses", Route::kResponses, "POST"},
 };
 
 constexpr std::string_view kSlotPrefix = "/slots/";
@@ -129,6 +135,7 @@ struct HttpServer::Impl : HttpService {
   uint64_t id_salt = std::random_device{}();
   std::mutex counts_mu;
   std::map<int, int64_t> responses_by_status;
+  ResponseStore response_store;  // previous_response_id and item_reference of /v1/responses
 
   Impl(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
 
@@ -150,6 +157,7 @@ struct HttpServer::Impl : HttpService {
 
   void HandleChat(const HttpRequest& req, Reply& res);
   void HandleCompletion(const HttpRequest& req, Reply& res);
+  void HandleResponses(const HttpRequest& req, Reply& res);
   // A chat request's prompt, rendered and tokenized; nullopt when it failed (answered).
   std::optional<PreparedRequest> PrepareChat(const ChatCompletionRequest& chat, Endpoint endpoint,
                                              Reply& res) const;
@@ -247,6 +255,8 @@ void HttpServer::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
       return HandleSlotAction(req, res);
     case Route::kModel:
       return HandleModel(req, res);
+    case Route::kResponses:
+      return HandleResponses(req, res);
     case Route::kSentinel:
       break;
   }
@@ -362,6 +372,24 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
   auto output = std::make_unique<TextCompletionFormatter>(NewMeta("cmpl-"), prep.options,
                                                           std::move(echo_prefix));
   Respond(std::move(prep), std::move(output), res);
+}
+
+void HttpServer::Impl::HandleResponses(const HttpRequest& req, Reply& res) {
+  Result<Json> body = ParseBody(req.body);
+  if (!body.ok()) return res.Status(body.status(), "");
+  std::string param;
+  Result<ResponsesRequest> request =
+      ResponsesRequestFromJSON(body.value(), &response_store, &param);
+  if (!request.ok()) return res.Status(request.status(), param);
+  std::optional<PreparedRequest> prep = PrepareChat(request->chat, Endpoint::kResponses, res);
+  if (!prep) return;
+  ResponsesOutputOptions out;
+  out.echo = std::move(request->echo);
+  out.store = request->store ? &response_store : nullptr;
+  out.input_items = std::move(request->input_items);
+  out.previous_response_id = std::move(request->previous_response_id);
+  auto output = std::make_unique<ResponsesFormatter>(NewMeta("resp_"), std::move(out));
+  Respond(std::move(*prep), std::move(output), res);
 }
 
 Json HttpServer::Impl::ModelJSON() const {
