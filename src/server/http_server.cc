@@ -11,6 +11,8 @@
 #include <random>
 #include <string_view>
 
+#include "server/anthropic_api.h"
+#include "server/anthropic_output.h"
 #include "server/chat_format.h"
 #include "server/completion_session.h"
 #include "server/http_transport.h"
@@ -47,6 +49,8 @@ enum class Route {
   kSlotAction,
   kModel,
   kResponses,
+  kMessages,
+  kCountTokens,
   kSentinel
 };
 
@@ -71,6 +75,8 @@ constexpr RouteEntry kRoutes[] = {
     {"/slots", Route::kSlots, "GET"},
     {"/v1/responses", Route::kResponses, "POST"},
     {"/responses", Route::kResponses, "POST"},
+    {"/v1/messages", Route::kMessages, "POST"},
+    {"/v1/messages/count_tokens", Route::kCountTokens, "POST"},
 };
 
 constexpr std::string_view kSlotPrefix = "/slots/";
@@ -100,8 +106,11 @@ HttpResponse JsonResponse(int status, const Json& j) {
   return r;
 }
 
-HttpResponse ErrorResponse(const ApiError& e) {
-  HttpResponse r = JsonResponse(e.http_status, ErrorJSON(e));
+// An error in the shape of the API its path belongs to: Anthropic's on the /v1/messages
+// routes, else OpenAI's.
+HttpResponse ErrorResponse(const ApiError& e, std::string_view path) {
+  HttpResponse r =
+      JsonResponse(e.http_status, IsAnthropicPath(path) ? AnthropicErrorJSON(e) : ErrorJSON(e));
   // Unavailable (503) and too much at once (429): both pass, so say when to try again.
   if (e.http_status == 503 || e.http_status == 429) r.headers.push_back({"Retry-After", "1"});
   return r;
@@ -111,13 +120,14 @@ HttpResponse ErrorResponse(const ApiError& e) {
 struct Reply {
   ResponseWriter& writer;
   std::vector<HttpHeader> headers;
+  std::string_view path;  // the request's: whose error shape to answer in
 
   void Send(HttpResponse r) {
     r.headers.insert(r.headers.end(), headers.begin(), headers.end());
     writer.Send(r);
   }
   void Json(const server::Json& j) { Send(JsonResponse(200, j)); }
-  void Error(const ApiError& e) { Send(ErrorResponse(e)); }
+  void Error(const ApiError& e) { Send(ErrorResponse(e, path)); }
   void Status(const shardlm::Status& st, const std::string& param) {
     Error(ErrorFromStatus(st, param));
   }
@@ -158,6 +168,8 @@ struct HttpServer::Impl : HttpService {
   void HandleChat(const HttpRequest& req, Reply& res);
   void HandleCompletion(const HttpRequest& req, Reply& res);
   void HandleResponses(const HttpRequest& req, Reply& res);
+  void HandleMessages(const HttpRequest& req, Reply& res);
+  void HandleCountTokens(const HttpRequest& req, Reply& res) const;
   // A chat request's prompt, rendered and tokenized; nullopt when it failed (answered).
   std::optional<PreparedRequest> PrepareChat(const ChatCompletionRequest& chat, Endpoint endpoint,
                                              Reply& res) const;
@@ -173,14 +185,14 @@ struct HttpServer::Impl : HttpService {
   void HandleSlotAction(const HttpRequest& req, Reply& res);
 };
 
-HttpResponse HttpServer::Impl::ErrorBody(const HttpRequest& /*request*/, int status,
+HttpResponse HttpServer::Impl::ErrorBody(const HttpRequest& request, int status,
                                          const std::string& message) const {
   ApiError e;
   e.http_status = status;
   e.message = message;
   if (status >= 500) e.type = "server_error";
   if (status == 413) e.code = "request_too_large";
-  return ErrorResponse(e);
+  return ErrorResponse(e, request.path);
 }
 
 void HttpServer::Impl::OnResponse(const HttpRequest& req, int status) {
@@ -197,11 +209,11 @@ void HttpServer::Impl::OnResponse(const HttpRequest& req, int status) {
 // Before the body: who is asking (Host, Origin), CORS preflight, the API key, the route and
 // its method. The transport then checks the body's size.
 std::optional<HttpResponse> HttpServer::Impl::CheckHeaders(const HttpRequest& req) {
-  if (std::optional<ApiError> e = guard->CheckSource(req)) return ErrorResponse(*e);
+  if (std::optional<ApiError> e = guard->CheckSource(req)) return ErrorResponse(*e, req.path);
   if (req.method == "OPTIONS") return guard->Options(req);
   std::vector<HttpHeader> cors = guard->ResponseHeaders(req);
   auto refuse = [&](const ApiError& e) {
-    HttpResponse r = ErrorResponse(e);
+    HttpResponse r = ErrorResponse(e, req.path);
     r.headers.insert(r.headers.end(), cors.begin(), cors.end());
     return r;
   };
@@ -224,7 +236,7 @@ std::optional<HttpResponse> HttpServer::Impl::CheckHeaders(const HttpRequest& re
 }
 
 void HttpServer::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
-  Reply res{writer, guard->ResponseHeaders(req)};
+  Reply res{writer, guard->ResponseHeaders(req), req.path};
   const RouteEntry route = *FindRoute(req.path);  // CheckHeaders found it
   // A POST with no body at all (`curl -X POST` without -d): only a slot action takes none.
   if (req.body.empty() && route.route != Route::kSlotAction && req.method == "POST") {
@@ -257,6 +269,10 @@ void HttpServer::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
       return HandleModel(req, res);
     case Route::kResponses:
       return HandleResponses(req, res);
+    case Route::kMessages:
+      return HandleMessages(req, res);
+    case Route::kCountTokens:
+      return HandleCountTokens(req, res);
     case Route::kSentinel:
       break;
   }
@@ -390,6 +406,32 @@ void HttpServer::Impl::HandleResponses(const HttpRequest& req, Reply& res) {
   out.previous_response_id = std::move(request->previous_response_id);
   auto output = std::make_unique<ResponsesFormatter>(NewMeta("resp_"), std::move(out));
   Respond(std::move(*prep), std::move(output), res);
+}
+
+void HttpServer::Impl::HandleMessages(const HttpRequest& req, Reply& res) {
+  Result<Json> body = ParseBody(req.body);
+  if (!body.ok()) return res.Status(body.status(), "");
+  std::string param;
+  Result<ChatCompletionRequest> chat = MessagesRequestFromJSON(body.value(), &param);
+  if (!chat.ok()) return res.Status(chat.status(), param);
+  std::optional<PreparedRequest> prep = PrepareChat(chat.value(), Endpoint::kMessages, res);
+  if (!prep) return;
+  prep->tool_call_prefix = "toolu_";
+  const auto prompt_tokens = static_cast<int32_t>(prep->prompt.size());
+  auto output = std::make_unique<AnthropicFormatter>(NewMeta("msg_"), prompt_tokens);
+  Respond(std::move(*prep), std::move(output), res);
+}
+
+// The prompt's length as /v1/messages would render it; nothing is generated.
+void HttpServer::Impl::HandleCountTokens(const HttpRequest& req, Reply& res) const {
+  Result<Json> body = ParseBody(req.body);
+  if (!body.ok()) return res.Status(body.status(), "");
+  std::string param;
+  Result<ChatCompletionRequest> chat = CountTokensRequestFromJSON(body.value(), &param);
+  if (!chat.ok()) return res.Status(chat.status(), param);
+  std::optional<PreparedRequest> prep = PrepareChat(chat.value(), Endpoint::kMessages, res);
+  if (!prep) return;
+  res.Json(Json{{"input_tokens", prep->prompt.size()}});
 }
 
 Json HttpServer::Impl::ModelJSON() const {
