@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "server/request_parser.h"
 
 namespace shardlm::server {
@@ -138,8 +140,9 @@ Status AddAssistant(const Parser& p, const std::string& name, const Json& blocks
       return RefuseBlock(p, block_name, type);
     }
   }
+  // A turn of tool calls alone has "" for content, not null: templates such as Qwen3's search
+  // the content for </think> and fail on null.
   Json message = Json{{"role", "assistant"}, {"content", text}};
-  if (text.empty() && !calls.empty()) message["content"] = nullptr;
   if (!reasoning.empty()) message["reasoning_content"] = reasoning;
   if (!calls.empty()) message["tool_calls"] = std::move(calls);
   messages->push_back(std::move(message));

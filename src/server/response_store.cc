@@ -1,6 +1,8 @@
 // Recent Responses API responses, kept in memory under a byte budget. See response_store.h.
 #include "server/response_store.h"
 
+#include <fmt/format.h>
+
 #include <vector>
 
 #include "server/output_formatter.h"

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <limits>
+
 #include "server/json_limits.h"
 #include "server/request_parser.h"
 
@@ -127,10 +130,12 @@ Status MessageBuilder::AddFunctionCall(const std::string& name, const Json& item
     return parsed.status();
   }
   // The calls of one turn go into one assistant message, after its text: a call joins the
-  // last message when that is the assistant's and no reasoning came between them.
+  // last message when that is the assistant's and no reasoning came between them. A message
+  // of calls alone has "" for content, not null: templates such as Qwen3's search the
+  // content for </think> and fail on null.
   const bool joins =
       !messages_.empty() && messages_.back()["role"] == "assistant" && reasoning_.empty();
-  Json& message = joins ? messages_.back() : NewAssistant(nullptr);
+  Json& message = joins ? messages_.back() : NewAssistant("");
   if (!message.contains("tool_calls")) message["tool_calls"] = Json::array();
   message["tool_calls"].push_back(
       Json{{"id", call_id},
@@ -358,7 +363,12 @@ Status RefuseUnsupported(const Parser& p) {
   return Status::Ok();
 }
 
-// The settings the response repeats, with OpenAI's defaults where the request gave none.
+// A sampling setting as a response reports it: the float the sampler uses, to 6 digits (0.8f
+// is 0.800000011920929 as a double).
+Json Reported(float value) { return std::round(static_cast<double>(value) * 1e6) / 1e6; }
+
+// The settings the response repeats: as sent, else what this server used (the sampler's
+// defaults) or OpenAI's defaults.
 void EchoDefaults(const Parser& p, ResponsesRequest* r) {
   Json& e = r->echo;
   auto take = [&](const char* key, Json fallback) {
@@ -371,11 +381,11 @@ void EchoDefaults(const Parser& p, ResponsesRequest* r) {
   take("previous_response_id", nullptr);
   if (!e.contains("reasoning")) e["reasoning"] = Json{{"effort", nullptr}, {"summary", nullptr}};
   e["store"] = r->store;
-  take("temperature", 1.0);
+  take("temperature", Reported(r->chat.options.sampling.temperature));
   if (!e.contains("text")) e["text"] = Json{{"format", Json{{"type", "text"}}}};
   if (!e.contains("tool_choice")) e["tool_choice"] = "auto";
   if (!e.contains("tools")) e["tools"] = Json::array();
-  take("top_p", 1.0);
+  take("top_p", Reported(r->chat.options.sampling.top_p));
   take("truncation", "disabled");
   take("user", nullptr);
   take("metadata", Json::object());
@@ -389,8 +399,8 @@ Status ParseSettings(const Parser& p, ResponsesRequest* r) {
   SHARDLM_TRY(p.Int("max_output_tokens", 1, kInt32Max, &max_output));
   if (max_output > 0) o.max_tokens = static_cast<int32_t>(max_output);
   SHARDLM_TRY(p.Bool("store", &r->store));
-  bool parallel = true;
-  SHARDLM_TRY(p.Bool("parallel_tool_calls", &parallel));
+  bool parallel_tool_calls = true;  // echoed only: calls are taken as the model writes them
+  SHARDLM_TRY(p.Bool("parallel_tool_calls", &parallel_tool_calls));
   if (const Json* metadata = p.Find("metadata"); metadata && !metadata->is_object()) {
     return p.Fail("metadata", "expected an object");
   }

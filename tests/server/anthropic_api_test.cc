@@ -86,7 +86,7 @@ TEST(AnthropicApi, EveryBlockKindBecomesChatMessages) {
     {"role":"tool","tool_call_id":"toolu_1","content":"sunny"},
     {"role":"tool","tool_call_id":"toolu_2","content":"Error: no clock"},
     {"role":"user","content":"thanks"},
-    {"role":"assistant","content":null,"tool_calls":[
+    {"role":"assistant","content":"","tool_calls":[
       {"id":"toolu_3","type":"function","function":{"name":"time","arguments":{}}}]},
     {"role":"tool","tool_call_id":"toolu_3","content":""}])"));
 }

@@ -42,7 +42,7 @@ TEST_F(MessagesTest, RendersThePromptItsChatEquivalentRenders) {
   ASSERT_TRUE(Post("/v1/chat/completions", R"({"messages":[
     {"role":"system","content":"be brief"},
     {"role":"user","content":"weather?"},
-    {"role":"assistant","content":null,"reasoning_content":"call it",
+    {"role":"assistant","content":"","reasoning_content":"call it",
      "tool_calls":[{"id":"toolu_1","type":"function",
                     "function":{"name":"weather","arguments":"{\"city\":\"Paris\"}"}}]},
     {"role":"tool","tool_call_id":"toolu_1","content":"sunny"}],

@@ -100,7 +100,7 @@ TEST(ResponsesApi, CallsAfterReasoningStartANewAssistantTurn) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   const Json& m = r->chat.messages;
   ASSERT_EQ(m.size(), 4u);
-  EXPECT_TRUE(m[1]["content"].is_null());
+  EXPECT_EQ(m[1]["content"], "");
   EXPECT_EQ(m[1]["tool_calls"][0]["id"], "c1");
   EXPECT_EQ(m[3]["reasoning_content"], "again");
   EXPECT_EQ(m[3]["tool_calls"][0]["id"], "c2");
@@ -129,6 +129,8 @@ TEST(ResponsesApi, ToolsToolChoiceTextFormatAndReasoning) {
   EXPECT_EQ(r->echo["tools"][0]["name"], "weather");
   EXPECT_EQ(r->echo["tool_choice"]["name"], "weather");
   EXPECT_EQ(r->echo["reasoning"]["effort"], "high");
+  EXPECT_EQ(r->echo["temperature"], 0.8);  // what the sampler uses when none is given
+  EXPECT_EQ(r->echo["top_p"], 0.95);
 
   r = Parse(R"({"input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":"none",
     "text":{"format":{"type":"json_object"}},"reasoning":{"effort":"none"}})");
@@ -218,7 +220,7 @@ TEST(ResponsesApi, StoredItemsAndConversationsAreResolved) {
                  &param, &store);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->chat.messages, Json::parse(R"([{"role":"user","content":"first"},
-    {"role":"assistant","content":null,"reasoning_content":"hmm",
+    {"role":"assistant","content":"","reasoning_content":"hmm",
      "tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":{}}}]},
     {"role":"tool","tool_call_id":"call_1","content":"42"}])"));
   EXPECT_EQ(r->input_items[2]["type"], "function_call");  // stored resolved, not as references
