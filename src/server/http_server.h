@@ -1,8 +1,10 @@
 // HttpServer: the OpenAI-compatible HTTP front of an Engine (sockets: http_transport.h).
 //
-// Routes: POST /v1/chat/completions, POST /v1/completions (SSE when "stream": true),
-// GET /v1/models (its model entry's "meta" carries the stages), GET /props (model,
-// context, slots, placement: props.h), GET /health, GET /metrics (Prometheus text),
+// Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (OpenAI's
+// Responses API: responses_api.h), POST /v1/messages and /v1/messages/count_tokens
+// (Anthropic's Messages API: anthropic_api.h), the generating ones streamed as SSE when
+// "stream": true; GET /v1/models (its model entry's "meta" carries the stages), GET /props
+// (model, context, slots, placement: props.h), GET /health, GET /metrics (Prometheus text),
 // POST /tokenize, POST /detokenize, GET /slots and POST /slots/{id}?action=save|restore|
 // erase (slot_api.h; files confined to ServerOptions::slot_save_dir), OPTIONS anywhere (CORS
 // preflight). Before a body is read (request_guard.h): a foreign Host on a loopback bind or a
@@ -14,7 +16,7 @@
 // unavailable_error, code stage_unavailable: on submit, on /health, and for a request the
 // stage failed mid-way; a stream then ends with an SSE error event). A POST with no body
 // gets a 400 saying how to send one, but a slot action runs with none. Every error uses
-// OpenAI's error object.
+// OpenAI's error object, but on the /v1/messages routes Anthropic's.
 //
 // Goals: nothing a client sends crashes the server; a client that disconnects cancels its
 // request, streamed or not, so its slot is freed at once; handler threads sized for the
