@@ -1,7 +1,7 @@
 // POST /v1/messages and /v1/messages/count_tokens over the MockEngine: the prompt a Messages
 // request renders is the one its equivalent chat request renders, whole and streamed messages,
 // token counts, and every error on these routes in Anthropic's shape, those the server answers
-// before it reads the body (401, 404, 405, 413) included.
+// before it reads the body (401, 403, 404, 405, 413) included.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -174,6 +174,10 @@ TEST_F(MessagesTest, ErrorsBeforeAndAfterTheBodyAreAnthropicErrors) {
   auto post = [&](const std::string& path, const std::string& body) {
     return client_->Post(path.c_str(), key, body, "application/json");
   };
+  httplib::Headers foreign = key;
+  foreign.emplace("Origin", "http://evil.example");
+  ExpectAnthropicError(client_->Post("/v1/messages", foreign, kHello, "application/json"), 403,
+                       "permission_error");
   ExpectAnthropicError(post("/v1/messages/batches", "{}"), 404, "not_found_error");
   ExpectAnthropicError(client_->Get("/v1/messages", key), 405, "invalid_request_error");
   ExpectAnthropicError(post("/v1/messages", std::string(2 << 20, ' ')), 413, "request_too_large");
