@@ -12,7 +12,7 @@
 namespace shardlm {
 namespace {
 
-constexpr Fingerprint128 kModel{7, 11};
+constexpr Fingerprint128 kIndexModel{7, 11};
 constexpr int kPageTokens = 4;
 
 std::unique_ptr<PageAllocator> MakeAllocator(int n_pages) {
@@ -52,7 +52,7 @@ class PrefixIndexTest : public ::testing::Test {
 };
 
 TEST_F(PrefixIndexTest, PublishTakesOneReferenceAndLookupOneMore) {
-  const auto hashes = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  const auto hashes = ChainBlockHashes(Tokens(12), kPageTokens, kIndexModel);
   const auto pages = FillAndPublish(hashes);
   for (PageId p : pages) EXPECT_EQ(allocator_->refcount(p), 2);  // sequence + index
   ReleaseAll(pages);                                             // the sequence finished
@@ -69,7 +69,7 @@ TEST_F(PrefixIndexTest, PublishTakesOneReferenceAndLookupOneMore) {
 }
 
 TEST_F(PrefixIndexTest, LookupReturnsTheLongestCachedLeadingChain) {
-  const auto hashes = ChainBlockHashes(Tokens(16), kPageTokens, kModel);
+  const auto hashes = ChainBlockHashes(Tokens(16), kPageTokens, kIndexModel);
   ReleaseAll(FillAndPublish({hashes[0], hashes[1]}));
   EXPECT_EQ(index_.Lookup(hashes).n_blocks(), 2);
   EXPECT_EQ(index_.Lookup(std::span(hashes).first(1)).n_blocks(), 1);
@@ -78,7 +78,7 @@ TEST_F(PrefixIndexTest, LookupReturnsTheLongestCachedLeadingChain) {
   // Another conversation diverging in block 1 shares block 0 only.
   auto other_tokens = Tokens(16);
   other_tokens[5] = 999;
-  EXPECT_EQ(index_.Lookup(ChainBlockHashes(other_tokens, kPageTokens, kModel)).n_blocks(), 1);
+  EXPECT_EQ(index_.Lookup(ChainBlockHashes(other_tokens, kPageTokens, kIndexModel)).n_blocks(), 1);
   // A chain that does not start at block 0 never hits, even if its hashes are cached.
   EXPECT_EQ(index_.Lookup(std::span(hashes).subspan(1)).n_blocks(), 0);
   // Another model shares nothing.
@@ -92,7 +92,7 @@ TEST_F(PrefixIndexTest, LookupReturnsTheLongestCachedLeadingChain) {
 }
 
 TEST_F(PrefixIndexTest, PublishOutcomes) {
-  const auto hashes = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  const auto hashes = ChainBlockHashes(Tokens(12), kPageTokens, kIndexModel);
   auto a = allocator_->Allocate();
   auto b = allocator_->Allocate();
   ASSERT_TRUE(a.ok() && b.ok());
@@ -111,7 +111,7 @@ TEST_F(PrefixIndexTest, PublishOutcomes) {
 
 TEST_F(PrefixIndexTest, TwoSequencesShareAPrefixThroughTheirBlockTables) {
   const auto prompt = Tokens(10);  // two full pages and a partial one
-  const auto hashes = ChainBlockHashes(prompt, kPageTokens, kModel);
+  const auto hashes = ChainBlockHashes(prompt, kPageTokens, kIndexModel);
   ASSERT_EQ(hashes.size(), 2u);
   const int free_at_start = allocator_->n_free();
 
@@ -151,7 +151,7 @@ TEST_F(PrefixIndexTest, TwoSequencesShareAPrefixThroughTheirBlockTables) {
 }
 
 TEST_F(PrefixIndexTest, RewritingInsideACachedPageCopiesItAndTheCacheKeepsTheOriginal) {
-  const auto hashes = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
+  const auto hashes = ChainBlockHashes(Tokens(8), kPageTokens, kIndexModel);
   ReleaseAll(FillAndPublish(hashes));
   const PageId cached = index_.PageOf(hashes[1]);
   BlockTable table(allocator_.get());
@@ -171,9 +171,9 @@ TEST_F(PrefixIndexTest, RewritingInsideACachedPageCopiesItAndTheCacheKeepsTheOri
 
 TEST_F(PrefixIndexTest, EvictsLeastRecentlyUsedLeavesFirst) {
   // Three independent one-block chains a, b, c published in that order.
-  const auto a = ChainBlockHashes(Tokens(4, 0), kPageTokens, kModel);
-  const auto b = ChainBlockHashes(Tokens(4, 100), kPageTokens, kModel);
-  const auto c = ChainBlockHashes(Tokens(4, 200), kPageTokens, kModel);
+  const auto a = ChainBlockHashes(Tokens(4, 0), kPageTokens, kIndexModel);
+  const auto b = ChainBlockHashes(Tokens(4, 100), kPageTokens, kIndexModel);
+  const auto c = ChainBlockHashes(Tokens(4, 200), kPageTokens, kIndexModel);
   ReleaseAll(FillAndPublish(a));
   ReleaseAll(FillAndPublish(b));
   ReleaseAll(FillAndPublish(c));
@@ -187,9 +187,9 @@ TEST_F(PrefixIndexTest, EvictsLeastRecentlyUsedLeavesFirst) {
 }
 
 TEST_F(PrefixIndexTest, EvictsAChainFromItsTail) {
-  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kIndexModel);
   ReleaseAll(FillAndPublish(chain));
-  const auto other = ChainBlockHashes(Tokens(4, 500), kPageTokens, kModel);
+  const auto other = ChainBlockHashes(Tokens(4, 500), kPageTokens, kIndexModel);
   ReleaseAll(FillAndPublish(other));  // used after the whole chain
   // The chain's blocks are older than `other`; its tail goes first, then its parents,
   // within one call (a freed leaf's parent becomes a candidate at once).
@@ -202,7 +202,7 @@ TEST_F(PrefixIndexTest, EvictsAChainFromItsTail) {
 }
 
 TEST_F(PrefixIndexTest, WhatRemainsOfAnEvictedChainIsReachable) {
-  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kIndexModel);
   ReleaseAll(FillAndPublish(chain));
   EXPECT_EQ(index_.EvictUnreferenced(1), 1);
   EXPECT_EQ(index_.Lookup(chain).n_blocks(), 2);
@@ -213,9 +213,9 @@ TEST_F(PrefixIndexTest, WhatRemainsOfAnEvictedChainIsReachable) {
 }
 
 TEST_F(PrefixIndexTest, NeverEvictsPagesInUse) {
-  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
+  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kIndexModel);
   const auto pages = FillAndPublish(chain);  // the sequence still holds them
-  const auto other = ChainBlockHashes(Tokens(4, 500), kPageTokens, kModel);
+  const auto other = ChainBlockHashes(Tokens(4, 500), kPageTokens, kIndexModel);
   ReleaseAll(FillAndPublish(other));
   EXPECT_EQ(index_.EvictUnreferenced(10), 1);  // only `other`
   EXPECT_TRUE(index_.Contains(chain[0]));
@@ -232,7 +232,7 @@ TEST_F(PrefixIndexTest, NeverEvictsPagesInUse) {
 }
 
 TEST_F(PrefixIndexTest, AnInnerBlockStaysWhileADescendantIsCached) {
-  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
+  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kIndexModel);
   const auto pages = FillAndPublish(chain);
   allocator_->Release(pages[0]);  // block 0 unreferenced, block 1 still in use
   EXPECT_EQ(index_.EvictUnreferenced(10), 0);
@@ -241,10 +241,10 @@ TEST_F(PrefixIndexTest, AnInnerBlockStaysWhileADescendantIsCached) {
 }
 
 TEST_F(PrefixIndexTest, EraseRemovesTheBlockAndItsDescendants) {
-  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kModel);
+  const auto chain = ChainBlockHashes(Tokens(12), kPageTokens, kIndexModel);
   auto branch_tokens = Tokens(12);
   branch_tokens[9] = 77;  // shares blocks 0 and 1, differs in block 2
-  const auto branch = ChainBlockHashes(branch_tokens, kPageTokens, kModel);
+  const auto branch = ChainBlockHashes(branch_tokens, kPageTokens, kIndexModel);
   const auto pages = FillAndPublish(chain);
   auto extra = allocator_->Allocate();
   ASSERT_TRUE(extra.ok());
@@ -262,7 +262,7 @@ TEST_F(PrefixIndexTest, EraseRemovesTheBlockAndItsDescendants) {
 }
 
 TEST_F(PrefixIndexTest, ClearAndDestructionReleaseTheIndexReferences) {
-  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kModel);
+  const auto chain = ChainBlockHashes(Tokens(8), kPageTokens, kIndexModel);
   ReleaseAll(FillAndPublish(chain));
   EXPECT_LT(allocator_->n_free(), allocator_->n_pages());
   index_.Clear();

@@ -1,9 +1,6 @@
 // Drives the real `shardlm` binary: `run` prints exactly llama.cpp's greedy text, records
 // logits with --logits-out, fails cleanly on a bad model; `bench --json` emits results.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -13,59 +10,17 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_process.h"
 #include "support/fixtures.h"
-
-extern char** environ;
 
 namespace shardlm {
 namespace {
 
 using nlohmann::json;
+using testing::CliTempPath;
 using testing::FixturePath;
-
-struct ProcessResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("shardlm_cli_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
-
-// Runs the shardlm binary with `args` (no shell), capturing stdout and stderr.
-ProcessResult RunShardlm(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_strings = {testing::ShardlmBinary()};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& arg : argv_strings) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  const std::string out_path = TempPath("stdout"), err_path = TempPath("stderr");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  ProcessResult result;
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    result.err = "posix_spawn failed: " + std::to_string(rc);
-    return result;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = testing::ReadTextFile(out_path);
-  result.err = testing::ReadTextFile(err_path);
-  std::filesystem::remove(out_path);
-  std::filesystem::remove(err_path);
-  return result;
-}
+using testing::ProcessResult;
+using testing::RunShardlm;
 
 std::vector<json> Entries() { return testing::RunnableGoldenEntries(); }
 
@@ -103,7 +58,7 @@ TEST(RunCliTest, LogitsOutMatchesGoldenSteps) {
     if (e["id"] == "stories260K.p1") entry = &e;
   }
   ASSERT_NE(entry, nullptr);
-  const std::string path = TempPath("steps.f32");
+  const std::string path = CliTempPath("steps.f32");
   ProcessResult run =
       RunShardlm({"run", "-m", FixturePath("stories260K.gguf"), "-p", (*entry)["prompt_text"], "-n",
                   "4", "--temp", "0", "--logits-out", path});
@@ -133,7 +88,7 @@ TEST(RunCliTest, MissingModelFailsWithMessage) {
 }
 
 TEST(RunCliTest, InvalidModelFileFailsWithMessage) {
-  const std::string path = TempPath("not_a_model.gguf");
+  const std::string path = CliTempPath("not_a_model.gguf");
   {
     std::FILE* file = std::fopen(path.c_str(), "wb");
     ASSERT_NE(file, nullptr);

@@ -22,7 +22,7 @@
 namespace shardlm {
 namespace {
 
-bool Contains(const std::string& text, const std::string& part) {
+bool HasText(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
@@ -120,12 +120,12 @@ TEST(SocketDir, BadNamesAreRefused) {
     Result<std::string> path = ResolveSocketPath(name);
     ASSERT_FALSE(path.ok()) << name;
     EXPECT_EQ(path.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_TRUE(Contains(path.status().message(), "is not a socket name"))
+    EXPECT_TRUE(HasText(path.status().message(), "is not a socket name"))
         << path.status().message();
   }
   Result<std::string> long_name = ResolveSocketPath(std::string(120, 'x'));
   ASSERT_FALSE(long_name.ok());
-  EXPECT_TRUE(Contains(long_name.status().message(), "choose a shorter name"))
+  EXPECT_TRUE(HasText(long_name.status().message(), "choose a shorter name"))
       << long_name.status().message();
 }
 
@@ -158,13 +158,13 @@ TEST(SocketDir, SymbolicLinkOrFileIsRefused) {
   ASSERT_EQ(::symlink(runtime.File("elsewhere").c_str(), dir.c_str()), 0);
   Result<std::string> path = ResolveSocketPath("s1.sock");
   ASSERT_FALSE(path.ok());
-  EXPECT_TRUE(Contains(path.status().message(), dir + " is a symbolic link"))
+  EXPECT_TRUE(HasText(path.status().message(), dir + " is a symbolic link"))
       << path.status().message();
   ASSERT_EQ(::unlink(dir.c_str()), 0);
   { std::ofstream(dir) << "not a folder"; }
   path = ResolveSocketPath("s1.sock");
   ASSERT_FALSE(path.ok());
-  EXPECT_TRUE(Contains(path.status().message(), dir + " exists and is not a folder"))
+  EXPECT_TRUE(HasText(path.status().message(), dir + " exists and is not a folder"))
       << path.status().message();
 }
 
@@ -191,8 +191,8 @@ TEST(SocketDir, MissingParentIsAnErrorNamingTheFolder) {
   Result<std::string> path = ResolveSocketPath("s1.sock");
   ASSERT_FALSE(path.ok());
   EXPECT_EQ(path.status().code(), StatusCode::kIoError);
-  EXPECT_TRUE(Contains(path.status().message(),
-                       "cannot create the socket folder " + runtime.File("gone/shardlm")))
+  EXPECT_TRUE(HasText(path.status().message(),
+                      "cannot create the socket folder " + runtime.File("gone/shardlm")))
       << path.status().message();
 }
 

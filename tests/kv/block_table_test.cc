@@ -12,14 +12,14 @@
 namespace shardlm {
 namespace {
 
-std::unique_ptr<PageAllocator> MakeAllocator(int n_pages) {
+std::unique_ptr<PageAllocator> MakeFourTokenAllocator(int n_pages) {
   auto allocator = PageAllocator::Create(n_pages, /*page_tokens=*/4);
   EXPECT_TRUE(allocator.ok()) << allocator.status().message();
   return std::move(allocator).value();
 }
 
 TEST(BlockTable, GrowsByPagesAndReleasesOnDestruction) {
-  auto allocator = MakeAllocator(4);
+  auto allocator = MakeFourTokenAllocator(4);
   std::vector<PageCopy> copies;
   {
     BlockTable table(allocator.get());
@@ -44,7 +44,7 @@ TEST(BlockTable, GrowsByPagesAndReleasesOnDestruction) {
 }
 
 TEST(BlockTable, ExhaustionLeavesTableUnchanged) {
-  auto allocator = MakeAllocator(2);
+  auto allocator = MakeFourTokenAllocator(2);
   BlockTable table(allocator.get());
   std::vector<PageCopy> copies;
   Status st = table.PrepareWrite(0, 9, &copies);  // needs 3 pages
@@ -67,7 +67,7 @@ TEST(BlockTable, ExhaustionLeavesTableUnchanged) {
 // Copy-on-write hands out new ids and says which contents to copy; the table never touches
 // page contents, so a pool sees no change until the caller applies the copies.
 TEST(BlockTable, ForkCopyOnWriteReportsCopiesWithoutTouchingPages) {
-  auto allocator = MakeAllocator(6);
+  auto allocator = MakeFourTokenAllocator(6);
   PagePoolConfig config;
   config.n_pages = 6;
   config.page_tokens = 4;
@@ -116,7 +116,7 @@ TEST(BlockTable, ForkCopyOnWriteReportsCopiesWithoutTouchingPages) {
 }
 
 TEST(BlockTable, AppendSharedPageAndMove) {
-  auto allocator = MakeAllocator(3);
+  auto allocator = MakeFourTokenAllocator(3);
   auto page = allocator->Allocate();
   ASSERT_TRUE(page.ok());
   BlockTable table(allocator.get());

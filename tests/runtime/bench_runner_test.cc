@@ -10,7 +10,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm {
-namespace {
+namespace bench_runner_test {
 
 // Tests that run the bench on the stories260K fixture model.
 class BenchRunnerOnStories : public ::testing::Test {
@@ -189,5 +189,5 @@ TEST_F(BenchRunnerOnStories, SplitRunCountsBytesBetweenStages) {
   EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);
 }
 
-}  // namespace
+}  // namespace bench_runner_test
 }  // namespace shardlm

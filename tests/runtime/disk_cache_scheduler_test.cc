@@ -22,7 +22,7 @@
 #include "runtime/scheduler_test_util.h"
 
 namespace shardlm {
-namespace {
+namespace disk_cache_scheduler_test {
 
 namespace fs = std::filesystem;
 using testing_util::Collector;
@@ -420,5 +420,5 @@ TEST(DiskCacheSchedulerTest, DiskTierNeedsThePrefixCache) {
   EXPECT_NE(status.message().find("--no-prefix-cache"), std::string::npos) << status.message();
 }
 
-}  // namespace
+}  // namespace disk_cache_scheduler_test
 }  // namespace shardlm

@@ -16,7 +16,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm {
-namespace {
+namespace generator_test {
 
 using nlohmann::json;
 using testing::FixturePath;
@@ -260,5 +260,5 @@ TEST(GeneratorTest, ContextLimits) {
   EXPECT_FALSE(too_long.ok());
 }
 
-}  // namespace
+}  // namespace generator_test
 }  // namespace shardlm

@@ -20,7 +20,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm {
-namespace {
+namespace local_stage_test {
 
 using nlohmann::json;
 using testing::FixturePath;
@@ -480,5 +480,5 @@ TEST(LocalStageErrorsTest, CopiesOutsideThePoolAreRefused) {
   EXPECT_EQ(stage.value()->Stats().batches, 0u);
 }
 
-}  // namespace
+}  // namespace local_stage_test
 }  // namespace shardlm

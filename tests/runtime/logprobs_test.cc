@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace shardlm {
-namespace {
+namespace logprobs_test {
 
 double ReferenceLogSumExp(const std::vector<float>& row) {
   const float max_logit = *std::max_element(row.begin(), row.end());
@@ -78,5 +78,5 @@ TEST(LogprobsTest, TopLogprobsAreTheFullSortsFirstEntries) {
   EXPECT_NEAR(std::exp(both[0].logprob) + std::exp(both[1].logprob), 1.0, 1e-6);
 }
 
-}  // namespace
+}  // namespace logprobs_test
 }  // namespace shardlm

@@ -25,7 +25,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm {
-namespace {
+namespace pipeline_test {
 
 using testing::FakeStage;
 using testing::FaultyStage;
@@ -432,5 +432,5 @@ TEST(PipelineSplitTest, GeneratorOutputDoesNotDependOnTheSplit) {
   }
 }
 
-}  // namespace
+}  // namespace pipeline_test
 }  // namespace shardlm

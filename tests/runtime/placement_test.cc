@@ -10,7 +10,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm {
-namespace {
+namespace placement_test {
 
 using testing::FixturePath;
 
@@ -294,5 +294,5 @@ TEST(LayerCostsTest, AQuantizedMixCostsByElementsNotBytes) {
   EXPECT_EQ(costs[0], LayerElements(config.value()));
 }
 
-}  // namespace
+}  // namespace placement_test
 }  // namespace shardlm

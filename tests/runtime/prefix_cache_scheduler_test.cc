@@ -20,7 +20,7 @@
 #include "runtime/stage_factory.h"
 
 namespace shardlm {
-namespace {
+namespace prefix_cache_scheduler_test {
 
 using testing_util::Collector;
 using testing_util::Concat;
@@ -250,5 +250,5 @@ TEST(PrefixCacheSchedulerTest, LostStageEmptiesTheCache) {
   ExpectSameOutput(*again, *first);
 }
 
-}  // namespace
+}  // namespace prefix_cache_scheduler_test
 }  // namespace shardlm

@@ -10,7 +10,7 @@
 #include <vector>
 
 namespace shardlm {
-namespace {
+namespace sampler_test {
 
 std::vector<TokenLogit> Cands(const std::vector<float>& logits) {
   std::vector<TokenLogit> cands;
@@ -230,5 +230,5 @@ TEST(SamplerTest, ValidateRejectsNonsense) {
   EXPECT_FALSE(params.Validate().ok());
 }
 
-}  // namespace
+}  // namespace sampler_test
 }  // namespace shardlm

@@ -31,7 +31,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm {
-namespace {
+namespace scheduler_test {
 
 using nlohmann::json;
 using testing::FixturePath;
@@ -644,5 +644,5 @@ TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect)
   EXPECT_EQ(got[0]->ids, want[0]->ids);
 }
 
-}  // namespace
+}  // namespace scheduler_test
 }  // namespace shardlm

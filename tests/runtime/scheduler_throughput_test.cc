@@ -16,7 +16,7 @@
 #include "runtime/scheduler.h"
 
 namespace shardlm {
-namespace {
+namespace scheduler_throughput_test {
 
 using Clock = std::chrono::steady_clock;
 
@@ -87,5 +87,5 @@ TEST(SchedulerThroughput, DISABLED_ConcurrentStreams) {
   }
 }
 
-}  // namespace
+}  // namespace scheduler_throughput_test
 }  // namespace shardlm

@@ -35,7 +35,7 @@
 extern char** environ;
 
 namespace shardlm {
-namespace {
+namespace shard_test {
 
 using testing::FixturePath;
 
@@ -690,5 +690,5 @@ TEST(ShardProcessTest, StoppedDaemonIsDownWithinTheHeartbeatTimeout) {
   ExpectBitwiseEqual(want, got.value(), "after the daemon ran again");
 }
 
-}  // namespace
+}  // namespace shard_test
 }  // namespace shardlm

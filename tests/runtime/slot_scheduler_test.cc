@@ -30,7 +30,7 @@
 #include "runtime/stage_factory.h"
 
 namespace shardlm {
-namespace {
+namespace slot_scheduler_test {
 
 namespace fs = std::filesystem;
 using testing_util::Collector;
@@ -553,5 +553,5 @@ TEST(SlotSchedulerTest, ALostStageDropsRetainedSequences) {
   EXPECT_EQ(scheduler.Stats().kv_pages_retained, 0);
 }
 
-}  // namespace
+}  // namespace slot_scheduler_test
 }  // namespace shardlm

@@ -12,7 +12,7 @@
 #include <vector>
 
 namespace shardlm {
-namespace {
+namespace stop_matcher_test {
 
 TEST(StopMatcherTest, NoStopsPassesEverything) {
   StopMatcher m;
@@ -217,5 +217,5 @@ TEST(StopMatcherTest, AdversarialStopsOverALongStreamTakeLinearTime) {
   EXPECT_EQ(matcher.matched(), almost);
 }
 
-}  // namespace
+}  // namespace stop_matcher_test
 }  // namespace shardlm

@@ -14,7 +14,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm::server {
-namespace {
+namespace anthropic_api_test {
 
 Result<ChatCompletionRequest> Parse(const std::string& body, std::string* param = nullptr) {
   return MessagesRequestFromJSON(Json::parse(body), param);
@@ -216,5 +216,5 @@ TEST(AnthropicApi, FuzzParserNeverCrashes) {
   EXPECT_GT(ok, 100);
 }
 
-}  // namespace
+}  // namespace anthropic_api_test
 }  // namespace shardlm::server

@@ -13,7 +13,7 @@
 #include "server/tool_template.h"
 
 namespace shardlm::server {
-namespace {
+namespace anthropic_http_test {
 
 const char* kHello = R"({"model":"m","max_tokens":64,"messages":[{"role":"user","content":"hi"}]})";
 
@@ -222,5 +222,5 @@ TEST_F(MessagesTest, EngineErrorsAreOverloadedOrApiErrors) {
       << r->body;
 }
 
-}  // namespace
+}  // namespace anthropic_http_test
 }  // namespace shardlm::server

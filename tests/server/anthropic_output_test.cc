@@ -9,7 +9,7 @@
 #include <vector>
 
 namespace shardlm::server {
-namespace {
+namespace anthropic_output_test {
 
 const ResponseMeta kMeta{"msg_00c0ffee00000007", 1700000000, "mock-model"};
 
@@ -172,5 +172,5 @@ TEST(AnthropicOutput, ErrorsInAnthropicsShape) {
   EXPECT_FALSE(IsAnthropicPath(""));
 }
 
-}  // namespace
+}  // namespace anthropic_output_test
 }  // namespace shardlm::server

@@ -13,7 +13,7 @@
 #include "server/openai_output.h"
 
 namespace shardlm::server {
-namespace {
+namespace completion_output_test {
 
 const ResponseMeta kChatMeta{"chatcmpl-golden", 1700000000, "mock-model"};
 const ResponseMeta kCompletionMeta{"cmpl-golden", 1700000000, "mock-model"};
@@ -192,5 +192,5 @@ data: [DONE]
 )");
 }
 
-}  // namespace
+}  // namespace completion_output_test
 }  // namespace shardlm::server

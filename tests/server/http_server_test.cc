@@ -15,7 +15,7 @@
 #include "server/server_harness.h"
 
 namespace shardlm::server {
-namespace {
+namespace http_server_test {
 
 using nlohmann::json;
 
@@ -331,11 +331,11 @@ TEST_F(ServerTest, ConcurrentStreamsGetTheSameText) {
   for (const std::string& t : texts) EXPECT_EQ(t, "same text for everyone");
 }
 
-}  // namespace
+}  // namespace http_server_test
 }  // namespace shardlm::server
 
 namespace shardlm::server {
-namespace {
+namespace http_server_test {
 
 TEST_F(ServerTest, ModelByIdAndLegacyDefaults) {
   StartServer();
@@ -359,5 +359,5 @@ TEST_F(ServerTest, ModelByIdAndLegacyDefaults) {
   EXPECT_EQ(e["param"], "prompt");
 }
 
-}  // namespace
+}  // namespace http_server_test
 }  // namespace shardlm::server

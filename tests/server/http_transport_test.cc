@@ -13,7 +13,7 @@
 #include "server/server_harness.h"
 
 namespace shardlm::server {
-namespace {
+namespace http_transport_test {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
@@ -239,5 +239,5 @@ TEST_F(TransportTest, ClientGoneWhileWaitingForAWholeResponseCancels) {
   ExpectServing();
 }
 
-}  // namespace
+}  // namespace http_transport_test
 }  // namespace shardlm::server

@@ -10,7 +10,7 @@
 #include "server/mock_engine.h"
 
 namespace shardlm::server {
-namespace {
+namespace json_limits_test {
 
 std::string Nested(size_t depth, const std::string& open = "[", const std::string& close = "]") {
   std::string s;
@@ -153,5 +153,5 @@ TEST(JsonLimits, TemplateInputIsBounded) {
       << prompt.status().message();
 }
 
-}  // namespace
+}  // namespace json_limits_test
 }  // namespace shardlm::server

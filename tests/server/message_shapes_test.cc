@@ -18,7 +18,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm::server {
-namespace {
+namespace message_shapes_test {
 
 using nlohmann::ordered_json;
 
@@ -100,5 +100,5 @@ TEST(MessageShapes, EveryTemplateRendersThemLikeJinja2) {
   EXPECT_GT(rendered, int(table.size() * shapes["shapes"].size()) / 2);
 }
 
-}  // namespace
+}  // namespace message_shapes_test
 }  // namespace shardlm::server

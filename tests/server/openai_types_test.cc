@@ -14,7 +14,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm::server {
-namespace {
+namespace openai_types_test {
 
 TEST(OpenAiTypes, ChatRequestFields) {
   Json body = Json::parse(R"({
@@ -220,11 +220,11 @@ TEST(OutputParser, PromptOpenedThinkAndBadToolJson) {
   EXPECT_TRUE(d.tool_calls.empty());
 }
 
-}  // namespace
+}  // namespace openai_types_test
 }  // namespace shardlm::server
 
 namespace shardlm::server {
-namespace {
+namespace openai_types_test {
 
 ChatCompletionRequest MustChat(const std::string& extra) {
   auto r = ChatCompletionRequestFromJSON(
@@ -300,5 +300,5 @@ TEST(OpenAiTypes, LogitBias) {
   }
 }
 
-}  // namespace
+}  // namespace openai_types_test
 }  // namespace shardlm::server

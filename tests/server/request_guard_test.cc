@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 namespace shardlm::server {
-namespace {
+namespace request_guard_test {
 
 RequestGuard Guard(std::string bind_host, int port, std::string api_key = "",
                    std::string cors_origin = "") {
@@ -138,5 +138,5 @@ TEST(HttpMessage, QueryParamsAndHeaders) {
   EXPECT_EQ(r.HeaderOr("nope", "fallback"), "fallback");
 }
 
-}  // namespace
+}  // namespace request_guard_test
 }  // namespace shardlm::server

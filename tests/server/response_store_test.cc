@@ -8,7 +8,7 @@
 #include <string>
 
 namespace shardlm::server {
-namespace {
+namespace response_store_test {
 
 Json Message(const std::string& id, const std::string& role, const std::string& text) {
   return Json{{"id", id}, {"type", "message"}, {"role", role}, {"content", text}};
@@ -66,5 +66,5 @@ TEST(ResponseStore, AResponseLargerThanTheBudgetIsNotKept) {
   EXPECT_FALSE(store.Item("m").has_value());
 }
 
-}  // namespace
+}  // namespace response_store_test
 }  // namespace shardlm::server

@@ -14,7 +14,7 @@
 #include "support/fixtures.h"
 
 namespace shardlm::server {
-namespace {
+namespace responses_api_test {
 
 Result<ResponsesRequest> Parse(const std::string& body, std::string* param = nullptr,
                                const ResponseStore* store = nullptr) {
@@ -280,5 +280,5 @@ TEST(ResponsesApi, FuzzParserNeverCrashes) {
   EXPECT_GT(ok, 100);
 }
 
-}  // namespace
+}  // namespace responses_api_test
 }  // namespace shardlm::server

@@ -13,7 +13,7 @@
 #include "server/tool_template.h"
 
 namespace shardlm::server {
-namespace {
+namespace responses_http_test {
 
 // The events of an SSE body with `event:` lines: their names and data.
 std::vector<std::pair<std::string, json>> NamedEvents(const std::string& body) {
@@ -201,5 +201,5 @@ TEST_F(ResponsesTest, ErrorsAreOpenAiErrorsNamingTheField) {
   EXPECT_EQ(client_->Get("/v1/responses")->status, 405);
 }
 
-}  // namespace
+}  // namespace responses_http_test
 }  // namespace shardlm::server

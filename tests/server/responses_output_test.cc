@@ -9,7 +9,7 @@
 #include <vector>
 
 namespace shardlm::server {
-namespace {
+namespace responses_output_test {
 
 const ResponseMeta kMeta{"resp_00c0ffee00000007", 1700000000, "mock-model"};
 
@@ -201,5 +201,5 @@ TEST(ResponsesOutput, AFinishedResponseIsKeptWithItsInput) {
   EXPECT_EQ((*items)[0]["content"], "hi");
 }
 
-}  // namespace
+}  // namespace responses_output_test
 }  // namespace shardlm::server

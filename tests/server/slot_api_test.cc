@@ -23,7 +23,7 @@
 #include "server/server_harness.h"
 
 namespace shardlm::server {
-namespace {
+namespace slot_api_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -300,5 +300,5 @@ TEST_F(SlotApiTest, BodilessPostsAnswerAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
-}  // namespace
+}  // namespace slot_api_test
 }  // namespace shardlm::server

@@ -13,7 +13,7 @@
 #include "server/server_harness.h"
 
 namespace shardlm::server {
-namespace {
+namespace stage_api_test {
 
 const char* kDownMessage =
     "stage 1 (layers 2-4, unix:/tmp/s1.sock) is unavailable: connection reset";
@@ -220,5 +220,5 @@ TEST_F(ServerTest, MetricsCarryThePipelineCounters) {
   }
 }
 
-}  // namespace
+}  // namespace stage_api_test
 }  // namespace shardlm::server

@@ -15,7 +15,7 @@
 #include "server/http_transport.h"
 
 namespace shardlm::server {
-namespace {
+namespace transport_stress_test {
 
 using namespace std::chrono_literals;
 
@@ -154,5 +154,5 @@ TEST(TransportStress, StopWhileExchangesAreInFlight) {
   for (auto& t : clients) t.join();
 }
 
-}  // namespace
+}  // namespace transport_stress_test
 }  // namespace shardlm::server

@@ -25,7 +25,7 @@ const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
                               GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
                               GgmlType::kQ6_K};
 
-std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
+using testing::TypeName;
 
 using testing::BitwiseEqual;
 using testing::MakeMatrix;
@@ -35,7 +35,7 @@ using testing::RunMatMul;
 
 TEST(MatMul, BitwiseIdenticalForAnyThreadCount) {
   for (GgmlType type : kAllTypes) {
-    SCOPED_TRACE(Name(type));
+    SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, 77, 512, 1);
     const std::vector<float> x = RandomFloats(5 * 512, 2);
     const std::vector<float> y1 = RunMatMul(m, x, 5, 1);
@@ -47,7 +47,7 @@ TEST(MatMul, BitwiseIdenticalForAnyThreadCount) {
 TEST(MatMul, TokenAloneEqualsTokenInsideBatch) {
   constexpr int64_t kCols = 512, kRows = 70, kBatch = 7;
   for (GgmlType type : kAllTypes) {
-    SCOPED_TRACE(Name(type));
+    SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, kRows, kCols, 3);
     const std::vector<float> batch = RandomFloats(kBatch * kCols, 4);
     const std::vector<float> y_batch = RunMatMul(m, batch, kBatch, 2);
@@ -65,7 +65,7 @@ TEST(MatMul, TokenAloneEqualsTokenInsideBatch) {
 TEST(MatMul, SingleTokenIdenticalForAnyThreadCount) {
   constexpr int64_t kCols = 512, kRows = 301, kBatch = 3;
   for (GgmlType type : kAllTypes) {
-    SCOPED_TRACE(Name(type));
+    SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, kRows, kCols, 5);
     const std::vector<float> batch = RandomFloats(kBatch * kCols, 6);
     const std::vector<float> y_batch = RunMatMul(m, batch, kBatch, 2);
@@ -84,7 +84,7 @@ TEST(MatMul, EveryElementIsOneVecDot) {
   constexpr int64_t kCols = 256, kRows = 37, kTokens = 150;
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_1,
                         GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    SCOPED_TRACE(Name(type));
+    SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, kRows, kCols, 12);
     const std::vector<float> x = RandomFloats(kTokens * kCols, 13);
     const std::vector<float> y = RunMatMul(m, x, kTokens, 2);
@@ -171,7 +171,7 @@ TEST(MatMulGated, EqualsTwoMatMulsThenCombine) {
 TEST(MatMul, MatchesSlowReference) {
   constexpr int64_t kCols = 768, kRows = 33, kTokens = 3;
   for (GgmlType type : kAllTypes) {
-    SCOPED_TRACE(Name(type));
+    SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, kRows, kCols, 5);
     const std::vector<float> x = RandomFloats(kTokens * kCols, 6);
     const std::vector<float> y = RunMatMul(m, x, kTokens, 2);
@@ -197,7 +197,7 @@ TEST(MatMul, MatchesSlowReference) {
         ASSERT_LE(err, rel * mag + 1e-6) << "row " << r << " token " << t << " ref " << ref;
       }
     }
-    std::printf("%-5s worst |err| / sum|w*x| = %.3g\n", Name(type).c_str(), worst);
+    std::printf("%-5s worst |err| / sum|w*x| = %.3g\n", TypeName(type).c_str(), worst);
   }
 }
 

@@ -25,7 +25,7 @@ using testing::RunMatMul;
 
 const GgmlType kPanelTypes[] = {GgmlType::kQ4_K, GgmlType::kQ6_K};
 
-std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
+using testing::TypeName;
 
 #define SHARDLM_REQUIRE_PANEL_KERNELS()                                        \
   if (!testing::HasPanelKernel(GgmlType::kQ4_K)) {                             \
@@ -50,7 +50,7 @@ TEST(Panels, GiveWhatTheRowsGive) {
     const Matrix rows = MakeMatrix(type, kRows, kCols, 41);
     const Matrix panels = MakeMatrix(type, kRows, kCols, 41, /*panels=*/true);
     for (int64_t n_tokens : {1, 5, 11}) {
-      SCOPED_TRACE(Name(type) + ", tokens " + std::to_string(n_tokens));
+      SCOPED_TRACE(TypeName(type) + ", tokens " + std::to_string(n_tokens));
       const std::vector<float> x = RandomFloats(n_tokens * kCols, 42);
       const std::vector<float> want = RunMatMul(rows, x, n_tokens, 1);
       const std::vector<float> got = RunMatMul(panels, x, n_tokens, 1);
@@ -71,7 +71,7 @@ TEST(Panels, GiveWhatTheRowsGive) {
 TEST(Panels, BitwiseIdenticalForAnyThreadCount) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
   for (GgmlType type : kPanelTypes) {
-    SCOPED_TRACE(Name(type));
+    SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, 77, 512, 1, true);
     for (int64_t n_tokens : {1, 13}) {
       const std::vector<float> x = RandomFloats(n_tokens * 512, 2);
@@ -88,7 +88,7 @@ TEST(Panels, TokenAloneEqualsTokenInsideBatch) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
   constexpr int64_t kCols = 512, kRows = 70, kBatch = 19;
   for (GgmlType type : kPanelTypes) {
-    SCOPED_TRACE(Name(type));
+    SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, kRows, kCols, 3, true);
     const std::vector<float> batch = RandomFloats(kBatch * kCols, 4);
     const std::vector<float> y_batch = RunMatMul(m, batch, kBatch, 2);

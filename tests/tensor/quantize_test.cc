@@ -12,12 +12,13 @@
 #include "tensor/fp16.h"
 #include "tensor/kernels_generic.h"
 #include "tensor/quant_blocks.h"
+#include "tensor/test_matrices.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm {
 namespace {
 
-std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
+using testing::TypeName;
 
 std::vector<float> Gaussian(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -46,7 +47,7 @@ TEST(Quantize, RoundTripErrorWithinCeilingPerType) {
   constexpr int64_t kN = 256 * 64;
   const std::vector<float> x = Gaussian(kN, 11);
   for (const ErrorCeiling& c : kCeilings) {
-    SCOPED_TRACE(Name(c.type));
+    SCOPED_TRACE(TypeName(c.type));
     const TypeTraits* traits = GetTypeTraitsFor(c.type, Isa::kGeneric);
     ASSERT_NE(traits, nullptr);
     const auto info = LookupGgmlType(static_cast<uint32_t>(c.type));
@@ -60,7 +61,7 @@ TEST(Quantize, RoundTripErrorWithinCeilingPerType) {
       ref2 += static_cast<double>(x[i]) * x[i];
     }
     const double rel = std::sqrt(err2 / ref2);
-    std::printf("%-5s relative RMS error %.4g (ceiling %.3g)\n", Name(c.type).c_str(), rel,
+    std::printf("%-5s relative RMS error %.4g (ceiling %.3g)\n", TypeName(c.type).c_str(), rel,
                 c.relative_rms);
     EXPECT_LE(rel, c.relative_rms);
   }
@@ -68,7 +69,7 @@ TEST(Quantize, RoundTripErrorWithinCeilingPerType) {
 
 TEST(Quantize, ZeroAndConstantRowsStayFinite) {
   for (const ErrorCeiling& c : kCeilings) {
-    SCOPED_TRACE(Name(c.type));
+    SCOPED_TRACE(TypeName(c.type));
     const TypeTraits* traits = GetTypeTraitsFor(c.type, Isa::kGeneric);
     const auto info = LookupGgmlType(static_cast<uint32_t>(c.type));
     for (float value : {0.0f, 0.75f, -3.0f}) {

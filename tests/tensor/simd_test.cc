@@ -22,6 +22,7 @@
 #include "tensor/fp16.h"
 #include "tensor/kernels_impl.h"
 #include "tensor/quant_blocks.h"
+#include "tensor/test_matrices.h"
 
 namespace shardlm {
 namespace {
@@ -56,7 +57,7 @@ const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, Gg
 
 int64_t TypeSize(GgmlType type) { return LookupGgmlType(static_cast<uint32_t>(type))->type_size; }
 int64_t BlockSize(GgmlType type) { return LookupGgmlType(static_cast<uint32_t>(type))->block_size; }
-std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
+using testing::TypeName;
 
 uint16_t RandomScale(std::mt19937& rng) {
   // fp16 bit patterns of positive values in about [2^-10, 2^-6): exponent 5..8, any mantissa.
@@ -195,12 +196,12 @@ TEST(SimdIsa, VecDotMatchesGeneric) {
             fast.vec_dot(n, op.w.data() + r * op.w_stride, op.act.data() + c * op.act_stride, &got);
             const double err = std::fabs(double(got) - want), tol = Tolerance(op, r, c);
             if (err / tol >= worst) worst = err / tol, worst_err = err, worst_tol = tol;
-            EXPECT_LE(err, tol) << isa.name << " " << Name(type) << " n=" << n << " r=" << r
+            EXPECT_LE(err, tol) << isa.name << " " << TypeName(type) << " n=" << n << " r=" << r
                                 << " c=" << c << " got " << got << " want " << want;
           }
         }
         std::printf("[%s %s n=%lld] worst |err| %.3g = %.3f of tolerance %.3g\n", isa.name,
-                    Name(type).c_str(), static_cast<long long>(n), worst_err, worst, worst_tol);
+                    TypeName(type).c_str(), static_cast<long long>(n), worst_err, worst, worst_tol);
       }
     }
   }
@@ -228,7 +229,7 @@ void CheckTiles(const IsaCase& isa, const TypeTraits& fast, int64_t n, std::mt19
         for (int c = 0; c < nc; ++c) {
           const float want = single[(r + 1) * cols + c + 1], got = out[r * out_stride + c];
           EXPECT_EQ(std::memcmp(&want, &got, 4), 0)
-              << isa.name << " " << Name(fast.type) << " n=" << n << " tile " << nr << "x" << nc
+              << isa.name << " " << TypeName(fast.type) << " n=" << n << " tile " << nr << "x" << nc
               << " (" << r << "," << c << "): " << got << " vs vec_dot " << want;
           ++checked;
         }
@@ -236,8 +237,8 @@ void CheckTiles(const IsaCase& isa, const TypeTraits& fast, int64_t n, std::mt19
     }
   }
   std::printf("[%s %s n=%lld] tile %dx%d: %d elements bitwise equal to vec_dot\n", isa.name,
-              Name(fast.type).c_str(), static_cast<long long>(n), fast.tile_rows, fast.tile_cols,
-              checked);
+              TypeName(fast.type).c_str(), static_cast<long long>(n), fast.tile_rows,
+              fast.tile_cols, checked);
 }
 
 TEST(SimdIsa, TileIsBitwiseVecDot) {
@@ -283,11 +284,11 @@ TEST(SimdIsa, QuantizeActIsBitwiseGeneric) {
         std::vector<uint8_t> want(bytes), got(bytes);
         generic.quantize_act(x.data(), want.data(), n);
         fast.quantize_act(x.data(), got.data(), n);
-        EXPECT_EQ(want, got) << isa.name << " " << Name(type) << " row " << row_idx;
+        EXPECT_EQ(want, got) << isa.name << " " << TypeName(type) << " row " << row_idx;
         ++row_idx;
       }
       std::printf("[%s %s] quantize_act to %s: %d rows byte-identical\n", isa.name,
-                  Name(type).c_str(), Name(generic.act_type).c_str(), row_idx);
+                  TypeName(type).c_str(), TypeName(generic.act_type).c_str(), row_idx);
     }
   }
 }
@@ -311,7 +312,7 @@ TEST(SimdIsa, DequantizeRowIsBitwiseGeneric) {
           generic.dequantize_row(row.data(), want.data(), n);
           fast.dequantize_row(row.data(), got.data(), n);
           EXPECT_EQ(std::memcmp(want.data(), got.data(), 4 * size_t(n)), 0)
-              << isa.name << " " << Name(type) << " n=" << n;
+              << isa.name << " " << TypeName(type) << " n=" << n;
         }
       }
     }

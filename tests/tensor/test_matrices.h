@@ -4,14 +4,19 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "gguf/ggml_type.h"
 #include "tensor/matmul.h"
 #include "tensor/panels.h"
 #include "tensor/thread_pool.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm::testing {
+
+// A weight type's name as GGUF files and llama.cpp write it (parameterised test names).
+inline std::string TypeName(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
 
 inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

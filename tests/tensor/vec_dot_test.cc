@@ -25,7 +25,7 @@ const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
                               GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
                               GgmlType::kQ6_K};
 
-std::string Name(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
+using testing::TypeName;
 
 std::vector<float> Gaussian(size_t n, uint32_t seed, float scale) {
   return testing::RandomFloats(n, seed, scale);
@@ -103,7 +103,7 @@ double Q8_1MinTermCorrection(GgmlType type, const std::vector<uint8_t>& w,
 TEST(VecDot, MatchesFloat64ReferenceForEveryType) {
   for (GgmlType type : kAllTypes) {
     for (int64_t n : {256, 1024, 2816}) {
-      SCOPED_TRACE(Name(type) + " n=" + std::to_string(n));
+      SCOPED_TRACE(TypeName(type) + " n=" + std::to_string(n));
       const TypeTraits* traits = GetTypeTraitsFor(type, Isa::kGeneric);
       ASSERT_NE(traits, nullptr);
       const auto w_info = LookupGgmlType(static_cast<uint32_t>(type));
@@ -144,7 +144,7 @@ TEST(VecDot, MatchesFloat64ReferenceForEveryType) {
       }
       if (n == 1024) {
         std::printf("%-5s error/bound: vs decoded act %.3f, vs float act %.3f\n",
-                    Name(type).c_str(), worst_exact, worst_float);
+                    TypeName(type).c_str(), worst_exact, worst_float);
       }
     }
   }
