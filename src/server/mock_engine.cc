@@ -255,6 +255,9 @@ void MockEngine::Run(Pending& p) {
     std::vector<TokenId>& held = slot_tokens_[0];
     held = req.prompt;
     held.insert(held.end(), tokens.begin(), tokens.begin() + fin.usage.completion_tokens);
+    // The slot is free before the request says it finished, as the scheduler's is: a client
+    // that saves or erases the slot right after its answer finds it idle.
+    busy_ = false;
   }
   p.callbacks.on_finish(fin);
 }
