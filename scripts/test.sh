@@ -2,19 +2,30 @@
 # Runs every test twice: on the Release build, then on a build with AddressSanitizer +
 # UndefinedBehaviorSanitizer (fuzz tests included); and the HTTP transport's threads under
 # ThreadSanitizer. Fixture tests read ../shared/fixtures; under CI=true a missing fixture
-# fails instead of skipping.
+# fails instead of skipping. Each phase prints when it starts and how long the run has taken.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+phase() { echo "== test.sh: $1 (at ${SECONDS} s)" >&2; }
+# Test binaries compile their files in batches: the two builds below take about half the time.
+unity=-DSHARDLM_UNITY_TESTS=ON
+phase "setup"
 scripts/setup.sh
-scripts/build.sh build
+phase "Release build"
+scripts/build.sh build "$unity"
+phase "Release tests"
 (cd build && ctest --output-on-failure -j2 --timeout 900)
-# End-to-end: the real `shardlm serve` driven by the official openai npm client.
+# End-to-end: the real `shardlm serve` driven by the official client libraries.
+phase "end-to-end tests"
 (cd tests/e2e && npm ci --no-audit --no-fund && SHARDLM_BIN=../../build/shardlm node --test)
-scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Sanitize -DSHARDLM_SANITIZE=ON
+phase "AddressSanitizer + UndefinedBehaviorSanitizer build"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Sanitize -DSHARDLM_SANITIZE=ON "$unity"
+phase "AddressSanitizer + UndefinedBehaviorSanitizer tests"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j2 --timeout 900)
 # ThreadSanitizer over the HTTP transport (its own few files). setarch -R: TSan's shadow
 # memory layout needs the address-space randomization some kernels widen turned off.
+phase "ThreadSanitizer build and transport test"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DSHARDLM_TSAN=ON >/dev/null
 cmake --build build-tsan --target test_transport_stress
 TSAN_OPTIONS=halt_on_error=1 setarch "$(uname -m)" -R build-tsan/tests/test_transport_stress
+phase "done"
