@@ -27,6 +27,7 @@ struct ForwardPass::Activations {
   std::vector<float> rope;         // [B][n_rot] (cos, sin) per rotated pair
   std::vector<float> scores;       // [n_threads][scores_per_worker] AttendTile scratch
   std::vector<int32_t> head_rows;  // [B] batch index of each logits row
+  std::vector<int32_t> embd_rows;  // [B] batch index of each embedding row
   std::vector<int32_t> slot_next;  // [n_slots] last position + 1 (−1: slot unused)
   std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
   MatMulScratch scratch;
@@ -66,6 +67,16 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->tiles.reserve(b);
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
+  act_->embd_rows.resize(b);
+}
+
+BatchOutputRows CountOutputRows(std::span<const BatchEntry> batch) {
+  BatchOutputRows rows;
+  for (const BatchEntry& e : batch) {
+    rows.logits += e.wants_logits ? 1 : 0;
+    rows.embeddings += e.wants_embedding ? 1 : 0;
+  }
+  return rows;
 }
 
 ForwardPass::~ForwardPass() = default;
@@ -277,20 +288,30 @@ void ForwardPass::Ffn(const LayerWeights& w, int n_tokens, const float* next_nor
   });
 }
 
-// logits rows = output · RMSNorm(x)·output_norm, for the entries that want logits.
-void ForwardPass::Head(std::span<const BatchEntry> batch, float* logits) {
+// logits rows = output · RMSNorm(x)·output_norm, for the entries that want logits; then
+// embedding rows = RMSNorm(x)·output_norm, for the entries that want their embedding. Both
+// norms are the same per-row computation, so an entry's embedding row is exactly the vector
+// its logits are computed from.
+void ForwardPass::Head(std::span<const BatchEntry> batch, float* out) {
   int n_rows = 0;
+  int n_embd_rows = 0;
   for (size_t t = 0; t < batch.size(); ++t) {
     if (batch[t].wants_logits) act_->head_rows[n_rows++] = int32_t(t);
+    if (batch[t].wants_embedding) act_->embd_rows[n_embd_rows++] = int32_t(t);
   }
-  if (n_rows == 0) return;
   const size_t n_embd = config_.n_embd;
+  const float* output_norm = model_.weights().output_norm.data;
+  float* embeddings = out + size_t(n_rows) * size_t(config_.n_vocab);
+  threads_.ParallelFor(n_embd_rows, [&](size_t r, size_t) {
+    const size_t t = size_t(act_->embd_rows[r]);
+    RmsNorm(&act_->x[t * n_embd], output_norm, n_embd, config_.rms_eps, &embeddings[r * n_embd]);
+  });
+  if (n_rows == 0) return;
   threads_.ParallelFor(n_rows, [&](size_t r, size_t) {
     const size_t t = size_t(act_->head_rows[r]);
-    RmsNorm(&act_->x[t * n_embd], model_.weights().output_norm.data, n_embd, config_.rms_eps,
-            &act_->xn[r * n_embd]);
+    RmsNorm(&act_->x[t * n_embd], output_norm, n_embd, config_.rms_eps, &act_->xn[r * n_embd]);
   });
-  MatMul(model_.weights().output, act_->xn.data(), n_rows, logits, threads_, act_->scratch);
+  MatMul(model_.weights().output, act_->xn.data(), n_rows, out, threads_, act_->scratch);
 }
 
 }  // namespace shardlm

@@ -3,7 +3,9 @@
 // Per layer (the paper's order): x += Wo·Attn(Rope(Wq·n), Rope(Wk·n), Wv·n) with
 // n = RMSNorm(x)·attn_norm; x += Wdown·(SiLU(Wgate·m) ⊙ Wup·m) with m = RMSNorm(x)·ffn_norm.
 // Stage 0 embeds token ids; the last stage applies output_norm and the LM head to the rows
-// that want logits. Other stages take and give hidden rows [n_tokens][n_embd] (float32).
+// that want logits, and output_norm alone to the rows that want their embedding (the final
+// hidden state a pooled embedding is made of). Other stages take and give hidden rows
+// [n_tokens][n_embd] (float32).
 //
 // Determinism: every output element's reduction order depends only on model shapes, never
 // on the thread count, the batch composition or chunking. Attention for a token reads its
@@ -45,7 +47,16 @@ struct BatchEntry {
   int32_t position = 0;  // position in its sequence
   int32_t slot = 0;      // index into pages_by_slot
   bool wants_logits = false;
+  // Last stage: also give this entry's final hidden row after output_norm (no LM head).
+  bool wants_embedding = false;
 };
+
+// Output rows of the last stage for `batch`: rows wanting logits, rows wanting embeddings.
+struct BatchOutputRows {
+  int logits = 0;
+  int embeddings = 0;
+};
+BatchOutputRows CountOutputRows(std::span<const BatchEntry> batch);
 
 class ForwardPass {
  public:
@@ -67,7 +78,9 @@ class ForwardPass {
   //  - Per slot the batch's positions must be consecutive and increasing.
   //  - hidden_in: nullptr on stage 0 (tokens are embedded), else [batch.size()][n_embd].
   //  - out: last stage: logits [n_logit_rows][n_vocab] for the entries with wants_logits,
-  //    in batch order; other stages: hidden rows [batch.size()][n_embd].
+  //    in batch order, then at once (at out + n_logit_rows × n_vocab) embedding rows
+  //    [n_embedding_rows][n_embd] for the entries with wants_embedding, in batch order;
+  //    other stages: hidden rows [batch.size()][n_embd].
   // Errors (InvalidArgument; nothing is computed, no page is touched): empty or oversized
   // batch; slot out of range or with an empty page list; token id outside the vocabulary
   // (stage 0); positions of a slot not consecutive; a position at or past its list's
@@ -96,7 +109,7 @@ class ForwardPass {
   void RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
                       std::span<const PageList> pages_by_slot);
   void Ffn(const LayerWeights& w, int n_tokens, const float* next_norm);
-  void Head(std::span<const BatchEntry> batch, float* logits);
+  void Head(std::span<const BatchEntry> batch, float* out);
 
   const Model& model_;
   const ModelConfig& config_;
