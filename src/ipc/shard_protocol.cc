@@ -12,7 +12,8 @@ namespace {
 
 // Wire sizes of the fixed-size array elements; Decode checks counts against these before
 // allocating, so they must match the Write*/Read* functions below.
-constexpr size_t kBatchEntryWireBytes = 4 + 4 + 4 + 1;  // token, position, slot, wants_logits
+// token, position, slot, wants_logits, wants_embedding
+constexpr size_t kBatchEntryWireBytes = 4 + 4 + 4 + 1 + 1;
 constexpr size_t kPageIdWireBytes = 4;
 constexpr size_t kPageCopyWireBytes = 2 * kPageIdWireBytes;
 constexpr size_t kCountWireBytes = 4;  // an empty array is its count alone
@@ -98,6 +99,7 @@ void EncodeHello(const ShardHello& m, std::vector<uint8_t>& out) {
   w.I32(m.max_logit_rows);
   w.U64(m.shm_bytes);
   w.U32(m.heartbeat_ms);
+  w.I32(m.max_embedding_rows);
 }
 
 Result<ShardHello> DecodeHello(std::span<const uint8_t> payload) {
@@ -121,6 +123,7 @@ Result<ShardHello> DecodeHello(std::span<const uint8_t> payload) {
     m.max_logit_rows = r.I32("max_logit_rows");
     m.shm_bytes = r.U64("shm_bytes");
     m.heartbeat_ms = r.U32("heartbeat_ms");
+    m.max_embedding_rows = r.I32("max_embedding_rows");
     return m;
   });
 }
@@ -161,6 +164,7 @@ void EncodeRunBatch(const ShardRunBatch& m, std::vector<uint8_t>& out) {
     w.I32(e.position);
     w.I32(e.slot);
     w.Bool(e.wants_logits);
+    w.Bool(e.wants_embedding);
   }
   w.Count(m.pages_by_slot.size());
   for (const std::vector<PageId>& pages : m.pages_by_slot) WritePageIds(w, pages);
@@ -181,6 +185,7 @@ Result<ShardRunBatch> DecodeRunBatch(std::span<const uint8_t> payload) {
       e.position = r.I32("entries.position");
       e.slot = r.I32("entries.slot");
       e.wants_logits = r.Bool("entries.wants_logits");
+      e.wants_embedding = r.Bool("entries.wants_embedding");
     }
     m.pages_by_slot.resize(r.Count("pages_by_slot", kCountWireBytes));
     for (std::vector<PageId>& pages : m.pages_by_slot) pages = ReadPageIds(r, "pages_by_slot");
@@ -200,6 +205,7 @@ void EncodeRunReply(const ShardRunReply& m, std::vector<uint8_t>& out) {
   w.String(m.error);
   w.I32(m.n_out_rows);
   w.F64(m.compute_seconds);
+  w.I32(m.n_embedding_rows);
 }
 
 Result<ShardRunReply> DecodeRunReply(std::span<const uint8_t> payload) {
@@ -210,6 +216,7 @@ Result<ShardRunReply> DecodeRunReply(std::span<const uint8_t> payload) {
     m.error = r.String("error");
     m.n_out_rows = r.I32("n_out_rows");
     m.compute_seconds = r.F64("compute_seconds");
+    m.n_embedding_rows = r.I32("n_embedding_rows");
     return m;
   });
 }
@@ -265,15 +272,17 @@ Result<ShardStatsReply> DecodeStatsReply(std::span<const uint8_t> payload) {
 
 ShardRegionLayout ComputeRegionLayout(const ShardHello& hello, size_t page_bytes,
                                       int pages_per_transfer) {
-  size_t hidden = 0, logits = 0, pages = 0;
+  size_t hidden = 0, logits = 0, embeddings = 0, pages = 0;
   if (!FloatRows(hello.max_batch_tokens, hello.n_embd, hidden) ||
-      !FloatRows(hello.max_logit_rows, hello.n_vocab, logits) || pages_per_transfer < 0 ||
+      !FloatRows(hello.max_logit_rows, hello.n_vocab, logits) ||
+      !FloatRows(hello.max_embedding_rows, hello.n_embd, embeddings) ||
+      logits > SIZE_MAX - embeddings || pages_per_transfer < 0 ||
       !MulSize(page_bytes, static_cast<size_t>(pages_per_transfer), pages)) {
     return {};
   }
   ShardRegionLayout layout;
   if (!AlignUp(std::max(hidden, pages), layout.input_bytes) ||
-      !AlignUp(std::max({hidden, logits, pages}), layout.output_bytes) ||
+      !AlignUp(std::max({hidden, logits + embeddings, pages}), layout.output_bytes) ||
       layout.output_bytes > SIZE_MAX - layout.input_bytes) {
     return {};
   }

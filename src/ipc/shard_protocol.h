@@ -7,7 +7,8 @@
 // itself and answers HelloReply (accepted, or refused with a reason both sides print).
 // Then any number of requests, each answered before the next is sent:
 //   RunBatch        → RunReply      hidden rows in the region's input area, output rows
-//                                   (hidden or logits) written to its output area
+//                                   (hidden rows, or logits then embedding rows) written to
+//                                   its output area
 //   ExportPages     → PagesReply    page contents written to the output area
 //   ImportPages     → PagesReply    page contents read from the input area
 //   StatsRequest    → StatsReply
@@ -42,7 +43,9 @@ namespace shardlm {
 
 // 2: Hello.heartbeat_ms and the Working message.
 // 3: head-major KV pages (page_pool.h): exported page bytes are laid out differently.
-inline constexpr uint32_t kShardProtocolVersion = 3;
+// 4: embedding rows: BatchEntry.wants_embedding, Hello.max_embedding_rows,
+//    RunReply.n_embedding_rows, and the output area holds logits plus embedding rows.
+inline constexpr uint32_t kShardProtocolVersion = 4;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -85,6 +88,8 @@ struct ShardHello {
   int32_t max_logit_rows = 0;  // most rows wanting logits in one batch (last stage)
   uint64_t shm_bytes = 0;      // size of the attached region
   uint32_t heartbeat_ms = 0;   // Working every this many ms while a request runs (0: never)
+  // Most rows wanting their embedding in one batch (last stage; 0: none may ask).
+  int32_t max_embedding_rows = 0;
 };
 
 // Daemon → server.
@@ -109,13 +114,15 @@ struct ShardRunBatch {
 };
 
 // Daemon → server. On success the output area holds n_out_rows rows (hidden rows of
-// n_embd floats, or logits rows of n_vocab floats on the last stage).
+// n_embd floats, or logits rows of n_vocab floats on the last stage), then, on the last
+// stage, n_embedding_rows rows of n_embd floats (ForwardPass::Run's output).
 struct ShardRunReply {
   uint64_t batch_id = 0;
   uint32_t status_code = 0;  // StatusCode
   std::string error;
   int32_t n_out_rows = 0;
   double compute_seconds = 0.0;
+  int32_t n_embedding_rows = 0;
 };
 
 // StatsRequest has an empty payload.
@@ -159,8 +166,8 @@ Result<ShardStatsReply> DecodeStatsReply(std::span<const uint8_t> payload);
 
 // Layout of the shared region, [input area | output area], both 64-byte aligned:
 // input  = max(max_batch_tokens × n_embd floats, import pages), output = max(max_batch_tokens
-// × n_embd floats, max_logit_rows × n_vocab floats, export pages). Both sides compute it
-// from the Hello, so neither trusts offsets sent by the other.
+// × n_embd floats, max_logit_rows × n_vocab + max_embedding_rows × n_embd floats, export
+// pages). Both sides compute it from the Hello, so neither trusts offsets sent by the other.
 struct ShardRegionLayout {
   size_t input_offset = 0;
   size_t input_bytes = 0;

@@ -112,9 +112,10 @@ void LocalStage::Count(const StageBatch& batch, bool has_hidden_in, double secon
   const uint64_t hidden_bytes = n_tokens * uint64_t(config.n_embd) * sizeof(float);
   uint64_t bytes_out = hidden_bytes;
   if (info_.last) {
-    const auto n_logit_rows = std::count_if(batch.entries.begin(), batch.entries.end(),
-                                            [](const BatchEntry& e) { return e.wants_logits; });
-    bytes_out = uint64_t(n_logit_rows) * uint64_t(config.n_vocab) * sizeof(float);
+    const BatchOutputRows rows = CountOutputRows(batch.entries);
+    bytes_out = (uint64_t(rows.logits) * uint64_t(config.n_vocab) +
+                 uint64_t(rows.embeddings) * uint64_t(config.n_embd)) *
+                sizeof(float);
   }
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.batches += 1;

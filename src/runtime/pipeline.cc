@@ -18,8 +18,10 @@ struct Pipeline::Job {
   std::vector<PageList> pages_by_slot;  // [slot] → a span of page_ids
   std::vector<PageCopy> copies;
   std::vector<float> hidden[2];  // [max_batch_tokens][n_embd] each; stage i reads i % 2
-  std::vector<float> logits;     // [max_logit_rows][n_vocab]
-  int n_logit_rows = 0;
+  // [max_logit_rows][n_vocab] then [max_embedding_rows][n_embd]; a batch's embedding rows
+  // follow its own logits rows (ForwardPass::Run's output).
+  std::vector<float> outputs;
+  BatchOutputRows rows;
   uint64_t seq = 0;
   Status status;
   bool done = false;
@@ -33,6 +35,7 @@ Pipeline::Pipeline(std::vector<std::unique_ptr<Stage>> stages, const ModelConfig
       stages_(std::move(stages)),
       max_batch_tokens_(options.max_batch_tokens),
       max_logit_rows_(options.max_logit_rows),
+      max_embedding_rows_(options.max_embedding_rows),
       stage_cv_(stages_.size()),
       queues_(stages_.size()),
       stats_(stages_.size()) {}
@@ -47,9 +50,12 @@ Result<std::unique_ptr<Pipeline>> Pipeline::FromStages(std::vector<std::unique_p
                                                        const ModelConfig& config,
                                                        const PipelineOptions& options) {
   if (stages.empty()) return InvalidArgument("a pipeline needs at least one stage");
-  if (options.max_batch_tokens < 1 || options.max_logit_rows < 1) {
-    return InvalidArgument("bad pipeline sizes: max batch tokens {} (>= 1), logits rows {} (>= 1)",
-                           options.max_batch_tokens, options.max_logit_rows);
+  if (options.max_batch_tokens < 1 || options.max_logit_rows < 1 ||
+      options.max_embedding_rows < 0) {
+    return InvalidArgument(
+        "bad pipeline sizes: max batch tokens {} (>= 1), logits rows {} (>= 1), embedding rows "
+        "{} (>= 0)",
+        options.max_batch_tokens, options.max_logit_rows, options.max_embedding_rows);
   }
   int next_layer = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -79,7 +85,8 @@ Result<std::unique_ptr<Pipeline>> Pipeline::FromStages(std::vector<std::unique_p
       job->hidden[0].resize(hidden_floats);
       job->hidden[1].resize(hidden_floats);
     }
-    job->logits.resize(size_t(options.max_logit_rows) * size_t(config.n_vocab));
+    job->outputs.resize(size_t(options.max_logit_rows) * size_t(config.n_vocab) +
+                        size_t(options.max_embedding_rows) * size_t(config.n_embd));
     pipeline->free_jobs_.push_back(job.get());
     pipeline->jobs_.push_back(std::move(job));
   }
@@ -117,11 +124,14 @@ Status Pipeline::ValidateBatch(const PipelineBatch& batch) const {
     return InvalidArgument("a batch of {} entries exceeds the pipeline's {} tokens per batch",
                            batch.entries.size(), max_batch_tokens_);
   }
-  const auto n_logit_rows = std::count_if(batch.entries.begin(), batch.entries.end(),
-                                          [](const BatchEntry& e) { return e.wants_logits; });
-  if (n_logit_rows > max_logit_rows_) {
-    return InvalidArgument("a batch wants {} logits rows but the pipeline holds {}", n_logit_rows,
+  const BatchOutputRows rows = CountOutputRows(batch.entries);
+  if (rows.logits > max_logit_rows_) {
+    return InvalidArgument("a batch wants {} logits rows but the pipeline holds {}", rows.logits,
                            max_logit_rows_);
+  }
+  if (rows.embeddings > max_embedding_rows_) {
+    return InvalidArgument("a batch wants {} embedding rows but the pipeline holds {}",
+                           rows.embeddings, max_embedding_rows_);
   }
   return Status::Ok();
 }
@@ -152,8 +162,7 @@ void Pipeline::CopyIn(const PipelineBatch& batch, Job& job) const {
     job.pages_by_slot.emplace_back(job.page_ids.data() + offset, pages.size());
     offset += pages.size();
   }
-  job.n_logit_rows = int(std::count_if(batch.entries.begin(), batch.entries.end(),
-                                       [](const BatchEntry& e) { return e.wants_logits; }));
+  job.rows = CountOutputRows(batch.entries);
   job.status = Status::Ok();
   job.done = false;
 }
@@ -195,7 +204,7 @@ void Pipeline::RunStage(int stage_idx, Job& job) {
   const bool first = stage_idx == 0;
   const bool last = stage_idx + 1 == n_stages();
   const float* hidden_in = first ? nullptr : job.hidden[stage_idx % 2].data();
-  float* out = last ? job.logits.data() : job.hidden[(stage_idx + 1) % 2].data();
+  float* out = last ? job.outputs.data() : job.hidden[(stage_idx + 1) % 2].data();
   const auto start = std::chrono::steady_clock::now();
   job.status = stage.Run(job.view(), hidden_in, out);
   const double seconds =
@@ -210,7 +219,9 @@ void Pipeline::RunStage(int stage_idx, Job& job) {
   stats.tokens += job.entries.size();
   if (!first) stats.bytes_in += row_bytes * job.entries.size();
   if (last) {
-    stats.bytes_out += uint64_t(job.n_logit_rows) * uint64_t(config_.n_vocab) * sizeof(float);
+    stats.bytes_out += (uint64_t(job.rows.logits) * uint64_t(config_.n_vocab) +
+                        uint64_t(job.rows.embeddings) * uint64_t(config_.n_embd)) *
+                       sizeof(float);
   } else {
     stats.bytes_out += row_bytes * job.entries.size();
     counters_.bytes_between += row_bytes * job.entries.size();
@@ -259,6 +270,11 @@ void Pipeline::ReleaseCollected() {
 }
 
 Result<std::span<const float>> Pipeline::WaitOldest() {
+  SHARDLM_ASSIGN_OR_RETURN(PipelineOutputs outputs, WaitOldestOutputs());
+  return outputs.logits;
+}
+
+Result<PipelineOutputs> Pipeline::WaitOldestOutputs() {
   std::unique_lock<std::mutex> lock(mu_);
   ReleaseCollected();
   if (in_flight_.empty()) {
@@ -273,8 +289,12 @@ Result<std::span<const float>> Pipeline::WaitOldest() {
     failure_ = Status::Ok();
   }
   if (!job->status.ok()) return job->status;
-  return std::span<const float>(job->logits.data(),
-                                size_t(job->n_logit_rows) * size_t(config_.n_vocab));
+  const size_t logit_floats = size_t(job->rows.logits) * size_t(config_.n_vocab);
+  PipelineOutputs outputs;
+  outputs.logits = std::span<const float>(job->outputs.data(), logit_floats);
+  outputs.embeddings = std::span<const float>(
+      job->outputs.data() + logit_floats, size_t(job->rows.embeddings) * size_t(config_.n_embd));
+  return outputs;
 }
 
 Status Pipeline::Run(const PipelineBatch& batch, std::vector<float>* logits) {

@@ -5,9 +5,10 @@
 // with a FIFO queue, so with several batches in flight the stages work on different
 // batches at the same time (stage 1 computes batch k while stage 0 computes batch k+1): a
 // split is not a serial relay. At most depth() = N batches are in flight; each owns a
-// hidden-row buffer pair and a logits buffer from a pool of depth() buffers, allocated
-// once. A one-stage pipeline runs each batch on the caller's thread (no handoff latency).
-// Between stages a token moves n_embd × 4 bytes (float32 hidden row), counted in stats.
+// hidden-row buffer pair and an output buffer (logits rows, then embedding rows) from a
+// pool of depth() buffers, allocated once. A one-stage pipeline runs each batch on the caller's
+// thread (no handoff latency). Between stages a token moves n_embd × 4 bytes (float32 hidden row),
+// counted in stats.
 //
 // Ordering: every stage processes batches in submission order, so a batch may use KV that
 // an earlier batch still in flight writes (the next prompt chunk of a sequence).
@@ -58,6 +59,13 @@ struct PipelineOptions {
   KvType kv_type = KvType::kF32;
   int max_batch_tokens = 512;  // most entries per batch
   int max_logit_rows = 1;      // most entries per batch that want logits
+  int max_embedding_rows = 0;  // most entries per batch that want their embedding
+};
+
+// What the oldest batch gave (Pipeline::WaitOldestOutputs), in batch order.
+struct PipelineOutputs {
+  std::span<const float> logits;      // [rows wanting logits][n_vocab]
+  std::span<const float> embeddings;  // [rows wanting their embedding][n_embd]
 };
 
 // What one Submit computes: the same view each stage gets. Submit copies it.
@@ -84,7 +92,7 @@ class Pipeline {
   // From stages built by the caller (tests, custom placements). The stages must chain:
   // stage 0 first, the last one last, layer ranges contiguous over [0, config.n_layers),
   // and hold options.n_pages pages each. Of the options only n_pages, page_tokens,
-  // max_batch_tokens and max_logit_rows are used.
+  // max_batch_tokens, max_logit_rows and max_embedding_rows are used.
   static Result<std::unique_ptr<Pipeline>> FromStages(std::vector<std::unique_ptr<Stage>> stages,
                                                       const ModelConfig& config,
                                                       const PipelineOptions& options);
@@ -102,10 +110,12 @@ class Pipeline {
   int depth() const { return n_stages(); }
   int max_batch_tokens() const { return max_batch_tokens_; }
   int max_logit_rows() const { return max_logit_rows_; }
+  int max_embedding_rows() const { return max_embedding_rows_; }
   std::vector<StageInfo> placement() const;
 
   // Queues a batch (copied) behind those in flight. Errors, at once and with nothing
-  // queued: an empty or oversized batch, more logits rows than max_logit_rows, depth()
+  // queued: an empty or oversized batch, more logits rows than max_logit_rows or embedding
+  // rows than max_embedding_rows, depth()
   // batches already in flight (kInternal: collect one first), a stage that is down
   // (kUnavailable naming it).
   Status Submit(const PipelineBatch& batch);
@@ -114,6 +124,8 @@ class Pipeline {
   // stage that failed it (or of an earlier batch's failure). kInternal when none is in
   // flight.
   Result<std::span<const float>> WaitOldest();
+  // The same wait, giving the batch's embedding rows too (same lifetime).
+  Result<PipelineOutputs> WaitOldestOutputs();
   int in_flight() const;
   // Submit + WaitOldest, copying the logits rows into *logits (resized). Requires nothing
   // else in flight.
@@ -157,6 +169,7 @@ class Pipeline {
   std::vector<std::unique_ptr<Stage>> stages_;
   int max_batch_tokens_ = 0;
   int max_logit_rows_ = 0;
+  int max_embedding_rows_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;

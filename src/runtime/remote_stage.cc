@@ -50,6 +50,7 @@ ShardHello MakeHello(const RemoteStageOptions& o) {
   hello.heartbeat_ms = o.heartbeat_timeout_ms > 0 ? uint32_t(o.heartbeat_timeout_ms / 4) : 0;
   hello.max_batch_tokens = o.max_batch_tokens;
   hello.max_logit_rows = o.max_logit_rows > 0 ? o.max_logit_rows : o.max_batch_tokens;
+  hello.max_embedding_rows = o.max_embedding_rows;
   return hello;
 }
 
@@ -241,12 +242,14 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   std::lock_guard<std::mutex> lock(io_mu_);
   SHARDLM_TRY(CheckUp());
   const size_t n_tokens = batch.entries.size();
-  size_t n_logit_rows = 0;
-  for (const BatchEntry& entry : batch.entries) n_logit_rows += entry.wants_logits ? 1 : 0;
+  const BatchOutputRows wanted = CountOutputRows(batch.entries);
   if (n_tokens == 0 || n_tokens > size_t(hello_.max_batch_tokens) ||
-      (info_.last && n_logit_rows > size_t(hello_.max_logit_rows))) {
-    return InvalidArgument("{}: batch of {} tokens, {} wanting logits (limits {} and {})", Name(),
-                           n_tokens, n_logit_rows, hello_.max_batch_tokens, hello_.max_logit_rows);
+      (info_.last &&
+       (wanted.logits > hello_.max_logit_rows || wanted.embeddings > hello_.max_embedding_rows))) {
+    return InvalidArgument(
+        "{}: batch of {} tokens, {} wanting logits, {} their embedding (limits {}, {} and {})",
+        Name(), n_tokens, wanted.logits, wanted.embeddings, hello_.max_batch_tokens,
+        hello_.max_logit_rows, hello_.max_embedding_rows);
   }
   if (!info_.first && hidden_in == nullptr) {
     return InvalidArgument("{}: hidden rows missing", Name());
@@ -276,12 +279,16 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   if (reply->status_code != static_cast<uint32_t>(StatusCode::kOk)) {
     return Status(static_cast<StatusCode>(reply->status_code), Name() + ": " + reply->error);
   }
-  const size_t rows = info_.last ? n_logit_rows : n_tokens;
-  if (reply->n_out_rows < 0 || size_t(reply->n_out_rows) != rows) {
-    return MarkDown(InvalidData("{} output rows, expected {}", reply->n_out_rows, rows));
+  const size_t rows = info_.last ? size_t(wanted.logits) : n_tokens;
+  const size_t embedding_rows = info_.last ? size_t(wanted.embeddings) : 0;
+  if (reply->n_out_rows < 0 || size_t(reply->n_out_rows) != rows || reply->n_embedding_rows < 0 ||
+      size_t(reply->n_embedding_rows) != embedding_rows) {
+    return MarkDown(InvalidData("{} output rows and {} embedding rows, expected {} and {}",
+                                reply->n_out_rows, reply->n_embedding_rows, rows, embedding_rows));
   }
   const size_t row_floats = info_.last ? size_t(hello_.n_vocab) : size_t(hello_.n_embd);
-  const size_t out_bytes = rows * row_floats * sizeof(float);
+  const size_t out_bytes =
+      (rows * row_floats + embedding_rows * size_t(hello_.n_embd)) * sizeof(float);
   std::memcpy(out, region_->data() + layout_.output_offset, out_bytes);
   std::lock_guard<std::mutex> state_lock(state_mu_);
   stats_.batches += 1;

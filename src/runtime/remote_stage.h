@@ -54,6 +54,7 @@ struct RemoteStageOptions {
   int threads = 0;  // 0: the daemon's own --cores / --threads
   int max_batch_tokens = 0;
   int max_logit_rows = 0;        // 0: max_batch_tokens (only the last stage gives logits)
+  int max_embedding_rows = 0;    // most rows wanting their embedding per batch (last stage)
   int hello_timeout_ms = 60000;  // the daemon opens and maps the model before replying
   int run_timeout_ms = 600000;   // a reply slower than this marks the stage down
   // Neither a reply nor a Working message for this long marks the stage down (a hung or

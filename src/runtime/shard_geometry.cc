@@ -45,6 +45,10 @@ Status ValidateShardGeometry(const ShardHello& hello) {
     return InvalidArgument("max_logit_rows {} exceeds max_batch_tokens {}", hello.max_logit_rows,
                            hello.max_batch_tokens);
   }
+  if (hello.max_embedding_rows < 0 || hello.max_embedding_rows > hello.max_batch_tokens) {
+    return InvalidArgument("max_embedding_rows {} is out of range (0..max_batch_tokens {})",
+                           hello.max_embedding_rows, hello.max_batch_tokens);
+  }
   if (hello.threads < 0 || hello.threads > kShardMaxThreads) {
     return InvalidArgument("threads {} is out of range (0..{})", hello.threads, kShardMaxThreads);
   }

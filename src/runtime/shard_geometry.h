@@ -42,7 +42,8 @@ size_t ShardPageBytes(const ModelConfig& config, int n_stage_layers, int page_to
                       KvType kv_type);
 
 // Checks the Hello's own fields: magic, every size positive and within the bounds above,
-// kv_type valid, max_logit_rows <= max_batch_tokens, 0 <= begin < end <= n_layers.
+// kv_type valid, max_logit_rows <= max_batch_tokens, 0 <= max_embedding_rows <=
+// max_batch_tokens, 0 <= begin < end <= n_layers.
 // InvalidArgument naming the field, its value and the bound.
 Status ValidateShardGeometry(const ShardHello& hello);
 

@@ -79,18 +79,23 @@ Status ShardSession::CheckPage(PageId page) const {
   return Status::Ok();
 }
 
-Status ShardSession::CheckBatch(const ShardRunBatch& batch, int& n_logit_rows) const {
+Status ShardSession::CheckBatch(const ShardRunBatch& batch, BatchOutputRows& rows) const {
   if (batch.entries.empty() || batch.entries.size() > size_t(hello_.max_batch_tokens)) {
     return InvalidArgument("batch of {} tokens (1..{} per batch, the session's max_batch_tokens)",
                            batch.entries.size(), hello_.max_batch_tokens);
   }
-  n_logit_rows = 0;
-  for (const BatchEntry& entry : batch.entries) n_logit_rows += entry.wants_logits ? 1 : 0;
-  if (stage_->info().last && n_logit_rows > hello_.max_logit_rows) {
+  rows = CountOutputRows(batch.entries);
+  if (stage_->info().last && rows.logits > hello_.max_logit_rows) {
     return InvalidArgument(
         "{} rows want logits (at most {} per batch, the session's "
         "max_logit_rows)",
-        n_logit_rows, hello_.max_logit_rows);
+        rows.logits, hello_.max_logit_rows);
+  }
+  if (stage_->info().last && rows.embeddings > hello_.max_embedding_rows) {
+    return InvalidArgument(
+        "{} rows want their embedding (at most {} per batch, the session's "
+        "max_embedding_rows)",
+        rows.embeddings, hello_.max_embedding_rows);
   }
   for (const std::vector<PageId>& pages : batch.pages_by_slot) {
     for (PageId page : pages) SHARDLM_TRY(CheckPage(page));
@@ -112,8 +117,8 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
   const auto start = std::chrono::steady_clock::now();
   ShardRunReply reply;
   reply.batch_id = batch.batch_id;
-  int n_logit_rows = 0;
-  Status status = CheckBatch(batch, n_logit_rows);
+  BatchOutputRows rows;
+  Status status = CheckBatch(batch, rows);
   if (status.ok()) {
     std::vector<PageList> pages_by_slot(batch.pages_by_slot.begin(), batch.pages_by_slot.end());
     StageBatch stage_batch{batch.entries, pages_by_slot, batch.copies};
@@ -124,7 +129,8 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
     float* out = reinterpret_cast<float*>(region_->data() + layout_.output_offset);
     if (run_delay_.count() > 0) std::this_thread::sleep_for(run_delay_);
     status = stage_->Run(stage_batch, hidden_in, out);
-    reply.n_out_rows = info.last ? n_logit_rows : static_cast<int32_t>(batch.entries.size());
+    reply.n_out_rows = info.last ? rows.logits : static_cast<int32_t>(batch.entries.size());
+    reply.n_embedding_rows = info.last ? rows.embeddings : 0;
   }
   if (!status.ok()) {
     reply = ErrorReply(batch.batch_id, status);

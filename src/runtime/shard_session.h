@@ -55,7 +55,7 @@ class ShardSession {
   Status HandlePages(ShardMessageType type, std::span<const uint8_t> payload);
   Status HandleStats();
   // Ok, or why the batch may not run (sizes beyond the Hello, page ids beyond the pool).
-  Status CheckBatch(const ShardRunBatch& batch, int& n_logit_rows) const;
+  Status CheckBatch(const ShardRunBatch& batch, BatchOutputRows& rows) const;
   Status CheckPage(PageId page) const;
   Status Reply(ShardMessageType type, const std::vector<uint8_t>& payload);
 

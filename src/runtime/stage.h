@@ -57,7 +57,7 @@ struct StageStats {
   uint64_t tokens = 0;
   double busy_seconds = 0.0;  // inside Run
   uint64_t bytes_in = 0;      // activation bytes received (hidden rows)
-  uint64_t bytes_out = 0;     // hidden or logits bytes produced
+  uint64_t bytes_out = 0;     // hidden, logits or embedding bytes produced
 };
 
 class Stage {
@@ -68,7 +68,8 @@ class Stage {
 
   // Applies batch.copies, then runs the stage's layers over batch.entries.
   //  - hidden_in: nullptr on the first stage, else [entries.size()][n_embd] floats.
-  //  - out: last stage: logits [rows that want logits][n_vocab] in batch order; other
+  //  - out: last stage: logits [rows that want logits][n_vocab] in batch order, then
+  //    embedding rows [rows that want their embedding][n_embd] (ForwardPass::Run); other
   //    stages: hidden rows [entries.size()][n_embd].
   // Errors: those of ForwardPass::Run; kUnavailable when a remote stage is unreachable
   // (the stage then reports it through Health until Reconnect succeeds).

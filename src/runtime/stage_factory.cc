@@ -1,6 +1,7 @@
 // BuildStages implementation (see stage_factory.h).
 #include "runtime/stage_factory.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "gguf/fingerprint.h"
@@ -55,7 +56,9 @@ Result<std::unique_ptr<Stage>> BuildRemote(const Model& model, const StagePlan& 
   remote.page_tokens = options.page_tokens;
   remote.kv_type = options.kv_type;
   remote.max_batch_tokens = options.max_batch_tokens;
-  remote.max_logit_rows = options.max_logit_rows;
+  // A batch has no more logits rows than entries (a daemon refuses a Hello that says so).
+  remote.max_logit_rows = std::min(options.max_logit_rows, options.max_batch_tokens);
+  remote.max_embedding_rows = options.max_embedding_rows;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStage> stage, RemoteStage::Create(remote));
   return std::unique_ptr<Stage>(std::move(stage));
 }

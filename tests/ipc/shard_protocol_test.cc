@@ -31,15 +31,22 @@ ShardHello SampleHello() {
   m.max_logit_rows = 64;
   m.shm_bytes = 1ull << 40;
   m.heartbeat_ms = 2500;
+  m.max_embedding_rows = 300;
   return m;
 }
 
 ShardRunBatch SampleRunBatch() {
   ShardRunBatch m;
   m.batch_id = UINT64_MAX;
-  m.entries = {{.token = 1, .position = 0, .slot = 0, .wants_logits = false},
-               {.token = INT32_MAX, .position = 77, .slot = 2, .wants_logits = true},
-               {.token = -5, .position = INT32_MIN, .slot = 1, .wants_logits = false}};
+  m.entries = {
+      {.token = 1, .position = 0, .slot = 0, .wants_logits = false, .wants_embedding = true},
+      {.token = INT32_MAX, .position = 77, .slot = 2, .wants_logits = true},
+      {.token = -5,
+       .position = INT32_MIN,
+       .slot = 1,
+       .wants_logits = true,
+       .wants_embedding = true},
+      {.token = 3, .position = 4, .slot = 1}};
   m.pages_by_slot = {{4, 5, 6}, {}, {kNoPage, INT32_MAX}};
   m.copies = {{.src = 4, .dst = 9}, {.src = 0, .dst = 1}};
   return m;
@@ -74,6 +81,7 @@ TEST(ShardProtocol, HelloRoundTrip) {
   EXPECT_EQ(out->max_logit_rows, 64);
   EXPECT_EQ(out->shm_bytes, 1ull << 40);
   EXPECT_EQ(out->heartbeat_ms, 2500u);
+  EXPECT_EQ(out->max_embedding_rows, 300);
 }
 
 TEST(ShardProtocol, WorkingIsAValidType) {
@@ -116,6 +124,7 @@ TEST(ShardProtocol, RunBatchRoundTrip) {
     EXPECT_EQ(out->entries[i].position, in.entries[i].position) << i;
     EXPECT_EQ(out->entries[i].slot, in.entries[i].slot) << i;
     EXPECT_EQ(out->entries[i].wants_logits, in.entries[i].wants_logits) << i;
+    EXPECT_EQ(out->entries[i].wants_embedding, in.entries[i].wants_embedding) << i;
   }
   EXPECT_EQ(out->pages_by_slot, in.pages_by_slot);
   EXPECT_EQ(out->copies, in.copies);
@@ -136,6 +145,7 @@ TEST(ShardProtocol, RunReplyRoundTrip) {
   in.error = std::string(kMaxShardString, 'e');
   in.n_out_rows = 17;
   in.compute_seconds = 0.1 + 0.2;  // not exactly representable in decimal
+  in.n_embedding_rows = 5;
   auto out = DecodeRunReply(Encoded(in, EncodeRunReply));
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->batch_id, 99u);
@@ -143,6 +153,7 @@ TEST(ShardProtocol, RunReplyRoundTrip) {
   EXPECT_EQ(out->error, in.error);
   EXPECT_EQ(out->n_out_rows, 17);
   EXPECT_EQ(std::memcmp(&out->compute_seconds, &in.compute_seconds, sizeof(double)), 0);
+  EXPECT_EQ(out->n_embedding_rows, 5);
 }
 
 TEST(ShardProtocol, PagesRoundTrip) {
@@ -318,6 +329,15 @@ TEST(ShardRegionLayout, AreasAreAlignedAndLargeEnough) {
   EXPECT_EQ(layout.total_bytes, layout.output_offset + layout.output_bytes);
   // Pages dominate when transfers are big.
   EXPECT_GE(ComputeRegionLayout(hello, 1u << 20, 16).output_bytes, 16u << 20);
+}
+
+// The last stage writes its logits rows and then its embedding rows: the output area holds
+// both at their most at once.
+TEST(ShardRegionLayout, OutputHoldsLogitsAndEmbeddingRowsTogether) {
+  ShardHello hello = SampleHello();  // 64 logit rows × 32000, 300 embedding rows × 288
+  EXPECT_GE(ComputeRegionLayout(hello, 1, 1).output_bytes, (64u * 32000 + 300u * 288) * 4);
+  hello.max_embedding_rows = 0;
+  EXPECT_LT(ComputeRegionLayout(hello, 1, 1).output_bytes, (64u * 32000 + 300u * 288) * 4);
 }
 
 TEST(ShardRegionLayout, AbsurdSizesGiveZeroInsteadOfOverflowing) {

@@ -37,7 +37,8 @@ struct Probe {
 };
 
 // hidden row r of entry e after stage s = (token + Σ layers so far) in every column;
-// logits row = hidden[0] × (v + 1) for v in [0, n_vocab).
+// logits row = hidden[0] × (v + 1) for v in [0, n_vocab); embedding row = hidden[0] × −1 in
+// every column (after the logits rows, as ForwardPass writes them).
 class FakeStage : public Stage {
  public:
   FakeStage(int index, LayerRange layers, bool last, int n_embd, int n_vocab, Probe* probe,
@@ -54,6 +55,8 @@ class FakeStage : public Stage {
     if (probe_) probe_->Enter();
     std::this_thread::sleep_for(delay_);
     int logit_row = 0;
+    int embedding_row = 0;
+    float* embeddings = out + size_t(CountOutputRows(batch.entries).logits) * n_vocab_;
     for (size_t e = 0; e < batch.entries.size(); ++e) {
       const float x = (info_.first ? float(batch.entries[e].token) : hidden_in[e * n_embd_]) +
                       float(info_.layers.size());
@@ -62,6 +65,9 @@ class FakeStage : public Stage {
       } else if (batch.entries[e].wants_logits) {
         for (int v = 0; v < n_vocab_; ++v) out[size_t(logit_row) * n_vocab_ + v] = x * float(v + 1);
         ++logit_row;
+      }
+      if (info_.last && batch.entries[e].wants_embedding) {
+        std::fill_n(embeddings + size_t(embedding_row++) * n_embd_, n_embd_, -x);
       }
     }
     if (probe_) probe_->Leave();

@@ -48,6 +48,7 @@ PipelineOptions FakeOptions() {
   options.page_tokens = 16;
   options.max_batch_tokens = 8;
   options.max_logit_rows = 4;
+  options.max_embedding_rows = 3;
   return options;
 }
 
@@ -172,6 +173,31 @@ TEST(PipelineTest, RefusesMoreThanDepthInFlightAndBadBatches) {
   for (BatchEntry& entry : many_rows) entry.wants_logits = true;
   EXPECT_EQ(pipeline->Submit(View(many_rows)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pipeline->WaitOldest().status().code(), StatusCode::kInternal);
+}
+
+// Embedding rows come back beside the logits rows of their batch, in batch order, through
+// every stage; a batch with more of them than the pipeline holds is refused.
+TEST(PipelineTest, EmbeddingRowsComeBackBesideTheLogits) {
+  auto pipeline = MakeFake({1, 2});
+  ASSERT_NE(pipeline, nullptr);
+  EXPECT_EQ(pipeline->max_embedding_rows(), 3);
+  std::vector<BatchEntry> entries = Entries({4, 6, 9});
+  entries[0].wants_embedding = true;
+  entries[2].wants_embedding = true;
+  ASSERT_TRUE(pipeline->Submit(View(entries)).ok());
+  Result<PipelineOutputs> outputs = pipeline->WaitOldestOutputs();
+  ASSERT_TRUE(outputs.ok()) << outputs.status().message();
+  EXPECT_EQ(std::vector<float>(outputs->logits.begin(), outputs->logits.end()), Expected(9, 3));
+  std::vector<float> want(kEmbd, -(4.0f + 3));
+  want.insert(want.end(), kEmbd, -(9.0f + 3));
+  EXPECT_EQ(std::vector<float>(outputs->embeddings.begin(), outputs->embeddings.end()), want);
+  EXPECT_EQ(pipeline->Stats()[1].bytes_out, (kVocab + 2u * kEmbd) * sizeof(float));
+
+  std::vector<BatchEntry> too_many = Entries({1, 2, 3, 4});
+  for (BatchEntry& entry : too_many) entry.wants_embedding = true;
+  const Status refused = pipeline->Submit(View(too_many));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("embedding rows"), std::string::npos) << refused.message();
 }
 
 TEST(PipelineTest, StagesMustChainOverEveryLayer) {

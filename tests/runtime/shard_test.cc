@@ -133,6 +133,7 @@ RemoteStageOptions RemoteOptions(const ModelUnderTest& m, int index, LayerRange 
   o.threads = 1;
   o.max_batch_tokens = kMaxBatch;
   o.max_logit_rows = kMaxBatch;
+  o.max_embedding_rows = kMaxBatch;
   return o;
 }
 
@@ -173,7 +174,8 @@ class Driver {
   }
   void Fork(int from, int to) { tables_[to] = tables_[from].Fork(); }
 
-  // Runs the batch through every stage; the logits rows, or the first error.
+  // Runs the batch through every stage; the logits rows then the embedding rows, or the
+  // first error.
   Result<std::vector<float>> Run(const std::vector<BatchEntry>& entries) {
     std::vector<PageCopy> copies;
     std::vector<int> end(kSlots, 0);
@@ -189,13 +191,13 @@ class Driver {
     std::vector<PageList> pages_by_slot;
     for (const BlockTable& table : tables_) pages_by_slot.push_back(table.page_list());
     StageBatch batch{entries, pages_by_slot, copies};
-    int n_logits = 0;
-    for (const BatchEntry& e : entries) n_logits += e.wants_logits ? 1 : 0;
+    const BatchOutputRows rows = CountOutputRows(entries);
+    const size_t out_floats =
+        size_t(rows.logits) * config_.n_vocab + size_t(rows.embeddings) * config_.n_embd;
     std::vector<float> hidden, next;
     for (size_t i = 0; i < stages_.size(); ++i) {
       const bool last = i + 1 == stages_.size();
-      next.assign(last ? size_t(n_logits) * config_.n_vocab : entries.size() * config_.n_embd,
-                  0.0f);
+      next.assign(last ? out_floats : entries.size() * config_.n_embd, 0.0f);
       SHARDLM_TRY(stages_[i]->Run(batch, i == 0 ? nullptr : hidden.data(), next.data()));
       hidden.swap(next);
     }
@@ -259,11 +261,38 @@ void ExpectBitwiseEqual(const std::vector<float>& want, const std::vector<float>
                             << got[first];
 }
 
-std::vector<float> Unsplit(const ModelUnderTest& m) {
+// A (slot 0, 9 tokens) wants the embedding of every position and the logits of its last,
+// B (slot 1, 7 tokens) the logits of every other position, in one batch; then a step where
+// both decode and A's token also wants its embedding. The output rows, concatenated.
+Result<std::vector<float>> RunEmbeddingScript(Driver& driver, int n_vocab) {
+  driver.Reset();
+  std::vector<BatchEntry> prefill;
+  for (int pos = 0; pos < 9; ++pos) {
+    prefill.push_back({.token = (pos * 5 + 2) % n_vocab,
+                       .position = pos,
+                       .slot = 0,
+                       .wants_logits = pos == 8,
+                       .wants_embedding = true});
+  }
+  for (int pos = 0; pos < 7; ++pos) {
+    prefill.push_back({(pos * 3 + 1) % n_vocab, pos, 1, pos % 2 == 0});
+  }
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<float> all, driver.Run(prefill));
+  const std::vector<BatchEntry> decode = {
+      {.token = 4, .position = 9, .slot = 0, .wants_logits = true, .wants_embedding = true},
+      {.token = 5, .position = 7, .slot = 1, .wants_logits = true}};
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<float> step, driver.Run(decode));
+  all.insert(all.end(), step.begin(), step.end());
+  return all;
+}
+
+using Script = Result<std::vector<float>> (*)(Driver&, int);
+
+std::vector<float> Unsplit(const ModelUnderTest& m, Script script = RunScript) {
   std::vector<std::unique_ptr<Stage>> stages;
   stages.push_back(Local(m, 0, {0, m.config.n_layers}));
   Driver driver(std::move(stages), m.config);
-  Result<std::vector<float>> logits = RunScript(driver, m.config.n_vocab);
+  Result<std::vector<float>> logits = script(driver, m.config.n_vocab);
   EXPECT_TRUE(logits.ok()) << logits.status().message();
   return logits.ok() ? logits.value() : std::vector<float>{};
 }
@@ -302,6 +331,57 @@ TEST(ShardTest, LocalPlusRemoteSplitGivesBitwiseUnsplitLogits) {
     EXPECT_GT(daemon_stats->rss_bytes, 0u);
   }
   EXPECT_TRUE(daemon.WaitLog("ended"));
+}
+
+// The last stage in a daemon sends its embedding rows after its logits rows, bitwise those
+// of the unsplit model.
+TEST(ShardTest, RemoteLastStageGivesBitwiseUnsplitEmbeddingRows) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ServiceThread daemon("embeddings");
+  for (const char* name : {"stories260K.gguf", "qwen3-tiny-f32.gguf"}) {
+    SCOPED_TRACE(name);
+    const ModelUnderTest m = OpenModel(name);
+    ASSERT_TRUE(m.file);
+    const std::vector<float> want = Unsplit(m, RunEmbeddingScript);
+    ASSERT_EQ(want.size(), size_t(1 + 4 + 2) * m.config.n_vocab + size_t(9 + 1) * m.config.n_embd);
+    const int n = m.config.n_layers, k = n / 2;
+    std::vector<std::unique_ptr<Stage>> stages;
+    stages.push_back(Local(m, 0, {0, k}));
+    stages.push_back(Remote(m, 1, {k, n}, daemon.path()));
+    ASSERT_TRUE(stages[0] && stages[1]);
+    Driver driver(std::move(stages), m.config);
+    Result<std::vector<float>> got = RunEmbeddingScript(driver, m.config.n_vocab);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ExpectBitwiseEqual(want, got.value(), std::string(name) + " local+remote embedding rows");
+  }
+}
+
+// A batch with more embedding rows than the session's Hello allows is refused, and the
+// session goes on.
+TEST(ShardTest, EmbeddingRowsBeyondTheHelloAreRefused) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ServiceThread daemon("embedding_rows");
+  const ModelUnderTest m = OpenModel("stories260K.gguf");
+  ASSERT_TRUE(m.file);
+  RemoteStageOptions options = RemoteOptions(m, 0, {0, m.config.n_layers}, daemon.path());
+  options.max_embedding_rows = 2;
+  Result<std::unique_ptr<RemoteStage>> stage = RemoteStage::Create(options);
+  ASSERT_TRUE(stage.ok()) << stage.status().message();
+  std::vector<std::unique_ptr<Stage>> stages;
+  stages.push_back(std::move(stage).value());
+  Driver driver(std::move(stages), m.config);
+  std::vector<BatchEntry> three;
+  for (int pos = 0; pos < 3; ++pos) {
+    three.push_back({.token = 1 + pos, .position = pos, .slot = 0, .wants_embedding = true});
+  }
+  Result<std::vector<float>> refused = driver.Run(three);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(refused.status().message(), "embedding")) << refused.status().message();
+  three.pop_back();
+  Result<std::vector<float>> two = driver.Run(three);
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  EXPECT_EQ(two->size(), 2u * m.config.n_embd);
+  EXPECT_TRUE(driver.stage(0).Health().ok());
 }
 
 TEST(ShardTest, RemoteFirstAndMiddleStagesGiveBitwiseUnsplitLogits) {
