@@ -1,5 +1,6 @@
 // Engine: what the server asks of the inference core. One request in, a stream of token
-// events and one finish event out. The real engine (scheduler.h) batches many requests
+// events and one finish event out; or, for an embedding request, one finish event that
+// carries the prompt's pooled hidden state. The real engine (scheduler.h) batches many requests
 // into each forward pass; tests of the HTTP layer use a mock that implements the same
 // interface with no model.
 //
@@ -27,6 +28,13 @@ namespace shardlm {
 
 using RequestId = uint64_t;
 
+// What a request computes. kGenerate: tokens after the prompt (TokenEvents, then the
+// FinishEvent). kEmbedding: no sampling: the prompt is prefilled and the FinishEvent carries
+// its embedding, the mean over its positions of the final hidden state after the output
+// norm (what the LM head would read), not normalised; an engine computes them only when
+// built for it (EngineInfo::embeddings).
+enum class RequestKind { kGenerate, kEmbedding, kSentinel };
+
 struct EngineRequest {
   std::vector<TokenId> prompt;    // already tokenized (template applied, BOS added)
   SamplingParams sampling;        // validated by the caller
@@ -34,6 +42,12 @@ struct EngineRequest {
   std::vector<std::string> stop;  // stop strings: generation ends before the first match
   bool ignore_eos = false;
   bool want_logprobs = false;  // fill TokenEvent::logprob / top (sampling.n_logprobs)
+  RequestKind kind = RequestKind::kGenerate;
+  // kGenerate: also the log-probabilities of the prompt's own tokens, each given the tokens
+  // before it (RequestCallbacks::on_prompt_logprobs; sampling.n_logprobs alternatives each).
+  // They need the logits of every prompt position, so the prompt is computed whole (no
+  // prefix-cache hit). With max_tokens 0 the request ends after them (kLength).
+  bool want_prompt_logprobs = false;
 };
 
 // One generated token. `text` is the UTF-8 text this token completes (may be ""), with
@@ -69,11 +83,17 @@ struct FinishEvent {
                      // ("" when a stop string matched)
   std::string stop_sequence;  // the stop string that ended the output ("" when none did)
   RequestUsage usage;
+  // kEmbedding finished with kStop: n_embd floats (RequestKind); empty otherwise.
+  std::vector<float> embedding;
 };
 
 struct RequestCallbacks {
   // Returns false to cancel the request (client gone).
   std::function<bool(const TokenEvent&)> on_token;
+  // want_prompt_logprobs: called once, before the first on_token, with one event per prompt
+  // token after the first (the first has nothing before it to be predicted from): its
+  // token, logprob and top alternatives; text is "". Returns false to cancel.
+  std::function<bool(const std::vector<TokenEvent>&)> on_prompt_logprobs;
   std::function<void(const FinishEvent&)> on_finish;  // called exactly once
 };
 
@@ -117,7 +137,9 @@ struct EngineInfo {
   std::string architecture;
   int32_t n_ctx = 0;  // per-sequence context limit
   int32_t n_vocab = 0;
+  int32_t n_embd = 0;  // the length of an embedding
   int32_t n_parallel = 0;
+  bool embeddings = false;        // computes RequestKind::kEmbedding requests
   std::vector<StageInfo> stages;  // the placement, in pipeline order (GET /props)
 };
 
@@ -150,7 +172,8 @@ class Engine {
   virtual ~Engine() = default;
   // Queues a request. Errors: queue full (kOutOfRange: the server answers 503), prompt
   // longer than the context (kOutOfRange with "context_length_exceeded" in the message),
-  // engine unavailable. On success the callbacks will be called.
+  // an embedding request to an engine that computes none (kUnsupported), engine
+  // unavailable. On success the callbacks will be called.
   virtual Result<RequestId> Submit(EngineRequest request, RequestCallbacks callbacks) = 0;
   // Cancels a queued or running request; its on_finish reports kCancelled. Idempotent.
   virtual void Cancel(RequestId id) = 0;

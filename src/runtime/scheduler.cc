@@ -17,12 +17,13 @@
 namespace shardlm {
 Status SchedulerOptions::Validate() const {
   if (n_parallel < 1 || n_ctx < 2 || n_batch < 1 || max_queue < 0 || threads < 0 ||
-      page_tokens < 1 || prefill_chunk < 0 || cache_pages < 0) {
+      page_tokens < 1 || prefill_chunk < 0 || cache_pages < 0 || prompt_logit_rows < 1) {
     return InvalidArgument(
         "bad scheduler options: parallel {} (>= 1), ctx-size {} (>= 2), batch {} (>= 1), "
         "max-queue {} (>= 0), threads {} (>= 0), page tokens {} (>= 1), prefill chunk {} "
-        "(>= 0), cache pages {} (>= 0)",
-        n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk, cache_pages);
+        "(>= 0), cache pages {} (>= 0), prompt logit rows {} (>= 1)",
+        n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk, cache_pages,
+        prompt_logit_rows);
   }
   if (slot_save_budget == 0 || slot_io_wait.count() < 0) {
     return InvalidArgument("bad slot options: save budget {} bytes (> 0), io wait {} ms (>= 0)",
@@ -51,7 +52,9 @@ PipelineOptions SchedulerOptions::ToPipelineOptions() const {
   pipeline.page_tokens = page_tokens;
   pipeline.kv_type = kv_type;
   pipeline.max_batch_tokens = n_batch;
-  pipeline.max_logit_rows = n_parallel;
+  // One row to sample per running sequence, plus the prompt rows of prompt logprobs.
+  pipeline.max_logit_rows = n_parallel + prompt_logit_rows;
+  pipeline.max_embedding_rows = embeddings ? n_batch : 0;
   return pipeline;
 }
 
@@ -94,12 +97,14 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Pipeline> p
   const PipelineOptions want = options.ToPipelineOptions();
   if (pipeline->max_batch_tokens() < want.max_batch_tokens ||
       pipeline->max_logit_rows() < want.max_logit_rows ||
+      pipeline->max_embedding_rows() < want.max_embedding_rows ||
       pipeline->allocator().n_pages() < want.n_pages) {
     return InvalidArgument(
-        "the pipeline holds {} tokens, {} logits rows and {} pages per batch; the scheduler "
-        "options need {}, {} and {}",
-        pipeline->max_batch_tokens(), pipeline->max_logit_rows(), pipeline->allocator().n_pages(),
-        want.max_batch_tokens, want.max_logit_rows, want.n_pages);
+        "the pipeline holds {} tokens, {} logits rows, {} embedding rows and {} pages per "
+        "batch; the scheduler options need {}, {}, {} and {}",
+        pipeline->max_batch_tokens(), pipeline->max_logit_rows(), pipeline->max_embedding_rows(),
+        pipeline->allocator().n_pages(), want.max_batch_tokens, want.max_logit_rows,
+        want.max_embedding_rows, want.n_pages);
   }
   if (!options.kv_cache_dir.empty()) {
     return InvalidArgument(
@@ -159,7 +164,9 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
   info_.architecture = ArchName(config_.arch);
   info_.n_ctx = options_.n_ctx;
   info_.n_vocab = config_.n_vocab;
+  info_.n_embd = config_.n_embd;
   info_.n_parallel = options_.n_parallel;
+  info_.embeddings = state->pipeline->max_embedding_rows() > 0;
   info_.stages = state->pipeline->placement();
   stats_.slots_total = options_.n_parallel;
   stats_.kv_pages_total = state->pipeline->allocator().n_pages();
@@ -198,7 +205,15 @@ Status Scheduler::CheckRequest(const EngineRequest& request) const {
       return InvalidArgument("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab);
     }
   }
-  if (n_prompt + 1 > options_.n_ctx) {
+  SHARDLM_TRY(CheckPromptOutputs(request));
+  // An embedding's prompt may fill the context: nothing is generated after it.
+  if (request.kind == RequestKind::kEmbedding && n_prompt > options_.n_ctx) {
+    return OutOfRange(
+        "context_length_exceeded: the input has {} tokens but a sequence holds {} positions "
+        "(raise --ctx-size)",
+        n_prompt, options_.n_ctx);
+  }
+  if (request.kind == RequestKind::kGenerate && n_prompt + 1 > options_.n_ctx) {
     return OutOfRange(
         "context_length_exceeded: the prompt has {} tokens but a sequence holds {} positions "
         "(prompt + at least 1 generated token must fit; raise --ctx-size)",
@@ -209,6 +224,22 @@ Status Scheduler::CheckRequest(const EngineRequest& request) const {
                            request.max_tokens);
   }
   return request.sampling.Validate();
+}
+
+Status Scheduler::CheckPromptOutputs(const EngineRequest& request) const {
+  if (request.kind >= RequestKind::kSentinel) {
+    return InvalidArgument("unknown request kind {}", int(request.kind));
+  }
+  if (request.kind != RequestKind::kEmbedding) return Status::Ok();
+  if (!info_.embeddings) {
+    return Unsupported(
+        "this server computes no embeddings: start it with --embeddings (the model then "
+        "serves /v1/embeddings beside completions)");
+  }
+  if (request.want_prompt_logprobs) {
+    return InvalidArgument("an embedding request has no prompt logprobs (it computes no logits)");
+  }
+  return Status::Ok();
 }
 
 Result<RequestId> Scheduler::Submit(EngineRequest request, RequestCallbacks callbacks) {
@@ -376,7 +407,7 @@ bool Scheduler::AdmitAction() {
       ++active_;
     }
     admitted = true;
-    if (slot.request->request().max_tokens == 0) {
+    if (!slot.request->samples() && !slot.request->prompt_outputs().any()) {
       FinishSlot(int(i), FinishReason::kLength);
     } else {
       s.prefix_cache->Admit(int(i), *slot.request, *slot.table);

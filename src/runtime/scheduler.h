@@ -17,6 +17,15 @@
 //    ceil(decoding slots / depth) decode entries, so running streams split into
 //    micro-batches that alternate through the stages. Depth 1 behaves as an unsplit engine.
 //  - Per-request sampler, decoder and stop-string holdback (scheduler_request.h).
+//  - Outputs of every prompt position (prompt_outputs.h): an embedding request
+//    (RequestKind::kEmbedding, options.embeddings) asks the last stage for the embedding
+//    row of each prompt position and finishes, without sampling, once the last is
+//    collected; a request with want_prompt_logprobs asks for the logits of each prompt
+//    position but the last, at most options.prompt_logit_rows per batch (its prompt is
+//    chunked to fit), and hears them before its first token. Their prompts are prefilled
+//    like any other, in the same batches; they map no prefix-cache hit (the rows of cached
+//    positions would be missing) but publish their full pages, and their slot retains the
+//    sequence like any request's.
 //  - Determinism: a request's tokens and logits are bitwise the same whatever shares the
 //    batch, however its prompt was chunked and however the layers are split (every stage
 //    computes each token as the whole model would; the sampler belongs to the request).
@@ -131,11 +140,20 @@ struct SchedulerOptions {
   // A save of a long sequence takes seconds; a client retries sooner than an HTTP handler
   // should sit.
   std::chrono::milliseconds slot_io_wait{5000};
+  // Embedding requests are computed (RequestKind::kEmbedding): every batch may carry up to
+  // n_batch embedding rows, so each buffer of a batch in flight holds n_batch × n_embd
+  // floats more. Off: such requests are refused.
+  bool embeddings = false;
+  // Logits rows of prompt positions per batch (want_prompt_logprobs). Each batch buffer
+  // holds n_parallel + prompt_logit_rows logits rows of n_vocab floats (32 rows of a
+  // 152K-token vocabulary: 18.5 MiB), so a prompt's logprobs cost about
+  // n_prompt / prompt_logit_rows batches, while other requests run in them too.
+  int prompt_logit_rows = 32;
 
   Status Validate() const;
   // The pipeline these options ask for: n_parallel × ceil(n_ctx / page_tokens) +
-  // cache_pages pages,
-  // n_batch tokens and n_parallel logits rows per batch.
+  // cache_pages pages, n_batch tokens, n_parallel + prompt_logit_rows logits rows and
+  // (embeddings) n_batch embedding rows per batch.
   PipelineOptions ToPipelineOptions() const;
 };
 
@@ -201,6 +219,7 @@ class Scheduler : public Engine {
   Status Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
               std::optional<Fingerprint128> fingerprint);
   Status CheckRequest(const EngineRequest& request) const;
+  Status CheckPromptOutputs(const EngineRequest& request) const;
 
   // Slots, caller side (scheduler_slot_files.cc).
   Status CheckSlot(int32_t slot) const;
@@ -226,7 +245,7 @@ class Scheduler : public Engine {
   bool CollectAction();
   void BuildBatch(InFlight& record);
   Status PrepareTables(InFlight& record);
-  void ProcessLogits(const InFlight& record, std::span<const float> logits);
+  void ProcessOutputs(const InFlight& record, const PipelineOutputs& outputs);
   void FailEverything(const Status& error);
   void FinishSlot(int slot, FinishReason reason, Status error = Status::Ok());
   void FinishWaiting(size_t index, FinishReason reason, Status error = Status::Ok());

@@ -1,6 +1,6 @@
 // Scheduler batches: building one (decode entries first, then prefill chunks, oldest
 // admission first), preparing its block tables (copy-on-write, eviction when the pool is
-// full), submitting it to the pipeline and collecting the oldest batch's logits (see
+// full), submitting it to the pipeline and collecting the oldest batch's output rows (see
 // scheduler.h).
 #include <algorithm>
 #include <limits>
@@ -31,22 +31,40 @@ TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& rec
     if (loaded != TaskState::kFinished) return TaskState::kNotFinished;
   }
   if (budget <= 0) return TaskState::kBlocked;
+  const PromptOutputs& wanted = request.prompt_outputs();
   const int start = request.n_prefilled();
-  const int n = std::min(budget, request.n_prompt() - start);
+  int n = std::min(budget, request.n_prompt() - start);
+  // Prompt logits rows are the positions before the last; the batch has room for a few.
+  const int n_prompt_rows =
+      wanted.WantsPromptLogits(start) ? std::min(request.n_prompt() - 1 - start, n) : 0;
+  if (n_prompt_rows > 0) {
+    if (prompt_logit_budget <= 0) return TaskState::kBlocked;
+    if (n_prompt_rows > prompt_logit_budget) n = prompt_logit_budget;
+  }
   const bool last = start + n == request.n_prompt();
+  InFlight::Outputs out{.slot = slot_idx, .request = request.id(), .first_position = start};
   for (int k = 0; k < n; ++k) {
     const int pos = start + k;
-    batch.push_back({request.request().prompt[pos], pos, slot_idx, last && k == n - 1});
+    const bool prompt_logits = wanted.WantsPromptLogits(pos);
+    const bool sample = last && k == n - 1 && request.samples();
+    const bool embedding = wanted.WantsEmbedding(pos);
+    batch.push_back({.token = request.request().prompt[pos],
+                     .position = pos,
+                     .slot = slot_idx,
+                     .wants_logits = prompt_logits || sample,
+                     .wants_embedding = embedding});
+    out.n_prompt_logit_rows += prompt_logits ? 1 : 0;
+    out.n_embedding_rows += embedding ? 1 : 0;
+    out.sample = out.sample || sample;
   }
   Touch(slot, start, start + n);
   // Counted as prefilled once submitted: a later chunk may follow it through the stages.
   request.AddPrefilled(n);
   prompt_tokens_computed += n;
-  if (last) {
-    record.logit_slots.push_back(slot_idx);
-    record.logit_requests.push_back(request.id());
-    slot.awaiting_logits = true;
-  }
+  prompt_logit_budget -= out.n_prompt_logit_rows;
+  out.prompt_done = last;
+  if (last || out.n_logit_rows() > 0 || out.n_embedding_rows > 0) record.outputs.push_back(out);
+  if (last) slot.awaiting_logits = true;
   budget -= n;
   return last ? TaskState::kFinished : TaskState::kNotFinished;
 }
@@ -75,8 +93,7 @@ void Scheduler::BuildBatch(InFlight& record) {
     if (n_decode == decode_cap) continue;
     s.batch.push_back({request->last_token(), request->next_position(), i, true});
     s.Touch(slot, request->next_position(), request->next_position() + 1);
-    record.logit_slots.push_back(i);
-    record.logit_requests.push_back(request->id());
+    record.outputs.push_back({.slot = i, .request = request->id(), .sample = true});
     slot.awaiting_logits = true;
     ++n_decode;
   }
@@ -84,6 +101,7 @@ void Scheduler::BuildBatch(InFlight& record) {
             [&](int a, int b) { return s.slots[a].admit_seq < s.slots[b].admit_seq; });
   int budget = options_.n_batch - int(s.batch.size());
   s.disk_page_budget = SchedulerDiskCache::kLoadPagesPerStep;
+  s.prompt_logit_budget = options_.prompt_logit_rows;
   // Depth 1: the cap applies when this batch decodes; pipelined, whenever streams run (a
   // big chunk ahead of them in the stages delays their next token just the same).
   const bool streams_wait = depth > 1 ? n_decoding > 0 : !s.batch.empty();
@@ -145,11 +163,11 @@ bool Scheduler::SubmitAction() {
 bool Scheduler::CollectAction() {
   State& s = *state_;
   if (s.in_flight.empty()) return false;
-  Result<std::span<const float>> logits = s.pipeline->WaitOldest();
+  Result<PipelineOutputs> outputs = s.pipeline->WaitOldestOutputs();
   InFlight record = std::move(s.in_flight.front());
   s.in_flight.pop_front();
-  if (!logits.ok()) {
-    FailEverything(logits.status());
+  if (!outputs.ok()) {
+    FailEverything(outputs.status());
     return true;
   }
   // Every stage has written the batch's KV: it is committed, and its full pages may be
@@ -162,23 +180,41 @@ bool Scheduler::CollectAction() {
       s.prefix_cache->PublishFullPages(written.slot, *slot.request, *slot.table, written.end);
     }
   }
-  ProcessLogits(record, *logits);
+  ProcessOutputs(record, *outputs);
   PublishStats();
   return true;
 }
 
-void Scheduler::ProcessLogits(const InFlight& record, std::span<const float> logits) {
+// Hands each request its rows, in batch order: prompt rows first (the prompt's outputs are
+// complete once its last chunk is collected), then the row it samples from.
+void Scheduler::ProcessOutputs(const InFlight& record, const PipelineOutputs& outputs) {
   State& s = *state_;
   const size_t n_vocab = size_t(config_.n_vocab);
-  for (size_t row = 0; row < record.logit_slots.size(); ++row) {
-    const int i = record.logit_slots[row];
-    SchedulerSlot& slot = s.slots[i];
-    if (!slot.request || slot.request->id() != record.logit_requests[row]) continue;
-    slot.awaiting_logits = false;
-    std::optional<FinishReason> done = slot.request->OnLogits(
-        logits.subspan(row * n_vocab, n_vocab), slot.table->n_tokens(), options_.n_ctx);
-    ++s.generated_tokens_total;
-    if (done) FinishSlot(i, *done);
+  const size_t n_embd = size_t(config_.n_embd);
+  size_t logit_row = 0;
+  size_t embedding_row = 0;
+  for (const InFlight::Outputs& out : record.outputs) {
+    const std::span<const float> logits =
+        outputs.logits.subspan(logit_row * n_vocab, size_t(out.n_logit_rows()) * n_vocab);
+    const std::span<const float> embeddings =
+        outputs.embeddings.subspan(embedding_row * n_embd, size_t(out.n_embedding_rows) * n_embd);
+    logit_row += size_t(out.n_logit_rows());
+    embedding_row += size_t(out.n_embedding_rows);
+    SchedulerSlot& slot = s.slots[out.slot];
+    if (!slot.request || slot.request->id() != out.request) continue;
+    ActiveRequest& request = *slot.request;
+    request.prompt_outputs().AddPromptLogits(
+        out.first_position, out.n_prompt_logit_rows,
+        logits.first(size_t(out.n_prompt_logit_rows) * n_vocab));
+    request.prompt_outputs().AddEmbeddingRows(out.first_position, out.n_embedding_rows, embeddings);
+    std::optional<FinishReason> done;
+    if (out.prompt_done) done = request.OnPromptDone();
+    if (!done && out.sample) {
+      slot.awaiting_logits = false;
+      done = request.OnLogits(logits.last(n_vocab), slot.table->n_tokens(), options_.n_ctx);
+      ++s.generated_tokens_total;
+    }
+    if (done) FinishSlot(out.slot, *done);
   }
 }
 

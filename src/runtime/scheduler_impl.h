@@ -33,9 +33,11 @@ struct SchedulerSlot {
   std::unique_ptr<ActiveRequest> request;  // null when free
   std::unique_ptr<BlockTable> table;       // the running request's KV; empty when free
   uint64_t admit_seq = 0;                  // admission order: older prefills go first
-  bool awaiting_logits = false;            // a batch in flight gives its next logits row
-  int write_begin = 0;                     // positions [write_begin, write_end) of the
-  int write_end = 0;                       // batch being built (write_end 0: none)
+  // A batch in flight gives what the request waits for: its next logits row, or the
+  // outputs of its last prompt positions.
+  bool awaiting_logits = false;
+  int write_begin = 0;  // positions [write_begin, write_end) of the batch being built
+  int write_end = 0;    // (write_end 0: none)
   int n_committed = 0;  // positions [0, n) of the request hold KV in every stage (collected)
   // Retained sequence (engine.h "Slots"): while free, the last request's committed
   // positions, or a restored sequence; dropped when the slot takes a request.
@@ -46,11 +48,22 @@ struct SchedulerSlot {
   SlotTransfer transfer;              // while task is kSaving or kRestoring
 };
 
-// A submitted batch: whose logits rows it will give, in batch order. The request id guards
+// A submitted batch: whose output rows it will give, in batch order. The request id guards
 // against a slot that was finished and reused while the batch was in flight.
 struct Scheduler::InFlight {
-  std::vector<int> logit_slots;
-  std::vector<RequestId> logit_requests;
+  // One request's entries of the batch (adjacent, so its rows are too): its logits rows
+  // (prompt positions' rows first, then the row it samples from) and its embedding rows.
+  struct Outputs {
+    int slot = 0;
+    RequestId request = 0;
+    int first_position = 0;       // of the request's first entry in the batch
+    int n_prompt_logit_rows = 0;  // positions first_position.. (PromptOutputs)
+    int n_embedding_rows = 0;     // positions first_position..
+    bool sample = false;          // one more logits row: the next token's
+    bool prompt_done = false;     // the batch holds the request's last prompt position
+    int n_logit_rows() const { return n_prompt_logit_rows + (sample ? 1 : 0); }
+  };
+  std::vector<Outputs> outputs;
   // Per slot the batch writes: positions [0, end) hold KV once the batch is collected.
   struct Written {
     int slot = 0;
@@ -82,6 +95,7 @@ struct Scheduler::State {
   int64_t prompt_tokens_computed = 0;
   uint64_t batches_submitted = 0;
   int disk_page_budget = 0;         // disk page loads left in the batch being built
+  int prompt_logit_budget = 0;      // prompt logits rows left in the batch being built
   std::vector<uint8_t> page_marks;  // [page id], scratch of CountRetainedOnly
 
   uint64_t collected() const { return batches_submitted - in_flight.size(); }

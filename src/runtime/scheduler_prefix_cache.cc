@@ -31,6 +31,8 @@ void SchedulerPrefixCache::Admit(int slot, ActiveRequest& request, BlockTable& t
   if (!enabled()) return;
   if (disk_) disk_->ReleaseExported();
   chain.hashes = ChainBlockHashes(request.request().prompt, page_tokens_, fingerprint_);
+  // Cached positions would give no output rows.
+  if (request.prompt_outputs().any()) return FinishAdmit(slot, request, table);
   PrefixHit hit = index_->Lookup(chain.hashes);
   for (PageId page : hit.pages()) table.AppendSharedPage(page);
   chain.n_published = hit.n_blocks();

@@ -5,7 +5,9 @@
 // Goals:
 //  - Admission: map the longest cached chain of the prompt's full blocks into the slot's
 //    empty block table; the request skips those tokens, but never its last prompt token
-//    (its logits are needed; a wholly cached prompt recomputes it, copy-on-write).
+//    (its logits are needed; a wholly cached prompt recomputes it, copy-on-write). A
+//    request that needs outputs of every prompt position (an embedding, the prompt's
+//    logprobs) maps nothing and computes the whole prompt, but publishes like any other.
 //  - Publishing: once a batch is collected (every stage wrote its KV), each page the slot
 //    filled with known prompt or generated tokens is published under its chain hash. A
 //    slot publishes a block only while its previous block is the cached page itself, so

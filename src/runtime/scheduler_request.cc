@@ -26,6 +26,7 @@ ActiveRequest::ActiveRequest(RequestId id, EngineRequest request, RequestCallbac
       sampler_(request_.sampling, n_vocab),
       decoder_(tokenizer),
       stop_(request_.stop),
+      prompt_outputs_(request_),
       submitted_(submitted) {
   // The prompt is the start of the penalty window, as in the Generator.
   for (TokenId id : request_.prompt) sampler_.Accept(id);
@@ -72,6 +73,17 @@ std::optional<FinishReason> ActiveRequest::OnLogits(std::span<const float> logit
   return std::nullopt;
 }
 
+std::optional<FinishReason> ActiveRequest::OnPromptDone() {
+  SHARDLM_CHECK(prompt_outputs_.complete());
+  if (request_.want_prompt_logprobs && callbacks_.on_prompt_logprobs &&
+      !callbacks_.on_prompt_logprobs(prompt_outputs_.prompt_logprobs())) {
+    return FinishReason::kCancelled;
+  }
+  if (request_.kind == RequestKind::kEmbedding) return FinishReason::kStop;
+  if (!samples()) return FinishReason::kLength;
+  return std::nullopt;
+}
+
 std::string ActiveRequest::ReleaseHeldText(FinishReason& reason) {
   if (stop_.stopped()) return "";
   // Bytes of an unfinished character may still complete a stop string.
@@ -104,6 +116,7 @@ void ActiveRequest::Finish(FinishReason reason, Status error, bool log) {
   if (reason == FinishReason::kStop) event.stop_sequence = stop_.matched();
   event.error = std::move(error);
   event.usage = Usage(SchedulerClock::now());
+  if (reason == FinishReason::kStop) event.embedding = prompt_outputs_.MeanEmbedding();
   if (log) Log(event);
   if (callbacks_.on_finish) callbacks_.on_finish(event);
 }

@@ -6,7 +6,8 @@
 // row of its last position it samples one token, emits a TokenEvent (text with stop-string
 // holdback, logprobs on request) and says whether generation ends (end-of-generation token
 // unless ignore_eos, stop string, max_tokens, full context, client gone); builds the
-// FinishEvent (released text, usage, timings) and the request's log line.
+// FinishEvent (released text, usage, timings) and the request's log line. What it asks of
+// its prompt's positions (an embedding, the prompt's logprobs) is its PromptOutputs.
 // The sampler is per request and seeded from the request, so a request's tokens never
 // depend on what else shares the batch.
 // Non-goals: KV memory (the scheduler's slot owns the block table), batching, threads.
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/prompt_outputs.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_matcher.h"
 #include "tokenizer/tokenizer.h"
@@ -50,6 +52,13 @@ class ActiveRequest {
   // one token was sampled).
   TokenId last_token() const { return last_token_; }
   int next_position() const { return n_prompt() + n_generated_ - 1; }
+  // Whether tokens are sampled after the prompt (an embedding, or a prompt scored with
+  // max_tokens 0, samples none).
+  bool samples() const {
+    return request_.kind == RequestKind::kGenerate && request_.max_tokens != 0;
+  }
+  PromptOutputs& prompt_outputs() { return prompt_outputs_; }
+  const PromptOutputs& prompt_outputs() const { return prompt_outputs_; }
 
   // The scheduler put the request into a slot (ends its queue time).
   void MarkAdmitted();
@@ -64,6 +73,10 @@ class ActiveRequest {
   // returns the finish reason if generation ends here. `n_kv_tokens` is how many positions
   // the KV now holds and n_ctx the most it may hold.
   std::optional<FinishReason> OnLogits(std::span<const float> logits, int n_kv_tokens, int n_ctx);
+  // Every prompt position's outputs have been collected: hands the prompt's logprobs to the
+  // client, and returns the finish reason of a request that samples nothing (kStop for an
+  // embedding, kLength for a scored prompt) or of a client gone (kCancelled).
+  std::optional<FinishReason> OnPromptDone();
 
   // Builds the finish event (releasing held-back text unless a stop string matched),
   // writes the log line, calls on_finish. Call exactly once.
@@ -81,6 +94,7 @@ class ActiveRequest {
   Sampler sampler_;
   StreamDecoder decoder_;
   StopMatcher stop_;
+  PromptOutputs prompt_outputs_;
   int n_prefilled_ = 0;
   int n_generated_ = 0;
   int n_cached_ = 0;
