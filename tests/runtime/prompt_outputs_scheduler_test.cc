@@ -162,19 +162,20 @@ TEST(PromptOutputsSchedulerTest, EmbeddingIsTheMeanOfTheLastStageRows) {
 
 // The same embedding alone, among generation and other embedding requests, in prompt
 // chunks of 5 and 16 tokens, with 1 thread, and split over two local stages or a local
-// stage and a shard daemon.
+// stage and a shard daemon; and the generation requests beside it are what they are alone.
 TEST(PromptOutputsSchedulerTest, EmbeddingIsBitwiseTheSameWhateverTheBatchChunksAndSplit) {
   SHARDLM_REQUIRE_FIXTURES();
   const std::vector<TokenId> prompt = StoryTokens(kStories, 41, kLongText);
-  auto alone = MakeScheduler(kStories, Options());
-  ASSERT_TRUE(alone);
-  const std::vector<float> want = RunRequests(*alone, {Embedding(prompt)})[0]->finish.embedding;
-  ASSERT_FALSE(want.empty());
-
   const std::vector<EngineRequest> crowd = {
       Request(StoryTokens(kStories, 30, "The cat sat."), 12, 7), Embedding(prompt),
       Embedding(StoryTokens(kStories, 9, "Lily ran.")),
       Echo(StoryTokens(kStories, 17, "A dog."), 5)};
+  auto alone = MakeScheduler(kStories, Options());
+  ASSERT_TRUE(alone);
+  const std::vector<float> want = RunRequests(*alone, {Embedding(prompt)})[0]->finish.embedding;
+  ASSERT_FALSE(want.empty());
+  const auto sampled_alone = RunRequests(*alone, {crowd[0]});
+  const auto echo_alone = RunRequests(*alone, {crowd[3]});
   const std::string socket = (std::filesystem::temp_directory_path() /
                               ("shardlm_embed_" + std::to_string(::getpid()) + ".sock"))
                                  .string();
@@ -203,6 +204,12 @@ TEST(PromptOutputsSchedulerTest, EmbeddingIsBitwiseTheSameWhateverTheBatchChunks
     EXPECT_EQ(got[1]->finish.reason, FinishReason::kStop);
     EXPECT_TRUE(Bitwise(got[1]->finish.embedding, want));
     EXPECT_EQ(got[0]->ids.size(), 12u);
+    ExpectSameOutput(*got[0], *sampled_alone[0]);
+    ExpectSameOutput(*got[3], *echo_alone[0]);
+    ASSERT_EQ(got[3]->prompt.size(), echo_alone[0]->prompt.size());
+    for (size_t i = 0; i < got[3]->prompt.size(); ++i) {
+      EXPECT_EQ(got[3]->prompt[i].logprob, echo_alone[0]->prompt[i].logprob) << i;  // bitwise
+    }
     EXPECT_EQ(got[2]->finish.embedding.size(), want.size());
     EXPECT_EQ(scheduler->Stats().kv_pages_used, 0);
   }
