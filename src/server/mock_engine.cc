@@ -61,6 +61,8 @@ MockEngine::MockEngine(MockEngineOptions options) : options_(std::move(options))
   info_.n_ctx = options_.n_ctx;
   info_.n_vocab = tokenizer_.n_vocab();
   info_.n_parallel = options_.n_parallel;
+  info_.embeddings = options_.embeddings;
+  info_.n_embd = options_.n_embd;
   slot_tokens_.resize(size_t(std::max(options_.n_parallel, 1)));
   info_.stages = options_.stages;
   if (info_.stages.empty()) {
@@ -132,7 +134,11 @@ bool MockEngine::ShouldFail(int32_t tokens_out, Status* status) {
 }
 
 Result<RequestId> MockEngine::Submit(EngineRequest request, RequestCallbacks callbacks) {
-  if (static_cast<int32_t>(request.prompt.size()) >= options_.n_ctx) {
+  if (request.kind == RequestKind::kEmbedding && !options_.embeddings) {
+    return Unsupported("this engine computes no embeddings: start it with --embeddings");
+  }
+  const int32_t generated = request.kind == RequestKind::kEmbedding ? 0 : 1;
+  if (static_cast<int32_t>(request.prompt.size()) + generated > options_.n_ctx) {
     return OutOfRange("context_length_exceeded: the prompt has {} tokens, the context {}",
                       request.prompt.size(), options_.n_ctx);
   }
@@ -160,6 +166,11 @@ std::string MockEngine::LastPromptText() const {
 void MockEngine::Cancel(RequestId id) {
   std::lock_guard<std::mutex> lock(mu_);
   cancel_requests_.push_back(id);
+}
+
+int64_t MockEngine::cancel_calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(cancel_requests_.size());
 }
 
 EngineStats MockEngine::Stats() const {
@@ -201,7 +212,64 @@ std::string MockEngine::ReplyFor(const EngineRequest& request) const {
   return prompt.substr(prompt.size() > 16 ? prompt.size() - 16 : 0);
 }
 
+std::vector<float> MockEmbedding(const std::vector<TokenId>& prompt, int32_t n_embd) {
+  std::vector<float> out(size_t(std::max(n_embd, 0)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    double sum = 0;
+    for (TokenId t : prompt) sum += double(t % 7) - double(i);
+    out[i] = prompt.empty() ? 0.0f : float(sum / double(prompt.size()));
+  }
+  return out;
+}
+
+float MockPromptLogprob(int position) { return -0.25f * float(position); }
+
+bool MockEngine::RunPromptOutputs(Pending& p) {
+  const EngineRequest& req = p.request;
+  FinishEvent fin;
+  fin.usage.prompt_tokens = static_cast<int32_t>(req.prompt.size());
+  if (req.kind == RequestKind::kEmbedding) {
+    if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    if (ShouldFail(0, &fin.error)) {
+      fin.reason = FinishReason::kError;
+    } else if (IsCancelled(p.id)) {
+      fin.reason = FinishReason::kCancelled;
+      cancelled_++;
+    } else {
+      fin.embedding = MockEmbedding(req.prompt, options_.n_embd);
+    }
+    FinishEarly(p, fin);
+    return false;
+  }
+  if (!req.want_prompt_logprobs || !p.callbacks.on_prompt_logprobs) return true;
+  std::vector<TokenEvent> events;
+  for (size_t i = 1; i < req.prompt.size(); ++i) {
+    TokenEvent ev;
+    ev.token = req.prompt[i];
+    ev.logprob = MockPromptLogprob(int(i));
+    for (int32_t k = 0; k < req.sampling.n_logprobs; ++k) {
+      ev.top.push_back(TokenLogprob{(req.prompt[i] + k) % 256, ev.logprob - 0.125f * float(k)});
+    }
+    events.push_back(std::move(ev));
+  }
+  if (p.callbacks.on_prompt_logprobs(events)) return true;
+  cancelled_++;
+  fin.reason = FinishReason::kCancelled;
+  FinishEarly(p, fin);
+  return false;
+}
+
+void MockEngine::FinishEarly(Pending& p, const FinishEvent& fin) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slot_tokens_[0] = p.request.prompt;
+    busy_ = false;  // free before the finish is told, as in Run
+  }
+  p.callbacks.on_finish(fin);
+}
+
 void MockEngine::Run(Pending& p) {
+  if (!RunPromptOutputs(p)) return;
   const EngineRequest& req = p.request;
   std::string reply = ReplyFor(req);
   FinishEvent fin;

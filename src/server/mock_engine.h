@@ -6,7 +6,9 @@
 // mock's own format, restore reads one back (a missing file is kNotFound, any other bytes
 // kInvalidData), a busy slot 0 is kConflict, like the real engine. It can play a placement (stages)
 // and a stage that goes down: refused submits, an unhealthy /health, and a request that
-// fails mid-stream, as the real scheduler does when a shard daemon dies.
+// fails mid-stream, as the real scheduler does when a shard daemon dies. With `embeddings`
+// it answers embedding requests with MockEmbedding of their prompt, and it scores a prompt
+// (want_prompt_logprobs) with MockPromptLogprob.
 // MockTokenizer: bytes are tokens 0..255, plus ChatML/Qwen special tokens after them.
 //
 // Goals: deterministic behaviour that tests can steer (reply text, per-token delay).
@@ -58,7 +60,16 @@ struct MockEngineOptions {
   int32_t max_queue = 4;
   std::string model_name = "mock-model";
   std::vector<StageInfo> stages;  // empty: one local stage "cpu" over layers [0, 2)
+  bool embeddings = false;        // computes RequestKind::kEmbedding requests
+  int32_t n_embd = 4;
 };
+
+// The mock's embedding of `prompt`: n_embd values, value i the mean over the prompt of
+// (token % 7) − i (not normalised, like the real engine's).
+std::vector<float> MockEmbedding(const std::vector<TokenId>& prompt, int32_t n_embd);
+// The mock's logprob of prompt token `position` (>= 1): −0.25 × position; alternative k
+// (the token itself first, then the next ids) 0.125 × k less.
+float MockPromptLogprob(int position);
 
 class MockEngine : public Engine {
  public:
@@ -67,7 +78,8 @@ class MockEngine : public Engine {
 
   // The text every request generates (then EOG). Empty: echo the prompt's last 16 bytes.
   void SetReply(std::string reply);
-  // Sleep this long before each token (to test streaming and disconnects).
+  // Sleep this long before each token, and before each embedding (to test streaming and
+  // disconnects).
   void SetTokenDelayMs(int ms) { delay_ms_ = ms; }
   // Accept requests but do not run them until Resume() (to fill the queue).
   void Pause(bool paused);
@@ -78,6 +90,8 @@ class MockEngine : public Engine {
   // `status`; a kUnavailable status also takes the stage down (SetStageDown). Ok: off.
   void FailAfterTokens(int after_tokens, Status status);
   int64_t cancelled_count() const { return cancelled_; }
+  // Engine::Cancel calls so far (each counts, whether or not its request was still running).
+  int64_t cancel_calls() const;
   // The prompt of the last request submitted, as text (special tokens written out): what the
   // chat template rendered for it.
   std::string LastPromptText() const;
@@ -101,6 +115,11 @@ class MockEngine : public Engine {
   };
   void Loop();
   void Run(Pending& p);
+  // Embedding requests and prompt logprobs; false when the request ended here.
+  bool RunPromptOutputs(Pending& p);
+  // A request that ends before generating: slot 0 keeps its prompt and is free, then the
+  // finish is told.
+  void FinishEarly(Pending& p, const FinishEvent& fin);
   std::string ReplyFor(const EngineRequest& request) const;
   bool IsCancelled(RequestId id);
   bool ShouldFail(int32_t tokens_out, Status* status);
