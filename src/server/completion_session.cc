@@ -119,8 +119,14 @@ std::shared_ptr<CompletionSession> CompletionSession::Start(
   er.stop = o.stop;
   er.ignore_eos = o.ignore_eos;
   er.want_logprobs = o.logprobs;
+  er.want_prompt_logprobs = s->request_.prompt_logprobs;
   RequestCallbacks cb;
   cb.on_token = [s](const TokenEvent& ev) { return s->OnToken(ev); };
+  if (er.want_prompt_logprobs) {
+    cb.on_prompt_logprobs = [s](const std::vector<TokenEvent>& evs) {
+      return s->OnPromptLogprobs(evs);
+    };
+  }
   cb.on_finish = [s](const FinishEvent& fin) { s->OnFinish(fin); };
   Result<RequestId> id = engine.Submit(std::move(er), std::move(cb));
   if (!id.ok()) {
@@ -136,7 +142,15 @@ bool CompletionSession::OnToken(const TokenEvent& ev) {
   std::lock_guard<std::mutex> lock(mu_);
   if (cancelled_) return false;
   if (first_token_ms_ < 0) first_token_ms_ = MsSince(start_);
-  events_.push_back(Event{false, ev, {}});
+  events_.push_back(Event{EventKind::kToken, ev, {}, {}});
+  cv_.notify_all();
+  return true;
+}
+
+bool CompletionSession::OnPromptLogprobs(const std::vector<TokenEvent>& events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_) return false;
+  events_.push_back(Event{EventKind::kPrompt, {}, {}, events});
   cv_.notify_all();
   return true;
 }
@@ -145,7 +159,7 @@ void CompletionSession::OnFinish(const FinishEvent& fin) {
   LogFinish(fin);
   std::lock_guard<std::mutex> lock(mu_);
   engine_done_ = true;
-  events_.push_back(Event{true, {}, fin});
+  events_.push_back(Event{EventKind::kFinish, {}, fin, {}});
   cv_.notify_all();
 }
 
@@ -232,10 +246,15 @@ std::optional<std::variant<Json, ApiError>> CompletionSession::Wait(
 
 void CompletionSession::Process(Event& ev, std::string* sse) {
   if (done_sent_) return;
-  if (ev.finish) {
-    ProcessFinish(ev.fin, sse);
-  } else {
-    ProcessToken(ev.token, sse);
+  switch (ev.kind) {
+    case EventKind::kToken:
+      return ProcessToken(ev.token, sse);
+    case EventKind::kPrompt:
+      return ProcessPrompt(ev.prompt, sse);
+    case EventKind::kFinish:
+      return ProcessFinish(ev.fin, sse);
+    case EventKind::kSentinel:
+      break;
   }
 }
 
@@ -274,6 +293,20 @@ void CompletionSession::ProcessToken(const TokenEvent& ev, std::string* sse) {
   if (was_reasoning || parser_.in_reasoning()) ++result_.reasoning_tokens;
   Accumulate(delta);
   if (sse) formatter_->StreamDelta(delta, logprob, sse);
+}
+
+// The prompt's first token has no logprob (nothing before it predicts it); each event is
+// the token after the one before.
+void CompletionSession::ProcessPrompt(const std::vector<TokenEvent>& events, std::string* sse) {
+  result_.prompt_logprobs.clear();
+  if (!request_.prompt.empty()) {
+    TokenLogprobInfo first;
+    first.token = engine_.tokenizer().Piece(request_.prompt.front(), /*render_special=*/true);
+    first.has_logprob = false;
+    result_.prompt_logprobs.push_back(std::move(first));
+  }
+  for (const TokenEvent& ev : events) result_.prompt_logprobs.push_back(LogprobInfo(ev));
+  if (sse) formatter_->StreamPromptLogprobs(result_.prompt_logprobs, sse);
 }
 
 void CompletionSession::ProcessFinish(const FinishEvent& fin, std::string* sse) {

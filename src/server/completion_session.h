@@ -5,14 +5,16 @@
 // The session parses the model's output into API-neutral pieces (content, reasoning, tool
 // calls, logprobs, then the finish reason, matched stop string and usage) and hands them to
 // the request's OutputFormatter, which writes them in its API's shape: chat and legacy
-// completions, the Responses API, Anthropic Messages (output_formatter.h).
+// completions, the Responses API, Anthropic Messages (output_formatter.h). A request may also
+// ask for the logprobs of its prompt's tokens (legacy completions' echo), which come before
+// the first token.
 //
 // Goals: engine callbacks stay quick (they only queue events); all parsing, logprob rendering
 // and formatting happen on the handler thread; a client gone mid-stream cancels the request
 // (on_token returns false, Engine::Cancel); a client gone while it waits for a whole
 // (non-streamed) response cancels it too; one structured log line per request when it
 // finishes.
-// Non-goals: n > 1, best_of, echo of logprobs for the prompt, the shape of any API's output.
+// Non-goals: n > 1, best_of, the shape of any API's output.
 //
 // Thread safety: Start/NextEvents/Wait/Cancel are for one handler thread; the engine's
 // callbacks may run concurrently on the engine thread. Lifetime: shared_ptr, kept alive by the
@@ -54,6 +56,9 @@ struct PreparedRequest {
   // How the ids of tool calls parsed from the output begin; the session appends the end of
   // the response id and a counter.
   std::string tool_call_prefix = "call_";
+  // Also the logprobs of the prompt's tokens (options.top_logprobs alternatives each),
+  // before the output's: legacy completions with echo and logprobs.
+  bool prompt_logprobs = false;
 };
 
 // Log sink for the per-request line.
@@ -92,17 +97,21 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
  private:
   CompletionSession(Engine& engine, PreparedRequest request,
                     std::unique_ptr<OutputFormatter> formatter, LogFn log);
+  enum class EventKind { kToken, kPrompt, kFinish, kSentinel };
   struct Event {
-    bool finish = false;
+    EventKind kind = EventKind::kToken;
     TokenEvent token;
     FinishEvent fin;
+    std::vector<TokenEvent> prompt;  // kPrompt: one per prompt token after the first
   };
   bool OnToken(const TokenEvent& ev);
+  bool OnPromptLogprobs(const std::vector<TokenEvent>& events);
   void OnFinish(const FinishEvent& fin);
   void LogFinish(const FinishEvent& fin);
   // Handler-thread processing of one event; appends SSE text when streaming.
   void Process(Event& ev, std::string* sse);
   void ProcessToken(const TokenEvent& ev, std::string* sse);
+  void ProcessPrompt(const std::vector<TokenEvent>& events, std::string* sse);
   void ProcessFinish(const FinishEvent& fin, std::string* sse);
   // What `text` adds to the output: parsed for chat-like endpoints, verbatim for completions.
   OutputDelta Parse(const std::string& text);

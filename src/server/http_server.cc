@@ -385,6 +385,7 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
     prep.prompt = tok.Encode(cr->prompt, /*add_special=*/true, /*parse_special=*/true);
     if (cr->echo) echo_prefix = cr->prompt;
   }
+  prep.prompt_logprobs = cr->echo && cr->options.logprobs;
   auto output = std::make_unique<TextCompletionFormatter>(NewMeta("cmpl-"), prep.options,
                                                           std::move(echo_prefix));
   Respond(std::move(prep), std::move(output), res);

@@ -85,6 +85,12 @@ void TextCompletionFormatter::StreamEcho(std::string* sse) {
   if (!echo_prefix_.empty()) *sse += SseMessage(CompletionChunkJSON(meta(), echo_prefix_, ""));
 }
 
+void TextCompletionFormatter::StreamPromptLogprobs(std::span<const TokenLogprobInfo> prompt,
+                                                   std::string* sse) {
+  echo_sent_ = true;
+  *sse += SseMessage(CompletionChunkJSON(meta(), echo_prefix_, "", CompletionLogprobsJSON(prompt)));
+}
+
 void TextCompletionFormatter::StreamDelta(const OutputDelta& delta, const TokenLogprobInfo* logprob,
                                           std::string* sse) {
   StreamEcho(sse);
@@ -109,7 +115,10 @@ void TextCompletionFormatter::StreamError(const ApiError& error, std::string* ss
 
 Json TextCompletionFormatter::Whole(const GenerationResult& result) {
   std::optional<std::vector<TokenLogprobInfo>> lp;
-  if (logprobs_) lp = result.logprobs;
+  if (logprobs_) {
+    lp = result.prompt_logprobs;
+    lp->insert(lp->end(), result.logprobs.begin(), result.logprobs.end());
+  }
   return CompletionJSON(meta(), echo_prefix_ + result.content, FinishReasonText(result, false),
                         result.usage, lp);
 }

@@ -600,6 +600,11 @@ Json CompletionLogprobsJSON(std::span<const TokenLogprobInfo> logprobs) {
   Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array();
   for (const TokenLogprobInfo& t : logprobs) {
     tokens.push_back(ValidUtf8(t.token));
+    if (!t.has_logprob) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
     token_logprobs.push_back(t.logprob);
     Json alts = Json::object();
     // Pieces of partial UTF-8 characters may render alike: the likeliest keeps the key.

@@ -145,6 +145,9 @@ struct TokenLogprobInfo {
   std::string token;
   float logprob = 0.0f;
   std::vector<std::pair<std::string, float>> top;
+  // False for a prompt's first token (nothing before it predicts it): its logprob and its
+  // alternatives are null.
+  bool has_logprob = true;
 };
 
 // What a finished chat completion carries.

@@ -1,9 +1,9 @@
 // OutputFormatter: how one API writes what the engine generated. The CompletionSession turns
 // engine events into API-neutral pieces (content text, reasoning text, whole tool calls, a
-// token's logprobs, then the end: finish reason, matched stop string, usage); a formatter per
-// API turns those into its response object or its SSE events: chat.completion(.chunk) and
-// text_completion (openai_output.h), OpenAI Responses (responses_output.h), Anthropic
-// Messages (anthropic_output.h).
+// token's logprobs, the prompt's logprobs when asked for, then the end: finish reason,
+// matched stop string, usage); a formatter per API turns those into its response object or
+// its SSE events: chat.completion(.chunk) and text_completion (openai_output.h), OpenAI
+// Responses (responses_output.h), Anthropic Messages (anthropic_output.h).
 //
 // Goals: the engine, the output parsing and the session's threading are written once; an API
 // is one formatter; the bytes each API writes depend only on the pieces and the formatter.
@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct GenerationResult {
   std::string reasoning;
   std::vector<ToolCall> tool_calls;
   std::vector<TokenLogprobInfo> logprobs;  // one per token, when the request asked for them
+  // One per prompt token when the request asked for the prompt's logprobs (the first has
+  // none: nothing before it predicts it).
+  std::vector<TokenLogprobInfo> prompt_logprobs;
   // The end (valid once the engine finished): kStop, kLength or kCancelled (errors never
   // reach a formatter's result).
   FinishReason finish = FinishReason::kStop;
@@ -51,6 +55,10 @@ class OutputFormatter {
   // already included); StreamError replaces it when the request failed mid-way. Each
   // appends its SSE text to `sse`.
   virtual void StreamStart(std::string* sse) = 0;
+  // The prompt's logprobs (PreparedRequest::prompt_logprobs), once, before any StreamDelta.
+  // Only an API that echoes the prompt asks for them, so the others write nothing.
+  virtual void StreamPromptLogprobs(std::span<const TokenLogprobInfo> /*prompt*/,
+                                    std::string* /*sse*/) {}
   virtual void StreamDelta(const OutputDelta& delta, const TokenLogprobInfo* logprob,
                            std::string* sse) = 0;
   virtual void StreamEnd(const OutputDelta& last, const GenerationResult& result,

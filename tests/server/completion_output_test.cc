@@ -1,7 +1,8 @@
 // What /v1/chat/completions and /v1/completions write, byte for byte: whole responses and SSE
-// streams (reasoning, tool calls, logprobs, echo, usage chunk, a length finish, an error
-// mid-stream) for fixed ids and times over the MockEngine, whose usage and timings are
-// deterministic. Clients parse these bytes; any change to them must be deliberate.
+// streams (reasoning, tool calls, logprobs, echo with and without the prompt's logprobs, usage
+// chunk, a length finish, an error mid-stream) for fixed ids and times over the MockEngine,
+// whose usage and timings are deterministic. Clients parse these bytes; any change to them
+// must be deliberate.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -186,6 +187,32 @@ data: {"id":"cmpl-golden","object":"text_completion","created":1700000000,"model
 data: {"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"stop"}]}
 
 data: {"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"cache_n":0,"prompt_n":3,"prompt_ms":1.0,"prompt_per_second":3000.0,"predicted_n":2,"predicted_ms":3.0,"predicted_per_second":666.6666666666666,"queue_ms":0.0}}
+
+data: [DONE]
+
+)");
+}
+
+// With the prompt's logprobs (the handler asks for them for echo with logprobs): they lead
+// the logprobs object, the first prompt token's null; streamed, in the echoed prompt's chunk.
+TEST(CompletionOutput, CompletionsWithThePromptsLogprobs) {
+  MockEngine engine;
+  engine.SetReply("x");
+  PreparedRequest prep = Prepared(engine, Endpoint::kCompletion, "say");
+  prep.options.logprobs = true;
+  prep.options.top_logprobs = 1;
+  prep.prompt_logprobs = true;
+  EXPECT_EQ(
+      Whole(engine, prep, kCompletionMeta, "say"),
+      R"({"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"text":"sayx","logprobs":{"tokens":["s","a","y","x"],"token_logprobs":[null,-0.25,-0.5,-0.5],"top_logprobs":[null,{"a":-0.25},{"y":-0.5},{"x":-0.5}]},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"cache_n":0,"prompt_n":3,"prompt_ms":1.0,"prompt_per_second":3000.0,"predicted_n":1,"predicted_ms":2.0,"predicted_per_second":500.0,"queue_ms":0.0}})");
+
+  EXPECT_EQ(
+      Streamed(engine, prep, kCompletionMeta, "say"),
+      R"(data: {"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"text":"say","logprobs":{"tokens":["s","a","y"],"token_logprobs":[null,-0.25,-0.5],"top_logprobs":[null,{"a":-0.25},{"y":-0.5}]},"finish_reason":null}]}
+
+data: {"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"text":"x","logprobs":{"tokens":["x"],"token_logprobs":[-0.5],"top_logprobs":[{"x":-0.5}]},"finish_reason":null}]}
+
+data: {"id":"cmpl-golden","object":"text_completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"stop"}]}
 
 data: [DONE]
 
