@@ -15,6 +15,7 @@
 #include "server/anthropic_output.h"
 #include "server/chat_format.h"
 #include "server/completion_session.h"
+#include "server/embeddings_api.h"
 #include "server/http_transport.h"
 #include "server/openai_output.h"
 #include "server/openai_types.h"
@@ -51,6 +52,7 @@ enum class Route {
   kResponses,
   kMessages,
   kCountTokens,
+  kEmbeddings,
   kSentinel
 };
 
@@ -77,6 +79,8 @@ constexpr RouteEntry kRoutes[] = {
     {"/responses", Route::kResponses, "POST"},
     {"/v1/messages", Route::kMessages, "POST"},
     {"/v1/messages/count_tokens", Route::kCountTokens, "POST"},
+    {"/v1/embeddings", Route::kEmbeddings, "POST"},
+    {"/embeddings", Route::kEmbeddings, "POST"},
 };
 
 constexpr std::string_view kSlotPrefix = "/slots/";
@@ -183,6 +187,7 @@ struct HttpServer::Impl : HttpService {
   void HandleTokenize(const HttpRequest& req, Reply& res) const;
   void HandleDetokenize(const HttpRequest& req, Reply& res) const;
   void HandleSlotAction(const HttpRequest& req, Reply& res);
+  void HandleEmbeddings(const HttpRequest& req, Reply& res);
 };
 
 HttpResponse HttpServer::Impl::ErrorBody(const HttpRequest& request, int status,
@@ -273,6 +278,8 @@ void HttpServer::Impl::Handle(const HttpRequest& req, ResponseWriter& writer) {
       return HandleMessages(req, res);
     case Route::kCountTokens:
       return HandleCountTokens(req, res);
+    case Route::kEmbeddings:
+      return HandleEmbeddings(req, res);
     case Route::kSentinel:
       break;
   }
@@ -582,6 +589,21 @@ void HttpServer::Impl::HandleSlotAction(const HttpRequest& req, Reply& res) {
   auto answer = RunSlotAction(engine, options.slot_save_dir, *request, options.log);
   if (auto* e = std::get_if<ApiError>(&answer)) return res.Error(*e);
   res.Json(std::get<Json>(answer));
+}
+
+// embeddings_api.h does the work; a client that leaves cancels every input.
+void HttpServer::Impl::HandleEmbeddings(const HttpRequest& req, Reply& res) {
+  if (!engine.info().embeddings) return res.Error(EmbeddingsDisabledError());
+  Result<Json> body = ParseBody(req.body);
+  if (!body.ok()) return res.Status(body.status(), "");
+  std::string param;
+  Result<EmbeddingsRequest> request = EmbeddingsRequestFromJSON(body.value(), &param);
+  if (!request.ok()) return res.Status(request.status(), param);
+  auto answer = RunEmbeddings(engine, *request, NewMeta("embd-").id, options.log, kClientPoll,
+                              [&res] { return res.writer.ClientGone(); });
+  if (!answer) return;  // the client left: nothing to send
+  if (auto* e = std::get_if<ApiError>(&*answer)) return res.Error(*e);
+  res.Json(std::get<Json>(*answer));
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Create(Engine& engine, ServerOptions options) {

@@ -6,10 +6,12 @@
 // "stream": true; GET /v1/models (its model entry's "meta" carries the stages), GET /props
 // (model, context, slots, placement: props.h), GET /health, GET /metrics (Prometheus text),
 // POST /tokenize, POST /detokenize, GET /slots and POST /slots/{id}?action=save|restore|
-// erase (slot_api.h; files confined to ServerOptions::slot_save_dir), OPTIONS anywhere (CORS
-// preflight). Before a body is read (request_guard.h): a foreign Host on a loopback bind or a
-// foreign browser Origin is 403, a wrong or missing API key 401 (every route but /health),
-// an unknown route 404, a wrong method 405, a body over the cap 413 (chunked bodies too).
+// erase (slot_api.h; files confined to ServerOptions::slot_save_dir), POST /v1/embeddings
+// (embeddings_api.h; a 400 saying how to enable it when the engine computes none), OPTIONS
+// anywhere (CORS preflight). Before a body is read (request_guard.h): a foreign Host on a
+// loopback bind or a foreign browser Origin is 403, a wrong or missing API key 401 (every
+// route but /health), an unknown route 404, a wrong method 405, a body over the cap 413
+// (chunked bodies too).
 // After: 400 bad JSON or parameters (code context_length_exceeded for an over-long prompt;
 // JSON too deep or with too many values names the field: json_limits.h), 503 with
 // Retry-After for a full queue (code server_overloaded) or a stage that is down (type
