@@ -65,6 +65,7 @@ struct ServeFlags {
   std::string kv_type = "f16";
   std::string slot_save_path;
   std::string slot_save_budget = "8GiB";
+  bool embeddings = false;
   PlacementFlags placement;
 };
 
@@ -120,6 +121,9 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "Most bytes of slot files in the slot folder (e.g. 2GiB); a save past it is "
                  "refused (HTTP 507), no file is evicted")
       ->capture_default_str();
+  cmd.add_flag("--embeddings", f.embeddings,
+               "Serve POST /v1/embeddings: the mean over the input's positions of the final "
+               "hidden state after the output norm, L2-normalised");
   DeclarePlacementFlags(cmd, f.placement);
 }
 
@@ -269,6 +273,7 @@ Status RunServe(const ServeFlags& flags) {
   so.kv_cache_dir = kv_cache_dir;
   so.kv_cache_budget = *budget;
   so.slot_save_budget = *slot_budget;
+  so.embeddings = flags.embeddings;
   so.log_requests = false;  // the server logs one line per request, with its id
   so.placement = std::move(placement);
   so.placement.model_path = model_path;
