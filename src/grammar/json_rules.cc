@@ -1,0 +1,319 @@
+// JsonRules: JSON's lexical and structural rules, shared through the builder's memo (see
+// json_rules.h).
+#include "grammar/json_rules.h"
+
+#include <deque>
+
+#include "base/check.h"
+
+namespace shardlm::grammar {
+namespace {
+
+// Bytes a JSON string holds as they are: printable ASCII but the quote and the backslash.
+ByteSet PlainStringBytes() {
+  ByteSet set = ByteSet::Range(0x20, 0x7f);
+  set.Remove('"').Remove('\\');
+  return set;
+}
+
+ByteSet HexDigits() { return ByteSet::Range('0', '9').AddRange('a', 'f').AddRange('A', 'F'); }
+
+}  // namespace
+
+Status JsonGrammarOptions::Validate() const {
+  if (max_depth < 0 || max_depth > 256) {
+    return InvalidArgument("json grammar: max_depth {} is outside [0, 256]", max_depth);
+  }
+  for (const std::string& tag : forbidden_in_strings) {
+    bool ok = tag.size() >= 2 && tag[0] == '<';
+    for (char c : tag) ok = ok && uint8_t(c) >= 0x20 && uint8_t(c) < 0x80 && c != '"' && c != '\\';
+    if (!ok) {
+      return InvalidArgument(
+          "json grammar: a forbidden tag must be ASCII, start with '<' and hold no quote or "
+          "backslash; got '{}'",
+          tag);
+    }
+  }
+  return Status::Ok();
+}
+
+JsonRules::JsonRules(GrammarBuilder& builder, JsonGrammarOptions options)
+    : builder_(builder), options_(std::move(options)) {
+  SHARDLM_CHECK(options_.Validate().ok());
+  BuildTagAutomaton();
+}
+
+RuleId JsonRules::Remembered(const std::string& key) const {
+  std::optional<RuleId> rule = builder_.Find(key);
+  return rule ? *rule : -1;
+}
+
+// Aho-Corasick over the tags: state = the longest suffix of the string so far that is a
+// prefix of a tag; a transition into a state that ends a tag (itself or through its
+// suffixes) is -1, forbidden.
+void JsonRules::BuildTagAutomaton() {
+  std::vector<std::array<int32_t, 128>> child(1);
+  child[0].fill(-1);
+  std::vector<bool> ends_tag(1, false);
+  for (const std::string& tag : options_.forbidden_in_strings) {
+    int32_t node = 0;
+    for (char c : tag) {
+      if (child[size_t(node)][size_t(c)] < 0) {
+        child[size_t(node)][size_t(c)] = int32_t(child.size());
+        child.emplace_back().fill(-1);
+        ends_tag.push_back(false);
+      }
+      node = child[size_t(node)][size_t(c)];
+    }
+    ends_tag[size_t(node)] = true;
+  }
+  tag_next_.assign(child.size(), {});
+  std::vector<int32_t> fail(child.size(), 0);
+  std::deque<int32_t> queue = {0};
+  while (!queue.empty()) {
+    const int32_t node = queue.front();
+    queue.pop_front();
+    if (ends_tag[size_t(fail[size_t(node)])]) ends_tag[size_t(node)] = true;
+    for (int c = 0; c < 128; ++c) {
+      const int32_t next = child[size_t(node)][size_t(c)];
+      if (next >= 0) {
+        fail[size_t(next)] = node == 0 ? 0 : tag_next_[size_t(fail[size_t(node)])][size_t(c)];
+        tag_next_[size_t(node)][size_t(c)] = next;
+        queue.push_back(next);
+      } else {
+        tag_next_[size_t(node)][size_t(c)] =
+            node == 0 ? 0 : tag_next_[size_t(fail[size_t(node)])][size_t(c)];
+      }
+    }
+  }
+  // BFS order puts every state after its fail state, so ends_tag is final once visited;
+  // a move into a tag's end is forbidden.
+  for (auto& row : tag_next_) {
+    for (int32_t& next : row) {
+      if (next >= 0 && ends_tag[size_t(next)]) next = -1;
+    }
+  }
+}
+
+RuleId JsonRules::Whitespace() {
+  if (RuleId known = Remembered("json:ws"); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId ws = b.AddRule("ws");
+  b.Remember("json:ws", ws);
+  const RuleId indent = b.Repeat({b.Bytes(ByteSet::Chars(" \t"))}, {}, 0, kMaxIndent);
+  b.AddAlternative(ws, {});
+  b.AddAlternative(ws, {b.Byte(' ')});
+  b.AddAlternative(ws, {b.Byte('\n'), GrammarBuilder::Ref(indent)});
+  return ws;
+}
+
+// Well-formed UTF-8 of two to four bytes (no overlong forms, no surrogates, at most
+// U+10FFFF).
+RuleId JsonRules::Utf8Multibyte() {
+  if (RuleId known = Remembered("json:utf8"); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId rule = b.AddRule("utf8-multibyte");
+  b.Remember("json:utf8", rule);
+  const Symbol tail = b.Bytes(ByteSet::Range(0x80, 0xbf));
+  b.AddAlternative(rule, {b.Bytes(ByteSet::Range(0xc2, 0xdf)), tail});
+  b.AddAlternative(rule, {b.Byte(0xe0), b.Bytes(ByteSet::Range(0xa0, 0xbf)), tail});
+  b.AddAlternative(rule, {b.Bytes(ByteSet::Range(0xe1, 0xec).AddRange(0xee, 0xef)), tail, tail});
+  b.AddAlternative(rule, {b.Byte(0xed), b.Bytes(ByteSet::Range(0x80, 0x9f)), tail});
+  b.AddAlternative(rule, {b.Byte(0xf0), b.Bytes(ByteSet::Range(0x90, 0xbf)), tail, tail});
+  b.AddAlternative(rule, {b.Bytes(ByteSet::Range(0xf1, 0xf3)), tail, tail, tail});
+  b.AddAlternative(rule, {b.Byte(0xf4), b.Bytes(ByteSet::Range(0x80, 0x8f)), tail, tail});
+  return rule;
+}
+
+// What follows a backslash: one of "\/bfnrt, or u and four hex digits that are not a
+// UTF-16 surrogate (D800-DFFF).
+RuleId JsonRules::Escape() {
+  if (RuleId known = Remembered("json:escape"); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId rule = b.AddRule("escape");
+  b.Remember("json:escape", rule);
+  const Symbol hex = b.Bytes(HexDigits());
+  ByteSet not_d = HexDigits();
+  not_d.Remove('d').Remove('D');
+  b.AddAlternative(rule, {b.Bytes(ByteSet::Chars("\"\\/bfnrt"))});
+  b.AddAlternative(rule, {b.Byte('u'), b.Bytes(not_d), hex, hex, hex});
+  b.AddAlternative(rule, {b.Byte('u'), b.Bytes(ByteSet::Chars("dD")),
+                          b.Bytes(ByteSet::Range('0', '7')), hex, hex});
+  return rule;
+}
+
+RuleId JsonRules::String(int min_chars, int max_chars) {
+  SHARDLM_CHECK(min_chars >= 0 && min_chars <= kMaxExpandedCount &&
+                (max_chars < 0 || (max_chars >= min_chars && max_chars <= kMaxExpandedCount)));
+  const std::string key = fmt::format("json:string:{}:{}", min_chars, max_chars);
+  if (RuleId known = Remembered(key); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId string = b.AddRule("string");
+  b.Remember(key, string);
+  const bool bounded = min_chars > 0 || max_chars >= 0;
+  const bool tags = tag_next_.size() > 1;
+  const Symbol escape = GrammarBuilder::Ref(Escape());
+  const Symbol utf8 = GrammarBuilder::Ref(Utf8Multibyte());
+  if (!tags || bounded) {
+    // chars[k]: k characters written (k stops at min when there is no upper bound). With
+    // tags, a bounded string leaves out '<' (every tag starts with it) rather than pay for
+    // one rule per (count, tag state).
+    ByteSet plain = PlainStringBytes();
+    if (tags) plain.Remove('<');
+    const int last = max_chars < 0 ? min_chars : max_chars;
+    std::vector<RuleId> chars(size_t(last) + 1);
+    for (RuleId& rule : chars) rule = b.AddRule("chars");
+    for (int k = 0; k <= last; ++k) {
+      const RuleId self = chars[size_t(k)];
+      if (k >= min_chars) b.AddAlternative(self, {});
+      if (max_chars >= 0 && k == max_chars) continue;
+      const Symbol next = GrammarBuilder::Ref(chars[size_t(std::min(k + 1, last))]);
+      b.AddAlternative(self, {b.Bytes(plain), next});
+      b.AddAlternative(self, {b.Byte('\\'), escape, next});
+      b.AddAlternative(self, {utf8, next});
+    }
+    b.AddAlternative(string, {b.Byte('"'), GrammarBuilder::Ref(chars[0]), b.Byte('"')});
+    return string;
+  }
+  // chars[q]: the text so far ends in tag state q. An escape or a multi-byte character
+  // holds no '<', so it leaves the automaton at its start.
+  std::vector<RuleId> chars(tag_next_.size());
+  for (RuleId& rule : chars) rule = b.AddRule("chars");
+  for (size_t q = 0; q < tag_next_.size(); ++q) {
+    b.AddAlternative(chars[q], {});
+    std::vector<ByteSet> by_target(tag_next_.size());
+    const ByteSet plain = PlainStringBytes();
+    for (int c = 0; c < 128; ++c) {
+      const int32_t next = tag_next_[q][size_t(c)];
+      if (plain.Has(uint8_t(c)) && next >= 0) by_target[size_t(next)].Add(uint8_t(c));
+    }
+    for (size_t t = 0; t < by_target.size(); ++t) {
+      if (!by_target[t].empty()) {
+        b.AddAlternative(chars[q], {b.Bytes(by_target[t]), GrammarBuilder::Ref(chars[t])});
+      }
+    }
+    b.AddAlternative(chars[q], {b.Byte('\\'), escape, GrammarBuilder::Ref(chars[0])});
+    b.AddAlternative(chars[q], {utf8, GrammarBuilder::Ref(chars[0])});
+  }
+  b.AddAlternative(string, {b.Byte('"'), GrammarBuilder::Ref(chars[0]), b.Byte('"')});
+  return string;
+}
+
+RuleId JsonRules::Digits(int min, int max) {
+  return builder_.Repeat({builder_.Bytes(ByteSet::Range('0', '9'))}, {}, min, max);
+}
+
+// -?(0|[1-9][0-9]{0,17}): at most 18 digits, so every value fits an int64.
+RuleId JsonRules::Integer() {
+  if (RuleId known = Remembered("json:integer"); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId integer = b.AddRule("integer");
+  b.Remember("json:integer", integer);
+  const RuleId magnitude = b.AddRule("integer-digits");
+  b.AddAlternative(magnitude, {b.Byte('0')});
+  b.AddAlternative(magnitude,
+                   {b.Bytes(ByteSet::Range('1', '9')), GrammarBuilder::Ref(Digits(0, 17))});
+  b.AddAlternative(integer, {GrammarBuilder::Ref(magnitude)});
+  b.AddAlternative(integer, {b.Byte('-'), GrammarBuilder::Ref(magnitude)});
+  return integer;
+}
+
+// integer (.[0-9]{1,16})? ([eE][+-]?[0-9]{1,2})?: below 10^118 in magnitude, so no parser
+// overflows a double.
+RuleId JsonRules::Number() {
+  if (RuleId known = Remembered("json:number"); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId number = b.AddRule("number");
+  b.Remember("json:number", number);
+  const RuleId exponent = b.AddRule("exponent");
+  const Symbol digits2 = GrammarBuilder::Ref(Digits(1, 2));
+  b.AddAlternative(exponent, {b.Bytes(ByteSet::Chars("eE")), digits2});
+  b.AddAlternative(exponent,
+                   {b.Bytes(ByteSet::Chars("eE")), b.Bytes(ByteSet::Chars("+-")), digits2});
+  const RuleId tail = b.AddRule("number-tail");
+  const Symbol fraction = b.Byte('.');
+  const Symbol digits16 = GrammarBuilder::Ref(Digits(1, 16));
+  b.AddAlternative(tail, {});
+  b.AddAlternative(tail, {fraction, digits16});
+  b.AddAlternative(tail, {fraction, digits16, GrammarBuilder::Ref(exponent)});
+  b.AddAlternative(tail, {GrammarBuilder::Ref(exponent)});
+  b.AddAlternative(number, {GrammarBuilder::Ref(Integer()), GrammarBuilder::Ref(tail)});
+  return number;
+}
+
+RuleId JsonRules::Boolean() {
+  if (RuleId known = Remembered("json:boolean"); known >= 0) return known;
+  const RuleId rule = builder_.AddRule("boolean");
+  builder_.Remember("json:boolean", rule);
+  builder_.AddAlternative(rule, builder_.Literal("true"));
+  builder_.AddAlternative(rule, builder_.Literal("false"));
+  return rule;
+}
+
+RuleId JsonRules::Null() {
+  if (RuleId known = Remembered("json:null"); known >= 0) return known;
+  const RuleId rule = builder_.AddRule("null");
+  builder_.Remember("json:null", rule);
+  builder_.AddAlternative(rule, builder_.Literal("null"));
+  return rule;
+}
+
+Sequence JsonRules::Wrap(char open, RuleId members, char close) {
+  GrammarBuilder& b = builder_;
+  const Symbol ws = GrammarBuilder::Ref(Whitespace());
+  const RuleId inner = b.AddRule(open == '{' ? "object-inner" : "array-inner");
+  b.AddAlternative(inner, {b.Byte(uint8_t(close))});
+  b.AddAlternative(inner, {GrammarBuilder::Ref(members), ws, b.Byte(uint8_t(close))});
+  return {b.Byte(uint8_t(open)), ws, GrammarBuilder::Ref(inner)};
+}
+
+RuleId JsonRules::AnyValue(int depth) {
+  const std::string key = fmt::format("json:value:{}", depth);
+  if (RuleId known = Remembered(key); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId value = b.AddRule(fmt::format("value-{}", depth));
+  b.Remember(key, value);
+  if (depth < options_.max_depth) {
+    b.AddAlternative(value, {GrammarBuilder::Ref(AnyObject(depth))});
+    b.AddAlternative(value, {GrammarBuilder::Ref(AnyArray(depth))});
+  }
+  for (RuleId scalar : {String(), Number(), Boolean(), Null()}) {
+    b.AddAlternative(value, {GrammarBuilder::Ref(scalar)});
+  }
+  return value;
+}
+
+RuleId JsonRules::AnyObject(int depth) {
+  const std::string key = fmt::format("json:object:{}", depth);
+  if (RuleId known = Remembered(key); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId object = b.AddRule(fmt::format("object-{}", depth));
+  b.Remember(key, object);
+  if (depth >= options_.max_depth) return object;  // no alternative: Build drops it
+  const Symbol ws = GrammarBuilder::Ref(Whitespace());
+  const Sequence member = {GrammarBuilder::Ref(String()), ws, b.Byte(':'), ws,
+                           GrammarBuilder::Ref(AnyValue(depth + 1))};
+  const RuleId members = b.Repeat(member, {ws, b.Byte(','), ws}, 1, -1);
+  b.AddAlternative(object, Wrap('{', members, '}'));
+  return object;
+}
+
+RuleId JsonRules::AnyArray(int depth) {
+  const std::string key = fmt::format("json:array:{}", depth);
+  if (RuleId known = Remembered(key); known >= 0) return known;
+  GrammarBuilder& b = builder_;
+  const RuleId array = b.AddRule(fmt::format("array-{}", depth));
+  b.Remember(key, array);
+  if (depth >= options_.max_depth) return array;
+  const Symbol ws = GrammarBuilder::Ref(Whitespace());
+  const RuleId items =
+      b.Repeat({GrammarBuilder::Ref(AnyValue(depth + 1))}, {ws, b.Byte(','), ws}, 1, -1);
+  b.AddAlternative(array, Wrap('[', items, ']'));
+  return array;
+}
+
+Sequence JsonRules::Literal(const Json& value) {
+  return builder_.Literal(value.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+}  // namespace shardlm::grammar

@@ -1,0 +1,30 @@
+// Helpers of the grammar tests: does a grammar accept a byte string whole, or as a prefix.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "grammar/byte_automaton.h"
+#include "grammar/grammar.h"
+
+namespace shardlm::grammar::testing {
+
+// The automaton state after `text`, from the start (kDead when a byte is refused).
+inline ByteAutomaton::StateId StateAfter(ByteAutomaton& automaton, std::string_view text) {
+  return automaton.Walk(automaton.initial(), text);
+}
+
+// `text` is a whole sentence of the grammar.
+inline bool Accepts(const Grammar& grammar, std::string_view text) {
+  ByteAutomaton automaton(std::make_shared<Grammar>(grammar));
+  const ByteAutomaton::StateId state = StateAfter(automaton, text);
+  return state != ByteAutomaton::kDead && automaton.CanEnd(state);
+}
+
+// `text` can be continued into a sentence.
+inline bool AcceptsPrefix(const Grammar& grammar, std::string_view text) {
+  ByteAutomaton automaton(std::make_shared<Grammar>(grammar));
+  return StateAfter(automaton, text) != ByteAutomaton::kDead;
+}
+
+}  // namespace shardlm::grammar::testing
