@@ -153,6 +153,42 @@ RuleId GrammarBuilder::Repeat(const Sequence& item, const Sequence& separator, i
   return head;
 }
 
+// One rule per number of trigger bytes matched so far (a KMP automaton): each byte moves
+// to the longest prefix of the trigger that ends the text, and the byte that completes the
+// trigger moves on to `then`.
+RuleId GrammarBuilder::TextUntil(std::string_view trigger, const Sequence& then) {
+  SHARDLM_CHECK(!trigger.empty());
+  const size_t n = trigger.size();
+  std::vector<size_t> fail(n + 1, 0);  // fail[k]: longest proper border of trigger[0, k)
+  for (size_t k = 2; k <= n; ++k) {
+    size_t j = fail[k - 1];
+    while (j > 0 && trigger[j] != trigger[k - 1]) j = fail[j];
+    fail[k] = trigger[j] == trigger[k - 1] ? j + 1 : 0;
+  }
+  auto step = [&](size_t k, uint8_t byte) {
+    while (k > 0 && uint8_t(trigger[k]) != byte) k = fail[k];
+    return uint8_t(trigger[k]) == byte ? k + 1 : 0;
+  };
+  std::vector<RuleId> matched(n);
+  for (RuleId& rule : matched) rule = AddRule("text-until");
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<ByteSet> by_target(n);
+    for (int b = 0; b < 256; ++b) {
+      const size_t next = step(k, uint8_t(b));
+      if (next < n) by_target[next].Add(uint8_t(b));
+    }
+    for (size_t t = 0; t < n; ++t) {
+      if (!by_target[t].empty()) AddAlternative(matched[k], {Bytes(by_target[t]), Ref(matched[t])});
+    }
+    if (step(k, uint8_t(trigger[n - 1])) == n) {
+      Sequence last = {Byte(uint8_t(trigger[n - 1]))};
+      last.insert(last.end(), then.begin(), then.end());
+      AddAlternative(matched[k], std::move(last));
+    }
+  }
+  return matched[0];
+}
+
 // A rule is productive when one of its alternatives derives a finite byte string: only
 // byte symbols and productive rules.
 std::vector<bool> GrammarBuilder::ProductiveRules() const {

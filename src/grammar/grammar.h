@@ -95,6 +95,10 @@ class GrammarBuilder {
   // A rule matching `item` between min and max times (max < 0: no bound), with `separator`
   // between items (may be empty). Rules for the same (item, separator, min, max) are shared.
   RuleId Repeat(const Sequence& item, const Sequence& separator, int min, int max);
+  // A rule matching any bytes up to and including the first occurrence of `trigger`, then
+  // `then`: free text (a model's reasoning) before a constrained part. `trigger` must not
+  // be empty.
+  RuleId TextUntil(std::string_view trigger, const Sequence& then);
 
   int32_t n_rules() const { return int32_t(rules_.size()); }
   size_t n_symbols() const { return n_symbols_; }

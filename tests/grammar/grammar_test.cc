@@ -111,6 +111,28 @@ TEST(GrammarBuilder, DumpAndFingerprint) {
   EXPECT_EQ(text.substr(0, text.find('\n')), "root ::= \"a\" repeat \"b\"") << text;
 }
 
+TEST(GrammarBuilder, TextUntilTriggerThenTheRest) {
+  GrammarBuilder b;
+  const RuleId root = b.AddRule("root");
+  b.AddAlternative(root, {GrammarBuilder::Ref(b.TextUntil("</think>", b.Literal("{}")))});
+  const Grammar g = b.Build(root).value();
+  EXPECT_TRUE(Accepts(g, "</think>{}"));
+  EXPECT_TRUE(Accepts(g, "any <think> text, </thin and </ <//think></think>{}"));
+  EXPECT_FALSE(Accepts(g, "no trigger {}"));
+  EXPECT_FALSE(Accepts(g, "</think>"));
+  // The first occurrence ends the free text: what follows must be the rest.
+  EXPECT_FALSE(AcceptsPrefix(g, "a</think>b"));
+  EXPECT_FALSE(AcceptsPrefix(g, "</think></think>"));
+  // A trigger with a repeated prefix (KMP's borders).
+  GrammarBuilder b2;
+  const RuleId root2 = b2.AddRule("root");
+  b2.AddAlternative(root2, {GrammarBuilder::Ref(b2.TextUntil("aab", b2.Literal("!")))});
+  const Grammar g2 = b2.Build(root2).value();
+  EXPECT_TRUE(Accepts(g2, "aaab!"));
+  EXPECT_TRUE(Accepts(g2, "abaab!"));
+  EXPECT_FALSE(AcceptsPrefix(g2, "aaba"));
+}
+
 TEST(ByteAutomaton, RepetitionLoopsBetweenTheSameStates) {
   // root ::= "\"" chars "\""; chars ::= [a-z] chars | "".
   GrammarBuilder b;
