@@ -17,9 +17,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "grammar/grammar.h"
 #include "runtime/sampler.h"
 #include "runtime/stage.h"
 #include "tokenizer/tokenizer.h"
@@ -48,6 +50,14 @@ struct EngineRequest {
   // They need the logits of every prompt position, so the prompt is computed whole (no
   // prefix-cache hit). With max_tokens 0 the request ends after them (kLength).
   bool want_prompt_logprobs = false;
+  // Token id → added to its logit before sampling (ids < n_vocab, finite biases; a
+  // repeated id adds up). The reported logprobs stay the model's.
+  std::vector<std::pair<TokenId, float>> logit_bias;
+  // The output must be a sentence of this grammar (null: anything). Each token is drawn
+  // from those the grammar allows next; an end-of-generation token only once the output
+  // is complete, and the request finishes with kStop as soon as nothing may follow, or
+  // with kError if no token of the vocabulary can continue it. Overrides ignore_eos.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // One generated token. `text` is the UTF-8 text this token completes (may be ""), with

@@ -2,6 +2,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <unordered_map>
@@ -88,10 +89,14 @@ void Sampler::Accept(TokenId id) {
   }
 }
 
+bool Sampler::PenaltiesActive() const {
+  const bool any = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
+                   params_.frequency_penalty != 0.0f;
+  return any && params_.repeat_last_n != 0 && !history_.empty();
+}
+
 void Sampler::ApplyPenalties(std::vector<TokenLogit>& cands) const {
-  const bool active = params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f ||
-                      params_.frequency_penalty != 0.0f;
-  if (!active || params_.repeat_last_n == 0 || history_.empty()) return;
+  if (!PenaltiesActive()) return;
   size_t window = history_.size();
   if (params_.repeat_last_n > 0) window = std::min(window, size_t(params_.repeat_last_n));
   std::unordered_map<TokenId, int> counts;
@@ -187,9 +192,33 @@ TokenId Sampler::Argmax(std::span<const float> logits) {
   return TokenId(best);
 }
 
-TokenId Sampler::SampleFiltered(std::span<const float> logits) {
-  std::vector<TokenLogit> cands(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) cands[i] = {TokenId(i), logits[i]};
+void Sampler::Candidates(std::span<const float> logits, const LogitAdjustments& adjust,
+                         std::vector<TokenLogit>& cands) const {
+  cands.clear();
+  if (adjust.allowed.empty()) {
+    cands.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) cands[i] = {TokenId(i), logits[i]};
+  } else {
+    SHARDLM_CHECK(adjust.allowed.size() == (logits.size() + 63) / 64);
+    for (size_t w = 0; w < adjust.allowed.size(); ++w) {
+      for (uint64_t bits = adjust.allowed[w]; bits != 0; bits &= bits - 1) {
+        const size_t id = w * 64 + size_t(std::countr_zero(bits));
+        if (id < logits.size()) cands.push_back({TokenId(id), logits[id]});
+      }
+    }
+  }
+  // Both lists are in id order: one merge adds the biases.
+  size_t c = 0;
+  for (const auto& [id, bias] : adjust.bias) {
+    while (c < cands.size() && cands[c].id < id) ++c;
+    if (c < cands.size() && cands[c].id == id) cands[c].logit += bias;
+  }
+}
+
+TokenId Sampler::SampleFiltered(std::span<const float> logits, const LogitAdjustments& adjust) {
+  std::vector<TokenLogit> cands;
+  Candidates(logits, adjust, cands);
+  SHARDLM_CHECK(!cands.empty());
   ApplyPenalties(cands);
   if (greedy()) {
     return std::min_element(cands.begin(), cands.end(), Before)->id;
@@ -201,14 +230,12 @@ TokenId Sampler::SampleFiltered(std::span<const float> logits) {
   return cands[Draw(probs, rng_.NextDouble())].id;
 }
 
-SampledToken Sampler::Sample(std::span<const float> logits, bool want_logprobs) {
+SampledToken Sampler::Sample(std::span<const float> logits, bool want_logprobs,
+                             const LogitAdjustments& adjust) {
   SHARDLM_CHECK(logits.size() == size_t(n_vocab_));
   SampledToken out;
-  const bool plain_greedy =
-      greedy() && (history_.empty() || params_.repeat_last_n == 0 ||
-                   (params_.repeat_penalty == 1.0f && params_.presence_penalty == 0.0f &&
-                    params_.frequency_penalty == 0.0f));
-  out.id = plain_greedy ? Argmax(logits) : SampleFiltered(logits);
+  const bool plain_greedy = greedy() && !PenaltiesActive() && adjust.empty();
+  out.id = plain_greedy ? Argmax(logits) : SampleFiltered(logits, adjust);
   if (want_logprobs) FillLogprobs(logits, out);
   return out;
 }

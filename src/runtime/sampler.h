@@ -7,7 +7,9 @@
 // written here, so the same seed gives the same tokens on every platform and standard
 // library (std::*_distribution outputs are implementation-defined); a total order on
 // candidates (logit, then id) so no sort depends on the library's algorithm.
-// Non-goals: grammars, DRY, XTC, mirostat, typical-p, logit bias (later, as filters here).
+// Per request adjustments (LogitAdjustments): logit_bias added to the raw logits before the
+// chain, and a token mask (a grammar's) that leaves only the allowed tokens as candidates.
+// Non-goals: the grammar itself (grammar/), DRY, XTC, mirostat, typical-p.
 //
 // Thread safety: a Sampler belongs to one sequence and one thread. Lifetime: plain value;
 // copying it copies the RNG state and the penalty window (a fork of the sequence).
@@ -16,6 +18,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -50,6 +53,16 @@ struct TokenLogprob {
   float logprob;
 };
 
+// What a request changes before a token is chosen: `bias` (sorted by id, ids unique and
+// < n_vocab) is added to the raw logits before penalties and filters; `allowed` (bit
+// id % 64 of word id / 64, at least one bit set; empty: every token) leaves only those
+// tokens as candidates. Neither changes the reported log-probabilities.
+struct LogitAdjustments {
+  std::span<const std::pair<TokenId, float>> bias = {};
+  std::span<const uint64_t> allowed = {};
+  bool empty() const { return bias.empty() && allowed.empty(); }
+};
+
 // The chosen token, its log-probability under the model's distribution (log-softmax of the
 // raw logits, before penalties, filters and temperature, as llama.cpp's server reports
 // them), and the n_logprobs most likely alternatives under the same distribution.
@@ -79,8 +92,10 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
   bool greedy() const { return params_.temperature <= 0.0f; }
 
-  // Chooses the next token from logits[n_vocab]. `want_logprobs` fills logprob and top.
-  SampledToken Sample(std::span<const float> logits, bool want_logprobs = false);
+  // Chooses the next token from logits[n_vocab], adjusted by `adjust`. `want_logprobs`
+  // fills logprob and top (of the unadjusted logits).
+  SampledToken Sample(std::span<const float> logits, bool want_logprobs = false,
+                      const LogitAdjustments& adjust = {});
   // Records a token of the sequence (prompt or generated) for the penalty window.
   void Accept(TokenId id);
   // Forgets the penalty window (a new sequence); the RNG stream continues.
@@ -99,7 +114,11 @@ class Sampler {
   static TokenId Argmax(std::span<const float> logits);
 
  private:
-  TokenId SampleFiltered(std::span<const float> logits);
+  TokenId SampleFiltered(std::span<const float> logits, const LogitAdjustments& adjust);
+  // The candidates `adjust` leaves, in id order, biased.
+  void Candidates(std::span<const float> logits, const LogitAdjustments& adjust,
+                  std::vector<TokenLogit>& cands) const;
+  bool PenaltiesActive() const;
   void FillLogprobs(std::span<const float> logits, SampledToken& out) const;
 
   SamplingParams params_;

@@ -4,6 +4,7 @@
 #include "runtime/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -223,6 +224,14 @@ Status Scheduler::CheckRequest(const EngineRequest& request) const {
     return InvalidArgument("max_tokens must be >= 0 (or -1 for no limit), got {}",
                            request.max_tokens);
   }
+  for (const auto& [id, bias] : request.logit_bias) {
+    if (id < 0 || id >= n_vocab || !std::isfinite(bias)) {
+      return InvalidArgument(
+          "logit_bias: token {} (bias {}) is outside the vocabulary [0, {}) "
+          "or not a finite number",
+          id, bias, n_vocab);
+    }
+  }
   return request.sampling.Validate();
 }
 
@@ -245,6 +254,12 @@ Status Scheduler::CheckPromptOutputs(const EngineRequest& request) const {
 Result<RequestId> Scheduler::Submit(EngineRequest request, RequestCallbacks callbacks) {
   SHARDLM_TRY(CheckRequest(request));
   SHARDLM_TRY(state_->pipeline->Health());
+  if (request.grammar) {
+    // Tens of milliseconds for a 152k vocabulary: paid once, here rather than on the
+    // engine thread, where it would stall every running stream.
+    std::call_once(vocabulary_once_,
+                   [this] { vocabulary_ = grammar::TokenVocabulary::FromTokenizer(tokenizer_); });
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return Status(StatusCode::kInternal, "the engine is shutting down");
   if (!lost_.ok()) return lost_;
@@ -344,9 +359,15 @@ void Scheduler::ApplyInstruction(Instruction& instruction) {
   if (instruction.kind == Instruction::Kind::kSubmit) {
     ++s.requests_total;
     s.prompt_tokens_total += int64_t(instruction.request.prompt.size());
+    std::unique_ptr<grammar::TokenMatcher> matcher;
+    if (instruction.request.grammar) {
+      if (!s.automata) s.automata = std::make_unique<grammar::AutomatonCache>(vocabulary_);
+      matcher =
+          std::make_unique<grammar::TokenMatcher>(s.automata->Get(instruction.request.grammar));
+    }
     s.waiting.push_back(std::make_unique<ActiveRequest>(
         instruction.id, std::move(instruction.request), std::move(instruction.callbacks),
-        tokenizer_, config_.n_vocab, instruction.submitted));
+        tokenizer_, config_.n_vocab, instruction.submitted, std::move(matcher)));
     return;
   }
   for (size_t i = 0; i < s.waiting.size(); ++i) {

@@ -16,6 +16,11 @@
 //    previous one (stages run batches in FIFO order); a batch takes at most
 //    ceil(decoding slots / depth) decode entries, so running streams split into
 //    micro-batches that alternate through the stages. Depth 1 behaves as an unsplit engine.
+//  - Per-request sampler, decoder and stop-string holdback (scheduler_request.h); a
+//    constrained request samples among the tokens its grammar allows. The vocabulary's
+//    token trie is built by the first constrained Submit (on its caller's thread, once), and
+//    the engine thread keeps the token automata of recent grammars, so requests that send
+//    the same schema share its cached masks.
 //  - Per-request sampler, decoder and stop-string holdback (scheduler_request.h).
 //  - Outputs of every prompt position (prompt_outputs.h): an embedding request
 //    (RequestKind::kEmbedding, options.embeddings) asks the last stage for the embedding
@@ -94,6 +99,7 @@
 #include "base/status.h"
 #include "cache/snapshot_layout.h"
 #include "gguf/fingerprint.h"
+#include "grammar/token_vocabulary.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -275,6 +281,10 @@ class Scheduler : public Engine {
   std::optional<SnapshotLayout> slot_layout_;
   // Held by the one slot save or restore in progress (its file I/O and pool copies).
   std::timed_mutex slot_io_mu_;
+  // The tokenizer's tokens as a trie for grammar masks, built by the first constrained
+  // Submit; read by the engine thread only for requests submitted after that.
+  std::once_flag vocabulary_once_;
+  std::shared_ptr<const grammar::TokenVocabulary> vocabulary_;
 
   // Shared with the submitting threads, guarded by mu_.
   mutable std::mutex mu_;

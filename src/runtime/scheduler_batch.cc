@@ -214,7 +214,7 @@ void Scheduler::ProcessOutputs(const InFlight& record, const PipelineOutputs& ou
       done = request.OnLogits(logits.last(n_vocab), slot.table->n_tokens(), options_.n_ctx);
       ++s.generated_tokens_total;
     }
-    if (done) FinishSlot(out.slot, *done);
+    if (done) FinishSlot(out.slot, *done, request.error());
   }
 }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "grammar/automaton_cache.h"
 #include "kv/block_table.h"
 #include "runtime/scheduler.h"
 #include "runtime/scheduler_disk_cache.h"
@@ -97,6 +98,8 @@ struct Scheduler::State {
   int disk_page_budget = 0;         // disk page loads left in the batch being built
   int prompt_logit_budget = 0;      // prompt logits rows left in the batch being built
   std::vector<uint8_t> page_marks;  // [page id], scratch of CountRetainedOnly
+  // Token automata of the grammars requests ask for (made on the first constrained one).
+  std::unique_ptr<grammar::AutomatonCache> automata;
 
   uint64_t collected() const { return batches_submitted - in_flight.size(); }
   // A request may be admitted into the slot: it runs nothing and no slot task holds it.

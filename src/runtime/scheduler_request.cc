@@ -2,6 +2,7 @@
 // scheduler_request.h).
 #include "runtime/scheduler_request.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -18,16 +19,32 @@ double Ms(SchedulerClock::time_point from, SchedulerClock::time_point to) {
 
 ActiveRequest::ActiveRequest(RequestId id, EngineRequest request, RequestCallbacks callbacks,
                              const Tokenizer& tokenizer, int32_t n_vocab,
-                             SchedulerClock::time_point submitted)
+                             SchedulerClock::time_point submitted,
+                             std::unique_ptr<grammar::TokenMatcher> matcher)
     : id_(id),
       request_(std::move(request)),
       callbacks_(std::move(callbacks)),
       tokenizer_(tokenizer),
       sampler_(request_.sampling, n_vocab),
+      matcher_(std::move(matcher)),
       decoder_(tokenizer),
       stop_(request_.stop),
       prompt_outputs_(request_),
       submitted_(submitted) {
+  SHARDLM_CHECK((matcher_ != nullptr) == (request_.grammar != nullptr));
+  if (matcher_) mask_.resize(grammar::MaskWords(n_vocab));
+  // One entry per id, in id order (the sampler merges them with its candidates).
+  bias_ = request_.logit_bias;
+  std::sort(bias_.begin(), bias_.end());
+  size_t kept = 0;
+  for (size_t i = 0; i < bias_.size(); ++i) {
+    if (kept > 0 && bias_[kept - 1].first == bias_[i].first) {
+      bias_[kept - 1].second += bias_[i].second;
+    } else {
+      bias_[kept++] = bias_[i];
+    }
+  }
+  bias_.resize(kept);
   // The prompt is the start of the penalty window, as in the Generator.
   for (TokenId id : request_.prompt) sampler_.Accept(id);
 }
@@ -46,15 +63,39 @@ TokenId ActiveRequest::TokenAt(int pos) const {
   return generated_[size_t(pos - n_prompt())];
 }
 
+bool ActiveRequest::PrepareMask() {
+  if (matcher_->FillMask(mask_) > 0) return true;
+  error_ = InvalidArgument(
+      "the output constraint allows no token after {} generated tokens: the vocabulary "
+      "cannot write what the grammar needs next",
+      n_generated_);
+  return false;
+}
+
 std::optional<FinishReason> ActiveRequest::OnLogits(std::span<const float> logits, int n_kv_tokens,
                                                     int n_ctx) {
-  SampledToken token = sampler_.Sample(logits, request_.want_logprobs);
+  LogitAdjustments adjust;
+  adjust.bias = bias_;
+  if (matcher_) {
+    if (!PrepareMask()) return FinishReason::kError;
+    adjust.allowed = mask_;
+  }
+  SampledToken token = sampler_.Sample(logits, request_.want_logprobs, adjust);
+  // The mask holds only tokens the matcher accepts; should that ever break, the request
+  // fails rather than the engine.
+  if (matcher_ && !matcher_->Accept(token.id)) {
+    error_ = Status(StatusCode::kInternal,
+                    fmt::format("the sampled token {} is outside the grammar's mask", token.id));
+    return FinishReason::kError;
+  }
   sampler_.Accept(token.id);
   ++n_generated_;
   generated_.push_back(token.id);
   last_token_ = token.id;
   if (!first_token_) first_token_ = SchedulerClock::now();
-  if (!request_.ignore_eos && tokenizer_.IsEog(token.id)) return FinishReason::kStop;
+  // A grammar lets end-of-generation through only once its output is complete.
+  const bool eog_ends = !request_.ignore_eos || matcher_ != nullptr;
+  if (eog_ends && tokenizer_.IsEog(token.id)) return FinishReason::kStop;
 
   TokenEvent event;
   event.token = token.id;
@@ -65,6 +106,7 @@ std::optional<FinishReason> ActiveRequest::OnLogits(std::span<const float> logit
   }
   if (callbacks_.on_token && !callbacks_.on_token(event)) return FinishReason::kCancelled;
   if (stop_.stopped()) return FinishReason::kStop;
+  if (matcher_ && matcher_->IsComplete()) return FinishReason::kStop;
   if (request_.max_tokens >= 0 && n_generated_ >= request_.max_tokens) {
     return FinishReason::kLength;
   }

@@ -9,7 +9,12 @@
 // FinishEvent (released text, usage, timings) and the request's log line. What it asks of
 // its prompt's positions (an embedding, the prompt's logprobs) is its PromptOutputs.
 // The sampler is per request and seeded from the request, so a request's tokens never
-// depend on what else shares the batch.
+// depend on what else shares the batch. A constrained request (EngineRequest::grammar)
+// carries its grammar matcher: each step's logits are sampled among the tokens the matcher
+// allows (its mask is a pure function of the grammar state, so the tokens stay
+// deterministic), the matcher moves past the sampled token, and the request ends with
+// kStop once the grammar is complete, or kError if no token may follow. logit_bias is
+// added to the logits before sampling.
 // Non-goals: KV memory (the scheduler's slot owns the block table), batching, threads.
 //
 // Thread safety: owned and used by the engine thread only. Lifetime: references the
@@ -18,10 +23,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "grammar/token_matcher.h"
 #include "runtime/engine.h"
 #include "runtime/prompt_outputs.h"
 #include "runtime/sampler.h"
@@ -34,8 +41,10 @@ using SchedulerClock = std::chrono::steady_clock;
 
 class ActiveRequest {
  public:
+  // `matcher` is the request's grammar matcher (set exactly when request.grammar is).
   ActiveRequest(RequestId id, EngineRequest request, RequestCallbacks callbacks,
-                const Tokenizer& tokenizer, int32_t n_vocab, SchedulerClock::time_point submitted);
+                const Tokenizer& tokenizer, int32_t n_vocab, SchedulerClock::time_point submitted,
+                std::unique_ptr<grammar::TokenMatcher> matcher = nullptr);
 
   RequestId id() const { return id_; }
   const EngineRequest& request() const { return request_; }
@@ -70,19 +79,23 @@ class ActiveRequest {
   void SetCached(int n, int n_disk = 0);
 
   // Samples the next token from `logits` (the row of its last fed position), emits it, and
-  // returns the finish reason if generation ends here. `n_kv_tokens` is how many positions
-  // the KV now holds and n_ctx the most it may hold.
+  // returns the finish reason if generation ends here (kError: error() says why).
+  // `n_kv_tokens` is how many positions the KV now holds and n_ctx the most it may hold.
   std::optional<FinishReason> OnLogits(std::span<const float> logits, int n_kv_tokens, int n_ctx);
   // Every prompt position's outputs have been collected: hands the prompt's logprobs to the
   // client, and returns the finish reason of a request that samples nothing (kStop for an
   // embedding, kLength for a scored prompt) or of a client gone (kCancelled).
   std::optional<FinishReason> OnPromptDone();
+  // Why OnLogits returned kError.
+  const Status& error() const { return error_; }
 
   // Builds the finish event (releasing held-back text unless a stop string matched),
   // writes the log line, calls on_finish. Call exactly once.
   void Finish(FinishReason reason, Status error, bool log);
 
  private:
+  // The grammar's mask for this step into mask_; false (error_ set) when it is empty.
+  bool PrepareMask();
   std::string ReleaseHeldText(FinishReason& reason);
   RequestUsage Usage(SchedulerClock::time_point now) const;
   void Log(const FinishEvent& event) const;
@@ -92,6 +105,10 @@ class ActiveRequest {
   RequestCallbacks callbacks_;
   const Tokenizer& tokenizer_;
   Sampler sampler_;
+  std::unique_ptr<grammar::TokenMatcher> matcher_;  // null: unconstrained
+  std::vector<uint64_t> mask_;                      // [MaskWords(n_vocab)] this step's
+  std::vector<std::pair<TokenId, float>> bias_;     // logit_bias, sorted by id, merged
+  Status error_;
   StreamDecoder decoder_;
   StopMatcher stop_;
   PromptOutputs prompt_outputs_;

@@ -217,6 +217,30 @@ TEST(SamplerTest, LogprobsOfChosenAndTopAlternatives) {
   EXPECT_NEAR(token.top[1].logprob, std::log(0.3), 1e-6);
 }
 
+TEST(SamplerTest, AdjustmentsMaskAndBiasButLogprobsStayTheModels) {
+  const std::vector<float> logits = {std::log(0.1f), std::log(0.6f), std::log(0.3f)};
+  SamplingParams params = NoFilters(0.0f, 1);
+  Sampler sampler(params, 3);
+  const std::vector<uint64_t> not_1 = {0b101};
+  LogitAdjustments mask{.allowed = not_1};
+  SampledToken token = sampler.Sample(logits, /*want_logprobs=*/true, mask);
+  EXPECT_EQ(token.id, 2);  // the best allowed one
+  EXPECT_NEAR(token.logprob, std::log(0.3), 1e-6);
+  const std::vector<std::pair<TokenId, float>> bias = {{0, 3.0f}};
+  EXPECT_EQ(sampler.Sample(logits, false, {.bias = bias}).id, 0);
+  EXPECT_EQ(sampler.Sample(logits, false, {.bias = bias, .allowed = not_1}).id, 0);
+  const std::vector<std::pair<TokenId, float>> ban = {{0, -100.0f}, {2, -100.0f}};
+  const std::vector<uint64_t> not_1_or_2 = {0b001};
+  EXPECT_EQ(sampler.Sample(logits, false, {.bias = ban, .allowed = not_1_or_2}).id, 0);
+
+  // Sampled: only allowed tokens are ever drawn, in the biased proportions.
+  Sampler seeded(NoFilters(1.0f, 5), 3);
+  std::map<TokenId, int> seen;
+  for (int i = 0; i < 4000; ++i) ++seen[seeded.Sample(logits, false, mask).id];
+  EXPECT_EQ(seen.count(1), 0u);
+  EXPECT_NEAR(seen[0] / 4000.0, 0.25, 0.03);  // 0.1 / (0.1 + 0.3)
+}
+
 TEST(SamplerTest, ValidateRejectsNonsense) {
   SamplingParams params;
   EXPECT_TRUE(params.Validate().ok());
