@@ -21,7 +21,6 @@
 //    token trie is built by the first constrained Submit (on its caller's thread, once), and
 //    the engine thread keeps the token automata of recent grammars, so requests that send
 //    the same schema share its cached masks.
-//  - Per-request sampler, decoder and stop-string holdback (scheduler_request.h).
 //  - Outputs of every prompt position (prompt_outputs.h): an embedding request
 //    (RequestKind::kEmbedding, options.embeddings) asks the last stage for the embedding
 //    row of each prompt position and finishes, without sampling, once the last is

@@ -31,7 +31,35 @@ size_t PartialTagSuffix(const std::string& text, std::string_view tag) {
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
+// A conversation with one tool call and its result, as a request normalizes it (arguments
+// an object). The id has the 9 alphanumeric characters Mistral's templates insist on.
+constexpr char kProbeTools[] = R"([{"type": "function", "function": {"name": "probe_tool",
+    "description": "a probe", "parameters": {"type": "object",
+    "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}])";
+constexpr char kProbeMessages[] = R"([{"role": "user", "content": "call it"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "probe0001", "type": "function",
+     "function": {"name": "probe_tool", "arguments": {"n": 7}}}]},
+    {"role": "tool", "tool_call_id": "probe0001", "name": "probe_tool", "content": "7"}])";
+
+// Whether the call of the probe conversation, as the template writes it, comes back out of
+// an OutputParser as the same call. A template that fails on it writes no calls we can read.
+bool WritesParsableToolCalls(const ChatTemplate& tmpl) {
+  Result<std::string> text =
+      tmpl.Render(Json::parse(kProbeMessages), Json::parse(kProbeTools), true);
+  if (!text.ok()) return false;
+  OutputParser parser(/*in_reasoning=*/false, /*parse_tools=*/true, "");
+  std::vector<ToolCall> calls = parser.Push(text.value()).tool_calls;
+  for (ToolCall& call : parser.Finish().tool_calls) calls.push_back(std::move(call));
+  return std::any_of(calls.begin(), calls.end(), [](const ToolCall& call) {
+    return call.name == "probe_tool" &&
+           Json::parse(call.arguments, nullptr, false) == Json{{"n", 7}};
+  });
+}
+
 }  // namespace
+
+ChatFormatter::ChatFormatter(ChatTemplate tmpl)
+    : template_(std::move(tmpl)), writes_tool_calls_(WritesParsableToolCalls(template_)) {}
 
 Result<ChatFormatter> ChatFormatter::Create(const std::string& template_source,
                                             const Tokenizer& tokenizer, bool* used_chatml) {

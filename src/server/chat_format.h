@@ -3,9 +3,11 @@
 // <tool_call>{"name":…, "arguments":…}</tool_call> blocks, plain content).
 //
 // Goals: one OutputParser that works incrementally (SSE deltas) and at once (non-stream),
-// holding back text that might be the start of a tag so a tag is never split across deltas.
-// Non-goals: other tool-call syntaxes (Llama 3 JSON, Mistral [TOOL_CALLS]): later, as more
-// tag sets here; grammars that force tool calls.
+// holding back text that might be the start of a tag so a tag is never split across deltas;
+// knowing whether the template writes tool calls in the syntax OutputParser reads, the one
+// a grammar can then force (output_constraint.h).
+// Non-goals: other tool-call syntaxes (Llama 3 JSON, Mistral [TOOL_CALLS], Qwen3.5's
+// <function=…> blocks): later, as more tag sets here.
 //
 // Thread safety: ChatFormatter is immutable after Create (shared by handler threads);
 // an OutputParser belongs to one request.
@@ -39,10 +41,15 @@ class ChatFormatter {
   // Render, then tokenize (special tokens parsed, the BOS the model wants added once).
   Result<ChatPrompt> Tokenize(const ChatCompletionRequest& request,
                               const Tokenizer& tokenizer) const;
+  // The template writes an assistant's tool calls as blocks OutputParser reads back
+  // (<tool_call>{"name": …, "arguments": …}</tool_call>, as Qwen3's and Hermes' do): told
+  // once at Create by rendering a conversation with one call and parsing it.
+  bool writes_tool_calls() const { return writes_tool_calls_; }
 
  private:
-  explicit ChatFormatter(ChatTemplate tmpl) : template_(std::move(tmpl)) {}
+  explicit ChatFormatter(ChatTemplate tmpl);
   ChatTemplate template_;
+  bool writes_tool_calls_ = false;
 };
 
 // What one piece of output adds to the reply.

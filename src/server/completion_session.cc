@@ -120,6 +120,8 @@ std::shared_ptr<CompletionSession> CompletionSession::Start(
   er.ignore_eos = o.ignore_eos;
   er.want_logprobs = o.logprobs;
   er.want_prompt_logprobs = s->request_.prompt_logprobs;
+  er.logit_bias = o.logit_bias;
+  er.grammar = s->request_.constraint;
   RequestCallbacks cb;
   cb.on_token = [s](const TokenEvent& ev) { return s->OnToken(ev); };
   if (er.want_prompt_logprobs) {

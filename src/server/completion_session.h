@@ -32,6 +32,7 @@
 #include <variant>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "runtime/engine.h"
 #include "server/chat_format.h"
 #include "server/openai_types.h"
@@ -59,6 +60,8 @@ struct PreparedRequest {
   // Also the logprobs of the prompt's tokens (options.top_logprobs alternatives each),
   // before the output's: legacy completions with echo and logprobs.
   bool prompt_logprobs = false;
+  // What the output must be (output_constraint.h); null: unconstrained.
+  std::shared_ptr<const grammar::Grammar> constraint;
 };
 
 // Log sink for the per-request line.

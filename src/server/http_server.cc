@@ -19,6 +19,7 @@
 #include "server/http_transport.h"
 #include "server/openai_output.h"
 #include "server/openai_types.h"
+#include "server/output_constraint.h"
 #include "server/props.h"
 #include "server/request_guard.h"
 #include "server/response_store.h"
@@ -177,6 +178,9 @@ struct HttpServer::Impl : HttpService {
   // A chat request's prompt, rendered and tokenized; nullopt when it failed (answered).
   std::optional<PreparedRequest> PrepareChat(const ChatCompletionRequest& chat, Endpoint endpoint,
                                              Reply& res) const;
+  // Sets the output constraint of a generating chat-shaped request (output_constraint.h);
+  // false when the request was refused (answered).
+  bool Constrain(const ChatCompletionRequest& chat, PreparedRequest& prep, Reply& res) const;
   void Respond(PreparedRequest prep, std::unique_ptr<OutputFormatter> output, Reply& res);
   void Stream(const std::shared_ptr<CompletionSession>& session, Reply& res);
   Json ModelJSON() const;
@@ -348,7 +352,7 @@ void HttpServer::Impl::HandleChat(const HttpRequest& req, Reply& res) {
   Result<ChatCompletionRequest> chat = ChatCompletionRequestFromJSON(body.value(), &param);
   if (!chat.ok()) return res.Status(chat.status(), param);
   std::optional<PreparedRequest> prep = PrepareChat(chat.value(), Endpoint::kChat, res);
-  if (!prep) return;
+  if (!prep || !Constrain(chat.value(), *prep, res)) return;
   auto output = std::make_unique<ChatCompletionFormatter>(NewMeta("chatcmpl-"), prep->options);
   Respond(std::move(*prep), std::move(output), res);
 }
@@ -367,6 +371,22 @@ std::optional<PreparedRequest> HttpServer::Impl::PrepareChat(const ChatCompletio
   prep.in_reasoning = prompt->opens_reasoning;
   prep.parse_tools = !chat.tools.is_null();
   return prep;
+}
+
+bool HttpServer::Impl::Constrain(const ChatCompletionRequest& chat, PreparedRequest& prep,
+                                 Reply& res) const {
+  ConstraintContext context;
+  context.endpoint = prep.endpoint;
+  context.in_reasoning = prep.in_reasoning;
+  context.template_writes_tool_calls = formatter->writes_tool_calls();
+  std::string param;
+  Result<OutputGrammar> constraint = ChatOutputConstraint(chat, context, &param);
+  if (!constraint.ok()) {
+    res.Status(constraint.status(), param);
+    return false;
+  }
+  prep.constraint = std::move(constraint).value();
+  return true;
 }
 
 void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
@@ -393,6 +413,9 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, Reply& res) {
     if (cr->echo) echo_prefix = cr->prompt;
   }
   prep.prompt_logprobs = cr->echo && cr->options.logprobs;
+  Result<OutputGrammar> constraint = CompletionOutputConstraint(cr.value(), &param);
+  if (!constraint.ok()) return res.Status(constraint.status(), param);
+  prep.constraint = std::move(constraint).value();
   auto output = std::make_unique<TextCompletionFormatter>(NewMeta("cmpl-"), prep.options,
                                                           std::move(echo_prefix));
   Respond(std::move(prep), std::move(output), res);
@@ -406,7 +429,7 @@ void HttpServer::Impl::HandleResponses(const HttpRequest& req, Reply& res) {
       ResponsesRequestFromJSON(body.value(), &response_store, &param);
   if (!request.ok()) return res.Status(request.status(), param);
   std::optional<PreparedRequest> prep = PrepareChat(request->chat, Endpoint::kResponses, res);
-  if (!prep) return;
+  if (!prep || !Constrain(request->chat, *prep, res)) return;
   ResponsesOutputOptions out;
   out.echo = std::move(request->echo);
   out.store = request->store ? &response_store : nullptr;
@@ -423,7 +446,7 @@ void HttpServer::Impl::HandleMessages(const HttpRequest& req, Reply& res) {
   Result<ChatCompletionRequest> chat = MessagesRequestFromJSON(body.value(), &param);
   if (!chat.ok()) return res.Status(chat.status(), param);
   std::optional<PreparedRequest> prep = PrepareChat(chat.value(), Endpoint::kMessages, res);
-  if (!prep) return;
+  if (!prep || !Constrain(chat.value(), *prep, res)) return;
   prep->tool_call_prefix = "toolu_";
   const auto prompt_tokens = static_cast<int32_t>(prep->prompt.size());
   auto output = std::make_unique<AnthropicFormatter>(NewMeta("msg_"), prompt_tokens);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cache/atomic_file.h"
+#include "grammar/byte_automaton.h"
 
 namespace shardlm::server {
 
@@ -281,6 +282,12 @@ void MockEngine::Run(Pending& p) {
   }
   std::vector<TokenId> tokens = tokenizer_.Encode(reply, false, true);
   fin.usage.prompt_tokens = static_cast<int32_t>(req.prompt.size());
+  std::unique_ptr<grammar::ByteAutomaton> constraint;
+  grammar::ByteAutomaton::StateId state = grammar::ByteAutomaton::kDead;
+  if (req.grammar) {
+    constraint = std::make_unique<grammar::ByteAutomaton>(req.grammar);
+    state = constraint->initial();
+  }
   for (TokenId t : tokens) {
     if (req.max_tokens >= 0 && fin.usage.completion_tokens >= req.max_tokens) {
       fin.reason = FinishReason::kLength;
@@ -294,6 +301,15 @@ void MockEngine::Run(Pending& p) {
     if (ShouldFail(fin.usage.completion_tokens, &fin.error)) {
       fin.reason = FinishReason::kError;
       break;
+    }
+    if (constraint) {
+      state = constraint->Walk(state, tokenizer_.Piece(t));
+      if (state == grammar::ByteAutomaton::kDead) {
+        fin.reason = FinishReason::kError;
+        fin.error = InvalidArgument("mock: reply token {} breaks the output constraint",
+                                    fin.usage.completion_tokens);
+        break;
+      }
     }
     TokenEvent ev;
     ev.token = t;
@@ -309,6 +325,7 @@ void MockEngine::Run(Pending& p) {
       fin.reason = FinishReason::kCancelled;
       break;
     }
+    if (constraint && constraint->IsComplete(state)) break;
   }
   if (fin.reason == FinishReason::kStop) fin.stop_sequence = matched_stop;
   if (fin.reason == FinishReason::kCancelled) cancelled_++;

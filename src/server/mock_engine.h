@@ -8,7 +8,10 @@
 // and a stage that goes down: refused submits, an unhealthy /health, and a request that
 // fails mid-stream, as the real scheduler does when a shard daemon dies. With `embeddings`
 // it answers embedding requests with MockEmbedding of their prompt, and it scores a prompt
-// (want_prompt_logprobs) with MockPromptLogprob.
+// (want_prompt_logprobs) with MockPromptLogprob. A request with an output constraint
+// (EngineRequest::grammar) checks the reply against it token by token: the reply ends
+// (stop) once the grammar is complete, and a token the grammar refuses ends it with kError,
+// so HTTP tests see that the constraint reached the engine.
 // MockTokenizer: bytes are tokens 0..255, plus ChatML/Qwen special tokens after them.
 //
 // Goals: deterministic behaviour that tests can steer (reply text, per-token delay).

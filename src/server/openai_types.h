@@ -6,7 +6,8 @@
 // fields are ignored (clients send many we do not use); no nlohmann exception escapes.
 // The engine only ever sees the typed structs.
 // Non-goals: HTTP (http_server.h), chat templates and parsing of the model's output
-// (chat_format.h), n > 1, logit_bias, response_format/grammars.
+// (chat_format.h), n > 1, turning response_format and tool_choice into grammars
+// (output_constraint.h).
 //
 // Thread safety: free functions and plain values.
 #pragma once
