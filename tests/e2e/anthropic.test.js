@@ -67,10 +67,9 @@ test('a two-turn tool loop answers what the same chat answers', { skip, timeout:
     assert.equal(first.role, 'assistant');
     assert.equal(first.stop_reason, 'max_tokens');  // ignore_eos: the 24 tokens ran out
     assert.equal(first.usage.output_tokens, 24);
-    // The random model does not choose to call the tool. Once tool_choice is enforced (a
-    // grammar forces a valid call), ask with tool_choice {type: 'any'} here and assert a
-    // tool_use block for get_weather with input {city} and stop_reason 'tool_use'; until then
-    // turn 2 carries the assistant's tool_use itself.
+    // The random model does not choose to call the tool by itself (tool_choice any and tool,
+    // which force one: constrained.test.js), so turn 2 carries the assistant's tool_use: a
+    // fixed one, which the chat below can send as well.
     const second = await client.messages.create({
       ...greedy, messages: toolLoop, tools: [weatherTool],
     });

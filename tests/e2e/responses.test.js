@@ -103,10 +103,9 @@ test('a two-turn function-call loop', { skip, timeout: kTestTimeout }, async () 
     ...greedy, input: [question], tools: [weatherTool], tool_choice: 'auto',
   });
   assert.deepEqual(first.tools.map((t) => t.name), ['get_weather']);
-  // The random model does not choose to call the tool. Once tool_choice is enforced (a grammar
-  // forces a valid call), ask with tool_choice 'required' here and assert that first.output
-  // holds a get_weather function_call whose arguments parse as {city}; until then turn 2
-  // sends the call itself.
+  // The random model does not choose to call the tool by itself (tool_choice required and
+  // named, which force one: constrained.test.js), so turn 2 sends a fixed call, which the chat
+  // below can send as well.
   const call = {
     type: 'function_call', call_id: 'call_e2e_1', name: 'get_weather',
     arguments: JSON.stringify({ city: 'Paris' }),
