@@ -2,6 +2,8 @@
 // json_rules.h).
 #include "grammar/json_rules.h"
 
+#include <fmt/format.h>
+
 #include <deque>
 
 #include "base/check.h"
@@ -204,17 +206,23 @@ RuleId JsonRules::Digits(int min, int max) {
 }
 
 // -?(0|[1-9][0-9]{0,17}): at most 18 digits, so every value fits an int64.
-RuleId JsonRules::Integer() {
-  if (RuleId known = Remembered("json:integer"); known >= 0) return known;
+RuleId JsonRules::Integer() { return BoundedInteger(kMaxIntegerDigits, /*negative=*/true); }
+
+RuleId JsonRules::BoundedInteger(int digits, bool negative) {
+  const std::string key = fmt::format("json:integer:{}:{}", digits, negative);
+  if (RuleId known = Remembered(key); known >= 0) return known;
   GrammarBuilder& b = builder_;
   const RuleId integer = b.AddRule("integer");
-  b.Remember("json:integer", integer);
+  b.Remember(key, integer);
   const RuleId magnitude = b.AddRule("integer-digits");
   b.AddAlternative(magnitude, {b.Byte('0')});
-  b.AddAlternative(magnitude,
-                   {b.Bytes(ByteSet::Range('1', '9')), GrammarBuilder::Ref(Digits(0, 17))});
+  if (digits > 0) {
+    b.AddAlternative(
+        magnitude, {b.Bytes(ByteSet::Range('1', '9')), GrammarBuilder::Ref(Digits(0, digits - 1))});
+  }
   b.AddAlternative(integer, {GrammarBuilder::Ref(magnitude)});
-  b.AddAlternative(integer, {b.Byte('-'), GrammarBuilder::Ref(magnitude)});
+  if (negative && digits > 0)
+    b.AddAlternative(integer, {b.Byte('-'), GrammarBuilder::Ref(magnitude)});
   return integer;
 }
 

@@ -64,6 +64,9 @@ class JsonRules {
   // A string of min..max characters (code points; max < 0: no bound).
   RuleId String(int min_chars = 0, int max_chars = -1);
   RuleId Integer();
+  // An integer of at most `digits` digits (0: only 0), with a minus sign when `negative`.
+  RuleId BoundedInteger(int digits, bool negative);
+  static constexpr int kMaxIntegerDigits = 18;
   RuleId Number();
   RuleId Boolean();
   RuleId Null();

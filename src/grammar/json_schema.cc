@@ -19,8 +19,6 @@ constexpr const char* kRefusedKeywords[] = {
     "propertyNames",
     "minProperties",
     "maxProperties",
-    "minimum",
-    "maximum",
     "exclusiveMinimum",
     "exclusiveMaximum",
     "multipleOf",
@@ -103,6 +101,7 @@ class SchemaCompiler {
   Result<RuleId> CompileMap(const Json& additional, const std::string& path, int depth);
   Result<RuleId> CompileArray(const Json& schema, const std::string& path, int depth);
   Result<RuleId> CompileString(const Json& schema, const std::string& path);
+  Result<RuleId> CompileInteger(const Json& schema, const std::string& path);
   // A non-negative integer keyword, or `fallback` when absent.
   Result<int> Count(const Json& schema, const char* keyword, const std::string& path,
                     int fallback) const;
@@ -116,6 +115,10 @@ class SchemaCompiler {
 Status SchemaCompiler::CheckKeywords(const Json& schema, const std::string& path) const {
   for (const char* keyword : kRefusedKeywords) {
     if (schema.contains(keyword)) return Refuse(path, fmt::format("'{}'", keyword));
+  }
+  const bool bounded = schema.contains("minimum") || schema.contains("maximum");
+  if (bounded && (schema.contains("enum") || schema.contains("const"))) {
+    return Refuse(path, "'minimum' or 'maximum' beside 'enum' or 'const'");
   }
   auto unique = schema.find("uniqueItems");
   if (unique != schema.end() && !(unique->is_boolean() && !unique->get<bool>())) {
@@ -268,10 +271,40 @@ Result<RuleId> SchemaCompiler::CompileType(const Json& schema, const std::string
   if (type == "object") return CompileObject(schema, path, depth);
   if (type == "array") return CompileArray(schema, path, depth);
   if (type == "string") return CompileString(schema, path);
-  if (type == "number") return rules_.Number();
-  if (type == "integer") return rules_.Integer();
+  if (type == "number") {
+    if (schema.contains("minimum")) return Refuse(path, "'minimum' of a number");
+    if (schema.contains("maximum")) return Refuse(path, "'maximum' of a number");
+    return rules_.Number();
+  }
+  if (type == "integer") return CompileInteger(schema, path);
   if (type == "boolean") return rules_.Boolean();
   return rules_.Null();
+}
+
+// minimum / maximum of an integer, as far as digits and sign can hold them: a range that
+// contains 0 becomes "at most D digits" (D the most for which every D-digit value is within
+// both bounds) and no minus sign when the minimum is 0. That is all clients send in practice
+// (zod's int() bounds to the safe-integer range, nonnegative() to 0), and the output always
+// validates; a range that excludes 0 is refused.
+Result<RuleId> SchemaCompiler::CompileInteger(const Json& schema, const std::string& path) {
+  double lo = -1e300;
+  double hi = 1e300;
+  for (const auto& [keyword, bound] : {std::pair{"minimum", &lo}, std::pair{"maximum", &hi}}) {
+    auto it = schema.find(keyword);
+    if (it == schema.end()) continue;
+    if (!it->is_number()) return InvalidArgument("'{}' at {} must be a number", keyword, path);
+    *bound = it->get<double>();
+  }
+  if (lo == -1e300 && hi == 1e300) return rules_.Integer();
+  if (lo > 0 || hi < 0) return Refuse(path, "an integer range without 0");
+  const double reach = lo < 0 ? std::min(-lo, hi) : hi;
+  int digits = 0;
+  double largest = 9;  // the largest value of digits + 1 digits
+  while (digits < JsonRules::kMaxIntegerDigits && largest <= reach) {
+    ++digits;
+    largest = largest * 10 + 9;
+  }
+  return rules_.BoundedInteger(digits, /*negative=*/lo < 0);
 }
 
 Result<int> SchemaCompiler::Count(const Json& schema, const char* keyword, const std::string& path,

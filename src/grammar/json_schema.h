@@ -24,10 +24,11 @@
 //    (an annotation unless a validator opts in), and any keyword JSON Schema does not
 //    define (validators ignore those too).
 // Refused, with kInvalidArgument naming the keyword and the schema path: pattern,
-// patternProperties, propertyNames, min/maxProperties, minimum, maximum, exclusiveMinimum,
-// exclusiveMaximum, multipleOf, oneOf, allOf of several schemas, not, if/then/else,
-// dependent*, contains, prefixItems and items as a list, unevaluated*, uniqueItems: true,
-// $ref outside the document, `false` as a schema, minItems or minLength above
+// patternProperties, propertyNames, min/maxProperties, minimum and maximum of a number or
+// of an integer range without 0 (an integer range with 0 is kept to the digits and sign
+// it allows), exclusiveMinimum, exclusiveMaximum, multipleOf, oneOf, allOf of several schemas, not,
+// if/then/else, dependent*, contains, prefixItems and items as a list, unevaluated*, uniqueItems:
+// true, $ref outside the document, `false` as a schema, minItems or minLength above
 // kMaxExpandedCount. maxItems and maxLength above it are lowered to it.
 // Bounds of the output itself (json_rules.h): bounded whitespace, numbers that fit a
 // double, nesting of at most max_depth containers; a recursive schema is unrolled to that

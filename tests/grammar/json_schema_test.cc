@@ -203,6 +203,24 @@ TEST(JsonSchema, WhitespaceIsBounded) {
   EXPECT_FALSE(Accepts(g, "[1] "));
 }
 
+// Integer bounds that contain 0 are kept to the digits and sign within both (what zod's
+// int() and nonnegative() send); every accepted value validates.
+TEST(JsonSchema, IntegerBoundsAroundZero) {
+  const Grammar safe =
+      Compile(R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})");
+  EXPECT_TRUE(Accepts(safe, "-999999999999999"));
+  EXPECT_TRUE(Accepts(safe, "0"));
+  EXPECT_FALSE(Accepts(safe, "9999999999999999"));  // 16 digits: may pass the maximum
+  const Grammar natural = Compile(R"({"type":"integer","minimum":0,"maximum":100})");
+  EXPECT_TRUE(Accepts(natural, "99"));
+  EXPECT_FALSE(Accepts(natural, "100"));  // 3 digits may pass 100: kept to 2
+  EXPECT_FALSE(Accepts(natural, "-1"));
+  const Grammar small = Compile(R"({"type":"integer","minimum":-3,"maximum":8})");
+  EXPECT_TRUE(Accepts(small, "0"));
+  EXPECT_FALSE(Accepts(small, "1"));
+  EXPECT_FALSE(Accepts(small, "-0"));
+}
+
 TEST(JsonSchema, AnnotationsAndUnknownKeywordsAreIgnored) {
   const Grammar g = Compile(R"({"type":"string","title":"t","description":"d","default":"x",
       "examples":["y"],"format":"date-time","$comment":"c","x-vendor":{"any":1}})");
@@ -212,8 +230,11 @@ TEST(JsonSchema, AnnotationsAndUnknownKeywordsAreIgnored) {
 TEST(JsonSchema, RefusesWhatItCannotHonour) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"type":"string","pattern":"^a$"})", "'pattern' at # is not supported"},
-      {R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}}})",
-       "'minimum' at #/properties/n is not supported"},
+      {R"({"type":"object","properties":{"n":{"type":"number","minimum":0}}})",
+       "'minimum' of a number at #/properties/n is not supported"},
+      {R"({"type":"integer","minimum":1,"maximum":5})", "an integer range without 0 at #"},
+      {R"({"type":"integer","maximum":-1})", "an integer range without 0 at #"},
+      {R"({"type":"integer","minimum":0,"enum":[1,2]})", "'minimum' or 'maximum' beside"},
       {R"({"oneOf":[{"type":"string"},{"type":"integer"}]})", "'oneOf' at #"},
       {R"({"type":"array","uniqueItems":true})", "'uniqueItems' (only false) at #"},
       {R"({"type":"array","items":[{"type":"string"}]})", "'items' as a list of schemas at #"},

@@ -196,9 +196,10 @@ TEST(OutputConstraint, RefusalsNameTheParameterAndThePath) {
       Context(), &param);
   ASSERT_FALSE(bad_tool.ok());
   EXPECT_EQ(param, "tools");
-  EXPECT_NE(bad_tool.status().message().find(
-                "tools[1].function.parameters: 'minimum' at #/properties/n is not supported"),
-            std::string::npos)
+  EXPECT_NE(
+      bad_tool.status().message().find(
+          "tools[1].function.parameters: 'minimum' of a number at #/properties/n is not supported"),
+      std::string::npos)
       << bad_tool.status().message();
 }
 
@@ -207,7 +208,7 @@ TEST(OutputConstraint, RefusalsUseEachApisFieldNames) {
   std::string param;
   Result<ResponsesRequest> responses = ResponsesRequestFromJSON(
       Json::parse(R"({"input":"hi","text":{"format":{"type":"json_schema","name":"x",
-      "schema":{"type":"object","properties":{"n":{"type":"integer","minimum":0}}}}}})"),
+      "schema":{"type":"object","properties":{"n":{"type":"integer","minimum":1}}}}}})"),
       nullptr, &param);
   ASSERT_TRUE(responses.ok()) << responses.status().message();
   ConstraintContext context = Context();
@@ -216,7 +217,7 @@ TEST(OutputConstraint, RefusalsUseEachApisFieldNames) {
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(param, "text.format");
   EXPECT_EQ(g.status().message(),
-            "text.format.schema: 'minimum' at #/properties/n is not supported");
+            "text.format.schema: an integer range without 0 at #/properties/n is not supported");
 
   responses =
       ResponsesRequestFromJSON(Json::parse(R"({"input":"hi","tool_choice":"required","tools":[
