@@ -88,9 +88,9 @@ struct RequestUsage {
 
 struct FinishEvent {
   FinishReason reason = FinishReason::kStop;
-  Status error;      // set when reason == kError (e.g. a stage died)
-  std::string text;  // text held back for stop-string matching, now released
-                     // ("" when a stop string matched)
+  Status error;               // set when reason == kError (e.g. a stage died)
+  std::string text;           // text held back for stop-string matching, now released
+                              // ("" when a stop string matched)
   std::string stop_sequence;  // the stop string that ended the output ("" when none did)
   RequestUsage usage;
   // kEmbedding finished with kStop: n_embd floats (RequestKind); empty otherwise.
