@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "server/sse_events.h"
+
 namespace shardlm::server {
 namespace anthropic_output_test {
 
@@ -24,29 +26,9 @@ GenerationResult Generated() {
   return r;
 }
 
-struct Event {
-  std::string name;
-  Json data;
-};
+using Event = ParsedSseEvent;
 
-// Splits SSE text into events, checking that each has an event line matching its data's type.
-std::vector<Event> Events(const std::string& sse) {
-  std::vector<Event> events;
-  size_t pos = 0;
-  while (pos < sse.size()) {
-    const size_t end = sse.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << sse.substr(pos);
-    if (end == std::string::npos) break;
-    const std::string block = sse.substr(pos, end - pos);
-    pos = end + 2;
-    EXPECT_TRUE(block.starts_with("event: ")) << block;
-    const size_t nl = block.find('\n');
-    Event e{block.substr(7, nl - 7), Json::parse(block.substr(nl + 7))};
-    EXPECT_EQ(e.data["type"], e.name);
-    events.push_back(std::move(e));
-  }
-  return events;
-}
+std::vector<Event> Events(const std::string& sse) { return ParseSseEvents(sse); }
 
 TEST(AnthropicOutput, WholeMessageByteForByte) {
   AnthropicFormatter f(kMeta, 10);
