@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "grammar/byte_automaton.h"
-#include "runtime/model_loader.h"
-#include "runtime/scheduler.h"
+#include "pipeline/model_loader.h"
+#include "engine/scheduler.h"
 #include "server/output_constraint.h"
 
 namespace shardlm {

@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/logprobs.h"
+#include "engine/logprobs.h"
 
 namespace shardlm {
 namespace {

@@ -28,7 +28,7 @@
 // bounded by the pages asked for at once, whatever the file says.
 // Non-goals: file I/O and folders (the callers pass positional read and write functions;
 // atomic_file.h, private_folder.h), what a server does with the sequence
-// (runtime/scheduler_slots.cc).
+// (engine/scheduler_slots.cc).
 //
 // Thread safety: pure functions; a SlotFileWriter or SlotFileReader belongs to one thread
 // at a time. Lifetime: a SlotImage's page views point into the bytes it was decoded from;

@@ -23,8 +23,8 @@
 #include "cli/commands.h"
 #include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
-#include "runtime/bench_runner.h"
-#include "runtime/model_loader.h"
+#include "engine/bench_runner.h"
+#include "pipeline/model_loader.h"
 
 namespace shardlm::cli {
 namespace {

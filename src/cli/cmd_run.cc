@@ -15,9 +15,9 @@
 #include "cli/commands.h"
 #include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
-#include "runtime/generator.h"
-#include "runtime/logits_recorder.h"
-#include "runtime/model_loader.h"
+#include "engine/generator.h"
+#include "engine/logits_recorder.h"
+#include "pipeline/model_loader.h"
 
 namespace shardlm::cli {
 namespace {

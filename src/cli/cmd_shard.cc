@@ -1,4 +1,4 @@
-// `shardlm shard`: the remote stage daemon (runtime/shard_service.h). A server started with
+// `shardlm shard`: the remote stage daemon (shard/shard_service.h). A server started with
 // `--devices ...,unix:NAME` connects to it and tells it which model file and layers to load.
 //
 // Goals: ready when it says so ("shard: listening on unix:PATH (N threads)" on stderr, with the
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "runtime/placement.h"
-#include "runtime/shard_service.h"
+#include "pipeline/placement.h"
+#include "shard/shard_service.h"
 
 namespace shardlm::cli {
 namespace {

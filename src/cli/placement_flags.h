@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "runtime/model_loader.h"
-#include "runtime/placement.h"
-#include "runtime/stage.h"
+#include "pipeline/model_loader.h"
+#include "pipeline/placement.h"
+#include "pipeline/stage.h"
 
 namespace shardlm::cli {
 

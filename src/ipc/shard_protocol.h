@@ -37,7 +37,7 @@
 
 #include "base/status.h"
 #include "kv/page_pool.h"
-#include "model/forward.h"
+#include "kv/batch.h"
 
 namespace shardlm {
 

@@ -70,15 +70,6 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->embd_rows.resize(b);
 }
 
-BatchOutputRows CountOutputRows(std::span<const BatchEntry> batch) {
-  BatchOutputRows rows;
-  for (const BatchEntry& e : batch) {
-    rows.logits += e.wants_logits ? 1 : 0;
-    rows.embeddings += e.wants_embedding ? 1 : 0;
-  }
-  return rows;
-}
-
 ForwardPass::~ForwardPass() = default;
 
 Status ForwardPass::Validate(std::span<const BatchEntry> batch,

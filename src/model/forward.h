@@ -35,28 +35,12 @@
 #include <span>
 
 #include "base/status.h"
+#include "kv/batch.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
 #include "tensor/thread_pool.h"
 
 namespace shardlm {
-
-// One token of a batch.
-struct BatchEntry {
-  int32_t token = 0;     // token id (stage 0 only; ignored when hidden rows are given)
-  int32_t position = 0;  // position in its sequence
-  int32_t slot = 0;      // index into pages_by_slot
-  bool wants_logits = false;
-  // Last stage: also give this entry's final hidden row after output_norm (no LM head).
-  bool wants_embedding = false;
-};
-
-// Output rows of the last stage for `batch`: rows wanting logits, rows wanting embeddings.
-struct BatchOutputRows {
-  int logits = 0;
-  int embeddings = 0;
-};
-BatchOutputRows CountOutputRows(std::span<const BatchEntry> batch);
 
 class ForwardPass {
  public:

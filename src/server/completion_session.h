@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "grammar/grammar.h"
-#include "runtime/engine.h"
+#include "engine/engine.h"
 #include "server/chat_format.h"
 #include "server/openai_types.h"
 #include "server/output_formatter.h"

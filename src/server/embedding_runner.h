@@ -19,7 +19,7 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "engine/engine.h"
 #include "server/openai_types.h"
 
 namespace shardlm::server {

@@ -37,7 +37,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "runtime/engine.h"
+#include "engine/engine.h"
 
 namespace shardlm::server {
 

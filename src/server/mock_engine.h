@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "engine/engine.h"
 
 namespace shardlm::server {
 

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "runtime/engine.h"
-#include "runtime/sampler.h"
-#include "runtime/stop_matcher.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
 
 namespace shardlm::server {
 

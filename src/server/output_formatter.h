@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "engine/engine.h"
 #include "server/chat_format.h"
 #include "server/openai_types.h"
 

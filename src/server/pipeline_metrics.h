@@ -16,8 +16,8 @@
 #include <span>
 #include <string>
 
-#include "runtime/pipeline.h"
-#include "runtime/stage.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/stage.h"
 
 namespace shardlm::server {
 

@@ -11,7 +11,7 @@
 
 #include <vector>
 
-#include "runtime/engine.h"
+#include "engine/engine.h"
 #include "server/openai_types.h"
 
 namespace shardlm::server {

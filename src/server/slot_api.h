@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "runtime/engine.h"
+#include "engine/engine.h"
 #include "server/openai_types.h"
 
 namespace shardlm::server {

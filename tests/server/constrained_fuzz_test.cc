@@ -14,7 +14,7 @@
 #include <random>
 
 #include "grammar/schema_validator.h"
-#include "runtime/scheduler_test_util.h"
+#include "engine/scheduler_test_util.h"
 #include "server/chat_format.h"
 #include "server/output_constraint.h"
 

@@ -1,0 +1,540 @@
+// Scheduler implementation: options, creation, the instruction inbox, the engine thread's
+// loop of actions (recover, admit; submit and collect live in scheduler_batch.cc), slot
+// bookkeeping, faults and stats (see scheduler.h).
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "base/thread_name.h"
+#include "kv/block_table.h"
+#include "kv/page_allocator.h"
+#include "engine/scheduler_impl.h"
+#include "engine/scheduler_prefix_cache.h"
+#include "engine/scheduler_request.h"
+
+namespace shardlm {
+Status SchedulerOptions::Validate() const {
+  if (n_parallel < 1 || n_ctx < 2 || n_batch < 1 || max_queue < 0 || threads < 0 ||
+      page_tokens < 1 || prefill_chunk < 0 || cache_pages < 0 || prompt_logit_rows < 1) {
+    return InvalidArgument(
+        "bad scheduler options: parallel {} (>= 1), ctx-size {} (>= 2), batch {} (>= 1), "
+        "max-queue {} (>= 0), threads {} (>= 0), page tokens {} (>= 1), prefill chunk {} "
+        "(>= 0), cache pages {} (>= 0), prompt logit rows {} (>= 1)",
+        n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk, cache_pages,
+        prompt_logit_rows);
+  }
+  if (slot_save_budget == 0 || slot_io_wait.count() < 0) {
+    return InvalidArgument("bad slot options: save budget {} bytes (> 0), io wait {} ms (>= 0)",
+                           slot_save_budget, slot_io_wait.count());
+  }
+  if (!kv_cache_dir.empty() && !prefix_cache) {
+    return InvalidArgument(
+        "the disk tier of the prefix cache (--kv-cache-dir) needs the memory prefix cache: "
+        "drop --no-prefix-cache");
+  }
+  if (n_batch < n_parallel) {
+    return InvalidArgument(
+        "the batch size ({}) must be at least --parallel ({}): every running sequence "
+        "decodes one token per step",
+        n_batch, n_parallel);
+  }
+  return Status::Ok();
+}
+
+PipelineOptions SchedulerOptions::ToPipelineOptions() const {
+  PipelineOptions pipeline;
+  pipeline.placement = placement;
+  pipeline.threads = threads;
+  const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
+  pipeline.n_pages = n_parallel * pages_per_seq + cache_pages;
+  pipeline.page_tokens = page_tokens;
+  pipeline.kv_type = kv_type;
+  pipeline.max_batch_tokens = n_batch;
+  // One row to sample per running sequence, plus the prompt rows of prompt logprobs.
+  pipeline.max_logit_rows = n_parallel + prompt_logit_rows;
+  pipeline.max_embedding_rows = embeddings ? n_batch : 0;
+  return pipeline;
+}
+
+Scheduler::Scheduler(const Tokenizer& tokenizer, const SchedulerOptions& options)
+    : tokenizer_(tokenizer), options_(options) {}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(const Model& model, const Tokenizer& tokenizer,
+                                                     const SchedulerOptions& options) {
+  SHARDLM_TRY(options.Validate());
+  if (!model.is_first_stage() || !model.is_last_stage()) {
+    return InvalidArgument("the scheduler needs every layer of the model, got layers [{}, {})",
+                           model.layers().begin, model.layers().end);
+  }
+  if (tokenizer.n_vocab() != model.config().n_vocab) {
+    return InvalidData("the tokenizer has {} tokens but the model's embedding has {} rows",
+                       tokenizer.n_vocab(), model.config().n_vocab);
+  }
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline,
+                           Pipeline::Create(model, options.ToPipelineOptions()));
+  std::string name = options.model_name;
+  if (name.empty()) {
+    Result<std::string_view> general = model.file().GetString("general.name");
+    name = general.ok() && !general->empty() ? std::string(*general) : "model";
+  }
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(tokenizer, options));
+  SHARDLM_TRY(
+      scheduler->Init(std::move(pipeline), std::move(name), ModelFingerprint(model.file())));
+  return scheduler;
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Pipeline> pipeline,
+                                                     const Tokenizer& tokenizer,
+                                                     const SchedulerOptions& options) {
+  SHARDLM_TRY(options.Validate());
+  if (pipeline == nullptr) return InvalidArgument("the scheduler needs a pipeline");
+  if (tokenizer.n_vocab() != pipeline->config().n_vocab) {
+    return InvalidData("the tokenizer has {} tokens but the model's embedding has {} rows",
+                       tokenizer.n_vocab(), pipeline->config().n_vocab);
+  }
+  const PipelineOptions want = options.ToPipelineOptions();
+  if (pipeline->max_batch_tokens() < want.max_batch_tokens ||
+      pipeline->max_logit_rows() < want.max_logit_rows ||
+      pipeline->max_embedding_rows() < want.max_embedding_rows ||
+      pipeline->allocator().n_pages() < want.n_pages) {
+    return InvalidArgument(
+        "the pipeline holds {} tokens, {} logits rows, {} embedding rows and {} pages per "
+        "batch; the scheduler options need {}, {}, {} and {}",
+        pipeline->max_batch_tokens(), pipeline->max_logit_rows(), pipeline->max_embedding_rows(),
+        pipeline->allocator().n_pages(), want.max_batch_tokens, want.max_logit_rows,
+        want.max_embedding_rows, want.n_pages);
+  }
+  if (!options.kv_cache_dir.empty()) {
+    return InvalidArgument(
+        "the disk tier needs the model file's fingerprint: create the scheduler from the model");
+  }
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(tokenizer, options));
+  std::string name = options.model_name.empty() ? "model" : options.model_name;
+  // No model file here: the in-memory cache serves this one pipeline, so any constant
+  // fingerprint keys it correctly (Init uses one); slot files cannot name the model.
+  SHARDLM_TRY(scheduler->Init(std::move(pipeline), std::move(name), std::nullopt));
+  return scheduler;
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(LoadedModel loaded,
+                                                     const SchedulerOptions& options) {
+  if (!loaded.model || !loaded.tokenizer) {
+    return InvalidArgument("the scheduler needs a loaded model and its tokenizer");
+  }
+  auto owned = std::make_unique<LoadedModel>(std::move(loaded));
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
+                           Create(*owned->model, *owned->tokenizer, options));
+  scheduler->owned_ = std::move(owned);
+  return scheduler;
+}
+
+Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
+                       std::optional<Fingerprint128> model_fingerprint) {
+  auto state = std::make_unique<State>();
+  state->pipeline = std::move(pipeline);
+  const Fingerprint128 fingerprint = model_fingerprint.value_or(Fingerprint128{});
+  if (model_fingerprint) {
+    slot_layout_ = PipelineSnapshotLayout(*state->pipeline, fingerprint, options_.kv_type);
+  }
+  if (!options_.kv_cache_dir.empty()) {
+    SchedulerDiskCacheOptions disk;
+    disk.dir = options_.kv_cache_dir;
+    disk.budget_bytes = options_.kv_cache_budget;
+    disk.model = fingerprint;
+    disk.kv_type = options_.kv_type;
+    SHARDLM_ASSIGN_OR_RETURN(state->disk_cache,
+                             SchedulerDiskCache::Open(state->pipeline.get(), std::move(disk)));
+  }
+  state->prefix_cache = std::make_unique<SchedulerPrefixCache>(
+      options_.prefix_cache, &state->pipeline->allocator(), options_.n_parallel,
+      options_.page_tokens, fingerprint, state->disk_cache.get());
+  config_ = state->pipeline->config();
+  state->slots.resize(options_.n_parallel);
+  for (SchedulerSlot& slot : state->slots) {
+    slot.table = std::make_unique<BlockTable>(&state->pipeline->allocator());
+    slot.retained = std::make_unique<BlockTable>(&state->pipeline->allocator());
+  }
+  state->page_marks.resize(size_t(state->pipeline->allocator().n_pages()));
+  state->pages_by_slot.resize(options_.n_parallel);
+  state->batch.reserve(options_.n_batch);
+
+  info_.model_name = std::move(model_name);
+  info_.architecture = ArchName(config_.arch);
+  info_.n_ctx = options_.n_ctx;
+  info_.n_vocab = config_.n_vocab;
+  info_.n_embd = config_.n_embd;
+  info_.n_parallel = options_.n_parallel;
+  info_.embeddings = state->pipeline->max_embedding_rows() > 0;
+  info_.stages = state->pipeline->placement();
+  stats_.slots_total = options_.n_parallel;
+  stats_.kv_pages_total = state->pipeline->allocator().n_pages();
+  for (int i = 0; i < options_.n_parallel; ++i) slot_infos_.push_back(SlotInfo{.id = i});
+
+  state_ = std::move(state);
+  thread_ = std::thread(&Scheduler::Loop, this);
+  return Status::Ok();
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t Scheduler::kv_bytes() const {
+  size_t bytes = 0;
+  for (const StageInfo& stage : info_.stages) bytes += stage.kv_bytes;
+  return bytes;
+}
+
+PipelineCounters Scheduler::pipeline_counters() const { return state_->pipeline->counters(); }
+
+std::vector<StageStats> Scheduler::stage_stats() const { return state_->pipeline->Stats(); }
+
+Status Scheduler::CheckRequest(const EngineRequest& request) const {
+  const int n_prompt = int(request.prompt.size());
+  if (n_prompt == 0) return InvalidArgument("the prompt is empty (no tokens)");
+  const int32_t n_vocab = config_.n_vocab;
+  for (TokenId id : request.prompt) {
+    if (id < 0 || id >= n_vocab) {
+      return InvalidArgument("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab);
+    }
+  }
+  SHARDLM_TRY(CheckPromptOutputs(request));
+  // An embedding's prompt may fill the context: nothing is generated after it.
+  if (request.kind == RequestKind::kEmbedding && n_prompt > options_.n_ctx) {
+    return OutOfRange(
+        "context_length_exceeded: the input has {} tokens but a sequence holds {} positions "
+        "(raise --ctx-size)",
+        n_prompt, options_.n_ctx);
+  }
+  if (request.kind == RequestKind::kGenerate && n_prompt + 1 > options_.n_ctx) {
+    return OutOfRange(
+        "context_length_exceeded: the prompt has {} tokens but a sequence holds {} positions "
+        "(prompt + at least 1 generated token must fit; raise --ctx-size)",
+        n_prompt, options_.n_ctx);
+  }
+  if (request.max_tokens < -1) {
+    return InvalidArgument("max_tokens must be >= 0 (or -1 for no limit), got {}",
+                           request.max_tokens);
+  }
+  for (const auto& [id, bias] : request.logit_bias) {
+    if (id < 0 || id >= n_vocab || !std::isfinite(bias)) {
+      return InvalidArgument(
+          "logit_bias: token {} (bias {}) is outside the vocabulary [0, {}) "
+          "or not a finite number",
+          id, bias, n_vocab);
+    }
+  }
+  return request.sampling.Validate();
+}
+
+Status Scheduler::CheckPromptOutputs(const EngineRequest& request) const {
+  if (request.kind >= RequestKind::kSentinel) {
+    return InvalidArgument("unknown request kind {}", int(request.kind));
+  }
+  if (request.kind != RequestKind::kEmbedding) return Status::Ok();
+  if (!info_.embeddings) {
+    return Unsupported(
+        "this server computes no embeddings: start it with --embeddings (the model then "
+        "serves /v1/embeddings beside completions)");
+  }
+  if (request.want_prompt_logprobs) {
+    return InvalidArgument("an embedding request has no prompt logprobs (it computes no logits)");
+  }
+  return Status::Ok();
+}
+
+Result<RequestId> Scheduler::Submit(EngineRequest request, RequestCallbacks callbacks) {
+  SHARDLM_TRY(CheckRequest(request));
+  SHARDLM_TRY(state_->pipeline->Health());
+  if (request.grammar) {
+    // Tens of milliseconds for a 152k vocabulary: paid once, here rather than on the
+    // engine thread, where it would stall every running stream.
+    std::call_once(vocabulary_once_,
+                   [this] { vocabulary_ = grammar::TokenVocabulary::FromTokenizer(tokenizer_); });
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return Status(StatusCode::kInternal, "the engine is shutting down");
+  if (!lost_.ok()) return lost_;
+  const int free_slots = options_.n_parallel - active_;
+  if (pending_ >= options_.max_queue + free_slots) {
+    return OutOfRange("queue full ({} waiting)", std::max(0, pending_ - free_slots));
+  }
+  Instruction instruction;
+  instruction.kind = Instruction::Kind::kSubmit;
+  instruction.id = next_id_++;
+  instruction.request = std::move(request);
+  instruction.callbacks = std::move(callbacks);
+  instruction.submitted = SchedulerClock::now();
+  const RequestId id = instruction.id;
+  ++pending_;
+  inbox_.push_back(std::move(instruction));
+  cv_.notify_one();
+  return id;
+}
+
+void Scheduler::Cancel(RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Instruction instruction;
+  instruction.kind = Instruction::Kind::kCancel;
+  instruction.id = id;
+  inbox_.push_back(std::move(instruction));
+  cv_.notify_one();
+}
+
+EngineStats Scheduler::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats stats = stats_;
+  stats.queue_length = pending_;
+  // Set once in Init; its counters are thread-safe and move with the writer thread.
+  if (state_->disk_cache) state_->disk_cache->FillStats(stats);
+  return stats;
+}
+
+Status Scheduler::Health() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Status(StatusCode::kInternal, "the engine is shutting down");
+    if (!lost_.ok()) return lost_;
+  }
+  return state_->pipeline->Health();
+}
+
+// ---- Engine thread ----
+
+void Scheduler::Loop() {
+  SetThreadName("engine");
+  using Action = bool (Scheduler::*)();
+  static constexpr Action kActions[] = {&Scheduler::RecoverAction, &Scheduler::SlotTaskAction,
+                                        &Scheduler::AdmitAction, &Scheduler::SubmitAction,
+                                        &Scheduler::CollectAction};
+  while (TakeInstructions()) {
+    for (Action action : kActions) {
+      if ((this->*action)()) break;
+    }
+  }
+  while (!state_->in_flight.empty()) {
+    (void)state_->pipeline->WaitOldest();
+    state_->in_flight.pop_front();
+  }
+  CancelEverything();
+}
+
+bool Scheduler::TakeInstructions() {
+  State& s = *state_;
+  std::deque<Instruction> taken;
+  bool stop = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool has_work = s.HasWork();
+    const auto ready = [&] { return stopping_ || !inbox_.empty(); };
+    if (!lost_.ok()) {
+      cv_.wait_until(lock, s.last_reconnect + kReconnectInterval, ready);
+    } else if (!has_work) {
+      cv_.wait(lock, ready);
+    }
+    taken.swap(inbox_);
+    stop = stopping_;
+  }
+  for (Instruction& instruction : taken) ApplyInstruction(instruction);
+  return !stop;
+}
+
+bool Scheduler::State::HasWork() const {
+  return !waiting.empty() || !in_flight.empty() || !slot_tasks.empty() ||
+         std::any_of(slots.begin(), slots.end(),
+                     [](const SchedulerSlot& slot) { return slot.request != nullptr; });
+}
+
+void Scheduler::ApplyInstruction(Instruction& instruction) {
+  State& s = *state_;
+  if (instruction.kind == Instruction::Kind::kSlot) return StartSlotJob(instruction.slot_job);
+  if (instruction.kind == Instruction::Kind::kSubmit) {
+    ++s.requests_total;
+    s.prompt_tokens_total += int64_t(instruction.request.prompt.size());
+    std::unique_ptr<grammar::TokenMatcher> matcher;
+    if (instruction.request.grammar) {
+      if (!s.automata) s.automata = std::make_unique<grammar::AutomatonCache>(vocabulary_);
+      matcher =
+          std::make_unique<grammar::TokenMatcher>(s.automata->Get(instruction.request.grammar));
+    }
+    s.waiting.push_back(std::make_unique<ActiveRequest>(
+        instruction.id, std::move(instruction.request), std::move(instruction.callbacks),
+        tokenizer_, config_.n_vocab, instruction.submitted, std::move(matcher)));
+    return;
+  }
+  for (size_t i = 0; i < s.waiting.size(); ++i) {
+    if (s.waiting[i]->id() == instruction.id) return FinishWaiting(i, FinishReason::kCancelled);
+  }
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    const SchedulerSlot& slot = s.slots[i];
+    if (slot.request && slot.request->id() == instruction.id) {
+      return FinishSlot(int(i), FinishReason::kCancelled);
+    }
+  }
+  // Unknown or already finished: Cancel is idempotent.
+}
+
+// A lost stage: end everything once, then try to reconnect every kReconnectInterval; no
+// other action runs until it is back (a request accepted just before the loss ends too).
+bool Scheduler::RecoverAction() {
+  State& s = *state_;
+  Status lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost = lost_;
+  }
+  if (lost.ok()) {
+    Status health = s.pipeline->Health();
+    if (health.ok()) return false;
+    FailEverything(health);
+    return true;
+  }
+  while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kError, lost);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - s.last_reconnect < kReconnectInterval) return true;
+  s.last_reconnect = now;
+  Status reconnected = s.pipeline->Reconnect();
+  if (!reconnected.ok()) return true;
+  std::fprintf(stderr, "scheduler: every stage is back; accepting requests again\n");
+  std::lock_guard<std::mutex> lock(mu_);
+  lost_ = Status::Ok();
+  return false;
+}
+
+bool Scheduler::AdmitAction() {
+  State& s = *state_;
+  bool admitted = false;
+  for (size_t i = 0; i < s.slots.size() && !s.waiting.empty(); ++i) {
+    SchedulerSlot& slot = s.slots[i];
+    if (!State::Admissible(slot)) continue;
+    DropRetained(slot);
+    slot.request = std::move(s.waiting.front());
+    s.waiting.pop_front();
+    slot.request->MarkAdmitted();
+    slot.admit_seq = s.admit_counter++;
+    slot.awaiting_logits = false;
+    slot.n_committed = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pending_;
+      ++active_;
+    }
+    admitted = true;
+    if (!slot.request->samples() && !slot.request->prompt_outputs().any()) {
+      FinishSlot(int(i), FinishReason::kLength);
+    } else {
+      s.prefix_cache->Admit(int(i), *slot.request, *slot.table);
+    }
+  }
+  if (admitted) PublishStats();
+  return admitted;
+}
+
+// A failed batch: every batch behind it fails too, so every running request ends with the
+// error and frees its pages. A lost stage also ends the queued requests and refuses new
+// ones until RecoverAction brings it back.
+void Scheduler::FailEverything(const Status& error) {
+  State& s = *state_;
+  std::fprintf(stderr, "scheduler: batch failed: %s\n", error.message().c_str());
+  while (!s.in_flight.empty()) {
+    (void)s.pipeline->WaitOldest();
+    s.in_flight.pop_front();
+  }
+  const bool lost = error.code() == StatusCode::kUnavailable;
+  if (lost) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_ = error;
+  }
+  for (int i = 0; i < int(s.slots.size()); ++i) {
+    if (s.slots[i].request) FinishSlot(i, FinishReason::kError, error);
+  }
+  // A retained page may have been written by the failed batch (a cancelled request's last
+  // one), and a lost stage's pages are gone.
+  DropAllSlotState(error);
+  if (lost) {
+    while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kError, error);
+    s.last_reconnect = std::chrono::steady_clock::now();
+    // The lost stage's pages are gone (a reconnected stage starts empty).
+    s.prefix_cache->Clear();
+    PublishStats();
+  }
+}
+
+void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
+  State& s = *state_;
+  SchedulerSlot& slot = s.slots[slot_idx];
+  std::unique_ptr<ActiveRequest> request = std::move(slot.request);
+  // Pages go back to the allocator before anyone hears of the finish, but those of the
+  // committed positions, which the slot retains. A batch still in flight may write them:
+  // every later batch that reuses them runs after it in every stage (a save waits for it).
+  if (reason == FinishReason::kError) {
+    slot.table->Clear();
+  } else {
+    RetainSequence(slot, *request);
+  }
+  s.prefix_cache->EndSlot(slot_idx);
+  slot.awaiting_logits = false;
+  slot.write_end = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --active_;
+  }
+  PublishStats();
+  request->Finish(reason, std::move(error), options_.log_requests);
+}
+
+void Scheduler::FinishWaiting(size_t index, FinishReason reason, Status error) {
+  State& s = *state_;
+  std::unique_ptr<ActiveRequest> request = std::move(s.waiting[index]);
+  s.waiting.erase(s.waiting.begin() + std::ptrdiff_t(index));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --pending_;
+  }
+  PublishStats();
+  request->Finish(reason, std::move(error), options_.log_requests);
+}
+
+void Scheduler::CancelEverything() {
+  State& s = *state_;
+  DropAllSlotState(Status(StatusCode::kInternal, "the engine is shutting down"));
+  for (int i = 0; i < int(s.slots.size()); ++i) {
+    if (s.slots[i].request) FinishSlot(i, FinishReason::kCancelled);
+  }
+  while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kCancelled);
+}
+
+void Scheduler::PublishStats() {
+  const State& s = *state_;
+  int busy = 0;
+  for (const SchedulerSlot& slot : s.slots) busy += slot.request != nullptr;
+  const PageAllocator& allocator = s.pipeline->allocator();
+  const int retained_only = CountRetainedOnly();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.slots_busy = busy;
+  stats_.queue_length = pending_;
+  stats_.requests_total = s.requests_total;
+  stats_.prompt_tokens_total = s.prompt_tokens_total;
+  stats_.generated_tokens_total = s.generated_tokens_total;
+  const int cached_only = s.prefix_cache->n_cached_only();
+  stats_.kv_pages_used = allocator.n_pages() - allocator.n_free() - cached_only - retained_only;
+  stats_.kv_pages_retained = retained_only;
+  for (size_t i = 0; i < s.slots.size(); ++i) {
+    const SchedulerSlot& slot = s.slots[i];
+    SlotInfo& info = slot_infos_[i];
+    info.state = slot.request ? SlotState::kProcessing : slot.task;
+    info.n_tokens = slot.request ? slot.table->n_tokens() : int(slot.retained_tokens.size());
+  }
+  stats_.prompt_tokens_computed = s.prompt_tokens_computed;
+  s.prefix_cache->FillStats(stats_);
+}
+
+}  // namespace shardlm

@@ -1,0 +1,237 @@
+// SchedulerDiskCache implementation: the layout of the running pipeline, the persister
+// thread (export, encode, DiskStore::Put) and the checked load (see scheduler_disk_cache.h).
+#include "engine/scheduler_disk_cache.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "base/thread_name.h"
+#include "cache/snapshot_file.h"
+
+namespace shardlm {
+SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprint128& model,
+                                      KvType kv_type) {
+  SnapshotLayout layout;
+  layout.model = model;
+  for (const StageInfo& stage : pipeline.placement()) {
+    layout.stages.push_back({stage.layers.begin, stage.layers.end});
+  }
+  layout.page_tokens = pipeline.allocator().page_tokens();
+  layout.n_kv_heads = pipeline.config().n_head_kv;
+  layout.head_dim = pipeline.config().head_dim;
+  layout.kv_type = kv_type;
+  return layout;
+}
+
+SchedulerDiskCache::SchedulerDiskCache(Pipeline* pipeline, SnapshotLayout layout,
+                                       std::function<void(const std::string&)> log)
+    : pipeline_(pipeline),
+      layout_(std::move(layout)),
+      layout_fingerprint_(LayoutFingerprint(layout_)),
+      page_bytes_(pipeline->page_bytes()),
+      log_(std::move(log)) {}
+
+Result<std::unique_ptr<SchedulerDiskCache>> SchedulerDiskCache::Open(
+    Pipeline* pipeline, SchedulerDiskCacheOptions options) {
+  SnapshotLayout layout = PipelineSnapshotLayout(*pipeline, options.model, options.kv_type);
+  DiskStoreOptions store_options;
+  store_options.dir = options.dir;
+  store_options.budget_bytes = options.budget_bytes;
+  store_options.layout = LayoutFingerprint(layout);
+  store_options.log = options.log;
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<DiskStore> store,
+                           DiskStore::Open(std::move(store_options)));
+  std::unique_ptr<SchedulerDiskCache> cache(
+      new SchedulerDiskCache(pipeline, std::move(layout), std::move(options.log)));
+  cache->store_ = std::move(store);
+  cache->persister_ = std::thread(&SchedulerDiskCache::PersisterLoop, cache.get());
+  return cache;
+}
+
+SchedulerDiskCache::~SchedulerDiskCache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  persister_.join();  // exports what is queued first
+  store_.reset();     // writes what is queued
+  ReleaseExported();
+}
+
+void SchedulerDiskCache::Log(const std::string& line) const {
+  if (log_) {
+    log_(line);
+  } else {
+    std::fprintf(stderr, "kv-cache: %s\n", line.c_str());
+  }
+}
+
+void SchedulerDiskCache::Persist(const BlockHash& hash, const BlockHash& parent, PageId page) {
+  if (!store_->NeedsWrite(hash)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool queued = std::any_of(queue_.begin(), queue_.end(),
+                                    [&](const Export& job) { return job.hash == hash; });
+    if (queued) return;
+    if (int(queue_.size()) >= kMaxPendingExports) {
+      ++dropped_;
+      return;
+    }
+    pipeline_->allocator().Retain(page);
+    queue_.push_back({hash, parent, page});
+    ++n_held_;
+  }
+  work_cv_.notify_one();
+}
+
+void SchedulerDiskCache::ReleaseExported() {
+  std::vector<PageId> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done.swap(exported_);
+    n_held_ -= int(done.size());
+  }
+  for (PageId page : done) pipeline_->allocator().Release(page);
+}
+
+bool SchedulerDiskCache::WaitForExports() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (n_held_ == 0) return false;
+    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+  ReleaseExported();
+  return true;
+}
+
+void SchedulerDiskCache::Clear() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (const Export& job : queue_) exported_.push_back(job.page);
+    queue_.clear();
+    idle_cv_.wait(lock, [&] { return !busy_; });
+  }
+  ReleaseExported();
+}
+
+void SchedulerDiskCache::Flush() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+  store_->Flush();
+}
+
+void SchedulerDiskCache::PersisterLoop() {
+  SetThreadName("kv-persist");
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued is exported
+    const Export job = queue_.front();
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    ExportOne(job);
+    lock.lock();
+    busy_ = false;
+    exported_.push_back(job.page);
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+void SchedulerDiskCache::ExportOne(const Export& job) {
+  const int n_stages = int(page_bytes_.size());
+  std::vector<std::vector<uint8_t>> pages(page_bytes_.size());
+  std::vector<uint8_t*> dst(page_bytes_.size());
+  for (int s = 0; s < n_stages; ++s) {
+    pages[s].resize(page_bytes_[s]);
+    dst[s] = pages[s].data();
+  }
+  const PageId ids[] = {job.page};
+  Status exported = pipeline_->ExportPages(ids, dst);
+  if (!exported.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++export_errors_;
+    }
+    Log("block " + job.hash.ToHex() + " not persisted: " + exported.message());
+    return;
+  }
+  std::vector<SnapshotSection> sections;
+  for (int s = 0; s < n_stages; ++s) sections.push_back(KvPageSection(layout_, s, pages[s]));
+  SnapshotHeader header;
+  header.layout = layout_fingerprint_;
+  header.block_hash = job.hash;
+  header.parent_hash = job.parent;
+  header.n_tokens = layout_.page_tokens;
+  Result<std::vector<uint8_t>> bytes = EncodeSnapshot(header, sections);
+  if (!bytes.ok()) {
+    Log("block " + job.hash.ToHex() + " not persisted: " + bytes.status().message());
+    return;
+  }
+  (void)store_->Put(job.hash, std::move(bytes).value());  // a drop is counted by the store
+  // One file at a time: a slow disk backs up into this queue (bounded, in pages the engine
+  // can wait for) rather than into the store's, whose overflow would drop a block and cut
+  // the chain on disk there.
+  store_->Flush();
+}
+
+Status SchedulerDiskCache::Load(const BlockHash& hash, PageId page) {
+  Status loaded = LoadChecked(hash, page);
+  if (!loaded.ok() && loaded.code() != StatusCode::kNotFound) {
+    Log("block " + hash.ToHex() + " not loaded (prefilling from there): " + loaded.message());
+  }
+  return loaded;
+}
+
+Status SchedulerDiskCache::LoadChecked(const BlockHash& hash, PageId page) {
+  // DiskStore::Get logs and deletes a file that fails validation.
+  SHARDLM_ASSIGN_OR_RETURN(LoadedSnapshot loaded, store_->Get(hash));
+  const int n_stages = int(page_bytes_.size());
+  std::vector<const uint8_t*> src(page_bytes_.size(), nullptr);
+  for (const SnapshotSection& section : loaded.snapshot.sections) {
+    if (section.kind != SectionKind::kKvPage) continue;
+    const int s = section.stage_idx;
+    Status checked =
+        s >= 0 && s < n_stages
+            ? CheckKvPageSection(layout_, s, section)
+            : InvalidData("kv_page section of stage {} (the pipeline has {})", s, n_stages);
+    if (checked.ok() && section.bytes.size() != page_bytes_[s]) {
+      checked = InvalidData("stage {}'s section has {} bytes, its pages {}", s,
+                            section.bytes.size(), page_bytes_[s]);
+    }
+    if (!checked.ok()) {
+      store_->Discard(hash, checked.message(), loaded.generation);
+      return checked;
+    }
+    src[s] = section.bytes.data();
+  }
+  for (int s = 0; s < n_stages; ++s) {
+    if (src[s] == nullptr) {
+      Status missing = InvalidData("the file has no kv_page section for stage {}", s);
+      store_->Discard(hash, missing.message(), loaded.generation);
+      return missing;
+    }
+  }
+  const PageId ids[] = {page};
+  return pipeline_->ImportPages(ids, src);
+}
+
+void SchedulerDiskCache::FillStats(EngineStats& stats) const {
+  const DiskStoreStats disk = store_->stats();
+  stats.kv_disk_bytes_read = disk.bytes_read;
+  stats.kv_disk_bytes_written = disk.bytes_written;
+  stats.kv_disk_files = disk.files;
+  stats.kv_disk_bytes = disk.bytes_on_disk;
+  stats.kv_disk_evicted_files = disk.evictions;
+  stats.kv_disk_write_errors = disk.write_errors;
+  stats.kv_disk_corrupt_files = disk.corrupt_files;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats.kv_disk_dropped_writes = disk.dropped_writes + dropped_;
+  stats.kv_disk_export_errors = export_errors_;
+}
+
+}  // namespace shardlm

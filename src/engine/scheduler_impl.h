@@ -1,0 +1,120 @@
+// Scheduler internals: the engine thread's state (slots, waiting requests, batches in
+// flight, prefix cache, slot tasks, counters), shared by scheduler.cc (instructions,
+// actions, faults, stats), scheduler_batch.cc (building, submitting and collecting batches)
+// and scheduler_slots.cc (retained sequences, slot save/restore transfers).
+//
+// Goals: one definition of what the engine thread owns; no logic beyond small helpers.
+// Non-goals: anything other threads may see (that lives in Scheduler, guarded by mu_).
+//
+// Thread safety: every type here belongs to the engine thread alone.
+// Lifetime: State is owned by the Scheduler; see State for the destruction order.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "grammar/automaton_cache.h"
+#include "kv/block_table.h"
+#include "engine/scheduler.h"
+#include "engine/scheduler_disk_cache.h"
+#include "engine/scheduler_prefix_cache.h"
+#include "engine/scheduler_request.h"
+#include "engine/scheduler_slots.h"
+
+namespace shardlm {
+
+// What a resumable task (a prompt's prefill) reports after being offered a step.
+enum class TaskState { kFinished, kNotFinished, kBlocked };
+
+// One sequence slot: the batch's slot index is the index in State::slots.
+struct SchedulerSlot {
+  std::unique_ptr<ActiveRequest> request;  // null when free
+  std::unique_ptr<BlockTable> table;       // the running request's KV; empty when free
+  uint64_t admit_seq = 0;                  // admission order: older prefills go first
+  // A batch in flight gives what the request waits for: its next logits row, or the
+  // outputs of its last prompt positions.
+  bool awaiting_logits = false;
+  int write_begin = 0;  // positions [write_begin, write_end) of the batch being built
+  int write_end = 0;    // (write_end 0: none)
+  int n_committed = 0;  // positions [0, n) of the request hold KV in every stage (collected)
+  // Retained sequence (engine.h "Slots"): while free, the last request's committed
+  // positions, or a restored sequence; dropped when the slot takes a request.
+  std::unique_ptr<BlockTable> retained;
+  std::vector<TokenId> retained_tokens;  // token of each retained position
+  uint64_t retained_fence = 0;        // batches [0, fence) may write retained pages until collected
+  SlotState task = SlotState::kIdle;  // kSaving / kRestoring: a slot transfer holds the slot
+  SlotTransfer transfer;              // while task is kSaving or kRestoring
+};
+
+// A submitted batch: whose output rows it will give, in batch order. The request id guards
+// against a slot that was finished and reused while the batch was in flight.
+struct Scheduler::InFlight {
+  // One request's entries of the batch (adjacent, so its rows are too): its logits rows
+  // (prompt positions' rows first, then the row it samples from) and its embedding rows.
+  struct Outputs {
+    int slot = 0;
+    RequestId request = 0;
+    int first_position = 0;       // of the request's first entry in the batch
+    int n_prompt_logit_rows = 0;  // positions first_position.. (PromptOutputs)
+    int n_embedding_rows = 0;     // positions first_position..
+    bool sample = false;          // one more logits row: the next token's
+    bool prompt_done = false;     // the batch holds the request's last prompt position
+    int n_logit_rows() const { return n_prompt_logit_rows + (sample ? 1 : 0); }
+  };
+  std::vector<Outputs> outputs;
+  // Per slot the batch writes: positions [0, end) hold KV once the batch is collected.
+  struct Written {
+    int slot = 0;
+    RequestId request = 0;
+    int end = 0;
+  };
+  std::vector<Written> written;
+};
+
+// Declaration order is destruction order reversed: tables, the prefix cache and the disk
+// cache (which exports what is queued) go before the pipeline (whose allocator they
+// release pages into).
+struct Scheduler::State {
+  std::unique_ptr<Pipeline> pipeline;
+  std::unique_ptr<SchedulerDiskCache> disk_cache;      // null without options.kv_cache_dir
+  std::unique_ptr<SchedulerPrefixCache> prefix_cache;  // a null object when disabled
+  std::vector<SchedulerSlot> slots;
+  std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
+  std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
+  std::deque<InFlight> in_flight;                      // submission order
+  std::deque<SlotCopyTask> slot_tasks;                 // slot transfers' copies, queued order
+  std::vector<BatchEntry> batch;
+  std::vector<PageCopy> copies;
+  std::chrono::steady_clock::time_point last_reconnect;
+  uint64_t admit_counter = 0;
+  int64_t requests_total = 0;
+  int64_t prompt_tokens_total = 0;
+  int64_t generated_tokens_total = 0;
+  int64_t prompt_tokens_computed = 0;
+  uint64_t batches_submitted = 0;
+  int disk_page_budget = 0;         // disk page loads left in the batch being built
+  int prompt_logit_budget = 0;      // prompt logits rows left in the batch being built
+  std::vector<uint8_t> page_marks;  // [page id], scratch of CountRetainedOnly
+  // Token automata of the grammars requests ask for (made on the first constrained one).
+  std::unique_ptr<grammar::AutomatonCache> automata;
+
+  uint64_t collected() const { return batches_submitted - in_flight.size(); }
+  // A request may be admitted into the slot: it runs nothing and no slot task holds it.
+  static bool Admissible(const SchedulerSlot& slot) {
+    return !slot.request && slot.task == SlotState::kIdle;
+  }
+  // Whether the engine thread has anything to do without a new instruction.
+  bool HasWork() const;
+
+  // Offers a prefilling request up to `budget` batch entries; appends its chunk.
+  TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);
+  // Marks positions [begin, end) of the slot as written by the batch being built.
+  void Touch(SchedulerSlot& slot, int begin, int end);
+  // PrepareWrite, evicting unreferenced cached pages when the pool is full.
+  Status PrepareWriteWithRoom(SchedulerSlot& slot);
+};
+
+}  // namespace shardlm

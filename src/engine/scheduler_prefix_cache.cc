@@ -1,0 +1,174 @@
+// SchedulerPrefixCache implementation: admission lookup, the disk load task, publishing
+// full pages, eviction and counters (see scheduler_prefix_cache.h).
+#include "engine/scheduler_prefix_cache.h"
+
+#include <algorithm>
+
+#include "engine/scheduler_impl.h"
+#include "engine/scheduler_request.h"
+
+namespace shardlm {
+
+SchedulerPrefixCache::SchedulerPrefixCache(bool enabled, PageAllocator* allocator, int n_slots,
+                                           int page_tokens, const Fingerprint128& fingerprint,
+                                           SchedulerDiskCache* disk)
+    : allocator_(allocator),
+      disk_(enabled ? disk : nullptr),
+      fingerprint_(fingerprint),
+      page_tokens_(page_tokens),
+      chains_(size_t(n_slots)) {
+  if (enabled) index_ = std::make_unique<PrefixIndex>(allocator);
+}
+
+void SchedulerPrefixCache::Admit(int slot, ActiveRequest& request, BlockTable& table) {
+  Chain& chain = chains_[slot];
+  ReleasePending(chain);
+  chain.hashes.clear();
+  chain.n_published = 0;
+  chain.publishing = enabled();
+  chain.loading = false;
+  chain.memory_blocks = 0;
+  if (!enabled()) return;
+  if (disk_) disk_->ReleaseExported();
+  chain.hashes = ChainBlockHashes(request.request().prompt, page_tokens_, fingerprint_);
+  // Cached positions would give no output rows.
+  if (request.prompt_outputs().any()) return FinishAdmit(slot, request, table);
+  PrefixHit hit = index_->Lookup(chain.hashes);
+  for (PageId page : hit.pages()) table.AppendSharedPage(page);
+  chain.n_published = hit.n_blocks();
+  chain.memory_blocks = hit.n_blocks();
+  const size_t next = size_t(hit.n_blocks());
+  chain.loading = disk_ && next < chain.hashes.size() && disk_->Contains(chain.hashes[next]);
+  if (!chain.loading) FinishAdmit(slot, request, table);
+}
+
+void SchedulerPrefixCache::FinishAdmit(int slot, ActiveRequest& request, const BlockTable& table) {
+  Chain& chain = chains_[slot];
+  chain.loading = false;
+  const int last = request.n_prompt() - 1;
+  const int cached = std::min(table.n_tokens(), last);
+  const int memory = std::min(chain.memory_blocks * page_tokens_, last);
+  request.SetCached(cached, cached - memory);
+  prompt_tokens_memory_ += memory;
+  prompt_tokens_disk_ += cached - memory;
+}
+
+TaskState SchedulerPrefixCache::LoadStep(int slot, ActiveRequest& request, BlockTable& table,
+                                         int& page_budget, uint64_t submitted, uint64_t collected) {
+  Chain& chain = chains_[slot];
+  while (chain.loading) {
+    const int i = table.n_pages();
+    if (i >= int(chain.hashes.size()) || !disk_->Contains(chain.hashes[i])) break;
+    if (page_budget <= 0) return TaskState::kBlocked;
+    if (chain.pending == kNoPage) {
+      Result<PageId> page = allocator_->Allocate();
+      if (!page.ok() && Evict(1) > 0) page = allocator_->Allocate();
+      if (!page.ok()) break;  // no room: prefill the rest
+      chain.pending = *page;
+      chain.fence = submitted;
+    }
+    if (collected < chain.fence) return TaskState::kNotFinished;
+    --page_budget;
+    if (!disk_->Load(chain.hashes[i], chain.pending).ok()) break;
+    const BlockHash parent = i > 0 ? chain.hashes[i - 1] : kRootBlockHash;
+    // Already cached (another slot loaded it meanwhile): this copy is as good.
+    (void)index_->Publish(chain.hashes[i], parent, chain.pending);
+    table.AppendSharedPage(chain.pending);
+    ReleasePending(chain);
+    chain.n_published = i + 1;
+  }
+  ReleasePending(chain);
+  FinishAdmit(slot, request, table);
+  return TaskState::kFinished;
+}
+
+void SchedulerPrefixCache::ReleasePending(Chain& chain) {
+  if (chain.pending == kNoPage) return;
+  allocator_->Release(chain.pending);
+  chain.pending = kNoPage;
+}
+
+void SchedulerPrefixCache::EndSlot(int slot) {
+  Chain& chain = chains_[slot];
+  ReleasePending(chain);
+  chain.loading = false;
+}
+
+void SchedulerPrefixCache::PublishFullPages(int slot, const ActiveRequest& request,
+                                            const BlockTable& table, int written_end) {
+  Chain& chain = chains_[slot];
+  if (disk_) disk_->ReleaseExported();
+  const int n_full = std::min(written_end, table.n_tokens()) / page_tokens_;
+  std::vector<TokenId> block(size_t(page_tokens_), 0);
+  while (chain.publishing && chain.n_published < n_full) {
+    const int i = chain.n_published;
+    const BlockHash parent = i > 0 ? chain.hashes[i - 1] : kRootBlockHash;
+    // Only a chain of the index's own pages keeps every unheld cached page evictable.
+    if (i > 0 && index_->PageOf(parent) != table.page(i - 1)) {
+      chain.publishing = false;
+      break;
+    }
+    if (i == int(chain.hashes.size())) {
+      for (int k = 0; k < page_tokens_; ++k) block[k] = request.TokenAt(i * page_tokens_ + k);
+      chain.hashes.push_back(ChainBlockHash(parent, block, fingerprint_));
+    }
+    const PublishOutcome published = index_->Publish(chain.hashes[i], parent, table.page(i));
+    if (disk_ && published == PublishOutcome::kPublished) {
+      disk_->Persist(chain.hashes[i], parent, table.page(i));
+    }
+    ++chain.n_published;
+  }
+}
+
+void SchedulerPrefixCache::AdoptRestored(std::span<const TokenId> tokens,
+                                         std::vector<PageId>& pages) {
+  if (!enabled()) return;
+  if (disk_) disk_->ReleaseExported();
+  const std::vector<BlockHash> hashes = ChainBlockHashes(tokens, page_tokens_, fingerprint_);
+  // Every block maps the index's own page once this loop has passed it, so each publish
+  // finds its parent cached as the page before it (every unheld cached page stays evictable).
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    const BlockHash parent = i > 0 ? hashes[i - 1] : kRootBlockHash;
+    const PageId cached = index_->PageOf(hashes[i]);
+    if (cached != kNoPage) {
+      allocator_->Retain(cached);
+      allocator_->Release(pages[i]);
+      pages[i] = cached;
+      continue;
+    }
+    if (index_->Publish(hashes[i], parent, pages[i]) == PublishOutcome::kPublished && disk_) {
+      disk_->Persist(hashes[i], parent, pages[i]);
+    }
+  }
+}
+
+int SchedulerPrefixCache::Evict(int n_pages) {
+  if (!enabled()) return 0;
+  const int evicted = index_->EvictUnreferenced(n_pages);
+  if (evicted > 0 || !disk_ || !disk_->WaitForExports()) return evicted;
+  return index_->EvictUnreferenced(n_pages);
+}
+
+void SchedulerPrefixCache::Clear() {
+  if (!enabled()) return;
+  if (disk_) disk_->Clear();
+  index_->Clear();
+}
+
+int SchedulerPrefixCache::n_cached_only() const {
+  return enabled() ? index_->CountUnreferenced() : 0;
+}
+
+void SchedulerPrefixCache::FillStats(EngineStats& stats) const {
+  stats.prompt_tokens_cached = prompt_tokens_memory_ + prompt_tokens_disk_;
+  stats.prompt_tokens_memory = prompt_tokens_memory_;
+  stats.prompt_tokens_disk = prompt_tokens_disk_;
+  if (!enabled()) return;
+  const PrefixIndexStats& cache = index_->stats();
+  stats.prefix_cache_lookup_blocks = cache.lookup_blocks;
+  stats.prefix_cache_hit_blocks = cache.hit_blocks;
+  stats.prefix_cache_evicted_pages = cache.evicted;
+  stats.prefix_cache_pages = index_->size();
+}
+
+}  // namespace shardlm

@@ -1,0 +1,163 @@
+// LocalStage (local_stage.h): binding, page storage and threads of an in-process stage;
+// Run = copy-on-write copies, then the forward pass over the stage's layers.
+#include "pipeline/local_stage.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "model/prefault.h"
+#include "pipeline/model_loader.h"
+
+namespace shardlm {
+namespace {
+
+int ThreadCount(const LocalStageOptions& options) {
+  if (!options.device.cores.empty()) return int(options.device.cores.size());
+  if (options.threads > 0) return options.threads;
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+Status CheckOptions(const LocalStageOptions& options) {
+  if (options.device.remote()) {
+    return InvalidArgument("stage {}: device '{}' is remote; a local stage runs on cpu cores",
+                           options.index, options.device.ToString());
+  }
+  if (options.max_batch_tokens < 1) {
+    return InvalidArgument("stage {}: max_batch_tokens is {}, must be >= 1", options.index,
+                           options.max_batch_tokens);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LocalStage>> LocalStage::Load(std::shared_ptr<const GgufFile> file,
+                                                     LayerRange layers,
+                                                     const LocalStageOptions& options) {
+  if (file == nullptr) return InvalidArgument("stage {}: no model file", options.index);
+  SHARDLM_TRY(CheckOptions(options));
+  const std::string label =
+      file->name() + " [" + std::to_string(layers.begin) + ", " + std::to_string(layers.end) + ")";
+  const auto start = std::chrono::steady_clock::now();
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                           Model::Load(std::move(file), layers, /*repack=*/true));
+  ReportPanels(*model, label, start, options.show_progress);
+  if (options.prefault) PrefaultStage(model->weights(), label, options.show_progress);
+  const Model& ref = *model;
+  return Create(std::move(model), ref, options);
+}
+
+Result<std::unique_ptr<LocalStage>> LocalStage::Borrow(const Model& model,
+                                                       const LocalStageOptions& options) {
+  return Create(nullptr, model, options);
+}
+
+Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> owned,
+                                                       const Model& model,
+                                                       const LocalStageOptions& options) {
+  SHARDLM_TRY(CheckOptions(options));
+  std::unique_ptr<LocalStage> stage(new LocalStage());
+  stage->owned_model_ = std::move(owned);
+  stage->model_ = &model;
+  auto pool =
+      PagePool::Create(model.KvPoolConfig(options.n_pages, options.page_tokens, options.kv_type));
+  if (!pool.ok()) return pool.status().WithContext("stage " + std::to_string(options.index));
+  stage->pool_ = std::move(pool).value();
+  stage->threads_ = std::make_unique<ThreadPool>(ThreadCount(options), options.device.cores);
+  stage->forward_ = std::make_unique<ForwardPass>(model, *stage->pool_, *stage->threads_,
+                                                  options.max_batch_tokens);
+  StageInfo& info = stage->info_;
+  info.index = options.index;
+  info.layers = model.layers();
+  info.first = model.is_first_stage();
+  info.last = model.is_last_stage();
+  info.device = options.device.ToString();
+  info.remote = false;
+  info.threads = stage->threads_->size();
+  info.weight_bytes = StageWeightBytes(model.weights());
+  info.kv_bytes = size_t(stage->pool_->n_pages()) * stage->pool_->page_bytes();
+  return stage;
+}
+
+LocalStage::~LocalStage() = default;
+
+Status LocalStage::ApplyCopies(std::span<const PageCopy> copies) {
+  const int n_pages = pool_->n_pages();
+  for (const PageCopy& copy : copies) {
+    if (copy.src < 0 || copy.src >= n_pages || copy.dst < 0 || copy.dst >= n_pages) {
+      return InvalidArgument("stage {}: page copy {} -> {} names a page outside [0, {})",
+                             info_.index, copy.src, copy.dst, n_pages);
+    }
+  }
+  for (const PageCopy& copy : copies) pool_->CopyPage(copy.src, copy.dst);
+  return Status::Ok();
+}
+
+Status LocalStage::Run(const StageBatch& batch, const float* hidden_in, float* out) {
+  const auto start = std::chrono::steady_clock::now();
+  SHARDLM_TRY(ApplyCopies(batch.copies));
+  SHARDLM_TRY(forward_->Run(batch.entries, batch.pages_by_slot, hidden_in, out));
+  Count(batch, hidden_in != nullptr,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return Status::Ok();
+}
+
+void LocalStage::Count(const StageBatch& batch, bool has_hidden_in, double seconds) {
+  const ModelConfig& config = model_->config();
+  const uint64_t n_tokens = batch.entries.size();
+  const uint64_t hidden_bytes = n_tokens * uint64_t(config.n_embd) * sizeof(float);
+  uint64_t bytes_out = hidden_bytes;
+  if (info_.last) {
+    const BatchOutputRows rows = CountOutputRows(batch.entries);
+    bytes_out = (uint64_t(rows.logits) * uint64_t(config.n_vocab) +
+                 uint64_t(rows.embeddings) * uint64_t(config.n_embd)) *
+                sizeof(float);
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.batches += 1;
+  stats_.tokens += n_tokens;
+  stats_.busy_seconds += seconds;
+  stats_.bytes_in += has_hidden_in ? hidden_bytes : 0;
+  stats_.bytes_out += bytes_out;
+}
+
+StageStats LocalStage::Stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+size_t LocalStage::page_bytes() const { return pool_->page_bytes(); }
+
+Status LocalStage::CheckPages(std::span<const PageId> pages) const {
+  for (PageId page : pages) {
+    if (page < 0 || page >= pool_->n_pages()) {
+      return InvalidArgument("stage {}: page {} is outside the pool ({} pages)", info_.index, page,
+                             pool_->n_pages());
+    }
+  }
+  return Status::Ok();
+}
+
+Status LocalStage::ExportPages(std::span<const PageId> pages, uint8_t* dst) {
+  SHARDLM_TRY(CheckPages(pages));
+  const size_t bytes = pool_->page_bytes();
+  for (size_t i = 0; i < pages.size(); ++i) {
+    std::memcpy(dst + i * bytes, pool_->page_data(pages[i]), bytes);
+  }
+  return Status::Ok();
+}
+
+Status LocalStage::ImportPages(std::span<const PageId> pages, const uint8_t* src) {
+  SHARDLM_TRY(CheckPages(pages));
+  const size_t bytes = pool_->page_bytes();
+  for (size_t i = 0; i < pages.size(); ++i) {
+    std::memcpy(pool_->page_data(pages[i]), src + i * bytes, bytes);
+  }
+  return Status::Ok();
+}
+
+}  // namespace shardlm

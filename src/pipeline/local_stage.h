@@ -1,0 +1,108 @@
+// LocalStage: a stage computed in this process, on a set of CPU cores (its
+// device; the Stage interface is stage.h).
+//
+// Two ways to make one:
+//  - Load: from a GgufFile and a layer range. The stage binds its own tensors and pages in
+//    only their bytes (its layers; stage 0 also the embedding, the last stage the output
+//    norm and head), so a split holds each stage's share of the model in memory.
+//  - Borrow: over a Model loaded elsewhere (the unsplit case: no second binding, no
+//    prefault; the caller's LoadModelFile did that).
+// Either way the stage owns its PagePool (geometry from the options, pages of its layers
+// only), its ThreadPool and its ForwardPass. Page ids come from the pipeline's
+// PageAllocator; the stage stores them and applies the batch's copy-on-write copies.
+//
+// Device: `cpu` runs `threads` unpinned threads (0 = every core of the machine); `cpu:A-B`
+// runs one thread per core, each pinned, the calling thread (the pipeline's worker for this
+// stage) on the first core: ThreadPool pins its owner on its first ParallelFor from a new
+// thread.
+//
+// Goals: bitwise the same hidden rows and logits as the unsplit model (the forward pass
+// reduces in shape-only order, so a layer computes the same in any stage); statistics a
+// `/props` or `/metrics` reader can poll while batches run.
+// Non-goals: page allocation (kv/page_allocator.h), ordering batches between stages
+// (pipeline.h), remote devices (remote_stage.h): a `unix:` device is InvalidArgument here.
+//
+// Thread safety: one thread calls Run (and uses pool()) at a time; info, Health and Stats
+// may be called from any thread.
+// Lifetime: Load keeps the GgufFile alive through the Model; Borrow needs the Model to
+// outlive the stage.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "base/status.h"
+#include "gguf/gguf_file.h"
+#include "kv/page_pool.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "pipeline/placement.h"
+#include "pipeline/stage.h"
+#include "tensor/thread_pool.h"
+
+namespace shardlm {
+
+struct LocalStageOptions {
+  int index = 0;      // position in the pipeline
+  DeviceSpec device;  // kCpu only
+  int threads = 0;    // unpinned `cpu`: thread count, 0 = every core; ignored when pinned
+  // Page geometry: the pipeline's (every stage has the same page ids and page_tokens).
+  int n_pages = 0;
+  int page_tokens = kDefaultPageTokens;
+  KvType kv_type = KvType::kF32;
+  int max_batch_tokens = 512;  // bounds every batch; activations are sized once for it
+  bool prefault = true;        // Load only: page in the stage's tensors before returning
+  bool show_progress = false;  // Load only: "loading <file> [a, b): NN%" on stderr
+};
+
+class LocalStage final : public Stage {
+ public:
+  // Binds layers `layers` of `file` (a range outside [0, n_layers) or empty is
+  // InvalidArgument) and, with options.prefault, pages in only their tensors.
+  // Errors: those of Model::Load, a remote device, a bad page geometry (PagePool::Create).
+  static Result<std::unique_ptr<LocalStage>> Load(std::shared_ptr<const GgufFile> file,
+                                                  LayerRange layers,
+                                                  const LocalStageOptions& options);
+  // A stage over `model` (all its layers), which must outlive the stage.
+  static Result<std::unique_ptr<LocalStage>> Borrow(const Model& model,
+                                                    const LocalStageOptions& options);
+  ~LocalStage() override;
+
+  const StageInfo& info() const override { return info_; }
+  // Errors: a copy naming a page outside the pool (InvalidArgument, nothing applied), then
+  // those of ForwardPass::Run.
+  Status Run(const StageBatch& batch, const float* hidden_in, float* out) override;
+  Status Health() const override { return Status::Ok(); }
+  Status Reconnect() override { return Status::Ok(); }
+  StageStats Stats() const override;
+  size_t page_bytes() const override;
+  Status ExportPages(std::span<const PageId> pages, uint8_t* dst) override;
+  Status ImportPages(std::span<const PageId> pages, const uint8_t* src) override;
+
+  const Model& model() const { return *model_; }
+  // The stage's page storage (prefix cache export/import, the shard daemon).
+  PagePool& pool() { return *pool_; }
+
+ private:
+  LocalStage() = default;
+  static Result<std::unique_ptr<LocalStage>> Create(std::unique_ptr<Model> owned,
+                                                    const Model& model,
+                                                    const LocalStageOptions& options);
+  Status ApplyCopies(std::span<const PageCopy> copies);
+  Status CheckPages(std::span<const PageId> pages) const;  // InvalidArgument: outside the pool
+  void Count(const StageBatch& batch, bool has_hidden_in, double seconds);
+
+  std::unique_ptr<Model> owned_model_;  // Load only
+  const Model* model_ = nullptr;
+  std::unique_ptr<PagePool> pool_;
+  std::unique_ptr<ThreadPool> threads_;
+  std::unique_ptr<ForwardPass> forward_;
+  StageInfo info_;
+
+  mutable std::mutex stats_mu_;
+  StageStats stats_;  // guarded by stats_mu_
+};
+
+}  // namespace shardlm

@@ -1,0 +1,96 @@
+// Shard geometry: page bytes, Hello bounds, region layout (see shard_geometry.h).
+#include "pipeline/shard_geometry.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace shardlm {
+namespace {
+
+Status CheckRange(const char* field, int64_t value, int64_t max) {
+  if (value <= 0 || value > max) {
+    return InvalidArgument("{} {} is out of range (1..{})", field, value, max);
+  }
+  return Status::Ok();
+}
+
+size_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return SIZE_MAX;
+  return size_t(pages) * size_t(page_size);
+}
+
+}  // namespace
+
+size_t ShardPageBytes(const ModelConfig& config, int n_stage_layers, int page_tokens,
+                      KvType kv_type) {
+  const size_t row_bytes = size_t(config.n_head_kv) * KvRowBytes(kv_type, size_t(config.head_dim));
+  return row_bytes * size_t(page_tokens) * size_t(n_stage_layers) * 2;
+}
+
+Status ValidateShardGeometry(const ShardHello& hello) {
+  if (hello.magic != kShardMagic) {
+    return InvalidArgument("bad magic 0x{:08x} (expected 0x{:08x})", hello.magic, kShardMagic);
+  }
+  SHARDLM_TRY(CheckRange("n_layers", hello.n_layers, 1 << 16));
+  SHARDLM_TRY(CheckRange("n_embd", hello.n_embd, 1 << 20));
+  SHARDLM_TRY(CheckRange("n_vocab", hello.n_vocab, 1 << 24));
+  SHARDLM_TRY(CheckRange("n_pages", hello.n_pages, kShardMaxPages));
+  SHARDLM_TRY(CheckRange("page_tokens", hello.page_tokens, kShardMaxPageTokens));
+  SHARDLM_TRY(CheckRange("max_batch_tokens", hello.max_batch_tokens, kShardMaxBatchTokens));
+  SHARDLM_TRY(CheckRange("max_logit_rows", hello.max_logit_rows, kShardMaxLogitRows));
+  if (hello.max_logit_rows > hello.max_batch_tokens) {
+    return InvalidArgument("max_logit_rows {} exceeds max_batch_tokens {}", hello.max_logit_rows,
+                           hello.max_batch_tokens);
+  }
+  if (hello.max_embedding_rows < 0 || hello.max_embedding_rows > hello.max_batch_tokens) {
+    return InvalidArgument("max_embedding_rows {} is out of range (0..max_batch_tokens {})",
+                           hello.max_embedding_rows, hello.max_batch_tokens);
+  }
+  if (hello.threads < 0 || hello.threads > kShardMaxThreads) {
+    return InvalidArgument("threads {} is out of range (0..{})", hello.threads, kShardMaxThreads);
+  }
+  if (hello.kv_type >= static_cast<uint32_t>(KvType::kSentinel)) {
+    return InvalidArgument("kv_type {} is not a KV cache type", hello.kv_type);
+  }
+  if (hello.layer_begin < 0 || hello.layer_begin >= hello.layer_end ||
+      hello.layer_end > hello.n_layers) {
+    return InvalidArgument("layer range [{}, {}) is not inside the model's {} layers",
+                           hello.layer_begin, hello.layer_end, hello.n_layers);
+  }
+  return Status::Ok();
+}
+
+Result<ShardRegionLayout> ShardLayout(const ShardHello& hello, size_t page_bytes) {
+  SHARDLM_TRY(ValidateShardGeometry(hello));
+  const size_t memory = PhysicalMemoryBytes();
+  // page_bytes and n_pages are bounded (ValidateShardGeometry, the file's config), so the
+  // double product is exact enough to compare against the memory size.
+  const double pool_bytes = double(page_bytes) * double(hello.n_pages);
+  if (page_bytes == 0 || pool_bytes > double(memory)) {
+    return OutOfRange("KV pool of {} pages × {} bytes exceeds this machine's {} bytes of memory",
+                      hello.n_pages, page_bytes, memory);
+  }
+  const ShardRegionLayout layout = ComputeRegionLayout(hello, page_bytes, kShardPagesPerTransfer);
+  if (layout.total_bytes == 0 || layout.total_bytes > memory) {
+    return OutOfRange(
+        "shared region of {} bytes (max_batch_tokens {}, max_logit_rows {}) exceeds this "
+        "machine's {} bytes of memory",
+        layout.total_bytes, hello.max_batch_tokens, hello.max_logit_rows, memory);
+  }
+  return layout;
+}
+
+size_t ProcessRssBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long total = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &total, &resident);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return size_t(resident) * size_t(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace shardlm

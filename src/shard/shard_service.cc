@@ -1,0 +1,376 @@
+// ShardService: accept loop, handshake and model cache of the shard daemon (see shard_service.h);
+// the request loop is ShardSession.
+#include "shard/shard_service.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "base/thread_name.h"
+#include "gguf/fingerprint.h"
+#include "ipc/shm_region.h"
+#include "ipc/socket_dir.h"
+#include "model/model_config.h"
+#include "pipeline/local_stage.h"
+#include "pipeline/shard_geometry.h"
+#include "shard/shard_session.h"
+
+namespace shardlm {
+namespace {
+
+// A Hello is a few hundred bytes plus the model path (at most kMaxShardString).
+constexpr uint32_t kMaxHelloBytes = 64 << 10;
+// How long a busy daemon waits for the second client's Hello before refusing it: its reply is read
+// only after the Hello is sent, so the refusal must follow the Hello.
+constexpr int kBusyHelloTimeoutMs = 2000;
+// How long a new connection waits for the current session to end before it is refused as busy:
+// covers the teardown of a session whose server just disconnected (freeing its pool).
+constexpr int kSessionEndGraceMs = 500;
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string Mib(size_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
+
+// The file's identity on disk: a cached mapping is reused only for the very same file.
+struct FileIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  int64_t mtime_ns = 0;
+  friend bool operator==(const FileIdentity&, const FileIdentity&) = default;
+};
+
+Result<FileIdentity> StatFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return NotFound("cannot open {}: {}", path, std::strerror(errno));
+  }
+  return FileIdentity{st.st_dev, st.st_ino, st.st_size,
+                      int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+// Hello fields a refusal can name before the full decode: magic and version lead the payload, so a
+// peer of another protocol version still gets a clear answer.
+Status CheckVersion(std::span<const uint8_t> payload) {
+  if (payload.size() < 8) return InvalidData("Hello of {} bytes", payload.size());
+  uint32_t magic = 0, version = 0;
+  std::memcpy(&magic, payload.data(), 4);
+  std::memcpy(&version, payload.data() + 4, 4);
+  if (magic != kShardMagic) {
+    return InvalidData("bad magic 0x{:08x} (expected 0x{:08x})", magic, kShardMagic);
+  }
+  if (version != kShardProtocolVersion) {
+    return InvalidArgument("protocol version {}, daemon speaks {}", version, kShardProtocolVersion);
+  }
+  return Status::Ok();
+}
+
+Status CheckShape(const ShardHello& hello, const ModelConfig& config) {
+  if (hello.n_layers != config.n_layers || hello.n_embd != config.n_embd ||
+      hello.n_vocab != config.n_vocab) {
+    return InvalidArgument(
+        "model shape mismatch: {} has {} layers, n_embd {}, "
+        "n_vocab {}; the server expects "
+        "{} layers, n_embd {}, n_vocab {}",
+        hello.model_path, config.n_layers, config.n_embd, config.n_vocab, hello.n_layers,
+        hello.n_embd, hello.n_vocab);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct ShardService::CachedModel {
+  std::string path;
+  FileIdentity identity;
+  std::shared_ptr<const GgufFile> file;
+  Fingerprint128 fingerprint;
+  ModelConfig config;
+};
+
+// What an accepted Hello produced, before the session serves it.
+struct AcceptedHello {
+  std::unique_ptr<ShmRegion> region;
+  ShardRegionLayout layout;
+  std::unique_ptr<LocalStage> stage;
+  ShardHelloReply reply;
+  double load_seconds = 0.0;
+};
+
+ShardService::ShardService(ShardServiceOptions options) : options_(std::move(options)) {}
+
+Result<std::unique_ptr<ShardService>> ShardService::Create(ShardServiceOptions options) {
+  if (options.device.kind != DeviceSpec::Kind::kCpu) {
+    return InvalidArgument("a shard daemon computes on cpu cores, not on {}",
+                           options.device.ToString());
+  }
+  if (options.threads < 0 || options.threads > kShardMaxThreads) {
+    return InvalidArgument("--threads {} is out of range (0..{})", options.threads,
+                           kShardMaxThreads);
+  }
+  std::unique_ptr<ShardService> service(new ShardService(std::move(options)));
+  const ShardServiceOptions& o = service->options_;
+  if (!o.device.cores.empty()) {
+    service->threads_ = static_cast<int>(o.device.cores.size());
+  } else {
+    service->threads_ =
+        o.threads > 0 ? o.threads : std::max(1, int(std::thread::hardware_concurrency()));
+  }
+  SHARDLM_ASSIGN_OR_RETURN(service->options_.socket_path, ResolveSocketPath(o.socket_path));
+  ShardService* logger = service.get();  // owns the listener, so outlives its callback
+  SHARDLM_ASSIGN_OR_RETURN(
+      service->listener_,
+      UnixListener::Listen(o.socket_path, PeerUidPolicy(o.allowed_uids),
+                           [logger](const std::string& reason) {
+                             logger->Log("refused a connection: " + reason +
+                                         " (--allow-uid UID lets servers of another uid in)");
+                           }));
+  return service;
+}
+
+ShardService::~ShardService() {
+  Stop();
+  std::thread session;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    session = std::move(session_thread_);
+  }
+  if (session.joinable()) session.join();
+}
+
+std::string ShardService::DeviceDescription() const {
+  return fmt::format("{} ({} thread{})", options_.device.ToString(), threads_,
+                     threads_ == 1 ? "" : "s");
+}
+
+void ShardService::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::fprintf(stderr, "shard: %s\n", line.c_str());
+  }
+}
+
+void ShardService::Stop() {
+  stopping_.store(true);
+  if (listener_) listener_->Shutdown();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (active_channel_) active_channel_->Shutdown();
+}
+
+Status ShardService::Run() {
+  Status result;
+  while (!stopping_.load()) {
+    Result<std::unique_ptr<MessageChannel>> channel = listener_->Accept();
+    if (!channel.ok()) {
+      if (!stopping_.load()) result = channel.status();
+      break;
+    }
+    std::thread finished;
+    uint64_t session_id = 0;
+    {
+      // A server that reconnects right after its previous connection closed may arrive before that
+      // session's thread has noticed: give it a moment to end.
+      std::unique_lock<std::mutex> lock(mu_);
+      session_ended_.wait_for(lock, std::chrono::milliseconds(kSessionEndGraceMs),
+                              [this] { return !session_active_; });
+      if (!session_active_) {
+        finished = std::move(session_thread_);
+        session_active_ = true;
+        session_id = ++sessions_;
+      }
+    }
+    if (session_id == 0) {
+      RefuseBusy(*channel.value());
+      continue;
+    }
+    if (finished.joinable()) finished.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    session_thread_ =
+        std::thread(&ShardService::ServeSession, this, std::move(channel).value(), session_id);
+  }
+  std::thread session;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_channel_) active_channel_->Shutdown();
+    session = std::move(session_thread_);
+  }
+  if (session.joinable()) session.join();
+  return result;
+}
+
+void ShardService::RefuseBusy(MessageChannel& channel) {
+  // Read the Hello first: a reply to a client that has not finished sending could be lost in a
+  // connection reset.
+  Result<ReceivedMessage> hello = channel.Receive(kMaxHelloBytes, kBusyHelloTimeoutMs);
+  ShardHelloReply reply;
+  reply.error = "busy: serving another server";
+  std::vector<uint8_t> payload;
+  EncodeHelloReply(reply, payload);
+  (void)channel.Send(ShardMessageType::kHelloReply, payload);
+  Log("refused a connection: " + reply.error +
+      (hello.ok() ? "" : " (and it sent no Hello: " + hello.status().message() + ")"));
+}
+
+// The handshake: everything the daemon verifies itself before it serves a stage.
+class ShardService::HelloCheck {
+ public:
+  HelloCheck(ShardService& service, const ShardHello& hello) : service_(service), hello_(hello) {}
+
+  Result<AcceptedHello> Accept(UniqueFd region_fd) {
+    const auto start = std::chrono::steady_clock::now();
+    SHARDLM_TRY(ValidateShardGeometry(hello_));
+    SHARDLM_ASSIGN_OR_RETURN(std::shared_ptr<CachedModel> model, OpenModel());
+    const Fingerprint128 expected{hello_.fingerprint_hi, hello_.fingerprint_lo};
+    if (!(model->fingerprint == expected)) {
+      return InvalidArgument("model fingerprint mismatch: {} has {}, the server expects {}",
+                             hello_.model_path, model->fingerprint.ToHex(), expected.ToHex());
+    }
+    SHARDLM_TRY(CheckShape(hello_, model->config));
+    const LayerRange range{hello_.layer_begin, hello_.layer_end};
+    const auto kv_type = static_cast<KvType>(hello_.kv_type);
+    SHARDLM_TRY(CheckKvRows(kv_type, model->config.head_dim));
+    const size_t page_bytes =
+        ShardPageBytes(model->config, range.size(), hello_.page_tokens, kv_type);
+    AcceptedHello accepted;
+    SHARDLM_ASSIGN_OR_RETURN(accepted.layout, ShardLayout(hello_, page_bytes));
+    if (hello_.shm_bytes != accepted.layout.total_bytes) {
+      return InvalidArgument("shared region of {} bytes, the geometry needs {}", hello_.shm_bytes,
+                             accepted.layout.total_bytes);
+    }
+    if (!region_fd.valid()) return InvalidArgument("Hello without a shared-memory region");
+    SHARDLM_ASSIGN_OR_RETURN(accepted.region,
+                             ShmRegion::Map(region_fd.release(), accepted.layout.total_bytes));
+    SHARDLM_ASSIGN_OR_RETURN(accepted.stage, MakeStage(model, range, kv_type));
+    if (accepted.stage->pool().page_bytes() != page_bytes) {
+      return Status(StatusCode::kInternal,
+                    fmt::format("page bytes {} differ from the protocol's {}",
+                                accepted.stage->pool().page_bytes(), page_bytes));
+    }
+    const StageInfo& info = accepted.stage->info();
+    accepted.reply.accepted = true;
+    accepted.reply.device = fmt::format("{} ({} thread{})", service_.options_.device.ToString(),
+                                        info.threads, info.threads == 1 ? "" : "s");
+    accepted.reply.threads = info.threads;
+    accepted.reply.weight_bytes = info.weight_bytes;
+    accepted.reply.kv_bytes = info.kv_bytes;
+    accepted.reply.rss_bytes = ProcessRssBytes();
+    accepted.load_seconds = SecondsSince(start);
+    return accepted;
+  }
+
+ private:
+  // The cached model when the Hello names the same unchanged file, else a fresh open.
+  Result<std::shared_ptr<CachedModel>> OpenModel() {
+    SHARDLM_ASSIGN_OR_RETURN(FileIdentity identity, StatFile(hello_.model_path));
+    {
+      std::lock_guard<std::mutex> lock(service_.mu_);
+      std::shared_ptr<CachedModel>& cache = service_.cache_;
+      if (cache && cache->path == hello_.model_path && cache->identity == identity) return cache;
+      cache.reset();  // unmap the previous model before mapping another
+    }
+    auto model = std::make_shared<CachedModel>();
+    model->path = hello_.model_path;
+    model->identity = identity;
+    SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(hello_.model_path));
+    model->file = std::move(file);
+    model->fingerprint = ModelFingerprint(*model->file);
+    SHARDLM_ASSIGN_OR_RETURN(model->config, ReadModelConfig(*model->file));
+    std::lock_guard<std::mutex> lock(service_.mu_);
+    service_.cache_ = model;
+    return model;
+  }
+
+  int StageThreads() const {
+    if (!service_.options_.device.cores.empty()) return service_.threads_;
+    if (hello_.threads > 0) return std::min(hello_.threads, service_.threads_);
+    return service_.threads_;
+  }
+
+  Result<std::unique_ptr<LocalStage>> MakeStage(const std::shared_ptr<CachedModel>& model,
+                                                LayerRange range, KvType kv_type) {
+    LocalStageOptions options;
+    options.device = service_.options_.device;
+    options.threads = StageThreads();
+    options.n_pages = hello_.n_pages;
+    options.page_tokens = hello_.page_tokens;
+    options.kv_type = kv_type;
+    options.max_batch_tokens = hello_.max_batch_tokens;
+    return LocalStage::Load(model->file, range, options);
+  }
+
+  ShardService& service_;
+  const ShardHello& hello_;
+};
+
+void ShardService::ServeSession(std::unique_ptr<MessageChannel> channel, uint64_t session_id) {
+  SetThreadName("shard-session");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_channel_ = channel.get();
+    if (stopping_.load()) channel->Shutdown();
+  }
+  const std::string tag = fmt::format("session {}", session_id);
+  const Status end = RunSession(*channel, tag);
+  if (!end.ok()) {
+    const char* kind = end.code() == StatusCode::kInvalidData ? "protocol violation: " : "";
+    Log(tag + ": closed: " + kind + end.message());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  active_channel_ = nullptr;
+  channel.reset();
+  session_active_ = false;
+  session_ended_.notify_all();
+}
+
+Status ShardService::RunSession(MessageChannel& channel, const std::string& tag) {
+  SHARDLM_ASSIGN_OR_RETURN(ReceivedMessage message,
+                           channel.Receive(kMaxHelloBytes, options_.hello_timeout_ms));
+  if (message.type != ShardMessageType::kHello) {
+    return InvalidData("expected Hello, got {}", ShardMessageTypeName(message.type));
+  }
+  // A Hello of another version may not decode: its version is answered first.
+  Status version = CheckVersion(message.payload);
+  if (version.code() == StatusCode::kInvalidData) return version;
+  Result<ShardHello> hello =
+      version.ok() ? DecodeHello(message.payload) : Result<ShardHello>(version);
+  if (!hello.ok() && hello.status().code() == StatusCode::kInvalidData) return hello.status();
+  Result<AcceptedHello> accepted =
+      hello.ok() ? HelloCheck(*this, *hello).Accept(std::move(message.fd)) : hello.status();
+  std::vector<uint8_t> payload;
+  if (!accepted.ok()) {
+    ShardHelloReply reply;
+    reply.error = accepted.status().message();
+    EncodeHelloReply(reply, payload);
+    Log(tag + ": refused: " + reply.error);
+    (void)channel.Send(ShardMessageType::kHelloReply, payload);
+    return Status::Ok();
+  }
+  EncodeHelloReply(accepted->reply, payload);
+  SHARDLM_TRY(channel.Send(ShardMessageType::kHelloReply, payload));
+  Log(fmt::format(
+      "{}: serving layers [{}, {}) of {} on {}: weights {}, KV {}, "
+      "ready in {:.2f} s",
+      tag, hello->layer_begin, hello->layer_end, hello->model_path, accepted->reply.device,
+      Mib(accepted->reply.weight_bytes), Mib(accepted->reply.kv_bytes), accepted->load_seconds));
+  ShardSession session(channel, *hello, std::move(accepted->region), accepted->layout,
+                       std::move(accepted->stage), options_.run_delay_for_test);
+  const Status served = session.Serve();
+  const ShardSessionStats& stats = session.stats();
+  const std::string totals = fmt::format("{} batches, {} tokens, {:.2f} s busy", stats.batches,
+                                         stats.tokens, stats.busy_seconds);
+  if (served.code() == StatusCode::kUnavailable) {
+    Log(fmt::format("{}: ended ({}) after {}", tag, served.message(), totals));
+    return Status::Ok();
+  }
+  return Status(served.code(), served.message() + " (after " + totals + ")");
+}
+
+}  // namespace shardlm

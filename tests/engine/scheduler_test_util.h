@@ -1,0 +1,240 @@
+// Helpers shared by the scheduler tests on fixture models (prefix cache, disk tier, slots):
+// the fixture models loaded once per binary, a request builder, a Collector of one request's
+// events, story prompts of an exact length, bitwise output comparison, fresh folders and a
+// shard daemon on a thread.
+//
+// Goals: one copy of what every scheduler-level cache test needs.
+// Non-goals: scheduler options (each test file states its own), assertions beyond output.
+//
+// Thread safety: Collector's callbacks run on the engine thread, its fields are read by the
+// test thread under its mutex (or after Wait). Lifetime: Fixture's models live until exit.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipeline/fake_stage.h"
+#include "pipeline/model_loader.h"
+#include "pipeline/pipeline.h"
+#include "engine/scheduler.h"
+#include "shard/shard_service.h"
+#include "pipeline/stage_factory.h"
+#include "support/fixtures.h"
+
+namespace shardlm::testing_util {
+
+inline const char kStories[] = "stories260K.gguf";
+inline const char kQwen[] = "qwen3-tiny-f32.gguf";
+
+inline const char kLongText[] =
+    "Once upon a time, there was a little dog named Max. He liked to run in the park with "
+    "his friend Lily. One day they found a big red ball under a tree.";
+
+// The fixture model `file`, loaded once per test binary (null model when missing).
+inline const LoadedModel& Fixture(const std::string& file) {
+  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
+  std::unique_ptr<LoadedModel>& slot = cache[file];
+  if (!slot) {
+    auto loaded = LoadModelFile(testing::FixturePath(file), {.prefault = false});
+    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
+    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
+  }
+  return *slot;
+}
+
+// A scheduler over fixture `file` (model_path set, so remote stages and the disk tier work).
+inline std::unique_ptr<Scheduler> MakeScheduler(const std::string& file,
+                                                const SchedulerOptions& options) {
+  const LoadedModel& loaded = Fixture(file);
+  if (!loaded.model) return nullptr;
+  SchedulerOptions with_path = options;
+  with_path.placement.model_path = testing::FixturePath(file);
+  auto scheduler = Scheduler::Create(*loaded.model, *loaded.tokenizer, with_path);
+  EXPECT_TRUE(scheduler.ok()) << scheduler.status().message();
+  return scheduler.ok() ? std::move(scheduler).value() : nullptr;
+}
+
+// One request's events; `gate` (optional) holds the engine thread inside on_token once
+// `gate_after` tokens arrived, until released, so a test can look at the engine mid-run.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<TokenId> ids;
+  std::vector<float> logprobs;
+  bool done = false;
+  FinishEvent finish;
+  int gate_after = -1;
+  std::promise<void> reached;
+  std::shared_future<void> release;
+
+  RequestCallbacks Callbacks() {
+    RequestCallbacks callbacks;
+    callbacks.on_token = [this](const TokenEvent& event) {
+      int n = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ids.push_back(event.token);
+        logprobs.push_back(event.logprob);
+        n = int(ids.size());
+      }
+      if (n == gate_after) {
+        reached.set_value();
+        release.wait();
+      }
+      return true;
+    };
+    callbacks.on_finish = [this](const FinishEvent& event) {
+      std::lock_guard<std::mutex> lock(mu);
+      finish = event;
+      done = true;
+      cv.notify_all();
+    };
+    return callbacks;
+  }
+  bool Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; });
+  }
+};
+
+// Greedy when seed is 0, else temperature 1.1 with that seed; EOS ignored, logprobs on.
+inline EngineRequest Request(std::vector<TokenId> prompt, int max_tokens, uint64_t seed = 0) {
+  EngineRequest request;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = seed == 0 ? 0.0f : 1.1f;
+  request.sampling.seed = seed;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = true;
+  request.want_logprobs = true;
+  return request;
+}
+
+// Submits every request at once and waits for all of them.
+inline std::vector<std::unique_ptr<Collector>> RunAll(Scheduler& scheduler,
+                                                      const std::vector<EngineRequest>& requests) {
+  std::vector<std::unique_ptr<Collector>> out;
+  for (const EngineRequest& request : requests) {
+    out.push_back(std::make_unique<Collector>());
+    auto id = scheduler.Submit(request, out.back()->Callbacks());
+    EXPECT_TRUE(id.ok()) << id.status().message();
+    if (!id.ok()) out.back()->done = true;
+  }
+  for (auto& c : out) EXPECT_TRUE(c->Wait());
+  return out;
+}
+
+inline std::unique_ptr<Collector> RunOne(Scheduler& scheduler, const EngineRequest& request) {
+  return std::move(RunAll(scheduler, {request})[0]);
+}
+
+inline std::vector<TokenId> Encode(const std::string& file, const std::string& text, bool bos) {
+  return Fixture(file).tokenizer->Encode(text, bos, true);
+}
+
+// A story prompt of exactly n tokens (BOS included), repeating text as needed.
+inline std::vector<TokenId> StoryTokens(const std::string& file, int n, const std::string& text) {
+  std::vector<TokenId> tokens = Encode(file, text, true);
+  const std::vector<TokenId> more = Encode(file, " " + text, false);
+  while (int(tokens.size()) < n) tokens.insert(tokens.end(), more.begin(), more.end());
+  tokens.resize(size_t(n));
+  return tokens;
+}
+
+inline std::vector<TokenId> Concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+inline void ExpectSameOutput(const Collector& got, const Collector& want) {
+  EXPECT_EQ(got.finish.reason, want.finish.reason);
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.logprobs, want.logprobs);  // bitwise
+}
+
+// A fresh, empty folder under the system temp folder, named after the test case.
+inline std::filesystem::path FreshDir(const std::string& prefix, const std::string& name) {
+  namespace fs = std::filesystem;
+  fs::path dir =
+      fs::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A daemon on a thread of this process (like `shardlm shard`), restartable on one path.
+class ServiceThread {
+ public:
+  explicit ServiceThread(const std::string& socket_path) {
+    ShardServiceOptions options;
+    options.socket_path = socket_path;
+    options.threads = 1;
+    options.log = [](const std::string&) {};
+    Result<std::unique_ptr<ShardService>> service = ShardService::Create(std::move(options));
+    EXPECT_TRUE(service.ok()) << service.status().message();
+    if (!service.ok()) return;
+    service_ = std::move(service).value();
+    thread_ = std::thread([this] { run_status_ = service_->Run(); });
+  }
+  ~ServiceThread() {
+    if (!service_) return;
+    service_->Stop();
+    thread_.join();
+    EXPECT_TRUE(run_status_.ok()) << run_status_.message();
+  }
+  bool ok() const { return service_ != nullptr; }
+
+ private:
+  std::unique_ptr<ShardService> service_;
+  std::thread thread_;
+  Status run_status_;
+};
+
+// `options` with its second device a daemon at `socket` (layers split evenly).
+inline SchedulerOptions WithRemoteStage(SchedulerOptions options, const std::string& socket) {
+  options.placement.devices.resize(2);
+  options.placement.devices[1].kind = DeviceSpec::Kind::kUnix;
+  options.placement.devices[1].socket_path = socket;
+  options.placement.layer_split = {1, 1};
+  options.threads = 1;
+  return options;
+}
+
+// A scheduler over the stages `options` places, its stage 1 wrapped in a FaultyStage the
+// test can make fail (and refuse to reconnect). scheduler is null when building failed (the
+// test has failed then too).
+struct FaultySplit {
+  std::unique_ptr<Scheduler> scheduler;
+  testing::FaultyStage* faulty = nullptr;  // owned by the scheduler's pipeline
+};
+
+inline FaultySplit SchedulerWithFaultyStage1(const LoadedModel& loaded,
+                                             const SchedulerOptions& options) {
+  FaultySplit split;
+  auto stages = BuildStages(*loaded.model, options.ToPipelineOptions());
+  EXPECT_TRUE(stages.ok()) << stages.status().message();
+  if (!stages.ok() || stages->size() < 2) return split;
+  auto faulty_stage = std::make_unique<testing::FaultyStage>(std::move((*stages)[1]));
+  split.faulty = faulty_stage.get();
+  (*stages)[1] = std::move(faulty_stage);
+  auto pipeline = Pipeline::FromStages(std::move(stages).value(), loaded.model->config(),
+                                       options.ToPipelineOptions());
+  EXPECT_TRUE(pipeline.ok()) << pipeline.status().message();
+  if (!pipeline.ok()) return split;
+  auto created = Scheduler::Create(std::move(pipeline).value(), *loaded.tokenizer, options);
+  EXPECT_TRUE(created.ok()) << created.status().message();
+  if (created.ok()) split.scheduler = std::move(created).value();
+  return split;
+}
+
+}  // namespace shardlm::testing_util
