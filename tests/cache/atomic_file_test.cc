@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cache/file_mode.h"
-#include "cache/temp_dir.h"
+#include "support/temp_dir.h"
 
 namespace shardlm {
 namespace {

@@ -20,7 +20,7 @@
 #include "cache/file_mode.h"
 #include "cache/snapshot_layout.h"
 #include "cache/snapshot_test_util.h"
-#include "cache/temp_dir.h"
+#include "support/temp_dir.h"
 
 namespace shardlm {
 namespace {

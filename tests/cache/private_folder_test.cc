@@ -13,7 +13,7 @@
 #include <string>
 
 #include "cache/file_mode.h"
-#include "cache/temp_dir.h"
+#include "support/temp_dir.h"
 
 namespace shardlm {
 namespace {

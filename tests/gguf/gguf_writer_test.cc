@@ -14,6 +14,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf_test_util.h"
 #include "support/fixtures.h"
+#include "support/temp_dir.h"
 
 namespace shardlm {
 namespace {
@@ -164,9 +165,8 @@ TEST(GgufWriterTest, FillCallbackTensorsAndErrors) {
 }
 
 TEST(GgufWriterTest, WriteToFileIsAtomicAndReadable) {
-  std::string dir = ::testing::TempDir() + "/gguf_writer_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
-  std::string path = dir + "/out.gguf";
+  testing_util::TempDir dir("shardlm_gguf_writer");
+  std::string path = dir.File("out.gguf");
   GgufWriter w;
   w.SetString("general.architecture", "llama");
   ASSERT_TRUE(w.WriteToFile(path).ok());
@@ -183,9 +183,8 @@ TEST(GgufWriterTest, WriteToFileIsAtomicAndReadable) {
   EXPECT_FALSE(failing.WriteToFile(path).ok());
   auto again = GgufFile::Open(path);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);
-  EXPECT_FALSE(w.WriteToFile(dir + "/no/such/dir/x.gguf").ok());
-  std::filesystem::remove_all(dir);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);
+  EXPECT_FALSE(w.WriteToFile(dir.File("no/such/dir/x.gguf")).ok());
 }
 
 // Copies every key and tensor of `src` into a writer.

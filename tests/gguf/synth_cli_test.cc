@@ -15,6 +15,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf_test_util.h"
 #include "support/fixtures.h"
+#include "support/temp_dir.h"
 
 namespace shardlm {
 namespace {
@@ -36,11 +37,7 @@ class SynthCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SHARDLM_REQUIRE_BINARY();
-    dir_ = ::testing::TempDir() + "/synth_cli_" + std::to_string(::getpid());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    dir_ = folder_.path().string();
   }
 
   RunResult Run(const std::string& args) {
@@ -59,7 +56,8 @@ class SynthCliTest : public ::testing::Test {
     return file.ok() ? std::move(file).value() : nullptr;
   }
 
-  std::string dir_;
+  testing_util::TempDir folder_{"shardlm_synth_cli"};
+  std::string dir_;  // folder_.path()
 };
 
 // Same tensor names, types and shapes as the fixture, and the same hparams/tokenizer keys.

@@ -17,10 +17,12 @@
 
 #include "ipc/message_channel.h"
 #include "support/other_user.h"
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 namespace shardlm {
 namespace {
+
+using testing_util::TempDir;
 
 bool HasText(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

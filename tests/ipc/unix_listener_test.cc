@@ -14,10 +14,12 @@
 #include <thread>
 
 #include "ipc/message_channel.h"
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 namespace shardlm {
 namespace {
+
+using testing_util::TempDir;
 
 bool Exists(const std::string& path) {
   struct stat st {};

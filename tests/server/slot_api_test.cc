@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "cache/file_mode.h"
-#include "cache/temp_dir.h"
 #include "server/server_harness.h"
+#include "support/temp_dir.h"
 
 namespace shardlm::server {
 namespace slot_api_test {
