@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "support/fixtures.h"
+#include "support/spawn.h"
 
 extern char** environ;
 
@@ -43,21 +44,9 @@ inline std::string CliTempPath(const std::string& name) {
 // Starts `shardlm args...` with stdout and stderr to files; 0 when it cannot start.
 inline pid_t SpawnShardlm(const std::vector<std::string>& args, const std::string& out_path,
                           const std::string& err_path) {
-  std::vector<std::string> argv_strings = {ShardlmBinary()};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& arg : argv_strings) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : 0;
+  std::vector<std::string> argv = {ShardlmBinary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return SpawnProcess(std::move(argv), {.stdout_path = out_path, .stderr_path = err_path});
 }
 
 inline int ExitCode(int status) {

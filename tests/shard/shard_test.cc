@@ -31,6 +31,7 @@
 #include "pipeline/remote_stage.h"
 #include "shard/shard_service.h"
 #include "support/fixtures.h"
+#include "support/spawn.h"
 
 extern char** environ;
 
@@ -619,17 +620,9 @@ class DaemonProcess {
     err_path_ = socket_path + "." + std::to_string(++instances_) + ".stderr";
     std::vector<std::string> args = {testing::ShardlmBinary(), "shard",     "--listen",
                                      "unix:" + socket_path,    "--threads", "1"};
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0600);
     // Another working directory than the server's: a relative model path must still work.
-    posix_spawn_file_actions_addchdir_np(&actions, "/");
-    EXPECT_EQ(posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
+    pid_ = testing::SpawnProcess(std::move(args), {.stderr_path = err_path_, .working_dir = "/"});
+    EXPECT_GT(pid_, 0);
   }
   ~DaemonProcess() {
     if (pid_ > 0) Signal(SIGKILL);

@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "support/fixtures.h"
+#include "support/spawn.h"
+#include "support/temp_dir.h"
 
 extern char** environ;
 
@@ -46,18 +48,7 @@ inline std::vector<std::string> AsOtherUser(const std::vector<std::string>& argv
 // A fresh folder (mode 0755) for the files both users need; removed with its contents.
 class OtherUserDir {
  public:
-  OtherUserDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "shardlm_uid_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << pattern;
-    path_ = pattern;
-    ::chmod(path_.c_str(), 0755);
-  }
-  ~OtherUserDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  OtherUserDir(const OtherUserDir&) = delete;
-  OtherUserDir& operator=(const OtherUserDir&) = delete;
+  OtherUserDir() : path_(folder_.path().string()) { ::chmod(path_.c_str(), 0755); }
 
   const std::string& path() const { return path_; }
   std::string File(const std::string& name) const { return path_ + "/" + name; }
@@ -78,7 +69,8 @@ class OtherUserDir {
   }
 
  private:
-  std::string path_;
+  testing_util::TempDir folder_{"shardlm_uid"};
+  std::string path_;  // folder_.path()
 };
 
 // A child process (found on PATH) with stdout and stderr in one file.
@@ -86,17 +78,8 @@ class ChildProcess {
  public:
   ChildProcess(const std::vector<std::string>& argv, const std::string& output_path)
       : output_path_(output_path) {
-    std::vector<std::string> args = argv;
-    std::vector<char*> raw;
-    for (std::string& arg : args) raw.push_back(arg.data());
-    raw.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0600);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    if (posix_spawnp(&pid_, raw[0], &actions, nullptr, raw.data(), environ) != 0) pid_ = 0;
-    posix_spawn_file_actions_destroy(&actions);
+    pid_ = SpawnProcess(
+        argv, {.stdout_path = output_path, .stderr_to_stdout = true, .search_path = true});
     running_ = pid_ != 0;
     EXPECT_TRUE(running_) << "cannot start " << argv[0];
   }
