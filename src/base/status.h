@@ -31,8 +31,6 @@ enum class StatusCode {
   kSentinel
 };
 
-const char* StatusCodeName(StatusCode code);
-
 // A value type: cheap to move, copyable. Ok() carries no allocation.
 class [[nodiscard]] Status {
  public:
