@@ -5,16 +5,10 @@
 #include <type_traits>
 
 #include "base/check.h"
+#include "cache/little_endian.h"
 
 namespace shardlm {
 namespace {
-
-// Appends `v` as little-endian bytes, whatever the host's byte order.
-template <typename T>
-void AppendLe(std::vector<uint8_t>& out, T v) {
-  const auto u = static_cast<std::make_unsigned_t<T>>(v);
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<uint8_t>(u >> (8 * i)));
-}
 
 int HexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';

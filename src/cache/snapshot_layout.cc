@@ -6,17 +6,9 @@
 #include <type_traits>
 
 #include "base/check.h"
+#include "cache/little_endian.h"
 
 namespace shardlm {
-namespace {
-
-template <typename T>
-void AppendLe(std::vector<uint8_t>& out, T v) {
-  const auto u = static_cast<std::make_unsigned_t<T>>(v);
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<uint8_t>(u >> (8 * i)));
-}
-
-}  // namespace
 
 Fingerprint128 LayoutFingerprint(const SnapshotLayout& layout) {
   // The tag versions the encoding below and the byte layout of a page: a change to either
