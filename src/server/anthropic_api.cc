@@ -188,34 +188,11 @@ Status ParseMessages(const Parser& p, ChatCompletionRequest* r) {
 // {name, description, input_schema} → {"type":"function","function":{name, description,
 // parameters}}; typed tools other than "custom" are Anthropic's own (bash, web search, ...).
 Status ParseTools(const Parser& p, ChatCompletionRequest* r) {
-  const Json* tools = p.Find("tools");
-  if (!tools) return Status::Ok();
-  if (!tools->is_array()) return p.Fail("tools", "expected an array");
-  Json chat_tools = Json::array();
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const Json& tool = (*tools)[i];
-    const std::string name = fmt::format("tools[{}]", i);
-    if (!tool.is_object()) return p.Fail(name, "expected an object");
-    const std::string type = tool.value("type", "custom");
-    if (type != "custom") {
-      return p.Fail(name + ".type", fmt::format("'{}' tools are not supported: this server runs "
-                                                "no built-in tools, only custom ones",
-                                                type));
-    }
-    std::string fn;
-    SHARDLM_TRY(StringField(p, name, tool, "name", &fn));
-    auto schema = tool.find("input_schema");
-    if (schema == tool.end() || !schema->is_object()) {
-      return p.Fail(name + ".input_schema", "expected a JSON Schema object");
-    }
-    Json function = Json{{"name", fn}};
-    if (auto d = tool.find("description"); d != tool.end() && !d->is_null()) {
-      if (!d->is_string()) return p.Fail(name + ".description", "expected a string");
-      function["description"] = *d;
-    }
-    function["parameters"] = *schema;
-    chat_tools.push_back(Json{{"type", "function"}, {"function", std::move(function)}});
-  }
+  SHARDLM_ASSIGN_OR_RETURN(Json chat_tools, ConvertTools(p, {.type = "custom",
+                                                             .default_type = "custom",
+                                                             .schema_key = "input_schema",
+                                                             .schema_required = true,
+                                                             .kinds = "custom ones"}));
   if (!chat_tools.empty()) r->tools = std::move(chat_tools);
   return Status::Ok();
 }

@@ -91,38 +91,95 @@ Status ParseResponseFormat(const Parser& p, GenerationOptions* o) {
   const Json* v = p.Find("response_format");
   if (!v) return Status::Ok();
   if (!v->is_object()) return p.Fail("response_format", "expected an object");
-  auto type = v->find("type");
-  if (type == v->end() || !type->is_string()) {
-    return p.Fail("response_format", "needs a 'type': text, json_object or json_schema");
-  }
-  ResponseFormat& rf = o->response_format;
-  const std::string t = type->get<std::string>();
-  if (t == "text") {
-    rf.type = ResponseFormat::Type::kText;
-  } else if (t == "json_object") {
-    rf.type = ResponseFormat::Type::kJsonObject;
-  } else if (t == "json_schema") {
-    rf.type = ResponseFormat::Type::kJsonSchema;
-    auto js = v->find("json_schema");
-    if (js == v->end() || !js->is_object()) {
-      return p.Fail("response_format", "json_schema needs a 'json_schema' object");
-    }
-    Parser jp{*js, p.param};
-    SHARDLM_TRY(jp.String("name", &rf.name));
-    SHARDLM_TRY(jp.Bool("strict", &rf.strict));
-    const Json* schema = jp.Find("schema");
-    if (!schema || !schema->is_object()) {
-      return p.Fail("response_format", "json_schema.schema must be a JSON Schema object");
-    }
-    rf.schema = *schema;
-  } else {
-    return p.Fail("response_format",
-                  fmt::format("unknown type '{}' (text, json_object or json_schema)", t));
-  }
-  return Status::Ok();
+  return ParseFormat(p, {.where = "response_format", .nested = true, .name_fields = false}, *v,
+                     &o->response_format);
 }
 
 }  // namespace
+
+Status ParseFormat(const Parser& p, const FormatShape& shape, const Json& format,
+                   ResponseFormat* rf) {
+  auto param = [&](const char* field) {
+    return shape.name_fields ? shape.where + "." + field : shape.where;
+  };
+  auto type = format.find("type");
+  if (type == format.end() || !type->is_string()) {
+    return p.Fail(param("type"), "needs a 'type': text, json_object or json_schema");
+  }
+  const std::string t = type->get<std::string>();
+  if (t == "text" || t == "json_object") {
+    rf->type = t == "text" ? ResponseFormat::Type::kText : ResponseFormat::Type::kJsonObject;
+    return Status::Ok();
+  }
+  if (t != "json_schema") {
+    return p.Fail(param("type"),
+                  fmt::format("unknown type '{}' (text, json_object or json_schema)", t));
+  }
+  rf->type = ResponseFormat::Type::kJsonSchema;
+  const Json* fields = &format;
+  if (shape.nested) {
+    auto js = format.find("json_schema");
+    if (js == format.end() || !js->is_object()) {
+      return p.Fail(param("json_schema"), "json_schema needs a 'json_schema' object");
+    }
+    fields = &*js;
+  }
+  if (auto name = fields->find("name"); name != fields->end() && !name->is_null()) {
+    if (!name->is_string()) return p.Fail(param("name"), "expected a string");
+    rf->name = name->get<std::string>();
+  }
+  if (auto strict = fields->find("strict"); strict != fields->end() && !strict->is_null()) {
+    if (!strict->is_boolean()) return p.Fail(param("strict"), "expected a boolean");
+    rf->strict = strict->get<bool>();
+  }
+  auto schema = fields->find("schema");
+  if (schema == fields->end() || !schema->is_object()) {
+    return p.Fail(param("schema"), "a json_schema format needs a JSON Schema object 'schema'");
+  }
+  rf->schema = *schema;
+  return Status::Ok();
+}
+
+Result<Json> ConvertTools(const Parser& p, const ToolShape& shape) {
+  Json chat_tools = Json::array();
+  const Json* tools = p.Find("tools");
+  if (!tools) return chat_tools;
+  if (!tools->is_array()) return p.Fail("tools", "expected an array");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const Json& tool = (*tools)[i];
+    const std::string name = fmt::format("tools[{}]", i);
+    if (!tool.is_object()) return p.Fail(name, "expected an object");
+    const std::string type = tool.value("type", shape.default_type);
+    if (type != shape.type) {
+      return p.Fail(name + ".type", fmt::format("'{}' tools are not supported: this server runs "
+                                                "no built-in tools, only {}",
+                                                type, shape.kinds));
+    }
+    auto fn_name = tool.find("name");
+    if (fn_name == tool.end() || !fn_name->is_string()) {
+      return p.Fail(name + ".name", "expected a string");
+    }
+    Json fn = Json{{"name", *fn_name}};
+    if (auto d = tool.find("description"); d != tool.end() && !d->is_null()) {
+      if (!d->is_string()) return p.Fail(name + ".description", "expected a string");
+      fn["description"] = *d;
+    }
+    auto schema = tool.find(shape.schema_key);
+    if (schema != tool.end() && !schema->is_null()) {
+      if (!schema->is_object()) {
+        return p.Fail(name + "." + shape.schema_key, "expected a JSON Schema object");
+      }
+      fn["parameters"] = *schema;
+    } else if (shape.schema_required) {
+      return p.Fail(name + "." + shape.schema_key, "expected a JSON Schema object");
+    }
+    if (auto strict = tool.find("strict"); strict != tool.end() && !strict->is_null()) {
+      fn["strict"] = *strict;
+    }
+    chat_tools.push_back(Json{{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return chat_tools;
+}
 
 Status ParseCommon(const Parser& p, GenerationOptions* o) {
   SHARDLM_TRY(p.String("model", &o->model));

@@ -97,6 +97,34 @@ struct Parser {
 // penalties).
 Status ParseCommon(const Parser& p, GenerationOptions* o);
 
+// Where a response format object sits and how its errors are named.
+struct FormatShape {
+  std::string where;  // "response_format", "text.format"
+  // The json_schema fields (name, schema, strict) are in the format's "json_schema" object
+  // (chat), not in the format itself (Responses).
+  bool nested = false;
+  // Errors name the field (where.type, where.schema, ...), not just `where`.
+  bool name_fields = false;
+};
+
+// A response format object: {"type":"text"} | {"type":"json_object"} |
+// {"type":"json_schema", name, schema, strict} (the json_schema fields as shape says).
+Status ParseFormat(const Parser& p, const FormatShape& shape, const Json& format,
+                   ResponseFormat* rf);
+
+// How another API's "tools" entries read, to convert them to chat's function tools.
+struct ToolShape {
+  std::string type;          // the one tool "type" this server runs ("custom", "function")
+  std::string default_type;  // the type of a tool that gives none ("" when it must)
+  std::string schema_key;    // "input_schema", "parameters"
+  bool schema_required = false;
+  std::string kinds;  // what the refusal of another type says this server runs
+};
+
+// The request's "tools" as chat's [{"type":"function","function":{name, description,
+// parameters, strict}}] (an empty array when absent). Errors name the tool's field.
+Result<Json> ConvertTools(const Parser& p, const ToolShape& shape);
+
 // The body is a JSON object (else an error with no parameter).
 Status CheckObject(const Json& body, std::string* param);
 

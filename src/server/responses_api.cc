@@ -218,36 +218,13 @@ Status InputItems(const Parser& p, const ResponseStore* store, Json* items) {
 // {"type":"function","name","description","parameters","strict"} → chat's
 // {"type":"function","function":{...}}.
 Status ParseTools(const Parser& p, ResponsesRequest* r) {
-  const Json* tools = p.Find("tools");
-  if (!tools) return Status::Ok();
-  if (!tools->is_array()) return p.Fail("tools", "expected an array");
-  Json chat_tools = Json::array();
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const Json& tool = (*tools)[i];
-    const std::string name = fmt::format("tools[{}]", i);
-    if (!tool.is_object()) return p.Fail(name, "expected an object");
-    const std::string type = tool.value("type", "");
-    if (type != "function") {
-      return p.Fail(name + ".type",
-                    fmt::format("'{}' tools are not supported: this server runs no built-in "
-                                "tools, only function tools",
-                                type));
-    }
-    auto fn_name = tool.find("name");
-    if (fn_name == tool.end() || !fn_name->is_string()) {
-      return p.Fail(name + ".name", "expected a string");
-    }
-    Json fn = Json{{"name", *fn_name}};
-    for (const char* key : {"description", "parameters", "strict"}) {
-      if (auto v = tool.find(key); v != tool.end() && !v->is_null()) fn[key] = *v;
-    }
-    if (fn.contains("parameters") && !fn["parameters"].is_object()) {
-      return p.Fail(name + ".parameters", "expected a JSON Schema object");
-    }
-    chat_tools.push_back(Json{{"type", "function"}, {"function", std::move(fn)}});
-  }
+  SHARDLM_ASSIGN_OR_RETURN(Json chat_tools, ConvertTools(p, {.type = "function",
+                                                             .default_type = "",
+                                                             .schema_key = "parameters",
+                                                             .schema_required = false,
+                                                             .kinds = "function tools"}));
   if (!chat_tools.empty()) r->chat.tools = std::move(chat_tools);
-  r->echo["tools"] = *tools;
+  if (const Json* tools = p.Find("tools")) r->echo["tools"] = *tools;
   return Status::Ok();
 }
 
@@ -296,33 +273,8 @@ Status ParseTextFormat(const Parser& p, ResponsesRequest* r) {
   const Json* format = tp.Find("format");
   if (!format) return Status::Ok();
   if (!format->is_object()) return p.Fail("text.format", "expected an object");
-  ResponseFormat& rf = r->chat.options.response_format;
-  const std::string type = format->value("type", "");
-  if (type == "text") {
-    rf.type = ResponseFormat::Type::kText;
-  } else if (type == "json_object") {
-    rf.type = ResponseFormat::Type::kJsonObject;
-  } else if (type == "json_schema") {
-    rf.type = ResponseFormat::Type::kJsonSchema;
-    Parser fp{*format, p.param};
-    if (fp.Find("name") && !(*format)["name"].is_string()) {
-      return p.Fail("text.format.name", "expected a string");
-    }
-    if (fp.Find("strict") && !(*format)["strict"].is_boolean()) {
-      return p.Fail("text.format.strict", "expected a boolean");
-    }
-    rf.name = format->value("name", "");
-    rf.strict = format->value("strict", false);
-    const Json* schema = fp.Find("schema");
-    if (!schema || !schema->is_object()) {
-      return p.Fail("text.format.schema", "a json_schema format needs a JSON Schema object");
-    }
-    rf.schema = *schema;
-  } else {
-    return p.Fail("text.format.type",
-                  fmt::format("unknown type '{}' (text, json_object or json_schema)", type));
-  }
-  return Status::Ok();
+  return ParseFormat(p, {.where = "text.format", .nested = false, .name_fields = true}, *format,
+                     &r->chat.options.response_format);
 }
 
 // reasoning.effort: "none" turns the template's thinking off; any other effort turns it on

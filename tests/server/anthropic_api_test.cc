@@ -193,26 +193,14 @@ TEST(AnthropicApi, FuzzParserNeverCrashes) {
       R"({"model":"m","max_tokens":5,"system":"s","messages":[{"role":"user","content":"hi"}],"stop_sequences":["x"],"temperature":0.5,"thinking":{"type":"enabled","budget_tokens":1024}})",
       R"({"max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":""},{"type":"tool_use","id":"u","name":"f","input":{"a":[1]}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"u","content":[{"type":"text","text":"r"}],"is_error":false}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"f"}})",
   };
-  MockTokenizer tokenizer;
-  std::vector<ChatFormatter> formatters;
-  formatters.push_back(ChatFormatter::Create("", tokenizer).value());
-  const std::string qwen3 = shardlm::testing::FixturePath("templates/Qwen-Qwen3-0.6B.jinja");
-  if (std::filesystem::exists(qwen3)) {
-    formatters.push_back(
-        ChatFormatter::Create(shardlm::testing::ReadTextFile(qwen3), tokenizer).value());
-  }
-  std::mt19937 rng(8765);
-  int ok = 0;
-  for (int iter = 0; iter < 6000; ++iter) {
-    Result<Json> body = ParseBody(Mutate(seeds[iter % std::size(seeds)], rng));
-    if (!body.ok()) continue;
-    std::string param;
-    auto r = MessagesRequestFromJSON(body.value(), &param);
-    (void)CountTokensRequestFromJSON(body.value(), &param);
-    if (!r.ok()) continue;
-    ++ok;
-    for (const ChatFormatter& f : formatters) (void)f.Render(r.value());
-  }
+  const int ok = FuzzThroughTemplates(seeds, 8765, 6000,
+                                      [](const Json& body) -> std::optional<ChatCompletionRequest> {
+                                        std::string param;
+                                        auto r = MessagesRequestFromJSON(body, &param);
+                                        (void)CountTokensRequestFromJSON(body, &param);
+                                        if (!r.ok()) return std::nullopt;
+                                        return std::move(r).value();
+                                      });
   EXPECT_GT(ok, 100);
 }
 

@@ -3,9 +3,18 @@
 // deep nesting, so a parser sees both near-valid and hostile bodies.
 #pragma once
 
+#include <filesystem>
 #include <iterator>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
+#include <vector>
+
+#include "server/chat_format.h"
+#include "server/mock_engine.h"
+#include "server/openai_types.h"
+#include "support/fixtures.h"
 
 namespace shardlm::server {
 
@@ -41,6 +50,34 @@ inline std::string Mutate(std::string s, std::mt19937& rng) {
     }
   }
   return s;
+}
+
+// Feeds `iterations` random mutations of the seeds (taken in turn) to `parse`, which gives
+// a chat request or nothing for a body its API refuses; every request is rendered by the
+// default template and, when the fixtures are there, by Qwen3's (tools and thinking).
+// Returns how many bodies parsed.
+template <typename Parse>
+int FuzzThroughTemplates(std::span<const std::string> seeds, uint32_t rng_seed, int iterations,
+                         Parse parse) {
+  MockTokenizer tokenizer;
+  std::vector<ChatFormatter> formatters;
+  formatters.push_back(ChatFormatter::Create("", tokenizer).value());
+  const std::string qwen3 = shardlm::testing::FixturePath("templates/Qwen-Qwen3-0.6B.jinja");
+  if (std::filesystem::exists(qwen3)) {
+    formatters.push_back(
+        ChatFormatter::Create(shardlm::testing::ReadTextFile(qwen3), tokenizer).value());
+  }
+  std::mt19937 rng(rng_seed);
+  int ok = 0;
+  for (int iter = 0; iter < iterations; ++iter) {
+    Result<Json> body = ParseBody(Mutate(seeds[iter % seeds.size()], rng));
+    if (!body.ok()) continue;
+    std::optional<ChatCompletionRequest> request = parse(body.value());
+    if (!request) continue;
+    ++ok;
+    for (const ChatFormatter& f : formatters) (void)f.Render(*request);
+  }
+  return ok;
 }
 
 }  // namespace shardlm::server

@@ -258,25 +258,13 @@ TEST(ResponsesApi, FuzzParserNeverCrashes) {
   store.Put("resp_1", "", Json::parse(R"([{"type":"message","role":"user","content":"q"}])"),
             Json::parse(R"([{"id":"fc_1","type":"function_call","call_id":"c","name":"f",
                              "arguments":"{}"}])"));
-  MockTokenizer tokenizer;
-  std::vector<ChatFormatter> formatters;
-  formatters.push_back(ChatFormatter::Create("", tokenizer).value());
-  const std::string qwen3 = shardlm::testing::FixturePath("templates/Qwen-Qwen3-0.6B.jinja");
-  if (std::filesystem::exists(qwen3)) {
-    formatters.push_back(
-        ChatFormatter::Create(shardlm::testing::ReadTextFile(qwen3), tokenizer).value());
-  }
-  std::mt19937 rng(4321);
-  int ok = 0;
-  for (int iter = 0; iter < 6000; ++iter) {
-    Result<Json> body = ParseBody(Mutate(seeds[iter % std::size(seeds)], rng));
-    if (!body.ok()) continue;
-    std::string param;
-    auto r = ResponsesRequestFromJSON(body.value(), &store, &param);
-    if (!r.ok()) continue;
-    ++ok;
-    for (const ChatFormatter& f : formatters) (void)f.Render(r->chat);
-  }
+  const int ok = FuzzThroughTemplates(
+      seeds, 4321, 6000, [&](const Json& body) -> std::optional<ChatCompletionRequest> {
+        std::string param;
+        auto r = ResponsesRequestFromJSON(body, &store, &param);
+        if (!r.ok()) return std::nullopt;
+        return std::move(r->chat);
+      });
   EXPECT_GT(ok, 100);
 }
 
