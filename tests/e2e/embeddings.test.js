@@ -15,12 +15,11 @@
 // it was built for) that one test skips, under CI=true too.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { binary, fixtures, freePort, killAll, skipReason, sleep, startServer } from './harness.js';
+import { binary, fixtures, killAll, skipReason, startHttp, startServer } from './harness.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const oracleDir = process.env.SHARDLM_ORACLE ?? path.resolve(here, '../../../shared/oracle');
@@ -173,29 +172,10 @@ test('embeddings and completions at once are each what they are alone',
 
 // llama-server (the fixtures' commit) with the same settings: mean pooling, F32 K and V, one
 // thread, one slot; it normalises with L2 as OpenAI's API does.
-async function startOracle(model) {
-  const port = await freePort();
-  const args = ['-m', model, '--embeddings', '--pooling', 'mean', '-t', '1', '-np', '1',
-    '-c', '512', '-fa', 'off', '-ctk', 'f32', '-ctv', 'f32', '--port', String(port)];
-  const proc = spawn(oracleBinary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  proc.stderr.on('data', (d) => { log += d.toString(); });
-  let exited = false;
-  proc.on('exit', () => { exited = true; });
-  const base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (exited) throw new Error(`llama-server exited:\n${log}`);
-    if (Date.now() > deadline) {
-      proc.kill('SIGKILL');
-      throw new Error(`llama-server not ready:\n${log}`);
-    }
-    try {
-      if ((await fetch(`${base}/health`, { signal: AbortSignal.timeout(2000) })).ok) break;
-    } catch { /* not up yet */ }
-    await sleep(100);
-  }
-  return { base, stop: () => { if (!exited) proc.kill('SIGKILL'); } };
+function startOracle(model) {
+  return startHttp(oracleBinary, (port) => ['-m', model, '--embeddings', '--pooling', 'mean',
+    '-t', '1', '-np', '1', '-c', '512', '-fa', 'off', '-ctk', 'f32', '-ctv', 'f32',
+    '--port', String(port)]);
 }
 
 // The tolerance, per model, from the fixtures' logits tolerance (tolerances.json): each
@@ -251,7 +231,7 @@ test('embeddings match llama.cpp (llama-server --embeddings --pooling mean)',
         assert.ok(worst <= tol.component, `${name}: max component difference ${worst}`);
         assert.ok(worstCos <= tol.cosine(n), `${name}: 1 - cosine ${worstCos}`);
       } finally {
-        oracle.stop();
+        await oracle.kill('SIGKILL');
       }
     }
   });

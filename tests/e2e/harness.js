@@ -86,13 +86,14 @@ async function waitReady(child, what, ready, timeoutMs) {
   throw new Error(`${what} not ready after ${timeoutMs} ms:\n${child.log()}`);
 }
 
-// `shardlm serve -m model ...extra` on a free port, ready once GET /health answers 200.
-export async function startServer(binary, model, extra = [], timeoutMs = 60_000) {
+// `binary ...args(port)` on a free port, ready once GET /health answers 200 (shardlm serve,
+// llama-server); child.base is its URL.
+export async function startHttp(binary, args, timeoutMs = 60_000) {
   const port = await freePort();
-  const args = ['serve', '-m', model, '--port', String(port), ...extra];
-  const child = launch(binary, args);
+  const argv = args(port);
+  const child = launch(binary, argv);
   child.base = `http://127.0.0.1:${port}`;
-  await waitReady(child, `shardlm ${args.join(' ')}`, async () => {
+  await waitReady(child, `${path.basename(binary)} ${argv.join(' ')}`, async () => {
     try {
       const r = await fetch(`${child.base}/health`, { signal: AbortSignal.timeout(2000) });
       return r.ok;
@@ -101,6 +102,12 @@ export async function startServer(binary, model, extra = [], timeoutMs = 60_000)
     }
   }, timeoutMs);
   return child;
+}
+
+// `shardlm serve -m model ...extra` on a free port, ready once GET /health answers 200.
+export function startServer(binary, model, extra = [], timeoutMs = 60_000) {
+  return startHttp(binary, (port) => ['serve', '-m', model, '--port', String(port), ...extra],
+    timeoutMs);
 }
 
 // `shardlm shard --listen unix:socketPath --cores cores`, ready once it logs that it listens.

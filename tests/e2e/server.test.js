@@ -9,77 +9,21 @@
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import { binary, fixtures, killAll, skipReason, sleep, startServer as startShardlm } from './harness.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const fixtures = process.env.SHARDLM_FIXTURES ?? path.resolve(here, '../../../shared/fixtures');
-const binary = path.resolve(here, process.env.SHARDLM_BIN ?? '../../build/shardlm');
 const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
 const storiesModel = path.join(fixtures, 'stories260K.gguf');
 const apiKey = 'e2e-test-key';
 const kTestTimeout = 120_000;
 
-function missingReason() {
-  if (!fs.existsSync(binary)) return `no binary at ${binary}`;
-  for (const f of [qwenModel, storiesModel, path.join(fixtures, 'golden.json')]) {
-    if (!fs.existsSync(f)) return `missing fixture ${f}`;
-  }
-  return null;
-}
-const missing = missingReason();
-if (missing && process.env.CI === 'true') {
-  throw new Error(`e2e: ${missing} (CI=true: fixtures are required)`);
-}
-const skip = missing ? `e2e skipped: ${missing}` : false;
+const skip = skipReason('server', [qwenModel, storiesModel, path.join(fixtures, 'golden.json')]);
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// Starts `shardlm serve` and waits (bounded) until /health answers.
-async function startServer(model, extra = []) {
-  const port = await freePort();
-  const args = ['serve', '-m', model, '--port', String(port), '--parallel', '4', '-c', '512',
-    '-t', '2', ...extra];
-  const proc = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  proc.stderr.on('data', (d) => { log += d.toString(); });
-  let exited = false;
-  proc.on('exit', () => { exited = true; });
-  const base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    if (exited) throw new Error(`server exited early:\n${log}`);
-    try {
-      const r = await fetch(`${base}/health`, { signal: AbortSignal.timeout(2000) });
-      if (r.ok) break;
-    } catch { /* not up yet */ }
-    await sleep(100);
-  }
-  if (Date.now() >= deadline) throw new Error(`server did not start in 60 s:\n${log}`);
-  const stop = async () => {
-    if (exited) return;
-    proc.kill('SIGTERM');
-    for (let i = 0; i < 50 && !exited; ++i) await sleep(100);
-    if (!exited) proc.kill('SIGKILL');
-  };
-  return { base, proc, stop, log: () => log };
-}
+// `shardlm serve` with the settings these tests share: four slots, 512 positions, 2 threads.
+const startServer = (model, extra = []) =>
+  startShardlm(binary, model, ['--parallel', '4', '-c', '512', '-t', '2', ...extra]);
 
 let qwen;
 let stories;
@@ -96,7 +40,7 @@ before(async () => {
 });
 
 after(async () => {
-  await Promise.all([qwen?.stop(), stories?.stop()]);
+  await killAll();
 });
 
 const chatBody = (extra = {}) => ({
