@@ -31,6 +31,9 @@
 //   [--endpoint chat|completions] [--level-timeout-s 300] [--request-timeout-s 120]
 // Needs only node >= 18 (global fetch). Connects only to 127.0.0.1 / localhost.
 
+import { cliTools, round } from './cli_args.mjs';
+
+const { fail, log, parseArgs, boundedInt } = cliTools('load_gen');
 const args = parseArgs(process.argv.slice(2));
 const url = new URL(args.url ?? 'http://127.0.0.1:8080');
 if (!['127.0.0.1', 'localhost', '[::1]'].includes(url.hostname)) {
@@ -55,45 +58,10 @@ const apiKey = args['api-key'] ?? process.env.SHARDLM_API_KEY ?? '';
 const headers = { 'content-type': 'application/json' };
 if (apiKey) headers.authorization = `Bearer ${apiKey}`;
 
-function parseArgs(argv) {
-  const out = {};
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (!a.startsWith('--')) fail(`unexpected argument ${a}`);
-    const eq = a.indexOf('=');
-    if (eq > 0) out[a.slice(2, eq)] = a.slice(eq + 1);
-    else if (i + 1 < argv.length) out[a.slice(2)] = argv[++i];
-    else fail(`${a} needs a value`);
-  }
-  return out;
-}
-
-function boundedInt(v, dflt, lo, hi, name) {
-  if (v === undefined) return dflt;
-  const n = Number.parseInt(v, 10);
-  if (!Number.isFinite(n) || n < lo || n > hi) fail(`${name}: expected ${lo}..${hi}, got ${v}`);
-  return n;
-}
-
-function fail(msg) {
-  process.stderr.write(`load_gen: ${msg}\n`);
-  process.exit(2);
-}
-
-function log(msg) {
-  process.stderr.write(`load_gen: ${msg}\n`);
-}
-
 function percentile(sorted, p) {
   if (sorted.length === 0) return null;
   const idx = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
   return round(sorted[idx]);
-}
-
-function round(x, d = 2) {
-  if (x === null || x === undefined || !Number.isFinite(x)) return null;
-  const f = 10 ** d;
-  return Math.round(x * f) / f;
 }
 
 function stats(values) {

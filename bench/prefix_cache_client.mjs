@@ -28,6 +28,7 @@
 
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
+import { cliTools, round } from './cli_args.mjs';
 
 const kGoals = { memory_of_cold: 0.02, disk_of_cold: 0.05, throughput_cost: 0.01 };
 // Token ids of the prompts: away from the byte tokens at the start of the vocabulary and
@@ -36,42 +37,8 @@ const kFirstId = 1000;
 const kIdRange = 100000;
 
 const [command, ...rest] = process.argv.slice(2);
-const args = parseArgs(rest);
-
-function parseArgs(argv) {
-  const out = { _: [] };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (!a.startsWith('--')) { out._.push(a); continue; }
-    const eq = a.indexOf('=');
-    if (eq > 0) out[a.slice(2, eq)] = a.slice(eq + 1);
-    else if (i + 1 < argv.length) out[a.slice(2)] = argv[++i];
-    else fail(`${a} needs a value`);
-  }
-  return out;
-}
-
-function boundedInt(v, dflt, lo, hi, name) {
-  if (v === undefined) return dflt;
-  const n = Number.parseInt(v, 10);
-  if (!Number.isFinite(n) || n < lo || n > hi) fail(`${name}: expected ${lo}..${hi}, got ${v}`);
-  return n;
-}
-
-function fail(msg) {
-  process.stderr.write(`prefix_cache_client: ${msg}\n`);
-  process.exit(2);
-}
-
-function log(msg) {
-  process.stderr.write(`prefix_cache_client: ${msg}\n`);
-}
-
-function round(x, d = 2) {
-  if (x === null || x === undefined || !Number.isFinite(x)) return null;
-  const f = 10 ** d;
-  return Math.round(x * f) / f;
-}
+const { fail, log, parseArgs, boundedInt } = cliTools('prefix_cache_client');
+const args = parseArgs(rest, { positional: true });
 
 // mulberry32: a small deterministic generator, so a seed names the same tokens every run.
 function tokens(seed, n) {
