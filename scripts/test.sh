@@ -17,8 +17,10 @@ phase "Release tests"
 # End-to-end: the real `shardlm serve` driven by the official client libraries.
 phase "end-to-end tests"
 (cd tests/e2e && npm ci --no-audit --no-fund && SHARDLM_BIN=../../build/shardlm node --test)
+# The benchmark programs are checked by the Release build; the sanitizer build skips them.
 phase "AddressSanitizer + UndefinedBehaviorSanitizer build"
-scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Sanitize -DSHARDLM_SANITIZE=ON "$unity"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Sanitize -DSHARDLM_SANITIZE=ON "$unity" \
+  -DSHARDLM_BENCHES=OFF
 phase "AddressSanitizer + UndefinedBehaviorSanitizer tests"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j2 --timeout 900)
