@@ -46,7 +46,10 @@ inline pid_t SpawnShardlm(const std::vector<std::string>& args, const std::strin
                           const std::string& err_path) {
   std::vector<std::string> argv = {ShardlmBinary()};
   argv.insert(argv.end(), args.begin(), args.end());
-  return SpawnProcess(std::move(argv), {.stdout_path = out_path, .stderr_path = err_path});
+  SpawnOptions options;
+  options.stdout_path = out_path;
+  options.stderr_path = err_path;
+  return SpawnProcess(std::move(argv), options);
 }
 
 inline int ExitCode(int status) {

@@ -621,7 +621,10 @@ class DaemonProcess {
     std::vector<std::string> args = {testing::ShardlmBinary(), "shard",     "--listen",
                                      "unix:" + socket_path,    "--threads", "1"};
     // Another working directory than the server's: a relative model path must still work.
-    pid_ = testing::SpawnProcess(std::move(args), {.stderr_path = err_path_, .working_dir = "/"});
+    testing::SpawnOptions options;
+    options.stderr_path = err_path_;
+    options.working_dir = "/";
+    pid_ = testing::SpawnProcess(std::move(args), options);
     EXPECT_GT(pid_, 0);
   }
   ~DaemonProcess() {

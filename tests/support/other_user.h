@@ -78,8 +78,11 @@ class ChildProcess {
  public:
   ChildProcess(const std::vector<std::string>& argv, const std::string& output_path)
       : output_path_(output_path) {
-    pid_ = SpawnProcess(
-        argv, {.stdout_path = output_path, .stderr_to_stdout = true, .search_path = true});
+    SpawnOptions options;
+    options.stdout_path = output_path;
+    options.stderr_to_stdout = true;
+    options.search_path = true;
+    pid_ = SpawnProcess(argv, options);
     running_ = pid_ != 0;
     EXPECT_TRUE(running_) << "cannot start " << argv[0];
   }
