@@ -24,16 +24,88 @@ static_assert(static_cast<uint32_t>(StatusCode::kSentinel) < 64, "status codes f
 // area and vector loads of a row start aligned.
 constexpr size_t kRegionAlign = 64;
 
-void WritePageIds(WireWriter& w, const std::vector<PageId>& pages) {
-  w.Count(pages.size());
-  for (PageId page : pages) w.I32(page);
+// A list of page ids: a count, then each id as an i32.
+template <typename V, typename Pages>
+void PageIdFields(V& v, const char* field, Pages& pages) {
+  v.Array(field, pages, kPageIdWireBytes, [field](auto& v, auto& page) { v(field, page); });
 }
 
-std::vector<PageId> ReadPageIds(WireReader& r, const char* field) {
-  std::vector<PageId> pages(r.Count(field, kPageIdWireBytes));
-  for (PageId& page : pages) page = r.I32(field);
-  return pages;
-}
+// Each message's fields in wire order (wire_impl.h: one list serves Encode and Decode).
+constexpr auto kHelloFields = [](auto& v, auto& m) {
+  v("magic", m.magic);
+  v("version", m.version);
+  v("model_path", m.model_path);
+  v("fingerprint_hi", m.fingerprint_hi);
+  v("fingerprint_lo", m.fingerprint_lo);
+  v("layer_begin", m.layer_begin);
+  v("layer_end", m.layer_end);
+  v("n_layers", m.n_layers);
+  v("n_embd", m.n_embd);
+  v("n_vocab", m.n_vocab);
+  v("n_pages", m.n_pages);
+  v("page_tokens", m.page_tokens);
+  v("kv_type", m.kv_type);  // range-checked by the daemon (KvType)
+  v("threads", m.threads);
+  v("max_batch_tokens", m.max_batch_tokens);
+  v("max_logit_rows", m.max_logit_rows);
+  v("shm_bytes", m.shm_bytes);
+  v("heartbeat_ms", m.heartbeat_ms);
+  v("max_embedding_rows", m.max_embedding_rows);
+};
+
+constexpr auto kHelloReplyFields = [](auto& v, auto& m) {
+  v("version", m.version);
+  v("accepted", m.accepted);
+  v("error", m.error);
+  v("device", m.device);
+  v("threads", m.threads);
+  v("weight_bytes", m.weight_bytes);
+  v("kv_bytes", m.kv_bytes);
+  v("rss_bytes", m.rss_bytes);
+};
+
+constexpr auto kRunBatchFields = [](auto& v, auto& m) {
+  v("batch_id", m.batch_id);
+  v.Array("entries", m.entries, kBatchEntryWireBytes, [](auto& v, auto& e) {
+    v("entries.token", e.token);
+    v("entries.position", e.position);
+    v("entries.slot", e.slot);
+    v("entries.wants_logits", e.wants_logits);
+    v("entries.wants_embedding", e.wants_embedding);
+  });
+  v.Array("pages_by_slot", m.pages_by_slot, kCountWireBytes,
+          [](auto& v, auto& pages) { PageIdFields(v, "pages_by_slot", pages); });
+  v.Array("copies", m.copies, kPageCopyWireBytes, [](auto& v, auto& c) {
+    v("copies.src", c.src);
+    v("copies.dst", c.dst);
+  });
+};
+
+constexpr uint32_t kStatusSentinel = static_cast<uint32_t>(StatusCode::kSentinel);
+
+constexpr auto kRunReplyFields = [](auto& v, auto& m) {
+  v("batch_id", m.batch_id);
+  v.Enum("status_code", m.status_code, kStatusSentinel);
+  v("error", m.error);
+  v("n_out_rows", m.n_out_rows);
+  v("compute_seconds", m.compute_seconds);
+  v("n_embedding_rows", m.n_embedding_rows);
+};
+
+constexpr auto kPagesFields = [](auto& v, auto& m) { PageIdFields(v, "pages", m.pages); };
+
+constexpr auto kPagesReplyFields = [](auto& v, auto& m) {
+  v.Enum("status_code", m.status_code, kStatusSentinel);
+  v("error", m.error);
+  v("page_bytes", m.page_bytes);
+};
+
+constexpr auto kStatsReplyFields = [](auto& v, auto& m) {
+  v("batches", m.batches);
+  v("tokens", m.tokens);
+  v("busy_seconds", m.busy_seconds);
+  v("rss_bytes", m.rss_bytes);
+};
 
 // Checked size arithmetic for the region layout: false on overflow.
 bool MulSize(size_t a, size_t b, size_t& out) { return !__builtin_mul_overflow(a, b, &out); }
@@ -83,191 +155,59 @@ bool ShardMessageTypeValid(uint32_t type) {
 }
 
 void EncodeHello(const ShardHello& m, std::vector<uint8_t>& out) {
-  WireWriter w(out);
-  w.U32(m.magic);
-  w.U32(m.version);
-  w.String(m.model_path);
-  w.U64(m.fingerprint_hi);
-  w.U64(m.fingerprint_lo);
-  for (int32_t v :
-       {m.layer_begin, m.layer_end, m.n_layers, m.n_embd, m.n_vocab, m.n_pages, m.page_tokens}) {
-    w.I32(v);
-  }
-  w.U32(m.kv_type);
-  w.I32(m.threads);
-  w.I32(m.max_batch_tokens);
-  w.I32(m.max_logit_rows);
-  w.U64(m.shm_bytes);
-  w.U32(m.heartbeat_ms);
-  w.I32(m.max_embedding_rows);
+  EncodeFields(kHelloFields, m, out);
 }
 
 Result<ShardHello> DecodeHello(std::span<const uint8_t> payload) {
-  return DecodeWith<ShardHello>(payload, "Hello", [](WireReader& r) {
-    ShardHello m;
-    m.magic = r.U32("magic");
-    m.version = r.U32("version");
-    m.model_path = r.String("model_path");
-    m.fingerprint_hi = r.U64("fingerprint_hi");
-    m.fingerprint_lo = r.U64("fingerprint_lo");
-    m.layer_begin = r.I32("layer_begin");
-    m.layer_end = r.I32("layer_end");
-    m.n_layers = r.I32("n_layers");
-    m.n_embd = r.I32("n_embd");
-    m.n_vocab = r.I32("n_vocab");
-    m.n_pages = r.I32("n_pages");
-    m.page_tokens = r.I32("page_tokens");
-    m.kv_type = r.U32("kv_type");  // range-checked by the daemon (KvType)
-    m.threads = r.I32("threads");
-    m.max_batch_tokens = r.I32("max_batch_tokens");
-    m.max_logit_rows = r.I32("max_logit_rows");
-    m.shm_bytes = r.U64("shm_bytes");
-    m.heartbeat_ms = r.U32("heartbeat_ms");
-    m.max_embedding_rows = r.I32("max_embedding_rows");
-    return m;
-  });
+  return DecodeFields<ShardHello>(kHelloFields, payload, "Hello");
 }
 
 void EncodeHelloReply(const ShardHelloReply& m, std::vector<uint8_t>& out) {
-  WireWriter w(out);
-  w.U32(m.version);
-  w.Bool(m.accepted);
-  w.String(m.error);
-  w.String(m.device);
-  w.I32(m.threads);
-  w.U64(m.weight_bytes);
-  w.U64(m.kv_bytes);
-  w.U64(m.rss_bytes);
+  EncodeFields(kHelloReplyFields, m, out);
 }
 
 Result<ShardHelloReply> DecodeHelloReply(std::span<const uint8_t> payload) {
-  return DecodeWith<ShardHelloReply>(payload, "HelloReply", [](WireReader& r) {
-    ShardHelloReply m;
-    m.version = r.U32("version");
-    m.accepted = r.Bool("accepted");
-    m.error = r.String("error");
-    m.device = r.String("device");
-    m.threads = r.I32("threads");
-    m.weight_bytes = r.U64("weight_bytes");
-    m.kv_bytes = r.U64("kv_bytes");
-    m.rss_bytes = r.U64("rss_bytes");
-    return m;
-  });
+  return DecodeFields<ShardHelloReply>(kHelloReplyFields, payload, "HelloReply");
 }
 
 void EncodeRunBatch(const ShardRunBatch& m, std::vector<uint8_t>& out) {
-  WireWriter w(out);
-  w.U64(m.batch_id);
-  w.Count(m.entries.size());
-  for (const BatchEntry& e : m.entries) {
-    w.I32(e.token);
-    w.I32(e.position);
-    w.I32(e.slot);
-    w.Bool(e.wants_logits);
-    w.Bool(e.wants_embedding);
-  }
-  w.Count(m.pages_by_slot.size());
-  for (const std::vector<PageId>& pages : m.pages_by_slot) WritePageIds(w, pages);
-  w.Count(m.copies.size());
-  for (const PageCopy& c : m.copies) {
-    w.I32(c.src);
-    w.I32(c.dst);
-  }
+  EncodeFields(kRunBatchFields, m, out);
 }
 
 Result<ShardRunBatch> DecodeRunBatch(std::span<const uint8_t> payload) {
-  return DecodeWith<ShardRunBatch>(payload, "RunBatch", [](WireReader& r) {
-    ShardRunBatch m;
-    m.batch_id = r.U64("batch_id");
-    m.entries.resize(r.Count("entries", kBatchEntryWireBytes));
-    for (BatchEntry& e : m.entries) {
-      e.token = r.I32("entries.token");
-      e.position = r.I32("entries.position");
-      e.slot = r.I32("entries.slot");
-      e.wants_logits = r.Bool("entries.wants_logits");
-      e.wants_embedding = r.Bool("entries.wants_embedding");
-    }
-    m.pages_by_slot.resize(r.Count("pages_by_slot", kCountWireBytes));
-    for (std::vector<PageId>& pages : m.pages_by_slot) pages = ReadPageIds(r, "pages_by_slot");
-    m.copies.resize(r.Count("copies", kPageCopyWireBytes));
-    for (PageCopy& c : m.copies) {
-      c.src = r.I32("copies.src");
-      c.dst = r.I32("copies.dst");
-    }
-    return m;
-  });
+  return DecodeFields<ShardRunBatch>(kRunBatchFields, payload, "RunBatch");
 }
 
 void EncodeRunReply(const ShardRunReply& m, std::vector<uint8_t>& out) {
-  WireWriter w(out);
-  w.U64(m.batch_id);
-  w.U32(m.status_code);
-  w.String(m.error);
-  w.I32(m.n_out_rows);
-  w.F64(m.compute_seconds);
-  w.I32(m.n_embedding_rows);
+  EncodeFields(kRunReplyFields, m, out);
 }
 
 Result<ShardRunReply> DecodeRunReply(std::span<const uint8_t> payload) {
-  return DecodeWith<ShardRunReply>(payload, "RunReply", [](WireReader& r) {
-    ShardRunReply m;
-    m.batch_id = r.U64("batch_id");
-    m.status_code = r.Enum("status_code", static_cast<uint32_t>(StatusCode::kSentinel));
-    m.error = r.String("error");
-    m.n_out_rows = r.I32("n_out_rows");
-    m.compute_seconds = r.F64("compute_seconds");
-    m.n_embedding_rows = r.I32("n_embedding_rows");
-    return m;
-  });
+  return DecodeFields<ShardRunReply>(kRunReplyFields, payload, "RunReply");
 }
 
 void EncodePages(const ShardPages& m, std::vector<uint8_t>& out) {
-  WireWriter w(out);
-  WritePageIds(w, m.pages);
+  EncodeFields(kPagesFields, m, out);
 }
 
 Result<ShardPages> DecodePages(std::span<const uint8_t> payload) {
-  return DecodeWith<ShardPages>(payload, "Pages", [](WireReader& r) {
-    ShardPages m;
-    m.pages = ReadPageIds(r, "pages");
-    return m;
-  });
+  return DecodeFields<ShardPages>(kPagesFields, payload, "Pages");
 }
 
 void EncodePagesReply(const ShardPagesReply& m, std::vector<uint8_t>& out) {
-  WireWriter w(out);
-  w.U32(m.status_code);
-  w.String(m.error);
-  w.U64(m.page_bytes);
+  EncodeFields(kPagesReplyFields, m, out);
 }
 
 Result<ShardPagesReply> DecodePagesReply(std::span<const uint8_t> payload) {
-  return DecodeWith<ShardPagesReply>(payload, "PagesReply", [](WireReader& r) {
-    ShardPagesReply m;
-    m.status_code = r.Enum("status_code", static_cast<uint32_t>(StatusCode::kSentinel));
-    m.error = r.String("error");
-    m.page_bytes = r.U64("page_bytes");
-    return m;
-  });
+  return DecodeFields<ShardPagesReply>(kPagesReplyFields, payload, "PagesReply");
 }
 
 void EncodeStatsReply(const ShardStatsReply& m, std::vector<uint8_t>& out) {
-  WireWriter w(out);
-  w.U64(m.batches);
-  w.U64(m.tokens);
-  w.F64(m.busy_seconds);
-  w.U64(m.rss_bytes);
+  EncodeFields(kStatsReplyFields, m, out);
 }
 
 Result<ShardStatsReply> DecodeStatsReply(std::span<const uint8_t> payload) {
-  return DecodeWith<ShardStatsReply>(payload, "StatsReply", [](WireReader& r) {
-    ShardStatsReply m;
-    m.batches = r.U64("batches");
-    m.tokens = r.U64("tokens");
-    m.busy_seconds = r.F64("busy_seconds");
-    m.rss_bytes = r.U64("rss_bytes");
-    return m;
-  });
+  return DecodeFields<ShardStatsReply>(kStatsReplyFields, payload, "StatsReply");
 }
 
 ShardRegionLayout ComputeRegionLayout(const ShardHello& hello, size_t page_bytes,

@@ -73,6 +73,59 @@ class WireReader {
   Status status_;
 };
 
+// Field visitors. A message lists its fields once, in wire order, as calls on a visitor:
+// v("name", field) for a scalar or string, v.Enum("name", field, sentinel), v.Array("name",
+// items, min_element_bytes, each) with each(v, item) for the elements. WireEncoder writes
+// the fields, WireDecoder reads them into a value, so the two directions cannot disagree on
+// order or width.
+class WireEncoder {
+ public:
+  explicit WireEncoder(std::vector<uint8_t>& out) : w_(out) {}
+  void operator()(const char*, uint32_t v) { w_.U32(v); }
+  void operator()(const char*, int32_t v) { w_.I32(v); }
+  void operator()(const char*, uint64_t v) { w_.U64(v); }
+  void operator()(const char*, double v) { w_.F64(v); }
+  void operator()(const char*, bool v) { w_.Bool(v); }
+  void operator()(const char*, const std::string& v) { w_.String(v); }
+  void Enum(const char*, uint32_t v, uint32_t) { w_.U32(v); }
+  template <typename T, typename Each>
+  void Array(const char*, const std::vector<T>& items, size_t, Each each) {
+    w_.Count(items.size());
+    for (const T& item : items) each(*this, item);
+  }
+
+ private:
+  WireWriter w_;
+};
+
+class WireDecoder {
+ public:
+  explicit WireDecoder(WireReader& r) : r_(r) {}
+  void operator()(const char* field, uint32_t& v) { v = r_.U32(field); }
+  void operator()(const char* field, int32_t& v) { v = r_.I32(field); }
+  void operator()(const char* field, uint64_t& v) { v = r_.U64(field); }
+  void operator()(const char* field, double& v) { v = r_.F64(field); }
+  void operator()(const char* field, bool& v) { v = r_.Bool(field); }
+  void operator()(const char* field, std::string& v) { v = r_.String(field); }
+  void Enum(const char* field, uint32_t& v, uint32_t sentinel) { v = r_.Enum(field, sentinel); }
+  // The count is checked against the bytes left before anything is allocated.
+  template <typename T, typename Each>
+  void Array(const char* field, std::vector<T>& items, size_t min_element_bytes, Each each) {
+    items.resize(r_.Count(field, min_element_bytes));
+    for (T& item : items) each(*this, item);
+  }
+
+ private:
+  WireReader& r_;
+};
+
+// Appends m's fields as `fields(encoder, m)` lists them.
+template <typename Fields, typename T>
+void EncodeFields(Fields fields, const T& m, std::vector<uint8_t>& out) {
+  WireEncoder encoder(out);
+  fields(encoder, m);
+}
+
 // Decodes `payload` with `read(reader)` into a T, then checks that nothing is left over.
 template <typename T, typename ReadFn>
 Result<T> DecodeWith(std::span<const uint8_t> payload, const char* message, ReadFn read) {
@@ -80,6 +133,17 @@ Result<T> DecodeWith(std::span<const uint8_t> payload, const char* message, Read
   T value = read(reader);
   SHARDLM_TRY(reader.Finish(message));
   return value;
+}
+
+// Decodes a T whose fields `fields(decoder, m)` lists, then checks nothing is left over.
+template <typename T, typename Fields>
+Result<T> DecodeFields(Fields fields, std::span<const uint8_t> payload, const char* message) {
+  return DecodeWith<T>(payload, message, [&](WireReader& reader) {
+    T value;
+    WireDecoder decoder(reader);
+    fields(decoder, value);
+    return value;
+  });
 }
 
 }  // namespace shardlm
