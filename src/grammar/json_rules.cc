@@ -45,9 +45,14 @@ JsonRules::JsonRules(GrammarBuilder& builder, JsonGrammarOptions options)
   BuildTagAutomaton();
 }
 
-RuleId JsonRules::Remembered(const std::string& key) const {
-  std::optional<RuleId> rule = builder_.Find(key);
-  return rule ? *rule : -1;
+bool JsonRules::Define(const std::string& key, const std::string& name, RuleId* rule) {
+  if (std::optional<RuleId> known = builder_.Find(key)) {
+    *rule = *known;
+    return false;
+  }
+  *rule = builder_.AddRule(name);
+  builder_.Remember(key, *rule);
+  return true;
 }
 
 // Aho-Corasick over the tags: state = the longest suffix of the string so far that is a
@@ -98,10 +103,9 @@ void JsonRules::BuildTagAutomaton() {
 }
 
 RuleId JsonRules::Whitespace() {
-  if (RuleId known = Remembered("json:ws"); known >= 0) return known;
+  RuleId ws;
+  if (!Define("json:ws", "ws", &ws)) return ws;
   GrammarBuilder& b = builder_;
-  const RuleId ws = b.AddRule("ws");
-  b.Remember("json:ws", ws);
   const RuleId indent = b.Repeat({b.Bytes(ByteSet::Chars(" \t"))}, {}, 0, kMaxIndent);
   b.AddAlternative(ws, {});
   b.AddAlternative(ws, {b.Byte(' ')});
@@ -112,10 +116,9 @@ RuleId JsonRules::Whitespace() {
 // Well-formed UTF-8 of two to four bytes (no overlong forms, no surrogates, at most
 // U+10FFFF).
 RuleId JsonRules::Utf8Multibyte() {
-  if (RuleId known = Remembered("json:utf8"); known >= 0) return known;
+  RuleId rule;
+  if (!Define("json:utf8", "utf8-multibyte", &rule)) return rule;
   GrammarBuilder& b = builder_;
-  const RuleId rule = b.AddRule("utf8-multibyte");
-  b.Remember("json:utf8", rule);
   const Symbol tail = b.Bytes(ByteSet::Range(0x80, 0xbf));
   b.AddAlternative(rule, {b.Bytes(ByteSet::Range(0xc2, 0xdf)), tail});
   b.AddAlternative(rule, {b.Byte(0xe0), b.Bytes(ByteSet::Range(0xa0, 0xbf)), tail});
@@ -130,10 +133,9 @@ RuleId JsonRules::Utf8Multibyte() {
 // What follows a backslash: one of "\/bfnrt, or u and four hex digits that are not a
 // UTF-16 surrogate (D800-DFFF).
 RuleId JsonRules::Escape() {
-  if (RuleId known = Remembered("json:escape"); known >= 0) return known;
+  RuleId rule;
+  if (!Define("json:escape", "escape", &rule)) return rule;
   GrammarBuilder& b = builder_;
-  const RuleId rule = b.AddRule("escape");
-  b.Remember("json:escape", rule);
   const Symbol hex = b.Bytes(HexDigits());
   ByteSet not_d = HexDigits();
   not_d.Remove('d').Remove('D');
@@ -148,10 +150,9 @@ RuleId JsonRules::String(int min_chars, int max_chars) {
   SHARDLM_CHECK(min_chars >= 0 && min_chars <= kMaxExpandedCount &&
                 (max_chars < 0 || (max_chars >= min_chars && max_chars <= kMaxExpandedCount)));
   const std::string key = fmt::format("json:string:{}:{}", min_chars, max_chars);
-  if (RuleId known = Remembered(key); known >= 0) return known;
+  RuleId string;
+  if (!Define(key, "string", &string)) return string;
   GrammarBuilder& b = builder_;
-  const RuleId string = b.AddRule("string");
-  b.Remember(key, string);
   const bool bounded = min_chars > 0 || max_chars >= 0;
   const bool tags = tag_next_.size() > 1;
   const Symbol escape = GrammarBuilder::Ref(Escape());
@@ -210,10 +211,9 @@ RuleId JsonRules::Integer() { return BoundedInteger(kMaxIntegerDigits, /*negativ
 
 RuleId JsonRules::BoundedInteger(int digits, bool negative) {
   const std::string key = fmt::format("json:integer:{}:{}", digits, negative);
-  if (RuleId known = Remembered(key); known >= 0) return known;
+  RuleId integer;
+  if (!Define(key, "integer", &integer)) return integer;
   GrammarBuilder& b = builder_;
-  const RuleId integer = b.AddRule("integer");
-  b.Remember(key, integer);
   const RuleId magnitude = b.AddRule("integer-digits");
   b.AddAlternative(magnitude, {b.Byte('0')});
   if (digits > 0) {
@@ -229,10 +229,9 @@ RuleId JsonRules::BoundedInteger(int digits, bool negative) {
 // integer (.[0-9]{1,16})? ([eE][+-]?[0-9]{1,2})?: below 10^118 in magnitude, so no parser
 // overflows a double.
 RuleId JsonRules::Number() {
-  if (RuleId known = Remembered("json:number"); known >= 0) return known;
+  RuleId number;
+  if (!Define("json:number", "number", &number)) return number;
   GrammarBuilder& b = builder_;
-  const RuleId number = b.AddRule("number");
-  b.Remember("json:number", number);
   const RuleId exponent = b.AddRule("exponent");
   const Symbol digits2 = GrammarBuilder::Ref(Digits(1, 2));
   b.AddAlternative(exponent, {b.Bytes(ByteSet::Chars("eE")), digits2});
@@ -250,18 +249,16 @@ RuleId JsonRules::Number() {
 }
 
 RuleId JsonRules::Boolean() {
-  if (RuleId known = Remembered("json:boolean"); known >= 0) return known;
-  const RuleId rule = builder_.AddRule("boolean");
-  builder_.Remember("json:boolean", rule);
+  RuleId rule;
+  if (!Define("json:boolean", "boolean", &rule)) return rule;
   builder_.AddAlternative(rule, builder_.Literal("true"));
   builder_.AddAlternative(rule, builder_.Literal("false"));
   return rule;
 }
 
 RuleId JsonRules::Null() {
-  if (RuleId known = Remembered("json:null"); known >= 0) return known;
-  const RuleId rule = builder_.AddRule("null");
-  builder_.Remember("json:null", rule);
+  RuleId rule;
+  if (!Define("json:null", "null", &rule)) return rule;
   builder_.AddAlternative(rule, builder_.Literal("null"));
   return rule;
 }
@@ -277,10 +274,9 @@ Sequence JsonRules::Wrap(char open, RuleId members, char close) {
 
 RuleId JsonRules::AnyValue(int depth) {
   const std::string key = fmt::format("json:value:{}", depth);
-  if (RuleId known = Remembered(key); known >= 0) return known;
+  RuleId value;
+  if (!Define(key, fmt::format("value-{}", depth), &value)) return value;
   GrammarBuilder& b = builder_;
-  const RuleId value = b.AddRule(fmt::format("value-{}", depth));
-  b.Remember(key, value);
   if (depth < options_.max_depth) {
     b.AddAlternative(value, {GrammarBuilder::Ref(AnyObject(depth))});
     b.AddAlternative(value, {GrammarBuilder::Ref(AnyArray(depth))});
@@ -293,10 +289,9 @@ RuleId JsonRules::AnyValue(int depth) {
 
 RuleId JsonRules::AnyObject(int depth) {
   const std::string key = fmt::format("json:object:{}", depth);
-  if (RuleId known = Remembered(key); known >= 0) return known;
+  RuleId object;
+  if (!Define(key, fmt::format("object-{}", depth), &object)) return object;
   GrammarBuilder& b = builder_;
-  const RuleId object = b.AddRule(fmt::format("object-{}", depth));
-  b.Remember(key, object);
   if (depth >= options_.max_depth) return object;  // no alternative: Build drops it
   const Symbol ws = GrammarBuilder::Ref(Whitespace());
   const Sequence member = {GrammarBuilder::Ref(String()), ws, b.Byte(':'), ws,
@@ -308,10 +303,9 @@ RuleId JsonRules::AnyObject(int depth) {
 
 RuleId JsonRules::AnyArray(int depth) {
   const std::string key = fmt::format("json:array:{}", depth);
-  if (RuleId known = Remembered(key); known >= 0) return known;
+  RuleId array;
+  if (!Define(key, fmt::format("array-{}", depth), &array)) return array;
   GrammarBuilder& b = builder_;
-  const RuleId array = b.AddRule(fmt::format("array-{}", depth));
-  b.Remember(key, array);
   if (depth >= options_.max_depth) return array;
   const Symbol ws = GrammarBuilder::Ref(Whitespace());
   const RuleId items =

@@ -82,7 +82,9 @@ class JsonRules {
   Sequence Wrap(char open, RuleId members, char close);
 
  private:
-  RuleId Remembered(const std::string& key) const;
+  // The rule shared under `key` (false), or a new rule named `name`, shared under `key`
+  // before its alternatives are added so that recursive uses find it (true: define it).
+  bool Define(const std::string& key, const std::string& name, RuleId* rule);
   RuleId Utf8Multibyte();
   RuleId Escape();
   RuleId Digits(int min, int max);
