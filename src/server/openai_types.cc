@@ -140,6 +140,33 @@ Status ParseFormat(const Parser& p, const FormatShape& shape, const Json& format
   return Status::Ok();
 }
 
+Status ParseToolChoiceValue(const Parser& p, const Json& choice,
+                            const Json* (*function_name)(const Json& object),
+                            const char* object_shape, ToolChoice* tc) {
+  if (choice.is_string()) {
+    const std::string mode = choice.get<std::string>();
+    if (mode == "auto") {
+      tc->mode = ToolChoice::Mode::kAuto;
+    } else if (mode == "none") {
+      tc->mode = ToolChoice::Mode::kNone;
+    } else if (mode == "required") {
+      tc->mode = ToolChoice::Mode::kRequired;
+    } else {
+      return p.Fail("tool_choice",
+                    fmt::format("expected auto, none, required or {}", object_shape));
+    }
+    return Status::Ok();
+  }
+  if (!choice.is_object()) return p.Fail("tool_choice", "expected a string or an object");
+  const Json* name = function_name(choice);
+  if (!name || !name->is_string()) {
+    return p.Fail("tool_choice", fmt::format("an object must name a function: {}", object_shape));
+  }
+  tc->mode = ToolChoice::Mode::kFunction;
+  tc->function = name->get<std::string>();
+  return Status::Ok();
+}
+
 Result<Json> ConvertTools(const Parser& p, const ToolShape& shape) {
   Json chat_tools = Json::array();
   const Json* tools = p.Find("tools");
@@ -311,30 +338,15 @@ Status NormalizeMessage(const Parser& p, size_t i, Json& msg) {
 // "auto" | "none" | "required" | {"type":"function","function":{"name":N}}; a required or
 // named tool needs `tools`, and the name must be one of them.
 Status ParseToolChoice(const Parser& p, const Json& choice, ChatCompletionRequest* r) {
-  ToolChoice& tc = r->tool_choice;
-  if (choice.is_string()) {
-    const std::string mode = choice.get<std::string>();
-    if (mode == "auto") {
-      tc.mode = ToolChoice::Mode::kAuto;
-    } else if (mode == "none") {
-      tc.mode = ToolChoice::Mode::kNone;
-    } else if (mode == "required") {
-      tc.mode = ToolChoice::Mode::kRequired;
-    } else {
-      return p.Fail("tool_choice", "expected auto, none, required or an object naming a function");
-    }
-  } else if (choice.is_object()) {
-    auto fn = choice.find("function");
-    const Json* name = nullptr;
-    if (fn != choice.end() && fn->is_object() && fn->contains("name")) name = &(*fn)["name"];
-    if (!name || !name->is_string()) {
-      return p.Fail("tool_choice", "an object needs function.name");
-    }
-    tc.mode = ToolChoice::Mode::kFunction;
-    tc.function = name->get<std::string>();
-  } else {
-    return p.Fail("tool_choice", "expected a string or an object");
-  }
+  SHARDLM_TRY(ParseToolChoiceValue(
+      p, choice,
+      [](const Json& object) -> const Json* {
+        auto fn = object.find("function");
+        if (fn == object.end() || !fn->is_object()) return nullptr;
+        auto name = fn->find("name");
+        return name == fn->end() ? nullptr : &*name;
+      },
+      "{\"type\":\"function\",\"function\":{\"name\":...}}", &r->tool_choice));
   return CheckToolChoice(p, "tool_choice", *r);
 }
 

@@ -112,6 +112,13 @@ struct FormatShape {
 Status ParseFormat(const Parser& p, const FormatShape& shape, const Json& format,
                    ResponseFormat* rf);
 
+// tool_choice as chat and the Responses API give it: "auto" | "none" | "required", or an
+// object naming one function, its name found by `function_name` (nullptr when the object
+// names none). `object_shape` shows the object in errors.
+Status ParseToolChoiceValue(const Parser& p, const Json& choice,
+                            const Json* (*function_name)(const Json& object),
+                            const char* object_shape, ToolChoice* tc);
+
 // How another API's "tools" entries read, to convert them to chat's function tools.
 struct ToolShape {
   std::string type;          // the one tool "type" this server runs ("custom", "function")

@@ -231,34 +231,19 @@ Status ParseTools(const Parser& p, ResponsesRequest* r) {
 // "auto" | "none" | "required" | {"type":"function","name":N}.
 Status ParseToolChoice(const Parser& p, ResponsesRequest* r) {
   const Json* choice = p.Find("tool_choice");
-  ToolChoice& tc = r->chat.tool_choice;
-  if (choice && choice->is_string()) {
-    const std::string mode = choice->get<std::string>();
-    if (mode == "auto") {
-      tc.mode = ToolChoice::Mode::kAuto;
-    } else if (mode == "none") {
-      tc.mode = ToolChoice::Mode::kNone;
-    } else if (mode == "required") {
-      tc.mode = ToolChoice::Mode::kRequired;
-    } else {
-      return p.Fail("tool_choice", "expected auto, none, required or {type: function, name}");
-    }
-  } else if (choice && choice->is_object()) {
-    if (choice->value("type", "") != "function") {
-      return p.Fail("tool_choice", "only {type: function, name} objects are supported");
-    }
-    auto name = choice->find("name");
-    if (name == choice->end() || !name->is_string()) {
-      return p.Fail("tool_choice", "a function choice needs a name");
-    }
-    tc.mode = ToolChoice::Mode::kFunction;
-    tc.function = name->get<std::string>();
-  } else if (choice) {
-    return p.Fail("tool_choice", "expected a string or an object");
+  if (choice) {
+    SHARDLM_TRY(ParseToolChoiceValue(
+        p, *choice,
+        [](const Json& object) -> const Json* {
+          if (object.value("type", "") != "function") return nullptr;
+          auto name = object.find("name");
+          return name == object.end() ? nullptr : &*name;
+        },
+        "{\"type\":\"function\",\"name\":...}", &r->chat.tool_choice));
   }
   SHARDLM_TRY(CheckToolChoice(p, "tool_choice", r->chat));
   if (choice) r->echo["tool_choice"] = *choice;
-  if (tc.mode == ToolChoice::Mode::kNone) r->chat.tools = nullptr;
+  if (r->chat.tool_choice.mode == ToolChoice::Mode::kNone) r->chat.tools = nullptr;
   return Status::Ok();
 }
 
