@@ -61,6 +61,19 @@ Status TextOf(const Parser& p, const std::string& name, const Json& content, std
   return Status::Ok();
 }
 
+// Calls visit(block_name, block, type) for each content block, in order, after checking
+// that it is an object; the first error stops it.
+template <typename Visit>
+Status ForEachBlock(const Parser& p, const std::string& name, const Json& blocks, Visit visit) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Json& block = blocks[i];
+    const std::string block_name = fmt::format("{}[{}]", name, i);
+    if (!block.is_object()) return p.Fail(block_name, "expected an object");
+    SHARDLM_TRY(visit(block_name, block, BlockType(block)));
+  }
+  return Status::Ok();
+}
+
 // A user turn: text blocks join into one user message; each tool_result becomes a tool
 // message, in block order.
 Status AddUser(const Parser& p, const std::string& name, const Json& blocks, Json* messages) {
@@ -71,37 +84,36 @@ Status AddUser(const Parser& p, const std::string& name, const Json& blocks, Jso
     text.clear();
     has_text = false;
   };
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const Json& block = blocks[i];
-    const std::string block_name = fmt::format("{}[{}]", name, i);
-    if (!block.is_object()) return p.Fail(block_name, "expected an object");
-    const std::string type = BlockType(block);
-    if (type == "text") {
-      std::string piece;
-      SHARDLM_TRY(StringField(p, block_name, block, "text", &piece));
-      text += piece;
-      has_text = true;
-    } else if (type == "tool_result") {
-      flush_text();
-      std::string id, result;
-      SHARDLM_TRY(StringField(p, block_name, block, "tool_use_id", &id));
-      auto content = block.find("content");
-      if (content != block.end() && !content->is_null()) {
-        SHARDLM_TRY(TextOf(p, block_name + ".content", *content, &result));
-      }
-      auto is_error = block.find("is_error");
-      if (is_error != block.end() && !is_error->is_null() && !is_error->is_boolean()) {
-        return p.Fail(block_name + ".is_error", "expected a boolean");
-      }
-      // The template has no field for a failed call: the model reads it in the text.
-      if (is_error != block.end() && is_error->is_boolean() && is_error->get<bool>()) {
-        result = "Error: " + result;
-      }
-      messages->push_back(Json{{"role", "tool"}, {"tool_call_id", id}, {"content", result}});
-    } else {
-      return RefuseBlock(p, block_name, type);
-    }
-  }
+  SHARDLM_TRY(ForEachBlock(
+      p, name, blocks,
+      [&](const std::string& block_name, const Json& block, const std::string& type) -> Status {
+        if (type == "text") {
+          std::string piece;
+          SHARDLM_TRY(StringField(p, block_name, block, "text", &piece));
+          text += piece;
+          has_text = true;
+        } else if (type == "tool_result") {
+          flush_text();
+          std::string id, result;
+          SHARDLM_TRY(StringField(p, block_name, block, "tool_use_id", &id));
+          auto content = block.find("content");
+          if (content != block.end() && !content->is_null()) {
+            SHARDLM_TRY(TextOf(p, block_name + ".content", *content, &result));
+          }
+          auto is_error = block.find("is_error");
+          if (is_error != block.end() && !is_error->is_null() && !is_error->is_boolean()) {
+            return p.Fail(block_name + ".is_error", "expected a boolean");
+          }
+          // The template has no field for a failed call: the model reads it in the text.
+          if (is_error != block.end() && is_error->is_boolean() && is_error->get<bool>()) {
+            result = "Error: " + result;
+          }
+          messages->push_back(Json{{"role", "tool"}, {"tool_call_id", id}, {"content", result}});
+        } else {
+          return RefuseBlock(p, block_name, type);
+        }
+        return Status::Ok();
+      }));
   flush_text();
   return Status::Ok();
 }
@@ -110,36 +122,35 @@ Status AddUser(const Parser& p, const std::string& name, const Json& blocks, Jso
 Status AddAssistant(const Parser& p, const std::string& name, const Json& blocks, Json* messages) {
   std::string text, reasoning;
   Json calls = Json::array();
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const Json& block = blocks[i];
-    const std::string block_name = fmt::format("{}[{}]", name, i);
-    if (!block.is_object()) return p.Fail(block_name, "expected an object");
-    const std::string type = BlockType(block);
-    if (type == "text") {
-      std::string piece;
-      SHARDLM_TRY(StringField(p, block_name, block, "text", &piece));
-      text += piece;
-    } else if (type == "thinking") {
-      std::string piece;
-      SHARDLM_TRY(StringField(p, block_name, block, "thinking", &piece));
-      reasoning += piece;
-    } else if (type == "redacted_thinking") {
-      continue;  // encrypted by another server: nothing a template could show
-    } else if (type == "tool_use") {
-      std::string id, fn;
-      SHARDLM_TRY(StringField(p, block_name, block, "id", &id));
-      SHARDLM_TRY(StringField(p, block_name, block, "name", &fn));
-      auto input = block.find("input");
-      if (input == block.end() || !input->is_object()) {
-        return p.Fail(block_name + ".input", "expected an object");
-      }
-      calls.push_back(Json{{"id", id},
-                           {"type", "function"},
-                           {"function", Json{{"name", fn}, {"arguments", *input}}}});
-    } else {
-      return RefuseBlock(p, block_name, type);
-    }
-  }
+  SHARDLM_TRY(ForEachBlock(
+      p, name, blocks,
+      [&](const std::string& block_name, const Json& block, const std::string& type) -> Status {
+        if (type == "text") {
+          std::string piece;
+          SHARDLM_TRY(StringField(p, block_name, block, "text", &piece));
+          text += piece;
+        } else if (type == "thinking") {
+          std::string piece;
+          SHARDLM_TRY(StringField(p, block_name, block, "thinking", &piece));
+          reasoning += piece;
+        } else if (type == "redacted_thinking") {
+          return Status::Ok();  // encrypted by another server: nothing a template could show
+        } else if (type == "tool_use") {
+          std::string id, fn;
+          SHARDLM_TRY(StringField(p, block_name, block, "id", &id));
+          SHARDLM_TRY(StringField(p, block_name, block, "name", &fn));
+          auto input = block.find("input");
+          if (input == block.end() || !input->is_object()) {
+            return p.Fail(block_name + ".input", "expected an object");
+          }
+          calls.push_back(Json{{"id", id},
+                               {"type", "function"},
+                               {"function", Json{{"name", fn}, {"arguments", *input}}}});
+        } else {
+          return RefuseBlock(p, block_name, type);
+        }
+        return Status::Ok();
+      }));
   // A turn of tool calls alone has "" for content, not null: templates such as Qwen3's search
   // the content for </think> and fail on null.
   Json message = Json{{"role", "assistant"}, {"content", text}};
