@@ -83,7 +83,7 @@ Json AnthropicErrorJSON(const ApiError& error) {
 }
 
 AnthropicFormatter::AnthropicFormatter(ResponseMeta meta, int32_t prompt_tokens)
-    : OutputFormatter(std::move(meta)), prompt_tokens_(prompt_tokens) {}
+    : ItemFormatter(std::move(meta)), prompt_tokens_(prompt_tokens) {}
 
 void AnthropicFormatter::StreamStart(std::string* sse) {
   // The cached part of the prompt is known only at the end: message_delta's usage corrects it.
@@ -97,7 +97,7 @@ void AnthropicFormatter::StreamStart(std::string* sse) {
   *sse += SseEvent("ping", Json{{"type", "ping"}});
 }
 
-void AnthropicFormatter::AddText(Open kind, const std::string& text, std::string* sse) {
+void AnthropicFormatter::AddToBlock(Open kind, const std::string& text, std::string* sse) {
   const bool thinking = kind == Open::kThinking;
   if (open_ != kind) Close(sse);
   // The block's index: after the one Close just finished, if any.
@@ -117,7 +117,7 @@ void AnthropicFormatter::AddText(Open kind, const std::string& text, std::string
                    Json{{"type", "content_block_delta"}, {"index", index}, {"delta", delta}});
 }
 
-void AnthropicFormatter::AddToolUse(const ToolCall& call, std::string* sse) {
+void AnthropicFormatter::AddToolCall(const ToolCall& call, std::string* sse) {
   Close(sse);
   const int index = static_cast<int>(content_.size());
   Json block = ToolUseBlock(call);
@@ -148,15 +148,12 @@ void AnthropicFormatter::Close(std::string* sse) {
   open_text_.clear();
 }
 
-void AnthropicFormatter::Add(const OutputDelta& delta, std::string* sse) {
-  if (!delta.reasoning.empty()) AddText(Open::kThinking, delta.reasoning, sse);
-  if (!delta.content.empty()) AddText(Open::kText, delta.content, sse);
-  for (const ToolCall& call : delta.tool_calls) AddToolUse(call, sse);
+void AnthropicFormatter::AddReasoning(const std::string& text, std::string* sse) {
+  AddToBlock(Open::kThinking, text, sse);
 }
 
-void AnthropicFormatter::StreamDelta(const OutputDelta& delta, const TokenLogprobInfo* /*logprob*/,
-                                     std::string* sse) {
-  Add(delta, sse);
+void AnthropicFormatter::AddText(const std::string& text, std::string* sse) {
+  AddToBlock(Open::kText, text, sse);
 }
 
 void AnthropicFormatter::StreamEnd(const OutputDelta& last, const GenerationResult& result,

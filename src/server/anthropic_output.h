@@ -37,13 +37,11 @@ const char* AnthropicErrorType(int http_status);
 // {"type":"error","error":{"type","message"}}, the type from the HTTP status.
 Json AnthropicErrorJSON(const ApiError& error);
 
-class AnthropicFormatter : public OutputFormatter {
+class AnthropicFormatter : public ItemFormatter {
  public:
   // `meta.id` is the message id ("msg_…"); `prompt_tokens` is the prompt's length.
   AnthropicFormatter(ResponseMeta meta, int32_t prompt_tokens);
   void StreamStart(std::string* sse) override;
-  void StreamDelta(const OutputDelta& delta, const TokenLogprobInfo* logprob,
-                   std::string* sse) override;
   void StreamEnd(const OutputDelta& last, const GenerationResult& result,
                  std::string* sse) override;
   void StreamError(const ApiError& error, std::string* sse) override;
@@ -51,9 +49,11 @@ class AnthropicFormatter : public OutputFormatter {
 
  private:
   enum class Open { kNone, kThinking, kText };
-  void Add(const OutputDelta& delta, std::string* sse);
-  void AddText(Open kind, const std::string& text, std::string* sse);
-  void AddToolUse(const ToolCall& call, std::string* sse);
+  void AddReasoning(const std::string& text, std::string* sse) override;
+  void AddText(const std::string& text, std::string* sse) override;
+  void AddToolCall(const ToolCall& call, std::string* sse) override;
+  // Appends to the open block of `kind`, opening it (and closing another) first.
+  void AddToBlock(Open kind, const std::string& text, std::string* sse);
   void Close(std::string* sse);
 
   int32_t prompt_tokens_;

@@ -71,6 +71,29 @@ class OutputFormatter {
   ResponseMeta meta_;
 };
 
+// An output made of items, as Anthropic's content blocks and the Responses API's output
+// items are: a delta's reasoning, its text and each tool call go to an item of their kind,
+// in that order, and the subclass says how each is added (opening and closing items as the
+// kind changes). Logprobs have no place in these outputs.
+class ItemFormatter : public OutputFormatter {
+ public:
+  using OutputFormatter::OutputFormatter;
+  void StreamDelta(const OutputDelta& delta, const TokenLogprobInfo* /*logprob*/,
+                   std::string* sse) final {
+    Add(delta, sse);
+  }
+
+ protected:
+  void Add(const OutputDelta& delta, std::string* sse) {
+    if (!delta.reasoning.empty()) AddReasoning(delta.reasoning, sse);
+    if (!delta.content.empty()) AddText(delta.content, sse);
+    for (const ToolCall& call : delta.tool_calls) AddToolCall(call, sse);
+  }
+  virtual void AddReasoning(const std::string& text, std::string* sse) = 0;
+  virtual void AddText(const std::string& text, std::string* sse) = 0;
+  virtual void AddToolCall(const ToolCall& call, std::string* sse) = 0;
+};
+
 // JSON as the server writes it (compact, invalid UTF-8 replaced).
 std::string DumpJson(const Json& j);
 // One SSE event: "data: {json}\n\n", or with an event name "event: NAME\ndata: {json}\n\n".

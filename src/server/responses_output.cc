@@ -45,7 +45,7 @@ Json FunctionCallItem(const std::string& id, std::string_view status, const Tool
 }  // namespace
 
 ResponsesFormatter::ResponsesFormatter(ResponseMeta meta, ResponsesOutputOptions options)
-    : OutputFormatter(std::move(meta)), options_(std::move(options)) {}
+    : ItemFormatter(std::move(meta)), options_(std::move(options)) {}
 
 std::string ResponsesFormatter::NextItemId(std::string_view prefix) {
   // "resp_0a1b…" → "msg_0a1b…_2": unique across responses, so stored items never collide.
@@ -216,17 +216,6 @@ void ResponsesFormatter::Close(std::string_view status, std::string* sse) {
   Emit("response.output_item.done", Json{{"output_index", index}, {"item", output_.back()}}, sse);
   open_ = Open::kNone;
   open_text_.clear();
-}
-
-void ResponsesFormatter::Add(const OutputDelta& delta, std::string* sse) {
-  if (!delta.reasoning.empty()) AddReasoning(delta.reasoning, sse);
-  if (!delta.content.empty()) AddText(delta.content, sse);
-  for (const ToolCall& call : delta.tool_calls) AddToolCall(call, sse);
-}
-
-void ResponsesFormatter::StreamDelta(const OutputDelta& delta, const TokenLogprobInfo* /*logprob*/,
-                                     std::string* sse) {
-  Add(delta, sse);
 }
 
 void ResponsesFormatter::StreamEnd(const OutputDelta& last, const GenerationResult& result,

@@ -34,13 +34,11 @@ struct ResponsesOutputOptions {
   std::string previous_response_id;
 };
 
-class ResponsesFormatter : public OutputFormatter {
+class ResponsesFormatter : public ItemFormatter {
  public:
   // `meta.id` is the response id ("resp_…"); item ids are made from it.
   ResponsesFormatter(ResponseMeta meta, ResponsesOutputOptions options);
   void StreamStart(std::string* sse) override;
-  void StreamDelta(const OutputDelta& delta, const TokenLogprobInfo* logprob,
-                   std::string* sse) override;
   void StreamEnd(const OutputDelta& last, const GenerationResult& result,
                  std::string* sse) override;
   void StreamError(const ApiError& error, std::string* sse) override;
@@ -50,10 +48,9 @@ class ResponsesFormatter : public OutputFormatter {
   enum class Open { kNone, kReasoning, kMessage };
   // Appends one event: {"type", "sequence_number", ...fields}.
   void Emit(std::string_view type, Json fields, std::string* sse);
-  void Add(const OutputDelta& delta, std::string* sse);
-  void AddReasoning(const std::string& text, std::string* sse);
-  void AddText(const std::string& text, std::string* sse);
-  void AddToolCall(const ToolCall& call, std::string* sse);
+  void AddReasoning(const std::string& text, std::string* sse) override;
+  void AddText(const std::string& text, std::string* sse) override;
+  void AddToolCall(const ToolCall& call, std::string* sse) override;
   // Ends the open reasoning or message item; `status` for a message ("completed" or
   // "incomplete").
   void Close(std::string_view status, std::string* sse);
