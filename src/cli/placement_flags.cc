@@ -64,6 +64,7 @@ LoadOptions ModelLoadOptions(const PlacementOptions& placement) {
   load.prefault = placement.devices.empty() ||
                   (placement.devices.size() == 1 && !placement.devices[0].remote());
   load.repack = load.prefault;  // the same: only a borrowed binding computes
+  if (load.repack && !placement.devices.empty()) load.repack_cores = placement.devices[0].cores;
   return load;
 }
 

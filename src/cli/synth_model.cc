@@ -7,6 +7,8 @@
 #include <map>
 #include <thread>
 
+#include "model/model_config.h"
+#include "model/tensor_specs.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm::cli {
@@ -86,6 +88,41 @@ GgmlType MixType(const std::string& mix, GgmlType base, Role role, int64_t layer
     }
   }
   return base;
+}
+
+// The role of a model tensor in the quantization mix (a tied embedding is the head).
+Role QuantRole(TensorRole role, bool tied) {
+  switch (role) {
+    case TensorRole::kTokenEmbd:
+      return tied ? Role::kOutput : Role::kEmbd;
+    case TensorRole::kOutput:
+      return Role::kOutput;
+    case TensorRole::kAttnV:
+      return Role::kAttnV;
+    case TensorRole::kAttnOutput:
+      return Role::kAttnOut;
+    case TensorRole::kFfnDown:
+      return Role::kFfnDown;
+    default:
+      return Role::kOther;
+  }
+}
+
+// The config a model of `s` reads back as (the shapes the tensor list needs).
+ModelConfig SynthModelConfig(const SynthSpec& s) {
+  ModelConfig config;
+  config.arch = s.arch == "llama" ? Arch::kLlama : Arch::kQwen3;
+  config.n_layers = int(s.n_layers);
+  config.n_embd = int(s.n_embd);
+  config.n_head = int(s.n_head);
+  config.n_head_kv = int(s.n_head_kv);
+  config.head_dim = int(s.head_dim);
+  config.n_ff = int(s.n_ff);
+  config.n_vocab = int(s.n_vocab);
+  config.n_rot = int(s.head_dim);
+  config.tied_output = s.tied;
+  SetLayerConfigs(config);
+  return config;
 }
 
 // When ne[0] is not a multiple of the block size, llama.cpp falls back to a 32-block type;
@@ -309,35 +346,19 @@ Result<uint32_t> SynthFileType(const std::string& type) {
 Result<std::vector<SynthTensor>> PlanSynthTensors(const SynthSpec& s) {
   SHARDLM_TRY(ValidateSynthSpec(s));
   const TypeChoice& choice = *FindType(s.type);
+  const ModelConfig config = SynthModelConfig(s);
   std::vector<SynthTensor> out;
-  auto add = [&](std::string name, std::vector<int64_t> ne, Role role, int64_t layer) {
-    GgmlType type = MixType(s.type, choice.base, role, layer, s.n_layers);
-    out.push_back({std::move(name), ne, FitRowLength(type, ne[0])});
-  };
-  auto norm = [&](std::string name, int64_t n) {
-    out.push_back({std::move(name), {n}, GgmlType::kF32, SynthTensor::Init::kNorm});
-  };
-  const int64_t q_dim = s.n_head * s.head_dim;
-  const int64_t kv_dim = s.n_head_kv * s.head_dim;
-  add("token_embd.weight", {s.n_embd, s.n_vocab}, s.tied ? Role::kOutput : Role::kEmbd, 0);
-  for (int64_t i = 0; i < s.n_layers; ++i) {
-    std::string p = fmt::format("blk.{}.", i);
-    norm(p + "attn_norm.weight", s.n_embd);
-    add(p + "attn_q.weight", {s.n_embd, q_dim}, Role::kOther, i);
-    add(p + "attn_k.weight", {s.n_embd, kv_dim}, Role::kOther, i);
-    add(p + "attn_v.weight", {s.n_embd, kv_dim}, Role::kAttnV, i);
-    add(p + "attn_output.weight", {q_dim, s.n_embd}, Role::kAttnOut, i);
-    if (s.arch == "qwen3") {
-      norm(p + "attn_q_norm.weight", s.head_dim);
-      norm(p + "attn_k_norm.weight", s.head_dim);
+  // The tensors a model of the architecture binds, in file order; optional ones are left out.
+  ForEachStageTensor(config, {0, config.n_layers}, [&](const TensorSpec& spec) {
+    if (!spec.required) return;
+    if (!spec.matrix()) {
+      out.push_back({spec.name, spec.ne, GgmlType::kF32, SynthTensor::Init::kNorm});
+      return;
     }
-    norm(p + "ffn_norm.weight", s.n_embd);
-    add(p + "ffn_gate.weight", {s.n_embd, s.n_ff}, Role::kOther, i);
-    add(p + "ffn_up.weight", {s.n_embd, s.n_ff}, Role::kOther, i);
-    add(p + "ffn_down.weight", {s.n_ff, s.n_embd}, Role::kFfnDown, i);
-  }
-  norm("output_norm.weight", s.n_embd);
-  if (!s.tied) add("output.weight", {s.n_embd, s.n_vocab}, Role::kOutput, 0);
+    const Role role = QuantRole(spec.role, s.tied);
+    const GgmlType type = MixType(s.type, choice.base, role, std::max(spec.layer, 0), s.n_layers);
+    out.push_back({spec.name, spec.ne, FitRowLength(type, spec.ne[0])});
+  });
   return out;
 }
 

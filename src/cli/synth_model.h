@@ -1,7 +1,8 @@
 // Synthetic models for `shardlm gguf synth`: shape presets, llama.cpp-style quantization
 // mixes, seeded random weights and a byte-level tokenizer, written through GgufWriter.
 //
-// Goals: files llama.cpp can load (standard tensor names and keys for llama/qwen3, a GPT-2
+// Goals: files llama.cpp can load (standard tensor names and keys for llama/qwen3: the
+// tensors are the list shardlm binds, model/tensor_specs.h, so what synth writes loads; a GPT-2
 // byte vocab with ChatML specials and a chat template); deterministic for a seed whatever the
 // thread count (every row has its own PRNG stream); big presets (Qwen3-0.6B/1.7B shapes with
 // the real 151936-token vocab size) written tensor by tensor, quantized in parallel.

@@ -13,13 +13,6 @@ namespace {
 // Row pointers gathered per kernel call: one run of consecutive positions inside a page.
 constexpr int kMaxRunRows = 64;
 
-// Positions of K (or V) rows asked for ahead of the run being computed: the hardware
-// prefetcher stops at every 4 KiB of a run. With 8 streams at a few hundred positions the
-// K/V reads of a step rival the weights; on 2026-11-25, at a time when the machine streamed
-// only 11-16 GB/s in 16 KiB chunks, asking ahead did not shrink their share of a step (the
-// reads were bound by DRAM bandwidth, not latency); it costs nothing when they are not.
-constexpr int kPrefetchPositions = 2 * kMaxRunRows;
-
 // The K (or V) rows of one kv head over positions [0, n_ctx), as runs of n <= kMaxRunRows
 // consecutive positions inside one page, in position order. A run's stored rows are one
 // contiguous stretch (head-major pages, see page_pool.h).
@@ -45,18 +38,6 @@ class KvRuns {
                                                : pool_.KeyRow(page, layer_idx_, kv_head_, offset));
   }
 
-  // Asks for the lines of every run that starts before `end` and was not asked for yet.
-  void PrefetchUntil(int end) {
-    end = std::min(end, n_ctx_);
-    while (prefetched_ < end) {
-      int n = 0;
-      const auto* raw = reinterpret_cast<const char*>(At(prefetched_, &n));
-      const size_t bytes = size_t(n) * pool_.head_row_bytes();
-      for (size_t line = 0; line < bytes; line += 64) __builtin_prefetch(raw + line, 0, 3);
-      prefetched_ += n;
-    }
-  }
-
  private:
   const PagePool& pool_;
   PageList pages_;
@@ -64,20 +45,17 @@ class KvRuns {
   bool values_;
   int kv_head_;
   int n_ctx_;
-  int prefetched_ = 0;  // positions [0, prefetched_) were asked for
 };
 
-// Calls fn(pos, n, rows) for the runs of `runs` in position order, asking kPrefetchPositions
-// ahead; rows[r] is the F32 row of position pos + r: as_f32(raw, n) gives the run's stored
-// rows as F32 rows head_dim apart (the stored rows themselves for an F32 cache, a
-// converted copy for F16).
+// Calls fn(pos, n, rows) for the runs of `runs` in position order; rows[r] is the F32 row of
+// position pos + r: as_f32(raw, n) gives the run's stored rows as F32 rows head_dim apart
+// (the stored rows themselves for an F32 cache, a converted copy for F16).
 template <typename AsF32, typename Fn>
-void ForEachRun(KvRuns& runs, int64_t head_dim, AsF32&& as_f32, Fn&& fn) {
+void ForEachRun(const KvRuns& runs, int64_t head_dim, AsF32&& as_f32, Fn&& fn) {
   const float* rows[kMaxRunRows];
   for (int pos = 0; pos < runs.n_ctx();) {
     int n = 0;
     const uint8_t* raw = runs.At(pos, &n);
-    runs.PrefetchUntil(pos + n + kPrefetchPositions);
     const float* run = as_f32(raw, n);
     for (int r = 0; r < n; ++r) rows[r] = run + r * head_dim;
     fn(pos, n, rows);
@@ -162,11 +140,8 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   SHARDLM_DCHECK(head_dim <= 512);
   const int n_ctx = tile.first_position + tile.n_tokens;
   float* scores = scratch;
-  // V is asked for with K: it is read right after the softmax.
-  KvRuns keys(pool, pages, layer_idx, false, tile.kv_head, n_ctx);
-  KvRuns values(pool, pages, layer_idx, true, tile.kv_head, n_ctx);
-  keys.PrefetchUntil(kPrefetchPositions);
-  values.PrefetchUntil(kPrefetchPositions);
+  const KvRuns keys(pool, pages, layer_idx, false, tile.kv_head, n_ctx);
+  const KvRuns values(pool, pages, layer_idx, true, tile.kv_head, n_ctx);
   auto visit = [&](bool v, auto&& as_f32, auto&& fn) {
     ForEachRun(v ? values : keys, head_dim, as_f32, fn);
   };

@@ -15,12 +15,13 @@ namespace shardlm {
 
 // Every buffer is sized once for max_batch_tokens (B) rows; a batch uses its first rows.
 struct ForwardPass::Activations {
-  std::vector<float> x;            // [B][n_embd] residual stream
-  std::vector<float> xn;           // [B][n_embd] normed input of the current sublayer
-  std::vector<float> q;            // [B][n_head][head_dim]
-  std::vector<float> k;            // [B][n_head_kv][head_dim]
-  std::vector<float> v;            // [B][n_head_kv][head_dim]
-  std::vector<float> attn;         // [B][n_head][head_dim] attention output
+  std::vector<float> x;   // [B][n_embd] residual stream
+  std::vector<float> xn;  // [B][n_embd] normed input of the current sublayer
+  // The attention rows have the current layer's shape (LayerConfig), sized for the widest.
+  std::vector<float> q;            // [B][n_head][head_dim_k]
+  std::vector<float> k;            // [B][n_head_kv][head_dim_k]
+  std::vector<float> v;            // [B][n_head_kv][head_dim_v]
+  std::vector<float> attn;         // [B][n_head][head_dim_v] attention output
   std::vector<float> proj;         // [B][n_embd] attn_output / ffn_down result
   std::vector<float> gate;         // [B][n_ff] gate projection, then SiLU(gate)·up
   std::vector<float> up;           // [B][n_ff]
@@ -32,9 +33,47 @@ struct ForwardPass::Activations {
   std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
-  int tile_tokens = 1;           // TileTokensFor(gqa_group)
-  size_t scores_per_worker = 0;  // AttendTileScratch(tile_tokens × gqa_group, max_ctx)
+  int tile_tokens = 1;           // TileTokensFor(gqa_group), for the largest group
+  size_t scores_per_worker = 0;  // AttendTileScratch(tile_tokens × gqa_group, max_ctx), largest
 };
+
+namespace {
+
+// The attention buffers of a stage: the widest rows of its layers, and tiles no larger than
+// every layer's GQA group allows.
+struct AttentionRows {
+  int q_dim = 0, k_dim = 0, v_dim = 0, attn_dim = 0;
+  int tile_tokens = kMaxTileTokens;
+  size_t scores_per_worker = 0;
+};
+
+AttentionRows StageAttentionRows(const ModelConfig& config, LayerRange layers,
+                                 const PagePoolConfig& kv, size_t max_ctx) {
+  AttentionRows rows;
+  for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
+    const LayerConfig& layer = config.layers[layer_idx];
+    // The layer steps this forward pass computes: pre-norm attention and FFN over its own KV.
+    SHARDLM_CHECK_MSG(
+        layer.attention == AttentionKind::kFull && layer.attn_norm && layer.ffn_norm &&
+            layer.kv_layer == layer_idx && layer.n_head_kv == kv.n_kv_heads &&
+            layer.head_dim_k == kv.head_dim && layer.head_dim_v == kv.head_dim,
+        "layer %d has a kind or KV shape the forward pass does not compute", layer_idx);
+    rows.q_dim = std::max(rows.q_dim, layer.q_dim());
+    rows.k_dim = std::max(rows.k_dim, layer.k_dim());
+    rows.v_dim = std::max(rows.v_dim, layer.v_dim());
+    rows.attn_dim = std::max(rows.attn_dim, layer.attn_out_dim());
+    rows.tile_tokens = std::min(rows.tile_tokens, TileTokensFor(layer.gqa_group()));
+  }
+  for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
+    const LayerConfig& layer = config.layers[layer_idx];
+    rows.scores_per_worker = std::max(
+        rows.scores_per_worker,
+        AttendTileScratch(rows.tile_tokens * layer.gqa_group(), max_ctx, layer.head_dim_k));
+  }
+  return rows;
+}
+
+}  // namespace
 
 ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads,
                          int max_batch_tokens)
@@ -50,20 +89,20 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
                         kv.head_dim == config_.head_dim,
                     "page pool shape does not match the stage (use Model::KvPoolConfig)");
   const size_t b = size_t(max_batch_tokens);
+  act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
+  const AttentionRows rows = StageAttentionRows(config_, model.layers(), kv, act_->max_ctx);
+  act_->tile_tokens = rows.tile_tokens;
+  act_->scores_per_worker = rows.scores_per_worker;
   act_->x.resize(b * config_.n_embd);
   act_->xn.resize(b * config_.n_embd);
-  act_->q.resize(b * config_.q_dim());
-  act_->k.resize(b * config_.kv_dim());
-  act_->v.resize(b * config_.kv_dim());
-  act_->attn.resize(b * config_.q_dim());
+  act_->q.resize(b * rows.q_dim);
+  act_->k.resize(b * rows.k_dim);
+  act_->v.resize(b * rows.v_dim);
+  act_->attn.resize(b * rows.attn_dim);
   act_->proj.resize(b * config_.n_embd);
   act_->gate.resize(b * config_.n_ff);
   act_->up.resize(b * config_.n_ff);
   act_->rope.resize(b * config_.n_rot);
-  act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
-  act_->tile_tokens = TileTokensFor(config_.gqa_group());
-  act_->scores_per_worker =
-      AttendTileScratch(act_->tile_tokens * config_.gqa_group(), act_->max_ctx, config_.head_dim);
   act_->tiles.reserve(b);
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
@@ -140,13 +179,6 @@ Status ForwardPass::Run(std::span<const BatchEntry> batch, std::span<const PageL
     RopeAngles(batch[t].position, config_.n_rot, config_.rope_freq_base,
                model_.weights().rope_freqs.data, &act_->rope[size_t(t) * config_.n_rot]);
   }
-  if (model_.layers().size() > 0) {
-    const size_t n_embd = config_.n_embd;
-    const float* attn_norm = model_.weights().blocks[0].attn_norm.data;
-    threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
-      RmsNorm(&act_->x[t * n_embd], attn_norm, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
-    });
-  }
   for (int layer_idx = 0; layer_idx < model_.layers().size(); ++layer_idx) {
     Layer(layer_idx, batch, pages_by_slot);
   }
@@ -169,13 +201,16 @@ void ForwardPass::Embed(std::span<const BatchEntry> batch, const float* hidden_i
   });
 }
 
-// x += Wo·Attention(...); x += FFN(...): the two residual sublayers of one block. On entry
-// xn = RMSNorm(x)·attn_norm of this layer (Run, or the previous layer's FFN, computes it).
+// x += Wo·Attention(...); x += FFN(...): the two residual sublayers of one block, each
+// reading its input through the layer's own norm. layer_idx is stage-local.
 void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
                         std::span<const PageList> pages_by_slot) {
   const LayerWeights& w = model_.weights().blocks[layer_idx];
   const int n = int(batch.size());
   const size_t n_embd = config_.n_embd;
+  threads_.ParallelFor(n, [&](size_t t, size_t) {
+    RmsNorm(&act_->x[t * n_embd], w.attn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
+  });
   const MatMulOutput qkv[] = {
       {w.attn_q, act_->q.data()}, {w.attn_k, act_->k.data()}, {w.attn_v, act_->v.data()}};
   MatMulMany(qkv, act_->xn.data(), n, threads_, act_->scratch);
@@ -188,32 +223,33 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
     for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
     RmsNorm(x, w.ffn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
   });
-  const bool last = layer_idx + 1 == model_.layers().size();
-  Ffn(w, n, last ? nullptr : model_.weights().blocks[layer_idx + 1].attn_norm.data);
+  Ffn(w, n);
 }
 
 // q/k per-head norm (qwen3), rope, then K and V rows into the sequence's pages.
 void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
                                  std::span<const PageList> pages_by_slot) {
   const LayerWeights& w = model_.weights().blocks[layer_idx];
-  const int head_dim = config_.head_dim;
+  const LayerConfig& layer = LayerConfigOf(layer_idx);
+  const int head_dim = layer.head_dim_k;
+  const int kv_layer = layer.kv_layer - model_.layers().begin;
   threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
-    float* q = &act_->q[t * config_.q_dim()];
-    float* k = &act_->k[t * config_.kv_dim()];
-    if (config_.use_qk_norm) {
-      for (int h = 0; h < config_.n_head; ++h) {
+    float* q = &act_->q[t * layer.q_dim()];
+    float* k = &act_->k[t * layer.k_dim()];
+    if (layer.qk_norm) {
+      for (int h = 0; h < layer.n_head; ++h) {
         RmsNorm(q + h * head_dim, w.attn_q_norm.data, head_dim, config_.rms_eps, q + h * head_dim);
       }
-      for (int h = 0; h < config_.n_head_kv; ++h) {
+      for (int h = 0; h < layer.n_head_kv; ++h) {
         RmsNorm(k + h * head_dim, w.attn_k_norm.data, head_dim, config_.rms_eps, k + h * head_dim);
       }
     }
     const float* rope = &act_->rope[t * config_.n_rot];
-    ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, config_.n_head, q);
-    ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, config_.n_head_kv, k);
+    ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, layer.n_head, q);
+    ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, layer.n_head_kv, k);
     const BatchEntry& e = batch[t];
-    shardlm::WriteKv(pool_, pages_by_slot[e.slot], layer_idx, e.position, k,
-                     &act_->v[t * config_.kv_dim()]);
+    shardlm::WriteKv(pool_, pages_by_slot[e.slot], kv_layer, e.position, k,
+                     &act_->v[t * layer.v_dim()]);
   });
 }
 
@@ -239,32 +275,33 @@ void ForwardPass::BuildTiles(std::span<const BatchEntry> batch) {
 // each K/V read. Each task reads only KV already written for its positions.
 void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
                             std::span<const PageList> pages_by_slot) {
-  const int n_head_kv = config_.n_head_kv;
-  const int head_dim = config_.head_dim;
-  const size_t group_dim = size_t(config_.gqa_group()) * head_dim;
+  const LayerConfig& layer = LayerConfigOf(layer_idx);
+  const int n_head_kv = layer.n_head_kv;
+  const int head_dim = layer.head_dim_k;
+  const int kv_layer = layer.kv_layer - model_.layers().begin;
+  const size_t group_dim = size_t(layer.gqa_group()) * head_dim;
   const float scale = 1.0f / sqrtf(float(head_dim));
   threads_.ParallelFor(act_->tiles.size() * n_head_kv, [&](size_t task, size_t worker) {
     const Tile& tile = act_->tiles[task / n_head_kv];
     const int g = int(task % n_head_kv);
     const BatchEntry& e = batch[tile.first_entry];
     AttentionTile query;
-    query.q = &act_->q[size_t(tile.first_entry) * config_.q_dim() + g * group_dim];
-    query.q_stride = config_.q_dim();
-    query.out = &act_->attn[size_t(tile.first_entry) * config_.q_dim() + g * group_dim];
-    query.out_stride = config_.q_dim();
+    query.q = &act_->q[size_t(tile.first_entry) * layer.q_dim() + g * group_dim];
+    query.q_stride = layer.q_dim();
+    query.out = &act_->attn[size_t(tile.first_entry) * layer.attn_out_dim() + g * group_dim];
+    query.out_stride = layer.attn_out_dim();
     query.n_tokens = tile.n_tokens;
     query.first_position = e.position;
-    query.n_heads = config_.gqa_group();
+    query.n_heads = layer.gqa_group();
     query.kv_head = g;
     query.scale = scale;
-    AttendTile(pool_, pages_by_slot[e.slot], layer_idx, head_dim, query,
+    AttendTile(pool_, pages_by_slot[e.slot], kv_layer, head_dim, query,
                &act_->scores[worker * act_->scores_per_worker]);
   });
 }
 
-// x += W_down · (SiLU(W_gate · xn) ⊙ W_up · xn); then xn = RMSNorm(x)·next_norm for the
-// next layer, unless next_norm is null (the stage's last layer).
-void ForwardPass::Ffn(const LayerWeights& w, int n_tokens, const float* next_norm) {
+// x += W_down · (SiLU(W_gate · xn) ⊙ W_up · xn), xn the FFN's normed input.
+void ForwardPass::Ffn(const LayerWeights& w, int n_tokens) {
   const size_t n_embd = config_.n_embd;
   MatMulGated(w.ffn_gate, w.ffn_up, act_->xn.data(), n_tokens, act_->gate.data(), act_->up.data(),
               &SwiGlu, threads_, act_->scratch);
@@ -273,9 +310,6 @@ void ForwardPass::Ffn(const LayerWeights& w, int n_tokens, const float* next_nor
     float* x = &act_->x[t * n_embd];
     const float* proj = &act_->proj[t * n_embd];
     for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
-    if (next_norm != nullptr) {
-      RmsNorm(x, next_norm, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
-    }
   });
 }
 

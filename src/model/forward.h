@@ -92,7 +92,11 @@ class ForwardPass {
                  std::span<const PageList> pages_by_slot);
   void RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
                       std::span<const PageList> pages_by_slot);
-  void Ffn(const LayerWeights& w, int n_tokens, const float* next_norm);
+  void Ffn(const LayerWeights& w, int n_tokens);
+  // The config of stage-local layer layer_idx.
+  const LayerConfig& LayerConfigOf(int layer_idx) const {
+    return config_.layers[size_t(model_.layers().begin + layer_idx)];
+  }
   void Head(std::span<const BatchEntry> batch, float* out);
 
   const Model& model_;

@@ -1,10 +1,13 @@
 // Model::Load: config + weights of one stage (see model.h).
 #include "model/model.h"
 
+#include <algorithm>
+#include <thread>
+
 namespace shardlm {
 
 Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file, LayerRange range,
-                                           bool repack) {
+                                           bool repack, ThreadPool* repack_threads) {
   if (file == nullptr) return InvalidArgument("Model::Load: no GGUF file");
   std::unique_ptr<Model> model(new Model());
   auto config = ReadModelConfig(*file);
@@ -14,7 +17,17 @@ Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file,
   auto weights = BindStageWeights(*file, model->config_, range);
   if (!weights.ok()) return weights.status().WithContext(file->name());
   model->weights_ = std::move(weights).value();
-  if (repack) model->panels_ = RepackPanels(&model->weights_);
+  if (repack) {
+    std::unique_ptr<ThreadPool> load_threads;
+    if (repack_threads == nullptr) {
+      load_threads =
+          std::make_unique<ThreadPool>(int(std::max(1u, std::thread::hardware_concurrency())));
+      repack_threads = load_threads.get();
+    }
+    auto panels = RepackPanels(model->config_, &model->weights_, *repack_threads);
+    if (!panels.ok()) return panels.status().WithContext(file->name());
+    model->panels_ = std::move(panels).value();
+  }
   model->file_ = std::move(file);
   return model;
 }

@@ -16,6 +16,7 @@
 #include "model/model_config.h"
 #include "model/panel_repack.h"
 #include "model/weights.h"
+#include "tensor/thread_pool.h"
 
 namespace shardlm {
 
@@ -25,13 +26,16 @@ inline constexpr LayerRange kAllLayers{0, -1};
 class Model {
  public:
   // Errors: unknown architecture, bad metadata, missing/mis-shaped tensors, a range outside
-  // [0, n_layers] or empty.
+  // [0, n_layers] or empty, no memory for the panels (ResourceExhausted).
   // repack: repack the matrices into panels where this CPU has panel kernels
   // (model/panel_repack.h), as every binding that computes must, so that all of them
   // compute alike; false only for a binding that never computes (the config and tokenizer
   // of a split whose stages load their own layers): every view stays in the file.
+  // repack_threads: the threads that will compute with the stage, which then write (and
+  // first touch) its panels; nullptr: a pool of every core for the duration of the load.
   static Result<std::unique_ptr<Model>> Load(std::shared_ptr<const GgufFile> file,
-                                             LayerRange range = kAllLayers, bool repack = true);
+                                             LayerRange range = kAllLayers, bool repack = true,
+                                             ThreadPool* repack_threads = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const StageWeights& weights() const { return weights_; }

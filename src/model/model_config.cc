@@ -32,10 +32,10 @@ Result<Arch> ParseArch(std::string_view name) {
   return Unsupported("architecture '{}' is not supported (supported: llama, qwen3)", name);
 }
 
-// Flags that distinguish the architectures (STYLE 26: flags, not subclasses).
+// The model-wide flags that distinguish the architectures; SetLayerConfigs sets the
+// per-layer ones.
 void ApplyArchFlags(ModelConfig& config) {
   config.rope_type = config.arch == Arch::kQwen3 ? RopeType::kNeox : RopeType::kNorm;
-  config.use_qk_norm = config.arch == Arch::kQwen3;
 }
 
 Status ReadAttentionShape(const GgufFile& file, const std::string& arch, ModelConfig& config) {
@@ -116,6 +116,19 @@ const char* ArchName(Arch arch) {
   return "invalid";
 }
 
+void SetLayerConfigs(ModelConfig& config) {
+  config.layers.assign(size_t(std::max(config.n_layers, 0)), LayerConfig{});
+  for (int layer_idx = 0; layer_idx < config.n_layers; ++layer_idx) {
+    LayerConfig& layer = config.layers[layer_idx];
+    layer.n_head = config.n_head;
+    layer.n_head_kv = config.n_head_kv;
+    layer.head_dim_k = config.head_dim;
+    layer.head_dim_v = config.head_dim;
+    layer.qk_norm = config.arch == Arch::kQwen3;
+    layer.kv_layer = layer_idx;
+  }
+}
+
 Result<ModelConfig> ReadModelConfig(const GgufFile& file) {
   ModelConfig config;
   SHARDLM_ASSIGN_OR_RETURN(std::string_view arch_name, file.GetString("general.architecture"));
@@ -128,6 +141,7 @@ Result<ModelConfig> ReadModelConfig(const GgufFile& file) {
   SHARDLM_TRY(ReadAttentionShape(file, arch, config));
   SHARDLM_TRY(ReadNumerics(file, arch, config));
   SHARDLM_TRY(ReadVocab(file, config));
+  SetLayerConfigs(config);
   return config;
 }
 

@@ -1,10 +1,16 @@
-// ModelConfig: the shape and numerics of a decoder-only model, read from GGUF metadata.
+// ModelConfig: the shape and numerics of a decoder-only model, read from GGUF metadata, with
+// one LayerConfig per layer.
 //
-// Goals: one struct for every supported architecture; architectures differ by flags
-// (`rope_type`, `use_qk_norm`, `tied_output`), never by subclasses (STYLE 26), so the layer
-// loop and the tensor list are shared and keyed on the same flags. Errors name the key.
-// Non-goals: tokenizer metadata (tokenizer/), hybrid/sliding-window flags (added with
-// qwen35/gemma3).
+// Goals: one struct for every supported architecture. Architectures differ by flags
+// (`rope_type`, `tied_output`, and per layer which norms it applies, how it attends, which
+// KV it reads), never by a subclass per architecture: the layer loop and the tensor list
+// (model/tensor_specs.h) are shared, and both read the same flags, so a flag that adds a
+// step adds its tensor in the same change. Per layer because architectures mix layers: one
+// model may alternate windowed and full attention, or norm the attention and FFN outputs
+// too. Errors name the key.
+// Non-goals: tokenizer metadata (tokenizer/); the layer kinds of architectures not
+// supported yet (sliding windows, post-attention / post-FFN norms, shared KV, recurrent
+// layers): each comes with the architecture that exercises it.
 //
 // Keys read (`<arch>` = general.architecture): <arch>.block_count, .embedding_length,
 // .feed_forward_length, .attention.head_count, .attention.head_count_kv (default head_count),
@@ -15,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf_file.h"
@@ -31,10 +38,44 @@ enum class RopeType {
   kSentinel = 2
 };
 
+// How a layer's queries see earlier positions.
+enum class AttentionKind {
+  kFull = 0,  // every position of the sequence up to the query's own
+  kSentinel = 1
+};
+
+// One decoder layer: its attention shape and the steps it takes. Every field is the layer's
+// own; the forward pass, the tensor list and the KV cache read it per layer.
+struct LayerConfig {
+  AttentionKind attention = AttentionKind::kFull;
+  int window = 0;  // positions a windowed layer looks back; 0 for kFull (unbounded)
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim_k = 0;  // of q and k (key_length)
+  int head_dim_v = 0;  // of v and of each head's attention output (value_length)
+  // The RMS norms the layer applies, each with its weight tensor ("blk.N.<name>.weight"):
+  bool attn_norm = true;  // attn_norm: the input of q, k and v
+  bool qk_norm = false;   // attn_q_norm, attn_k_norm: per head, before rope (qwen3)
+  bool ffn_norm = true;   // ffn_norm: the input of the FFN
+  // A norm of the attention or FFN output before it joins the residual (gemma3) is one more
+  // flag here, one more tensor in the list and one more step of the layer.
+  // The model layer whose K/V this layer writes and attends: its own index in every
+  // architecture so far (a model that shares an earlier layer's KV points at that layer).
+  int kv_layer = 0;
+
+  int q_dim() const { return n_head * head_dim_k; }         // columns of q
+  int k_dim() const { return n_head_kv * head_dim_k; }      // columns of k
+  int v_dim() const { return n_head_kv * head_dim_v; }      // columns of v
+  int attn_out_dim() const { return n_head * head_dim_v; }  // input of attn_output
+  int gqa_group() const { return n_head / n_head_kv; }      // q heads per kv head
+};
+
 struct ModelConfig {
   Arch arch = Arch::kSentinel;
   int n_layers = 0;
   int n_embd = 0;
+  // The attention shape the metadata gives; every layer's is the same today, and n_head_kv
+  // and head_dim are the KV cache's row shape (the page pool's, for every layer).
   int n_head = 0;
   int n_head_kv = 0;
   int head_dim = 0;  // key_length (== value_length; other shapes are Unsupported)
@@ -44,17 +85,29 @@ struct ModelConfig {
   RopeType rope_type = RopeType::kNorm;
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
-  bool use_qk_norm = false;  // per-head RMS norm of q and k before rope (qwen3)
   bool tied_output = false;  // no output.weight: the LM head is token_embd
   int context_length = 0;
+  std::vector<LayerConfig> layers;  // [n_layers]
 
   int q_dim() const { return n_head * head_dim; }       // columns of q
   int kv_dim() const { return n_head_kv * head_dim; }   // columns of k and v
   int gqa_group() const { return n_head / n_head_kv; }  // q heads per kv head
 };
 
+// Half-open range of model layers a stage computes: [begin, end).
+struct LayerRange {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
+};
+
 // Reads and validates the config (positive sizes, n_head % n_head_kv == 0, ...). An
 // architecture other than llama/qwen3 is Unsupported, naming it.
 Result<ModelConfig> ReadModelConfig(const GgufFile& file);
+
+// Fills config.layers from the model-wide fields (arch, n_layers, n_head, n_head_kv,
+// head_dim) as the architecture lays its layers out; also what `gguf synth` writes a model
+// of an architecture from.
+void SetLayerConfigs(ModelConfig& config);
 
 }  // namespace shardlm

@@ -68,15 +68,4 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   GetFfnKernels().swiglu(gate, up, n, out);
 }
 
-float DotF32(const float* a, const float* b, int n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 }  // namespace shardlm

@@ -2,15 +2,17 @@
 //
 // Goals: the exact float order of llama.cpp's CPU backend where it is cheap to match:
 //  - RMSNorm: y = (x · (1/sqrtf(mean + eps))) · w, each square x·x in float, the mean cast
-//    to float from a double sum (ggml's is one serial sum; ours has eight lanes, as DotF32).
+//    to float from a double sum (ggml's is one serial sum; ours has eight running sums, each
+//    taking every eighth square, combined in a fixed tree).
 //  - Rope: angles by repeated float multiplication θ_{i+1} = θ_i · base^(−2/n_rot) starting
 //    from θ_0 = position (ggml's rope cache), cosf/sinf, NORM (adjacent pairs) or NEOX
 //    (halves) pairing; dimensions past n_rot pass through.
 //  - Softmax: max subtraction, expf, sum in double, multiply by (float)(1/sum).
 //  - SiLU: x / (1 + expf(−x)); SwiGLU = SiLU(gate) · up.
 // Every function handles one row with a reduction order fixed by n only (determinism).
-// Non-goals: SIMD (these are a small share of a forward; matmul dominates), batching (the
-// caller's ParallelFor runs one row per task).
+// Non-goals: batching (the caller's ParallelFor runs one row per task). SwiGLU runs on the
+// ISA kernels of ffn_kernels.h; the other rows are a small share of a step (matmul
+// dominates) and stay plain C++.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -33,9 +35,5 @@ void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n
 
 // out[i] = SiLU(gate[i]) · up[i]; out may alias gate. The ISA kernel of ffn_kernels.h.
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
-
-// Dot product with eight running sums (lane j takes elements ≡ j mod 8), combined in a
-// fixed tree, then the tail: the order depends only on n.
-float DotF32(const float* a, const float* b, int n);
 
 }  // namespace shardlm

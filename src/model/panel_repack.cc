@@ -6,10 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 
-#include "base/check.h"
-#include "base/thread_name.h"
 #include "tensor/panels.h"
 #include "tensor/type_traits.h"
 
@@ -41,18 +38,26 @@ void ReleaseFilePages(const void* data, size_t bytes) {
 
 constexpr size_t kMatrixAlign = 64;
 
-}  // namespace
-
-PanelStore RepackPanels(StageWeights* weights) {
-  PanelStore store;
+// The matrices of the stage a repack may copy: every matrix of the tensor list but the
+// embedding, and the head (the embedding's rows when tied).
+std::vector<WeightView*> StageMatrices(const ModelConfig& config, StageWeights* weights) {
   std::vector<WeightView*> views;
   if (weights->has_head) views.push_back(&weights->output);
-  for (LayerWeights& w : weights->blocks) {
-    for (WeightView* view :
-         {&w.attn_q, &w.attn_k, &w.attn_v, &w.attn_output, &w.ffn_gate, &w.ffn_up, &w.ffn_down}) {
-      views.push_back(view);
+  ForEachStageTensor(config, weights->layers, [&](const TensorSpec& spec) {
+    if (!spec.matrix() || spec.role == TensorRole::kTokenEmbd || spec.role == TensorRole::kOutput) {
+      return;
     }
-  }
+    views.push_back(SlotOf(*weights, spec.role, spec.layer).matrix);
+  });
+  return views;
+}
+
+}  // namespace
+
+Result<PanelStore> RepackPanels(const ModelConfig& config, StageWeights* weights,
+                                ThreadPool& threads) {
+  PanelStore store;
+  const std::vector<WeightView*> views = StageMatrices(config, weights);
   std::vector<WeightView> sources;  // the row views, kept until the copies are done
   std::vector<WeightView*> targets;
   for (WeightView* view : views) {
@@ -72,8 +77,13 @@ PanelStore RepackPanels(StageWeights* weights) {
   // One arena for every matrix (one allocation per matrix rounded to 2 MiB each held ~170
   // MiB more), on huge pages: a decode step streams every panel once.
   store.arena_ = AllocateHugePages(store.bytes_);
-  SHARDLM_CHECK_MSG(store.arena_ != nullptr, "out of memory for %zu bytes of weight panels",
-                    store.bytes_);
+  if (store.arena_ == nullptr) {
+    return ResourceExhausted(
+        "out of memory for {} bytes ({:.1f} MiB) of weight panels ({} matrices of layers "
+        "[{}, {}))",
+        store.bytes_, double(store.bytes_) / (1024.0 * 1024.0), sources.size(),
+        weights->layers.begin, weights->layers.end);
+  }
   uint8_t* arena = store.arena_.get();
 
   std::vector<RepackItem> items;
@@ -92,26 +102,14 @@ PanelStore RepackPanels(StageWeights* weights) {
     const bool looked_up = weights->has_embedding && src.data == weights->token_embd.data;
     if (!looked_up) ReleaseFilePages(src.data, size_t(src.row_bytes * src.rows));
   };
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < items.size(); i = next++) {
-      const RepackItem& item = items[i];
-      const WeightView& src = sources[item.matrix];
-      shardlm::RepackPanels(src.type, src.data, src.row_bytes, src.rows, src.cols, item.first_panel,
-                            item.end_panel, arena + offsets[item.matrix]);
-      if (--items_left[item.matrix] == 0) release(item.matrix);
-    }
-  };
-  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> helpers;
-  for (unsigned t = 1; t < hardware && t < items.size(); ++t) {
-    helpers.emplace_back([&] {
-      SetThreadName("repack");
-      work();
-    });
-  }
-  work();
-  for (std::thread& helper : helpers) helper.join();
+  // The pool hands the items out through its atomic counter, so uneven matrices balance.
+  threads.ParallelForAsGuest(items.size(), [&](size_t i, size_t) {
+    const RepackItem& item = items[i];
+    const WeightView& src = sources[item.matrix];
+    shardlm::RepackPanels(src.type, src.data, src.row_bytes, src.rows, src.cols, item.first_panel,
+                          item.end_panel, arena + offsets[item.matrix]);
+    if (--items_left[item.matrix] == 0) release(item.matrix);
+  });
 
   for (size_t m = 0; m < sources.size(); ++m) {
     WeightView& view = *targets[m];

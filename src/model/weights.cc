@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/check.h"
 #include "tensor/panels.h"
 #include "tensor/type_traits.h"
 
@@ -64,24 +65,17 @@ Result<NormWeight> BindVector(const GgufFile& file, const std::string& name, int
   return NormWeight{reinterpret_cast<const float*>(info->data), n};
 }
 
-Result<LayerWeights> BindLayer(const GgufFile& file, const ModelConfig& c, int layer) {
-  const std::string p = "blk." + std::to_string(layer) + ".";
-  LayerWeights w;
-  SHARDLM_ASSIGN_OR_RETURN(w.attn_norm, BindVector(file, p + "attn_norm.weight", c.n_embd));
-  SHARDLM_ASSIGN_OR_RETURN(w.attn_q, BindMatrix(file, p + "attn_q.weight", c.q_dim(), c.n_embd));
-  SHARDLM_ASSIGN_OR_RETURN(w.attn_k, BindMatrix(file, p + "attn_k.weight", c.kv_dim(), c.n_embd));
-  SHARDLM_ASSIGN_OR_RETURN(w.attn_v, BindMatrix(file, p + "attn_v.weight", c.kv_dim(), c.n_embd));
-  SHARDLM_ASSIGN_OR_RETURN(w.attn_output,
-                           BindMatrix(file, p + "attn_output.weight", c.n_embd, c.q_dim()));
-  if (c.use_qk_norm) {
-    SHARDLM_ASSIGN_OR_RETURN(w.attn_q_norm, BindVector(file, p + "attn_q_norm.weight", c.head_dim));
-    SHARDLM_ASSIGN_OR_RETURN(w.attn_k_norm, BindVector(file, p + "attn_k_norm.weight", c.head_dim));
+// Binds one visited tensor into its slot; an optional tensor the file lacks stays empty.
+Status BindTensor(const GgufFile& file, const TensorSpec& spec, StageWeights& w) {
+  if (!spec.required && file.FindTensor(spec.name) == nullptr) return Status::Ok();
+  const TensorSlot slot = SlotOf(w, spec.role, spec.layer);
+  SHARDLM_CHECK(spec.matrix() ? slot.matrix != nullptr : slot.vector != nullptr);
+  if (spec.matrix()) {
+    SHARDLM_ASSIGN_OR_RETURN(*slot.matrix, BindMatrix(file, spec.name, spec.ne[1], spec.ne[0]));
+  } else {
+    SHARDLM_ASSIGN_OR_RETURN(*slot.vector, BindVector(file, spec.name, spec.ne[0]));
   }
-  SHARDLM_ASSIGN_OR_RETURN(w.ffn_norm, BindVector(file, p + "ffn_norm.weight", c.n_embd));
-  SHARDLM_ASSIGN_OR_RETURN(w.ffn_gate, BindMatrix(file, p + "ffn_gate.weight", c.n_ff, c.n_embd));
-  SHARDLM_ASSIGN_OR_RETURN(w.ffn_up, BindMatrix(file, p + "ffn_up.weight", c.n_ff, c.n_embd));
-  SHARDLM_ASSIGN_OR_RETURN(w.ffn_down, BindMatrix(file, p + "ffn_down.weight", c.n_embd, c.n_ff));
-  return w;
+  return Status::Ok();
 }
 
 // One tensor of a stage: where its bytes are and how many (panels: the repacked copy), and
@@ -108,19 +102,18 @@ void Add(const NormWeight& norm, std::vector<TensorBytes>* tensors) {
 // Every tensor the stage binds, each once (a tied head is the embedding), in address order.
 std::vector<TensorBytes> StageTensors(const StageWeights& weights) {
   std::vector<TensorBytes> tensors;
-  Add(weights.token_embd, &tensors);
-  Add(weights.output_norm, &tensors);
-  Add(weights.output, &tensors);
-  Add(weights.rope_freqs, &tensors);
-  for (const LayerWeights& w : weights.blocks) {
-    for (const NormWeight* norm : {&w.attn_norm, &w.attn_q_norm, &w.attn_k_norm, &w.ffn_norm}) {
-      Add(*norm, &tensors);
+  // Every slot of every role, model-wide (layer -1) and per layer; unbound ones are empty.
+  // SlotOf only finds the slots: nothing is written through them.
+  auto& slots = const_cast<StageWeights&>(weights);
+  auto add_slots = [&](int layer) {
+    for (int role = 0; role < int(TensorRole::kSentinel); ++role) {
+      const TensorSlot slot = SlotOf(slots, TensorRole(role), layer);
+      if (slot.matrix != nullptr) Add(*slot.matrix, &tensors);
+      if (slot.vector != nullptr) Add(*slot.vector, &tensors);
     }
-    for (const WeightView* view :
-         {&w.attn_q, &w.attn_k, &w.attn_v, &w.attn_output, &w.ffn_gate, &w.ffn_up, &w.ffn_down}) {
-      Add(*view, &tensors);
-    }
-  }
+  };
+  add_slots(-1);
+  for (int layer = weights.layers.begin; layer < weights.layers.end; ++layer) add_slots(layer);
   const auto by_address = [](const TensorBytes& a, const TensorBytes& b) {
     return a.held.data() < b.held.data();
   };
@@ -144,29 +137,62 @@ Result<StageWeights> BindStageWeights(const GgufFile& file, const ModelConfig& c
   w.layers = range;
   w.has_embedding = range.begin == 0;
   w.has_head = range.end == config.n_layers;
-  if (w.has_embedding || (w.has_head && config.tied_output)) {
-    SHARDLM_ASSIGN_OR_RETURN(w.token_embd,
-                             BindMatrix(file, "token_embd.weight", config.n_vocab, config.n_embd));
-  }
-  if (w.has_head) {
-    SHARDLM_ASSIGN_OR_RETURN(w.output_norm, BindVector(file, "output_norm.weight", config.n_embd));
-    if (config.tied_output) {
-      w.output = w.token_embd;
-    } else {
-      SHARDLM_ASSIGN_OR_RETURN(w.output,
-                               BindMatrix(file, "output.weight", config.n_vocab, config.n_embd));
+  w.blocks.resize(size_t(range.size()));
+  Status status = Status::Ok();
+  ForEachStageTensor(config, range, [&](const TensorSpec& spec) {
+    if (status.ok()) status = BindTensor(file, spec, w);
+  });
+  SHARDLM_TRY(status);
+  if (w.has_head && config.tied_output) w.output = w.token_embd;
+  return w;
+}
+
+TensorSlot SlotOf(StageWeights& w, TensorRole role, int layer) {
+  const bool model_wide = layer < 0;
+  if (!model_wide && (layer < w.layers.begin || layer >= w.layers.end)) return {};
+  LayerWeights* b = model_wide ? nullptr : &w.blocks[layer - w.layers.begin];
+  auto matrix = [&](WeightView* view) { return TensorSlot{view, nullptr}; };
+  auto vector = [&](NormWeight* norm) { return TensorSlot{nullptr, norm}; };
+  if (model_wide) {
+    switch (role) {
+      case TensorRole::kTokenEmbd:
+        return matrix(&w.token_embd);
+      case TensorRole::kOutputNorm:
+        return vector(&w.output_norm);
+      case TensorRole::kOutput:
+        return matrix(&w.output);
+      case TensorRole::kRopeFreqs:
+        return vector(&w.rope_freqs);
+      default:
+        return {};
     }
   }
-  if (file.FindTensor("rope_freqs.weight") != nullptr) {
-    SHARDLM_ASSIGN_OR_RETURN(w.rope_freqs, BindVector(file, "rope_freqs.weight", config.n_rot / 2));
+  switch (role) {
+    case TensorRole::kAttnNorm:
+      return vector(&b->attn_norm);
+    case TensorRole::kAttnQ:
+      return matrix(&b->attn_q);
+    case TensorRole::kAttnK:
+      return matrix(&b->attn_k);
+    case TensorRole::kAttnV:
+      return matrix(&b->attn_v);
+    case TensorRole::kAttnOutput:
+      return matrix(&b->attn_output);
+    case TensorRole::kAttnQNorm:
+      return vector(&b->attn_q_norm);
+    case TensorRole::kAttnKNorm:
+      return vector(&b->attn_k_norm);
+    case TensorRole::kFfnNorm:
+      return vector(&b->ffn_norm);
+    case TensorRole::kFfnGate:
+      return matrix(&b->ffn_gate);
+    case TensorRole::kFfnUp:
+      return matrix(&b->ffn_up);
+    case TensorRole::kFfnDown:
+      return matrix(&b->ffn_down);
+    default:
+      return {};
   }
-  w.blocks.reserve(range.size());
-  for (int layer = range.begin; layer < range.end; ++layer) {
-    auto block = BindLayer(file, config, layer);
-    if (!block.ok()) return block.status();
-    w.blocks.push_back(std::move(block).value());
-  }
-  return w;
 }
 
 std::vector<std::span<const uint8_t>> StageTensorBytes(const StageWeights& weights) {

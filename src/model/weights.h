@@ -4,7 +4,7 @@
 // computable: GetTypeTraits != nullptr), and viewed in place inside the mmapped GGUF (no
 // copy; a stage touches only its own layers' bytes). A missing tensor, a wrong shape or an
 // uncomputable type is a Status naming the tensor and what was expected.
-// The tensor list is keyed on config flags (use_qk_norm, tied_output), not on the arch.
+// Which tensors a stage binds, with their shapes, is the one list of tensor_specs.h.
 // Non-goals: repacking (panel_repack.h), tensors of other architectures (qwen35, gemma3 come
 // later).
 //
@@ -20,16 +20,10 @@
 #include "base/status.h"
 #include "gguf/gguf_file.h"
 #include "model/model_config.h"
+#include "model/tensor_specs.h"
 #include "tensor/matmul.h"
 
 namespace shardlm {
-
-// Half-open range of model layers a stage computes: [begin, end).
-struct LayerRange {
-  int begin = 0;
-  int end = 0;
-  int size() const { return end - begin; }
-};
 
 // A 1-D float32 norm weight: [n] floats inside the file.
 struct NormWeight {
@@ -37,14 +31,15 @@ struct NormWeight {
   int64_t n = 0;
 };
 
+// A layer's tensors; a norm its LayerConfig does not apply stays empty (data == nullptr).
 struct LayerWeights {
   NormWeight attn_norm;    // [n_embd]
   WeightView attn_q;       // [q_dim rows][n_embd cols]
-  WeightView attn_k;       // [kv_dim][n_embd]
-  WeightView attn_v;       // [kv_dim][n_embd]
-  WeightView attn_output;  // [n_embd][q_dim]
-  NormWeight attn_q_norm;  // [head_dim], use_qk_norm only
-  NormWeight attn_k_norm;  // [head_dim], use_qk_norm only
+  WeightView attn_k;       // [k_dim][n_embd]
+  WeightView attn_v;       // [v_dim][n_embd]
+  WeightView attn_output;  // [n_embd][attn_out_dim]
+  NormWeight attn_q_norm;  // [head_dim_k], qk_norm only
+  NormWeight attn_k_norm;  // [head_dim_k], qk_norm only
   NormWeight ffn_norm;     // [n_embd]
   WeightView ffn_gate;     // [n_ff][n_embd]
   WeightView ffn_up;       // [n_ff][n_embd]
@@ -61,6 +56,14 @@ struct StageWeights {
   NormWeight rope_freqs;             // [n_rot / 2] rope frequency divisors, optional (llama 3.x)
   std::vector<LayerWeights> blocks;  // [layers.size()], index = layer - layers.begin
 };
+
+// Where a stage holds the tensor of `role` (of model layer `layer` for a layer's tensor):
+// exactly one of the two is set, or neither when the stage does not hold that layer.
+struct TensorSlot {
+  WeightView* matrix = nullptr;
+  NormWeight* vector = nullptr;
+};
+TensorSlot SlotOf(StageWeights& weights, TensorRole role, int layer);
 
 // Binds the tensors of `range` (validated against config.n_layers).
 Result<StageWeights> BindStageWeights(const GgufFile& file, const ModelConfig& config,

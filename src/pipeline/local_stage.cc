@@ -43,22 +43,26 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Load(std::shared_ptr<const GgufF
   const std::string label =
       file->name() + " [" + std::to_string(layers.begin) + ", " + std::to_string(layers.end) + ")";
   const auto start = std::chrono::steady_clock::now();
+  // The stage's own threads repack its panels, so that the memory is first touched by the
+  // cores that compute with it.
+  auto threads = std::make_unique<ThreadPool>(ThreadCount(options), options.device.cores);
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                           Model::Load(std::move(file), layers, /*repack=*/true));
+                           Model::Load(std::move(file), layers, /*repack=*/true, threads.get()));
   ReportPanels(*model, label, start, options.show_progress);
   if (options.prefault) PrefaultStage(model->weights(), label, options.show_progress);
   const Model& ref = *model;
-  return Create(std::move(model), ref, options);
+  return Create(std::move(model), ref, options, std::move(threads));
 }
 
 Result<std::unique_ptr<LocalStage>> LocalStage::Borrow(const Model& model,
                                                        const LocalStageOptions& options) {
-  return Create(nullptr, model, options);
+  return Create(nullptr, model, options, nullptr);
 }
 
 Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> owned,
                                                        const Model& model,
-                                                       const LocalStageOptions& options) {
+                                                       const LocalStageOptions& options,
+                                                       std::unique_ptr<ThreadPool> threads) {
   SHARDLM_TRY(CheckOptions(options));
   std::unique_ptr<LocalStage> stage(new LocalStage());
   stage->owned_model_ = std::move(owned);
@@ -67,7 +71,9 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
       PagePool::Create(model.KvPoolConfig(options.n_pages, options.page_tokens, options.kv_type));
   if (!pool.ok()) return pool.status().WithContext("stage " + std::to_string(options.index));
   stage->pool_ = std::move(pool).value();
-  stage->threads_ = std::make_unique<ThreadPool>(ThreadCount(options), options.device.cores);
+  stage->threads_ = threads != nullptr
+                        ? std::move(threads)
+                        : std::make_unique<ThreadPool>(ThreadCount(options), options.device.cores);
   stage->forward_ = std::make_unique<ForwardPass>(model, *stage->pool_, *stage->threads_,
                                                   options.max_batch_tokens);
   StageInfo& info = stage->info_;

@@ -5,6 +5,8 @@
 //  - Load: from a GgufFile and a layer range. The stage binds its own tensors and pages in
 //    only their bytes (its layers; stage 0 also the embedding, the last stage the output
 //    norm and head), so a split holds each stage's share of the model in memory.
+//    Its own threads (pinned when its device is) repack its panels, so the panel memory
+//    is first touched, and placed, near the cores that compute with it.
 //  - Borrow: over a Model loaded elsewhere (the unsplit case: no second binding, no
 //    prefault; the caller's LoadModelFile did that).
 // Either way the stage owns its PagePool (geometry from the options, pages of its layers
@@ -87,9 +89,11 @@ class LocalStage final : public Stage {
 
  private:
   LocalStage() = default;
+  // threads: the pool Load repacked the panels on, or nullptr for a new one.
   static Result<std::unique_ptr<LocalStage>> Create(std::unique_ptr<Model> owned,
                                                     const Model& model,
-                                                    const LocalStageOptions& options);
+                                                    const LocalStageOptions& options,
+                                                    std::unique_ptr<ThreadPool> threads);
   Status ApplyCopies(std::span<const PageCopy> copies);
   Status CheckPages(std::span<const PageId> pages) const;  // InvalidArgument: outside the pool
   void Count(const StageBatch& batch, bool has_hidden_in, double seconds);

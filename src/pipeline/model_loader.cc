@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -26,7 +27,13 @@ Result<LoadedModel> LoadModelFile(const std::string& path, const LoadOptions& op
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
   loaded.file = std::move(file);
   const auto repack_start = std::chrono::steady_clock::now();
-  auto model = Model::Load(loaded.file, kAllLayers, options.repack);
+  // Pinned as the stage that will compute with it, or none: Model::Load's pool of every core.
+  std::unique_ptr<ThreadPool> repack_threads;
+  if (options.repack && !options.repack_cores.empty()) {
+    repack_threads =
+        std::make_unique<ThreadPool>(int(options.repack_cores.size()), options.repack_cores);
+  }
+  auto model = Model::Load(loaded.file, kAllLayers, options.repack, repack_threads.get());
   if (!model.ok()) return model.status().WithContext(path);
   loaded.model = std::move(model).value();
   ReportPanels(*loaded.model, loaded.file->name(), repack_start, options.show_progress);

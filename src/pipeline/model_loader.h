@@ -5,7 +5,7 @@
 // file order, so the first forward pass does not stall on page faults and benchmarks do not
 // measure disk reads).
 // Non-goals: layer splits (stages are loaded by the pipeline: load with prefault = false,
-// then each stage pages in only its own tensors, model/prefault.h), repacking.
+// then each stage pages in only its own tensors, model/prefault.h).
 //
 // Thread safety: none needed (a free function). Lifetime: LoadedModel owns everything; the
 // Model and Tokenizer point into the file, which the shared_ptr keeps alive.
@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "gguf/gguf_file.h"
@@ -33,6 +34,9 @@ struct LoadOptions {
   bool show_progress = false;  // "loading <file>: NN%" on stderr
   bool prefault = true;        // read every weight page once before returning
   bool repack = true;          // the model computes: repack into panels (Model::Load)
+  // The cores of the one stage that will compute with this binding (its device's, pinned),
+  // which repack the panels so that their memory is first touched there; empty: every core.
+  std::vector<int> repack_cores = {};
 };
 
 // "loading <label>: N matrices repacked into panels (MiB) in s" on stderr, when

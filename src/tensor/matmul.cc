@@ -284,7 +284,6 @@ void RunPlan(FusedPlan& fp, int64_t n_tokens, ThreadPool& pool, MatMulScratch& s
     for (int p = 0; p < fp.n_parts; ++p) align = std::lcm(align, fp.parts[p].tile_rows);
     GuidedBounds(rows, align, pool.size(), &scratch.row_bounds);
     fp.bounds = scratch.row_bounds.data();
-    // One pointer: within std::function's local storage (no allocation).
     pool.ParallelFor(scratch.row_bounds.size() - 1, [p = &fp](size_t task, size_t) {
       RunDecodeTask(*p, p->bounds[task], p->bounds[task + 1]);
     });

@@ -65,7 +65,7 @@ struct ThreadPool::Impl {
   std::vector<int> cores;
 
   std::atomic<uint64_t> loop{0};  // generation | n_tasks | next task
-  std::atomic<const std::function<void(size_t, size_t)>*> fn{nullptr};
+  std::atomic<const TaskFn*> fn{nullptr};
   std::atomic<size_t> done{0};  // tasks finished in the current loop
 
   std::mutex mu;
@@ -142,8 +142,7 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : impl_->workers) t.join();
 }
 
-void ThreadPool::ParallelFor(size_t n_tasks,
-                             const std::function<void(size_t task, size_t worker)>& fn) {
+void ThreadPool::ParallelFor(size_t n_tasks, TaskFn fn) {
   Impl& impl = *impl_;
   SHARDLM_CHECK_MSG(tls_running_pool != &impl, "nested ParallelFor on the same ThreadPool");
   if (!impl.cores.empty() && impl.pinned_owner != std::this_thread::get_id()) {
@@ -176,6 +175,17 @@ void ThreadPool::ParallelFor(size_t n_tasks,
       std::this_thread::yield();  // a worker holding a task was descheduled
     }
   }
+}
+
+void ThreadPool::ParallelForAsGuest(size_t n_tasks, TaskFn fn) {
+  Impl& impl = *impl_;
+  if (impl.cores.empty()) return ParallelFor(n_tasks, fn);
+  cpu_set_t saved;
+  const bool restore = pthread_getaffinity_np(pthread_self(), sizeof(saved), &saved) == 0;
+  const std::thread::id owner = impl.pinned_owner;
+  ParallelFor(n_tasks, fn);
+  impl.pinned_owner = owner;
+  if (restore) (void)pthread_setaffinity_np(pthread_self(), sizeof(saved), &saved);
 }
 
 }  // namespace shardlm

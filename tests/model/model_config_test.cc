@@ -3,12 +3,14 @@
 // that names the culprit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf_writer.h"
 #include "model/model_harness.h"
+#include "model/tensor_specs.h"
 #include "support/fixtures.h"
 
 namespace shardlm::testing {
@@ -63,7 +65,8 @@ TEST(ModelConfig, Stories260K) {
   EXPECT_EQ(config->rope_type, RopeType::kNorm);
   EXPECT_FLOAT_EQ(config->rope_freq_base, 10000.0f);
   EXPECT_FLOAT_EQ(config->rms_eps, 1e-5f);
-  EXPECT_FALSE(config->use_qk_norm);
+  ASSERT_EQ(config->layers.size(), 5u);
+  for (const LayerConfig& layer : config->layers) EXPECT_FALSE(layer.qk_norm);
   EXPECT_FALSE(config->tied_output);
 }
 
@@ -73,7 +76,8 @@ TEST(ModelConfig, Qwen3Flags) {
   ASSERT_TRUE(config.ok()) << config.status().message();
   EXPECT_EQ(config->arch, Arch::kQwen3);
   EXPECT_EQ(config->rope_type, RopeType::kNeox);
-  EXPECT_TRUE(config->use_qk_norm);
+  ASSERT_EQ(config->layers.size(), size_t(config->n_layers));
+  for (const LayerConfig& layer : config->layers) EXPECT_TRUE(layer.qk_norm);
   EXPECT_EQ(config->head_dim, 64);
   EXPECT_EQ(config->n_rot, 64);
   EXPECT_FLOAT_EQ(config->rope_freq_base, 1e6f);
@@ -82,6 +86,53 @@ TEST(ModelConfig, Qwen3Flags) {
   ASSERT_TRUE(tied.ok());
   EXPECT_TRUE(tied->tied_output);
   EXPECT_EQ(tied->n_vocab, 151936);
+}
+
+// Every layer of the fixtures has the model's attention shape and attends its own KV.
+TEST(ModelConfig, LayerConfigsFollowTheModel) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* name : {"stories260K.gguf", "qwen3-tiny-f32.gguf"}) {
+    SCOPED_TRACE(name);
+    auto config = ReadModelConfig(*OpenFixture(name));
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    ASSERT_EQ(config->layers.size(), size_t(config->n_layers));
+    for (int i = 0; i < config->n_layers; ++i) {
+      const LayerConfig& layer = config->layers[i];
+      EXPECT_EQ(layer.attention, AttentionKind::kFull);
+      EXPECT_EQ(layer.n_head, config->n_head);
+      EXPECT_EQ(layer.n_head_kv, config->n_head_kv);
+      EXPECT_EQ(layer.head_dim_k, config->head_dim);
+      EXPECT_EQ(layer.head_dim_v, config->head_dim);
+      EXPECT_TRUE(layer.attn_norm && layer.ffn_norm);
+      EXPECT_EQ(layer.kv_layer, i);
+    }
+  }
+}
+
+// The tensor list of the whole model names exactly the fixture's tensors, each once, with
+// their shapes (the optional rope frequencies are not in these files).
+TEST(TensorSpecs, ListTheFixtureTensorsExactly) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* name :
+       {"stories260K.gguf", "qwen3-tiny-f32.gguf", "qwen3-tiny-qwenvocab-q8_0.gguf"}) {
+    SCOPED_TRACE(name);
+    auto file = OpenFixture(name);
+    auto config = ReadModelConfig(*file);
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    std::vector<std::string> listed;
+    ForEachStageTensor(*config, {0, config->n_layers}, [&](const TensorSpec& spec) {
+      const GgufTensorInfo* info = file->FindTensor(spec.name);
+      if (!spec.required && info == nullptr) return;
+      ASSERT_NE(info, nullptr) << spec.name;
+      EXPECT_EQ(info->ne, spec.ne) << spec.name;
+      listed.push_back(spec.name);
+    });
+    std::vector<std::string> in_file;
+    for (const GgufTensorInfo& tensor : file->tensors()) in_file.emplace_back(tensor.name);
+    std::sort(listed.begin(), listed.end());
+    std::sort(in_file.begin(), in_file.end());
+    EXPECT_EQ(listed, in_file);
+  }
 }
 
 TEST(ModelConfig, UnknownArchitectureIsUnsupportedAndNamed) {

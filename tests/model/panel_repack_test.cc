@@ -3,13 +3,17 @@
 #include "model/panel_repack.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "model/model.h"
 #include "support/fixtures.h"
 #include "tensor/panels.h"
+#include "tensor/thread_pool.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm {
@@ -20,15 +24,27 @@ bool InFile(const GgufFile& file, const void* p) {
   return p >= first && p < first + file.file_size();
 }
 
+bool RepackTestHasPanelKernels() {
+  const TypeTraits* q4k = GetTypeTraits(GgmlType::kQ4_K);
+  return q4k != nullptr && q4k->panel_dot != nullptr;
+}
+
+// The fixture whose layer matrices are Q4_K and Q6_K (nullptr, with a failure, if it fails
+// to open).
+std::shared_ptr<const GgufFile> RepackTestOpenQ4KM() {
+  auto opened = GgufFile::Open(testing::FixturePath("qwen3-tiny-q4_k_m.gguf"));
+  EXPECT_TRUE(opened.ok()) << opened.status().message();
+  if (!opened.ok()) return nullptr;
+  return std::move(opened).value();
+}
+
 TEST(PanelRepackTest, StageMatricesBecomePanelsAndTheEmbeddingStaysInTheFile) {
   SHARDLM_REQUIRE_FIXTURES();
-  const TypeTraits* q4k = GetTypeTraits(GgmlType::kQ4_K);
-  if (q4k == nullptr || q4k->panel_dot == nullptr) {
+  if (!RepackTestHasPanelKernels()) {
     GTEST_SKIP() << "this CPU has no panel kernels (AVX-512 VNNI): nothing is repacked";
   }
-  auto opened = GgufFile::Open(testing::FixturePath("qwen3-tiny-q4_k_m.gguf"));
-  ASSERT_TRUE(opened.ok()) << opened.status().message();
-  std::shared_ptr<const GgufFile> file = std::move(opened).value();
+  std::shared_ptr<const GgufFile> file = RepackTestOpenQ4KM();
+  ASSERT_NE(file, nullptr);
   auto plain = Model::Load(file, kAllLayers, /*repack=*/false);
   auto packed = Model::Load(file, kAllLayers, /*repack=*/true);
   ASSERT_TRUE(plain.ok() && packed.ok());
@@ -52,6 +68,55 @@ TEST(PanelRepackTest, StageMatricesBecomePanelsAndTheEmbeddingStaysInTheFile) {
   ASSERT_TRUE(last.ok());
   EXPECT_NE((*last)->weights().output.panel_bytes, 0);
   EXPECT_EQ((*last)->weights().token_embd.data, nullptr);
+}
+
+// The bytes of this process's address space (/proc/self/statm's first field), 0 if unknown.
+size_t RepackTestAddressSpace() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return 0;
+  unsigned long pages = 0;
+  const bool read = std::fscanf(statm, "%lu", &pages) == 1;
+  std::fclose(statm);
+  return read ? size_t(pages) * size_t(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// In a process whose address space is capped just above what it holds, the repack fails
+// with ResourceExhausted naming the panels' size, and the size is what an uncapped load of
+// the same model holds. Exits with 0, or a code naming what went wrong.
+[[noreturn]] void RepackTestLoadCapped(std::shared_ptr<const GgufFile> file) {
+  // The stage's threads exist before the cap, as a stage's do before it loads.
+  ThreadPool threads(2);
+  const size_t held = RepackTestAddressSpace();
+  rlimit limit{};
+  if (held == 0 || getrlimit(RLIMIT_AS, &limit) != 0) _exit(2);
+  // 1 MiB for what a load allocates besides the panels (the panels take 2 MiB at least).
+  const rlimit cap{held + (size_t{1} << 20), limit.rlim_max};
+  if (setrlimit(RLIMIT_AS, &cap) != 0) _exit(2);
+  auto capped = Model::Load(file, kAllLayers, /*repack=*/true, &threads);
+  if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(2);
+  if (capped.ok()) _exit(3);
+  std::fprintf(stderr, "%s\n", std::string(capped.status().message()).c_str());
+  if (capped.status().code() != StatusCode::kResourceExhausted) _exit(4);
+  auto model = Model::Load(file, kAllLayers, /*repack=*/true, &threads);
+  if (!model.ok() || (*model)->panels().bytes() == 0) _exit(5);
+  const std::string size = std::to_string((*model)->panels().bytes()) + " bytes";
+  _exit(capped.status().message().find(size) == std::string::npos ? 6 : 0);
+}
+
+// Out of memory for the panels is an error that names their size, not an abort. The capped
+// load runs in a fresh process (a death test re-executes the binary): memory that earlier
+// tests freed would otherwise serve the panels under the cap.
+TEST(PanelRepackTest, OutOfMemoryIsResourceExhaustedNamingTheSize) {
+  SHARDLM_REQUIRE_FIXTURES();
+  if (!RepackTestHasPanelKernels()) {
+    GTEST_SKIP() << "this CPU has no panel kernels (AVX-512 VNNI): nothing is repacked";
+  }
+  std::shared_ptr<const GgufFile> file = RepackTestOpenQ4KM();
+  ASSERT_NE(file, nullptr);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // 2: no cap, 3: the capped load succeeded, 4: another error, 5: the uncapped load failed,
+  // 6: the message does not name the size.
+  EXPECT_EXIT(RepackTestLoadCapped(file), ::testing::ExitedWithCode(0), "out of memory for");
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 #include "tensor/matmul.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -252,6 +255,30 @@ TEST(ThreadPool, PinnedPoolStillRuns) {
   std::atomic<int> count{0};
   pool.ParallelFor(10, [&](size_t, size_t) { count.fetch_add(1); });
   EXPECT_EQ(count.load(), 10);
+}
+
+// A body that captures more than std::function keeps inline runs by reference, every task.
+TEST(ThreadPool, LargeCaptureRunsEveryTask) {
+  ThreadPool pool(3);
+  std::array<int64_t, 16> weights{};
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = int64_t(i) + 1;
+  std::vector<int64_t> out(weights.size(), 0);
+  pool.ParallelFor(weights.size(),
+                   [weights, &out](size_t task, size_t) { out[task] = weights[task] * 2; });
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], 2 * (int64_t(i) + 1));
+}
+
+// A guest caller (a loader) takes part in a pinned pool's loop and keeps its own affinity.
+TEST(ThreadPool, GuestCallerKeepsItsAffinity) {
+  cpu_set_t before;
+  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(before), &before), 0);
+  ThreadPool pool(2, {0});
+  std::atomic<int> count{0};
+  pool.ParallelForAsGuest(10, [&](size_t, size_t) { count.fetch_add(1); });
+  EXPECT_EQ(count.load(), 10);
+  cpu_set_t after;
+  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(after), &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&before, &after));
 }
 
 }  // namespace

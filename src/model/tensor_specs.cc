@@ -1,0 +1,61 @@
+// ForEachStageTensor: the tensor list of a stage, from its config (see tensor_specs.h).
+#include "model/tensor_specs.h"
+
+#include "base/check.h"
+
+namespace shardlm {
+namespace {
+
+// The tensors of layer `layer_idx`, in file order.
+void ForEachLayerTensor(const ModelConfig& config, int layer_idx,
+                        const std::function<void(const TensorSpec&)>& fn) {
+  const LayerConfig& layer = config.layers[layer_idx];
+  const std::string prefix = "blk." + std::to_string(layer_idx) + ".";
+  const int64_t n_embd = config.n_embd;
+  auto matrix = [&](const char* name, TensorRole role, int64_t rows, int64_t cols) {
+    fn(TensorSpec{prefix + name, role, layer_idx, {cols, rows}, true});
+  };
+  auto vector = [&](const char* name, TensorRole role, int64_t n) {
+    fn(TensorSpec{prefix + name, role, layer_idx, {n}, true});
+  };
+  if (layer.attn_norm) vector("attn_norm.weight", TensorRole::kAttnNorm, n_embd);
+  matrix("attn_q.weight", TensorRole::kAttnQ, layer.q_dim(), n_embd);
+  matrix("attn_k.weight", TensorRole::kAttnK, layer.k_dim(), n_embd);
+  matrix("attn_v.weight", TensorRole::kAttnV, layer.v_dim(), n_embd);
+  matrix("attn_output.weight", TensorRole::kAttnOutput, n_embd, layer.attn_out_dim());
+  if (layer.qk_norm) {
+    vector("attn_q_norm.weight", TensorRole::kAttnQNorm, layer.head_dim_k);
+    vector("attn_k_norm.weight", TensorRole::kAttnKNorm, layer.head_dim_k);
+  }
+  if (layer.ffn_norm) vector("ffn_norm.weight", TensorRole::kFfnNorm, n_embd);
+  matrix("ffn_gate.weight", TensorRole::kFfnGate, config.n_ff, n_embd);
+  matrix("ffn_up.weight", TensorRole::kFfnUp, config.n_ff, n_embd);
+  matrix("ffn_down.weight", TensorRole::kFfnDown, n_embd, config.n_ff);
+}
+
+}  // namespace
+
+void ForEachStageTensor(const ModelConfig& config, LayerRange layers,
+                        const std::function<void(const TensorSpec&)>& fn) {
+  SHARDLM_CHECK(layers.begin >= 0 && layers.begin < layers.end && layers.end <= config.n_layers &&
+                size_t(config.n_layers) == config.layers.size());
+  const bool first = layers.begin == 0;
+  const bool last = layers.end == config.n_layers;
+  const int64_t n_embd = config.n_embd;
+  const int64_t n_vocab = config.n_vocab;
+  if (first || (last && config.tied_output)) {
+    fn(TensorSpec{"token_embd.weight", TensorRole::kTokenEmbd, -1, {n_embd, n_vocab}, true});
+  }
+  for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
+    ForEachLayerTensor(config, layer_idx, fn);
+  }
+  if (last) {
+    fn(TensorSpec{"output_norm.weight", TensorRole::kOutputNorm, -1, {n_embd}, true});
+    if (!config.tied_output) {
+      fn(TensorSpec{"output.weight", TensorRole::kOutput, -1, {n_embd, n_vocab}, true});
+    }
+  }
+  fn(TensorSpec{"rope_freqs.weight", TensorRole::kRopeFreqs, -1, {config.n_rot / 2}, false});
+}
+
+}  // namespace shardlm
