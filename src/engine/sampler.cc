@@ -183,13 +183,30 @@ size_t Sampler::Draw(const std::vector<double>& probs, double u) {
   return probs.size() - 1;  // rounding left target == total
 }
 
+// The id a strict scan (`logits[i] > logits[best]`) picks: the first of the largest values,
+// NaNs never chosen unless at id 0 (nothing compares greater than it). Found as the largest
+// value, in independent lanes rather than one chain of compares (a 152K-entry row is read
+// once per token of every greedy stream, on the engine thread between batches), then its
+// first position; `v > m ? v : m` keeps m for a NaN v as the scan does, and == matches
+// -0 and +0 as its > does.
 TokenId Sampler::Argmax(std::span<const float> logits) {
   SHARDLM_CHECK(!logits.empty());
-  size_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = i;  // strict: the lowest id wins ties
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  if (std::isnan(x[0])) return 0;
+  constexpr size_t kLanes = 16;
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, x[0]);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
   }
-  return TokenId(best);
+  float best = x[0];
+  for (float lane : lanes) best = lane > best ? lane : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  size_t first = 0;
+  while (!(x[first] == best)) ++first;
+  return TokenId(first);
 }
 
 void Sampler::Candidates(std::span<const float> logits, const LogitAdjustments& adjust,
