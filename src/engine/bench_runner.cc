@@ -135,13 +135,14 @@ class BenchSubject {
   }
 
   BenchTest test_;
-  std::unique_ptr<Scheduler> engine_;
   std::mutex mu_;
   std::condition_variable cv_;
   int running_ = 0;                // requests of the run not finished yet
   Status error_;                   // the first failure of the run
   Clock::time_point prefill_end_;  // pp: the last prompt position's logits arrived
   Clock::time_point finish_end_;   // the last request finished
+  // Last: destroyed first, joining the engine thread before what its callbacks touch.
+  std::unique_ptr<Scheduler> engine_;
 };
 
 }  // namespace
