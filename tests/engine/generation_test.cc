@@ -21,11 +21,13 @@ namespace shardlm {
 namespace generation_test {
 
 using nlohmann::json;
-using testing::FixturePath;
 using scheduler_test_util::Collector;
 using scheduler_test_util::Encode;
 using scheduler_test_util::Fixture;
+using scheduler_test_util::Greedy;
 using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using testing::FixturePath;
 
 // One slot, as `run` builds it; 2 threads (determinism must not depend on them).
 SchedulerOptions OneSlot(int n_ctx = 512, int n_batch = 512, int threads = 2) {
@@ -48,22 +50,6 @@ Scheduler* GetEngine(const std::string& model_file) {
   std::unique_ptr<Scheduler>& slot = cache[model_file];
   if (!slot) slot = MakeScheduler(model_file, OneSlot());
   return slot.get();
-}
-
-SamplingParams Greedy() {
-  SamplingParams params;
-  params.temperature = 0.0f;
-  return params;
-}
-
-EngineRequest Request(std::vector<TokenId> prompt, const SamplingParams& sampling, int max_tokens,
-                      bool ignore_eos) {
-  EngineRequest request;
-  request.prompt = std::move(prompt);
-  request.sampling = sampling;
-  request.max_tokens = max_tokens;
-  request.ignore_eos = ignore_eos;
-  return request;
 }
 
 // One request's events and the logits row each generated token was chosen from.

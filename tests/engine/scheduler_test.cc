@@ -33,14 +33,16 @@ namespace shardlm {
 namespace scheduler_test {
 
 using nlohmann::json;
-using testing::FixturePath;
 using scheduler_test_util::Collector;
 using scheduler_test_util::Encode;
 using scheduler_test_util::Fixture;
+using scheduler_test_util::Greedy;
 using scheduler_test_util::kStories;
 using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
 using scheduler_test_util::RunAll;
 using scheduler_test_util::ServiceThread;
+using testing::FixturePath;
 
 SchedulerOptions Options(int n_parallel, int n_ctx = 256, int n_batch = 64) {
   SchedulerOptions options;
@@ -54,12 +56,6 @@ SchedulerOptions Options(int n_parallel, int n_ctx = 256, int n_batch = 64) {
   return options;
 }
 
-SamplingParams Greedy() {
-  SamplingParams params;
-  params.temperature = 0.0f;
-  return params;
-}
-
 SamplingParams Seeded(uint64_t seed) {
   SamplingParams params;
   params.temperature = 1.2f;
@@ -68,16 +64,6 @@ SamplingParams Seeded(uint64_t seed) {
   params.min_p = 0.0f;
   params.seed = seed;
   return params;
-}
-
-EngineRequest Request(std::vector<TokenId> prompt, SamplingParams sampling, int max_tokens,
-                      bool ignore_eos = true) {
-  EngineRequest request;
-  request.prompt = std::move(prompt);
-  request.sampling = sampling;
-  request.max_tokens = max_tokens;
-  request.ignore_eos = ignore_eos;
-  return request;
 }
 
 const char kPrompt[] = "Once upon a time, there was a little dog named Max. He liked";
@@ -507,7 +493,8 @@ TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect)
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   const SchedulerOptions options = SplitOptions(2, 2, {1, 1});
-  scheduler_test_util::FaultySplit split = scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
+  scheduler_test_util::FaultySplit split =
+      scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
   ASSERT_TRUE(split.scheduler);
   testing::FaultyStage* faulty = split.faulty;
   Scheduler& scheduler = *split.scheduler;

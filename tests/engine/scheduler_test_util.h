@@ -129,6 +129,23 @@ inline EngineRequest Request(std::vector<TokenId> prompt, int max_tokens, uint64
   return request;
 }
 
+inline SamplingParams Greedy() {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  return params;
+}
+
+// A request with these sampling settings and nothing else asked for.
+inline EngineRequest Request(std::vector<TokenId> prompt, const SamplingParams& sampling,
+                             int max_tokens, bool ignore_eos = true) {
+  EngineRequest request;
+  request.prompt = std::move(prompt);
+  request.sampling = sampling;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = ignore_eos;
+  return request;
+}
+
 // Submits every request at once and waits for all of them.
 inline std::vector<std::unique_ptr<Collector>> RunAll(Scheduler& scheduler,
                                                       const std::vector<EngineRequest>& requests) {
