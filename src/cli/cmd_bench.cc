@@ -3,7 +3,8 @@
 // Goals: `pp<p>` (prefill p tokens in one batch, fresh KV each repetition) and `tg<n>`
 // (decode n tokens one at a time; with --streams S, `tg<n>x<S>`: S sequences decoding
 // together, one batch of S tokens per step, or on a split one micro-batch per stage in
-// flight), a warm-up run each, mean ± sample stddev of tok/s over -r repetitions; a markdown
+// flight), each run as requests through the engine `serve` runs (bench_runner.h), a
+// warm-up run each, mean ± sample stddev of tok/s over -r repetitions; a markdown
 // table like llama-bench's on stdout, or with --json one JSON object per test per line (JSON
 // lines: model_filename, model_type, model_size, model_n_params, n_threads, type_k,
 // n_prompt, n_gen, n_streams, test, avg_ns, avg_ts, stddev_ts, median_ts, cpu_share,
@@ -187,7 +188,6 @@ Status BenchCommand(const BenchFlags& f) {
   const ModelFacts facts = DescribeModel(loaded);
   const unsigned hardware = std::thread::hardware_concurrency();
   const int n_threads = f.n_threads > 0 ? f.n_threads : int(hardware > 0 ? hardware : 1);
-  ThreadPool threads(n_threads);
 
   std::vector<BenchTest> tests;
   if (f.n_prompt > 0) tests.push_back({f.n_prompt, 0});
@@ -218,8 +218,9 @@ Status BenchCommand(const BenchFlags& f) {
     std::fprintf(stderr, "bench: %s%s run %d/%d\n", test.Name().c_str(),
                  test.on_vs ? " (--vs-devices)" : "", rep + 1, f.reps);
   };
-  SHARDLM_ASSIGN_OR_RETURN(std::vector<BenchResult> results,
-                           RunBenches(*loaded.model, threads, tests, options, progress));
+  SHARDLM_ASSIGN_OR_RETURN(
+      std::vector<BenchResult> results,
+      RunBenches(*loaded.model, *loaded.tokenizer, n_threads, tests, options, progress));
   if (!f.json) PrintTableHeader();
   for (const BenchResult& result : results) {
     // Paired with the same run's tg<N> on the same placement (tg<N>x<S> only), and with the

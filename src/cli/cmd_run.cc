@@ -4,19 +4,28 @@
 // live); everything else (model load progress, the seed used, timings) goes to stderr;
 // sampling flags and defaults as llama.cpp's (temp 0.8, top-k 40, top-p 0.95, min-p 0.05,
 // random seed unless given); `--logits-out` records the logits each token was chosen from;
-// `--devices` / `--layer-split` run it split into stages (same tokens and logits).
+// `--devices` / `--layer-split` run it split into stages (same tokens and logits). The
+// prompt is one request through the Scheduler, the engine of `serve` and `bench`: the same
+// batching, sampling and finish rules (EOG, -n, a full context).
 // Non-goals: chat templates and interactive mode (the server does conversations).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
-#include "engine/generator.h"
 #include "engine/logits_recorder.h"
+#include "engine/scheduler.h"
 #include "pipeline/model_loader.h"
 
 namespace shardlm::cli {
@@ -87,15 +96,66 @@ void PrintLoadInfo(const LoadedModel& loaded) {
                double(loaded.file->file_size()) / (1024.0 * 1024.0), loaded.load_seconds * 1e3);
 }
 
-void PrintTimings(const GenerationResult& result) {
+using Clock = std::chrono::steady_clock;
+
+// Prefill progress on stderr: at most about once a second, and at the end.
+std::function<void(int, int)> PrefillProgressPrinter() {
+  const Clock::time_point start = Clock::now();
+  return [start, last = start](int done, int total) mutable {
+    const Clock::time_point now = Clock::now();
+    if (done < total && now - last < std::chrono::seconds(1)) return;
+    last = now;
+    const double seconds = std::chrono::duration<double>(now - start).count();
+    std::fprintf(stderr, "prefill: %d/%d tokens (%.1f tok/s)\n", done, total,
+                 seconds > 0 ? done / seconds : 0.0);
+  };
+}
+
+// Why generation ended, in run's words: "eog", "length" (-n reached), "context" (full).
+const char* StopName(const FinishEvent& finish, int n_predict) {
+  switch (finish.reason) {
+    case FinishReason::kStop:
+      return "eog";
+    case FinishReason::kLength:
+      return n_predict >= 0 && finish.usage.completion_tokens >= n_predict ? "length" : "context";
+    default:
+      return FinishReasonName(finish.reason);
+  }
+}
+
+void PrintTimings(const FinishEvent& finish, int n_predict, size_t kv_bytes) {
+  const RequestUsage& u = finish.usage;
+  const int passes = std::max(u.completion_tokens - 1, 0);  // the last token is not fed back
   std::fprintf(stderr,
-               "\nprefill: %zu tokens in %.1f ms (%.2f tok/s)\n"
-               "decode: %zu tokens, %d passes in %.1f ms (%.2f tok/s)\n"
+               "\nprefill: %d tokens in %.1f ms (%.2f tok/s)\n"
+               "decode: %d tokens, %d passes in %.1f ms (%.2f tok/s)\n"
                "kv cache: %.2f MiB\nstop: %s\n",
-               result.prompt_ids.size(), result.prefill_seconds * 1e3,
-               result.PrefillTokensPerSecond(), result.ids.size(), result.decode_passes,
-               result.decode_seconds * 1e3, result.DecodeTokensPerSecond(),
-               double(result.kv_bytes) / (1024.0 * 1024.0), StopReasonName(result.stop));
+               u.prompt_tokens, u.prefill_ms,
+               u.prefill_ms > 0 ? u.prompt_tokens * 1e3 / u.prefill_ms : 0.0, u.completion_tokens,
+               passes, u.decode_ms, u.decode_ms > 0 ? passes * 1e3 / u.decode_ms : 0.0,
+               double(kv_bytes) / (1024.0 * 1024.0), StopName(finish, n_predict));
+}
+
+// The scheduler's options for one request of n_prompt tokens: one slot whose KV holds what
+// the request can reach (min(n_ctx, prompt + n_predict) positions), batches no larger than
+// the prompt, no prefix cache (nothing to share).
+SchedulerOptions OneRequestOptions(const RunFlags& f, int n_prompt, int n_threads, KvType kv_type,
+                                   PlacementOptions placement) {
+  SchedulerOptions options;
+  options.n_parallel = 1;
+  options.n_ctx =
+      f.n_predict < 0 ? f.n_ctx : std::min(f.n_ctx, n_prompt + std::max(f.n_predict, 1));
+  options.n_batch = std::min(f.n_batch, n_prompt);
+  options.max_queue = 0;
+  options.threads = n_threads;
+  options.kv_type = kv_type;
+  options.log_requests = false;
+  options.placement = std::move(placement);
+  options.placement.model_path = f.model_path;
+  options.placement.show_progress = true;
+  options.prefix_cache = false;
+  options.prompt_logit_rows = 1;
+  return options;
 }
 
 Status RunCommand(RunFlags& f) {
@@ -107,6 +167,10 @@ Status RunCommand(RunFlags& f) {
     f.sampling.seed = uint64_t(f.seed);
   }
   SHARDLM_TRY(f.sampling.Validate());
+  if (f.n_ctx <= 0 || f.n_batch <= 0) {
+    return InvalidArgument("context size ({}) and batch size ({}) must be positive", f.n_ctx,
+                           f.n_batch);
+  }
   SHARDLM_ASSIGN_OR_RETURN(LoadedModel loaded,
                            LoadModelFile(f.model_path, ModelLoadOptions(placement)));
   PrintLoadInfo(loaded);
@@ -115,37 +179,65 @@ Status RunCommand(RunFlags& f) {
   const int n_threads = ResolveThreads(f.n_threads);
   std::fprintf(stderr, "threads: %d, context: %d, batch: %d, kv: %s\n", n_threads, f.n_ctx,
                f.n_batch, KvTypeName(kv_type));
-  ThreadPool threads(n_threads);
-  GeneratorConfig config;
-  config.n_ctx = f.n_ctx;
-  config.n_batch = f.n_batch;
-  config.kv_type = kv_type;
-  config.placement = std::move(placement);
-  config.placement.model_path = f.model_path;
-  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Generator> generator,
-                           Generator::Create(*loaded.model, *loaded.tokenizer, threads, config));
+  EngineRequest request;
+  request.prompt = loaded.tokenizer->Encode(f.prompt, /*add_special=*/true, !f.no_parse_special);
+  const int n_prompt = int(request.prompt.size());
+  if (n_prompt == 0) {
+    return InvalidArgument("the prompt encodes to no tokens (and the vocab adds no BOS)");
+  }
+  if (n_prompt >= f.n_ctx) {
+    return OutOfRange(
+        "the prompt has {} tokens but the context holds {} (prompt + 1 generated token must "
+        "fit; raise -c)",
+        n_prompt, f.n_ctx);
+  }
+  request.sampling = f.sampling;
+  request.max_tokens = f.n_predict < 0 ? -1 : f.n_predict;
+  // EOG tokens are then fed back like any other (and render as ""), so exactly n_predict
+  // tokens come out, as in the fixtures' greedy runs; llama.cpp's --ignore-eos forbids them.
+  request.ignore_eos = f.ignore_eos;
+  SHARDLM_ASSIGN_OR_RETURN(
+      std::unique_ptr<Scheduler> engine,
+      Scheduler::Create(*loaded.model, *loaded.tokenizer,
+                        OneRequestOptions(f, n_prompt, n_threads, kv_type, std::move(placement))));
 
   std::unique_ptr<LogitsRecorder> recorder;
   if (!f.logits_out.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(recorder, LogitsRecorder::Open(f.logits_out));
   }
-  GenerateCallbacks callbacks;
-  callbacks.on_text = [](std::string_view text) {
+  // on_finish runs on the engine thread; it notifies under the lock, so this thread never
+  // leaves the wait (and destroys what the callback touches) while the callback still runs.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<FinishEvent> finished;
+  auto print = [](std::string_view text) {
+    if (text.empty()) return;
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
+  };
+  RequestCallbacks callbacks;
+  callbacks.on_token = [&](const TokenEvent& event) {
+    print(event.text);
+    return true;
+  };
+  callbacks.on_finish = [&](const FinishEvent& event) {
+    print(event.text);
+    std::lock_guard<std::mutex> lock(mu);
+    finished = event;
+    cv.notify_all();
   };
   if (recorder) {
     callbacks.on_logits = [&](std::span<const float> row) { return recorder->Append(row); };
   }
-  GenerateOptions options;
-  options.n_predict = f.n_predict;
-  options.parse_special = !f.no_parse_special;
-  options.ignore_eos = f.ignore_eos;
-  options.show_progress = true;
-  SHARDLM_ASSIGN_OR_RETURN(GenerationResult result,
-                           generator->Generate(f.prompt, f.sampling, options, callbacks));
+  if (n_prompt > f.n_batch) callbacks.on_prefill = PrefillProgressPrinter();
+  SHARDLM_TRY(engine->Submit(std::move(request), std::move(callbacks)).status());
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return finished.has_value(); });
+  const FinishEvent finish = std::move(*finished);
+  lock.unlock();
+  if (finish.reason == FinishReason::kError) return finish.error;
   if (recorder) SHARDLM_TRY(recorder->Close());
-  PrintTimings(result);
+  PrintTimings(finish, f.n_predict, engine->kv_bytes());
   return Status::Ok();
 }
 

@@ -1,4 +1,4 @@
-// Bench runner implementation: fresh KV per run, random tokens, timed forward passes.
+// Bench runner implementation: a Scheduler per test, random prompt tokens, timed requests.
 #include "engine/bench_runner.h"
 
 #include <time.h>
@@ -6,17 +6,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <deque>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <utility>
 
-#include "kv/block_table.h"
-#include "pipeline/pipeline.h"
 #include "engine/sampler.h"
-#include "engine/sequence.h"
+#include "engine/scheduler.h"
 
 namespace shardlm {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 bool AllFinite(std::span<const float> values) {
   for (float value : values) {
@@ -36,111 +38,112 @@ struct RunTimes {
   uint64_t cpu_ns = 0;
 };
 
-// The subject of one test: a Sequence for pp and tg, S block tables on one pipeline for
-// tg with S > 1 streams (each step is one batch per micro-batch of streams, every entry
-// wanting logits; one micro-batch of all S streams when the pipeline has one stage).
+// The subject of one test: a Scheduler with one slot per stream, KV for exactly what a run
+// reaches, batches as large as the test's (the whole pp prompt; one entry per tg stream).
 class BenchSubject {
  public:
-  static Result<std::unique_ptr<BenchSubject>> Create(const Model& model, int threads,
+  static Result<std::unique_ptr<BenchSubject>> Create(const Model& model,
+                                                      const Tokenizer& tokenizer, int n_threads,
                                                       const BenchTest& test,
                                                       const BenchOptions& options) {
+    SchedulerOptions engine;
+    engine.n_parallel = test.n_streams;
+    // pp: the prompt and room for the token sampled after it; tg: a one-token prompt and
+    // n_gen - 1 tokens fed back (at least 2 positions, as every request may generate).
+    engine.n_ctx = test.n_prompt > 0 ? test.n_prompt + 1 : std::max(test.n_gen, 2);
+    engine.n_batch = test.n_prompt > 0 ? test.n_prompt : test.n_streams;
+    engine.max_queue = 0;
+    engine.threads = n_threads;
+    engine.kv_type = options.kv_type;
+    engine.log_requests = false;
+    engine.placement = options.PlacementOf(test);
+    engine.prefix_cache = false;
+    engine.prompt_logit_rows = 1;
     auto subject = std::unique_ptr<BenchSubject>(new BenchSubject(test));
-    SequenceConfig config;
-    config.n_positions = test.n_prompt + test.n_gen;
-    config.max_batch = std::max(test.n_prompt, 1);
-    config.kv_type = options.kv_type;
-    config.threads = threads;
-    config.placement = options.PlacementOf(test);
-    if (test.n_streams == 1) {
-      SHARDLM_ASSIGN_OR_RETURN(subject->seq_, Sequence::Create(model, config));
-      return subject;
-    }
-    PipelineOptions pipeline;
-    pipeline.placement = config.placement;
-    pipeline.threads = threads;
-    pipeline.n_pages =
-        test.n_streams * ((config.n_positions + config.page_tokens - 1) / config.page_tokens);
-    pipeline.page_tokens = config.page_tokens;
-    pipeline.kv_type = config.kv_type;
-    pipeline.max_batch_tokens = test.n_streams;
-    pipeline.max_logit_rows = test.n_streams;
-    SHARDLM_ASSIGN_OR_RETURN(subject->pipeline_, Pipeline::Create(model, pipeline));
-    for (int s = 0; s < test.n_streams; ++s) {
-      subject->tables_.emplace_back(&subject->pipeline_->allocator());
-    }
+    SHARDLM_ASSIGN_OR_RETURN(subject->engine_, Scheduler::Create(model, tokenizer, engine));
     return subject;
   }
 
-  ~BenchSubject() { tables_.clear(); }  // pages go back before the pipeline goes
+  const Scheduler& engine() const { return *engine_; }
 
-  const Pipeline& pipeline() const { return seq_ ? seq_->pipeline() : *pipeline_; }
-  std::span<const float> logits() const { return seq_ ? seq_->logits() : logits_; }
-
-  // One run from an empty cache; tokens holds n_prompt + n_gen × n_streams ids.
-  Status Run(std::span<const TokenId> tokens) {
-    if (seq_) {
-      seq_->Reset();
-      if (test_.n_prompt > 0) return seq_->Prefill(tokens);
-      for (int i = 0; i < test_.n_gen; ++i) SHARDLM_TRY(seq_->Decode(tokens[i]));
-      return Status::Ok();
+  // One run from an empty cache: pp, one request of `tokens` as its prompt; tg, one request
+  // per stream, each prompted with one of `tokens`. Timed until the logits of pp's last
+  // prompt position arrive, or until every tg request has finished; an error if any
+  // request failed or the last logits row of any is not all finite.
+  Result<RunTimes> Run(std::span<const TokenId> tokens) {
+    std::vector<std::pair<EngineRequest, RequestCallbacks>> requests;
+    const bool prefill = test_.n_prompt > 0;
+    const int n_requests = prefill ? 1 : test_.n_streams;
+    // Logits rows each request computes: pp samples one token after its prompt.
+    const int n_rows = prefill ? 1 : test_.n_gen;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = n_requests;
+      error_ = Status::Ok();
     }
-    for (BlockTable& table : tables_) table.Clear();
-    // The streams split into depth() micro-batches, as the server splits them: with several
-    // stages, each stage computes one micro-batch while the next stage computes another.
-    const int n_streams = int(tables_.size());
-    const int n_groups = std::min(pipeline_->depth(), n_streams);
-    std::vector<int> steps_submitted(size_t(n_groups), 0);
-    std::deque<int> in_flight;  // group of each batch in flight, oldest first
-    auto submit = [&](int group) -> Status {
-      const int step = steps_submitted[size_t(group)]++;
-      std::vector<BatchEntry> batch;
-      std::vector<PageCopy> copies;
-      std::vector<PageList> pages(tables_.size());
-      for (int s = group; s < n_streams; s += n_groups) {
-        batch.push_back({tokens[size_t(step) * size_t(n_streams) + size_t(s)], step, s, true});
-        SHARDLM_TRY(tables_[s].PrepareWrite(step, step + 1, &copies));
-        tables_[s].SetTokens(step + 1);
-        pages[size_t(s)] = tables_[s].page_list();
+    for (int r = 0; r < n_requests; ++r) {
+      EngineRequest request;
+      if (prefill) {
+        request.prompt.assign(tokens.begin(), tokens.end());
+      } else {
+        request.prompt = {tokens[size_t(r)]};
       }
-      SHARDLM_TRY(pipeline_->Submit({batch, pages, copies}));
-      in_flight.push_back(group);
-      return Status::Ok();
-    };
-    for (int g = 0; g < n_groups && test_.n_gen > 0; ++g) SHARDLM_TRY(submit(g));
-    while (!in_flight.empty()) {
-      const int group = in_flight.front();
-      in_flight.pop_front();
-      SHARDLM_ASSIGN_OR_RETURN(std::span<const float> rows, pipeline_->WaitOldest());
-      logits_.assign(rows.begin(), rows.end());
-      if (steps_submitted[size_t(group)] < test_.n_gen) SHARDLM_TRY(submit(group));
+      request.sampling.temperature = 0.0f;
+      request.max_tokens = n_rows;
+      request.ignore_eos = true;
+      RequestCallbacks callbacks;
+      callbacks.on_logits = [this, n_rows, prefill,
+                             rows = 0](std::span<const float> logits) mutable {
+        if (++rows < n_rows) return Status::Ok();
+        if (prefill) prefill_end_ = Clock::now();
+        if (!AllFinite(logits)) {
+          return InvalidData("{}: the forward pass produced non-finite logits", test_.Name());
+        }
+        return Status::Ok();
+      };
+      callbacks.on_finish = [this](const FinishEvent& event) { OnFinish(event); };
+      requests.emplace_back(std::move(request), std::move(callbacks));
     }
-    return Status::Ok();
+    const uint64_t cpu_start = ProcessCpuNs();
+    const Clock::time_point start = Clock::now();
+    SHARDLM_TRY(engine_->SubmitAll(std::move(requests)).status());
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return running_ == 0; });
+    const uint64_t cpu_ns = ProcessCpuNs() - cpu_start;
+    SHARDLM_TRY(error_);
+    const Clock::time_point end = prefill ? prefill_end_ : finish_end_;
+    return RunTimes{
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count()),
+        cpu_ns};
   }
 
  private:
   explicit BenchSubject(const BenchTest& test) : test_(test) {}
 
-  BenchTest test_;
-  std::unique_ptr<Sequence> seq_;  // one stream
-  std::unique_ptr<Pipeline> pipeline_;
-  std::vector<BlockTable> tables_;  // [stream]
-  std::vector<float> logits_;       // the last step's rows
-};
-
-// One timed run of the subject; an error if its last logits are not all finite.
-Result<RunTimes> TimedRun(BenchSubject& subject, const BenchTest& test,
-                          std::span<const TokenId> tokens) {
-  const uint64_t cpu_start = ProcessCpuNs();
-  const auto start = std::chrono::steady_clock::now();
-  SHARDLM_TRY(subject.Run(tokens));
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  const uint64_t cpu_ns = ProcessCpuNs() - cpu_start;
-  if (!AllFinite(subject.logits())) {
-    return InvalidData("{}: the forward pass produced non-finite logits", test.Name());
+  // Engine thread. Notifies under the lock: Run may return as soon as it sees running_ 0.
+  void OnFinish(const FinishEvent& event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event.reason != FinishReason::kLength && error_.ok()) {
+      error_ = event.reason == FinishReason::kError
+                   ? event.error
+                   : Status(StatusCode::kInternal,
+                            fmt::format("{}: a request ended with {}", test_.Name(),
+                                        FinishReasonName(event.reason)));
+    }
+    finish_end_ = Clock::now();
+    if (--running_ == 0) cv_.notify_all();
   }
-  return RunTimes{uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
-                  cpu_ns};
-}
+
+  BenchTest test_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int running_ = 0;                // requests of the run not finished yet
+  Status error_;                   // the first failure of the run
+  Clock::time_point prefill_end_;  // pp: the last prompt position's logits arrived
+  Clock::time_point finish_end_;   // the last request finished
+  // Last: destroyed first, joining the engine thread before what its callbacks touch.
+  std::unique_ptr<Scheduler> engine_;
+};
 
 }  // namespace
 
@@ -184,29 +187,33 @@ Status CheckTest(const BenchTest& test) {
 // One test's subject, prompt tokens and the samples gathered so far.
 struct BenchRun {
   std::unique_ptr<BenchSubject> subject;
-  std::vector<TokenId> tokens;
+  std::vector<TokenId> tokens;  // the prompt tokens of a run
+  int n_tokens = 0;             // tokens a run computes (tok/s counts them)
   BenchResult result;
   uint64_t total_ns = 0;
   uint64_t total_cpu_ns = 0;
 };
 
-Result<BenchRun> StartRun(const Model& model, ThreadPool& threads, const BenchTest& test,
-                          const BenchOptions& options) {
+Result<BenchRun> StartRun(const Model& model, const Tokenizer& tokenizer, int n_threads,
+                          const BenchTest& test, const BenchOptions& options) {
   BenchRun run;
-  SHARDLM_ASSIGN_OR_RETURN(run.subject, BenchSubject::Create(model, threads.size(), test, options));
+  SHARDLM_ASSIGN_OR_RETURN(run.subject,
+                           BenchSubject::Create(model, tokenizer, n_threads, test, options));
   Rng rng(options.seed);
-  run.tokens.resize(size_t(test.n_prompt + test.n_gen * test.n_streams));
+  // pp: the prompt; tg: the first token of each stream (the rest are sampled).
+  run.tokens.resize(size_t(test.n_prompt > 0 ? test.n_prompt : test.n_streams));
   for (TokenId& token : run.tokens) token = TokenId(rng.Next() % uint64_t(model.config().n_vocab));
+  run.n_tokens = test.n_prompt + test.n_gen * test.n_streams;
   run.result.test = test;
-  SHARDLM_ASSIGN_OR_RETURN(RunTimes warmup, TimedRun(*run.subject, test, run.tokens));
+  SHARDLM_ASSIGN_OR_RETURN(RunTimes warmup, run.subject->Run(run.tokens));
   (void)warmup;
   return run;
 }
 
 Status TimeOnce(BenchRun& run) {
-  SHARDLM_ASSIGN_OR_RETURN(RunTimes times, TimedRun(*run.subject, run.result.test, run.tokens));
+  SHARDLM_ASSIGN_OR_RETURN(RunTimes times, run.subject->Run(run.tokens));
   run.result.samples_ns.push_back(times.wall_ns);
-  run.result.samples_ts.push_back(double(run.tokens.size()) * 1e9 /
+  run.result.samples_ts.push_back(double(run.n_tokens) * 1e9 /
                                   double(std::max<uint64_t>(times.wall_ns, 1)));
   run.total_ns += times.wall_ns;
   run.total_cpu_ns += times.cpu_ns;
@@ -221,7 +228,7 @@ BenchResult Finish(BenchRun& run, int n_threads) {
       double(run.total_cpu_ns) / (double(std::max<uint64_t>(run.total_ns, 1)) * n_threads);
   MeanStddev(result.samples_ts, result.avg_ts, result.stddev_ts);
   result.median_ts = Median(result.samples_ts);
-  const PipelineCounters counters = run.subject->pipeline().counters();
+  const PipelineCounters counters = run.subject->engine().pipeline_counters();
   if (counters.tokens > 0) {
     result.bytes_between_per_token = double(counters.bytes_between) / double(counters.tokens);
     result.tokens_per_batch = double(counters.tokens) / double(counters.batches);
@@ -243,8 +250,8 @@ bool CanInterleave(std::span<const BenchTest> tests, const BenchOptions& options
   return remote_subjects <= 1;
 }
 
-Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& threads,
-                                            std::span<const BenchTest> tests,
+Result<std::vector<BenchResult>> RunBenches(const Model& model, const Tokenizer& tokenizer,
+                                            int n_threads, std::span<const BenchTest> tests,
                                             const BenchOptions& options,
                                             const BenchProgress& progress) {
   for (const BenchTest& test : tests) SHARDLM_TRY(CheckTest(test));
@@ -256,7 +263,7 @@ Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& thre
   for (size_t first = 0; first < tests.size(); first += group) {
     std::vector<BenchRun> runs;
     for (const BenchTest& test : tests.subspan(first, std::min(group, tests.size() - first))) {
-      SHARDLM_ASSIGN_OR_RETURN(BenchRun run, StartRun(model, threads, test, options));
+      SHARDLM_ASSIGN_OR_RETURN(BenchRun run, StartRun(model, tokenizer, n_threads, test, options));
       runs.push_back(std::move(run));
     }
     for (int rep = 0; rep < options.reps; ++rep) {
@@ -265,15 +272,15 @@ Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& thre
         SHARDLM_TRY(TimeOnce(run));
       }
     }
-    for (BenchRun& run : runs) results.push_back(Finish(run, threads.size()));
+    for (BenchRun& run : runs) results.push_back(Finish(run, n_threads));
   }
   return results;
 }
 
-Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const BenchTest& test,
-                             const BenchOptions& options) {
+Result<BenchResult> RunBench(const Model& model, const Tokenizer& tokenizer, int n_threads,
+                             const BenchTest& test, const BenchOptions& options) {
   SHARDLM_ASSIGN_OR_RETURN(std::vector<BenchResult> results,
-                           RunBenches(model, threads, std::span(&test, 1), options));
+                           RunBenches(model, tokenizer, n_threads, std::span(&test, 1), options));
   return std::move(results.front());
 }
 

@@ -1,16 +1,21 @@
-// Throughput benchmarks of the engine, as llama-bench measures them: `pp<N>` prefills N
-// tokens in one batch into an empty KV cache; `tg<N>` decodes N tokens one at a time from an
-// empty cache; `tg<N>x<S>` decodes N tokens in each of S sequences together, one batch of S
-// entries per step, or on a pipeline of D stages D micro-batches in flight (what
-// `serve --parallel S` does with S streams in flight, without HTTP or sampling). Each test
-// runs once to warm up, then `reps` timed times.
+// Throughput benchmarks of the engine, as llama-bench measures them, run as requests through
+// the Scheduler (the engine of `serve` and `run`), measured as the server would run them:
+// `pp<N>` is one request whose prompt is N tokens, prefilled in one batch into an empty KV
+// cache, timed until the logits of its last position arrive (prefill only); `tg<N>` is a
+// request of a one-token prompt that decodes N tokens (N forward passes of one token: the
+// prompt's, then each sampled token but the last fed back); `tg<N>x<S>` is S such requests
+// submitted together (Scheduler::SubmitAll), decoding together: one batch of S entries per
+// step, or on a pipeline of D stages D micro-batches in flight (what `serve --parallel S`
+// does with S streams, without HTTP). Requests sample greedily and ignore EOG, so every run
+// does the same work. Each test runs once to warm up, then `reps` timed times.
 //
 // Goals: the numbers `shardlm bench` prints and bench/engine_bench.sh records; per-sample
 // throughput, mean and sample standard deviation (llama-bench's avg_ts / stddev_ts); a
 // check that every run produced finite logits (a benchmark verifies its result).
 // Through a pipeline: the same tests run unsplit or split across devices and processes
 // (BenchOptions::placement).
-// Non-goals: printing (cmd_bench.cc), prompts per stream, sampling (server benchmarks).
+// Non-goals: printing (cmd_bench.cc), prompts per stream, sampling settings (server
+// benchmarks), the prefix cache (off: every run starts from an empty cache).
 //
 // Thread safety: one thread drives a run. Lifetime: nothing outlives the call.
 #pragma once
@@ -25,7 +30,7 @@
 #include "kv/page_pool.h"
 #include "model/model.h"
 #include "pipeline/placement.h"
-#include "tensor/thread_pool.h"
+#include "tokenizer/tokenizer.h"
 
 namespace shardlm {
 
@@ -41,7 +46,7 @@ struct BenchOptions {
   int reps = 5;
   KvType kv_type = KvType::kF32;
   uint64_t seed = 1234;  // random prompt tokens
-  // Placement (placement.h): one device per stage; empty: one "cpu" stage on the threads
+  // Placement (placement.h): one device per stage; empty: one "cpu" stage of the n_threads
   // given to RunBench.
   PlacementOptions placement = {};
   // A second placement to compare with (`bench --vs-devices`): the tests with on_vs run on
@@ -72,9 +77,10 @@ struct BenchResult {
   int max_in_flight = 0;
 };
 
-// Runs one test: a warm-up run, then options.reps timed runs.
-Result<BenchResult> RunBench(const Model& model, ThreadPool& threads, const BenchTest& test,
-                             const BenchOptions& options);
+// Runs one test: a warm-up run, then options.reps timed runs. The model must hold every
+// layer and fit the tokenizer; n_threads: the compute threads of an unpinned "cpu" stage.
+Result<BenchResult> RunBench(const Model& model, const Tokenizer& tokenizer, int n_threads,
+                             const BenchTest& test, const BenchOptions& options);
 
 // Called before each timed run (rep counts from 0).
 using BenchProgress = std::function<void(const BenchTest& test, int rep)>;
@@ -86,8 +92,8 @@ using BenchProgress = std::function<void(const BenchTest& test, int rep)>;
 // were taken seconds apart (PairedRatio). When more than one test would hold a remote stage
 // at once, the tests run one after another instead (a shard daemon serves one server at a
 // time: CanInterleave).
-Result<std::vector<BenchResult>> RunBenches(const Model& model, ThreadPool& threads,
-                                            std::span<const BenchTest> tests,
+Result<std::vector<BenchResult>> RunBenches(const Model& model, const Tokenizer& tokenizer,
+                                            int n_threads, std::span<const BenchTest> tests,
                                             const BenchOptions& options,
                                             const BenchProgress& progress = {});
 bool CanInterleave(std::span<const BenchTest> tests, const BenchOptions& options);

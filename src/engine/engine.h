@@ -16,13 +16,14 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/status.h"
-#include "grammar/grammar.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "pipeline/stage.h"
 #include "tokenizer/tokenizer.h"
 
@@ -105,6 +106,15 @@ struct RequestCallbacks {
   // token, logprob and top alternatives; text is "". Returns false to cancel.
   std::function<bool(const std::vector<TokenEvent>&)> on_prompt_logprobs;
   std::function<void(const FinishEvent&)> on_finish;  // called exactly once
+  // Optional, for tools that look inside a request (`shardlm run --logits-out`): the
+  // logits[n_vocab] row each generated token is chosen from, as the model computed it
+  // (before logit_bias and a grammar's mask), called before that token is sampled. The span
+  // lives only during the call. A non-ok Status ends the request with kError and that Status.
+  std::function<Status(std::span<const float> logits)> on_logits;
+  // Optional: prefill progress, called once per collected batch that wrote prompt positions,
+  // with how many of the prompt's positions hold KV now (prefix-cache hits included) and
+  // the prompt's length; the last call has done == total.
+  std::function<void(int done, int total)> on_prefill;
 };
 
 struct EngineStats {

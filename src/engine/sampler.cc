@@ -183,13 +183,44 @@ size_t Sampler::Draw(const std::vector<double>& probs, double u) {
   return probs.size() - 1;  // rounding left target == total
 }
 
+// The id a strict scan (`logits[i] > logits[best]`) picks: the first of the largest values,
+// NaNs never chosen unless at id 0 (nothing compares greater than it). A 152K-entry row is
+// read once per token of every greedy stream, on the engine thread between batches, so it
+// is read in chunks whose maximum comes from independent lanes (vector max instructions:
+// `v > m ? v : m` keeps m for a NaN v, as the scan skips NaNs) rather than one chain of
+// compares; the first chunk holding the largest value is then scanned for its first
+// position (== matches -0 and +0, as the scan's > does not tell them apart).
 TokenId Sampler::Argmax(std::span<const float> logits) {
   SHARDLM_CHECK(!logits.empty());
-  size_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = i;  // strict: the lowest id wins ties
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  if (std::isnan(x[0])) return 0;
+  constexpr size_t kLanes = 16;
+  constexpr size_t kChunk = 16 * kLanes;
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  float best = x[0];
+  size_t best_chunk = 0;
+  for (size_t start = 0; start < n; start += kChunk) {
+    const size_t end = std::min(n, start + kChunk);
+    float m = kLowest;
+    size_t i = start;
+    if (end - start == kChunk) {
+      float lanes[kLanes];
+      std::fill(lanes, lanes + kLanes, kLowest);
+      for (; i < end; i += kLanes) {
+        for (size_t l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+      }
+      for (float lane : lanes) m = lane > m ? lane : m;
+    }
+    for (; i < end; ++i) m = x[i] > m ? x[i] : m;
+    if (m > best) {
+      best = m;
+      best_chunk = start;
+    }
   }
-  return TokenId(best);
+  size_t first = best_chunk;
+  while (!(x[first] == best)) ++first;
+  return TokenId(first);
 }
 
 void Sampler::Candidates(std::span<const float> logits, const LogitAdjustments& adjust,

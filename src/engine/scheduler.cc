@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "base/thread_name.h"
-#include "kv/block_table.h"
-#include "kv/page_allocator.h"
 #include "engine/scheduler_impl.h"
 #include "engine/scheduler_prefix_cache.h"
 #include "engine/scheduler_request.h"
+#include "kv/block_table.h"
+#include "kv/page_allocator.h"
 
 namespace shardlm {
 Status SchedulerOptions::Validate() const {
@@ -252,9 +252,21 @@ Status Scheduler::CheckPromptOutputs(const EngineRequest& request) const {
 }
 
 Result<RequestId> Scheduler::Submit(EngineRequest request, RequestCallbacks callbacks) {
-  SHARDLM_TRY(CheckRequest(request));
+  std::vector<std::pair<EngineRequest, RequestCallbacks>> one;
+  one.emplace_back(std::move(request), std::move(callbacks));
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<RequestId> ids, SubmitAll(std::move(one)));
+  return ids.front();
+}
+
+Result<std::vector<RequestId>> Scheduler::SubmitAll(
+    std::vector<std::pair<EngineRequest, RequestCallbacks>> requests) {
+  bool constrained = false;
+  for (const auto& [request, callbacks] : requests) {
+    SHARDLM_TRY(CheckRequest(request));
+    constrained = constrained || request.grammar != nullptr;
+  }
   SHARDLM_TRY(state_->pipeline->Health());
-  if (request.grammar) {
+  if (constrained) {
     // Tens of milliseconds for a 152k vocabulary: paid once, here rather than on the
     // engine thread, where it would stall every running stream.
     std::call_once(vocabulary_once_,
@@ -264,20 +276,23 @@ Result<RequestId> Scheduler::Submit(EngineRequest request, RequestCallbacks call
   if (stopping_) return Status(StatusCode::kInternal, "the engine is shutting down");
   if (!lost_.ok()) return lost_;
   const int free_slots = options_.n_parallel - active_;
-  if (pending_ >= options_.max_queue + free_slots) {
+  if (pending_ + int(requests.size()) > options_.max_queue + free_slots) {
     return OutOfRange("queue full ({} waiting)", std::max(0, pending_ - free_slots));
   }
-  Instruction instruction;
-  instruction.kind = Instruction::Kind::kSubmit;
-  instruction.id = next_id_++;
-  instruction.request = std::move(request);
-  instruction.callbacks = std::move(callbacks);
-  instruction.submitted = SchedulerClock::now();
-  const RequestId id = instruction.id;
-  ++pending_;
-  inbox_.push_back(std::move(instruction));
+  std::vector<RequestId> ids;
+  for (auto& [request, callbacks] : requests) {
+    Instruction instruction;
+    instruction.kind = Instruction::Kind::kSubmit;
+    instruction.id = next_id_++;
+    instruction.request = std::move(request);
+    instruction.callbacks = std::move(callbacks);
+    instruction.submitted = SchedulerClock::now();
+    ids.push_back(instruction.id);
+    ++pending_;
+    inbox_.push_back(std::move(instruction));
+  }
   cv_.notify_one();
-  return id;
+  return ids;
 }
 
 void Scheduler::Cancel(RequestId id) {

@@ -73,10 +73,13 @@
 //  - Submit errors: empty prompt or bad token ids (kInvalidArgument), prompt + 1 > n_ctx
 //    (kOutOfRange, "context_length_exceeded"), queue full (kOutOfRange "queue full (N
 //    waiting)"), a stage down (kUnavailable), engine shutting down (kInternal).
-//  - One key=value log line per finished request on stderr.
+//  - The one engine of every driver: `serve` (many requests), `run` (one request; its
+//    RequestCallbacks::on_logits and on_prefill record logits rows and show progress) and
+//    `bench` (its tests are requests: bench_runner.h).
+//  - One key=value log line per finished request on stderr (options.log_requests).
 // Non-goals (later issues): preemption or swapping, priorities.
 //
-// Thread safety: Submit, Cancel, Stats, info, tokenizer, Health, pipeline_counters,
+// Thread safety: Submit, SubmitAll, Cancel, Stats, info, tokenizer, Health, pipeline_counters,
 // stage_stats and the slot methods may be called from any thread (the slot methods block
 // until the engine thread has done its part). Callbacks run on the engine thread (see engine.h).
 // Lifetime: the borrowing Create references the Model and Tokenizer, which must outlive the
@@ -93,19 +96,20 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
 #include "cache/snapshot_layout.h"
+#include "engine/engine.h"
+#include "engine/scheduler_slots.h"
 #include "gguf/fingerprint.h"
 #include "grammar/token_vocabulary.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
-#include "engine/engine.h"
 #include "pipeline/model_loader.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/placement.h"
-#include "engine/scheduler_slots.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -186,6 +190,11 @@ class Scheduler : public Engine {
   Scheduler& operator=(const Scheduler&) = delete;
 
   Result<RequestId> Submit(EngineRequest request, RequestCallbacks callbacks) override;
+  // Submits several requests as one: all are queued or none (the errors of Submit), and the
+  // engine thread takes them in the same step, so those that find free slots are admitted
+  // together and prefill in the same batches (`bench` starts its streams so). Ids in order.
+  Result<std::vector<RequestId>> SubmitAll(
+      std::vector<std::pair<EngineRequest, RequestCallbacks>> requests);
   void Cancel(RequestId id) override;
   EngineStats Stats() const override;
   const EngineInfo& info() const override { return info_; }

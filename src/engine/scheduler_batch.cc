@@ -6,12 +6,12 @@
 #include <limits>
 #include <vector>
 
-#include "kv/block_table.h"
-#include "kv/page_allocator.h"
 #include "engine/scheduler.h"
 #include "engine/scheduler_impl.h"
 #include "engine/scheduler_prefix_cache.h"
 #include "engine/scheduler_request.h"
+#include "kv/block_table.h"
+#include "kv/page_allocator.h"
 
 namespace shardlm {
 
@@ -176,6 +176,7 @@ bool Scheduler::CollectAction() {
     SchedulerSlot& slot = s.slots[written.slot];
     if (!slot.request || slot.request->id() != written.request) continue;
     slot.n_committed = std::max(slot.n_committed, written.end);
+    if (written.end <= slot.request->n_prompt()) slot.request->OnPrefilled(written.end);
     if (s.prefix_cache->enabled()) {
       s.prefix_cache->PublishFullPages(written.slot, *slot.request, *slot.table, written.end);
     }

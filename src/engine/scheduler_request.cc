@@ -45,7 +45,7 @@ ActiveRequest::ActiveRequest(RequestId id, EngineRequest request, RequestCallbac
     }
   }
   bias_.resize(kept);
-  // The prompt is the start of the penalty window, as in the Generator.
+  // The prompt is the start of the penalty window.
   for (TokenId id : request_.prompt) sampler_.Accept(id);
 }
 
@@ -74,6 +74,13 @@ bool ActiveRequest::PrepareMask() {
 
 std::optional<FinishReason> ActiveRequest::OnLogits(std::span<const float> logits, int n_kv_tokens,
                                                     int n_ctx) {
+  if (callbacks_.on_logits) {
+    Status status = callbacks_.on_logits(logits);
+    if (!status.ok()) {
+      error_ = std::move(status);
+      return FinishReason::kError;
+    }
+  }
   LogitAdjustments adjust;
   adjust.bias = bias_;
   if (matcher_) {
@@ -113,6 +120,10 @@ std::optional<FinishReason> ActiveRequest::OnLogits(std::span<const float> logit
   // The token just sampled would go to position n_kv_tokens, which must exist.
   if (n_kv_tokens >= n_ctx) return FinishReason::kLength;
   return std::nullopt;
+}
+
+void ActiveRequest::OnPrefilled(int n_written) const {
+  if (callbacks_.on_prefill) callbacks_.on_prefill(std::min(n_written, n_prompt()), n_prompt());
 }
 
 std::optional<FinishReason> ActiveRequest::OnPromptDone() {

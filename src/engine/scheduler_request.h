@@ -5,9 +5,10 @@
 // Goals: the per-request half of the scheduler, independent of batching: given the logits
 // row of its last position it samples one token, emits a TokenEvent (text with stop-string
 // holdback, logprobs on request) and says whether generation ends (end-of-generation token
-// unless ignore_eos, stop string, max_tokens, full context, client gone); builds the
-// FinishEvent (released text, usage, timings) and the request's log line. What it asks of
-// its prompt's positions (an embedding, the prompt's logprobs) is its PromptOutputs.
+// unless ignore_eos, stop string, max_tokens, full context, client gone), the one finish
+// policy of every driver (`serve`, `run`, `bench`); builds the FinishEvent (released text,
+// usage, timings) and the request's log line. What it asks of its prompt's positions (an
+// embedding, the prompt's logprobs) is its PromptOutputs.
 // The sampler is per request and seeded from the request, so a request's tokens never
 // depend on what else shares the batch. A constrained request (EngineRequest::grammar)
 // carries its grammar matcher: each step's logits are sampled among the tokens the matcher
@@ -28,11 +29,11 @@
 #include <span>
 #include <vector>
 
-#include "grammar/token_matcher.h"
 #include "engine/engine.h"
 #include "engine/prompt_outputs.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
+#include "grammar/token_matcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -78,8 +79,11 @@ class ActiveRequest {
   // were read from the disk tier.
   void SetCached(int n, int n_disk = 0);
 
-  // Samples the next token from `logits` (the row of its last fed position), emits it, and
-  // returns the finish reason if generation ends here (kError: error() says why).
+  // Positions [0, n_written) hold KV, n_written <= n_prompt(): tells on_prefill.
+  void OnPrefilled(int n_written) const;
+  // Hands `logits` (the row of its last fed position) to on_logits, samples the next token
+  // from it, emits it, and returns the finish reason if generation ends here (kError:
+  // error() says why).
   // `n_kv_tokens` is how many positions the KV now holds and n_ctx the most it may hold.
   std::optional<FinishReason> OnLogits(std::span<const float> logits, int n_kv_tokens, int n_ctx);
   // Every prompt position's outputs have been collected: hands the prompt's logprobs to the

@@ -16,7 +16,7 @@
 // float multiplication, softmax with max subtraction, SiLU as x/(1+e^-x)).
 //
 // KV: the forward pass reads and writes the stage's PagePool through the page lists it is
-// given and never allocates, frees or copies pages. The caller (scheduler, Sequence, a
+// given and never allocates, frees or copies pages. The caller (the scheduler, a
 // stage) keeps the block tables: before a batch it makes the written positions private
 // (BlockTable::PrepareWrite) and applies the returned copies to every stage's pool; after
 // it, it records the new lengths (BlockTable::SetTokens). The same page lists serve every

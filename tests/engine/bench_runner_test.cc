@@ -1,5 +1,6 @@
-// Tests of the bench runner: statistics, argument checks, a tiny real run, and the same run
-// split into two stages (hidden-row bytes between stages counted, bad placement refused).
+// Tests of the bench runner: statistics, argument checks, a tiny real run through the
+// engine, and the same run split into two stages (hidden-row bytes between stages counted,
+// bad placement refused).
 #include "engine/bench_runner.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@ class BenchRunnerOnStories : public ::testing::Test {
     stories_ = std::move(*loaded);
   }
   const Model& model() const { return *stories_.model; }
+  const Tokenizer& tokenizer() const { return *stories_.tokenizer; }
 
  private:
   LoadedModel stories_;
@@ -42,44 +44,47 @@ TEST(BenchRunnerTest, MeanStddevMedian) {
 TEST_F(BenchRunnerOnStories, NamesAndRuns) {
   EXPECT_EQ((BenchTest{512, 0}).Name(), "pp512");
   EXPECT_EQ((BenchTest{0, 128}).Name(), "tg128");
-  ThreadPool threads(2);
+  const int threads = 2;
   BenchOptions options;
   options.reps = 3;
   for (const BenchTest& test : {BenchTest{40, 0}, BenchTest{0, 70}}) {  // 70: spans 2 pages
-    auto result = RunBench(model(), threads, test, options);
+    auto result = RunBench(model(), tokenizer(), threads, test, options);
     ASSERT_TRUE(result.ok()) << result.status().message();
     EXPECT_EQ(result->samples_ts.size(), 3u);
     EXPECT_GT(result->avg_ts, 0.0);
     EXPECT_GT(result->cpu_share, 0.0);
   }
-  EXPECT_FALSE(RunBench(model(), threads, {0, 0}, options).ok());
-  EXPECT_FALSE(RunBench(model(), threads, {4, 4}, options).ok());
-  EXPECT_FALSE(RunBench(model(), threads, {4, 0, 2}, options).ok());  // streams: tg only
-  EXPECT_FALSE(RunBench(model(), threads, {0, 4, 0}, options).ok());
+  EXPECT_FALSE(RunBench(model(), tokenizer(), threads, {0, 0}, options).ok());
+  EXPECT_FALSE(RunBench(model(), tokenizer(), threads, {4, 4}, options).ok());
+  EXPECT_FALSE(
+      RunBench(model(), tokenizer(), threads, {4, 0, 2}, options).ok());  // streams: tg only
+  EXPECT_FALSE(RunBench(model(), tokenizer(), threads, {0, 4, 0}, options).ok());
   options.reps = 0;
-  EXPECT_FALSE(RunBench(model(), threads, {4, 0}, options).ok());
+  EXPECT_FALSE(RunBench(model(), tokenizer(), threads, {4, 0}, options).ok());
 }
 
 // tg<N>x<S>: S sequences decode N tokens together; tok/s counts every stream's tokens.
 // Unsplit, one batch of S per step. Through a split of 2 stages, the streams alternate in 2
 // micro-batches (2 and 1 streams here) with both in flight, as the server runs them, and
-// every token crosses the stage boundary as one hidden row.
+// every token crosses the stage boundary as one hidden row. (The first batch of a run holds
+// the one-token prompts of all streams, so on the split a batch averages a little over 1.5
+// tokens: 210 tokens in 1 + 2 × 69 batches.)
 TEST_F(BenchRunnerOnStories, StreamsDecodeTogether) {
   EXPECT_EQ((BenchTest{0, 128, 8}).Name(), "tg128x8");
-  ThreadPool threads(2);
+  const int threads = 2;
   BenchOptions options;
   options.reps = 2;
   for (int stages : {1, 2}) {
     SCOPED_TRACE(stages);
     options.placement.devices.assign(stages, DeviceSpec{});
-    auto result = RunBench(model(), threads, {0, 70, 3}, options);  // 70: 2 pages each
+    auto result = RunBench(model(), tokenizer(), threads, {0, 70, 3}, options);  // 70: 2 pages each
     ASSERT_TRUE(result.ok()) << result.status().message();
     EXPECT_EQ(result->samples_ts.size(), 2u);
     // 3 × 70 tokens per run.
     EXPECT_NEAR(result->samples_ts[0], 210e9 / double(result->samples_ns[0]), 1e-6);
     EXPECT_EQ(result->bytes_between_per_token,
               stages == 1 ? 0.0 : double(model().config().n_embd) * sizeof(float));
-    EXPECT_DOUBLE_EQ(result->tokens_per_batch, stages == 1 ? 3.0 : 1.5);
+    EXPECT_DOUBLE_EQ(result->tokens_per_batch, stages == 1 ? 3.0 : 210.0 / 139.0);
     EXPECT_EQ(result->max_in_flight, stages);
   }
 }
@@ -87,14 +92,15 @@ TEST_F(BenchRunnerOnStories, StreamsDecodeTogether) {
 // Several tests: every repetition of every test before the next repetition, results in the
 // order given, and the paired ratio of two tests taken repetition by repetition.
 TEST_F(BenchRunnerOnStories, RepetitionsOfSeveralTestsInterleave) {
-  ThreadPool threads(2);
+  const int threads = 2;
   BenchOptions options;
   options.reps = 3;
   const std::vector<BenchTest> tests = {{0, 20, 1}, {0, 20, 4}, {30, 0}};
   std::vector<std::string> order;
-  auto results = RunBenches(model(), threads, tests, options, [&](const BenchTest& test, int rep) {
-    order.push_back(test.Name() + "#" + std::to_string(rep));
-  });
+  auto results = RunBenches(model(), tokenizer(), threads, tests, options,
+                            [&](const BenchTest& test, int rep) {
+                              order.push_back(test.Name() + "#" + std::to_string(rep));
+                            });
   ASSERT_TRUE(results.ok()) << results.status().message();
   EXPECT_EQ(order, (std::vector<std::string>{"tg20#0", "tg20x4#0", "pp30#0", "tg20#1", "tg20x4#1",
                                              "pp30#1", "tg20#2", "tg20x4#2", "pp30#2"}));
@@ -107,7 +113,7 @@ TEST_F(BenchRunnerOnStories, RepetitionsOfSeveralTestsInterleave) {
   // A bad test anywhere is refused before anything runs.
   order.clear();
   const std::vector<BenchTest> bad = {{0, 20, 1}, {0, 0}};
-  EXPECT_FALSE(RunBenches(model(), threads, bad, options, [&](const BenchTest&, int) {
+  EXPECT_FALSE(RunBenches(model(), tokenizer(), threads, bad, options, [&](const BenchTest&, int) {
                  order.push_back("ran");
                }).ok());
   EXPECT_TRUE(order.empty());
@@ -146,16 +152,17 @@ TEST(BenchRunnerTest, InterleavingNeedsAtMostOneRemoteSubject) {
 // The same tests on two placements (unsplit and two stages) run interleaved, and each
 // result says which placement it ran on by its test.
 TEST_F(BenchRunnerOnStories, TwoPlacementsRunInterleaved) {
-  ThreadPool threads(2);
+  const int threads = 2;
   BenchOptions options;
   options.reps = 2;
   options.vs_placement.devices.assign(2, DeviceSpec{});
   std::vector<BenchTest> tests = {{0, 20, 2}, {0, 20, 2}};
   tests[1].on_vs = true;
   std::vector<std::string> order;
-  auto results = RunBenches(model(), threads, tests, options, [&](const BenchTest& test, int rep) {
-    order.push_back((test.on_vs ? "vs#" : "#") + std::to_string(rep));
-  });
+  auto results = RunBenches(model(), tokenizer(), threads, tests, options,
+                            [&](const BenchTest& test, int rep) {
+                              order.push_back((test.on_vs ? "vs#" : "#") + std::to_string(rep));
+                            });
   ASSERT_TRUE(results.ok()) << results.status().message();
   EXPECT_EQ(order, (std::vector<std::string>{"#0", "vs#0", "#1", "vs#1"}));
   ASSERT_EQ(results->size(), 2u);
@@ -167,17 +174,17 @@ TEST_F(BenchRunnerOnStories, TwoPlacementsRunInterleaved) {
 }
 
 TEST_F(BenchRunnerOnStories, SplitRunCountsBytesBetweenStages) {
-  ThreadPool threads(1);
+  const int threads = 1;
   BenchOptions options;
   options.reps = 2;
-  auto unsplit = RunBench(model(), threads, {0, 20}, options);
+  auto unsplit = RunBench(model(), tokenizer(), threads, {0, 20}, options);
   ASSERT_TRUE(unsplit.ok()) << unsplit.status().message();
   EXPECT_EQ(unsplit->bytes_between_per_token, 0.0);
 
   options.placement.devices.assign(2, DeviceSpec{});
   options.placement.layer_split = {0.4, 0.6};
   for (const BenchTest& test : {BenchTest{24, 0}, BenchTest{0, 20}}) {
-    auto result = RunBench(model(), threads, test, options);
+    auto result = RunBench(model(), tokenizer(), threads, test, options);
     ASSERT_TRUE(result.ok()) << result.status().message();
     EXPECT_GT(result->avg_ts, 0.0);
     // One boundary: every token crosses it as n_embd float32 values.
@@ -185,7 +192,7 @@ TEST_F(BenchRunnerOnStories, SplitRunCountsBytesBetweenStages) {
   }
   options.placement.devices.assign(6, DeviceSpec{});  // 6 stages, 5 layers
   options.placement.layer_split.clear();
-  auto too_many = RunBench(model(), threads, {0, 4}, options);
+  auto too_many = RunBench(model(), tokenizer(), threads, {0, 4}, options);
   EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -18,9 +18,10 @@ namespace shardlm {
 namespace constrained_decoding_test {
 
 using grammar::Json;
-using testing_util::Collector;
-using testing_util::Fixture;
-using testing_util::kQwen;
+using scheduler_test_util::Collector;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::RunAll;
 
 constexpr char kQwenVocab[] = "qwen3-tiny-qwenvocab-q8_0.gguf";
 
@@ -33,44 +34,6 @@ SchedulerOptions Options(int n_parallel = 4) {
   options.page_tokens = 16;
   options.log_requests = false;
   return options;
-}
-
-// A collector that also keeps the text.
-struct TextCollector : Collector {
-  std::string text;
-  RequestCallbacks TextCallbacks() {
-    RequestCallbacks callbacks = Callbacks();
-    auto on_token = callbacks.on_token;
-    callbacks.on_token = [this, on_token](const TokenEvent& event) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        text += event.text;
-      }
-      return on_token(event);
-    };
-    auto on_finish = callbacks.on_finish;
-    callbacks.on_finish = [this, on_finish](const FinishEvent& event) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        text += event.text;
-      }
-      on_finish(event);
-    };
-    return callbacks;
-  }
-};
-
-std::vector<std::unique_ptr<TextCollector>> RunAll(Scheduler& scheduler,
-                                                   const std::vector<EngineRequest>& requests) {
-  std::vector<std::unique_ptr<TextCollector>> out;
-  for (const EngineRequest& request : requests) {
-    out.push_back(std::make_unique<TextCollector>());
-    auto id = scheduler.Submit(request, out.back()->TextCallbacks());
-    EXPECT_TRUE(id.ok()) << id.status().message();
-    if (!id.ok()) out.back()->done = true;
-  }
-  for (auto& c : out) EXPECT_TRUE(c->Wait());
-  return out;
 }
 
 std::vector<TokenId> ChatPrompt(const std::string& file, const std::string& user) {
@@ -97,22 +60,22 @@ std::shared_ptr<const grammar::Grammar> SchemaGrammar(const Json& schema) {
 
 TEST(LogitBias, BansAndForcesTokensButLogprobsStayTheModels) {
   SHARDLM_REQUIRE_FIXTURES();
-  auto scheduler = testing_util::MakeScheduler(kQwen, Options(2));
+  auto scheduler = scheduler_test_util::MakeScheduler(kQwen, Options(2));
   ASSERT_NE(scheduler, nullptr);
-  EngineRequest plain = testing_util::Request(testing_util::Encode(kQwen, "Hello", false), 6);
-  const std::vector<TokenId> greedy = testing_util::RunOne(*scheduler, plain)->ids;
+  EngineRequest plain = scheduler_test_util::Request(scheduler_test_util::Encode(kQwen, "Hello", false), 6);
+  const std::vector<TokenId> greedy = scheduler_test_util::RunOne(*scheduler, plain)->ids;
   ASSERT_EQ(greedy.size(), 6u);
 
   EngineRequest banned = plain;
   banned.logit_bias = {{greedy[0], -100.0f}};
-  auto without = testing_util::RunOne(*scheduler, banned);
+  auto without = scheduler_test_util::RunOne(*scheduler, banned);
   EXPECT_NE(without->ids[0], greedy[0]);
   for (TokenId id : without->ids) EXPECT_NE(id, greedy[0]);
 
   EngineRequest forced = plain;
   const TokenId x = 'x';
   forced.logit_bias = {{x, 60.0f}, {x, 40.0f}};  // a repeated id adds up
-  auto only_x = testing_util::RunOne(*scheduler, forced);
+  auto only_x = scheduler_test_util::RunOne(*scheduler, forced);
   EXPECT_EQ(only_x->ids, std::vector<TokenId>(6, x));
   // The model itself gives 'x' no special weight: its logprob is far from 0.
   EXPECT_LT(only_x->logprobs[0], -1.0f);
@@ -125,7 +88,7 @@ TEST(LogitBias, BansAndForcesTokensButLogprobsStayTheModels) {
 
 TEST(ConstrainedDecoding, JsonSchemaOutputParsesAndValidates) {
   SHARDLM_REQUIRE_FIXTURES();
-  auto scheduler = testing_util::MakeScheduler(kQwenVocab, Options());
+  auto scheduler = scheduler_test_util::MakeScheduler(kQwenVocab, Options());
   ASSERT_NE(scheduler, nullptr);
   const Json schema = Json::parse(R"({"type":"object","properties":{
       "city":{"type":"string","maxLength":12},"days":{"type":"integer"},
@@ -157,7 +120,7 @@ TEST(ConstrainedDecoding, JsonSchemaOutputParsesAndValidates) {
 // tokens, so they end within max_tokens too.
 TEST(ConstrainedDecoding, RandomSchemasAlwaysGiveValidOutput) {
   SHARDLM_REQUIRE_FIXTURES();
-  auto scheduler = testing_util::MakeScheduler(kQwenVocab, Options());
+  auto scheduler = scheduler_test_util::MakeScheduler(kQwenVocab, Options());
   ASSERT_NE(scheduler, nullptr);
   const Tokenizer& tokenizer = *Fixture(kQwenVocab).tokenizer;
   std::vector<std::pair<TokenId, float>> closers;
@@ -187,7 +150,7 @@ TEST(ConstrainedDecoding, RandomSchemasAlwaysGiveValidOutput) {
   }
   auto outputs = RunAll(*scheduler, requests);
   for (int i = 0; i < kSchemas; ++i) {
-    const TextCollector& out = *outputs[size_t(i)];
+    const Collector& out = *outputs[size_t(i)];
     SCOPED_TRACE(docs[size_t(i)].dump());
     fprintf(stderr, "TOKENS %d %d\n", i, out.finish.usage.completion_tokens);
     EXPECT_EQ(out.finish.reason, FinishReason::kStop) << out.text;
@@ -209,11 +172,11 @@ TEST(ConstrainedDecoding, TokensDoNotDependOnWhatSharesTheBatch) {
   request.want_logprobs = true;
   request.grammar = SchemaGrammar(schema);
 
-  auto alone = testing_util::MakeScheduler(kQwenVocab, Options(1));
+  auto alone = scheduler_test_util::MakeScheduler(kQwenVocab, Options(1));
   ASSERT_NE(alone, nullptr);
   auto want = RunAll(*alone, {request});
 
-  auto shared = testing_util::MakeScheduler(kQwenVocab, Options(4));
+  auto shared = scheduler_test_util::MakeScheduler(kQwenVocab, Options(4));
   ASSERT_NE(shared, nullptr);
   EngineRequest other = request;
   other.grammar = SchemaGrammar(Json::parse(R"({"type":"array","items":{"type":"integer"}})"));

@@ -25,24 +25,24 @@ namespace shardlm {
 namespace disk_cache_scheduler_test {
 
 namespace fs = std::filesystem;
-using testing_util::Collector;
-using testing_util::Encode;
-using testing_util::ExpectSameOutput;
-using testing_util::kLongText;
-using testing_util::kQwen;
-using testing_util::kStories;
-using testing_util::MakeScheduler;
-using testing_util::Request;
-using testing_util::RunOne;
-using testing_util::ServiceThread;
-using testing_util::StoryTokens;
-using testing_util::WithRemoteStage;
+using scheduler_test_util::Collector;
+using scheduler_test_util::Encode;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::ServiceThread;
+using scheduler_test_util::StoryTokens;
+using scheduler_test_util::WithRemoteStage;
 
 constexpr int kPageTokens = 16;
 
 // A fresh folder per test case.
 fs::path TempDir(const std::string& name) {
-  return testing_util::FreshDir("shardlm_disk_cache", name);
+  return scheduler_test_util::FreshDir("shardlm_disk_cache", name);
 }
 
 SchedulerOptions Options(const fs::path& dir, int n_ctx = 256) {

@@ -22,19 +22,19 @@
 namespace shardlm {
 namespace prefix_cache_scheduler_test {
 
-using testing_util::Collector;
-using testing_util::Concat;
-using testing_util::Encode;
-using testing_util::ExpectSameOutput;
-using testing_util::Fixture;
-using testing_util::kLongText;
-using testing_util::kQwen;
-using testing_util::kStories;
-using testing_util::MakeScheduler;
-using testing_util::Request;
-using testing_util::RunAll;
-using testing_util::RunOne;
-using testing_util::StoryTokens;
+using scheduler_test_util::Collector;
+using scheduler_test_util::Concat;
+using scheduler_test_util::Encode;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunAll;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::StoryTokens;
 
 constexpr int kPageTokens = 16;
 
@@ -228,7 +228,7 @@ TEST(PrefixCacheSchedulerTest, LostStageEmptiesTheCache) {
   options.placement.devices.assign(2, DeviceSpec{});
   options.placement.layer_split = {1, 1};
   options.threads = 1;
-  testing_util::FaultySplit split = testing_util::SchedulerWithFaultyStage1(loaded, options);
+  scheduler_test_util::FaultySplit split = scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
   ASSERT_TRUE(split.scheduler);
   testing::FaultyStage* faulty = split.faulty;
   Scheduler& scheduler = *split.scheduler;

@@ -25,7 +25,7 @@
 namespace shardlm {
 namespace prompt_outputs_scheduler_test {
 
-using namespace testing_util;  // NOLINT: the scheduler tests' shared helpers
+using namespace scheduler_test_util;  // NOLINT: the scheduler tests' shared helpers
 
 SchedulerOptions Options(int n_parallel = 4, int n_batch = 64) {
   SchedulerOptions options;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -43,6 +45,32 @@ TEST(SamplerTest, GreedyTakesArgmaxLowestIdOnTies) {
   params.temperature = -1.0f;  // negative also means greedy
   Sampler negative(params, 6);
   EXPECT_EQ(negative.Sample(logits).id, 1);
+}
+
+// Argmax reads a row in lanes: it must pick what a strict left-to-right scan picks, on rows
+// of every length around the lane count, with ties, signed zeros, infinities and NaNs.
+TEST(SamplerTest, ArgmaxIsTheFirstLargestAsAStrictScanFindsIt) {
+  auto scan = [](const std::vector<float>& row) {
+    size_t best = 0;
+    for (size_t i = 1; i < row.size(); ++i) {
+      if (row[i] > row[best]) best = i;
+    }
+    return TokenId(best);
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float values[] = {0.0f, -0.0f, 1.0f, 2.5f, -3.0f, inf, -inf, nan};
+  Rng rng(5);
+  for (int n = 1; n <= 70; ++n) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> row(static_cast<size_t>(n));
+      for (float& v : row) v = values[rng.Next() % std::size(values)];
+      ASSERT_EQ(Sampler::Argmax(row), scan(row)) << "n " << n << " trial " << trial;
+    }
+  }
+  std::vector<float> big(151936);
+  for (float& v : big) v = float(rng.Next() % 1000) / 7.0f;
+  EXPECT_EQ(Sampler::Argmax(big), scan(big));
 }
 
 TEST(SamplerTest, TopKKeepsTheKLargestInOrder) {

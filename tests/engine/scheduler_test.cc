@@ -1,11 +1,11 @@
-// Scheduler end to end on the fixture models: greedy output equals the Generator's and the
-// fixtures' (llama.cpp) over the safe prefix, concurrency and prompt chunking never change a
-// request's tokens (greedy and seeded), stop strings cut the text exactly, max_tokens and
-// the context give kLength, usage counts, cancellation frees KV pages, Submit errors; with
-// the layers split into 2 or 3 pipelined stages, requests get bitwise the unsplit tokens and
-// logprobs while batches overlap in the stages (local stages, and a local stage + a shard
-// daemon), and a lost stage fails the running requests (kError, kUnavailable), is reported
-// by Health and Submit, and serving resumes after the engine reconnects it.
+// Scheduler end to end on the fixture models: greedy output of a batched request equals
+// its one-slot run's and the fixtures' (llama.cpp) over the safe prefix, concurrency and prompt
+// chunking never change a request's tokens (greedy and seeded), stop strings cut the text exactly,
+// max_tokens and the context give kLength, usage counts, cancellation frees KV pages, Submit
+// errors; with the layers split into 2 or 3 pipelined stages, requests get bitwise the unsplit
+// tokens and logprobs while batches overlap in the stages (local stages, and a local stage + a
+// shard daemon), and a lost stage fails the running requests (kError, kUnavailable), is reported by
+// Health and Submit, and serving resumes after the engine reconnects it.
 #include "engine/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -22,30 +22,27 @@
 #include <thread>
 #include <vector>
 
-#include "pipeline/fake_stage.h"
-#include "engine/generator.h"
-#include "pipeline/model_loader.h"
 #include "engine/scheduler_test_util.h"
-#include "shard/shard_service.h"
+#include "pipeline/fake_stage.h"
+#include "pipeline/model_loader.h"
 #include "pipeline/stage_factory.h"
+#include "shard/shard_service.h"
 #include "support/fixtures.h"
 
 namespace shardlm {
 namespace scheduler_test {
 
 using nlohmann::json;
+using scheduler_test_util::Collector;
+using scheduler_test_util::Encode;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::Greedy;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunAll;
+using scheduler_test_util::ServiceThread;
 using testing::FixturePath;
-
-const LoadedModel& Fixture(const std::string& file) {
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  std::unique_ptr<LoadedModel>& slot = cache[file];
-  if (!slot) {
-    auto loaded = LoadModelFile(FixturePath(file), {.prefault = false});
-    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
-    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
-  }
-  return *slot;
-}
 
 SchedulerOptions Options(int n_parallel, int n_ctx = 256, int n_batch = 64) {
   SchedulerOptions options;
@@ -59,20 +56,6 @@ SchedulerOptions Options(int n_parallel, int n_ctx = 256, int n_batch = 64) {
   return options;
 }
 
-std::unique_ptr<Scheduler> MakeScheduler(const std::string& file, const SchedulerOptions& options) {
-  const LoadedModel& loaded = Fixture(file);
-  if (!loaded.model) return nullptr;
-  auto scheduler = Scheduler::Create(*loaded.model, *loaded.tokenizer, options);
-  EXPECT_TRUE(scheduler.ok()) << scheduler.status().message();
-  return scheduler.ok() ? std::move(scheduler).value() : nullptr;
-}
-
-SamplingParams Greedy() {
-  SamplingParams params;
-  params.temperature = 0.0f;
-  return params;
-}
-
 SamplingParams Seeded(uint64_t seed) {
   SamplingParams params;
   params.temperature = 1.2f;
@@ -83,103 +66,33 @@ SamplingParams Seeded(uint64_t seed) {
   return params;
 }
 
-// Collects one request's events; Wait() blocks until on_finish.
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<TokenId> ids;
-  std::vector<float> logprobs;
-  std::string text;
-  bool done = false;
-  FinishEvent finish;
-  int cancel_after = -1;  // on_token returns false after this many tokens
-
-  RequestCallbacks Callbacks() {
-    RequestCallbacks callbacks;
-    callbacks.on_token = [this](const TokenEvent& event) {
-      std::lock_guard<std::mutex> lock(mu);
-      ids.push_back(event.token);
-      logprobs.push_back(event.logprob);
-      text += event.text;
-      return cancel_after < 0 || int(ids.size()) < cancel_after;
-    };
-    callbacks.on_finish = [this](const FinishEvent& event) {
-      std::lock_guard<std::mutex> lock(mu);
-      EXPECT_FALSE(done) << "on_finish called twice";
-      finish = event;
-      text += event.text;
-      done = true;
-      cv.notify_all();
-    };
-    return callbacks;
-  }
-  bool Wait(int seconds = 120) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return done; });
-  }
-};
-
-EngineRequest Request(std::vector<TokenId> prompt, SamplingParams sampling, int max_tokens,
-                      bool ignore_eos = true) {
-  EngineRequest request;
-  request.prompt = std::move(prompt);
-  request.sampling = sampling;
-  request.max_tokens = max_tokens;
-  request.ignore_eos = ignore_eos;
-  return request;
-}
-
-// Runs the requests concurrently (all submitted at once) and waits for every one.
-std::vector<std::unique_ptr<Collector>> RunAll(Scheduler& scheduler,
-                                               const std::vector<EngineRequest>& requests) {
-  std::vector<std::unique_ptr<Collector>> out;
-  for (const EngineRequest& request : requests) {
-    out.push_back(std::make_unique<Collector>());
-    auto id = scheduler.Submit(request, out.back()->Callbacks());
-    EXPECT_TRUE(id.ok()) << id.status().message();
-    if (!id.ok()) out.back()->done = true;
-  }
-  for (auto& c : out) EXPECT_TRUE(c->Wait());
-  return out;
-}
-
-std::vector<TokenId> Encode(const std::string& file, const std::string& text) {
-  return Fixture(file).tokenizer->Encode(text, true, true);
-}
-
-const char kStories[] = "stories260K.gguf";
 const char kPrompt[] = "Once upon a time, there was a little dog named Max. He liked";
 
-TEST(SchedulerTest, GreedyEqualsGenerator) {
+// A request among others, its prompt in chunks of 5, gives what it gives alone in one slot
+// with its prompt in one batch (`shardlm run`): tokens, text, logprobs bitwise, usage.
+TEST(SchedulerTest, GreedyBatchedEqualsOneSlotRun) {
   SHARDLM_REQUIRE_FIXTURES();
-  const LoadedModel& loaded = Fixture(kStories);
-  ASSERT_TRUE(loaded.model);
-  ThreadPool threads(2);
-  auto generator = Generator::Create(*loaded.model, *loaded.tokenizer, threads,
-                                     GeneratorConfig{256, 512, KvType::kF32, 16});
-  ASSERT_TRUE(generator.ok());
-  GenerateOptions options;
-  options.n_predict = 40;
-  options.want_logprobs = true;
   SamplingParams sampling = Greedy();
   sampling.n_logprobs = 2;
-  auto want = (*generator)->GenerateFromIds(Encode(kStories, kPrompt), sampling, options);
-  ASSERT_TRUE(want.ok()) << want.status().message();
+  EngineRequest request = Request(Encode(kStories, kPrompt, true), sampling, 40, false);
+  request.want_logprobs = true;
+  SchedulerOptions one_slot = Options(1, 256, 512);
+  one_slot.prefix_cache = false;
+  auto run = MakeScheduler(kStories, one_slot);
+  ASSERT_TRUE(run);
+  auto want = RunAll(*run, {request});
+  ASSERT_FALSE(want[0]->ids.empty());
 
   auto scheduler = MakeScheduler(kStories, Options(2, 256, 5));  // prompt in chunks of 5
   ASSERT_TRUE(scheduler);
-  EngineRequest request = Request(Encode(kStories, kPrompt), sampling, 40, false);
-  request.want_logprobs = true;
-  auto got = RunAll(*scheduler, {request});
-  for (size_t t = 0; t < got[0]->logprobs.size(); ++t) {
-    EXPECT_EQ(got[0]->logprobs[t], want->logprobs[t].logprob) << "token " << t;  // bitwise
-  }
-  EXPECT_EQ(got[0]->text, want->text);
-  std::vector<TokenId> want_ids = want->ids;
-  if (want->stop == StopReason::kEog) want_ids.pop_back();  // EOG gives no TokenEvent
-  EXPECT_EQ(got[0]->ids, want_ids);
-  EXPECT_EQ(got[0]->finish.usage.completion_tokens, int(want->ids.size()));
-  EXPECT_EQ(got[0]->finish.usage.prompt_tokens, int(want->prompt_ids.size()));
+  EngineRequest other = Request(Encode(kStories, "The cat sat", true), Seeded(3), 40, true);
+  auto got = RunAll(*scheduler, {request, other});
+  EXPECT_EQ(got[0]->logprobs, want[0]->logprobs);  // bitwise
+  EXPECT_EQ(got[0]->text, want[0]->text);
+  EXPECT_EQ(got[0]->ids, want[0]->ids);
+  EXPECT_EQ(got[0]->finish.reason, want[0]->finish.reason);
+  EXPECT_EQ(got[0]->finish.usage.completion_tokens, want[0]->finish.usage.completion_tokens);
+  EXPECT_EQ(got[0]->finish.usage.prompt_tokens, int(request.prompt.size()));
 }
 
 TEST(SchedulerTest, GreedyMatchesGoldenOverSafePrefixWhileBatched) {
@@ -212,7 +125,7 @@ TEST(SchedulerTest, GreedyMatchesGoldenOverSafePrefixWhileBatched) {
 
 TEST(SchedulerTest, EightConcurrentRequestsEqualOneAlone) {
   SHARDLM_REQUIRE_FIXTURES();
-  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt, true);
   for (const SamplingParams& sampling : {Greedy(), Seeded(42)}) {
     auto single = MakeScheduler(kStories, Options(1, 256, 512));
     ASSERT_TRUE(single);
@@ -243,8 +156,8 @@ TEST(SchedulerTest, LongPromptDoesNotStallRunningStream) {
   auto scheduler = MakeScheduler(kStories, Options(2, 512, 16));
   ASSERT_TRUE(scheduler);
   Collector running;
-  auto running_id =
-      scheduler->Submit(Request(Encode(kStories, kPrompt), Greedy(), 400), running.Callbacks());
+  auto running_id = scheduler->Submit(Request(Encode(kStories, kPrompt, true), Greedy(), 400),
+                                      running.Callbacks());
   ASSERT_TRUE(running_id.ok());
   auto running_tokens = [&] {
     std::lock_guard<std::mutex> lock(running.mu);
@@ -254,7 +167,7 @@ TEST(SchedulerTest, LongPromptDoesNotStallRunningStream) {
 
   std::vector<TokenId> long_prompt;
   while (long_prompt.size() < 200) {
-    for (TokenId id : Encode(kStories, kPrompt)) long_prompt.push_back(id);
+    for (TokenId id : Encode(kStories, kPrompt, true)) long_prompt.push_back(id);
   }
   long_prompt.resize(200);
   const size_t before = running_tokens();
@@ -279,7 +192,7 @@ TEST(SchedulerTest, LongPromptDoesNotStallRunningStream) {
 
 TEST(SchedulerTest, PrefillChunkCapKeepsOutput) {
   SHARDLM_REQUIRE_FIXTURES();
-  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt, true);
   auto single = MakeScheduler(kStories, Options(1));
   ASSERT_TRUE(single);
   auto alone = RunAll(*single, {Request(prompt, Greedy(), 24)});
@@ -306,11 +219,12 @@ TEST(SchedulerTest, SeededSamplingIgnoresNeighbours) {
   SHARDLM_REQUIRE_FIXTURES();
   auto scheduler = MakeScheduler(kStories, Options(4, 256, 8));
   ASSERT_TRUE(scheduler);
-  const EngineRequest target = Request(Encode(kStories, "The cat sat"), Seeded(7), 30);
+  const EngineRequest target = Request(Encode(kStories, "The cat sat", true), Seeded(7), 30);
   auto alone = RunAll(*scheduler, {target});
-  auto crowd = RunAll(*scheduler, {Request(Encode(kStories, kPrompt), Seeded(1), 40), target,
-                                   Request(Encode(kStories, "Lily"), Seeded(2), 20),
-                                   Request(Encode(kStories, "A big red ball"), Greedy(), 25)});
+  auto crowd =
+      RunAll(*scheduler, {Request(Encode(kStories, kPrompt, true), Seeded(1), 40), target,
+                          Request(Encode(kStories, "Lily", true), Seeded(2), 20),
+                          Request(Encode(kStories, "A big red ball", true), Greedy(), 25)});
   EXPECT_EQ(crowd[1]->ids, alone[0]->ids);
   EXPECT_EQ(crowd[1]->text, alone[0]->text);
   auto other_seed = RunAll(*scheduler, {Request(target.prompt, Seeded(8), 30)});
@@ -321,7 +235,7 @@ TEST(SchedulerTest, StopStringsCutTextExactly) {
   SHARDLM_REQUIRE_FIXTURES();
   auto scheduler = MakeScheduler(kStories, Options(2));
   ASSERT_TRUE(scheduler);
-  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt, true);
   auto full = RunAll(*scheduler, {Request(prompt, Greedy(), 40)});
   const std::string text = full[0]->text;
   ASSERT_GE(text.size(), 20u);
@@ -347,7 +261,7 @@ TEST(SchedulerTest, MaxTokensContextAndUsage) {
   SHARDLM_REQUIRE_FIXTURES();
   auto scheduler = MakeScheduler(kStories, Options(2, 24, 8));
   ASSERT_TRUE(scheduler);
-  const std::vector<TokenId> prompt = Encode(kStories, "Once upon a time");
+  const std::vector<TokenId> prompt = Encode(kStories, "Once upon a time", true);
   auto limited = RunAll(*scheduler, {Request(prompt, Greedy(), 5)});
   EXPECT_EQ(limited[0]->finish.reason, FinishReason::kLength);
   EXPECT_EQ(limited[0]->finish.usage.completion_tokens, 5);
@@ -375,7 +289,7 @@ TEST(SchedulerTest, CancellationFreesPages) {
   SHARDLM_REQUIRE_FIXTURES();
   auto scheduler = MakeScheduler(kStories, Options(2, 512, 64));
   ASSERT_TRUE(scheduler);
-  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt, true);
   // The client goes away: on_token returns false.
   Collector gone;
   gone.cancel_after = 3;
@@ -409,7 +323,7 @@ TEST(SchedulerTest, SubmitErrors) {
   options.max_queue = 1;
   auto scheduler = MakeScheduler(kStories, options);
   ASSERT_TRUE(scheduler);
-  const std::vector<TokenId> prompt = Encode(kStories, "Once upon a time");
+  const std::vector<TokenId> prompt = Encode(kStories, "Once upon a time", true);
 
   auto empty = scheduler->Submit(Request({}, Greedy(), 4), {});
   ASSERT_FALSE(empty.ok());
@@ -455,7 +369,7 @@ TEST(SchedulerTest, DestructionFinishesOutstandingRequests) {
   {
     auto scheduler = MakeScheduler(kStories, Options(1, 512, 64));
     ASSERT_TRUE(scheduler);
-    const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+    const std::vector<TokenId> prompt = Encode(kStories, kPrompt, true);
     ASSERT_TRUE(scheduler->Submit(Request(prompt, Greedy(), -1), running.Callbacks()).ok());
     ASSERT_TRUE(scheduler->Submit(Request(prompt, Greedy(), -1), queued.Callbacks()).ok());
     EXPECT_EQ(scheduler->info().n_parallel, 1);
@@ -485,7 +399,7 @@ std::vector<EngineRequest> MixedRequests(const std::string& file) {
   std::vector<EngineRequest> requests;
   for (int i = 0; i < 4; ++i) {
     EngineRequest request =
-        Request(Encode(file, prompts[i]), i % 2 ? Seeded(100 + i) : Greedy(), 20 + 4 * i);
+        Request(Encode(file, prompts[i], true), i % 2 ? Seeded(100 + i) : Greedy(), 20 + 4 * i);
     request.want_logprobs = true;
     requests.push_back(std::move(request));
   }
@@ -529,7 +443,7 @@ TEST(SchedulerSplitTest, PipelinedSplitsGiveTheUnsplitTokensAndLogprobs) {
 TEST(SchedulerSplitTest, PromptChunksFollowEachOtherThroughTheStages) {
   SHARDLM_REQUIRE_FIXTURES();
   // One request alone: only its prompt chunks (8 tokens each) can overlap in the stages.
-  const std::vector<TokenId> prompt = Encode(kStories, std::string(kPrompt) + " " + kPrompt);
+  const std::vector<TokenId> prompt = Encode(kStories, std::string(kPrompt) + " " + kPrompt, true);
   ASSERT_GT(prompt.size(), 24u);
   SchedulerOptions unsplit_options = Options(1, 256, 8);
   auto unsplit = MakeScheduler(kStories, unsplit_options);
@@ -545,37 +459,13 @@ TEST(SchedulerSplitTest, PromptChunksFollowEachOtherThroughTheStages) {
   EXPECT_EQ(split->pipeline_counters().max_in_flight, 2);
 }
 
-// A shard daemon on a thread of this process; stopped and joined on destruction.
-struct DaemonThread {
-  std::unique_ptr<ShardService> service;
-  std::thread thread;
-  Status status;
-
-  Status Start(const std::string& socket_path) {
-    ShardServiceOptions options;
-    options.socket_path = socket_path;
-    options.threads = 1;
-    options.log = [](const std::string&) {};
-    SHARDLM_ASSIGN_OR_RETURN(service, ShardService::Create(options));
-    thread = std::thread([this] { status = service->Run(); });
-    return Status::Ok();
-  }
-  ~DaemonThread() {
-    if (!service) return;
-    service->Stop();
-    thread.join();
-    EXPECT_TRUE(status.ok()) << status.message();
-  }
-};
-
 TEST(SchedulerSplitTest, LocalPlusRemoteStageGivesTheUnsplitTokens) {
   SHARDLM_REQUIRE_FIXTURES();
   const std::string socket_path = (std::filesystem::temp_directory_path() /
                                    ("shardlm_sched_" + std::to_string(::getpid()) + ".sock"))
                                       .string();
-  DaemonThread daemon;
-  const Status started = daemon.Start(socket_path);
-  ASSERT_TRUE(started.ok()) << started.message();
+  ServiceThread daemon(socket_path);
+  ASSERT_TRUE(daemon.ok());
 
   const std::vector<EngineRequest> requests = MixedRequests(kStories);
   auto unsplit = MakeScheduler(kStories, Options(4, 256, 64));
@@ -603,7 +493,8 @@ TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect)
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   const SchedulerOptions options = SplitOptions(2, 2, {1, 1});
-  testing_util::FaultySplit split = testing_util::SchedulerWithFaultyStage1(loaded, options);
+  scheduler_test_util::FaultySplit split =
+      scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
   ASSERT_TRUE(split.scheduler);
   testing::FaultyStage* faulty = split.faulty;
   Scheduler& scheduler = *split.scheduler;
@@ -611,7 +502,7 @@ TEST(SchedulerSplitTest, ALostStageFailsRequestsAndServingResumesAfterReconnect)
   // The stage dies mid-stream (after 8 batches) and cannot come back yet.
   faulty->set_can_reconnect(false);
   faulty->FailAfter(8);
-  const std::vector<TokenId> prompt = Encode(kStories, kPrompt);
+  const std::vector<TokenId> prompt = Encode(kStories, kPrompt, true);
   auto failed = RunAll(scheduler, {Request(prompt, Greedy(), 100), Request(prompt, Greedy(), 100)});
   for (const auto& c : failed) {
     EXPECT_EQ(c->finish.reason, FinishReason::kError);

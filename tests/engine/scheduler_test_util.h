@@ -24,15 +24,15 @@
 #include <thread>
 #include <vector>
 
+#include "engine/scheduler.h"
 #include "pipeline/fake_stage.h"
 #include "pipeline/model_loader.h"
 #include "pipeline/pipeline.h"
-#include "engine/scheduler.h"
-#include "shard/shard_service.h"
 #include "pipeline/stage_factory.h"
+#include "shard/shard_service.h"
 #include "support/fixtures.h"
 
-namespace shardlm::testing_util {
+namespace shardlm::scheduler_test_util {
 
 inline const char kStories[] = "stories260K.gguf";
 inline const char kQwen[] = "qwen3-tiny-f32.gguf";
@@ -65,16 +65,21 @@ inline std::unique_ptr<Scheduler> MakeScheduler(const std::string& file,
   return scheduler.ok() ? std::move(scheduler).value() : nullptr;
 }
 
-// One request's events; `gate` (optional) holds the engine thread inside on_token once
-// `gate_after` tokens arrived, until released, so a test can look at the engine mid-run.
+// One request's events: tokens, logprobs, text (the finish event's released text
+// included). `gate` (optional) holds the engine thread inside on_token once `gate_after`
+// tokens arrived, until released, so a test can look at the engine mid-run; on_token
+// returns false (cancels) once `cancel_after` tokens arrived.
 struct Collector {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<TokenId> ids;
   std::vector<float> logprobs;
+  std::vector<TokenEvent> events;  // every TokenEvent, in order
+  std::string text;
   bool done = false;
   FinishEvent finish;
   int gate_after = -1;
+  int cancel_after = -1;
   std::promise<void> reached;
   std::shared_future<void> release;
 
@@ -86,25 +91,29 @@ struct Collector {
         std::lock_guard<std::mutex> lock(mu);
         ids.push_back(event.token);
         logprobs.push_back(event.logprob);
+        events.push_back(event);
+        text += event.text;
         n = int(ids.size());
       }
       if (n == gate_after) {
         reached.set_value();
         release.wait();
       }
-      return true;
+      return cancel_after < 0 || n < cancel_after;
     };
     callbacks.on_finish = [this](const FinishEvent& event) {
       std::lock_guard<std::mutex> lock(mu);
+      EXPECT_FALSE(done) << "on_finish called twice";
       finish = event;
+      text += event.text;
       done = true;
       cv.notify_all();
     };
     return callbacks;
   }
-  bool Wait() {
+  bool Wait(int seconds = 120) {
     std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; });
+    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return done; });
   }
 };
 
@@ -117,6 +126,23 @@ inline EngineRequest Request(std::vector<TokenId> prompt, int max_tokens, uint64
   request.max_tokens = max_tokens;
   request.ignore_eos = true;
   request.want_logprobs = true;
+  return request;
+}
+
+inline SamplingParams Greedy() {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  return params;
+}
+
+// A request with these sampling settings and nothing else asked for.
+inline EngineRequest Request(std::vector<TokenId> prompt, const SamplingParams& sampling,
+                             int max_tokens, bool ignore_eos = true) {
+  EngineRequest request;
+  request.prompt = std::move(prompt);
+  request.sampling = sampling;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = ignore_eos;
   return request;
 }
 
@@ -237,4 +263,4 @@ inline FaultySplit SchedulerWithFaultyStage1(const LoadedModel& loaded,
   return split;
 }
 
-}  // namespace shardlm::testing_util
+}  // namespace shardlm::scheduler_test_util

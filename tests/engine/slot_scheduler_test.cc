@@ -33,20 +33,20 @@ namespace shardlm {
 namespace slot_scheduler_test {
 
 namespace fs = std::filesystem;
-using testing_util::Collector;
-using testing_util::Concat;
-using testing_util::Encode;
-using testing_util::ExpectSameOutput;
-using testing_util::Fixture;
-using testing_util::kLongText;
-using testing_util::kQwen;
-using testing_util::kStories;
-using testing_util::MakeScheduler;
-using testing_util::Request;
-using testing_util::RunOne;
-using testing_util::ServiceThread;
-using testing_util::StoryTokens;
-using testing_util::WithRemoteStage;
+using scheduler_test_util::Collector;
+using scheduler_test_util::Concat;
+using scheduler_test_util::Encode;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::ServiceThread;
+using scheduler_test_util::StoryTokens;
+using scheduler_test_util::WithRemoteStage;
 
 constexpr int kPageTokens = 16;
 // Turn 1: a 70-token prompt and 4 generated tokens, of which 3 were fed: 73 positions.
@@ -72,7 +72,7 @@ SchedulerOptions LocalSplit(SchedulerOptions options) {
   return options;
 }
 
-fs::path TempDir(const std::string& name) { return testing_util::FreshDir("shardlm_slots", name); }
+fs::path TempDir(const std::string& name) { return scheduler_test_util::FreshDir("shardlm_slots", name); }
 
 std::vector<uint8_t> ReadBytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -532,12 +532,12 @@ TEST(SlotSchedulerTest, ALostStageDropsRetainedSequences) {
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   const SchedulerOptions options = LocalSplit(Options());
-  testing_util::FaultySplit split = testing_util::SchedulerWithFaultyStage1(loaded, options);
+  scheduler_test_util::FaultySplit split = scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
   ASSERT_TRUE(split.scheduler);
   testing::FaultyStage* faulty = split.faulty;
   Scheduler& scheduler = *split.scheduler;
   // Both slots retain a sequence; the failing request takes slot 0 (dropping its own).
-  (void)testing_util::RunAll(scheduler,
+  (void)scheduler_test_util::RunAll(scheduler,
                              {Request(Turn1(kStories), 4), Request(Turn1(kStories), 4, 5)});
   EXPECT_EQ(scheduler.Slots()[1].n_tokens, kTurn1Held);
   faulty->FailAfter(0);

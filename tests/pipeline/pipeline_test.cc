@@ -2,7 +2,7 @@
 // stages with exact outputs), a failing stage fails its batch and every later one and is
 // reported until Reconnect, bad stage chains and batches are refused; on the fixture
 // models, 2- and 3-stage local splits give bitwise the logits and greedy tokens of the
-// unsplit model, through Pipeline::Run and through the Generator; impossible placements
+// unsplit model, through Pipeline::Run and through the engine (Scheduler); impossible placements
 // are clear errors.
 #include "pipeline/pipeline.h"
 
@@ -12,15 +12,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/scheduler.h"
 #include "kv/block_table.h"
 #include "pipeline/fake_stage.h"
-#include "engine/generator.h"
 #include "pipeline/model_loader.h"
 #include "support/fixtures.h"
 
@@ -411,48 +412,73 @@ TEST(PipelineSplitTest, MoreStagesThanLayersIsAClearError) {
   EXPECT_EQ(weights.status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(PipelineSplitTest, GeneratorOutputDoesNotDependOnTheSplit) {
+// What `run` does, one request through the engine, split or not: the same tokens, text
+// and logits rows (on_logits) bitwise.
+struct EngineRun {
+  std::vector<TokenId> ids;
+  std::string text;
+  std::vector<float> logits;  // every row a token was chosen from, in order
+};
+
+EngineRun RunThroughEngine(const LoadedModel& loaded, const Split& split) {
+  SchedulerOptions options;
+  options.n_parallel = 1;
+  options.n_ctx = 256;
+  options.n_batch = 7;  // prompt in chunks of 7
+  options.page_tokens = 16;
+  options.threads = 1;
+  options.log_requests = false;
+  options.placement.devices.assign(split.n_stages, DeviceSpec{});
+  options.placement.layer_split = split.weights;
+  auto engine = Scheduler::Create(*loaded.model, *loaded.tokenizer, options);
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  EngineRun run;
+  if (!engine.ok()) return run;
+  EngineRequest request;
+  request.prompt =
+      loaded.tokenizer->Encode("Once upon a time, there was a little dog named Max.", true, true);
+  request.max_tokens = 24;
+  request.ignore_eos = true;
+  request.sampling.temperature = 0.8f;
+  request.sampling.seed = 7;
+  std::promise<FinishEvent> finished;
+  RequestCallbacks callbacks;
+  callbacks.on_logits = [&](std::span<const float> row) {
+    run.logits.insert(run.logits.end(), row.begin(), row.end());
+    return Status::Ok();
+  };
+  callbacks.on_token = [&](const TokenEvent& event) {
+    run.ids.push_back(event.token);
+    run.text += event.text;
+    return true;
+  };
+  callbacks.on_finish = [&](const FinishEvent& event) {
+    run.text += event.text;
+    finished.set_value(event);
+  };
+  std::future<FinishEvent> done = finished.get_future();
+  EXPECT_TRUE((*engine)->Submit(std::move(request), std::move(callbacks)).ok());
+  EXPECT_EQ(done.get().reason, FinishReason::kLength);
+  engine->reset();  // joins the engine thread: nothing touches `run` after this
+  return run;
+}
+
+TEST(PipelineSplitTest, EngineOutputDoesNotDependOnTheSplit) {
   SHARDLM_REQUIRE_FIXTURES();
   for (const char* file : {kStories, kQwen3}) {
     SCOPED_TRACE(file);
     const LoadedModel& loaded = Fixture(file);
     ASSERT_TRUE(loaded.model);
-    ThreadPool threads(1);
-    auto generate = [&](const Split& split, std::vector<float>* logits) {
-      GeneratorConfig config{256, 7, KvType::kF32, 16};  // prompt in chunks of 7
-      config.placement.devices.assign(split.n_stages, DeviceSpec{});
-      config.placement.layer_split = split.weights;
-      auto generator = Generator::Create(*loaded.model, *loaded.tokenizer, threads, config);
-      EXPECT_TRUE(generator.ok()) << generator.status().message();
-      GenerateCallbacks callbacks;
-      callbacks.on_logits = [&](std::span<const float> row) {
-        logits->insert(logits->end(), row.begin(), row.end());
-        return Status::Ok();
-      };
-      GenerateOptions options;
-      options.n_predict = 24;
-      options.ignore_eos = true;
-      SamplingParams sampling;
-      sampling.temperature = 0.8f;
-      sampling.seed = 7;
-      auto result = (*generator)
-                        ->Generate("Once upon a time, there was a little dog named Max.", sampling,
-                                   options, callbacks);
-      EXPECT_TRUE(result.ok()) << result.status().message();
-      return result.ok() ? std::move(result).value() : GenerationResult{};
-    };
-    std::vector<float> want_logits;
-    const GenerationResult want = generate({1, {}}, &want_logits);
+    const EngineRun want = RunThroughEngine(loaded, {1, {}});
     ASSERT_EQ(want.ids.size(), 24u);
     for (const Split& split : {Split{2, {1, 1}}, Split{2, {0.4, 0.6}}}) {
       SCOPED_TRACE(Describe(split));
-      std::vector<float> got_logits;
-      const GenerationResult got = generate(split, &got_logits);
+      const EngineRun got = RunThroughEngine(loaded, split);
       EXPECT_EQ(got.ids, want.ids);
       EXPECT_EQ(got.text, want.text);
-      ASSERT_EQ(got_logits.size(), want_logits.size());
+      ASSERT_EQ(got.logits.size(), want.logits.size());
       EXPECT_EQ(
-          std::memcmp(got_logits.data(), want_logits.data(), want_logits.size() * sizeof(float)),
+          std::memcmp(got.logits.data(), want.logits.data(), want.logits.size() * sizeof(float)),
           0);
     }
   }

@@ -138,9 +138,9 @@ TEST(ConstrainedFuzz, ForcedCallsAndFormatsAlwaysReachTheClientValid) {
   options.threads = 2;
   options.page_tokens = 16;
   options.log_requests = false;
-  auto scheduler = testing_util::MakeScheduler(kQwenVocab, options);
+  auto scheduler = scheduler_test_util::MakeScheduler(kQwenVocab, options);
   ASSERT_NE(scheduler, nullptr);
-  const Tokenizer& tokenizer = *testing_util::Fixture(kQwenVocab).tokenizer;
+  const Tokenizer& tokenizer = *scheduler_test_util::Fixture(kQwenVocab).tokenizer;
   std::vector<std::pair<TokenId, float>> closers;
   for (const auto& [text, bias] :
        {std::pair<const char*, float>{"\"", 60.0f}, {"}", 50.0f}, {"]", 50.0f}}) {
