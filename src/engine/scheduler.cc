@@ -44,15 +44,19 @@ Status SchedulerOptions::Validate() const {
   return Status::Ok();
 }
 
+KvGeometry SchedulerOptions::Kv() const {
+  const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
+  return KvGeometry{.n_pages = n_parallel * pages_per_seq + cache_pages,
+                    .page_tokens = page_tokens,
+                    .kv_type = kv_type,
+                    .max_batch_tokens = n_batch};
+}
+
 PipelineOptions SchedulerOptions::ToPipelineOptions() const {
   PipelineOptions pipeline;
   pipeline.placement = placement;
   pipeline.threads = threads;
-  const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
-  pipeline.n_pages = n_parallel * pages_per_seq + cache_pages;
-  pipeline.page_tokens = page_tokens;
-  pipeline.kv_type = kv_type;
-  pipeline.max_batch_tokens = n_batch;
+  pipeline.kv = Kv();
   // One row to sample per running sequence, plus the prompt rows of prompt logprobs.
   pipeline.max_logit_rows = n_parallel + prompt_logit_rows;
   pipeline.max_embedding_rows = embeddings ? n_batch : 0;
@@ -96,16 +100,16 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(std::unique_ptr<Pipeline> p
                        tokenizer.n_vocab(), pipeline->config().n_vocab);
   }
   const PipelineOptions want = options.ToPipelineOptions();
-  if (pipeline->max_batch_tokens() < want.max_batch_tokens ||
+  if (pipeline->max_batch_tokens() < want.kv.max_batch_tokens ||
       pipeline->max_logit_rows() < want.max_logit_rows ||
       pipeline->max_embedding_rows() < want.max_embedding_rows ||
-      pipeline->allocator().n_pages() < want.n_pages) {
+      pipeline->allocator().n_pages() < want.kv.n_pages) {
     return InvalidArgument(
         "the pipeline holds {} tokens, {} logits rows, {} embedding rows and {} pages per "
         "batch; the scheduler options need {}, {}, {} and {}",
         pipeline->max_batch_tokens(), pipeline->max_logit_rows(), pipeline->max_embedding_rows(),
-        pipeline->allocator().n_pages(), want.max_batch_tokens, want.max_logit_rows,
-        want.max_embedding_rows, want.n_pages);
+        pipeline->allocator().n_pages(), want.kv.max_batch_tokens, want.max_logit_rows,
+        want.max_embedding_rows, want.kv.n_pages);
   }
   if (!options.kv_cache_dir.empty()) {
     return InvalidArgument(

@@ -164,6 +164,9 @@ struct SchedulerOptions {
   // cache_pages pages, n_batch tokens, n_parallel + prompt_logit_rows logits rows and
   // (embeddings) n_batch embedding rows per batch.
   PipelineOptions ToPipelineOptions() const;
+  // The KV geometry of that pipeline: n_parallel × ceil(n_ctx / page_tokens) + cache_pages
+  // pages of page_tokens positions of kv_type, n_batch tokens per batch.
+  KvGeometry Kv() const;
 };
 
 // How often the engine thread tries to bring a lost stage back.

@@ -75,6 +75,18 @@ Status CheckKvRows(KvType type, int head_dim);
 // entries, prefix hashes) is negligible, small enough that a short sequence wastes little.
 inline constexpr int kDefaultPageTokens = 64;
 
+// The KV geometry of a pipeline, the same in every stage: the pages (ids shared by all
+// stages), the positions a page holds, the element type of K and V, and the most tokens one
+// batch writes (activations are sized for it). Made once from the flags
+// (SchedulerOptions::ToPipelineOptions) and carried whole to every stage's pool, local or
+// remote.
+struct KvGeometry {
+  int n_pages = 0;
+  int page_tokens = kDefaultPageTokens;
+  KvType kv_type = KvType::kF32;
+  int max_batch_tokens = 512;
+};
+
 struct PagePoolConfig {
   int n_pages = 0;
   int page_tokens = kDefaultPageTokens;

@@ -50,6 +50,9 @@ class Model {
   // The page pool shape this stage needs (its layers, kv heads, head_dim).
   PagePoolConfig KvPoolConfig(int n_pages, int page_tokens = kDefaultPageTokens,
                               KvType kv_type = KvType::kF32) const;
+  PagePoolConfig KvPoolConfig(const KvGeometry& kv) const {
+    return KvPoolConfig(kv.n_pages, kv.page_tokens, kv.kv_type);
+  }
 
  private:
   Model() = default;

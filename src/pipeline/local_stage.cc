@@ -26,9 +26,9 @@ Status CheckOptions(const LocalStageOptions& options) {
     return InvalidArgument("stage {}: device '{}' is remote; a local stage runs on cpu cores",
                            options.index, options.device.ToString());
   }
-  if (options.max_batch_tokens < 1) {
+  if (options.kv.max_batch_tokens < 1) {
     return InvalidArgument("stage {}: max_batch_tokens is {}, must be >= 1", options.index,
-                           options.max_batch_tokens);
+                           options.kv.max_batch_tokens);
   }
   return Status::Ok();
 }
@@ -67,15 +67,14 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
   std::unique_ptr<LocalStage> stage(new LocalStage());
   stage->owned_model_ = std::move(owned);
   stage->model_ = &model;
-  auto pool =
-      PagePool::Create(model.KvPoolConfig(options.n_pages, options.page_tokens, options.kv_type));
+  auto pool = PagePool::Create(model.KvPoolConfig(options.kv));
   if (!pool.ok()) return pool.status().WithContext("stage " + std::to_string(options.index));
   stage->pool_ = std::move(pool).value();
   stage->threads_ = threads != nullptr
                         ? std::move(threads)
                         : std::make_unique<ThreadPool>(ThreadCount(options), options.device.cores);
   stage->forward_ = std::make_unique<ForwardPass>(model, *stage->pool_, *stage->threads_,
-                                                  options.max_batch_tokens);
+                                                  options.kv.max_batch_tokens);
   StageInfo& info = stage->info_;
   info.index = options.index;
   info.layers = model.layers();

@@ -50,11 +50,9 @@ struct LocalStageOptions {
   int index = 0;      // position in the pipeline
   DeviceSpec device;  // kCpu only
   int threads = 0;    // unpinned `cpu`: thread count, 0 = every core; ignored when pinned
-  // Page geometry: the pipeline's (every stage has the same page ids and page_tokens).
-  int n_pages = 0;
-  int page_tokens = kDefaultPageTokens;
-  KvType kv_type = KvType::kF32;
-  int max_batch_tokens = 512;  // bounds every batch; activations are sized once for it
+  // The pipeline's KV geometry (every stage has the same page ids and page_tokens); its
+  // max_batch_tokens bounds every batch, and activations are sized once for it.
+  KvGeometry kv;
   bool prefault = true;        // Load only: page in the stage's tensors before returning
   bool show_progress = false;  // Load only: "loading <file> [a, b): NN%" on stderr
 };

@@ -33,7 +33,7 @@ Pipeline::Pipeline(std::vector<std::unique_ptr<Stage>> stages, const ModelConfig
                    const PipelineOptions& options)
     : config_(config),
       stages_(std::move(stages)),
-      max_batch_tokens_(options.max_batch_tokens),
+      max_batch_tokens_(options.kv.max_batch_tokens),
       max_logit_rows_(options.max_logit_rows),
       max_embedding_rows_(options.max_embedding_rows),
       stage_cv_(stages_.size()),
@@ -50,12 +50,12 @@ Result<std::unique_ptr<Pipeline>> Pipeline::FromStages(std::vector<std::unique_p
                                                        const ModelConfig& config,
                                                        const PipelineOptions& options) {
   if (stages.empty()) return InvalidArgument("a pipeline needs at least one stage");
-  if (options.max_batch_tokens < 1 || options.max_logit_rows < 1 ||
+  if (options.kv.max_batch_tokens < 1 || options.max_logit_rows < 1 ||
       options.max_embedding_rows < 0) {
     return InvalidArgument(
         "bad pipeline sizes: max batch tokens {} (>= 1), logits rows {} (>= 1), embedding rows "
         "{} (>= 0)",
-        options.max_batch_tokens, options.max_logit_rows, options.max_embedding_rows);
+        options.kv.max_batch_tokens, options.max_logit_rows, options.max_embedding_rows);
   }
   int next_layer = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -74,13 +74,13 @@ Result<std::unique_ptr<Pipeline>> Pipeline::FromStages(std::vector<std::unique_p
                            config.n_layers);
   }
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<PageAllocator> allocator,
-                           PageAllocator::Create(options.n_pages, options.page_tokens));
+                           PageAllocator::Create(options.kv.n_pages, options.kv.page_tokens));
   std::unique_ptr<Pipeline> pipeline(new Pipeline(std::move(stages), config, options));
   pipeline->allocator_ = std::move(allocator);
-  const size_t hidden_floats = size_t(options.max_batch_tokens) * size_t(config.n_embd);
+  const size_t hidden_floats = size_t(options.kv.max_batch_tokens) * size_t(config.n_embd);
   for (int k = 0; k < pipeline->depth(); ++k) {
     auto job = std::make_unique<Job>();
-    job->entries.reserve(options.max_batch_tokens);
+    job->entries.reserve(options.kv.max_batch_tokens);
     if (pipeline->n_stages() > 1) {
       job->hidden[0].resize(hidden_floats);
       job->hidden[1].resize(hidden_floats);

@@ -53,11 +53,8 @@ namespace shardlm {
 
 struct PipelineOptions {
   PlacementOptions placement;
-  int threads = 0;  // threads of an unpinned "cpu" stage; 0: every core
-  int n_pages = 0;  // KV pages of every stage (ids shared by all stages)
-  int page_tokens = kDefaultPageTokens;
-  KvType kv_type = KvType::kF32;
-  int max_batch_tokens = 512;  // most entries per batch
+  int threads = 0;             // threads of an unpinned "cpu" stage; 0: every core
+  KvGeometry kv;               // every stage's pages, and the most entries per batch
   int max_logit_rows = 1;      // most entries per batch that want logits
   int max_embedding_rows = 0;  // most entries per batch that want their embedding
 };

@@ -26,9 +26,9 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 Status CheckOptions(const RemoteStageOptions& o) {
   if (o.socket_path.empty()) return InvalidArgument("remote stage {}: empty socket path", o.index);
   if (o.model_path.empty()) return InvalidArgument("remote stage {}: empty model path", o.index);
-  if (o.max_batch_tokens <= 0) {
+  if (o.kv.max_batch_tokens <= 0) {
     return InvalidArgument("remote stage {}: max_batch_tokens {} must be positive", o.index,
-                           o.max_batch_tokens);
+                           o.kv.max_batch_tokens);
   }
   return Status::Ok();
 }
@@ -43,13 +43,13 @@ ShardHello MakeHello(const RemoteStageOptions& o) {
   hello.n_layers = o.config.n_layers;
   hello.n_embd = o.config.n_embd;
   hello.n_vocab = o.config.n_vocab;
-  hello.n_pages = o.n_pages;
-  hello.page_tokens = o.page_tokens;
-  hello.kv_type = static_cast<uint32_t>(o.kv_type);
+  hello.n_pages = o.kv.n_pages;
+  hello.page_tokens = o.kv.page_tokens;
+  hello.kv_type = static_cast<uint32_t>(o.kv.kv_type);
   hello.threads = o.threads;
   hello.heartbeat_ms = o.heartbeat_timeout_ms > 0 ? uint32_t(o.heartbeat_timeout_ms / 4) : 0;
-  hello.max_batch_tokens = o.max_batch_tokens;
-  hello.max_logit_rows = o.max_logit_rows > 0 ? o.max_logit_rows : o.max_batch_tokens;
+  hello.max_batch_tokens = o.kv.max_batch_tokens;
+  hello.max_logit_rows = o.max_logit_rows > 0 ? o.max_logit_rows : o.kv.max_batch_tokens;
   hello.max_embedding_rows = o.max_embedding_rows;
   return hello;
 }
@@ -99,9 +99,9 @@ Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOption
   if (!ec) hello.model_path = absolute.lexically_normal().string();
   const std::string name = fmt::format("stage {} (unix:{})", options.index, options.socket_path);
   SHARDLM_TRY(ValidateShardGeometry(hello).WithContext(name));
-  SHARDLM_TRY(CheckKvRows(options.kv_type, options.config.head_dim).WithContext(name));
-  const size_t page_bytes =
-      ShardPageBytes(options.config, options.layers.size(), options.page_tokens, options.kv_type);
+  SHARDLM_TRY(CheckKvRows(options.kv.kv_type, options.config.head_dim).WithContext(name));
+  const size_t page_bytes = ShardPageBytes(options.config, options.layers.size(),
+                                           options.kv.page_tokens, options.kv.kv_type);
   Result<ShardRegionLayout> layout = ShardLayout(hello, page_bytes);
   if (!layout.ok()) return layout.status().WithContext(name);
   hello.shm_bytes = layout->total_bytes;

@@ -48,11 +48,8 @@ struct RemoteStageOptions {
   Fingerprint128 fingerprint;            // ModelFingerprint of the file the server loaded
   ModelConfig config;                    // of the whole model (n_layers, n_embd, n_vocab, KV shape)
   LayerRange layers;
-  int n_pages = 0;  // page geometry: the same ids and sizes as every other stage
-  int page_tokens = kDefaultPageTokens;
-  KvType kv_type = KvType::kF32;
-  int threads = 0;  // 0: the daemon's own --cores / --threads
-  int max_batch_tokens = 0;
+  KvGeometry kv;                 // the same page ids and sizes as every other stage
+  int threads = 0;               // 0: the daemon's own --cores / --threads
   int max_logit_rows = 0;        // 0: max_batch_tokens (only the last stage gives logits)
   int max_embedding_rows = 0;    // most rows wanting their embedding per batch (last stage)
   int hello_timeout_ms = 60000;  // the daemon opens and maps the model before replying

@@ -25,10 +25,7 @@ Result<std::unique_ptr<Stage>> BuildLocal(const Model& model, const StagePlan& p
   local.index = plan.index;
   local.device = plan.device;
   local.threads = options.threads;
-  local.n_pages = options.n_pages;
-  local.page_tokens = options.page_tokens;
-  local.kv_type = options.kv_type;
-  local.max_batch_tokens = options.max_batch_tokens;
+  local.kv = options.kv;
   local.show_progress = options.placement.show_progress;
   Result<std::unique_ptr<LocalStage>> stage =
       plan.whole_model ? LocalStage::Borrow(model, local)
@@ -52,12 +49,9 @@ Result<std::unique_ptr<Stage>> BuildRemote(const Model& model, const StagePlan& 
   remote.fingerprint = ModelFingerprint(model.file());
   remote.config = model.config();
   remote.layers = plan.layers;
-  remote.n_pages = options.n_pages;
-  remote.page_tokens = options.page_tokens;
-  remote.kv_type = options.kv_type;
-  remote.max_batch_tokens = options.max_batch_tokens;
+  remote.kv = options.kv;
   // A batch has no more logits rows than entries (a daemon refuses a Hello that says so).
-  remote.max_logit_rows = std::min(options.max_logit_rows, options.max_batch_tokens);
+  remote.max_logit_rows = std::min(options.max_logit_rows, options.kv.max_batch_tokens);
   remote.max_embedding_rows = options.max_embedding_rows;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStage> stage, RemoteStage::Create(remote));
   return std::unique_ptr<Stage>(std::move(stage));

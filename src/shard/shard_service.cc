@@ -299,10 +299,10 @@ class ShardService::HelloCheck {
     LocalStageOptions options;
     options.device = service_.options_.device;
     options.threads = StageThreads();
-    options.n_pages = hello_.n_pages;
-    options.page_tokens = hello_.page_tokens;
-    options.kv_type = kv_type;
-    options.max_batch_tokens = hello_.max_batch_tokens;
+    options.kv = KvGeometry{.n_pages = hello_.n_pages,
+                            .page_tokens = hello_.page_tokens,
+                            .kv_type = kv_type,
+                            .max_batch_tokens = hello_.max_batch_tokens};
     return LocalStage::Load(model->file, range, options);
   }
 

@@ -67,7 +67,9 @@ Generated Generate(Scheduler& engine, EngineRequest request) {
   };
   auto id = engine.Submit(std::move(request), std::move(callbacks));
   EXPECT_TRUE(id.ok()) << id.status().message();
-  if (id.ok()) EXPECT_TRUE(generated.out->Wait());
+  if (id.ok()) {
+    EXPECT_TRUE(generated.out->Wait());
+  }
   return generated;
 }
 

@@ -96,9 +96,9 @@ PipelineOutputs Reference(const std::string& file, const std::vector<TokenId>& p
                           std::vector<float>& storage) {
   PipelineOptions options;
   options.threads = 1;
-  options.n_pages = 8;
-  options.page_tokens = 16;
-  options.max_batch_tokens = int(prompt.size());
+  options.kv.n_pages = 8;
+  options.kv.page_tokens = 16;
+  options.kv.max_batch_tokens = int(prompt.size());
   options.max_logit_rows = int(prompt.size());
   options.max_embedding_rows = int(prompt.size());
   auto pipeline = Pipeline::Create(*Fixture(file).model, options);

@@ -51,9 +51,9 @@ LocalStageOptions Options(int index, int threads) {
   LocalStageOptions options;
   options.index = index;
   options.threads = threads;
-  options.n_pages = kPages;
-  options.page_tokens = kPageTokens;
-  options.max_batch_tokens = 128;
+  options.kv.n_pages = kPages;
+  options.kv.page_tokens = kPageTokens;
+  options.kv.max_batch_tokens = 128;
   return options;
 }
 
@@ -458,7 +458,7 @@ TEST(LocalStageErrorsTest, RemoteDevicesAndBadRangesAreRefused) {
   EXPECT_NE(stage.status().message().find("unix:/x.sock"), std::string::npos);
   EXPECT_FALSE(LocalStage::Load(file, {3, 9}, Options(0, 1)).ok());
   LocalStageOptions no_pages = Options(0, 1);
-  no_pages.n_pages = 0;
+  no_pages.kv.n_pages = 0;
   EXPECT_FALSE(LocalStage::Load(file, {0, 2}, no_pages).ok());
 }
 

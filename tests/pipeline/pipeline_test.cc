@@ -45,9 +45,9 @@ ModelConfig FakeConfig(int n_layers) {
 
 PipelineOptions FakeOptions() {
   PipelineOptions options;
-  options.n_pages = 4;
-  options.page_tokens = 16;
-  options.max_batch_tokens = 8;
+  options.kv.n_pages = 4;
+  options.kv.page_tokens = 16;
+  options.kv.max_batch_tokens = 8;
   options.max_logit_rows = 4;
   options.max_embedding_rows = 3;
   return options;
@@ -289,9 +289,9 @@ PipelineOptions RealOptions(const Split& split, int n_pages = 16) {
   options.placement.devices.assign(split.n_stages, DeviceSpec{});
   options.placement.layer_split = split.weights;
   options.threads = 1;
-  options.n_pages = n_pages;
-  options.page_tokens = 16;
-  options.max_batch_tokens = 64;
+  options.kv.n_pages = n_pages;
+  options.kv.page_tokens = 16;
+  options.kv.max_batch_tokens = 64;
   options.max_logit_rows = 1;
   return options;
 }

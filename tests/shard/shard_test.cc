@@ -129,10 +129,10 @@ RemoteStageOptions RemoteOptions(const ModelUnderTest& m, int index, LayerRange 
   o.fingerprint = m.fingerprint;
   o.config = m.config;
   o.layers = layers;
-  o.n_pages = kPages;
-  o.page_tokens = kPageTokens;
+  o.kv.n_pages = kPages;
+  o.kv.page_tokens = kPageTokens;
   o.threads = 1;
-  o.max_batch_tokens = kMaxBatch;
+  o.kv.max_batch_tokens = kMaxBatch;
   o.max_logit_rows = kMaxBatch;
   o.max_embedding_rows = kMaxBatch;
   return o;
@@ -150,9 +150,9 @@ std::unique_ptr<Stage> Local(const ModelUnderTest& m, int index, LayerRange laye
   LocalStageOptions o;
   o.index = index;
   o.threads = 1;
-  o.n_pages = kPages;
-  o.page_tokens = kPageTokens;
-  o.max_batch_tokens = kMaxBatch;
+  o.kv.n_pages = kPages;
+  o.kv.page_tokens = kPageTokens;
+  o.kv.max_batch_tokens = kMaxBatch;
   Result<std::unique_ptr<LocalStage>> stage = LocalStage::Load(m.file, layers, o);
   EXPECT_TRUE(stage.ok()) << stage.status().message();
   return stage.ok() ? std::move(stage).value() : nullptr;
