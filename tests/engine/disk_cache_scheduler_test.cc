@@ -42,7 +42,7 @@ constexpr int kPageTokens = 16;
 
 // A fresh folder per test case.
 fs::path TempDir(const std::string& name) {
-  return scheduler_test_util::FreshDir("shardlm_disk_cache", name);
+  return testing_util::FreshDir("shardlm_disk_cache", name);
 }
 
 SchedulerOptions Options(const fs::path& dir, int n_ctx = 256) {

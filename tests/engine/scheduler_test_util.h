@@ -31,6 +31,7 @@
 #include "pipeline/stage_factory.h"
 #include "shard/shard_service.h"
 #include "support/fixtures.h"
+#include "support/temp_dir.h"
 
 namespace shardlm::scheduler_test_util {
 
@@ -186,16 +187,6 @@ inline void ExpectSameOutput(const Collector& got, const Collector& want) {
   EXPECT_EQ(got.finish.reason, want.finish.reason);
   EXPECT_EQ(got.ids, want.ids);
   EXPECT_EQ(got.logprobs, want.logprobs);  // bitwise
-}
-
-// A fresh, empty folder under the system temp folder, named after the test case.
-inline std::filesystem::path FreshDir(const std::string& prefix, const std::string& name) {
-  namespace fs = std::filesystem;
-  fs::path dir =
-      fs::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
 }
 
 // A daemon on a thread of this process (like `shardlm shard`), restartable on one path.

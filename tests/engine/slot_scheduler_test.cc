@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "cache/file_mode.h"
-#include "pipeline/fake_stage.h"
 #include "engine/scheduler.h"
 #include "engine/scheduler_test_util.h"
+#include "pipeline/fake_stage.h"
 #include "pipeline/stage_factory.h"
 
 namespace shardlm {
@@ -72,7 +72,7 @@ SchedulerOptions LocalSplit(SchedulerOptions options) {
   return options;
 }
 
-fs::path TempDir(const std::string& name) { return scheduler_test_util::FreshDir("shardlm_slots", name); }
+fs::path TempDir(const std::string& name) { return testing_util::FreshDir("shardlm_slots", name); }
 
 std::vector<uint8_t> ReadBytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -532,13 +532,14 @@ TEST(SlotSchedulerTest, ALostStageDropsRetainedSequences) {
   const LoadedModel& loaded = Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   const SchedulerOptions options = LocalSplit(Options());
-  scheduler_test_util::FaultySplit split = scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
+  scheduler_test_util::FaultySplit split =
+      scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
   ASSERT_TRUE(split.scheduler);
   testing::FaultyStage* faulty = split.faulty;
   Scheduler& scheduler = *split.scheduler;
   // Both slots retain a sequence; the failing request takes slot 0 (dropping its own).
   (void)scheduler_test_util::RunAll(scheduler,
-                             {Request(Turn1(kStories), 4), Request(Turn1(kStories), 4, 5)});
+                                    {Request(Turn1(kStories), 4), Request(Turn1(kStories), 4, 5)});
   EXPECT_EQ(scheduler.Slots()[1].n_tokens, kTurn1Held);
   faulty->FailAfter(0);
   auto failed = RunOne(scheduler, Request(StoryTokens(kStories, 20, "The sun"), 4));
