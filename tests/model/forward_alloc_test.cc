@@ -1,7 +1,8 @@
 // The forward pass allocates nothing once its buffers are sized: every operator new while a
 // warm batch runs, on any thread (the pool's workers too), is counted by this binary's
-// replacement of the global operator new (malloc, as the default one: the default operator
-// delete frees it).
+// replacement of the global operator new. The replacements allocate with malloc and the
+// matching deletes free, every plain, array and nothrow form together: AddressSanitizer
+// tags each allocation with the form that made it and checks the delete against it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -20,11 +21,38 @@ std::atomic<int64_t> forward_alloc_count{0};
 
 }  // namespace
 
-void* operator new(std::size_t size) {
+namespace {
+
+void* CountedMalloc(std::size_t size) noexcept {
   if (forward_alloc_counting.load(std::memory_order_relaxed)) forward_alloc_count.fetch_add(1);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  return std::malloc(size == 0 ? 1 : size);
+}
+
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (void* p = CountedMalloc(size)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t size) {
+  if (void* p = CountedMalloc(size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return CountedMalloc(size); }
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return CountedMalloc(size);
+}
+// GCC sees a pointer of operator new reach free through these inlined deletes and warns;
+// here that pairing is the point.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace shardlm::testing {
 namespace {
