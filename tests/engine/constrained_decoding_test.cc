@@ -8,11 +8,11 @@
 
 #include <random>
 
+#include "engine/scheduler_request.h"
+#include "engine/scheduler_test_util.h"
 #include "grammar/json_schema.h"
 #include "grammar/schema_validator.h"
 #include "grammar/token_vocabulary.h"
-#include "engine/scheduler_request.h"
-#include "engine/scheduler_test_util.h"
 
 namespace shardlm {
 namespace constrained_decoding_test {
@@ -26,14 +26,7 @@ using scheduler_test_util::RunAll;
 constexpr char kQwenVocab[] = "qwen3-tiny-qwenvocab-q8_0.gguf";
 
 SchedulerOptions Options(int n_parallel = 4) {
-  SchedulerOptions options;
-  options.n_parallel = n_parallel;
-  options.n_ctx = 2048;
-  options.n_batch = 256;
-  options.threads = 2;
-  options.page_tokens = 16;
-  options.log_requests = false;
-  return options;
+  return scheduler_test_util::TestOptions(n_parallel, 2048, 256);
 }
 
 std::vector<TokenId> ChatPrompt(const std::string& file, const std::string& user) {
@@ -43,13 +36,7 @@ std::vector<TokenId> ChatPrompt(const std::string& file, const std::string& user
 
 // Sampling over the whole masked distribution: the hardest case for the grammar.
 SamplingParams Temperature(uint64_t seed) {
-  SamplingParams params;
-  params.temperature = 1.0f;
-  params.top_k = 0;
-  params.top_p = 1.0f;
-  params.min_p = 0.0f;
-  params.seed = seed;
-  return params;
+  return scheduler_test_util::WholeDistribution(1.0f, seed);
 }
 
 std::shared_ptr<const grammar::Grammar> SchemaGrammar(const Json& schema) {
@@ -62,7 +49,8 @@ TEST(LogitBias, BansAndForcesTokensButLogprobsStayTheModels) {
   SHARDLM_REQUIRE_FIXTURES();
   auto scheduler = scheduler_test_util::MakeScheduler(kQwen, Options(2));
   ASSERT_NE(scheduler, nullptr);
-  EngineRequest plain = scheduler_test_util::Request(scheduler_test_util::Encode(kQwen, "Hello", false), 6);
+  EngineRequest plain =
+      scheduler_test_util::Request(scheduler_test_util::Encode(kQwen, "Hello", false), 6);
   const std::vector<TokenId> greedy = scheduler_test_util::RunOne(*scheduler, plain)->ids;
   ASSERT_EQ(greedy.size(), 6u);
 

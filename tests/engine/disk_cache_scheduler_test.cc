@@ -46,13 +46,8 @@ fs::path TempDir(const std::string& name) {
 }
 
 SchedulerOptions Options(const fs::path& dir, int n_ctx = 256) {
-  SchedulerOptions options;
-  options.n_parallel = 2;
-  options.n_ctx = n_ctx;
-  options.n_batch = 64;
-  options.threads = 2;
+  SchedulerOptions options = scheduler_test_util::TestOptions(2, n_ctx);
   options.page_tokens = kPageTokens;
-  options.log_requests = false;
   options.prefix_cache = !dir.empty();
   options.kv_cache_dir = dir.string();
   return options;

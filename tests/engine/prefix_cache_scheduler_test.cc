@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "pipeline/fake_stage.h"
 #include "engine/scheduler.h"
 #include "engine/scheduler_test_util.h"
+#include "pipeline/fake_stage.h"
 #include "pipeline/stage_factory.h"
 
 namespace shardlm {
@@ -39,13 +39,8 @@ using scheduler_test_util::StoryTokens;
 constexpr int kPageTokens = 16;
 
 SchedulerOptions Options(int n_parallel, bool prefix_cache, int n_ctx = 256) {
-  SchedulerOptions options;
-  options.n_parallel = n_parallel;
-  options.n_ctx = n_ctx;
-  options.n_batch = 64;
-  options.threads = 2;
+  SchedulerOptions options = scheduler_test_util::TestOptions(n_parallel, n_ctx);
   options.page_tokens = kPageTokens;
-  options.log_requests = false;
   options.prefix_cache = prefix_cache;
   return options;
 }
@@ -228,7 +223,8 @@ TEST(PrefixCacheSchedulerTest, LostStageEmptiesTheCache) {
   options.placement.devices.assign(2, DeviceSpec{});
   options.placement.layer_split = {1, 1};
   options.threads = 1;
-  scheduler_test_util::FaultySplit split = scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
+  scheduler_test_util::FaultySplit split =
+      scheduler_test_util::SchedulerWithFaultyStage1(loaded, options);
   ASSERT_TRUE(split.scheduler);
   testing::FaultyStage* faulty = split.faulty;
   Scheduler& scheduler = *split.scheduler;

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "engine/logprobs.h"
-#include "pipeline/pipeline.h"
 #include "engine/scheduler.h"
 #include "engine/scheduler_test_util.h"
+#include "pipeline/pipeline.h"
 #include "support/fixtures.h"
 
 namespace shardlm {
@@ -28,13 +28,7 @@ namespace prompt_outputs_scheduler_test {
 using namespace scheduler_test_util;  // NOLINT: the scheduler tests' shared helpers
 
 SchedulerOptions Options(int n_parallel = 4, int n_batch = 64) {
-  SchedulerOptions options;
-  options.n_parallel = n_parallel;
-  options.n_ctx = 128;
-  options.n_batch = n_batch;
-  options.threads = 2;
-  options.page_tokens = 16;
-  options.log_requests = false;
+  SchedulerOptions options = scheduler_test_util::TestOptions(n_parallel, 128, n_batch);
   options.embeddings = true;
   return options;
 }

@@ -45,26 +45,10 @@ using scheduler_test_util::ServiceThread;
 using testing::FixturePath;
 
 SchedulerOptions Options(int n_parallel, int n_ctx = 256, int n_batch = 64) {
-  SchedulerOptions options;
-  options.n_parallel = n_parallel;
-  options.n_ctx = n_ctx;
-  options.n_batch = n_batch;
-  options.max_queue = 64;
-  options.threads = 2;
-  options.page_tokens = 16;
-  options.log_requests = false;
-  return options;
+  return scheduler_test_util::TestOptions(n_parallel, n_ctx, n_batch);
 }
 
-SamplingParams Seeded(uint64_t seed) {
-  SamplingParams params;
-  params.temperature = 1.2f;
-  params.top_k = 0;
-  params.top_p = 1.0f;
-  params.min_p = 0.0f;
-  params.seed = seed;
-  return params;
-}
+SamplingParams Seeded(uint64_t seed) { return scheduler_test_util::WholeDistribution(1.2f, seed); }
 
 const char kPrompt[] = "Once upon a time, there was a little dog named Max. He liked";
 

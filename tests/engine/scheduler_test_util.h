@@ -217,6 +217,31 @@ class ServiceThread {
   Status run_status_;
 };
 
+// The options the engine tests start from: a small context and batch, pages of 16
+// positions (so prompts span several), two threads, no log lines; a test changes what it
+// is about.
+inline SchedulerOptions TestOptions(int n_parallel, int n_ctx = 256, int n_batch = 64) {
+  SchedulerOptions options;
+  options.n_parallel = n_parallel;
+  options.n_ctx = n_ctx;
+  options.n_batch = n_batch;
+  options.threads = 2;
+  options.page_tokens = 16;
+  options.log_requests = false;
+  return options;
+}
+
+// Sampling over the whole distribution at `temperature` (no top-k, top-p or min-p), seeded.
+inline SamplingParams WholeDistribution(float temperature, uint64_t seed) {
+  SamplingParams params;
+  params.temperature = temperature;
+  params.top_k = 0;
+  params.top_p = 1.0f;
+  params.min_p = 0.0f;
+  params.seed = seed;
+  return params;
+}
+
 // `options` with its second device a daemon at `socket` (layers split evenly).
 inline SchedulerOptions WithRemoteStage(SchedulerOptions options, const std::string& socket) {
   options.placement.devices.resize(2);

@@ -12,8 +12,8 @@
 #include <mutex>
 #include <vector>
 
-#include "pipeline/model_loader.h"
 #include "engine/scheduler.h"
+#include "pipeline/model_loader.h"
 
 namespace shardlm {
 namespace scheduler_throughput_test {

@@ -54,13 +54,8 @@ constexpr int kTurn1Prompt = 70;
 constexpr int kTurn1Held = kTurn1Prompt + 4 - 1;
 
 SchedulerOptions Options(bool prefix_cache = true) {
-  SchedulerOptions options;
-  options.n_parallel = 2;
-  options.n_ctx = 256;
-  options.n_batch = 64;
-  options.threads = 2;
+  SchedulerOptions options = scheduler_test_util::TestOptions(2);
   options.page_tokens = kPageTokens;
-  options.log_requests = false;
   options.prefix_cache = prefix_cache;
   return options;
 }
