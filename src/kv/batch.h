@@ -21,6 +21,9 @@ struct BatchEntry {
   bool wants_logits = false;
   // Last stage: also give this entry's final hidden row after output_norm (no LM head).
   bool wants_embedding = false;
+  // Bounded KV pool, `qk` selection: every stage scores the slot's pages for this entry's
+  // queries (kv/pager.h).
+  bool score_pages = false;
 };
 
 // Output rows of the last stage for a batch: rows wanting logits, rows wanting embeddings.

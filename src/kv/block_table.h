@@ -14,8 +14,8 @@
 // full, with the table unchanged); share pages between tables with refcounts (Fork,
 // AppendSharedPage) and give each writer a private page before it writes; give pages back
 // on Truncate, Clear and destruction.
-// Non-goals: page contents (PagePool), choosing which prefix to share (cache/), eviction
-// (the pager, later).
+// Non-goals: page contents (PagePool), choosing which prefix to share (cache/), residency
+// in a bounded pool (kv/pager.h).
 //
 // Thread safety: not thread-safe; owned by the scheduler's thread.
 // Lifetime: holds a reference on each of its pages until truncated or destroyed; the

@@ -40,7 +40,9 @@ void PageAllocator::Retain(PageId page) {
 
 void PageAllocator::Release(PageId page) {
   SHARDLM_CHECK(page >= 0 && page < n_pages() && refcounts_[page] > 0);
-  if (--refcounts_[page] == 0) free_list_.push_back(page);
+  if (--refcounts_[page] != 0) return;
+  free_list_.push_back(page);
+  if (free_hook_) free_hook_(page);
 }
 
 int PageAllocator::refcount(PageId page) const {

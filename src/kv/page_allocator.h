@@ -8,9 +8,9 @@
 // pages is an OutOfRange error that names the limit and the flag to raise; reference counts
 // so that several block tables can share a page (prefix sharing, forks); O(1) allocate and
 // release.
-// Non-goals: page contents (PagePool, one per stage), eviction to a slower tier and pinning
-// (the pager, later), content hashing (cache/), deciding which sequence gets pages (the
-// scheduler).
+// Non-goals: page contents (PagePool, one per stage), residency in a bounded pool
+// (kv/pager.h, told of freed pages by the free hook), content hashing (cache/), deciding which
+// sequence gets pages (the scheduler).
 //
 // Thread safety: not thread-safe; the scheduler's thread owns it.
 // Lifetime: a PageId is valid while its refcount > 0; block tables reference the allocator,
@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,8 +42,10 @@ class PageAllocator {
   Result<PageId> Allocate();
   // Refcount +1 (another block table maps the page). The page must be in use.
   void Retain(PageId page);
-  // Refcount −1; the page returns to the free list at 0.
+  // Refcount −1; the page returns to the free list at 0 (and the free hook hears of it).
   void Release(PageId page);
+  // Called with each page whose refcount reaches 0 (a bounded pool's pager forgets it).
+  void SetFreeHook(std::function<void(PageId)> hook) { free_hook_ = std::move(hook); }
   int refcount(PageId page) const;
 
  private:
@@ -51,6 +54,7 @@ class PageAllocator {
   int page_tokens_;
   std::vector<int32_t> refcounts_;  // [n_pages]
   std::vector<PageId> free_list_;   // stack; top = next page handed out
+  std::function<void(PageId)> free_hook_;
 };
 
 }  // namespace shardlm

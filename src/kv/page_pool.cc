@@ -115,14 +115,18 @@ const uint8_t* PagePool::page_data(PageId page) const {
   return const_cast<PagePool*>(this)->page_data(page);
 }
 
-void* PagePool::RowPtr(PageId page, int layer_idx, int kv, int kv_head, int offset) {
-  SHARDLM_DCHECK(page >= 0 && page < config_.n_pages);
+size_t PagePool::RowOffset(int layer_idx, int kv, int kv_head, int offset) const {
   SHARDLM_DCHECK(layer_idx >= 0 && layer_idx < config_.n_layers);
   SHARDLM_DCHECK(kv_head >= 0 && kv_head < config_.n_kv_heads);
   SHARDLM_DCHECK(offset >= 0 && offset < config_.page_tokens);
   const size_t row =
       ((size_t(layer_idx) * 2 + kv) * config_.n_kv_heads + kv_head) * config_.page_tokens + offset;
-  return storage_.get() + size_t(page) * page_bytes_ + row * head_row_bytes_;
+  return row * head_row_bytes_;
+}
+
+void* PagePool::RowPtr(PageId page, int layer_idx, int kv, int kv_head, int offset) {
+  SHARDLM_DCHECK(page >= 0 && page < config_.n_pages);
+  return storage_.get() + size_t(page) * page_bytes_ + RowOffset(layer_idx, kv, kv_head, offset);
 }
 
 }  // namespace shardlm

@@ -17,8 +17,9 @@
 //
 // Goals: memory bounded by configuration (n_pages, allocated once and validated against
 // overflow); row access for the forward pass; whole-page copy (copy-on-write) and bytes.
-// Non-goals: allocation and refcounts (PageAllocator), eviction to a slower tier and
-// pinning (the pager, later), content hashing (cache/).
+// Non-goals: allocation and refcounts (PageAllocator), eviction to a slower tier (a
+// bounded pool's frames are a PagePool; kv/page_residency.h moves pages), content hashing
+// (cache/).
 //
 // Thread safety: not thread-safe; the stage's owner thread copies pages between batches.
 // During a forward pass worker threads read and write page contents through
@@ -80,11 +81,27 @@ inline constexpr int kDefaultPageTokens = 64;
 // batch writes (activations are sized for it). Made once from the flags
 // (SchedulerOptions::ToPipelineOptions) and carried whole to every stage's pool, local or
 // remote.
+//
+// Bounded pool (`--kv-pool`): the pages are logical and each stage stores n_frames of them
+// in its pool, the others in its tier (kv/page_residency.h); key_summaries when the pages
+// are selected by q·k bounds (kv/key_summaries.h).
+struct KvTierSpec {
+  enum class Kind { kRam = 0, kFile = 1 };
+  Kind kind = Kind::kRam;
+  std::string dir;  // kFile only
+  friend bool operator==(const KvTierSpec&, const KvTierSpec&) = default;
+};
+
 struct KvGeometry {
   int n_pages = 0;
   int page_tokens = kDefaultPageTokens;
   KvType kv_type = KvType::kF32;
   int max_batch_tokens = 512;
+  int n_frames = 0;  // 0: unbounded, every page resident (n_pages frames)
+  KvTierSpec tier = {};
+  bool key_summaries = false;
+  bool bounded() const { return n_frames > 0; }
+  int frames() const { return bounded() ? n_frames : n_pages; }
 };
 
 struct PagePoolConfig {
@@ -132,6 +149,9 @@ class PagePool {
   const void* ValueRow(PageId page, int layer_idx, int kv_head, int offset) const {
     return const_cast<PagePool*>(this)->RowPtr(page, layer_idx, 1, kv_head, offset);
   }
+  // Where K (kv 0) or V (kv 1) of (layer_idx, kv_head, offset) starts inside a page's
+  // bytes: a page held elsewhere (the tier, a file) has the same layout.
+  size_t RowOffset(int layer_idx, int kv, int kv_head, int offset) const;
 
  private:
   explicit PagePool(const PagePoolConfig& config);

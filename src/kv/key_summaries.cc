@@ -1,0 +1,99 @@
+// KeySummaries: channel boxes of stored keys and the q·k bound they give (see key_summaries.h).
+#include "kv/key_summaries.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/check.h"
+#include "tensor/type_traits.h"
+
+namespace shardlm {
+
+Result<std::unique_ptr<KeySummaries>> KeySummaries::Create(const PagePoolConfig& frames,
+                                                           int n_pages) {
+  if (n_pages <= 0 || frames.n_layers <= 0 || frames.n_kv_heads <= 0 || frames.head_dim <= 0 ||
+      frames.head_dim > 512 || frames.page_tokens > std::numeric_limits<uint16_t>::max()) {
+    return InvalidArgument("key summaries: bad shape ({} pages, {} layers, {} heads, dim {})",
+                           n_pages, frames.n_layers, frames.n_kv_heads, frames.head_dim);
+  }
+  std::unique_ptr<KeySummaries> summaries(new KeySummaries(frames, n_pages));
+  const size_t boxes = size_t(n_pages) * frames.n_layers * frames.n_kv_heads;
+  summaries->boxes_ = AllocateHugePages(boxes * 2 * frames.head_dim * sizeof(float));
+  if (!summaries->boxes_) {
+    return ResourceExhausted("key summaries of {} pages ({} bytes): out of memory", n_pages,
+                             boxes * 2 * frames.head_dim * sizeof(float));
+  }
+  summaries->counts_.assign(boxes, 0);
+  return summaries;
+}
+
+KeySummaries::KeySummaries(const PagePoolConfig& shape, int n_pages)
+    : n_pages_(n_pages),
+      n_layers_(shape.n_layers),
+      n_kv_heads_(shape.n_kv_heads),
+      head_dim_(shape.head_dim),
+      kv_type_(shape.kv_type) {}
+
+void KeySummaries::AddRow(size_t index, const float* row, bool first) {
+  float* lo = Box(index);
+  float* hi = lo + head_dim_;
+  if (first) {
+    std::memcpy(lo, row, sizeof(float) * size_t(head_dim_));
+    std::memcpy(hi, row, sizeof(float) * size_t(head_dim_));
+    return;
+  }
+  for (int c = 0; c < head_dim_; ++c) {
+    lo[c] = std::min(lo[c], row[c]);
+    hi[c] = std::max(hi[c], row[c]);
+  }
+}
+
+void KeySummaries::Update(PageId page, const uint8_t* bytes, const PagePool& layout, int layer,
+                          int head, int offset) {
+  SHARDLM_DCHECK(page >= 0 && page < n_pages_);
+  const size_t index = Index(page, layer, head);
+  const TypeTraits& element = *GetTypeTraits(KvElementType(kv_type_));
+  float row[512];
+  // Not the continuation of the summarized rows: start over from the stored rows.
+  const int from = counts_[index] == offset ? offset : 0;
+  for (int o = from; o <= offset; ++o) {
+    element.dequantize_row(bytes + layout.RowOffset(layer, 0, head, o), row, head_dim_);
+    AddRow(index, row, o == 0);
+  }
+  counts_[index] = uint16_t(offset + 1);
+}
+
+void KeySummaries::Rebuild(PageId page, const uint8_t* bytes, const PagePool& layout, int n_valid) {
+  for (int layer = 0; layer < n_layers_; ++layer) {
+    for (int head = 0; head < n_kv_heads_; ++head) {
+      counts_[Index(page, layer, head)] = 0;
+      if (n_valid > 0) Update(page, bytes, layout, layer, head, n_valid - 1);
+    }
+  }
+}
+
+void KeySummaries::Copy(PageId src, PageId dst) {
+  const size_t per_page = size_t(n_layers_) * n_kv_heads_;
+  std::memcpy(Box(Index(dst, 0, 0)), Box(Index(src, 0, 0)),
+              per_page * 2 * size_t(head_dim_) * sizeof(float));
+  std::copy_n(counts_.begin() + ptrdiff_t(Index(src, 0, 0)), per_page,
+              counts_.begin() + ptrdiff_t(Index(dst, 0, 0)));
+}
+
+void KeySummaries::Forget(PageId page) {
+  std::fill_n(counts_.begin() + ptrdiff_t(Index(page, 0, 0)), size_t(n_layers_) * n_kv_heads_, 0);
+}
+
+float KeySummaries::UpperBound(PageId page, int layer, int head, const float* q) const {
+  const size_t index = Index(page, layer, head);
+  if (counts_[index] == 0) return -std::numeric_limits<float>::infinity();
+  const float* lo = Box(index);
+  const float* hi = lo + head_dim_;
+  float bound = 0.0f;
+  for (int c = 0; c < head_dim_; ++c) bound += std::max(q[c] * lo[c], q[c] * hi[c]);
+  return bound;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,91 @@
+// KeySummaries: per page, layer and kv head, the per-channel minimum and maximum of the
+// stored keys, and the upper bound they give on a query's attention score (as Quest does).
+//
+// For a query q and a page whose keys k lie in the box [min, max] channel by channel,
+// q·k ≤ Σ_c max(q_c·min_c, q_c·max_c): the page cannot hold a key scoring more than that.
+// The `qk` page selection (kv/pager.h) ranks a sequence's pages by this bound, for the
+// decode token's queries, and keeps the best ones resident. Summaries cover every page,
+// resident or in the tier, so a page that left the pool can be called back.
+//
+// A summary is made of the stored rows (dequantized from the KV type), so it depends only
+// on the KV a page holds, never on how or when it was written: rows are added as positions
+// are written in order, and a write that does not continue the summarized rows (a sequence
+// rewriting from an earlier position) rebuilds the summary from the stored rows first.
+//
+// Memory: 2 × head_dim floats per (page, layer, kv head), 1/(page_tokens) of the F32 keys
+// (1/32 of F16 K+V at 64 positions a page); reserved for every page id but committed only
+// where written.
+//
+// Goals: a bound that is exact arithmetic on stored values (min, max, products summed in
+// channel order), so scores are the same on every thread count and split.
+// Non-goals: choosing pages (the pager), values (V does not enter the bound).
+//
+// Thread safety: Update and UpperBound on distinct (page, layer, head) may run
+// concurrently (the forward pass gives each kv head its own task); the others are the
+// stage owner's, between batches.
+// Lifetime: owned by the stage next to its pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/huge_pages.h"
+#include "base/status.h"
+#include "kv/page_pool.h"
+
+namespace shardlm {
+
+class KeySummaries {
+ public:
+  // Summaries for pages [0, n_pages) of pools shaped like `frames` (layers, heads, dims).
+  static Result<std::unique_ptr<KeySummaries>> Create(const PagePoolConfig& frames, int n_pages);
+  KeySummaries(const KeySummaries&) = delete;
+  KeySummaries& operator=(const KeySummaries&) = delete;
+
+  int n_pages() const { return n_pages_; }
+
+  // Position `offset` of `page` was written in `layer` for kv head `head`: adds its stored
+  // key to the summary (rebuilding from rows [0, offset) when the summary does not end at
+  // offset). bytes: the page's bytes in the layout of `layout` (a frame of the pool).
+  void Update(PageId page, const uint8_t* bytes, const PagePool& layout, int layer, int head,
+              int offset);
+  // The whole page (every layer and head), from its first n_valid stored rows: a page that
+  // arrived whole (imported from disk or a slot file).
+  void Rebuild(PageId page, const uint8_t* bytes, const PagePool& layout, int n_valid);
+  // dst's summaries become src's (copy-on-write copies the page).
+  void Copy(PageId src, PageId dst);
+  // The page holds nothing any more.
+  void Forget(PageId page);
+  // Positions summarized for (page, layer, head); 0: no summary.
+  int summarized(PageId page, int layer, int head) const {
+    return counts_[Index(page, layer, head)];
+  }
+
+  // Σ_c max(q_c·min_c, q_c·max_c) for the keys of (page, layer, head), channels in order;
+  // -infinity when the page has no summary there.
+  float UpperBound(PageId page, int layer, int head, const float* q) const;
+
+ private:
+  KeySummaries(const PagePoolConfig& shape, int n_pages);
+  size_t Index(PageId page, int layer, int head) const {
+    return (size_t(page) * n_layers_ + size_t(layer)) * n_kv_heads_ + size_t(head);
+  }
+  float* Box(size_t index) {
+    return reinterpret_cast<float*>(boxes_.get()) + index * 2 * head_dim_;
+  }
+  const float* Box(size_t index) const {
+    return reinterpret_cast<const float*>(boxes_.get()) + index * 2 * head_dim_;
+  }
+  void AddRow(size_t index, const float* row, bool first);
+
+  int n_pages_;
+  int n_layers_;
+  int n_kv_heads_;
+  int head_dim_;
+  KvType kv_type_;
+  HugePageBuffer boxes_;          // [page][layer][head] → min[head_dim], max[head_dim]
+  std::vector<uint16_t> counts_;  // [page][layer][head] → positions summarized
+};
+
+}  // namespace shardlm

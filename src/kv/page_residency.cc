@@ -1,0 +1,204 @@
+// PageResidency: frames, tier and summaries of a stage's bounded pool (see page_residency.h).
+#include "kv/page_residency.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "base/check.h"
+
+namespace shardlm {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PageResidency>> PageResidency::Create(PagePool* frames, int n_pages,
+                                                             std::unique_ptr<KvTier> tier,
+                                                             bool summaries) {
+  SHARDLM_CHECK(frames != nullptr && tier != nullptr);
+  if (n_pages < frames->n_pages()) {
+    return InvalidArgument("{} logical pages over {} frames: a pool larger than its pages", n_pages,
+                           frames->n_pages());
+  }
+  if (tier->n_pages() != n_pages || tier->page_bytes() != frames->page_bytes()) {
+    return InvalidArgument("KV tier of {} pages of {} bytes for {} pages of {} bytes",
+                           tier->n_pages(), tier->page_bytes(), n_pages, frames->page_bytes());
+  }
+  std::unique_ptr<PageResidency> residency(new PageResidency(frames, n_pages, std::move(tier)));
+  if (summaries) {
+    SHARDLM_ASSIGN_OR_RETURN(residency->summaries_,
+                             KeySummaries::Create(frames->config(), n_pages));
+  }
+  return residency;
+}
+
+PageResidency::PageResidency(PagePool* frames, int n_pages, std::unique_ptr<KvTier> tier)
+    : frames_(frames),
+      tier_(std::move(tier)),
+      frame_of_(size_t(n_pages), kNoPage),
+      page_in_(size_t(frames->n_pages()), kNoPage),
+      dirty_(size_t(n_pages), 0) {}
+
+Status PageResidency::CheckPage(PageId page) const {
+  if (page < 0 || page >= n_pages()) {
+    return InvalidArgument("page {} is outside the KV pages [0, {})", page, n_pages());
+  }
+  return Status::Ok();
+}
+
+Status PageResidency::Apply(const PagingOps& ops) {
+  for (PageId page : ops.frees) SHARDLM_TRY(CheckPage(page));
+  for (PageId page : ops.evicts) SHARDLM_TRY(CheckPage(page));
+  for (const PageFrame& map : ops.maps) {
+    SHARDLM_TRY(CheckPage(map.page));
+    if (map.frame < 0 || map.frame >= frames_->n_pages()) {
+      return InvalidArgument("frame {} is outside the pool's [0, {})", map.frame,
+                             frames_->n_pages());
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ops.reset) {
+    for (PageId page = 0; page < n_pages(); ++page) Free(page);
+  }
+  for (PageId page : ops.frees) Free(page);
+  for (PageId page : ops.evicts) SHARDLM_TRY(Evict(page));
+  for (const PageFrame& map : ops.maps) SHARDLM_TRY(Map(map.page, map.frame));
+  return Status::Ok();
+}
+
+void PageResidency::Free(PageId page) {
+  const PageId frame = frame_of_[page];
+  if (frame != kNoPage) page_in_[frame] = kNoPage;
+  frame_of_[page] = kNoPage;
+  dirty_[page] = 0;
+  tier_->Drop(page);
+  if (summaries_) summaries_->Forget(page);
+}
+
+Status PageResidency::Evict(PageId page) {
+  const PageId frame = frame_of_[page];
+  if (frame == kNoPage) return InvalidArgument("evicting page {}, which is not resident", page);
+  if (dirty_[page] || !tier_->Holds(page)) {
+    const auto start = std::chrono::steady_clock::now();
+    SHARDLM_TRY(tier_->Write(page, frames_->page_data(frame)));
+    ++stats_.page_outs;
+    stats_.bytes_moved += frames_->page_bytes();
+    stats_.seconds_moving += SecondsSince(start);
+  }
+  dirty_[page] = 0;
+  frame_of_[page] = kNoPage;
+  page_in_[frame] = kNoPage;
+  return Status::Ok();
+}
+
+Status PageResidency::Map(PageId page, PageId frame) {
+  if (frame_of_[page] == frame) return Status::Ok();
+  if (frame_of_[page] != kNoPage) {
+    return InvalidArgument("page {} is already in frame {}", page, frame_of_[page]);
+  }
+  if (page_in_[frame] != kNoPage) {
+    return InvalidArgument("frame {} still holds page {}", frame, page_in_[frame]);
+  }
+  if (tier_->Holds(page)) {
+    const auto start = std::chrono::steady_clock::now();
+    SHARDLM_TRY(tier_->Read(page, frames_->page_data(frame)));
+    ++stats_.page_ins;
+    stats_.bytes_moved += frames_->page_bytes();
+    stats_.seconds_moving += SecondsSince(start);
+    dirty_[page] = 0;
+  } else {
+    dirty_[page] = 1;  // a new page: nothing to read, written next
+  }
+  frame_of_[page] = frame;
+  page_in_[frame] = page;
+  return Status::Ok();
+}
+
+Status PageResidency::Copy(PageId src, PageId dst) {
+  SHARDLM_TRY(CheckPage(src));
+  SHARDLM_TRY(CheckPage(dst));
+  std::lock_guard<std::mutex> lock(mu_);
+  const PageId dst_frame = frame_of_[dst];
+  if (dst_frame == kNoPage) return InvalidArgument("copy-on-write into page {}, not resident", dst);
+  if (frame_of_[src] != kNoPage) {
+    frames_->CopyPage(frame_of_[src], dst_frame);
+  } else {
+    SHARDLM_TRY(tier_->Read(src, frames_->page_data(dst_frame)));
+    ++stats_.page_ins;
+    stats_.bytes_moved += frames_->page_bytes();
+  }
+  dirty_[dst] = 1;
+  if (summaries_) summaries_->Copy(src, dst);
+  return Status::Ok();
+}
+
+Status PageResidency::Frames(std::span<const PageId> pages, AttendedPages attended,
+                             std::vector<PageId>* frames) const {
+  frames->assign(pages.size(), kNoPage);
+  auto place = [&](size_t i) -> Status {
+    if (i >= pages.size()) {
+      return InvalidArgument("attended page {} is past the sequence's {} pages", i, pages.size());
+    }
+    SHARDLM_TRY(CheckPage(pages[i]));
+    const PageId frame = frame_of_[pages[i]];
+    if (frame == kNoPage) {
+      return InvalidArgument("logical page {} (page {}) is read but not resident", i, pages[i]);
+    }
+    (*frames)[i] = frame;
+    return Status::Ok();
+  };
+  if (attended.empty()) {
+    for (size_t i = 0; i < pages.size(); ++i) SHARDLM_TRY(place(i));
+  } else {
+    for (int32_t i : attended) SHARDLM_TRY(place(size_t(i)));
+  }
+  return Status::Ok();
+}
+
+Status PageResidency::Export(std::span<const PageId> pages, uint8_t* dst) {
+  for (PageId page : pages) SHARDLM_TRY(CheckPage(page));
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t bytes = frames_->page_bytes();
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const PageId frame = frame_of_[pages[i]];
+    if (frame != kNoPage) {
+      std::memcpy(dst + i * bytes, frames_->page_data(frame), bytes);
+    } else {
+      SHARDLM_TRY(tier_->Read(pages[i], dst + i * bytes));
+    }
+  }
+  return Status::Ok();
+}
+
+Status PageResidency::Import(std::span<const PageId> pages, const uint8_t* src) {
+  for (PageId page : pages) SHARDLM_TRY(CheckPage(page));
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t bytes = frames_->page_bytes();
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const PageId page = pages[i];
+    const PageId frame = frame_of_[page];
+    if (frame != kNoPage) {
+      std::memcpy(frames_->page_data(frame), src + i * bytes, bytes);
+      dirty_[page] = 1;
+      if (summaries_) summaries_->Rebuild(page, src + i * bytes, *frames_, frames_->page_tokens());
+    } else {
+      SHARDLM_TRY(tier_->Write(page, src + i * bytes));
+      if (summaries_) summaries_->Rebuild(page, src + i * bytes, *frames_, frames_->page_tokens());
+    }
+  }
+  return Status::Ok();
+}
+
+ResidencyStats PageResidency::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ResidencyStats stats = stats_;
+  stats.tier_pages = tier_->pages_stored();
+  stats.resident_pages = 0;
+  for (PageId page : page_in_) stats.resident_pages += page != kNoPage;
+  return stats;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,102 @@
+// PageResidency: a stage's side of a bounded KV pool: which logical page each frame of its
+// PagePool holds, the tier that holds the others, and the key summaries of them all.
+//
+// The engine's pager (kv/pager.h) decides; every stage applies its PagingOps in batch order
+// (frees, evicts, maps; then the batch's copy-on-write copies), so all stages hold the same
+// pages in the same frames. A page the tier holds is read back when it is mapped; a page
+// evicted goes to the tier only if it was written since it was last read from there (KV is
+// append-only: a full page read back is never written again, so most evictions cost no I/O).
+//
+// For the forward pass a batch's page lists (logical ids) become frame lists: the frame of
+// each attended page, kNoPage for the pages the sequence does not read this batch.
+//
+// Export and import (disk cache, slot files, shard export) work on logical pages wherever
+// they are: a resident page from its frame, the others from or into the tier; an imported
+// page is summarized for the `qk` selection.
+//
+// Goals: bit-exact moves; a tier failure (full disk, truncated file) is a Status for the
+// batch that needed the page, and the residency stays consistent (a failed eviction keeps
+// the page resident... of the pages the ops named before it, all were applied).
+// Non-goals: deciding what moves (the pager), the page bytes layout (PagePool).
+//
+// Thread safety: Apply, Copy, Frames and the summary updates run on the stage's batch
+// thread; Export and Import may run on other threads at the same time: a mutex guards the
+// map and the tier.
+// Lifetime: borrows the pool; owns the tier and the summaries.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/key_summaries.h"
+#include "kv/kv_tier.h"
+#include "kv/page_pool.h"
+#include "kv/paging.h"
+
+namespace shardlm {
+
+// Counters for /metrics and /props.
+struct ResidencyStats {
+  int resident_pages = 0;
+  int64_t tier_pages = 0;
+  uint64_t page_ins = 0;   // reads from the tier
+  uint64_t page_outs = 0;  // writes to the tier
+  uint64_t bytes_moved = 0;
+  double seconds_moving = 0.0;
+};
+
+class PageResidency {
+ public:
+  // Logical pages [0, n_pages) over the frames of `frames`, the others in `tier` (which
+  // must have n_pages pages of frames->page_bytes()). summaries: with the `qk` selection.
+  static Result<std::unique_ptr<PageResidency>> Create(PagePool* frames, int n_pages,
+                                                       std::unique_ptr<KvTier> tier,
+                                                       bool summaries);
+  PageResidency(const PageResidency&) = delete;
+  PageResidency& operator=(const PageResidency&) = delete;
+
+  int n_pages() const { return int(frame_of_.size()); }
+  // The frame holding `page`, or kNoPage.
+  PageId frame_of(PageId page) const { return frame_of_[page]; }
+  KeySummaries* summaries() { return summaries_.get(); }
+  const KvTier& tier() const { return *tier_; }
+
+  // Errors: an id outside the pages or frames (InvalidArgument, nothing applied); a tier
+  // failure (IoError, ResourceExhausted, NotFound) after the ops before it were applied.
+  Status Apply(const PagingOps& ops);
+  // Copy-on-write: dst (resident) gets src's bytes, from src's frame or the tier.
+  Status Copy(PageId src, PageId dst);
+  // frames[i] = the frame of pages[i] when i is attended (every i when `attended` is empty),
+  // else kNoPage. Errors: an attended page that is not resident (InvalidArgument).
+  Status Frames(std::span<const PageId> pages, AttendedPages attended,
+                std::vector<PageId>* frames) const;
+  // The written page is dirty: its next eviction writes it to the tier.
+  void MarkWritten(PageId page) { dirty_[page] = 1; }
+
+  Status Export(std::span<const PageId> pages, uint8_t* dst);
+  Status Import(std::span<const PageId> pages, const uint8_t* src);
+
+  ResidencyStats Stats() const;
+
+ private:
+  PageResidency(PagePool* frames, int n_pages, std::unique_ptr<KvTier> tier);
+  Status Evict(PageId page);
+  Status Map(PageId page, PageId frame);
+  void Free(PageId page);
+  Status CheckPage(PageId page) const;
+
+  PagePool* frames_;
+  std::unique_ptr<KvTier> tier_;
+  std::unique_ptr<KeySummaries> summaries_;
+  std::vector<PageId> frame_of_;  // [page] → frame or kNoPage
+  std::vector<PageId> page_in_;   // [frame] → page or kNoPage
+  std::vector<uint8_t> dirty_;    // [page] → written since the tier last had it
+  mutable std::mutex mu_;         // frame_of_, page_in_, tier_, stats_
+  ResidencyStats stats_;
+};
+
+}  // namespace shardlm

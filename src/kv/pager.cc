@@ -1,0 +1,224 @@
+// Pager: resident sets, frames and moves of a bounded KV pool (see pager.h).
+#include "kv/pager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "base/check.h"
+
+namespace shardlm {
+
+const char* PageSelectName(PageSelect select) { return select == PageSelect::kQk ? "qk" : "lru"; }
+
+Result<PageSelect> ParsePageSelect(const std::string& name) {
+  if (name == "qk") return PageSelect::kQk;
+  if (name == "lru") return PageSelect::kLru;
+  return InvalidArgument("--kv-select '{}' is not 'qk' or 'lru'", name);
+}
+
+Status PagerConfig::Validate() const {
+  if (page_tokens <= 0 || n_slots <= 0 || n_pages <= 0) {
+    return InvalidArgument("KV pool: bad geometry ({} pages of {} positions, {} slots)", n_pages,
+                           page_tokens, n_slots);
+  }
+  if (pool.pool_tokens <= 0 || pool.sink_tokens < 0 || pool.tail_tokens < 0 ||
+      pool.reselect_tokens <= 0) {
+    return InvalidArgument(
+        "--kv-pool {} / --kv-sink {} / --kv-tail {} / --kv-reselect {}: the pool and the "
+        "reselect interval must be positive, the sink and tail not negative",
+        pool.pool_tokens, pool.sink_tokens, pool.tail_tokens, pool.reselect_tokens);
+  }
+  if (pool_pages() < min_pool_pages()) {
+    return InvalidArgument(
+        "--kv-pool {} ({} pages of {} positions) cannot hold --kv-sink {} + --kv-tail {} + the "
+        "pages a batch writes: it needs at least {} pages ({} positions)",
+        pool.pool_tokens, pool_pages(), page_tokens, pool.sink_tokens, pool.tail_tokens,
+        min_pool_pages(), min_pool_pages() * page_tokens);
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Pager>> Pager::Create(const PagerConfig& config) {
+  SHARDLM_TRY(config.Validate());
+  return std::unique_ptr<Pager>(new Pager(config));
+}
+
+Pager::Pager(const PagerConfig& config)
+    : config_(config),
+      pool_pages_(config.pool_pages()),
+      slots_(size_t(config.n_slots)),
+      frame_of_(size_t(config.n_pages), kNoPage),
+      refs_(size_t(config.n_pages), 0) {
+  // Frame 0 is handed out first.
+  for (int f = config.n_frames() - 1; f >= 0; --f) free_frames_.push_back(f);
+}
+
+int Pager::MaxWrite(int slot, int begin, int wanted) const {
+  (void)slot;
+  const int pt = config_.page_tokens;
+  const int end = begin + wanted;
+  if ((end + pt - 1) / pt <= pool_pages_) return wanted;
+  const int sink = config_.sink_pages();
+  const int w0 = begin / pt;
+  int required = std::min(sink, w0 + 1);
+  if (begin > 0) {
+    const int t0 = std::max(0, begin - config_.pool.tail_tokens) / pt;
+    const int t1 = (begin - 1) / pt;
+    required += std::max(0, t1 - std::max(t0, sink) + 1);
+  }
+  const bool w0_counted = w0 < sink || (begin > 0 && w0 == (begin - 1) / pt);
+  if (!w0_counted) ++required;
+  const int extra_pages = std::max(0, pool_pages_ - required);
+  const int max_end = (w0 + 1 + extra_pages) * pt;
+  return std::max(1, std::min(wanted, max_end - begin));
+}
+
+void Pager::Required(int begin, int end, int n_pages, std::vector<uint8_t>* need) const {
+  const int pt = config_.page_tokens;
+  auto mark = [&](int first, int last) {
+    for (int i = std::max(0, first); i <= std::min(last, n_pages - 1); ++i) (*need)[i] |= 1;
+  };
+  mark(0, config_.sink_pages() - 1);
+  if (begin > 0) mark(std::max(0, begin - config_.pool.tail_tokens) / pt, (begin - 1) / pt);
+  if (end > begin) mark(begin / pt, (end - 1) / pt);
+}
+
+void Pager::Ref(PageId page) {
+  if (refs_[page]++ > 0) return;
+  SHARDLM_CHECK_MSG(!free_frames_.empty(), "KV pool: no free frame for page %d", page);
+  const PageId frame = free_frames_.back();
+  free_frames_.pop_back();
+  frame_of_[page] = frame;
+  pending_.maps.push_back({page, frame});
+  ++stats_.pages_mapped;
+}
+
+void Pager::Unref(PageId page) {
+  SHARDLM_CHECK(refs_[page] > 0);
+  if (--refs_[page] > 0) return;
+  free_frames_.push_back(frame_of_[page]);
+  frame_of_[page] = kNoPage;
+  pending_.evicts.push_back(page);
+  ++stats_.pages_evicted;
+}
+
+Status Pager::Prepare(int slot, std::span<const PageId> pages, int begin, int end) {
+  SlotPages& s = slots_[slot];
+  const int n = int(pages.size());
+  const int pt = config_.page_tokens;
+  s.last_use.resize(size_t(n), 0);
+  s.scores.resize(size_t(n), -std::numeric_limits<float>::infinity());
+  for (int i = begin / pt; end > begin && i <= (end - 1) / pt && i < n; ++i) {
+    s.last_use[i] = ++clock_;
+  }
+  // need_[i]: 0 out, 1 required, 2 chosen; bit 4: resident for the slot before this batch.
+  need_.assign(size_t(n), 0);
+  for (size_t k = 0; k < s.attended.size(); ++k) {
+    const int i = s.attended[k];
+    if (i < n && pages[i] == s.ids[k]) need_[i] |= 4;
+  }
+  if (n <= pool_pages_) {
+    for (int i = 0; i < n; ++i) need_[i] |= 1;
+  } else {
+    Required(begin, end, n, &need_);
+    int n_required = 0;
+    for (int i = 0; i < n; ++i) n_required += (need_[i] & 1);
+    if (n_required > pool_pages_) {
+      return OutOfRange(
+          "KV pool: positions [{}, {}) with --kv-sink {} and --kv-tail {} need {} pages "
+          "resident, the pool holds {}",
+          begin, end, config_.pool.sink_tokens, config_.pool.tail_tokens, n_required, pool_pages_);
+    }
+    const int room = pool_pages_ - n_required;
+    std::vector<int32_t> candidates;
+    const bool reselect = config_.pool.select == PageSelect::kQk && s.fresh_scores;
+    for (int i = 0; i < n; ++i) {
+      if ((need_[i] & 1) == 0 && (reselect || (need_[i] & 4) != 0)) candidates.push_back(i);
+    }
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    // Higher keeps: the score (unscored pages, newer than the last scoring, rank above every
+    // scored one between reselections), then recency, then position.
+    auto keep_key = [&](int32_t i) {
+      const float score = s.scores[i];
+      const bool scored = score > -kInf;
+      return std::make_tuple(scored || reselect ? score : kInf, s.last_use[i], i);
+    };
+    std::sort(candidates.begin(), candidates.end(),
+              [&](int32_t a, int32_t b) { return keep_key(a) > keep_key(b); });
+    if (int(candidates.size()) > room) candidates.resize(size_t(room));
+    for (int32_t i : candidates) need_[i] |= 2;
+    if (reselect) {
+      s.fresh_scores = false;
+      ++stats_.reselects;
+    }
+  }
+  // Out first (their frames serve the pages coming in), then in.
+  for (size_t k = 0; k < s.attended.size(); ++k) {
+    const int i = s.attended[k];
+    if (i >= n || pages[i] != s.ids[k] || (need_[i] & 3) == 0) Unref(s.ids[k]);
+  }
+  s.attended.clear();
+  s.ids.clear();
+  for (int i = 0; i < n; ++i) {
+    if ((need_[i] & 3) == 0) continue;
+    if ((need_[i] & 4) == 0) {
+      Ref(pages[i]);
+      s.last_use[i] = std::max(s.last_use[i], ++clock_);
+    }
+    s.attended.push_back(i);
+    s.ids.push_back(pages[i]);
+  }
+  return Status::Ok();
+}
+
+bool Pager::WantsScores(int slot, int n_pages, bool prompt_end) {
+  if (config_.pool.select != PageSelect::kQk || n_pages <= pool_pages_) return false;
+  SlotPages& s = slots_[slot];
+  if (!prompt_end && ++s.decodes_since_scores < config_.pool.reselect_tokens) return false;
+  s.decodes_since_scores = 0;
+  return true;
+}
+
+void Pager::SetScores(int slot, std::span<const float> scores) {
+  SlotPages& s = slots_[slot];
+  s.scores.assign(scores.begin(), scores.end());
+  s.fresh_scores = true;
+}
+
+void Pager::OnPageFreed(PageId page) {
+  for (SlotPages& s : slots_) {
+    for (size_t k = 0; k < s.ids.size(); ++k) {
+      if (s.ids[k] != page) continue;
+      s.ids.erase(s.ids.begin() + ptrdiff_t(k));
+      s.attended.erase(s.attended.begin() + ptrdiff_t(k));
+      break;
+    }
+  }
+  refs_[page] = 0;
+  if (frame_of_[page] != kNoPage) {
+    free_frames_.push_back(frame_of_[page]);
+    frame_of_[page] = kNoPage;
+  }
+  std::erase(pending_.evicts, page);
+  std::erase_if(pending_.maps, [&](const PageFrame& m) { return m.page == page; });
+  pending_.frees.push_back(page);
+}
+
+void Pager::Reset() {
+  for (SlotPages& s : slots_) s = SlotPages();
+  std::fill(frame_of_.begin(), frame_of_.end(), kNoPage);
+  std::fill(refs_.begin(), refs_.end(), 0);
+  free_frames_.clear();
+  for (int f = config_.n_frames() - 1; f >= 0; --f) free_frames_.push_back(f);
+  pending_.clear();
+  pending_.reset = true;
+}
+
+PagerStats Pager::Stats() const {
+  PagerStats stats = stats_;
+  stats.frames_used = config_.n_frames() - int(free_frames_.size());
+  return stats;
+}
+
+}  // namespace shardlm

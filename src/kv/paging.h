@@ -1,0 +1,61 @@
+// Paging instructions: how the engine's pager (kv/pager.h) tells every stage which pages
+// to move between its resident frames and its tier (kv/page_residency.h), with a batch.
+//
+// With a bounded KV pool (`--kv-pool`), page ids are logical: a sequence's block table
+// names them and the prefix cache, copy-on-write and the disk tier work on them as
+// without a pool. Each stage stores at most n_frames of them in its PagePool (its
+// frames); the others live in the stage's tier (RAM or a file). The pager decides, once for
+// the whole pipeline, which pages sit in which frame, so every stage, local or remote,
+// holds the same pages resident and a sequence reads the same KV whatever the split.
+//
+// Goals: plain values that the pipeline copies and the shard protocol puts on the wire.
+// Non-goals: deciding (the pager), storing (PageResidency).
+//
+// Thread safety: values only. Lifetime: values only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kv/page_pool.h"
+
+namespace shardlm {
+
+// A page placed in a frame of every stage's pool: its bytes come from the tier when the
+// tier holds the page, else the frame is left as it is (a new page, written next).
+struct PageFrame {
+  PageId page = kNoPage;
+  int32_t frame = -1;
+  friend bool operator==(const PageFrame&, const PageFrame&) = default;
+};
+
+// What a stage applies before a batch, in this order (then the copy-on-write copies):
+//  - reset (see there);
+//  - frees: pages given back to the allocator: their frame (if any) and tier copy are
+//    dropped without being written anywhere;
+//  - evicts: resident pages moved out: their bytes go to the tier, their frame is free;
+//  - maps: pages placed in frames (page-in from the tier).
+struct PagingOps {
+  // First of all: forget every page (frames and tier), after a failed batch may have left
+  // the stages apart.
+  bool reset = false;
+  std::vector<PageId> frees;
+  std::vector<PageId> evicts;
+  std::vector<PageFrame> maps;
+
+  bool empty() const { return !reset && frees.empty() && evicts.empty() && maps.empty(); }
+  void clear() {
+    reset = false;
+    frees.clear();
+    evicts.clear();
+    maps.clear();
+  }
+};
+
+// The logical pages (indices into its page list, ascending) a sequence's attention reads in
+// a batch. An empty list means every page: the unbounded case, and a pooled sequence whose
+// context still fits its pool.
+using AttendedPages = std::span<const int32_t>;
+
+}  // namespace shardlm
