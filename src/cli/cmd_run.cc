@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/kv_pool_flags.h"
 #include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
 #include "engine/logits_recorder.h"
@@ -39,6 +40,7 @@ struct RunFlags {
   int n_ctx = 4096;
   int n_batch = 512;
   std::string kv_type = "f32";
+  KvPoolFlags kv_pool;
   bool no_parse_special = false;
   bool ignore_eos = false;
   std::string logits_out;
@@ -58,6 +60,7 @@ void DeclareFlags(CLI::App& cmd, RunFlags& f) {
   cmd.add_option("-b,--batch-size", f.n_batch, "Most prompt tokens per forward pass")
       ->capture_default_str();
   DeclareKvTypeFlag(cmd, f.kv_type);
+  DeclareKvPoolFlags(cmd, f.kv_pool);
   cmd.add_flag("--no-parse-special", f.no_parse_special,
                "Tokenize special-token text in the prompt as plain text");
   cmd.add_flag("--ignore-eos", f.ignore_eos,
@@ -196,10 +199,15 @@ Status RunCommand(RunFlags& f) {
   // EOG tokens are then fed back like any other (and render as ""), so exactly n_predict
   // tokens come out, as in the fixtures' greedy runs; llama.cpp's --ignore-eos forbids them.
   request.ignore_eos = f.ignore_eos;
-  SHARDLM_ASSIGN_OR_RETURN(
-      std::unique_ptr<Scheduler> engine,
-      Scheduler::Create(*loaded.model, *loaded.tokenizer,
-                        OneRequestOptions(f, n_prompt, n_threads, kv_type, std::move(placement))));
+  SchedulerOptions options =
+      OneRequestOptions(f, n_prompt, n_threads, kv_type, std::move(placement));
+  SHARDLM_ASSIGN_OR_RETURN(ParsedKvPool kv_pool,
+                           ParseKvPoolFlags(f.kv_pool, 1, *loaded.model, kv_type));
+  options.kv_pool = kv_pool.pool;
+  options.kv_tier = kv_pool.tier;
+  if (options.bounded_kv()) std::fprintf(stderr, "%s\n", DescribeKvPool(kv_pool).c_str());
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
+                           Scheduler::Create(*loaded.model, *loaded.tokenizer, options));
 
   std::unique_ptr<LogitsRecorder> recorder;
   if (!f.logits_out.empty()) {

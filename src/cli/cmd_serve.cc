@@ -27,11 +27,12 @@
 #include "cache/byte_size.h"
 #include "cache/private_folder.h"
 #include "cli/commands.h"
+#include "cli/kv_pool_flags.h"
 #include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
 #include "cli/synth_model.h"
-#include "pipeline/model_loader.h"
 #include "engine/scheduler.h"
+#include "pipeline/model_loader.h"
 #include "server/http_server.h"
 #include "server/pipeline_metrics.h"
 #include "server/request_guard.h"
@@ -41,6 +42,7 @@ namespace {
 
 struct ServeFlags {
   std::string model_path;
+  KvPoolFlags kv_pool;
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string api_key;
@@ -114,6 +116,7 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "the least used are evicted")
       ->capture_default_str();
   DeclareKvTypeFlag(cmd, f.kv_type);
+  DeclareKvPoolFlags(cmd, f.kv_pool);
   cmd.add_option("--slot-save-path", f.slot_save_path,
                  "Folder of /slots save and restore files (created if missing; default: the "
                  "slots subfolder of --kv-cache-dir; neither: save and restore are off)");
@@ -270,6 +273,10 @@ Status RunServe(const ServeFlags& flags) {
   so.prefix_cache = !flags.no_prefix_cache;
   so.cache_pages = flags.cache_pages;
   so.kv_type = kv_type;
+  SHARDLM_ASSIGN_OR_RETURN(ParsedKvPool kv_pool, ParseKvPoolFlags(flags.kv_pool, flags.n_parallel,
+                                                                  *loaded.model, kv_type));
+  so.kv_pool = kv_pool.pool;
+  so.kv_tier = kv_pool.tier;
   so.kv_cache_dir = kv_cache_dir;
   so.kv_cache_budget = *budget;
   so.slot_save_budget = *slot_budget;
@@ -280,6 +287,7 @@ Status RunServe(const ServeFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
                            Scheduler::Create(std::move(loaded), so));
   for (const std::string& line : DescribePlacement(engine->info().stages)) Log(line);
+  if (so.bounded_kv()) Log(DescribeKvPool(kv_pool));
   if (!kv_cache_dir.empty()) {
     const EngineStats stats = engine->Stats();
     Log(fmt::format("kv cache on disk: {} ({} files, {} for this model and split; budget {})",

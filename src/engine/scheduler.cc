@@ -41,15 +41,41 @@ Status SchedulerOptions::Validate() const {
         "decodes one token per step",
         n_batch, n_parallel);
   }
+  if (kv_pool.pool_tokens < 0) {
+    return InvalidArgument("--kv-pool {} must be positive", kv_pool.pool_tokens);
+  }
+  if (bounded_kv()) SHARDLM_TRY(Pager().Validate());
   return Status::Ok();
+}
+
+bool SchedulerOptions::bounded_kv() const {
+  const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
+  return kv_pool.bounded() && (kv_pool.pool_tokens + page_tokens - 1) / page_tokens < pages_per_seq;
+}
+
+PagerConfig SchedulerOptions::Pager() const {
+  PagerConfig config;
+  config.n_pages = Kv().n_pages;
+  config.page_tokens = page_tokens;
+  config.n_slots = n_parallel;
+  config.pool = kv_pool;
+  return config;
 }
 
 KvGeometry SchedulerOptions::Kv() const {
   const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
-  return KvGeometry{.n_pages = n_parallel * pages_per_seq + cache_pages,
-                    .page_tokens = page_tokens,
-                    .kv_type = kv_type,
-                    .max_batch_tokens = n_batch};
+  KvGeometry kv;
+  kv.n_pages = n_parallel * pages_per_seq + cache_pages;
+  kv.page_tokens = page_tokens;
+  kv.kv_type = kv_type;
+  kv.max_batch_tokens = n_batch;
+  if (bounded_kv()) {
+    // Every slot's resident set in frames; the other pages in each stage's tier.
+    kv.n_frames = n_parallel * ((kv_pool.pool_tokens + page_tokens - 1) / page_tokens);
+    kv.tier = kv_tier;
+    kv.key_summaries = kv_pool.select == PageSelect::kQk;
+  }
+  return kv;
 }
 
 PipelineOptions SchedulerOptions::ToPipelineOptions() const {
@@ -162,6 +188,12 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
     slot.retained = std::make_unique<BlockTable>(&state->pipeline->allocator());
   }
   state->page_marks.resize(size_t(state->pipeline->allocator().n_pages()));
+  if (options_.bounded_kv()) {
+    SHARDLM_ASSIGN_OR_RETURN(state->pager, Pager::Create(options_.Pager()));
+    state->pipeline->allocator().SetFreeHook(
+        [pager = state->pager.get()](PageId page) { pager->OnPageFreed(page); });
+    state->attended_by_slot.resize(options_.n_parallel);
+  }
   state->pages_by_slot.resize(options_.n_parallel);
   state->batch.reserve(options_.n_batch);
 
@@ -478,6 +510,12 @@ void Scheduler::FailEverything(const Status& error) {
   // A retained page may have been written by the failed batch (a cancelled request's last
   // one), and a lost stage's pages are gone.
   DropAllSlotState(error);
+  if (s.pager != nullptr) {
+    // The failed batch may have moved pages in some stages and not others: every stage
+    // forgets every page, the cached ones too.
+    s.prefix_cache->Clear();
+    s.pager->Reset();
+  }
   if (lost) {
     while (!s.waiting.empty()) FinishWaiting(0, FinishReason::kError, error);
     s.last_reconnect = std::chrono::steady_clock::now();

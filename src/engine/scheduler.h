@@ -106,6 +106,7 @@
 #include "gguf/fingerprint.h"
 #include "grammar/token_vocabulary.h"
 #include "kv/page_pool.h"
+#include "kv/pager.h"
 #include "model/model.h"
 #include "pipeline/model_loader.h"
 #include "pipeline/pipeline.h"
@@ -158,8 +159,17 @@ struct SchedulerOptions {
   // 152K-token vocabulary: 18.5 MiB), so a prompt's logprobs cost about
   // n_prompt / prompt_logit_rows batches, while other requests run in them too.
   int prompt_logit_rows = 32;
+  // Bounded KV residency (kv/pager.h): at most kv_pool.pool_tokens positions of each
+  // sequence resident in every stage, the others in kv_tier. Unbounded when pool_tokens is 0
+  // or holds n_ctx.
+  KvPoolOptions kv_pool = {};
+  KvTierSpec kv_tier = {};
 
   Status Validate() const;
+  // Whether the pool bounds anything: set and smaller than a sequence's context.
+  bool bounded_kv() const;
+  // The pager these options ask for (bounded_kv() only).
+  PagerConfig Pager() const;
   // The pipeline these options ask for: n_parallel × ceil(n_ctx / page_tokens) +
   // cache_pages pages, n_batch tokens, n_parallel + prompt_logit_rows logits rows and
   // (embeddings) n_batch embedding rows per batch.

@@ -34,6 +34,8 @@ TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& rec
   const PromptOutputs& wanted = request.prompt_outputs();
   const int start = request.n_prefilled();
   int n = std::min(budget, request.n_prompt() - start);
+  // Past a bounded pool, a chunk fits what the pool leaves beside the sink and the tail.
+  if (pager != nullptr) n = pager->MaxWrite(slot_idx, start, n);
   // Prompt logits rows are the positions before the last; the batch has room for a few.
   const int n_prompt_rows =
       wanted.WantsPromptLogits(start) ? std::min(request.n_prompt() - 1 - start, n) : 0;
@@ -56,6 +58,13 @@ TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& rec
     out.n_prompt_logit_rows += prompt_logits ? 1 : 0;
     out.n_embedding_rows += embedding ? 1 : 0;
     out.sample = out.sample || sample;
+  }
+  if (last && request.samples() && pager != nullptr) {
+    const int page_tokens = pager->config().page_tokens;
+    if (pager->WantsScores(slot_idx, (start + n + page_tokens - 1) / page_tokens, true)) {
+      batch.back().score_pages = true;
+      record.scored.push_back({.slot = slot_idx, .request = request.id()});
+    }
   }
   Touch(slot, start, start + n);
   // Counted as prefilled once submitted: a later chunk may follow it through the stages.
@@ -92,6 +101,13 @@ void Scheduler::BuildBatch(InFlight& record) {
     }
     if (n_decode == decode_cap) continue;
     s.batch.push_back({request->last_token(), request->next_position(), i, true});
+    if (s.pager != nullptr) {
+      const int page_tokens = s.pager->config().page_tokens;
+      if (s.pager->WantsScores(i, request->next_position() / page_tokens + 1, false)) {
+        s.batch.back().score_pages = true;
+        record.scored.push_back({.slot = i, .request = request->id()});
+      }
+    }
     s.Touch(slot, request->next_position(), request->next_position() + 1);
     record.outputs.push_back({.slot = i, .request = request->id(), .sample = true});
     slot.awaiting_logits = true;
@@ -130,8 +146,12 @@ Status Scheduler::PrepareTables(InFlight& record) {
   Status status;
   for (size_t i = 0; i < s.slots.size(); ++i) {
     SchedulerSlot& slot = s.slots[i];
-    if (slot.write_end > 0 && status.ok()) {
+    const bool writes = slot.write_end > 0;
+    if (writes && status.ok()) {
       status = s.PrepareWriteWithRoom(slot);
+      if (status.ok() && s.pager != nullptr) {
+        status = s.pager->Prepare(int(i), slot.table->pages(), slot.write_begin, slot.write_end);
+      }
       if (status.ok()) {
         slot.table->SetTokens(slot.write_end);
         record.written.push_back({int(i), slot.request->id(), slot.write_end});
@@ -139,6 +159,12 @@ Status Scheduler::PrepareTables(InFlight& record) {
     }
     slot.write_end = 0;
     s.pages_by_slot[i] = slot.table->pages();
+    if (s.pager != nullptr) {
+      s.attended_by_slot[i] = writes ? s.pager->attended(int(i)) : AttendedPages();
+    }
+  }
+  for (InFlight::Scored& scored : record.scored) {
+    scored.n_pages = s.pages_by_slot[scored.slot].size();
   }
   return status;
 }
@@ -150,7 +176,15 @@ bool Scheduler::SubmitAction() {
   BuildBatch(record);
   if (s.batch.empty()) return false;
   Status status = PrepareTables(record);
-  if (status.ok()) status = s.pipeline->Submit({s.batch, s.pages_by_slot, s.copies});
+  if (status.ok()) {
+    PipelineBatch batch{s.batch, s.pages_by_slot, s.copies};
+    if (s.pager != nullptr) {
+      batch.paging = &s.pager->pending();
+      batch.attended_by_slot = s.attended_by_slot;
+    }
+    status = s.pipeline->Submit(batch);
+    if (status.ok() && s.pager != nullptr) s.pager->ClearPending();
+  }
   if (!status.ok()) {
     FailEverything(status);
     return true;
@@ -180,6 +214,14 @@ bool Scheduler::CollectAction() {
     if (s.prefix_cache->enabled()) {
       s.prefix_cache->PublishFullPages(written.slot, *slot.request, *slot.table, written.end);
     }
+  }
+  size_t offset = 0;
+  for (const InFlight::Scored& scored : record.scored) {
+    const std::span<const float> scores = outputs->page_scores.subspan(offset, scored.n_pages);
+    offset += scored.n_pages;
+    const SchedulerSlot& slot = s.slots[scored.slot];
+    if (slot.request && slot.request->id() == scored.request)
+      s.pager->SetScores(scored.slot, scores);
   }
   ProcessOutputs(record, *outputs);
   PublishStats();

@@ -63,9 +63,9 @@
 #include "cache/block_hash.h"
 #include "cache/disk_store.h"
 #include "cache/snapshot_layout.h"
+#include "engine/engine.h"
 #include "gguf/fingerprint.h"
 #include "kv/page_allocator.h"
-#include "engine/engine.h"
 #include "pipeline/pipeline.h"
 
 namespace shardlm {

@@ -16,13 +16,14 @@
 #include <memory>
 #include <vector>
 
-#include "grammar/automaton_cache.h"
-#include "kv/block_table.h"
 #include "engine/scheduler.h"
 #include "engine/scheduler_disk_cache.h"
 #include "engine/scheduler_prefix_cache.h"
 #include "engine/scheduler_request.h"
 #include "engine/scheduler_slots.h"
+#include "grammar/automaton_cache.h"
+#include "kv/block_table.h"
+#include "kv/pager.h"
 
 namespace shardlm {
 
@@ -72,6 +73,14 @@ struct Scheduler::InFlight {
     int end = 0;
   };
   std::vector<Written> written;
+  // Bounded KV pool: the entries that asked for page scores, in batch order, and how many
+  // pages each scored.
+  struct Scored {
+    int slot = 0;
+    RequestId request = 0;
+    size_t n_pages = 0;
+  };
+  std::vector<Scored> scored;
 };
 
 // Declaration order is destruction order reversed: tables, the prefix cache and the disk
@@ -79,10 +88,13 @@ struct Scheduler::InFlight {
 // release pages into).
 struct Scheduler::State {
   std::unique_ptr<Pipeline> pipeline;
+  // Bounded KV pool only. The allocator's free hook calls it: it goes after every table.
+  std::unique_ptr<Pager> pager;
   std::unique_ptr<SchedulerDiskCache> disk_cache;      // null without options.kv_cache_dir
   std::unique_ptr<SchedulerPrefixCache> prefix_cache;  // a null object when disabled
   std::vector<SchedulerSlot> slots;
   std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch
+  std::vector<AttendedPages> attended_by_slot;         // [slot] → its read pages, per batch
   std::deque<std::unique_ptr<ActiveRequest>> waiting;  // admitted in this order
   std::deque<InFlight> in_flight;                      // submission order
   std::deque<SlotCopyTask> slot_tasks;                 // slot transfers' copies, queued order

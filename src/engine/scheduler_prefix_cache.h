@@ -43,11 +43,11 @@
 
 #include "cache/block_hash.h"
 #include "cache/prefix_index.h"
+#include "engine/engine.h"
+#include "engine/scheduler_disk_cache.h"
 #include "gguf/fingerprint.h"
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
-#include "engine/engine.h"
-#include "engine/scheduler_disk_cache.h"
 
 namespace shardlm {
 

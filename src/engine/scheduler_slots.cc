@@ -6,12 +6,12 @@
 #include <memory>
 #include <vector>
 
-#include "kv/block_table.h"
-#include "kv/page_allocator.h"
 #include "engine/scheduler.h"
 #include "engine/scheduler_impl.h"
 #include "engine/scheduler_prefix_cache.h"
 #include "engine/scheduler_request.h"
+#include "kv/block_table.h"
+#include "kv/page_allocator.h"
 
 namespace shardlm {
 namespace {

@@ -13,9 +13,11 @@ namespace {
 // Wire sizes of the fixed-size array elements; Decode checks counts against these before
 // allocating, so they must match the Write*/Read* functions below.
 // token, position, slot, wants_logits, wants_embedding
-constexpr size_t kBatchEntryWireBytes = 4 + 4 + 4 + 1 + 1;
+constexpr size_t kBatchEntryWireBytes = 4 + 4 + 4 + 1 + 1 + 1;
 constexpr size_t kPageIdWireBytes = 4;
 constexpr size_t kPageCopyWireBytes = 2 * kPageIdWireBytes;
+constexpr size_t kPageFrameWireBytes = 2 * kPageIdWireBytes;
+constexpr size_t kFloatWireBytes = 4;
 constexpr size_t kCountWireBytes = 4;  // an empty array is its count alone
 static_assert(sizeof(PageId) == kPageIdWireBytes, "PageId travels as an i32");
 static_assert(static_cast<uint32_t>(StatusCode::kSentinel) < 64, "status codes fit a u32");
@@ -51,6 +53,10 @@ constexpr auto kHelloFields = [](auto& v, auto& m) {
   v("shm_bytes", m.shm_bytes);
   v("heartbeat_ms", m.heartbeat_ms);
   v("max_embedding_rows", m.max_embedding_rows);
+  v("n_frames", m.n_frames);
+  v("tier_kind", m.tier_kind);  // range-checked by the daemon (KvTierSpec::Kind)
+  v("tier_dir", m.tier_dir);
+  v("key_summaries", m.key_summaries);
 };
 
 constexpr auto kHelloReplyFields = [](auto& v, auto& m) {
@@ -72,6 +78,7 @@ constexpr auto kRunBatchFields = [](auto& v, auto& m) {
     v("entries.slot", e.slot);
     v("entries.wants_logits", e.wants_logits);
     v("entries.wants_embedding", e.wants_embedding);
+    v("entries.score_pages", e.score_pages);
   });
   v.Array("pages_by_slot", m.pages_by_slot, kCountWireBytes,
           [](auto& v, auto& pages) { PageIdFields(v, "pages_by_slot", pages); });
@@ -79,6 +86,15 @@ constexpr auto kRunBatchFields = [](auto& v, auto& m) {
     v("copies.src", c.src);
     v("copies.dst", c.dst);
   });
+  v("paging.reset", m.paging.reset);
+  PageIdFields(v, "paging.frees", m.paging.frees);
+  PageIdFields(v, "paging.evicts", m.paging.evicts);
+  v.Array("paging.maps", m.paging.maps, kPageFrameWireBytes, [](auto& v, auto& map) {
+    v("paging.maps.page", map.page);
+    v("paging.maps.frame", map.frame);
+  });
+  v.Array("attended_by_slot", m.attended_by_slot, kCountWireBytes,
+          [](auto& v, auto& pages) { PageIdFields(v, "attended_by_slot", pages); });
 };
 
 constexpr uint32_t kStatusSentinel = static_cast<uint32_t>(StatusCode::kSentinel);
@@ -90,6 +106,14 @@ constexpr auto kRunReplyFields = [](auto& v, auto& m) {
   v("n_out_rows", m.n_out_rows);
   v("compute_seconds", m.compute_seconds);
   v("n_embedding_rows", m.n_embedding_rows);
+  v.Array("page_scores", m.page_scores, kFloatWireBytes,
+          [](auto& v, auto& score) { v("page_scores", score); });
+  v("resident_pages", m.resident_pages);
+  v("tier_pages", m.tier_pages);
+  v("page_ins", m.page_ins);
+  v("page_outs", m.page_outs);
+  v("bytes_paged", m.bytes_paged);
+  v("paging_seconds", m.paging_seconds);
 };
 
 constexpr auto kPagesFields = [](auto& v, auto& m) { PageIdFields(v, "pages", m.pages); };

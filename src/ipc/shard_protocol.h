@@ -36,8 +36,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "kv/page_pool.h"
 #include "kv/batch.h"
+#include "kv/page_pool.h"
+#include "kv/paging.h"
 
 namespace shardlm {
 
@@ -45,7 +46,9 @@ namespace shardlm {
 // 3: head-major KV pages (page_pool.h): exported page bytes are laid out differently.
 // 4: embedding rows: BatchEntry.wants_embedding, Hello.max_embedding_rows,
 //    RunReply.n_embedding_rows, and the output area holds logits plus embedding rows.
-inline constexpr uint32_t kShardProtocolVersion = 4;
+// 5: bounded KV pools: Hello.n_frames, tier and key summaries; RunBatch paging ops, attended
+//    pages and BatchEntry.score_pages; RunReply page scores and paging counters.
+inline constexpr uint32_t kShardProtocolVersion = 5;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -90,6 +93,12 @@ struct ShardHello {
   uint32_t heartbeat_ms = 0;   // Working every this many ms while a request runs (0: never)
   // Most rows wanting their embedding in one batch (last stage; 0: none may ask).
   int32_t max_embedding_rows = 0;
+  // Bounded KV pool (kv/pager.h; 0 frames: unbounded): the pool holds n_frames frames, the
+  // other pages live in the tier (kind KvTierSpec::Kind, dir for a file tier).
+  int32_t n_frames = 0;
+  uint32_t tier_kind = 0;
+  std::string tier_dir = {};
+  bool key_summaries = false;
 };
 
 // Daemon → server.
@@ -111,6 +120,9 @@ struct ShardRunBatch {
   std::vector<BatchEntry> entries;
   std::vector<std::vector<PageId>> pages_by_slot;  // [slot] → page list (may be empty)
   std::vector<PageCopy> copies;
+  // Bounded KV pool: the paging ops (kv/paging.h) and each slot's attended pages.
+  PagingOps paging = {};
+  std::vector<std::vector<int32_t>> attended_by_slot = {};
 };
 
 // Daemon → server. On success the output area holds n_out_rows rows (hidden rows of
@@ -123,6 +135,15 @@ struct ShardRunReply {
   int32_t n_out_rows = 0;
   double compute_seconds = 0.0;
   int32_t n_embedding_rows = 0;
+  // Bounded KV pool: the scores of the entries with score_pages (StageBatch::page_scores),
+  // and the stage's paging counters after the batch.
+  std::vector<float> page_scores = {};
+  int32_t resident_pages = 0;
+  uint64_t tier_pages = 0;
+  uint64_t page_ins = 0;
+  uint64_t page_outs = 0;
+  uint64_t bytes_paged = 0;
+  double paging_seconds = 0.0;
 };
 
 // StatsRequest has an empty payload.

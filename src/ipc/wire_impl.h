@@ -13,6 +13,7 @@
 // appends to a caller's vector that must outlive it.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -85,6 +86,8 @@ class WireEncoder {
   void operator()(const char*, int32_t v) { w_.I32(v); }
   void operator()(const char*, uint64_t v) { w_.U64(v); }
   void operator()(const char*, double v) { w_.F64(v); }
+  // A float travels as its bits: infinities included (page scores start at -infinity).
+  void operator()(const char*, float v) { w_.U32(std::bit_cast<uint32_t>(v)); }
   void operator()(const char*, bool v) { w_.Bool(v); }
   void operator()(const char*, const std::string& v) { w_.String(v); }
   void Enum(const char*, uint32_t v, uint32_t) { w_.U32(v); }
@@ -105,6 +108,7 @@ class WireDecoder {
   void operator()(const char* field, int32_t& v) { v = r_.I32(field); }
   void operator()(const char* field, uint64_t& v) { v = r_.U64(field); }
   void operator()(const char* field, double& v) { v = r_.F64(field); }
+  void operator()(const char* field, float& v) { v = std::bit_cast<float>(r_.U32(field)); }
   void operator()(const char* field, bool& v) { v = r_.Bool(field); }
   void operator()(const char* field, std::string& v) { v = r_.String(field); }
   void Enum(const char* field, uint32_t& v, uint32_t sentinel) { v = r_.Enum(field, sentinel); }

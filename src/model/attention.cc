@@ -14,8 +14,9 @@ namespace {
 constexpr int kMaxRunRows = 64;
 
 // The K (or V) rows of one kv head over positions [0, n_ctx), as runs of n <= kMaxRunRows
-// consecutive positions inside one page, in position order. A run's stored rows are one
-// contiguous stretch (head-major pages, see page_pool.h).
+// consecutive positions inside one page, in position order, skipping the pages the list
+// marks kNoPage (not resident under a bounded pool). A run's stored rows are one contiguous
+// stretch (head-major pages, see page_pool.h).
 class KvRuns {
  public:
   KvRuns(const PagePool& pool, PageList pages, int layer_idx, bool values, int kv_head, int n_ctx)
@@ -28,7 +29,16 @@ class KvRuns {
 
   int n_ctx() const { return n_ctx_; }
 
-  // The stored rows of the run starting at `pos` (< n_ctx); *n is its length.
+  // The first position at or after `pos` whose page is read (n_ctx when none).
+  int Next(int pos) const {
+    const int page_tokens = pool_.page_tokens();
+    while (pos < n_ctx_ && pages_[pos / page_tokens] == kNoPage) {
+      pos = (pos / page_tokens + 1) * page_tokens;
+    }
+    return std::min(pos, n_ctx_);
+  }
+
+  // The stored rows of the run starting at `pos` (< n_ctx, on a read page); *n is its length.
   const uint8_t* At(int pos, int* n) const {
     const int page_tokens = pool_.page_tokens();
     const PageId page = pages_[pos / page_tokens];
@@ -47,19 +57,32 @@ class KvRuns {
   int n_ctx_;
 };
 
-// Calls fn(pos, n, rows) for the runs of `runs` in position order; rows[r] is the F32 row of
-// position pos + r: as_f32(raw, n) gives the run's stored rows as F32 rows head_dim apart
-// (the stored rows themselves for an F32 cache, a converted copy for F16).
+// Columns (read positions) before `position`: every position of the read pages before its
+// page, and those of its own page before it (its page is read: the tile writes it).
+int ColumnsBefore(PageList pages, int page_tokens, int position) {
+  const int page = position / page_tokens;
+  int columns = position % page_tokens;
+  for (int i = 0; i < page; ++i) columns += pages[i] == kNoPage ? 0 : page_tokens;
+  return columns;
+}
+
+// Calls fn(pos, col, n, rows) for the runs of `runs` in position order; col is the run's
+// first column (its index among the read positions: the position itself when every page is
+// read); rows[r] is the F32 row of position pos + r: as_f32(raw, n) gives the run's stored
+// rows as F32 rows head_dim apart (the stored rows themselves for an F32 cache, a converted
+// copy for F16).
 template <typename AsF32, typename Fn>
 void ForEachRun(const KvRuns& runs, int64_t head_dim, AsF32&& as_f32, Fn&& fn) {
   const float* rows[kMaxRunRows];
-  for (int pos = 0; pos < runs.n_ctx();) {
+  int col = 0;
+  for (int pos = runs.Next(0); pos < runs.n_ctx(); pos = runs.Next(pos)) {
     int n = 0;
     const uint8_t* raw = runs.At(pos, &n);
     const float* run = as_f32(raw, n);
     for (int r = 0; r < n; ++r) rows[r] = run + r * head_dim;
-    fn(pos, n, rows);
+    fn(pos, col, n, rows);
     pos += n;
+    col += n;
   }
 }
 
@@ -73,11 +96,13 @@ struct RunQueries {
 };
 
 // Scores, softmax and values of a tile, given how to visit K and V rows: visit(values, fn)
-// calls fn(pos, n, rows) for runs of rows in position order (rows[r] at position pos + r).
+// calls fn(pos, col, n, rows) for runs of rows in position order (rows[r] at position
+// pos + r, column col + r). first_col: the column of the tile's first position.
 template <typename VisitRows>
-void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, VisitRows&& visit) {
+void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col, float* scores,
+                    VisitRows&& visit) {
   const AttentionKernels& kern = GetAttentionKernels();
-  const int ctx = tile.first_position + tile.n_tokens;  // row stride of scores
+  const int ctx = first_col + tile.n_tokens;  // row stride of scores
   auto score_row = [&](int i, int h) { return scores + (int64_t(i) * tile.n_heads + h) * ctx; };
   auto query = [&](int i, int h) { return tile.q + i * tile.q_stride + h * head_dim; };
   auto out_head = [&](int i, int h) { return tile.out + i * tile.out_stride + h * head_dim; };
@@ -87,12 +112,12 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, Visi
   };
   RunQueries full;
   // scores[i][h][pos] = q_ih · k_pos (softmax applies the scale)
-  visit(false, [&](int pos, int n, const float* const* rows) {
+  visit(false, [&](int pos, int col, int n, const float* const* rows) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
       const int m = visible(i, pos, n);
       for (int h = 0; m > 0 && h < tile.n_heads; ++h) {
-        float* s = score_row(i, h) + pos;
+        float* s = score_row(i, h) + col;
         if (m == n && full.n < RunQueries::kMax) {
           full.in[full.n] = query(i, h);
           full.out[full.n++] = s;
@@ -105,21 +130,21 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, float* scores, Visi
   });
   for (int i = 0; i < tile.n_tokens; ++i) {
     for (int h = 0; h < tile.n_heads; ++h) {
-      kern.softmax(score_row(i, h), tile.first_position + i + 1, tile.scale);
+      kern.softmax(score_row(i, h), first_col + i + 1, tile.scale);
     }
     std::fill(out_head(i, 0), out_head(i, 0) + int64_t(tile.n_heads) * head_dim, 0.0f);
   }
   // out[i][h] = Σ_pos p[i][h][pos] · v_pos, in position order
-  visit(true, [&](int pos, int n, const float* const* rows) {
+  visit(true, [&](int pos, int col, int n, const float* const* rows) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
       const int m = visible(i, pos, n);
       for (int h = 0; m > 0 && h < tile.n_heads; ++h) {
         if (m == n && full.n < RunQueries::kMax) {
-          full.in[full.n] = score_row(i, h) + pos;
+          full.in[full.n] = score_row(i, h) + col;
           full.out[full.n++] = out_head(i, h);
         } else {
-          kern.axpy_rows(score_row(i, h) + pos, rows, m, out_head(i, h), head_dim);
+          kern.axpy_rows(score_row(i, h) + col, rows, m, out_head(i, h), head_dim);
         }
       }
     }
@@ -139,6 +164,7 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= int64_t(pages.size()) * pool.page_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
   const int n_ctx = tile.first_position + tile.n_tokens;
+  const int first_col = ColumnsBefore(pages, pool.page_tokens(), tile.first_position);
   float* scores = scratch;
   const KvRuns keys(pool, pages, layer_idx, false, tile.kv_head, n_ctx);
   const KvRuns values(pool, pages, layer_idx, true, tile.kv_head, n_ctx);
@@ -147,18 +173,21 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   };
   if (pool.config().kv_type == KvType::kF32) {
     auto as_f32 = [](const uint8_t* raw, int) { return reinterpret_cast<const float*>(raw); };
-    AttendTileRuns(tile, head_dim, scores, [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
+    AttendTileRuns(tile, head_dim, first_col, scores,
+                   [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   } else {
     // F16 and Q8_0: each run converted once into the scratch after the scores (by the
     // element type's dequantize_row), and used by every (token, head) of the tile. A run is
     // whole rows, so whole Q8_0 blocks.
     const TypeTraits& element = *GetTypeTraits(KvElementType(pool.config().kv_type));
-    float* converted = scratch + int64_t(tile.n_tokens) * tile.n_heads * n_ctx;
+    float* converted =
+        scratch + int64_t(tile.n_tokens) * tile.n_heads * (first_col + tile.n_tokens);
     auto as_f32 = [&](const uint8_t* raw, int n) -> const float* {
       element.dequantize_row(raw, converted, int64_t(n) * head_dim);
       return converted;
     };
-    AttendTileRuns(tile, head_dim, scores, [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
+    AttendTileRuns(tile, head_dim, first_col, scores,
+                   [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   }
 }
 

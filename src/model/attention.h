@@ -10,7 +10,10 @@
 //
 // A sequence's pages come as a PageList (logical page index → page id in the stage's pool);
 // these functions never allocate, copy or check refcounts: the caller's block table made
-// the pages writable and the forward pass validated the ids.
+// the pages writable and the forward pass validated the ids. Under a bounded KV pool
+// (kv/pager.h) a list marks the pages the sequence does not read with kNoPage: attention
+// skips them and softmaxes over the positions it reads, still in position order, so with
+// every page read it is bitwise what it was.
 //
 // Thread safety: AttendTile only reads the pool; concurrent calls are fine while no one
 // writes the pages it reads. WriteKv writes one position's rows; concurrent calls for

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "base/check.h"
@@ -31,6 +32,11 @@ struct ForwardPass::Activations {
   std::vector<int32_t> embd_rows;  // [B] batch index of each embedding row
   std::vector<int32_t> slot_next;  // [n_slots] last position + 1 (−1: slot unused)
   std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
+  // Bounded pool with scores: per scoring entry, its slot's pages × kv heads of partial
+  // scores ([entry][kv head][page]), where each entry's block starts, and its page count.
+  std::vector<float> score_partial;
+  std::vector<size_t> score_block;
+  std::vector<int32_t> score_entries;  // batch index of each scoring entry
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
   int tile_tokens = 1;           // TileTokensFor(gqa_group), for the largest group
@@ -147,7 +153,7 @@ Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<const PageList>
     return InvalidArgument("slot {}: position {} does not continue the sequence (expected {})",
                            e.slot, e.position, first ? 0 : next);
   }
-  if (size_t(e.position) >= act_->max_ctx) {
+  if (pooled_ == nullptr && size_t(e.position) >= act_->max_ctx) {
     return OutOfRange("slot {}: position {} exceeds the KV pool capacity of {} positions", e.slot,
                       e.position, act_->max_ctx);
   }
@@ -155,22 +161,59 @@ Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<const PageList>
     return InvalidArgument("slot {}: position {} is past its {} pages of {} positions", e.slot,
                            e.position, pages.size(), pool_.page_tokens());
   }
+  if (pages[e.position / pool_.page_tokens()] == kNoPage) {
+    return InvalidArgument("slot {}: position {} is written but its page is not resident", e.slot,
+                           e.position);
+  }
   next = e.position + 1;
   return Status::Ok();
 }
 
 Status ForwardPass::ValidatePages(int slot, PageList pages) const {
+  int n_read = 0;
   for (size_t i = 0; i < pages.size(); ++i) {
+    if (pooled_ != nullptr && pages[i] == kNoPage) continue;  // not read under a bounded pool
     if (pages[i] < 0 || pages[i] >= pool_.n_pages()) {
       return InvalidArgument("slot {}: logical page {} has id {}, outside the pool's [0, {})", slot,
                              i, pages[i], pool_.n_pages());
     }
+    ++n_read;
+  }
+  // Attention's scratch holds the pool's positions: no more pages than the pool may be read
+  // (unbounded, the position check below bounds what is read).
+  if (pooled_ != nullptr && n_read > pool_.n_pages()) {
+    return InvalidArgument("slot {}: {} pages read, the pool holds {}", slot, n_read,
+                           pool_.n_pages());
+  }
+  if (pooled_ != nullptr && !pooled_->ids_by_slot.empty() &&
+      (size_t(slot) >= pooled_->ids_by_slot.size() ||
+       pooled_->ids_by_slot[slot].size() != pages.size())) {
+    return InvalidArgument("slot {}: its logical page ids do not match its {} pages", slot,
+                           pages.size());
   }
   return Status::Ok();
 }
 
 Status ForwardPass::Run(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
                         const float* hidden_in, float* out) {
+  pooled_ = nullptr;
+  return RunLayers(batch, pages_by_slot, hidden_in, out);
+}
+
+Status ForwardPass::RunPooled(std::span<const BatchEntry> batch,
+                              std::span<const PageList> pages_by_slot, const PooledKv& pooled,
+                              const float* hidden_in, float* out) {
+  pooled_ = &pooled;
+  Status status = PrepareScores(batch, pages_by_slot);
+  if (status.ok()) status = RunLayers(batch, pages_by_slot, hidden_in, out);
+  if (status.ok()) FinishScores(batch);
+  pooled_ = nullptr;
+  return status;
+}
+
+Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
+                              std::span<const PageList> pages_by_slot, const float* hidden_in,
+                              float* out) {
   SHARDLM_TRY(Validate(batch, pages_by_slot, hidden_in, out));
   const int n_tokens = int(batch.size());
   Embed(batch, hidden_in);
@@ -215,6 +258,9 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
       {w.attn_q, act_->q.data()}, {w.attn_k, act_->k.data()}, {w.attn_v, act_->v.data()}};
   MatMulMany(qkv, act_->xn.data(), n, threads_, act_->scratch);
   RopeAndStoreKv(layer_idx, batch, pages_by_slot);
+  if (pooled_ != nullptr && pooled_->summaries != nullptr) {
+    SummarizeAndScore(layer_idx, batch, pages_by_slot);
+  }
   Attention(layer_idx, batch, pages_by_slot);
   MatMul(w.attn_output, act_->attn.data(), n, act_->proj.data(), threads_, act_->scratch);
   threads_.ParallelFor(n, [&](size_t t, size_t) {
@@ -298,6 +344,90 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
     AttendTile(pool_, pages_by_slot[e.slot], kv_layer, head_dim, query,
                &act_->scores[worker * act_->scores_per_worker]);
   });
+}
+
+// Sizes the scoring entries' partial scores: [entry][kv head][page], -infinity to start.
+Status ForwardPass::PrepareScores(std::span<const BatchEntry> batch,
+                                  std::span<const PageList> pages_by_slot) {
+  act_->score_entries.clear();
+  act_->score_block.clear();
+  size_t partial = 0;
+  size_t scores = 0;
+  const bool scoring = pooled_->summaries != nullptr;
+  for (size_t t = 0; t < batch.size(); ++t) {
+    if (!batch[t].score_pages) continue;
+    if (!scoring || batch[t].slot < 0 || size_t(batch[t].slot) >= pages_by_slot.size()) {
+      return InvalidArgument("batch entry {} asks for page scores the stage cannot give", t);
+    }
+    act_->score_entries.push_back(int32_t(t));
+    act_->score_block.push_back(partial);
+    const size_t n_pages = pages_by_slot[batch[t].slot].size();
+    partial += n_pages * size_t(config_.n_head_kv);
+    scores += n_pages;
+  }
+  if (scores > pooled_->page_scores.size()) {
+    return InvalidArgument("page scores of {} pages do not fit the {} given", scores,
+                           pooled_->page_scores.size());
+  }
+  act_->score_partial.assign(partial, -std::numeric_limits<float>::infinity());
+  return Status::Ok();
+}
+
+// One task per kv head: the keys the batch wrote in this layer enter their pages' summaries
+// (in batch order: a sequence's positions ascend), then each scoring entry's query heads
+// bound every page of its sequence: for query head h, page j scores
+// bound_h(j) − max_j' bound_h(j'), and the entry keeps per page the maximum over its heads
+// and layers. Maximum and subtraction are exact, so the scores do not depend on which stage
+// holds which layers.
+void ForwardPass::SummarizeAndScore(int layer_idx, std::span<const BatchEntry> batch,
+                                    std::span<const PageList> pages_by_slot) {
+  const LayerConfig& layer = LayerConfigOf(layer_idx);
+  const int head_dim = layer.head_dim_k;
+  const int kv_layer = layer.kv_layer - model_.layers().begin;
+  const int page_tokens = pool_.page_tokens();
+  const float scale = 1.0f / sqrtf(float(head_dim));
+  KeySummaries& summaries = *pooled_->summaries;
+  threads_.ParallelFor(size_t(layer.n_head_kv), [&](size_t g, size_t) {
+    for (const BatchEntry& e : batch) {
+      const int page_idx = e.position / page_tokens;
+      const PageId frame = pages_by_slot[e.slot][page_idx];
+      summaries.Update(pooled_->ids_by_slot[e.slot][page_idx], pool_.page_data(frame), pool_,
+                       kv_layer, int(g), e.position % page_tokens);
+    }
+    for (size_t k = 0; k < act_->score_entries.size(); ++k) {
+      const int32_t t = act_->score_entries[k];
+      const PageList ids = pooled_->ids_by_slot[batch[t].slot];
+      float* partial = &act_->score_partial[act_->score_block[k] + g * ids.size()];
+      for (int h = 0; h < layer.gqa_group(); ++h) {
+        const float* q =
+            &act_->q[size_t(t) * layer.q_dim() + (g * layer.gqa_group() + h) * head_dim];
+        float best = -std::numeric_limits<float>::infinity();
+        for (size_t j = 0; j < ids.size(); ++j) {
+          best = std::max(best, summaries.UpperBound(ids[j], kv_layer, int(g), q) * scale);
+        }
+        for (size_t j = 0; j < ids.size(); ++j) {
+          const float bound = summaries.UpperBound(ids[j], kv_layer, int(g), q) * scale;
+          if (bound > -std::numeric_limits<float>::infinity()) {
+            partial[j] = std::max(partial[j], bound - best);
+          }
+        }
+      }
+    }
+  });
+}
+
+// Each scoring entry's scores: the maximum over kv heads, raised into the caller's buffer.
+void ForwardPass::FinishScores(std::span<const BatchEntry> batch) {
+  if (pooled_->summaries == nullptr) return;
+  float* out = pooled_->page_scores.data();
+  for (size_t k = 0; k < act_->score_entries.size(); ++k) {
+    const size_t n_pages = pooled_->ids_by_slot[batch[act_->score_entries[k]].slot].size();
+    for (int g = 0; g < config_.n_head_kv; ++g) {
+      const float* partial = &act_->score_partial[act_->score_block[k] + size_t(g) * n_pages];
+      for (size_t j = 0; j < n_pages; ++j) out[j] = std::max(out[j], partial[j]);
+    }
+    out += n_pages;
+  }
 }
 
 // x += W_down · (SiLU(W_gate · xn) ⊙ W_up · xn), xn the FFN's normed input.

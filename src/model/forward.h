@@ -24,7 +24,8 @@
 //
 // Goals: allocation-free steady state (activations sized once at max_batch_tokens).
 // Non-goals: scheduling (which tokens form a batch), page allocation and copy-on-write
-// (kv/block_table.h), sampling, KV eviction.
+// (kv/block_table.h), sampling, which pages
+// stay resident in a bounded pool (kv/pager.h: the page lists say which are read).
 //
 // Thread safety: one thread calls Run at a time; Run uses the ThreadPool internally.
 // Lifetime: references the Model, the PagePool and the ThreadPool, which must outlive it.
@@ -36,11 +37,23 @@
 
 #include "base/status.h"
 #include "kv/batch.h"
+#include "kv/key_summaries.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
 #include "tensor/thread_pool.h"
 
 namespace shardlm {
+
+// What a stage with a bounded KV pool adds to a batch (kv/pager.h): its page lists are
+// frames, kNoPage for the pages a sequence does not read; these name the logical pages.
+struct PooledKv {
+  KeySummaries* summaries = nullptr;  // null: no `qk` selection (no summaries, no scores)
+  // [slot] → the logical page ids behind pages_by_slot (same length).
+  std::span<const PageList> ids_by_slot;
+  // Scores of the entries with score_pages, in batch order, ids_by_slot[slot].size() floats
+  // each: the stage raises each to its own score where higher (a maximum over stages).
+  std::span<float> page_scores;
+};
 
 class ForwardPass {
  public:
@@ -72,6 +85,13 @@ class ForwardPass {
   // outside [0, pool n_pages); hidden_in missing on a non-first stage; out missing.
   Status Run(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
              const float* hidden_in, float* out);
+  // The same over a bounded pool: pages_by_slot are frames, kNoPage where a sequence does not
+  // read a page (attention skips it; a written position's page must be read). With
+  // pooled.summaries the written keys enter their page's summary and entries with
+  // score_pages score their sequence's pages. Errors as Run, and InvalidArgument when the
+  // scores do not fit pooled.page_scores.
+  Status RunPooled(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
+                   const PooledKv& pooled, const float* hidden_in, float* out);
 
  private:
   struct Activations;
@@ -93,12 +113,21 @@ class ForwardPass {
   void RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
                       std::span<const PageList> pages_by_slot);
   void Ffn(const LayerWeights& w, int n_tokens);
+  // Bounded pool with summaries: the layer's written keys into their summaries, and the
+  // scoring entries' page scores (one task per kv head).
+  Status PrepareScores(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot);
+  Status RunLayers(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
+                   const float* hidden_in, float* out);
+  void SummarizeAndScore(int layer_idx, std::span<const BatchEntry> batch,
+                         std::span<const PageList> pages_by_slot);
+  void FinishScores(std::span<const BatchEntry> batch);
   // The config of stage-local layer layer_idx.
   const LayerConfig& LayerConfigOf(int layer_idx) const {
     return config_.layers[size_t(model_.layers().begin + layer_idx)];
   }
   void Head(std::span<const BatchEntry> batch, float* out);
 
+  const PooledKv* pooled_ = nullptr;  // during RunPooled
   const Model& model_;
   const ModelConfig& config_;
   PagePool& pool_;

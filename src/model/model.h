@@ -51,7 +51,7 @@ class Model {
   PagePoolConfig KvPoolConfig(int n_pages, int page_tokens = kDefaultPageTokens,
                               KvType kv_type = KvType::kF32) const;
   PagePoolConfig KvPoolConfig(const KvGeometry& kv) const {
-    return KvPoolConfig(kv.n_pages, kv.page_tokens, kv.kv_type);
+    return KvPoolConfig(kv.frames(), kv.page_tokens, kv.kv_type);
   }
 
  private:

@@ -75,6 +75,16 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
                         : std::make_unique<ThreadPool>(ThreadCount(options), options.device.cores);
   stage->forward_ = std::make_unique<ForwardPass>(model, *stage->pool_, *stage->threads_,
                                                   options.kv.max_batch_tokens);
+  if (options.kv.bounded()) {
+    const std::string where = "stage " + std::to_string(options.index);
+    auto tier = CreateKvTier(options.kv.tier, options.kv.n_pages, stage->pool_->page_bytes(),
+                             "stage" + std::to_string(options.index));
+    if (!tier.ok()) return tier.status().WithContext(where);
+    auto residency = PageResidency::Create(stage->pool_.get(), options.kv.n_pages,
+                                           std::move(tier).value(), options.kv.key_summaries);
+    if (!residency.ok()) return residency.status().WithContext(where);
+    stage->residency_ = std::move(residency).value();
+  }
   StageInfo& info = stage->info_;
   info.index = options.index;
   info.layers = model.layers();
@@ -104,10 +114,47 @@ Status LocalStage::ApplyCopies(std::span<const PageCopy> copies) {
 
 Status LocalStage::Run(const StageBatch& batch, const float* hidden_in, float* out) {
   const auto start = std::chrono::steady_clock::now();
-  SHARDLM_TRY(ApplyCopies(batch.copies));
-  SHARDLM_TRY(forward_->Run(batch.entries, batch.pages_by_slot, hidden_in, out));
+  if (residency_ != nullptr) {
+    SHARDLM_TRY(RunPooled(batch, hidden_in, out));
+  } else {
+    if (batch.paging != nullptr && !batch.paging->empty()) {
+      return InvalidArgument("stage {}: paging ops for a stage without a bounded KV pool",
+                             info_.index);
+    }
+    SHARDLM_TRY(ApplyCopies(batch.copies));
+    SHARDLM_TRY(forward_->Run(batch.entries, batch.pages_by_slot, hidden_in, out));
+  }
   Count(batch, hidden_in != nullptr,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return Status::Ok();
+}
+
+Status LocalStage::RunPooled(const StageBatch& batch, const float* hidden_in, float* out) {
+  if (batch.paging != nullptr) SHARDLM_TRY(residency_->Apply(*batch.paging));
+  for (const PageCopy& copy : batch.copies) SHARDLM_TRY(residency_->Copy(copy.src, copy.dst));
+  const size_t n_slots = batch.pages_by_slot.size();
+  if (frames_by_slot_.size() < n_slots) frames_by_slot_.resize(n_slots);
+  frame_lists_.assign(n_slots, PageList());
+  for (const BatchEntry& e : batch.entries) {
+    const size_t slot = size_t(e.slot);
+    if (slot >= n_slots || !frame_lists_[slot].empty() || batch.pages_by_slot[slot].empty()) {
+      continue;  // out of range or empty: the forward pass says so
+    }
+    const AttendedPages attended =
+        slot < batch.attended_by_slot.size() ? batch.attended_by_slot[slot] : AttendedPages();
+    Status status = residency_->Frames(batch.pages_by_slot[slot], attended, &frames_by_slot_[slot]);
+    if (!status.ok()) return status.WithContext("stage " + std::to_string(info_.index));
+    frame_lists_[slot] = frames_by_slot_[slot];
+  }
+  PooledKv pooled;
+  pooled.summaries = residency_->summaries();
+  pooled.ids_by_slot = batch.pages_by_slot;
+  pooled.page_scores = batch.page_scores;
+  SHARDLM_TRY(forward_->RunPooled(batch.entries, frame_lists_, pooled, hidden_in, out));
+  const int page_tokens = pool_->page_tokens();
+  for (const BatchEntry& e : batch.entries) {
+    residency_->MarkWritten(batch.pages_by_slot[e.slot][e.position / page_tokens]);
+  }
   return Status::Ok();
 }
 
@@ -131,8 +178,21 @@ void LocalStage::Count(const StageBatch& batch, bool has_hidden_in, double secon
 }
 
 StageStats LocalStage::Stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  return stats_;
+  StageStats stats;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats = stats_;
+  }
+  if (residency_ != nullptr) {
+    const ResidencyStats paging = residency_->Stats();
+    stats.resident_pages = paging.resident_pages;
+    stats.tier_pages = paging.tier_pages;
+    stats.page_ins = paging.page_ins;
+    stats.page_outs = paging.page_outs;
+    stats.bytes_paged = paging.bytes_moved;
+    stats.paging_seconds = paging.seconds_moving;
+  }
+  return stats;
 }
 
 size_t LocalStage::page_bytes() const { return pool_->page_bytes(); }
@@ -148,6 +208,7 @@ Status LocalStage::CheckPages(std::span<const PageId> pages) const {
 }
 
 Status LocalStage::ExportPages(std::span<const PageId> pages, uint8_t* dst) {
+  if (residency_ != nullptr) return residency_->Export(pages, dst);
   SHARDLM_TRY(CheckPages(pages));
   const size_t bytes = pool_->page_bytes();
   for (size_t i = 0; i < pages.size(); ++i) {
@@ -157,6 +218,7 @@ Status LocalStage::ExportPages(std::span<const PageId> pages, uint8_t* dst) {
 }
 
 Status LocalStage::ImportPages(std::span<const PageId> pages, const uint8_t* src) {
+  if (residency_ != nullptr) return residency_->Import(pages, src);
   SHARDLM_TRY(CheckPages(pages));
   const size_t bytes = pool_->page_bytes();
   for (size_t i = 0; i < pages.size(); ++i) {

@@ -11,7 +11,9 @@
 //    prefault; the caller's LoadModelFile did that).
 // Either way the stage owns its PagePool (geometry from the options, pages of its layers
 // only), its ThreadPool and its ForwardPass. Page ids come from the pipeline's
-// PageAllocator; the stage stores them and applies the batch's copy-on-write copies.
+// PageAllocator; the stage stores them and applies the batch's copy-on-write copies. With a
+// bounded pool (options.kv.bounded()) the pool holds n_frames frames and a PageResidency
+// keeps the other pages in the tier, applying the batch's paging ops first.
 //
 // Device: `cpu` runs `threads` unpinned threads (0 = every core of the machine); `cpu:A-B`
 // runs one thread per core, each pinned, the calling thread (the pipeline's worker for this
@@ -38,6 +40,7 @@
 #include "base/status.h"
 #include "gguf/gguf_file.h"
 #include "kv/page_pool.h"
+#include "kv/page_residency.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "pipeline/placement.h"
@@ -93,6 +96,8 @@ class LocalStage final : public Stage {
                                                     const LocalStageOptions& options,
                                                     std::unique_ptr<ThreadPool> threads);
   Status ApplyCopies(std::span<const PageCopy> copies);
+  // Bounded pool: moves, copies, frame lists, the forward pass, dirty pages.
+  Status RunPooled(const StageBatch& batch, const float* hidden_in, float* out);
   Status CheckPages(std::span<const PageId> pages) const;  // InvalidArgument: outside the pool
   void Count(const StageBatch& batch, bool has_hidden_in, double seconds);
 
@@ -101,6 +106,9 @@ class LocalStage final : public Stage {
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<ThreadPool> threads_;
   std::unique_ptr<ForwardPass> forward_;
+  std::unique_ptr<PageResidency> residency_;         // bounded pool only
+  std::vector<std::vector<PageId>> frames_by_slot_;  // RunPooled's frame lists
+  std::vector<PageList> frame_lists_;
   StageInfo info_;
 
   mutable std::mutex stats_mu_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <utility>
 
 #include "base/thread_name.h"
@@ -17,6 +18,12 @@ struct Pipeline::Job {
   std::vector<PageId> page_ids;         // every slot's pages, concatenated
   std::vector<PageList> pages_by_slot;  // [slot] → a span of page_ids
   std::vector<PageCopy> copies;
+  // Bounded KV pool: the moves, each slot's attended pages and the scoring entries' scores.
+  PagingOps paging;
+  bool has_paging = false;
+  std::vector<int32_t> attended_ids;            // every slot's attended pages, concatenated
+  std::vector<AttendedPages> attended_by_slot;  // [slot] → a span of attended_ids
+  std::vector<float> page_scores;
   std::vector<float> hidden[2];  // [max_batch_tokens][n_embd] each; stage i reads i % 2
   // [max_logit_rows][n_vocab] then [max_embedding_rows][n_embd]; a batch's embedding rows
   // follow its own logits rows (ForwardPass::Run's output).
@@ -26,7 +33,13 @@ struct Pipeline::Job {
   Status status;
   bool done = false;
 
-  StageBatch view() const { return {entries, pages_by_slot, copies}; }
+  StageBatch view() {
+    StageBatch batch{entries, pages_by_slot, copies};
+    batch.paging = has_paging ? &paging : nullptr;
+    batch.attended_by_slot = attended_by_slot;
+    batch.page_scores = page_scores;
+    return batch;
+  }
 };
 
 Pipeline::Pipeline(std::vector<std::unique_ptr<Stage>> stages, const ModelConfig& config,
@@ -133,6 +146,11 @@ Status Pipeline::ValidateBatch(const PipelineBatch& batch) const {
     return InvalidArgument("a batch wants {} embedding rows but the pipeline holds {}",
                            rows.embeddings, max_embedding_rows_);
   }
+  for (const BatchEntry& e : batch.entries) {
+    if (e.score_pages && (e.slot < 0 || size_t(e.slot) >= batch.pages_by_slot.size())) {
+      return InvalidArgument("a scoring entry names slot {} without pages", e.slot);
+    }
+  }
   return Status::Ok();
 }
 
@@ -162,6 +180,24 @@ void Pipeline::CopyIn(const PipelineBatch& batch, Job& job) const {
     job.pages_by_slot.emplace_back(job.page_ids.data() + offset, pages.size());
     offset += pages.size();
   }
+  job.has_paging = batch.paging != nullptr;
+  if (job.has_paging) job.paging = *batch.paging;
+  job.attended_ids.clear();
+  for (AttendedPages attended : batch.attended_by_slot) {
+    job.attended_ids.insert(job.attended_ids.end(), attended.begin(), attended.end());
+  }
+  job.attended_by_slot.clear();
+  offset = 0;
+  for (AttendedPages attended : batch.attended_by_slot) {
+    job.attended_by_slot.emplace_back(job.attended_ids.data() + offset, attended.size());
+    offset += attended.size();
+  }
+  // Scores start at -infinity; each stage raises them (a maximum over stages).
+  size_t n_scores = 0;
+  for (const BatchEntry& e : batch.entries) {
+    if (e.score_pages) n_scores += batch.pages_by_slot[e.slot].size();
+  }
+  job.page_scores.assign(n_scores, -std::numeric_limits<float>::infinity());
   job.rows = CountOutputRows(batch.entries);
   job.status = Status::Ok();
   job.done = false;
@@ -294,6 +330,7 @@ Result<PipelineOutputs> Pipeline::WaitOldestOutputs() {
   outputs.logits = std::span<const float>(job->outputs.data(), logit_floats);
   outputs.embeddings = std::span<const float>(
       job->outputs.data() + logit_floats, size_t(job->rows.embeddings) * size_t(config_.n_embd));
+  outputs.page_scores = job->page_scores;
   return outputs;
 }
 
@@ -328,8 +365,22 @@ Status Pipeline::Reconnect() {
 }
 
 std::vector<StageStats> Pipeline::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  std::vector<StageStats> stats;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats = stats_;
+  }
+  // The bounded pool's figures are the stages' own (they apply the moves).
+  for (size_t i = 0; i < stats.size(); ++i) {
+    const StageStats own = stages_[i]->Stats();
+    stats[i].resident_pages = own.resident_pages;
+    stats[i].tier_pages = own.tier_pages;
+    stats[i].page_ins = own.page_ins;
+    stats[i].page_outs = own.page_outs;
+    stats[i].bytes_paged = own.bytes_paged;
+    stats[i].paging_seconds = own.paging_seconds;
+  }
+  return stats;
 }
 
 PipelineCounters Pipeline::counters() const {

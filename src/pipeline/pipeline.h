@@ -63,6 +63,8 @@ struct PipelineOptions {
 struct PipelineOutputs {
   std::span<const float> logits;      // [rows wanting logits][n_vocab]
   std::span<const float> embeddings;  // [rows wanting their embedding][n_embd]
+  // Bounded KV pool: the scores of the entries with score_pages (StageBatch::page_scores).
+  std::span<const float> page_scores = {};
 };
 
 // What one Submit computes: the same view each stage gets. Submit copies it.

@@ -51,6 +51,10 @@ ShardHello MakeHello(const RemoteStageOptions& o) {
   hello.max_batch_tokens = o.kv.max_batch_tokens;
   hello.max_logit_rows = o.max_logit_rows > 0 ? o.max_logit_rows : o.kv.max_batch_tokens;
   hello.max_embedding_rows = o.max_embedding_rows;
+  hello.n_frames = o.kv.n_frames;
+  hello.tier_kind = static_cast<uint32_t>(o.kv.tier.kind);
+  hello.tier_dir = o.kv.tier.dir;
+  hello.key_summaries = o.kv.key_summaries;
   return hello;
 }
 
@@ -265,6 +269,10 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   for (PageList pages : batch.pages_by_slot)
     request.pages_by_slot.emplace_back(pages.begin(), pages.end());
   request.copies.assign(batch.copies.begin(), batch.copies.end());
+  if (batch.paging != nullptr) request.paging = *batch.paging;
+  for (AttendedPages attended : batch.attended_by_slot) {
+    request.attended_by_slot.emplace_back(attended.begin(), attended.end());
+  }
   scratch_.clear();
   EncodeRunBatch(request, scratch_);
   SHARDLM_ASSIGN_OR_RETURN(ReceivedMessage message,
@@ -286,6 +294,14 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
     return MarkDown(InvalidData("{} output rows and {} embedding rows, expected {} and {}",
                                 reply->n_out_rows, reply->n_embedding_rows, rows, embedding_rows));
   }
+  if (reply->page_scores.size() != batch.page_scores.size()) {
+    return MarkDown(InvalidData("{} page scores, expected {}", reply->page_scores.size(),
+                                batch.page_scores.size()));
+  }
+  // The daemon's scores start at -infinity too: the maximum over stages is kept.
+  for (size_t i = 0; i < batch.page_scores.size(); ++i) {
+    batch.page_scores[i] = std::max(batch.page_scores[i], reply->page_scores[i]);
+  }
   const size_t row_floats = info_.last ? size_t(hello_.n_vocab) : size_t(hello_.n_embd);
   const size_t out_bytes =
       (rows * row_floats + embedding_rows * size_t(hello_.n_embd)) * sizeof(float);
@@ -296,6 +312,12 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   stats_.busy_seconds += SecondsSince(start);
   stats_.bytes_in += in_bytes;
   stats_.bytes_out += out_bytes;
+  stats_.resident_pages = reply->resident_pages;
+  stats_.tier_pages = int64_t(reply->tier_pages);
+  stats_.page_ins = reply->page_ins;
+  stats_.page_outs = reply->page_outs;
+  stats_.bytes_paged = reply->bytes_paged;
+  stats_.paging_seconds = reply->paging_seconds;
   return Status::Ok();
 }
 

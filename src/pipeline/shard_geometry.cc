@@ -55,6 +55,16 @@ Status ValidateShardGeometry(const ShardHello& hello) {
   if (hello.kv_type >= static_cast<uint32_t>(KvType::kSentinel)) {
     return InvalidArgument("kv_type {} is not a KV cache type", hello.kv_type);
   }
+  if (hello.n_frames < 0 || hello.n_frames > hello.n_pages) {
+    return InvalidArgument("n_frames {} is out of range (0..n_pages {})", hello.n_frames,
+                           hello.n_pages);
+  }
+  if (hello.tier_kind > static_cast<uint32_t>(KvTierSpec::Kind::kFile) ||
+      (hello.tier_kind == static_cast<uint32_t>(KvTierSpec::Kind::kFile) && hello.n_frames > 0 &&
+       hello.tier_dir.empty())) {
+    return InvalidArgument("KV tier kind {} (dir '{}') is not a tier", hello.tier_kind,
+                           hello.tier_dir);
+  }
   if (hello.layer_begin < 0 || hello.layer_begin >= hello.layer_end ||
       hello.layer_end > hello.n_layers) {
     return InvalidArgument("layer range [{}, {}) is not inside the model's {} layers",
@@ -67,11 +77,13 @@ Result<ShardRegionLayout> ShardLayout(const ShardHello& hello, size_t page_bytes
   SHARDLM_TRY(ValidateShardGeometry(hello));
   const size_t memory = PhysicalMemoryBytes();
   // page_bytes and n_pages are bounded (ValidateShardGeometry, the file's config), so the
-  // double product is exact enough to compare against the memory size.
-  const double pool_bytes = double(page_bytes) * double(hello.n_pages);
+  // double product is exact enough to compare against the memory size. A bounded pool holds
+  // its frames; the tier holds the rest.
+  const int resident_pages = hello.n_frames > 0 ? hello.n_frames : hello.n_pages;
+  const double pool_bytes = double(page_bytes) * double(resident_pages);
   if (page_bytes == 0 || pool_bytes > double(memory)) {
     return OutOfRange("KV pool of {} pages × {} bytes exceeds this machine's {} bytes of memory",
-                      hello.n_pages, page_bytes, memory);
+                      resident_pages, page_bytes, memory);
   }
   const ShardRegionLayout layout = ComputeRegionLayout(hello, page_bytes, kShardPagesPerTransfer);
   if (layout.total_bytes == 0 || layout.total_bytes > memory) {

@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "kv/page_pool.h"
+#include "kv/paging.h"
 #include "model/forward.h"
 #include "model/weights.h"
 
@@ -37,6 +38,13 @@ struct StageBatch {
   std::span<const PageList> pages_by_slot;
   // Applied in order, before the forward pass (copy-on-write of shared pages).
   std::span<const PageCopy> copies;
+  // Bounded KV pool only (kv/pager.h): the moves applied before the copies, each slot's
+  // attended logical pages ([slot]; empty: no pool, every page) and the scores of the
+  // entries with score_pages (in batch order, pages_by_slot[slot].size() floats each; each
+  // stage raises them to its own where higher, so the caller starts them at -infinity).
+  const PagingOps* paging = nullptr;
+  std::span<const AttendedPages> attended_by_slot = {};
+  std::span<float> page_scores = {};
 };
 
 // Where a stage computes and what it holds: what `GET /props` shows.
@@ -58,6 +66,13 @@ struct StageStats {
   double busy_seconds = 0.0;  // inside Run
   uint64_t bytes_in = 0;      // activation bytes received (hidden rows)
   uint64_t bytes_out = 0;     // hidden, logits or embedding bytes produced
+  // Bounded KV pool: pages in frames and in the tier now, and the moves so far.
+  int resident_pages = 0;
+  int64_t tier_pages = 0;
+  uint64_t page_ins = 0;
+  uint64_t page_outs = 0;
+  uint64_t bytes_paged = 0;
+  double paging_seconds = 0.0;
 };
 
 class Stage {

@@ -299,10 +299,14 @@ class ShardService::HelloCheck {
     LocalStageOptions options;
     options.device = service_.options_.device;
     options.threads = StageThreads();
-    options.kv = KvGeometry{.n_pages = hello_.n_pages,
-                            .page_tokens = hello_.page_tokens,
-                            .kv_type = kv_type,
-                            .max_batch_tokens = hello_.max_batch_tokens};
+    options.kv.n_pages = hello_.n_pages;
+    options.kv.page_tokens = hello_.page_tokens;
+    options.kv.kv_type = kv_type;
+    options.kv.max_batch_tokens = hello_.max_batch_tokens;
+    options.kv.n_frames = hello_.n_frames;
+    options.kv.tier.kind = static_cast<KvTierSpec::Kind>(hello_.tier_kind);
+    options.kv.tier.dir = hello_.tier_dir;
+    options.kv.key_summaries = hello_.key_summaries;
     return LocalStage::Load(model->file, range, options);
   }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -100,6 +101,14 @@ Status ShardSession::CheckBatch(const ShardRunBatch& batch, BatchOutputRows& row
   for (const std::vector<PageId>& pages : batch.pages_by_slot) {
     for (PageId page : pages) SHARDLM_TRY(CheckPage(page));
   }
+  for (const BatchEntry& e : batch.entries) {
+    if (e.score_pages && (e.slot < 0 || size_t(e.slot) >= batch.pages_by_slot.size())) {
+      return InvalidArgument("a scoring entry names slot {} without pages", e.slot);
+    }
+  }
+  if (hello_.n_frames == 0 && (!batch.paging.empty() || !batch.attended_by_slot.empty())) {
+    return InvalidArgument("paging ops for a session without a bounded KV pool");
+  }
   // Each copy gives a writer a private page: never more copies than pages.
   if (batch.copies.size() > size_t(hello_.n_pages)) {
     return InvalidArgument("{} page copies in one batch (the pool has {} pages)",
@@ -121,7 +130,18 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
   Status status = CheckBatch(batch, rows);
   if (status.ok()) {
     std::vector<PageList> pages_by_slot(batch.pages_by_slot.begin(), batch.pages_by_slot.end());
+    std::vector<AttendedPages> attended_by_slot(batch.attended_by_slot.begin(),
+                                                batch.attended_by_slot.end());
+    // Scores start at -infinity; the server keeps the maximum over stages.
+    size_t n_scores = 0;
+    for (const BatchEntry& e : batch.entries) {
+      if (e.score_pages) n_scores += batch.pages_by_slot[size_t(e.slot)].size();
+    }
+    reply.page_scores.assign(n_scores, -std::numeric_limits<float>::infinity());
     StageBatch stage_batch{batch.entries, pages_by_slot, batch.copies};
+    stage_batch.paging = &batch.paging;
+    stage_batch.attended_by_slot = attended_by_slot;
+    stage_batch.page_scores = reply.page_scores;
     const StageInfo& info = stage_->info();
     const float* hidden_in =
         info.first ? nullptr
@@ -136,6 +156,13 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
     reply = ErrorReply(batch.batch_id, status);
   } else {
     reply.compute_seconds = SecondsSince(start);
+    const StageStats paging = stage_->Stats();
+    reply.resident_pages = paging.resident_pages;
+    reply.tier_pages = uint64_t(paging.tier_pages);
+    reply.page_ins = paging.page_ins;
+    reply.page_outs = paging.page_outs;
+    reply.bytes_paged = paging.bytes_paged;
+    reply.paging_seconds = paging.paging_seconds;
     stats_.batches += 1;
     stats_.tokens += batch.entries.size();
     stats_.busy_seconds += reply.compute_seconds;

@@ -32,6 +32,10 @@ ShardHello SampleHello() {
   m.shm_bytes = 1ull << 40;
   m.heartbeat_ms = 2500;
   m.max_embedding_rows = 300;
+  m.n_frames = 96;
+  m.tier_kind = 1;
+  m.tier_dir = "/var/tmp/kv tier";
+  m.key_summaries = true;
   return m;
 }
 
@@ -47,8 +51,14 @@ ShardRunBatch SampleRunBatch() {
        .wants_logits = true,
        .wants_embedding = true},
       {.token = 3, .position = 4, .slot = 1}};
+  m.entries[3].score_pages = true;
   m.pages_by_slot = {{4, 5, 6}, {}, {kNoPage, INT32_MAX}};
   m.copies = {{.src = 4, .dst = 9}, {.src = 0, .dst = 1}};
+  m.paging.reset = true;
+  m.paging.frees = {8, 2};
+  m.paging.evicts = {5};
+  m.paging.maps = {{.page = 11, .frame = 0}, {.page = INT32_MAX, .frame = 7}};
+  m.attended_by_slot = {{0, 2}, {}, {1}};
   return m;
 }
 
@@ -82,6 +92,10 @@ TEST(ShardProtocol, HelloRoundTrip) {
   EXPECT_EQ(out->shm_bytes, 1ull << 40);
   EXPECT_EQ(out->heartbeat_ms, 2500u);
   EXPECT_EQ(out->max_embedding_rows, 300);
+  EXPECT_EQ(out->n_frames, 96);
+  EXPECT_EQ(out->tier_kind, 1u);
+  EXPECT_EQ(out->tier_dir, in.tier_dir);
+  EXPECT_TRUE(out->key_summaries);
 }
 
 TEST(ShardProtocol, WorkingIsAValidType) {
@@ -125,9 +139,15 @@ TEST(ShardProtocol, RunBatchRoundTrip) {
     EXPECT_EQ(out->entries[i].slot, in.entries[i].slot) << i;
     EXPECT_EQ(out->entries[i].wants_logits, in.entries[i].wants_logits) << i;
     EXPECT_EQ(out->entries[i].wants_embedding, in.entries[i].wants_embedding) << i;
+    EXPECT_EQ(out->entries[i].score_pages, in.entries[i].score_pages) << i;
   }
   EXPECT_EQ(out->pages_by_slot, in.pages_by_slot);
   EXPECT_EQ(out->copies, in.copies);
+  EXPECT_TRUE(out->paging.reset);
+  EXPECT_EQ(out->paging.frees, in.paging.frees);
+  EXPECT_EQ(out->paging.evicts, in.paging.evicts);
+  EXPECT_EQ(out->paging.maps, in.paging.maps);
+  EXPECT_EQ(out->attended_by_slot, in.attended_by_slot);
 }
 
 TEST(ShardProtocol, EmptyRunBatchRoundTrip) {
@@ -146,6 +166,14 @@ TEST(ShardProtocol, RunReplyRoundTrip) {
   in.n_out_rows = 17;
   in.compute_seconds = 0.1 + 0.2;  // not exactly representable in decimal
   in.n_embedding_rows = 5;
+  // Scores travel as their bits: -infinity (an unscored page) and -0.0 too.
+  in.page_scores = {-std::numeric_limits<float>::infinity(), -0.0f, 0.1f, -3.5e-8f};
+  in.resident_pages = 12;
+  in.tier_pages = 1ull << 33;
+  in.page_ins = 3;
+  in.page_outs = 4;
+  in.bytes_paged = 5;
+  in.paging_seconds = 0.25;
   auto out = DecodeRunReply(Encoded(in, EncodeRunReply));
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->batch_id, 99u);
@@ -154,6 +182,16 @@ TEST(ShardProtocol, RunReplyRoundTrip) {
   EXPECT_EQ(out->n_out_rows, 17);
   EXPECT_EQ(std::memcmp(&out->compute_seconds, &in.compute_seconds, sizeof(double)), 0);
   EXPECT_EQ(out->n_embedding_rows, 5);
+  ASSERT_EQ(out->page_scores.size(), in.page_scores.size());
+  EXPECT_EQ(std::memcmp(out->page_scores.data(), in.page_scores.data(),
+                        sizeof(float) * in.page_scores.size()),
+            0);
+  EXPECT_EQ(out->resident_pages, 12);
+  EXPECT_EQ(out->tier_pages, 1ull << 33);
+  EXPECT_EQ(out->page_ins, 3u);
+  EXPECT_EQ(out->page_outs, 4u);
+  EXPECT_EQ(out->bytes_paged, 5u);
+  EXPECT_EQ(out->paging_seconds, 0.25);
 }
 
 TEST(ShardProtocol, PagesRoundTrip) {

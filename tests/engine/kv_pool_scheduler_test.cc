@@ -1,0 +1,139 @@
+// Bounded KV residency through the engine: a context that fits its pool is bitwise the
+// unbounded output; past the pool, a long story through a pool of a few pages gives the same
+// tokens and logits on every thread count, local split and tier (RAM or file), with both page
+// selections; the moves show in the stage stats; a pool below its floor is refused.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/scheduler_test_util.h"
+#include "support/fixtures.h"
+#include "support/temp_dir.h"
+
+namespace shardlm {
+namespace kv_pool_scheduler_test {
+
+using scheduler_test_util::Collector;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::ServiceThread;
+using scheduler_test_util::StoryTokens;
+using scheduler_test_util::TestOptions;
+using scheduler_test_util::WithRemoteStage;
+using testing_util::TempDir;
+
+// One sequence, pages of 16 positions, a sink of one page, a tail of two, a reselection every
+// 8 tokens: the floor is 5 pages (80 positions).
+SchedulerOptions PoolOptions(int pool_tokens, PageSelect select, int n_ctx = 4096) {
+  SchedulerOptions options = TestOptions(1, n_ctx, 64);
+  options.kv_pool.pool_tokens = pool_tokens;
+  options.kv_pool.sink_tokens = 16;
+  options.kv_pool.tail_tokens = 32;
+  options.kv_pool.reselect_tokens = 8;
+  options.kv_pool.select = select;
+  return options;
+}
+
+std::unique_ptr<Collector> Generate(const std::string& file, const SchedulerOptions& options,
+                                    int n_prompt, int n_gen, uint64_t seed) {
+  auto scheduler = MakeScheduler(file, options);
+  if (!scheduler) return nullptr;
+  return RunOne(*scheduler, Request(StoryTokens(file, n_prompt, kLongText), n_gen, seed));
+}
+
+TEST(KvPoolSchedulerTest, AContextInsideThePoolIsBitwiseTheUnboundedOne) {
+  SHARDLM_REQUIRE_FIXTURES();
+  for (const char* file : {kStories, kQwen}) {
+    for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
+      for (uint64_t seed : {0, 5}) {
+        SCOPED_TRACE(std::string(file) + " " + PageSelectName(select) + " seed " +
+                     std::to_string(seed));
+        SchedulerOptions pooled = PoolOptions(256, select);
+        ASSERT_TRUE(pooled.bounded_kv());
+        auto want = Generate(file, TestOptions(1, 4096, 64), 150, 60, seed);
+        auto got = Generate(file, pooled, 150, 60, seed);
+        ASSERT_TRUE(want && got);
+        EXPECT_EQ(got->finish.reason, FinishReason::kLength);
+        ExpectSameOutput(*got, *want);
+      }
+    }
+  }
+}
+
+// A 1200-token story and 160 generated tokens through a 128-position pool (8 pages: under
+// 1/10 of the context): the same output whatever runs it.
+TEST(KvPoolSchedulerTest, ABoundedPoolGivesTheSameOutputOnEveryThreadCountSplitAndTier) {
+  SHARDLM_REQUIRE_FIXTURES();
+  TempDir tier_dir("kv_pool_tier");
+  for (const char* file : {kStories, kQwen}) {
+    for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
+      SCOPED_TRACE(std::string(file) + " " + PageSelectName(select));
+      const SchedulerOptions base = PoolOptions(128, select);
+      auto want = Generate(file, base, 1200, 160, 3);
+      ASSERT_TRUE(want);
+      EXPECT_EQ(want->ids.size(), 160u);
+      SchedulerOptions one_thread = base;
+      one_thread.threads = 1;
+      SchedulerOptions split = base;
+      split.placement.devices.assign(2, DeviceSpec{});
+      split.placement.layer_split = {1, 1};
+      split.threads = 1;
+      SchedulerOptions file_tier = base;
+      file_tier.kv_tier.kind = KvTierSpec::Kind::kFile;
+      file_tier.kv_tier.dir = tier_dir.path().string();
+      for (const SchedulerOptions* options : {&one_thread, &split, &file_tier}) {
+        auto got = Generate(file, *options, 1200, 160, 3);
+        ASSERT_TRUE(got);
+        ExpectSameOutput(*got, *want);
+      }
+      // Stage 1 in a shard daemon: the same moves cross the socket, the scores come back.
+      const std::string socket = tier_dir.File("shard.sock");
+      ServiceThread daemon(socket);
+      ASSERT_TRUE(daemon.ok());
+      auto remote = Generate(file, WithRemoteStage(file_tier, socket), 1200, 160, 3);
+      ASSERT_TRUE(remote);
+      ExpectSameOutput(*remote, *want);
+    }
+  }
+}
+
+TEST(KvPoolSchedulerTest, TheStagesHoldThePoolAndMovePagesThroughTheTier) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = MakeScheduler(kStories, PoolOptions(128, PageSelect::kQk));
+  ASSERT_TRUE(scheduler);
+  auto run = RunOne(*scheduler, Request(StoryTokens(kStories, 600, kLongText), 40));
+  ASSERT_EQ(run->finish.reason, FinishReason::kLength);
+  const std::vector<StageStats> stats = scheduler->stage_stats();
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_EQ(stats[0].resident_pages, 8);  // the sequence's pool, retained by its slot
+  EXPECT_GT(stats[0].page_outs, 0u);
+  EXPECT_GT(stats[0].tier_pages, 0);
+  EXPECT_GT(stats[0].bytes_paged, 0u);
+  // The stage's memory is its 8 frames, not the context's 256 pages.
+  auto unbounded = MakeScheduler(kStories, TestOptions(1, 4096, 64));
+  ASSERT_TRUE(unbounded);
+  EXPECT_EQ(scheduler->info().stages[0].kv_bytes * 32, unbounded->info().stages[0].kv_bytes);
+}
+
+TEST(KvPoolSchedulerTest, APoolBelowItsFloorIsRefusedNamingTheSizes) {
+  SHARDLM_REQUIRE_FIXTURES();
+  const LoadedModel& loaded = scheduler_test_util::Fixture(kStories);
+  ASSERT_TRUE(loaded.model);
+  Result<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(*loaded.model, *loaded.tokenizer, PoolOptions(64, PageSelect::kQk));
+  ASSERT_EQ(scheduler.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(scheduler.status().message().find("--kv-pool 64"), std::string::npos)
+      << scheduler.status().message();
+  // A pool that holds the whole context bounds nothing: the unbounded engine.
+  EXPECT_FALSE(PoolOptions(4096, PageSelect::kQk).bounded_kv());
+}
+
+}  // namespace kv_pool_scheduler_test
+}  // namespace shardlm
