@@ -97,15 +97,8 @@ float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint
 // Symmetric scale of `n` values quantized to [-nmax, nmax-1], stored as L = l + nmax, with the
 // x²-weighted refinement of ggml's make_qx_quants(rmse_type = 1, qw = NULL).
 float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::fill(L, L + n, 0);
     return 0.f;
   }
@@ -147,15 +140,8 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
 // Q3_K's group fit (ggml's make_q3_quants with do_rmse): coordinate descent on x²-weighted
 // error, 5 passes at most. L = l + nmax on return.
 float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
     std::fill(L, L + n, 0);
     return 0.f;
   }
