@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "tensor/fp16.h"
 #include "tensor/kernels_generic.h"
@@ -94,44 +95,55 @@ float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint
   return scale;
 }
 
-// Symmetric scale of `n` values quantized to [-nmax, nmax-1], stored as L = l + nmax, with the
-// x²-weighted refinement of ggml's make_qx_quants(rmse_type = 1, qw = NULL).
-float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
-  const float max = SignedAbsMax(x, n);
-  if (std::fabs(max) < kGroupMaxEps) {
-    std::fill(L, L + n, 0);
-    return 0.f;
-  }
-  float iscale = -nmax / max;
-  float sumlx = 0, suml2 = 0;
+// Σ w·x·l and Σ w·l² (w = x²) of the levels l = clamp(round(iscale·x), -nmax, nmax-1) that
+// the symmetric fits of MakeQxQuants and MakeQ3Quants score a scale by, summed in ggml's order.
+struct SymmetricFit {
+  float sumlx = 0;
+  float suml2 = 0;
+};
+
+// Fits x to the levels of `iscale`; when L is not null, stores each level plus `bias` in it.
+SymmetricFit FitSymmetricLevels(int n, int nmax, const float* x, float iscale, int8_t* L,
+                                int bias) {
+  SymmetricFit fit;
   for (int i = 0; i < n; ++i) {
     int l = NearestInt(iscale * x[i]);
     l = std::max(-nmax, std::min(nmax - 1, l));
-    L[i] = static_cast<int8_t>(l + nmax);
+    if (L != nullptr) L[i] = static_cast<int8_t>(l + bias);
     const float w = x[i] * x[i];
-    sumlx += w * x[i] * l;
-    suml2 += w * l * l;
+    fit.sumlx += w * x[i] * l;
+    fit.suml2 += w * l * l;
   }
-  float scale = suml2 ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
+  return fit;
+}
+
+// The signed element of largest magnitude of a group the symmetric fits scale by, or nullopt
+// with L zeroed when the group is all (near) zeros, which both fits give scale 0.
+std::optional<float> SymmetricGroupMax(int n, const float* x, int8_t* L) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
+    std::fill(L, L + n, 0);
+    return std::nullopt;
+  }
+  return max;
+}
+
+// Symmetric scale of `n` values quantized to [-nmax, nmax-1], stored as L = l + nmax, with the
+// x²-weighted refinement of ggml's make_qx_quants(rmse_type = 1, qw = NULL).
+float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
+  const std::optional<float> max = SymmetricGroupMax(n, x, L);
+  if (!max) return 0.f;
+  const SymmetricFit first = FitSymmetricLevels(n, nmax, x, -nmax / *max, L, nmax);
+  float scale = first.suml2 ? first.sumlx / first.suml2 : 0.0f;
+  float best = scale * first.sumlx;
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
-    iscale = -(nmax + 0.1f * is) / max;
-    sumlx = suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-      int l = NearestInt(iscale * x[i]);
-      l = std::max(-nmax, std::min(nmax - 1, l));
-      const float w = x[i] * x[i];
-      sumlx += w * x[i] * l;
-      suml2 += w * l * l;
-    }
-    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i) {
-        const int l = NearestInt(iscale * x[i]);
-        L[i] = static_cast<int8_t>(nmax + std::max(-nmax, std::min(nmax - 1, l)));
-      }
-      scale = sumlx / suml2;
-      best = scale * sumlx;
+    const float iscale = -(nmax + 0.1f * is) / *max;
+    const SymmetricFit trial = FitSymmetricLevels(n, nmax, x, iscale, nullptr, 0);
+    if (trial.suml2 > 0 && trial.sumlx * trial.sumlx > best * trial.suml2) {
+      FitSymmetricLevels(n, nmax, x, iscale, L, nmax);  // keeps this scale's levels
+      scale = trial.sumlx / trial.suml2;
+      best = scale * trial.sumlx;
     }
   }
   return scale;
@@ -140,21 +152,10 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
 // Q3_K's group fit (ggml's make_q3_quants with do_rmse): coordinate descent on x²-weighted
 // error, 5 passes at most. L = l + nmax on return.
 float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L) {
-  const float max = SignedAbsMax(x, n);
-  if (std::fabs(max) < kGroupMaxEps) {
-    std::fill(L, L + n, 0);
-    return 0.f;
-  }
-  const float iscale = -nmax / max;
-  float sumlx = 0, suml2 = 0;
-  for (int i = 0; i < n; ++i) {
-    int l = NearestInt(iscale * x[i]);
-    l = std::max(-nmax, std::min(nmax - 1, l));
-    L[i] = static_cast<int8_t>(l);
-    const float w = x[i] * x[i];
-    sumlx += w * x[i] * l;
-    suml2 += w * l * l;
-  }
+  const std::optional<float> max = SymmetricGroupMax(n, x, L);
+  if (!max) return 0.f;
+  const SymmetricFit first = FitSymmetricLevels(n, nmax, x, -nmax / *max, L, 0);
+  float sumlx = first.sumlx, suml2 = first.suml2;
   for (int itry = 0; itry < 5; ++itry) {
     int n_changed = 0;
     for (int i = 0; i < n; ++i) {
@@ -180,6 +181,24 @@ float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L) {
   }
   for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// Fits each 16-element group of a super-block with `fit` (MakeQ3Quants or MakeQxQuants) to
+// levels in L and a scale in scales; returns the signed scale of largest magnitude, which the
+// block's 8-bit (Q6_K) or 6-bit (Q3_K) scales are quantized against.
+float FitGroupsOf16(float (*fit)(int, int, const float*, int8_t*), int nmax, const float* x,
+                    int8_t* L, float* scales) {
+  for (int j = 0; j < kQK_K / 16; ++j) scales[j] = fit(16, nmax, x + 16 * j, L + 16 * j);
+  return SignedAbsMax(scales, kQK_K / 16);
+}
+
+// Requantizes a 16-element group against its rounded scale d (d != 0):
+// L = clamp(round(x / d), -nmax, nmax-1) + nmax.
+void RequantizeGroupOf16(const float* x, float d, int nmax, int8_t* L) {
+  for (int ii = 0; ii < 16; ++ii) {
+    const int l = NearestInt(x[ii] / d);
+    L[ii] = static_cast<int8_t>(std::max(-nmax, std::min(nmax - 1, l)) + nmax);
+  }
 }
 
 // Packs 2-bit values: byte l of each 32-byte chunk holds elements l, l+32, l+64, l+96.
@@ -330,15 +349,7 @@ void QuantizeRowQ3_K(const float* src, void* dst, int64_t n) {
     const float* x = src + i * kQK_K;
     int8_t L[kQK_K];
     float scales[kQK_K / 16];
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      scales[j] = MakeQ3Quants(16, 4, x + 16 * j, L + 16 * j);
-      const float scale = std::fabs(scales[j]);
-      if (scale > amax) {
-        amax = scale;
-        max_scale = scales[j];
-      }
-    }
+    const float max_scale = FitGroupsOf16(MakeQ3Quants, 4, x, L, scales);
     std::memset(y[i].scales, 0, 12);
     if (max_scale) {
       const float iscale = -32.f / max_scale;
@@ -352,11 +363,7 @@ void QuantizeRowQ3_K(const float* src, void* dst, int64_t n) {
     }
     for (int j = 0; j < kQK_K / 16; ++j) {
       const float d = Fp16ToFp32(y[i].d) * UnpackQ3Scale(j, y[i].scales);
-      if (!d) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = NearestInt(x[16 * j + ii] / d);
-        L[16 * j + ii] = static_cast<int8_t>(std::max(-4, std::min(3, l)) + 4);
-      }
+      if (d) RequantizeGroupOf16(x + 16 * j, d, 4, L + 16 * j);
     }
     PackQ3Quants(L, y[i].hmask, y[i].qs);
   }
@@ -411,16 +418,8 @@ void QuantizeRowQ6_K(const float* src, void* dst, int64_t n) {
     const float* x = src + i * kQK_K;
     int8_t L[kQK_K];
     float scales[kQK_K / 16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < kQK_K / 16; ++ib) {
-      const float scale = MakeQxQuants(16, 32, x + 16 * ib, L + 16 * ib);
-      scales[ib] = scale;
-      if (std::fabs(scale) > max_abs_scale) {
-        max_abs_scale = std::fabs(scale);
-        max_scale = scale;
-      }
-    }
-    if (max_abs_scale < kGroupMaxEps) {
+    const float max_scale = FitGroupsOf16(MakeQxQuants, 32, x, L, scales);
+    if (std::fabs(max_scale) < kGroupMaxEps) {
       std::memset(&y[i], 0, sizeof(BlockQ6_K));
       continue;
     }
@@ -431,11 +430,7 @@ void QuantizeRowQ6_K(const float* src, void* dst, int64_t n) {
     }
     for (int j = 0; j < kQK_K / 16; ++j) {
       const float d = Fp16ToFp32(y[i].d) * y[i].scales[j];
-      if (!d) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = NearestInt(x[16 * j + ii] / d);
-        L[16 * j + ii] = static_cast<int8_t>(std::max(-32, std::min(31, l)) + 32);
-      }
+      if (d) RequantizeGroupOf16(x + 16 * j, d, 32, L + 16 * j);
     }
     uint8_t* ql = y[i].ql;
     uint8_t* qh = y[i].qh;
