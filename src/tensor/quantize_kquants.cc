@@ -294,161 +294,170 @@ void QuantizeK4StyleBlock(const float* x, int nmax, float rdelta_min, int nstep,
   }
 }
 
+void QuantizeBlockQ2_K(const float* x, BlockQ2_K& y) {
+  constexpr float kQ4Scale = 15.f;
+  uint8_t L[kQK_K], laux[16];
+  float weights[16], mins[kQK_K / 16], scales[kQK_K / 16];
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < kQK_K / 16; ++j) {
+    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+    scales[j] = MakeQkx2Quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], laux, -0.5f, 0.1f,
+                               15, true);
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  if (max_scale > 0) {
+    const float iscale = kQ4Scale / max_scale;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      y.scales[j] = static_cast<uint8_t>(NearestInt(iscale * scales[j]));
+    }
+    y.d = Fp32ToFp16(max_scale / kQ4Scale);
+  } else {
+    std::fill(y.scales, y.scales + kQK_K / 16, 0);
+    y.d = Fp32ToFp16(0.f);
+  }
+  if (max_min > 0) {
+    const float iscale = kQ4Scale / max_min;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      y.scales[j] |= static_cast<uint8_t>(NearestInt(iscale * mins[j]) << 4);
+    }
+    y.dmin = Fp32ToFp16(max_min / kQ4Scale);
+  } else {
+    y.dmin = Fp32ToFp16(0.f);
+  }
+  for (int j = 0; j < kQK_K / 16; ++j) {
+    const float d = Fp16ToFp32(y.d) * (y.scales[j] & 0xF);
+    if (!d) continue;
+    const float dm = Fp16ToFp32(y.dmin) * (y.scales[j] >> 4);
+    for (int ii = 0; ii < 16; ++ii) {
+      const int l = NearestInt((x[16 * j + ii] + dm) / d);
+      L[16 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(3, l)));
+    }
+  }
+  Pack2Bit(L, y.qs);
+}
+
+void QuantizeBlockQ3_K(const float* x, BlockQ3_K& y) {
+  int8_t L[kQK_K];
+  float scales[kQK_K / 16];
+  const float max_scale = FitGroupsOf16(MakeQ3Quants, 4, x, L, scales);
+  std::memset(y.scales, 0, 12);
+  if (max_scale) {
+    const float iscale = -32.f / max_scale;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      const int8_t l = static_cast<int8_t>(NearestInt(iscale * scales[j]));
+      PackQ3Scale(j, std::max<int>(-32, std::min<int>(31, l)) + 32, y.scales);
+    }
+    y.d = Fp32ToFp16(1 / iscale);
+  } else {
+    y.d = Fp32ToFp16(0.f);
+  }
+  for (int j = 0; j < kQK_K / 16; ++j) {
+    const float d = Fp16ToFp32(y.d) * UnpackQ3Scale(j, y.scales);
+    if (d) RequantizeGroupOf16(x + 16 * j, d, 4, L + 16 * j);
+  }
+  PackQ3Quants(L, y.hmask, y.qs);
+}
+
+void QuantizeBlockQ4_K(const float* x, BlockQ4_K& y) {
+  uint8_t L[kQK_K];
+  QuantizeK4StyleBlock(x, 15, -1.f, 20, L, y.scales, &y.d, &y.dmin);
+  uint8_t* q = y.qs;
+  for (int j = 0; j < kQK_K; j += 64) {
+    for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+    q += 32;
+  }
+}
+
+void QuantizeBlockQ5_K(const float* x, BlockQ5_K& y) {
+  uint8_t L[kQK_K];
+  QuantizeK4StyleBlock(x, 31, -0.5f, 15, L, y.scales, &y.d, &y.dmin);
+  uint8_t* qh = y.qh;
+  uint8_t* ql = y.qs;
+  std::memset(qh, 0, kQK_K / 8);
+  uint8_t m1 = 1, m2 = 2;
+  for (int chunk = 0; chunk < kQK_K; chunk += 64) {
+    for (int j = 0; j < 32; ++j) {
+      int l1 = L[chunk + j];
+      if (l1 > 15) {
+        l1 -= 16;
+        qh[j] |= m1;
+      }
+      int l2 = L[chunk + j + 32];
+      if (l2 > 15) {
+        l2 -= 16;
+        qh[j] |= m2;
+      }
+      ql[j] = static_cast<uint8_t>(l1 | (l2 << 4));
+    }
+    m1 = static_cast<uint8_t>(m1 << 2);
+    m2 = static_cast<uint8_t>(m2 << 2);
+    ql += 32;
+  }
+}
+
+void QuantizeBlockQ6_K(const float* x, BlockQ6_K& y) {
+  int8_t L[kQK_K];
+  float scales[kQK_K / 16];
+  const float max_scale = FitGroupsOf16(MakeQxQuants, 32, x, L, scales);
+  if (std::fabs(max_scale) < kGroupMaxEps) {
+    std::memset(&y, 0, sizeof(BlockQ6_K));
+    return;
+  }
+  const float iscale = -128.f / max_scale;
+  y.d = Fp32ToFp16(1 / iscale);
+  for (int ib = 0; ib < kQK_K / 16; ++ib) {
+    y.scales[ib] = static_cast<int8_t>(std::min(127, NearestInt(iscale * scales[ib])));
+  }
+  for (int j = 0; j < kQK_K / 16; ++j) {
+    const float d = Fp16ToFp32(y.d) * y.scales[j];
+    if (d) RequantizeGroupOf16(x + 16 * j, d, 32, L + 16 * j);
+  }
+  uint8_t* ql = y.ql;
+  uint8_t* qh = y.qh;
+  for (int j = 0; j < kQK_K; j += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t q1 = L[j + l + 0] & 0xF;
+      const uint8_t q2 = L[j + l + 32] & 0xF;
+      const uint8_t q3 = L[j + l + 64] & 0xF;
+      const uint8_t q4 = L[j + l + 96] & 0xF;
+      ql[l + 0] = static_cast<uint8_t>(q1 | (q3 << 4));
+      ql[l + 32] = static_cast<uint8_t>(q2 | (q4 << 4));
+      qh[l] = static_cast<uint8_t>((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
+                                   ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
+    }
+    ql += 64;
+    qh += 32;
+  }
+}
+
+// Quantizes a row of n elements, n a multiple of kQK_K, one super-block at a time.
+template <typename Block, void (*kQuantizeBlock)(const float*, Block&)>
+void QuantizeRowOfBlocks(const float* src, void* dst, int64_t n) {
+  auto* y = static_cast<Block*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i) kQuantizeBlock(src + i * kQK_K, y[i]);
+}
+
 }  // namespace
 
 void QuantizeRowQ2_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ2_K*>(dst);
-  constexpr float kQ4Scale = 15.f;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float* x = src + i * kQK_K;
-    uint8_t L[kQK_K], laux[16];
-    float weights[16], mins[kQK_K / 16], scales[kQK_K / 16];
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-      scales[j] = MakeQkx2Quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], laux, -0.5f,
-                                 0.1f, 15, true);
-      if (scales[j] > max_scale) max_scale = scales[j];
-      if (mins[j] > max_min) max_min = mins[j];
-    }
-    if (max_scale > 0) {
-      const float iscale = kQ4Scale / max_scale;
-      for (int j = 0; j < kQK_K / 16; ++j) {
-        y[i].scales[j] = static_cast<uint8_t>(NearestInt(iscale * scales[j]));
-      }
-      y[i].d = Fp32ToFp16(max_scale / kQ4Scale);
-    } else {
-      std::fill(y[i].scales, y[i].scales + kQK_K / 16, 0);
-      y[i].d = Fp32ToFp16(0.f);
-    }
-    if (max_min > 0) {
-      const float iscale = kQ4Scale / max_min;
-      for (int j = 0; j < kQK_K / 16; ++j) {
-        y[i].scales[j] |= static_cast<uint8_t>(NearestInt(iscale * mins[j]) << 4);
-      }
-      y[i].dmin = Fp32ToFp16(max_min / kQ4Scale);
-    } else {
-      y[i].dmin = Fp32ToFp16(0.f);
-    }
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      const float d = Fp16ToFp32(y[i].d) * (y[i].scales[j] & 0xF);
-      if (!d) continue;
-      const float dm = Fp16ToFp32(y[i].dmin) * (y[i].scales[j] >> 4);
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = NearestInt((x[16 * j + ii] + dm) / d);
-        L[16 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(3, l)));
-      }
-    }
-    Pack2Bit(L, y[i].qs);
-  }
+  QuantizeRowOfBlocks<BlockQ2_K, QuantizeBlockQ2_K>(src, dst, n);
 }
 
 void QuantizeRowQ3_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ3_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float* x = src + i * kQK_K;
-    int8_t L[kQK_K];
-    float scales[kQK_K / 16];
-    const float max_scale = FitGroupsOf16(MakeQ3Quants, 4, x, L, scales);
-    std::memset(y[i].scales, 0, 12);
-    if (max_scale) {
-      const float iscale = -32.f / max_scale;
-      for (int j = 0; j < kQK_K / 16; ++j) {
-        const int8_t l = static_cast<int8_t>(NearestInt(iscale * scales[j]));
-        PackQ3Scale(j, std::max<int>(-32, std::min<int>(31, l)) + 32, y[i].scales);
-      }
-      y[i].d = Fp32ToFp16(1 / iscale);
-    } else {
-      y[i].d = Fp32ToFp16(0.f);
-    }
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      const float d = Fp16ToFp32(y[i].d) * UnpackQ3Scale(j, y[i].scales);
-      if (d) RequantizeGroupOf16(x + 16 * j, d, 4, L + 16 * j);
-    }
-    PackQ3Quants(L, y[i].hmask, y[i].qs);
-  }
+  QuantizeRowOfBlocks<BlockQ3_K, QuantizeBlockQ3_K>(src, dst, n);
 }
 
 void QuantizeRowQ4_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ4_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    uint8_t L[kQK_K];
-    QuantizeK4StyleBlock(src + i * kQK_K, 15, -1.f, 20, L, y[i].scales, &y[i].d, &y[i].dmin);
-    uint8_t* q = y[i].qs;
-    for (int j = 0; j < kQK_K; j += 64) {
-      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
-      q += 32;
-    }
-  }
+  QuantizeRowOfBlocks<BlockQ4_K, QuantizeBlockQ4_K>(src, dst, n);
 }
 
 void QuantizeRowQ5_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ5_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    uint8_t L[kQK_K];
-    QuantizeK4StyleBlock(src + i * kQK_K, 31, -0.5f, 15, L, y[i].scales, &y[i].d, &y[i].dmin);
-    uint8_t* qh = y[i].qh;
-    uint8_t* ql = y[i].qs;
-    std::memset(qh, 0, kQK_K / 8);
-    uint8_t m1 = 1, m2 = 2;
-    for (int chunk = 0; chunk < kQK_K; chunk += 64) {
-      for (int j = 0; j < 32; ++j) {
-        int l1 = L[chunk + j];
-        if (l1 > 15) {
-          l1 -= 16;
-          qh[j] |= m1;
-        }
-        int l2 = L[chunk + j + 32];
-        if (l2 > 15) {
-          l2 -= 16;
-          qh[j] |= m2;
-        }
-        ql[j] = static_cast<uint8_t>(l1 | (l2 << 4));
-      }
-      m1 = static_cast<uint8_t>(m1 << 2);
-      m2 = static_cast<uint8_t>(m2 << 2);
-      ql += 32;
-    }
-  }
+  QuantizeRowOfBlocks<BlockQ5_K, QuantizeBlockQ5_K>(src, dst, n);
 }
 
 void QuantizeRowQ6_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ6_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float* x = src + i * kQK_K;
-    int8_t L[kQK_K];
-    float scales[kQK_K / 16];
-    const float max_scale = FitGroupsOf16(MakeQxQuants, 32, x, L, scales);
-    if (std::fabs(max_scale) < kGroupMaxEps) {
-      std::memset(&y[i], 0, sizeof(BlockQ6_K));
-      continue;
-    }
-    const float iscale = -128.f / max_scale;
-    y[i].d = Fp32ToFp16(1 / iscale);
-    for (int ib = 0; ib < kQK_K / 16; ++ib) {
-      y[i].scales[ib] = static_cast<int8_t>(std::min(127, NearestInt(iscale * scales[ib])));
-    }
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      const float d = Fp16ToFp32(y[i].d) * y[i].scales[j];
-      if (d) RequantizeGroupOf16(x + 16 * j, d, 32, L + 16 * j);
-    }
-    uint8_t* ql = y[i].ql;
-    uint8_t* qh = y[i].qh;
-    for (int j = 0; j < kQK_K; j += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t q1 = L[j + l + 0] & 0xF;
-        const uint8_t q2 = L[j + l + 32] & 0xF;
-        const uint8_t q3 = L[j + l + 64] & 0xF;
-        const uint8_t q4 = L[j + l + 96] & 0xF;
-        ql[l + 0] = static_cast<uint8_t>(q1 | (q3 << 4));
-        ql[l + 32] = static_cast<uint8_t>(q2 | (q4 << 4));
-        qh[l] = static_cast<uint8_t>((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
-                                     ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
-      }
-      ql += 64;
-      qh += 32;
-    }
-  }
+  QuantizeRowOfBlocks<BlockQ6_K, QuantizeBlockQ6_K>(src, dst, n);
 }
 
 }  // namespace shardlm::internal
