@@ -25,7 +25,19 @@ namespace shardlm {
 namespace disk_cache_scheduler_test {
 
 namespace fs = std::filesystem;
-using namespace scheduler_test_util;  // NOLINT: the scheduler tests' shared helpers
+using scheduler_test_util::Collector;
+using scheduler_test_util::Encode;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kPageTokens;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::ServiceThread;
+using scheduler_test_util::StoryTokens;
+using scheduler_test_util::WithRemoteStage;
 
 // A fresh folder per test case.
 fs::path TempDir(const std::string& name) {

@@ -22,7 +22,20 @@
 namespace shardlm {
 namespace prefix_cache_scheduler_test {
 
-using namespace scheduler_test_util;  // NOLINT: the scheduler tests' shared helpers
+using scheduler_test_util::Collector;
+using scheduler_test_util::Concat;
+using scheduler_test_util::Encode;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kPageTokens;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunAll;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::StoryTokens;
 
 SchedulerOptions Options(int n_parallel, bool prefix_cache, int n_ctx = 256) {
   SchedulerOptions options = scheduler_test_util::TestOptions(n_parallel, n_ctx);

@@ -25,7 +25,18 @@
 namespace shardlm {
 namespace prompt_outputs_scheduler_test {
 
-using namespace scheduler_test_util;  // NOLINT: the scheduler tests' shared helpers
+using scheduler_test_util::Collector;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunAll;
+using scheduler_test_util::ServiceThread;
+using scheduler_test_util::StoryTokens;
+using scheduler_test_util::WithRemoteStage;
 
 SchedulerOptions Options(int n_parallel = 4, int n_batch = 64) {
   SchedulerOptions options = scheduler_test_util::TestOptions(n_parallel, 128, n_batch);

@@ -33,7 +33,15 @@ namespace shardlm {
 namespace scheduler_test {
 
 using nlohmann::json;
-using namespace scheduler_test_util;  // NOLINT: the scheduler tests' shared helpers
+using scheduler_test_util::Collector;
+using scheduler_test_util::Encode;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::Greedy;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunAll;
+using scheduler_test_util::ServiceThread;
 using testing::FixturePath;
 
 SchedulerOptions Options(int n_parallel, int n_ctx = 256, int n_batch = 64) {

@@ -33,7 +33,22 @@ namespace shardlm {
 namespace slot_scheduler_test {
 
 namespace fs = std::filesystem;
-using namespace scheduler_test_util;  // NOLINT: the scheduler tests' shared helpers
+using scheduler_test_util::Collector;
+using scheduler_test_util::Concat;
+using scheduler_test_util::Encode;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kPageTokens;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::ServiceThread;
+using scheduler_test_util::StoryTokens;
+using scheduler_test_util::SubmitHeld;
+using scheduler_test_util::WithRemoteStage;
 
 // Turn 1: a 70-token prompt and 4 generated tokens, of which 3 were fed: 73 positions.
 constexpr int kTurn1Prompt = 70;
