@@ -55,11 +55,6 @@ class PanelRepackTest : public ::testing::Test {
 };
 
 TEST_F(PanelRepackTest, StageMatricesBecomePanelsAndTheEmbeddingStaysInTheFile) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // A sanitizer reserves terabytes of address space for its shadow memory at start: under a
-  // capped address space the child cannot even begin. The Release build runs this test.
-  GTEST_SKIP() << "the address-space cap this test sets leaves a sanitizer no room";
-#endif
   auto plain = Model::Load(file_, kAllLayers, /*repack=*/false);
   auto packed = Model::Load(file_, kAllLayers, /*repack=*/true);
   ASSERT_TRUE(plain.ok() && packed.ok());
