@@ -3,12 +3,18 @@
 # starting `shardlm serve` and waiting for /health, stopping a process gracefully, and a
 # process's CPU time. Every helper logs to stderr with the caller's $BENCH_NAME prefix.
 #
-# Goals: one copy of the start/wait/stop code that serve_bench.sh, split_bench.sh and
-# prefix_cache_bench.sh share. Non-goals: choosing flags (the callers do), running load.
+# Goals: one copy of the start/wait/stop code, and of the default SHARDLM and MODEL, that
+# serve_bench.sh, split_bench.sh and prefix_cache_bench.sh share. Non-goals: choosing flags
+# (the callers do), running load.
 #
 # Use: BENCH_NAME=my_bench; source "$here/bench_lib.sh"
 
 BENCH_NAME=${BENCH_NAME:-bench}
+
+# The binary and the model the callers run unless their environment names others: the
+# build's binary and the synth model bench_ensure_model writes.
+SHARDLM=${SHARDLM:-build/shardlm}
+MODEL=${MODEL:-/tmp/shardlm-qwen3-0.6b-q4_k_m.gguf}
 
 # bench_log MESSAGE...: one line on stderr.
 bench_log() { echo "$BENCH_NAME: $*" >&2; }

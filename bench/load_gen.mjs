@@ -32,6 +32,7 @@
 // Needs only node >= 18 (global fetch). Connects only to 127.0.0.1 / localhost.
 
 import { cliTools, round } from './cli_args.mjs';
+import { takeSseData } from './sse.mjs';
 
 const { fail, log, parseArgs, boundedInt } = cliTools('load_gen');
 const args = parseArgs(process.argv.slice(2));
@@ -159,38 +160,33 @@ async function oneRequest(basePrompt) {
       if (eof) break;
       const now = performance.now();
       buf += decoder.decode(value, { stream: true });
-      let sep;
-      while ((sep = buf.indexOf('\n\n')) >= 0) {
-        const event = buf.slice(0, sep);
-        buf = buf.slice(sep + 2);
-        for (const line of event.split('\n')) {
-          if (!line.startsWith('data:')) continue;
-          const data = line.slice(5).trim();
-          if (data === '[DONE]') { done = true; continue; }
-          let j;
-          try { j = JSON.parse(data); } catch { r.error = `bad SSE JSON: ${data.slice(0, 100)}`; continue; }
-          if (j.error) { r.error = `stream error: ${JSON.stringify(j.error).slice(0, 200)}`; continue; }
-          const choice = j.choices && j.choices[0];
-          if (choice) {
-            // completions: a chunk with text; chat: a chunk with content or logprobs (one
-            // logprobs entry per token, so empty-text tokens count too).
-            const lp = choice.logprobs?.content;
-            const n = Array.isArray(lp) ? lp.length
-              : (typeof choice.text === 'string' && choice.text.length > 0) ||
-                (typeof choice.delta?.content === 'string' && choice.delta.content.length > 0) ? 1 : 0;
-            if (n > 0) chunkTimes.push([now, n]);
-          }
-          if (choice && choice.finish_reason) finish = choice.finish_reason;
-          if (j.usage) {
-            r.tokens = j.usage.completion_tokens ?? 0;
-            r.prompt_tokens = j.usage.prompt_tokens ?? null;
-            r.cached_tokens = j.usage.prompt_tokens_details?.cached_tokens ??
-              j.timings?.cache_n ?? null;
-          }
-          if (j.timings) {
-            r.predicted_per_second = j.timings.predicted_per_second ?? null;
-            r.server_timings = j.timings;
-          }
+      const taken = takeSseData(buf);
+      buf = taken.rest;
+      for (const data of taken.payloads) {
+        if (data === '[DONE]') { done = true; continue; }
+        let j;
+        try { j = JSON.parse(data); } catch { r.error = `bad SSE JSON: ${data.slice(0, 100)}`; continue; }
+        if (j.error) { r.error = `stream error: ${JSON.stringify(j.error).slice(0, 200)}`; continue; }
+        const choice = j.choices && j.choices[0];
+        if (choice) {
+          // completions: a chunk with text; chat: a chunk with content or logprobs (one
+          // logprobs entry per token, so empty-text tokens count too).
+          const lp = choice.logprobs?.content;
+          const n = Array.isArray(lp) ? lp.length
+            : (typeof choice.text === 'string' && choice.text.length > 0) ||
+              (typeof choice.delta?.content === 'string' && choice.delta.content.length > 0) ? 1 : 0;
+          if (n > 0) chunkTimes.push([now, n]);
+        }
+        if (choice && choice.finish_reason) finish = choice.finish_reason;
+        if (j.usage) {
+          r.tokens = j.usage.completion_tokens ?? 0;
+          r.prompt_tokens = j.usage.prompt_tokens ?? null;
+          r.cached_tokens = j.usage.prompt_tokens_details?.cached_tokens ??
+            j.timings?.cache_n ?? null;
+        }
+        if (j.timings) {
+          r.predicted_per_second = j.timings.predicted_per_second ?? null;
+          r.server_timings = j.timings;
         }
       }
     }

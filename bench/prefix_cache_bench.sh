@@ -43,8 +43,6 @@ BENCH_NAME=prefix_cache_bench
 # shellcheck source-path=SCRIPTDIR source=bench_lib.sh
 source "$here/bench_lib.sh"
 
-SHARDLM=${SHARDLM:-build/shardlm}
-MODEL=${MODEL:-/tmp/shardlm-qwen3-0.6b-q4_k_m.gguf}
 prompt_tokens=16384
 suffix_tokens=32
 max_tokens=4

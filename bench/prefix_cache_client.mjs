@@ -29,6 +29,7 @@
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { cliTools, round } from './cli_args.mjs';
+import { takeSseData } from './sse.mjs';
 
 const kGoals = { memory_of_cold: 0.02, disk_of_cold: 0.05, throughput_cost: 0.01 };
 // Token ids of the prompts: away from the byte tokens at the start of the vocabulary and
@@ -127,24 +128,19 @@ async function ttft() {
     for await (const value of res) {
       const now = performance.now();
       buf += value;
-      let sep;
-      while ((sep = buf.indexOf('\n\n')) >= 0) {
-        const event = buf.slice(0, sep);
-        buf = buf.slice(sep + 2);
-        for (const line of event.split('\n')) {
-          if (!line.startsWith('data:')) continue;
-          const data = line.slice(5).trim();
-          if (data === '[DONE]') { r.done = true; continue; }
-          const j = JSON.parse(data);
-          if (j.error) r.error = JSON.stringify(j.error).slice(0, 300);
-          const choice = j.choices && j.choices[0];
-          const carriesToken = choice && ((typeof choice.text === 'string' && choice.text !== '') ||
-            (choice.logprobs && Array.isArray(choice.logprobs.tokens) && choice.logprobs.tokens.length > 0) ||
-            choice.finish_reason);
-          if (carriesToken && r.ttft === null) r.ttft = now - t0;
-          if (j.usage) r.usage = j.usage;
-          if (j.timings) r.timings = j.timings;
-        }
+      const taken = takeSseData(buf);
+      buf = taken.rest;
+      for (const data of taken.payloads) {
+        if (data === '[DONE]') { r.done = true; continue; }
+        const j = JSON.parse(data);
+        if (j.error) r.error = JSON.stringify(j.error).slice(0, 300);
+        const choice = j.choices && j.choices[0];
+        const carriesToken = choice && ((typeof choice.text === 'string' && choice.text !== '') ||
+          (choice.logprobs && Array.isArray(choice.logprobs.tokens) && choice.logprobs.tokens.length > 0) ||
+          choice.finish_reason);
+        if (carriesToken && r.ttft === null) r.ttft = now - t0;
+        if (j.usage) r.usage = j.usage;
+        if (j.timings) r.timings = j.timings;
       }
     }
   } finally {

@@ -19,8 +19,6 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BENCH_NAME=serve_bench
 # shellcheck source-path=SCRIPTDIR source=bench_lib.sh
 source "$here/bench_lib.sh"
-SHARDLM=${SHARDLM:-build/shardlm}
-MODEL=${MODEL:-/tmp/shardlm-qwen3-0.6b-q4_k_m.gguf}
 PARALLEL=${PARALLEL:-16}
 CTX=${CTX:-512}
 THREADS=${THREADS:-0}

@@ -27,8 +27,6 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BENCH_NAME=split_bench
 # shellcheck source-path=SCRIPTDIR source=bench_lib.sh
 source "$here/bench_lib.sh"
-SHARDLM=${SHARDLM:-build/shardlm}
-MODEL=${MODEL:-/tmp/shardlm-qwen3-0.6b-q4_k_m.gguf}
 CONFIGS=${CONFIGS:-"unsplit local2 local_remote"}
 PP=${PP:-512}
 TG=${TG:-128}

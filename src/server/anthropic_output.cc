@@ -174,11 +174,7 @@ void AnthropicFormatter::StreamError(const ApiError& error, std::string* sse) {
 Json AnthropicFormatter::Whole(const GenerationResult& result) {
   // The same blocks a stream builds, from the whole output at once.
   std::string unused_events;
-  OutputDelta all;
-  all.reasoning = result.reasoning;
-  all.content = result.content;
-  all.tool_calls = result.tool_calls;
-  Add(all, &unused_events);
+  AddAll(result, &unused_events);
   Close(&unused_events);
   return Json{{"id", meta().id},
               {"type", "message"},

@@ -89,6 +89,15 @@ class ItemFormatter : public OutputFormatter {
     if (!delta.content.empty()) AddText(delta.content, sse);
     for (const ToolCall& call : delta.tool_calls) AddToolCall(call, sse);
   }
+  // The whole output of `result` added as one delta: how Whole() builds the same items a
+  // stream builds (the events appended to `sse` are not sent then).
+  void AddAll(const GenerationResult& result, std::string* sse) {
+    OutputDelta all;
+    all.reasoning = result.reasoning;
+    all.content = result.content;
+    all.tool_calls = result.tool_calls;
+    Add(all, sse);
+  }
   virtual void AddReasoning(const std::string& text, std::string* sse) = 0;
   virtual void AddText(const std::string& text, std::string* sse) = 0;
   virtual void AddToolCall(const ToolCall& call, std::string* sse) = 0;

@@ -252,11 +252,7 @@ void ResponsesFormatter::StreamError(const ApiError& error, std::string* sse) {
 Json ResponsesFormatter::Whole(const GenerationResult& result) {
   // The same items a stream builds, from the whole output at once.
   std::string unused_events;
-  OutputDelta all;
-  all.reasoning = result.reasoning;
-  all.content = result.content;
-  all.tool_calls = result.tool_calls;
-  Add(all, &unused_events);
+  AddAll(result, &unused_events);
   const bool cut = result.finish == FinishReason::kLength;
   Close(cut ? "incomplete" : "completed", &unused_events);
   Keep();

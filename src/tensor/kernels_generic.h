@@ -113,6 +113,20 @@ inline float HorizontalSum8(const float* acc) {
   return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
+// The element of x[0..n) of largest magnitude, its sign kept (the first of equal magnitudes;
+// 0 when every element is 0): the quantizers scale by it, as ggml's do.
+inline float SignedAbsMax(const float* x, int n) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = __builtin_fabsf(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  return max;
+}
+
 // Round to nearest, ties to even, for |x| <= 2^22 (ggml's nearest_int, the float magic add).
 inline int NearestInt(float x) {
   const float shifted = x + 12582912.f;  // 1.5 · 2^23: the sum's low mantissa bits hold round(x)

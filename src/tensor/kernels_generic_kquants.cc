@@ -231,15 +231,8 @@ void QuantizeActQ8_K(const float* src, void* dst, int64_t n) {
   auto* y = static_cast<BlockQ8_K*>(dst);
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float* x = src + i * kQK_K;
-    float max = 0, amax = 0;
-    for (int j = 0; j < kQK_K; ++j) {
-      const float ax = std::fabs(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
-    if (!amax) {
+    const float max = SignedAbsMax(x, kQK_K);
+    if (max == 0) {
       std::memset(&y[i], 0, sizeof(BlockQ8_K));
       continue;
     }

@@ -19,19 +19,6 @@
 namespace shardlm::internal {
 namespace {
 
-// Signed element of largest magnitude in a block (ggml: first one wins ties).
-float SignedAbsMax(const float* x, int count) {
-  float amax = 0.0f;
-  float max = 0.0f;
-  for (int j = 0; j < count; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  return max;
-}
-
 void MinMax(const float* x, int count, float* min, float* max) {
   *min = FLT_MAX;
   *max = -FLT_MAX;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "tensor/fp16.h"
 #include "tensor/kernels_generic.h"
@@ -94,51 +95,55 @@ float MakeQkx2Quants(int n, int nmax, const float* x, const float* weights, uint
   return scale;
 }
 
-// Symmetric scale of `n` values quantized to [-nmax, nmax-1], stored as L = l + nmax, with the
-// x²-weighted refinement of ggml's make_qx_quants(rmse_type = 1, qw = NULL).
-float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
-    std::fill(L, L + n, 0);
-    return 0.f;
-  }
-  float iscale = -nmax / max;
-  float sumlx = 0, suml2 = 0;
+// Σ w·x·l and Σ w·l² (w = x²) of the levels l = clamp(round(iscale·x), -nmax, nmax-1) that
+// the symmetric fits of MakeQxQuants and MakeQ3Quants score a scale by, summed in ggml's order.
+struct SymmetricFit {
+  float sumlx = 0;
+  float suml2 = 0;
+};
+
+// Fits x to the levels of `iscale`; when L is not null, stores each level plus `bias` in it.
+SymmetricFit FitSymmetricLevels(int n, int nmax, const float* x, float iscale, int8_t* L,
+                                int bias) {
+  SymmetricFit fit;
   for (int i = 0; i < n; ++i) {
     int l = NearestInt(iscale * x[i]);
     l = std::max(-nmax, std::min(nmax - 1, l));
-    L[i] = static_cast<int8_t>(l + nmax);
+    if (L != nullptr) L[i] = static_cast<int8_t>(l + bias);
     const float w = x[i] * x[i];
-    sumlx += w * x[i] * l;
-    suml2 += w * l * l;
+    fit.sumlx += w * x[i] * l;
+    fit.suml2 += w * l * l;
   }
-  float scale = suml2 ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
+  return fit;
+}
+
+// The signed element of largest magnitude of a group the symmetric fits scale by, or nullopt
+// with L zeroed when the group is all (near) zeros, which both fits give scale 0.
+std::optional<float> SymmetricGroupMax(int n, const float* x, int8_t* L) {
+  const float max = SignedAbsMax(x, n);
+  if (std::fabs(max) < kGroupMaxEps) {
+    std::fill(L, L + n, 0);
+    return std::nullopt;
+  }
+  return max;
+}
+
+// Symmetric scale of `n` values quantized to [-nmax, nmax-1], stored as L = l + nmax, with the
+// x²-weighted refinement of ggml's make_qx_quants(rmse_type = 1, qw = NULL).
+float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
+  const std::optional<float> max = SymmetricGroupMax(n, x, L);
+  if (!max) return 0.f;
+  const SymmetricFit first = FitSymmetricLevels(n, nmax, x, -nmax / *max, L, nmax);
+  float scale = first.suml2 ? first.sumlx / first.suml2 : 0.0f;
+  float best = scale * first.sumlx;
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
-    iscale = -(nmax + 0.1f * is) / max;
-    sumlx = suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-      int l = NearestInt(iscale * x[i]);
-      l = std::max(-nmax, std::min(nmax - 1, l));
-      const float w = x[i] * x[i];
-      sumlx += w * x[i] * l;
-      suml2 += w * l * l;
-    }
-    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i) {
-        const int l = NearestInt(iscale * x[i]);
-        L[i] = static_cast<int8_t>(nmax + std::max(-nmax, std::min(nmax - 1, l)));
-      }
-      scale = sumlx / suml2;
-      best = scale * sumlx;
+    const float iscale = -(nmax + 0.1f * is) / *max;
+    const SymmetricFit trial = FitSymmetricLevels(n, nmax, x, iscale, nullptr, 0);
+    if (trial.suml2 > 0 && trial.sumlx * trial.sumlx > best * trial.suml2) {
+      FitSymmetricLevels(n, nmax, x, iscale, L, nmax);  // keeps this scale's levels
+      scale = trial.sumlx / trial.suml2;
+      best = scale * trial.sumlx;
     }
   }
   return scale;
@@ -147,28 +152,10 @@ float MakeQxQuants(int n, int nmax, const float* x, int8_t* L) {
 // Q3_K's group fit (ggml's make_q3_quants with do_rmse): coordinate descent on x²-weighted
 // error, 5 passes at most. L = l + nmax on return.
 float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
-    std::fill(L, L + n, 0);
-    return 0.f;
-  }
-  const float iscale = -nmax / max;
-  float sumlx = 0, suml2 = 0;
-  for (int i = 0; i < n; ++i) {
-    int l = NearestInt(iscale * x[i]);
-    l = std::max(-nmax, std::min(nmax - 1, l));
-    L[i] = static_cast<int8_t>(l);
-    const float w = x[i] * x[i];
-    sumlx += w * x[i] * l;
-    suml2 += w * l * l;
-  }
+  const std::optional<float> max = SymmetricGroupMax(n, x, L);
+  if (!max) return 0.f;
+  const SymmetricFit first = FitSymmetricLevels(n, nmax, x, -nmax / *max, L, 0);
+  float sumlx = first.sumlx, suml2 = first.suml2;
   for (int itry = 0; itry < 5; ++itry) {
     int n_changed = 0;
     for (int i = 0; i < n; ++i) {
@@ -194,6 +181,24 @@ float MakeQ3Quants(int n, int nmax, const float* x, int8_t* L) {
   }
   for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// Fits each 16-element group of a super-block with `fit` (MakeQ3Quants or MakeQxQuants) to
+// levels in L and a scale in scales; returns the signed scale of largest magnitude, which the
+// block's 8-bit (Q6_K) or 6-bit (Q3_K) scales are quantized against.
+float FitGroupsOf16(float (*fit)(int, int, const float*, int8_t*), int nmax, const float* x,
+                    int8_t* L, float* scales) {
+  for (int j = 0; j < kQK_K / 16; ++j) scales[j] = fit(16, nmax, x + 16 * j, L + 16 * j);
+  return SignedAbsMax(scales, kQK_K / 16);
+}
+
+// Requantizes a 16-element group against its rounded scale d (d != 0):
+// L = clamp(round(x / d), -nmax, nmax-1) + nmax.
+void RequantizeGroupOf16(const float* x, float d, int nmax, int8_t* L) {
+  for (int ii = 0; ii < 16; ++ii) {
+    const int l = NearestInt(x[ii] / d);
+    L[ii] = static_cast<int8_t>(std::max(-nmax, std::min(nmax - 1, l)) + nmax);
+  }
 }
 
 // Packs 2-bit values: byte l of each 32-byte chunk holds elements l, l+32, l+64, l+96.
@@ -289,185 +294,170 @@ void QuantizeK4StyleBlock(const float* x, int nmax, float rdelta_min, int nstep,
   }
 }
 
+void QuantizeBlockQ2_K(const float* x, BlockQ2_K& y) {
+  constexpr float kQ4Scale = 15.f;
+  uint8_t L[kQK_K], laux[16];
+  float weights[16], mins[kQK_K / 16], scales[kQK_K / 16];
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < kQK_K / 16; ++j) {
+    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+    scales[j] = MakeQkx2Quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], laux, -0.5f, 0.1f,
+                               15, true);
+    if (scales[j] > max_scale) max_scale = scales[j];
+    if (mins[j] > max_min) max_min = mins[j];
+  }
+  if (max_scale > 0) {
+    const float iscale = kQ4Scale / max_scale;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      y.scales[j] = static_cast<uint8_t>(NearestInt(iscale * scales[j]));
+    }
+    y.d = Fp32ToFp16(max_scale / kQ4Scale);
+  } else {
+    std::fill(y.scales, y.scales + kQK_K / 16, 0);
+    y.d = Fp32ToFp16(0.f);
+  }
+  if (max_min > 0) {
+    const float iscale = kQ4Scale / max_min;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      y.scales[j] |= static_cast<uint8_t>(NearestInt(iscale * mins[j]) << 4);
+    }
+    y.dmin = Fp32ToFp16(max_min / kQ4Scale);
+  } else {
+    y.dmin = Fp32ToFp16(0.f);
+  }
+  for (int j = 0; j < kQK_K / 16; ++j) {
+    const float d = Fp16ToFp32(y.d) * (y.scales[j] & 0xF);
+    if (!d) continue;
+    const float dm = Fp16ToFp32(y.dmin) * (y.scales[j] >> 4);
+    for (int ii = 0; ii < 16; ++ii) {
+      const int l = NearestInt((x[16 * j + ii] + dm) / d);
+      L[16 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(3, l)));
+    }
+  }
+  Pack2Bit(L, y.qs);
+}
+
+void QuantizeBlockQ3_K(const float* x, BlockQ3_K& y) {
+  int8_t L[kQK_K];
+  float scales[kQK_K / 16];
+  const float max_scale = FitGroupsOf16(MakeQ3Quants, 4, x, L, scales);
+  std::memset(y.scales, 0, 12);
+  if (max_scale) {
+    const float iscale = -32.f / max_scale;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      const int8_t l = static_cast<int8_t>(NearestInt(iscale * scales[j]));
+      PackQ3Scale(j, std::max<int>(-32, std::min<int>(31, l)) + 32, y.scales);
+    }
+    y.d = Fp32ToFp16(1 / iscale);
+  } else {
+    y.d = Fp32ToFp16(0.f);
+  }
+  for (int j = 0; j < kQK_K / 16; ++j) {
+    const float d = Fp16ToFp32(y.d) * UnpackQ3Scale(j, y.scales);
+    if (d) RequantizeGroupOf16(x + 16 * j, d, 4, L + 16 * j);
+  }
+  PackQ3Quants(L, y.hmask, y.qs);
+}
+
+void QuantizeBlockQ4_K(const float* x, BlockQ4_K& y) {
+  uint8_t L[kQK_K];
+  QuantizeK4StyleBlock(x, 15, -1.f, 20, L, y.scales, &y.d, &y.dmin);
+  uint8_t* q = y.qs;
+  for (int j = 0; j < kQK_K; j += 64) {
+    for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+    q += 32;
+  }
+}
+
+void QuantizeBlockQ5_K(const float* x, BlockQ5_K& y) {
+  uint8_t L[kQK_K];
+  QuantizeK4StyleBlock(x, 31, -0.5f, 15, L, y.scales, &y.d, &y.dmin);
+  uint8_t* qh = y.qh;
+  uint8_t* ql = y.qs;
+  std::memset(qh, 0, kQK_K / 8);
+  uint8_t m1 = 1, m2 = 2;
+  for (int chunk = 0; chunk < kQK_K; chunk += 64) {
+    for (int j = 0; j < 32; ++j) {
+      int l1 = L[chunk + j];
+      if (l1 > 15) {
+        l1 -= 16;
+        qh[j] |= m1;
+      }
+      int l2 = L[chunk + j + 32];
+      if (l2 > 15) {
+        l2 -= 16;
+        qh[j] |= m2;
+      }
+      ql[j] = static_cast<uint8_t>(l1 | (l2 << 4));
+    }
+    m1 = static_cast<uint8_t>(m1 << 2);
+    m2 = static_cast<uint8_t>(m2 << 2);
+    ql += 32;
+  }
+}
+
+void QuantizeBlockQ6_K(const float* x, BlockQ6_K& y) {
+  int8_t L[kQK_K];
+  float scales[kQK_K / 16];
+  const float max_scale = FitGroupsOf16(MakeQxQuants, 32, x, L, scales);
+  if (std::fabs(max_scale) < kGroupMaxEps) {
+    std::memset(&y, 0, sizeof(BlockQ6_K));
+    return;
+  }
+  const float iscale = -128.f / max_scale;
+  y.d = Fp32ToFp16(1 / iscale);
+  for (int ib = 0; ib < kQK_K / 16; ++ib) {
+    y.scales[ib] = static_cast<int8_t>(std::min(127, NearestInt(iscale * scales[ib])));
+  }
+  for (int j = 0; j < kQK_K / 16; ++j) {
+    const float d = Fp16ToFp32(y.d) * y.scales[j];
+    if (d) RequantizeGroupOf16(x + 16 * j, d, 32, L + 16 * j);
+  }
+  uint8_t* ql = y.ql;
+  uint8_t* qh = y.qh;
+  for (int j = 0; j < kQK_K; j += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t q1 = L[j + l + 0] & 0xF;
+      const uint8_t q2 = L[j + l + 32] & 0xF;
+      const uint8_t q3 = L[j + l + 64] & 0xF;
+      const uint8_t q4 = L[j + l + 96] & 0xF;
+      ql[l + 0] = static_cast<uint8_t>(q1 | (q3 << 4));
+      ql[l + 32] = static_cast<uint8_t>(q2 | (q4 << 4));
+      qh[l] = static_cast<uint8_t>((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
+                                   ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
+    }
+    ql += 64;
+    qh += 32;
+  }
+}
+
+// Quantizes a row of n elements, n a multiple of kQK_K, one super-block at a time.
+template <typename Block, void (*kQuantizeBlock)(const float*, Block&)>
+void QuantizeRowOfBlocks(const float* src, void* dst, int64_t n) {
+  auto* y = static_cast<Block*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i) kQuantizeBlock(src + i * kQK_K, y[i]);
+}
+
 }  // namespace
 
 void QuantizeRowQ2_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ2_K*>(dst);
-  constexpr float kQ4Scale = 15.f;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float* x = src + i * kQK_K;
-    uint8_t L[kQK_K], laux[16];
-    float weights[16], mins[kQK_K / 16], scales[kQK_K / 16];
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
-      scales[j] = MakeQkx2Quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], laux, -0.5f,
-                                 0.1f, 15, true);
-      if (scales[j] > max_scale) max_scale = scales[j];
-      if (mins[j] > max_min) max_min = mins[j];
-    }
-    if (max_scale > 0) {
-      const float iscale = kQ4Scale / max_scale;
-      for (int j = 0; j < kQK_K / 16; ++j) {
-        y[i].scales[j] = static_cast<uint8_t>(NearestInt(iscale * scales[j]));
-      }
-      y[i].d = Fp32ToFp16(max_scale / kQ4Scale);
-    } else {
-      std::fill(y[i].scales, y[i].scales + kQK_K / 16, 0);
-      y[i].d = Fp32ToFp16(0.f);
-    }
-    if (max_min > 0) {
-      const float iscale = kQ4Scale / max_min;
-      for (int j = 0; j < kQK_K / 16; ++j) {
-        y[i].scales[j] |= static_cast<uint8_t>(NearestInt(iscale * mins[j]) << 4);
-      }
-      y[i].dmin = Fp32ToFp16(max_min / kQ4Scale);
-    } else {
-      y[i].dmin = Fp32ToFp16(0.f);
-    }
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      const float d = Fp16ToFp32(y[i].d) * (y[i].scales[j] & 0xF);
-      if (!d) continue;
-      const float dm = Fp16ToFp32(y[i].dmin) * (y[i].scales[j] >> 4);
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = NearestInt((x[16 * j + ii] + dm) / d);
-        L[16 * j + ii] = static_cast<uint8_t>(std::max(0, std::min(3, l)));
-      }
-    }
-    Pack2Bit(L, y[i].qs);
-  }
+  QuantizeRowOfBlocks<BlockQ2_K, QuantizeBlockQ2_K>(src, dst, n);
 }
 
 void QuantizeRowQ3_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ3_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float* x = src + i * kQK_K;
-    int8_t L[kQK_K];
-    float scales[kQK_K / 16];
-    float max_scale = 0, amax = 0;
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      scales[j] = MakeQ3Quants(16, 4, x + 16 * j, L + 16 * j);
-      const float scale = std::fabs(scales[j]);
-      if (scale > amax) {
-        amax = scale;
-        max_scale = scales[j];
-      }
-    }
-    std::memset(y[i].scales, 0, 12);
-    if (max_scale) {
-      const float iscale = -32.f / max_scale;
-      for (int j = 0; j < kQK_K / 16; ++j) {
-        const int8_t l = static_cast<int8_t>(NearestInt(iscale * scales[j]));
-        PackQ3Scale(j, std::max<int>(-32, std::min<int>(31, l)) + 32, y[i].scales);
-      }
-      y[i].d = Fp32ToFp16(1 / iscale);
-    } else {
-      y[i].d = Fp32ToFp16(0.f);
-    }
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      const float d = Fp16ToFp32(y[i].d) * UnpackQ3Scale(j, y[i].scales);
-      if (!d) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = NearestInt(x[16 * j + ii] / d);
-        L[16 * j + ii] = static_cast<int8_t>(std::max(-4, std::min(3, l)) + 4);
-      }
-    }
-    PackQ3Quants(L, y[i].hmask, y[i].qs);
-  }
+  QuantizeRowOfBlocks<BlockQ3_K, QuantizeBlockQ3_K>(src, dst, n);
 }
 
 void QuantizeRowQ4_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ4_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    uint8_t L[kQK_K];
-    QuantizeK4StyleBlock(src + i * kQK_K, 15, -1.f, 20, L, y[i].scales, &y[i].d, &y[i].dmin);
-    uint8_t* q = y[i].qs;
-    for (int j = 0; j < kQK_K; j += 64) {
-      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
-      q += 32;
-    }
-  }
+  QuantizeRowOfBlocks<BlockQ4_K, QuantizeBlockQ4_K>(src, dst, n);
 }
 
 void QuantizeRowQ5_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ5_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    uint8_t L[kQK_K];
-    QuantizeK4StyleBlock(src + i * kQK_K, 31, -0.5f, 15, L, y[i].scales, &y[i].d, &y[i].dmin);
-    uint8_t* qh = y[i].qh;
-    uint8_t* ql = y[i].qs;
-    std::memset(qh, 0, kQK_K / 8);
-    uint8_t m1 = 1, m2 = 2;
-    for (int chunk = 0; chunk < kQK_K; chunk += 64) {
-      for (int j = 0; j < 32; ++j) {
-        int l1 = L[chunk + j];
-        if (l1 > 15) {
-          l1 -= 16;
-          qh[j] |= m1;
-        }
-        int l2 = L[chunk + j + 32];
-        if (l2 > 15) {
-          l2 -= 16;
-          qh[j] |= m2;
-        }
-        ql[j] = static_cast<uint8_t>(l1 | (l2 << 4));
-      }
-      m1 = static_cast<uint8_t>(m1 << 2);
-      m2 = static_cast<uint8_t>(m2 << 2);
-      ql += 32;
-    }
-  }
+  QuantizeRowOfBlocks<BlockQ5_K, QuantizeBlockQ5_K>(src, dst, n);
 }
 
 void QuantizeRowQ6_K(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ6_K*>(dst);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float* x = src + i * kQK_K;
-    int8_t L[kQK_K];
-    float scales[kQK_K / 16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int ib = 0; ib < kQK_K / 16; ++ib) {
-      const float scale = MakeQxQuants(16, 32, x + 16 * ib, L + 16 * ib);
-      scales[ib] = scale;
-      if (std::fabs(scale) > max_abs_scale) {
-        max_abs_scale = std::fabs(scale);
-        max_scale = scale;
-      }
-    }
-    if (max_abs_scale < kGroupMaxEps) {
-      std::memset(&y[i], 0, sizeof(BlockQ6_K));
-      continue;
-    }
-    const float iscale = -128.f / max_scale;
-    y[i].d = Fp32ToFp16(1 / iscale);
-    for (int ib = 0; ib < kQK_K / 16; ++ib) {
-      y[i].scales[ib] = static_cast<int8_t>(std::min(127, NearestInt(iscale * scales[ib])));
-    }
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      const float d = Fp16ToFp32(y[i].d) * y[i].scales[j];
-      if (!d) continue;
-      for (int ii = 0; ii < 16; ++ii) {
-        const int l = NearestInt(x[16 * j + ii] / d);
-        L[16 * j + ii] = static_cast<int8_t>(std::max(-32, std::min(31, l)) + 32);
-      }
-    }
-    uint8_t* ql = y[i].ql;
-    uint8_t* qh = y[i].qh;
-    for (int j = 0; j < kQK_K; j += 128) {
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t q1 = L[j + l + 0] & 0xF;
-        const uint8_t q2 = L[j + l + 32] & 0xF;
-        const uint8_t q3 = L[j + l + 64] & 0xF;
-        const uint8_t q4 = L[j + l + 96] & 0xF;
-        ql[l + 0] = static_cast<uint8_t>(q1 | (q3 << 4));
-        ql[l + 32] = static_cast<uint8_t>(q2 | (q4 << 4));
-        qh[l] = static_cast<uint8_t>((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
-                                     ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
-      }
-      ql += 64;
-      qh += 32;
-    }
-  }
+  QuantizeRowOfBlocks<BlockQ6_K, QuantizeBlockQ6_K>(src, dst, n);
 }
 
 }  // namespace shardlm::internal

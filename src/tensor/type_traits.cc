@@ -46,8 +46,6 @@ Isa BestCpuIsa() {
   return Isa::kGeneric;
 }
 
-bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(BestCpuIsa()); }
-
 Table BuildTable(Isa isa) {
   Table table;
   for (GgmlType type : kComputable) {
@@ -65,7 +63,7 @@ const Table* TableFor(Isa isa) {
     std::array<Table, kNumIsas> all;
     for (size_t i = 0; i < kNumIsas; ++i) {
       const Isa isa = static_cast<Isa>(i);
-      if (IsaSupported(isa)) all[i] = BuildTable(isa);
+      if (CpuHasIsa(isa)) all[i] = BuildTable(isa);
     }
     return all;
   }();
@@ -87,6 +85,8 @@ Isa CapIsa(const char* forced, Isa best) {
 
 }  // namespace internal
 
+bool CpuHasIsa(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(BestCpuIsa()); }
+
 Isa DetectIsa() {
   static const Isa isa = internal::CapIsa(std::getenv("SHARDLM_ISA"), BestCpuIsa());
   return isa;
@@ -106,7 +106,7 @@ const char* IsaName(Isa isa) {
 }
 
 const TypeTraits* GetTypeTraitsFor(GgmlType type, Isa isa) {
-  if (static_cast<size_t>(isa) >= kNumIsas || !IsaSupported(isa)) return nullptr;
+  if (static_cast<size_t>(isa) >= kNumIsas || !CpuHasIsa(isa)) return nullptr;
   if (static_cast<size_t>(type) >= kNumTypes) return nullptr;
   const TypeTraits& row = (*TableFor(isa))[static_cast<size_t>(type)];
   return row.vec_dot != nullptr ? &row : nullptr;

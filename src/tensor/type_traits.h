@@ -58,7 +58,8 @@ const TypeTraits* GetTypeTraitsFor(GgmlType type, Isa isa);
 // Bytes of one activation row of n elements converted by traits.quantize_act.
 int64_t ActRowBytes(const TypeTraits& traits, int64_t n);
 
-Isa DetectIsa();  // best ISA of this CPU, honouring SHARDLM_ISA=generic|avx2|avx512
+Isa DetectIsa();          // best ISA of this CPU, honouring SHARDLM_ISA=generic|avx2|avx512
+bool CpuHasIsa(Isa isa);  // whether this CPU runs `isa`'s kernels, whatever SHARDLM_ISA says
 const char* IsaName(Isa isa);
 
 }  // namespace shardlm

@@ -26,14 +26,21 @@ using testing::FixturePath;
 using testing::ProcessResult;
 using testing::RunShardlm;
 
+// Every test runs the built binary on the fixtures.
+class PlacementCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SHARDLM_REQUIRE_BINARY();
+    SHARDLM_REQUIRE_FIXTURES();
+  }
+};
+
 struct BadFlags {
   std::vector<std::string> flags;
   const char* message;
 };
 
-TEST(PlacementCliTest, BadValuesExitNonZeroWithAMessage) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, BadValuesExitNonZeroWithAMessage) {
   const std::string model = FixturePath("stories260K.gguf");
   const std::vector<BadFlags> cases = {
       {{"--devices", "gpu:0"}, "unknown device 'gpu:0'"},
@@ -62,9 +69,7 @@ TEST(PlacementCliTest, BadValuesExitNonZeroWithAMessage) {
   }
 }
 
-TEST(PlacementCliTest, MoreStagesThanLayersIsAClearError) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, MoreStagesThanLayersIsAClearError) {
   // qwen3-tiny-f32 has 2 layers.
   ProcessResult r = RunShardlm({"run", "-m", FixturePath("qwen3-tiny-f32.gguf"), "-p", "Hi", "-n",
                                 "4", "--devices", "cpu,cpu,cpu"});
@@ -72,9 +77,7 @@ TEST(PlacementCliTest, MoreStagesThanLayersIsAClearError) {
   EXPECT_NE(r.err.find("only 2 layers"), std::string::npos) << r.err;
 }
 
-TEST(PlacementCliTest, AnUnreachableRemoteStageIsAClearError) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, AnUnreachableRemoteStageIsAClearError) {
   const std::string socket = testing::CliTempPath("nobody.sock");
   std::filesystem::remove(socket);
   const std::string model = FixturePath("stories260K.gguf");
@@ -153,9 +156,7 @@ class ShardDaemon {
   testing::BackgroundProcess process_;
 };
 
-TEST(PlacementCliTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
   const RunOutput unsplit = GreedyRun({});
   ASSERT_FALSE(unsplit.text.empty());
   ASSERT_EQ(unsplit.logits.size(), 48u * 512u * sizeof(float));  // 48 steps x n_vocab 512
@@ -169,9 +170,7 @@ TEST(PlacementCliTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
   }
 }
 
-TEST(PlacementCliTest, LocalPlusRemoteGivesBitwiseTheUnsplitLogits) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, LocalPlusRemoteGivesBitwiseTheUnsplitLogits) {
   ShardDaemon shard("s1.sock");
   ASSERT_TRUE(shard.WaitListening()) << shard.process().log();
   const RunOutput unsplit = GreedyRun({});
@@ -182,9 +181,7 @@ TEST(PlacementCliTest, LocalPlusRemoteGivesBitwiseTheUnsplitLogits) {
 
 // A q8_0 KV cache through a shard daemon (the handshake carries the KV type; the daemon
 // sizes its pages by it): the same greedy text as unsplit with a q8_0 cache.
-TEST(PlacementCliTest, Q8_0KvThroughARemoteStageGivesTheUnsplitText) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, Q8_0KvThroughARemoteStageGivesTheUnsplitText) {
   ShardDaemon shard("q8.sock");
   ASSERT_TRUE(shard.WaitListening()) << shard.process().log();
   const std::vector<std::string> args = {"run",
@@ -211,9 +208,7 @@ TEST(PlacementCliTest, Q8_0KvThroughARemoteStageGivesTheUnsplitText) {
       << shard.process().log();
 }
 
-TEST(PlacementCliTest, RemoteFirstStagesGiveBitwiseTheUnsplitLogits) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, RemoteFirstStagesGiveBitwiseTheUnsplitLogits) {
   ShardDaemon shard1("r1.sock");
   ShardDaemon shard2("r2.sock");
   ASSERT_TRUE(shard1.WaitListening()) << shard1.process().log();
@@ -255,9 +250,7 @@ class ScopedRuntimeDir {
   std::optional<std::string> saved_;
 };
 
-TEST(PlacementCliTest, BareSocketNameMeetsInThePrivateSocketFolder) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, BareSocketNameMeetsInThePrivateSocketFolder) {
   ScopedRuntimeDir runtime;
   const std::string folder = runtime.path() + "/shardlm";
   testing::BackgroundProcess shard({"shard", "--listen", "unix:bare.sock", "--cores", "1"});
@@ -274,9 +267,7 @@ TEST(PlacementCliTest, BareSocketNameMeetsInThePrivateSocketFolder) {
 // the server refuses it before the Hello, naming the socket and both uids; trusting it with
 // --allow-shard-uid, the server is hung up on by the daemon, which logs the server's uid and
 // pid; with --allow-uid on the daemon too, the split gives the unsplit logits.
-TEST(PlacementCliTest, ShardDaemonOfAnotherUidServesOnlyWhenBothSidesAllowIt) {
-  SHARDLM_REQUIRE_BINARY();
-  SHARDLM_REQUIRE_FIXTURES();
+TEST_F(PlacementCliTest, ShardDaemonOfAnotherUidServesOnlyWhenBothSidesAllowIt) {
   SHARDLM_REQUIRE_ROOT_FOR_OTHER_USER();
   testing::OtherUserDir dir;
   const std::string shardlm = dir.Copy(testing::ShardlmBinary(), "shardlm");

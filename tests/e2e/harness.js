@@ -123,3 +123,10 @@ export async function startShard(binary, socketPath, cores, timeoutMs = 30_000) 
 export async function killAll() {
   await Promise.all([...children].map((c) => c.kill('SIGKILL', 2000)));
 }
+
+// An `after` hook of a file with a temp folder: kills every child still running, then
+// removes `dir` (when the file made one).
+export async function cleanUp(dir) {
+  await killAll();
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+}

@@ -15,31 +15,17 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { chat, complete, metric, story, tokenize } from './client.js';
-import { binary, fixtures, killAll, skipReason, startServer, startShard } from './harness.js';
-
-const storiesModel = path.join(fixtures, 'stories260K.gguf');
-const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
-const kTestTimeout = 120_000;
-const kServeArgs = ['--parallel', '2', '-c', '2048', '-t', '2'];
-const kPageTokens = 64;
+import { chat, complete, metric, story } from './client.js';
+import {
+  floorPage, kPageTokens, kServeArgs, kTestTimeout, qwenModel, startSplit, stop, storiesModel,
+  turns,
+} from './disk_tier.js';
+import { binary, cleanUp, skipReason, startServer } from './harness.js';
 
 const skip = skipReason('kv cache', [storiesModel, qwenModel]);
 
-const floorPage = (n) => Math.floor(n / kPageTokens) * kPageTokens;
-
-// SIGTERM and a generous wait: a server writes the pages still queued before it exits.
-const stop = (child) => child.kill('SIGTERM', 30_000);
-
-// Turn 1 is 64k + 10 tokens; turn 2 extends it, so exactly k pages are on disk for it (the
-// 10 tokens past the boundary would need 54 more matching generated ones to fill a page).
-async function turns(server) {
-  let t1 = await tokenize(server, `${story} ${story} ${story}`);
-  t1 = t1.slice(0, floorPage(t1.length - 10) + 10);
-  assert.ok(t1.length > kPageTokens, `turn 1 has ${t1.length} tokens`);
-  const more = (await tokenize(server, ' The cat sat on the mat.')).slice(1);  // no BOS
-  return { t1, t2: [...t1, ...more], cached2: floorPage(t1.length) };
-}
+// What turns() cuts turn 1 from: three stories, several pages.
+const kTurnText = `${story} ${story} ${story}`;
 
 function snapFiles(dir) {
   const out = [];
@@ -66,10 +52,7 @@ before(async () => {
   ]);
 });
 
-after(async () => {
-  await killAll();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
+after(() => cleanUp(tmp));
 
 test('multi-turn chat computes only past the cached page boundary; restart hits disk',
   { skip, timeout: kTestTimeout }, async (t) => {
@@ -121,23 +104,19 @@ test('local + remote split restores from disk after both processes restart',
   { skip, timeout: kTestTimeout }, async () => {
     const dir = path.join(tmp, 'split');
     const socket = path.join(tmp, 'kv.sock');
-    const args = [...kServeArgs, '--kv-cache-dir', dir, '--devices', `cpu,unix:${socket}`];
-    let shard = await startShard(binary, socket, 1);
-    let server = await startServer(binary, qwenModel, args);
-    const { t1, t2, cached2 } = await turns(server);
+    const args = [...kServeArgs, '--kv-cache-dir', dir];
+    let server = await startSplit(socket, args);
+    const { t1, t2, cached2 } = await turns(server, kTurnText);
     await complete(server, t1);
-    await stop(server);
-    await shard.kill();
+    await server.stopSplit();
     assert.ok(snapFiles(dir).length >= cached2 / kPageTokens);
 
-    shard = await startShard(binary, socket, 1);
-    server = await startServer(binary, qwenModel, args);
+    server = await startSplit(socket, args);
     const got = await complete(server, t2);
     assert.equal(got.usage.prompt_tokens_details.cached_tokens, cached2);
     assert.equal(await metric(server, 'prompt_tokens_disk_total'), cached2);
     assert.equal(got.text, (await complete(coldQwen, t2)).text);
-    await stop(server);
-    await shard.kill();
+    await server.stopSplit();
   });
 
 // A Q8_0 cache (34 bytes per 32 elements) is a different page geometry: its files land in
@@ -150,7 +129,7 @@ test('a q8_0 KV cache is persisted and restored after a restart',
     const args = [...kServeArgs, ...q8, '--kv-cache-dir', dir];
     const cold = await startServer(binary, qwenModel, [...kServeArgs, ...q8, '--no-prefix-cache']);
     let server = await startServer(binary, qwenModel, args);
-    const { t1, t2, cached2 } = await turns(server);
+    const { t1, t2, cached2 } = await turns(server, kTurnText);
     await complete(server, t1);
     await stop(server);
     const folders = fs.readdirSync(dir);
@@ -180,7 +159,7 @@ test('flipped, truncated and swapped cache files: correct text and a log line',
     const args = [...kServeArgs, '--kv-cache-dir', dir];
     const persist = async (model) => {
       const server = await startServer(binary, model, args);
-      const t = await turns(server);
+      const t = await turns(server, kTurnText);
       await complete(server, t.t1);
       await stop(server);
       return t;

@@ -15,19 +15,14 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { chat, complete, metric, story, tokenize } from './client.js';
-import { binary, fixtures, killAll, skipReason, startServer, startShard } from './harness.js';
-
-const storiesModel = path.join(fixtures, 'stories260K.gguf');
-const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
-const kTestTimeout = 120_000;
-const kServeArgs = ['--parallel', '2', '-c', '2048', '-t', '2'];
-const kPageTokens = 64;
+import { chat, complete, metric, story } from './client.js';
+import {
+  floorPage, kPageTokens, kServeArgs, kTestTimeout, qwenModel, startSplit, stop, storiesModel,
+  turns,
+} from './disk_tier.js';
+import { binary, cleanUp, skipReason, startServer } from './harness.js';
 
 const skip = skipReason('slots', [storiesModel, qwenModel]);
-
-const floorPage = (n) => Math.floor(n / kPageTokens) * kPageTokens;
-const stop = (child) => child.kill('SIGTERM', 30_000);
 
 // POST /slots/{id}?action=...: { status, body } (body parsed).
 async function slotAction(server, id, action, filename) {
@@ -70,10 +65,7 @@ before(async () => {
   coldQwen = await startServer(binary, qwenModel, [...kServeArgs, '--no-prefix-cache']);
 });
 
-after(async () => {
-  await killAll();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
+after(() => cleanUp(tmp));
 
 test('save, restart, restore: the next turn is cached and answers like a cold server',
   { skip, timeout: kTestTimeout }, async (t) => {
@@ -125,26 +117,20 @@ test('local + remote split: save, restart both processes, restore',
   { skip, timeout: kTestTimeout }, async () => {
     const dir = path.join(tmp, 'split');
     const socket = path.join(tmp, 'slots.sock');
-    const args = [...kServeArgs, '--slot-save-path', dir, '--devices', `cpu,unix:${socket}`];
-    let shard = await startShard(binary, socket, 1);
-    let server = await startServer(binary, qwenModel, args);
-    let t1 = await tokenize(server, `${story} ${story}`);
-    t1 = t1.slice(0, floorPage(t1.length - 10) + 10);
-    const t2 = [...t1, ...(await tokenize(server, ' The cat sat on the mat.')).slice(1)];
+    const args = [...kServeArgs, '--slot-save-path', dir];
+    let server = await startSplit(socket, args);
+    const { t1, t2, cached2 } = await turns(server, `${story} ${story}`);
     await complete(server, t1);
     await saveBusiest(server, 'split1');
-    await stop(server);
-    await shard.kill();
+    await server.stopSplit();
 
-    shard = await startShard(binary, socket, 1);
-    server = await startServer(binary, qwenModel, args);
+    server = await startSplit(socket, args);
     const restored = await slotAction(server, 0, 'restore', 'split1');
     assert.equal(restored.status, 200, JSON.stringify(restored.body));
     const got = await complete(server, t2);
-    assert.equal(got.usage.prompt_tokens_details.cached_tokens, floorPage(t1.length));
+    assert.equal(got.usage.prompt_tokens_details.cached_tokens, cached2);
     assert.equal(got.text, (await complete(coldQwen, t2)).text);
-    await stop(server);
-    await shard.kill();
+    await server.stopSplit();
   });
 
 test('file names stay in the slot folder; save and restore are off without one',

@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { binary, fixtures, killAll, skipReason, sleep, startServer, startShard } from './harness.js';
+import { binary, cleanUp, fixtures, skipReason, sleep, startServer, startShard } from './harness.js';
 
 const storiesModel = path.join(fixtures, 'stories260K.gguf');  // 5 layers: 2 and 3 stages
 const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');  // 2 layers
@@ -96,10 +96,7 @@ before(async () => {
   unsplitQwen = await startServer(binary, qwenModel, kServeArgs);
 });
 
-after(async () => {
-  await killAll();
-  if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
-});
+after(() => cleanUp(tmp));
 
 test('unsplit /props shows one stage over every layer', { skip, timeout: kTestTimeout },
   async () => {

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -20,6 +19,7 @@
 #include "cache/snapshot_file.h"
 #include "engine/scheduler.h"
 #include "engine/scheduler_test_util.h"
+#include "support/file_bytes.h"
 
 namespace shardlm {
 namespace disk_cache_scheduler_test {
@@ -29,6 +29,7 @@ using scheduler_test_util::Collector;
 using scheduler_test_util::Encode;
 using scheduler_test_util::ExpectSameOutput;
 using scheduler_test_util::kLongText;
+using scheduler_test_util::kPageTokens;
 using scheduler_test_util::kQwen;
 using scheduler_test_util::kStories;
 using scheduler_test_util::MakeScheduler;
@@ -38,8 +39,6 @@ using scheduler_test_util::ServiceThread;
 using scheduler_test_util::StoryTokens;
 using scheduler_test_util::WithRemoteStage;
 
-constexpr int kPageTokens = 16;
-
 // A fresh folder per test case.
 fs::path TempDir(const std::string& name) {
   return testing_util::FreshDir("shardlm_disk_cache", name);
@@ -47,7 +46,6 @@ fs::path TempDir(const std::string& name) {
 
 SchedulerOptions Options(const fs::path& dir, int n_ctx = 256) {
   SchedulerOptions options = scheduler_test_util::TestOptions(2, n_ctx);
-  options.page_tokens = kPageTokens;
   options.prefix_cache = !dir.empty();
   options.kv_cache_dir = dir.string();
   return options;
@@ -89,16 +87,6 @@ std::vector<fs::path> SnapshotFiles(const fs::path& dir) {
     }
   }
   return files;
-}
-
-std::vector<uint8_t> ReadBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
 }
 
 TEST(DiskCacheSchedulerTest, RestartedSchedulerHitsDiskAndIsBitwiseCold) {
@@ -234,9 +222,9 @@ TEST(DiskCacheSchedulerTest, FlippedTruncatedOrForeignFilesAreDiscardedAndComput
   SHARDLM_REQUIRE_FIXTURES();
   const std::string file = kStories;
   DamagedFilesCase(file, "flipped", [](const fs::path& path) {
-    std::vector<uint8_t> bytes = ReadBytes(path);
+    std::vector<uint8_t> bytes = testing_util::ReadBytes(path);
     bytes[bytes.size() / 2] ^= 0x5a;  // inside a payload: only its checksum can tell
-    WriteBytes(path, bytes);
+    testing_util::WriteBytes(path, bytes);
   });
   DamagedFilesCase(file, "truncated",
                    [](const fs::path& path) { fs::resize_file(path, fs::file_size(path) - 100); });
@@ -273,13 +261,13 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
   PersistTurn1(file, options);
   // Rewrite every file with stage 0's section only: a valid snapshot, but not all stages.
   for (const fs::path& path : SnapshotFiles(options.kv_cache_dir)) {
-    const std::vector<uint8_t> bytes = ReadBytes(path);
+    const std::vector<uint8_t> bytes = testing_util::ReadBytes(path);
     const Snapshot snapshot = DecodeAsStored(bytes);
     ASSERT_EQ(snapshot.sections.size(), 2u);
     std::vector<SnapshotSection> first_only = {snapshot.sections[0]};
     Result<std::vector<uint8_t>> rewritten = EncodeSnapshot(snapshot.header, first_only);
     ASSERT_TRUE(rewritten.ok()) << rewritten.status().message();
-    WriteBytes(path, *rewritten);
+    testing_util::WriteBytes(path, *rewritten);
   }
   const size_t files_before = SnapshotFiles(options.kv_cache_dir).size();
   ::testing::internal::CaptureStderr();
@@ -304,7 +292,7 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
   restarted.reset();  // writes what is queued
   size_t one_section = 0;
   for (const fs::path& path : SnapshotFiles(options.kv_cache_dir)) {
-    const std::vector<uint8_t> bytes = ReadBytes(path);
+    const std::vector<uint8_t> bytes = testing_util::ReadBytes(path);
     if (DecodeAsStored(bytes).sections.size() == 1) ++one_section;
   }
   EXPECT_EQ(files_before, 4u);
@@ -315,7 +303,7 @@ TEST(DiskCacheSchedulerTest, FileMissingOneStagesSectionLoadsNothingForItsBlock)
 std::vector<fs::path> ChainOrder(const std::vector<fs::path>& files) {
   std::unordered_map<BlockHash, std::pair<BlockHash, fs::path>> by_parent;  // → (hash, file)
   for (const fs::path& path : files) {
-    Result<SnapshotHeader> header = DecodeSnapshotHeader(ReadBytes(path));
+    Result<SnapshotHeader> header = DecodeSnapshotHeader(testing_util::ReadBytes(path));
     EXPECT_TRUE(header.ok()) << path << ": " << header.status().message();
     if (header.ok()) by_parent[header->parent_hash] = {header->block_hash, path};
   }
@@ -338,11 +326,11 @@ TEST(DiskCacheSchedulerTest, EveryCorruptFileOfAChainIsRewrittenByTheRecompute) 
   const std::vector<fs::path> chain = ChainOrder(SnapshotFiles(dir));
   ASSERT_EQ(chain.size(), 4u);
   std::vector<std::vector<uint8_t>> good;
-  for (const fs::path& path : chain) good.push_back(ReadBytes(path));
+  for (const fs::path& path : chain) good.push_back(testing_util::ReadBytes(path));
   for (size_t i = 1; i < chain.size(); ++i) {
     std::vector<uint8_t> bytes = good[i];
     bytes[bytes.size() / 2] ^= 0x5a;  // inside a payload: only its checksum can tell
-    WriteBytes(chain[i], bytes);
+    testing_util::WriteBytes(chain[i], bytes);
   }
   {
     ::testing::internal::CaptureStderr();
@@ -355,7 +343,8 @@ TEST(DiskCacheSchedulerTest, EveryCorruptFileOfAChainIsRewrittenByTheRecompute) 
     (void)::testing::internal::GetCapturedStderr();
   }
   for (size_t i = 0; i < chain.size(); ++i) {
-    EXPECT_TRUE(ReadBytes(chain[i]) == good[i]) << "block " << i << " was not rewritten";
+    EXPECT_TRUE(testing_util::ReadBytes(chain[i]) == good[i])
+        << "block " << i << " was not rewritten";
   }
   auto again = MakeScheduler(file, Options(dir));
   ASSERT_TRUE(again);

@@ -165,12 +165,7 @@ TEST(GenerationTest, TextMatchesGoldenWhenNoEog) {
 }
 
 std::vector<TokenId> Sampled(Scheduler& engine, uint64_t seed) {
-  SamplingParams params;
-  params.temperature = 1.5f;
-  params.top_k = 0;
-  params.top_p = 1.0f;
-  params.min_p = 0.0f;
-  params.seed = seed;
+  const SamplingParams params = scheduler_test_util::WholeDistribution(1.5f, seed);
   Generated result = Generate(
       engine, Request(Encode("stories260K.gguf", "Once upon a time", true), params, 24, true));
   return result.out->ids;

@@ -28,6 +28,7 @@ using scheduler_test_util::Encode;
 using scheduler_test_util::ExpectSameOutput;
 using scheduler_test_util::Fixture;
 using scheduler_test_util::kLongText;
+using scheduler_test_util::kPageTokens;
 using scheduler_test_util::kQwen;
 using scheduler_test_util::kStories;
 using scheduler_test_util::MakeScheduler;
@@ -36,11 +37,8 @@ using scheduler_test_util::RunAll;
 using scheduler_test_util::RunOne;
 using scheduler_test_util::StoryTokens;
 
-constexpr int kPageTokens = 16;
-
 SchedulerOptions Options(int n_parallel, bool prefix_cache, int n_ctx = 256) {
   SchedulerOptions options = scheduler_test_util::TestOptions(n_parallel, n_ctx);
-  options.page_tokens = kPageTokens;
   options.prefix_cache = prefix_cache;
   return options;
 }
@@ -143,17 +141,14 @@ int64_t PagesUsedByTwoConcurrent(bool prefix_cache) {
   const std::vector<TokenId> prefix = StoryTokens(kStories, 6 * kPageTokens, kLongText);
   (void)RunOne(*scheduler, Request(Concat(prefix, Encode(kStories, " Max", false)), 2));
   Collector a, b;
-  std::promise<void> release;
-  b.gate_after = 2;
-  b.release = release.get_future().share();
   auto ida = scheduler->Submit(Request(Concat(prefix, Encode(kStories, " Lily", false)), 40),
                                a.Callbacks());
-  auto idb = scheduler->Submit(Request(Concat(prefix, Encode(kStories, " The sun", false)), 40),
-                               b.Callbacks());
-  EXPECT_TRUE(ida.ok() && idb.ok());
-  b.reached.get_future().wait();
+  EXPECT_TRUE(ida.ok());
+  auto idb = scheduler_test_util::SubmitHeld(
+      *scheduler, Request(Concat(prefix, Encode(kStories, " The sun", false)), 40), b, 2);
+  EXPECT_TRUE(idb.ok());
   const int64_t used = scheduler->Stats().kv_pages_used;
-  release.set_value();
+  b.release.set_value();
   EXPECT_TRUE(a.Wait() && b.Wait());
   EXPECT_EQ(a.finish.usage.cached_tokens, prefix_cache ? 6 * kPageTokens : 0);
   EXPECT_EQ(b.finish.usage.cached_tokens, prefix_cache ? 6 * kPageTokens : 0);

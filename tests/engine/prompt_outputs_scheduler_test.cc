@@ -25,7 +25,18 @@
 namespace shardlm {
 namespace prompt_outputs_scheduler_test {
 
-using namespace scheduler_test_util;  // NOLINT: the scheduler tests' shared helpers
+using scheduler_test_util::Collector;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::Fixture;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kStories;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunAll;
+using scheduler_test_util::ServiceThread;
+using scheduler_test_util::StoryTokens;
+using scheduler_test_util::WithRemoteStage;
 
 SchedulerOptions Options(int n_parallel = 4, int n_batch = 64) {
   SchedulerOptions options = scheduler_test_util::TestOptions(n_parallel, 128, n_batch);
@@ -66,19 +77,6 @@ struct PromptCollector : Collector {
     return callbacks;
   }
 };
-
-std::vector<std::unique_ptr<PromptCollector>> RunRequests(
-    Scheduler& scheduler, const std::vector<EngineRequest>& requests) {
-  std::vector<std::unique_ptr<PromptCollector>> out;
-  for (const EngineRequest& request : requests) {
-    out.push_back(std::make_unique<PromptCollector>());
-    auto id = scheduler.Submit(request, out.back()->Callbacks());
-    EXPECT_TRUE(id.ok()) << id.status().message();
-    if (!id.ok()) out.back()->done = true;
-  }
-  for (auto& c : out) EXPECT_TRUE(c->Wait());
-  return out;
-}
 
 bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -131,7 +129,7 @@ TEST(PromptOutputsSchedulerTest, EmbeddingIsTheMeanOfTheLastStageRows) {
     ASSERT_TRUE(scheduler);
     EXPECT_TRUE(scheduler->info().embeddings);
     const int n_embd = scheduler->info().n_embd;
-    auto got = RunRequests(*scheduler, {Embedding(prompt)});
+    auto got = RunAll<PromptCollector>(*scheduler, {Embedding(prompt)});
     EXPECT_EQ(got[0]->finish.reason, FinishReason::kStop);
     EXPECT_TRUE(got[0]->ids.empty());
     EXPECT_EQ(got[0]->finish.usage.prompt_tokens, 23);
@@ -166,10 +164,11 @@ TEST(PromptOutputsSchedulerTest, EmbeddingIsBitwiseTheSameWhateverTheBatchChunks
       Echo(StoryTokens(kStories, 17, "A dog."), 5)};
   auto alone = MakeScheduler(kStories, Options());
   ASSERT_TRUE(alone);
-  const std::vector<float> want = RunRequests(*alone, {Embedding(prompt)})[0]->finish.embedding;
+  const std::vector<float> want =
+      RunAll<PromptCollector>(*alone, {Embedding(prompt)})[0]->finish.embedding;
   ASSERT_FALSE(want.empty());
-  const auto sampled_alone = RunRequests(*alone, {crowd[0]});
-  const auto echo_alone = RunRequests(*alone, {crowd[3]});
+  const auto sampled_alone = RunAll<PromptCollector>(*alone, {crowd[0]});
+  const auto echo_alone = RunAll<PromptCollector>(*alone, {crowd[3]});
   const std::string socket = (std::filesystem::temp_directory_path() /
                               ("shardlm_embed_" + std::to_string(::getpid()) + ".sock"))
                                  .string();
@@ -194,7 +193,7 @@ TEST(PromptOutputsSchedulerTest, EmbeddingIsBitwiseTheSameWhateverTheBatchChunks
     SCOPED_TRACE(setup.name);
     auto scheduler = MakeScheduler(kStories, setup.options);
     ASSERT_TRUE(scheduler);
-    auto got = RunRequests(*scheduler, crowd);
+    auto got = RunAll<PromptCollector>(*scheduler, crowd);
     EXPECT_EQ(got[1]->finish.reason, FinishReason::kStop);
     EXPECT_TRUE(Bitwise(got[1]->finish.embedding, want));
     EXPECT_EQ(got[0]->ids.size(), 12u);
@@ -216,7 +215,7 @@ TEST(PromptOutputsSchedulerTest, PromptLogprobsAreEveryPromptTokensLogSoftmax) {
     const std::vector<TokenId> prompt = StoryTokens(file, 20, kLongText);
     auto scheduler = MakeScheduler(file, Options());
     ASSERT_TRUE(scheduler);
-    auto got = RunRequests(*scheduler, {Echo(prompt, 6), Request(prompt, 6)});
+    auto got = RunAll<PromptCollector>(*scheduler, {Echo(prompt, 6), Request(prompt, 6)});
     const PromptCollector& echo = *got[0];
     EXPECT_EQ(echo.prompt_calls, 1);
     EXPECT_TRUE(echo.prompt_before_tokens);
@@ -248,15 +247,15 @@ TEST(PromptOutputsSchedulerTest, PromptLogprobsDoNotDependOnChunksOrCompany) {
   const std::vector<TokenId> prompt = StoryTokens(kStories, 37, kLongText);
   auto alone = MakeScheduler(kStories, Options());
   ASSERT_TRUE(alone);
-  auto want = RunRequests(*alone, {Echo(prompt, 4)});
+  auto want = RunAll<PromptCollector>(*alone, {Echo(prompt, 4)});
   SchedulerOptions small = Options(3, 16);
   small.prompt_logit_rows = 3;
   small.placement.devices.resize(2);
   auto scheduler = MakeScheduler(kStories, small);
   ASSERT_TRUE(scheduler);
-  auto got =
-      RunRequests(*scheduler, {Request(StoryTokens(kStories, 25, "Max ran."), 10, 3),
-                               Echo(prompt, 4), Echo(StoryTokens(kStories, 12, "Lily."), 2)});
+  auto got = RunAll<PromptCollector>(
+      *scheduler, {Request(StoryTokens(kStories, 25, "Max ran."), 10, 3), Echo(prompt, 4),
+                   Echo(StoryTokens(kStories, 12, "Lily."), 2)});
   ExpectSameOutput(*got[1], *want[0]);
   ASSERT_EQ(got[1]->prompt.size(), want[0]->prompt.size());
   for (size_t i = 0; i < want[0]->prompt.size(); ++i) {
@@ -278,7 +277,8 @@ TEST(PromptOutputsSchedulerTest, PromptLogprobsWithNoTokensToGenerate) {
   const std::vector<TokenId> prompt = StoryTokens(kStories, 14, kLongText);
   auto scheduler = MakeScheduler(kStories, Options());
   ASSERT_TRUE(scheduler);
-  auto got = RunRequests(*scheduler, {Echo(prompt, 0), Echo(prompt, 3), Echo({prompt[0]}, 0)});
+  auto got =
+      RunAll<PromptCollector>(*scheduler, {Echo(prompt, 0), Echo(prompt, 3), Echo({prompt[0]}, 0)});
   EXPECT_EQ(got[0]->finish.reason, FinishReason::kLength);
   EXPECT_TRUE(got[0]->ids.empty());
   EXPECT_EQ(got[0]->finish.usage.completion_tokens, 0);
@@ -296,12 +296,13 @@ TEST(PromptOutputsSchedulerTest, EveryPositionIsComputedAndPagesArePublished) {
   const std::vector<TokenId> prompt = StoryTokens(kStories, 40, kLongText);
   auto cold = MakeScheduler(kStories, Options());
   ASSERT_TRUE(cold);
-  const std::vector<float> want = RunRequests(*cold, {Embedding(prompt)})[0]->finish.embedding;
+  const std::vector<float> want =
+      RunAll<PromptCollector>(*cold, {Embedding(prompt)})[0]->finish.embedding;
 
   auto scheduler = MakeScheduler(kStories, Options());
   ASSERT_TRUE(scheduler);
-  auto first = RunRequests(*scheduler, {Request(prompt, 2)});
-  auto again = RunRequests(*scheduler, {Embedding(prompt), Echo(prompt, 2)});
+  auto first = RunAll<PromptCollector>(*scheduler, {Request(prompt, 2)});
+  auto again = RunAll<PromptCollector>(*scheduler, {Embedding(prompt), Echo(prompt, 2)});
   EXPECT_EQ(again[0]->finish.usage.cached_tokens, 0);
   EXPECT_TRUE(Bitwise(again[0]->finish.embedding, want));
   EXPECT_EQ(again[1]->finish.usage.cached_tokens, 0);
@@ -309,8 +310,8 @@ TEST(PromptOutputsSchedulerTest, EveryPositionIsComputedAndPagesArePublished) {
 
   auto fresh = MakeScheduler(kStories, Options());
   ASSERT_TRUE(fresh);
-  RunRequests(*fresh, {Embedding(prompt)});
-  auto after = RunRequests(*fresh, {Request(prompt, 2)});
+  RunAll<PromptCollector>(*fresh, {Embedding(prompt)});
+  auto after = RunAll<PromptCollector>(*fresh, {Request(prompt, 2)});
   EXPECT_EQ(after[0]->finish.usage.cached_tokens, 32);  // two full pages of 16
   ExpectSameOutput(*after[0], *first[0]);
 }
@@ -322,7 +323,8 @@ TEST(PromptOutputsSchedulerTest, SubmitErrors) {
   auto scheduler = MakeScheduler(kStories, options);
   ASSERT_TRUE(scheduler);
   // The whole context holds an embedding's prompt (nothing is generated after it).
-  auto full = RunRequests(*scheduler, {Embedding(StoryTokens(kStories, 32, kLongText))});
+  auto full =
+      RunAll<PromptCollector>(*scheduler, {Embedding(StoryTokens(kStories, 32, kLongText))});
   EXPECT_EQ(full[0]->finish.reason, FinishReason::kStop);
   auto too_long = scheduler->Submit(Embedding(StoryTokens(kStories, 33, kLongText)), {});
   EXPECT_EQ(too_long.status().code(), StatusCode::kOutOfRange);

@@ -11,8 +11,12 @@
 #include <map>
 #include <vector>
 
+#include "engine/scheduler_test_util.h"
+
 namespace shardlm {
 namespace sampler_test {
+
+using scheduler_test_util::WholeDistribution;
 
 std::vector<TokenLogit> Cands(const std::vector<float>& logits) {
   std::vector<TokenLogit> cands;
@@ -26,18 +30,8 @@ std::vector<TokenId> Ids(const std::vector<TokenLogit>& cands) {
   return ids;
 }
 
-SamplingParams NoFilters(float temperature, uint64_t seed) {
-  SamplingParams params;
-  params.temperature = temperature;
-  params.top_k = 0;
-  params.top_p = 1.0f;
-  params.min_p = 0.0f;
-  params.seed = seed;
-  return params;
-}
-
 TEST(SamplerTest, GreedyTakesArgmaxLowestIdOnTies) {
-  SamplingParams params = NoFilters(0.0f, 1);
+  SamplingParams params = WholeDistribution(0.0f, 1);
   Sampler sampler(params, 6);
   std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 3.0f};
   EXPECT_EQ(sampler.Sample(logits).id, 1);
@@ -138,7 +132,7 @@ TEST(SamplerTest, SoftmaxAppliesTemperature) {
 }
 
 TEST(SamplerTest, PenaltiesChangeOnlyTokensInWindow) {
-  SamplingParams params = NoFilters(0.0f, 1);
+  SamplingParams params = WholeDistribution(0.0f, 1);
   params.repeat_penalty = 2.0f;
   params.presence_penalty = 0.5f;
   params.frequency_penalty = 0.25f;
@@ -155,7 +149,7 @@ TEST(SamplerTest, PenaltiesChangeOnlyTokensInWindow) {
 }
 
 TEST(SamplerTest, RepeatPenaltyCanChangeGreedyChoice) {
-  SamplingParams params = NoFilters(0.0f, 1);
+  SamplingParams params = WholeDistribution(0.0f, 1);
   params.repeat_penalty = 1.5f;
   Sampler sampler(params, 3);
   std::vector<float> logits = {1.0f, 1.2f, 0.0f};
@@ -208,7 +202,7 @@ TEST(SamplerTest, DrawFollowsCumulativeMass) {
 TEST(SamplerTest, EmpiricalFrequenciesMatchProbabilities) {
   // Temperature 0.7 over five tokens, 200k draws: each frequency within 5 sigma.
   const std::vector<float> logits = {0.0f, 1.0f, -0.5f, 2.0f, 0.3f};
-  SamplingParams params = NoFilters(0.7f, 123);
+  SamplingParams params = WholeDistribution(0.7f, 123);
   Sampler sampler(params, 5);
   const std::vector<double> probs = Sampler::Softmax(Cands(logits), 0.7f);
   const int n_draws = 200000;
@@ -222,7 +216,7 @@ TEST(SamplerTest, EmpiricalFrequenciesMatchProbabilities) {
 
 TEST(SamplerTest, FiltersRestrictWhatCanBeDrawn) {
   const std::vector<float> logits = {0.0f, 3.0f, 2.5f, 2.9f, -1.0f, 1.0f};
-  SamplingParams params = NoFilters(1.5f, 9);
+  SamplingParams params = WholeDistribution(1.5f, 9);
   params.top_k = 2;
   Sampler sampler(params, 6);
   std::map<TokenId, int> seen;
@@ -233,7 +227,7 @@ TEST(SamplerTest, FiltersRestrictWhatCanBeDrawn) {
 
 TEST(SamplerTest, LogprobsOfChosenAndTopAlternatives) {
   const std::vector<float> logits = {std::log(0.1f), std::log(0.6f), std::log(0.3f)};
-  SamplingParams params = NoFilters(0.0f, 1);
+  SamplingParams params = WholeDistribution(0.0f, 1);
   params.n_logprobs = 2;
   Sampler sampler(params, 3);
   SampledToken token = sampler.Sample(logits, /*want_logprobs=*/true);
@@ -247,7 +241,7 @@ TEST(SamplerTest, LogprobsOfChosenAndTopAlternatives) {
 
 TEST(SamplerTest, AdjustmentsMaskAndBiasButLogprobsStayTheModels) {
   const std::vector<float> logits = {std::log(0.1f), std::log(0.6f), std::log(0.3f)};
-  SamplingParams params = NoFilters(0.0f, 1);
+  SamplingParams params = WholeDistribution(0.0f, 1);
   Sampler sampler(params, 3);
   const std::vector<uint64_t> not_1 = {0b101};
   LogitAdjustments mask{.allowed = not_1};
@@ -262,7 +256,7 @@ TEST(SamplerTest, AdjustmentsMaskAndBiasButLogprobsStayTheModels) {
   EXPECT_EQ(sampler.Sample(logits, false, {.bias = ban, .allowed = not_1_or_2}).id, 0);
 
   // Sampled: only allowed tokens are ever drawn, in the biased proportions.
-  Sampler seeded(NoFilters(1.0f, 5), 3);
+  Sampler seeded(WholeDistribution(1.0f, 5), 3);
   std::map<TokenId, int> seen;
   for (int i = 0; i < 4000; ++i) ++seen[seeded.Sample(logits, false, mask).id];
   EXPECT_EQ(seen.count(1), 0u);

@@ -1,10 +1,11 @@
-// Helpers shared by the scheduler tests on fixture models (prefix cache, disk tier, slots):
-// the fixture models loaded once per binary, a request builder, a Collector of one request's
-// events, story prompts of an exact length, bitwise output comparison, fresh folders and a
-// shard daemon on a thread.
+// Helpers shared by the engine tests on fixture models (prefix cache, disk tier, slots,
+// sampling): the starting scheduler options, request and sampling builders, a Collector of
+// one request's events (held mid-run on demand), story prompts of an exact length, bitwise
+// output comparison and a shard daemon on a thread. The fixture models themselves come
+// from support/fixture_models.h.
 //
-// Goals: one copy of what every scheduler-level cache test needs.
-// Non-goals: scheduler options (each test file states its own), assertions beyond output.
+// Goals: one copy of what every scheduler-level test needs.
+// Non-goals: assertions beyond output; what one test file alone is about.
 //
 // Thread safety: Collector's callbacks run on the engine thread, its fields are read by the
 // test thread under its mutex (or after Wait). Lifetime: Fixture's models live until exit.
@@ -30,6 +31,7 @@
 #include "pipeline/pipeline.h"
 #include "pipeline/stage_factory.h"
 #include "shard/shard_service.h"
+#include "support/fixture_models.h"
 #include "support/fixtures.h"
 #include "support/temp_dir.h"
 
@@ -42,17 +44,7 @@ inline const char kLongText[] =
     "Once upon a time, there was a little dog named Max. He liked to run in the park with "
     "his friend Lily. One day they found a big red ball under a tree.";
 
-// The fixture model `file`, loaded once per test binary (null model when missing).
-inline const LoadedModel& Fixture(const std::string& file) {
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  std::unique_ptr<LoadedModel>& slot = cache[file];
-  if (!slot) {
-    auto loaded = LoadModelFile(testing::FixturePath(file), {.prefault = false});
-    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
-    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
-  }
-  return *slot;
-}
+using testing_util::Fixture;
 
 // A scheduler over fixture `file` (model_path set, so remote stages and the disk tier work).
 inline std::unique_ptr<Scheduler> MakeScheduler(const std::string& file,
@@ -67,9 +59,10 @@ inline std::unique_ptr<Scheduler> MakeScheduler(const std::string& file,
 }
 
 // One request's events: tokens, logprobs, text (the finish event's released text
-// included). `gate` (optional) holds the engine thread inside on_token once `gate_after`
-// tokens arrived, until released, so a test can look at the engine mid-run; on_token
-// returns false (cancels) once `cancel_after` tokens arrived.
+// included). With `gate_after` set, on_token holds the engine thread once that many tokens
+// arrived (fulfilling `reached`) until `release` is set, so a test can look at the engine
+// mid-run (SubmitHeld does the waiting); on_token returns false (cancels) once
+// `cancel_after` tokens arrived.
 struct Collector {
   std::mutex mu;
   std::condition_variable cv;
@@ -82,7 +75,7 @@ struct Collector {
   int gate_after = -1;
   int cancel_after = -1;
   std::promise<void> reached;
-  std::shared_future<void> release;
+  std::promise<void> release;
 
   RequestCallbacks Callbacks() {
     RequestCallbacks callbacks;
@@ -98,7 +91,7 @@ struct Collector {
       }
       if (n == gate_after) {
         reached.set_value();
-        release.wait();
+        release.get_future().wait();
       }
       return cancel_after < 0 || n < cancel_after;
     };
@@ -147,12 +140,25 @@ inline EngineRequest Request(std::vector<TokenId> prompt, const SamplingParams& 
   return request;
 }
 
-// Submits every request at once and waits for all of them.
-inline std::vector<std::unique_ptr<Collector>> RunAll(Scheduler& scheduler,
-                                                      const std::vector<EngineRequest>& requests) {
-  std::vector<std::unique_ptr<Collector>> out;
+// Submits `request` into `collector`, held after `after` tokens, and waits until the engine
+// thread is held there: it goes on once the test sets collector.release.
+inline Result<RequestId> SubmitHeld(Scheduler& scheduler, const EngineRequest& request,
+                                    Collector& collector, int after) {
+  collector.gate_after = after;
+  Result<RequestId> id = scheduler.Submit(request, collector.Callbacks());
+  EXPECT_TRUE(id.ok()) << id.status().message();
+  if (id.ok()) collector.reached.get_future().wait();
+  return id;
+}
+
+// Submits every request at once and waits for all of them, each into a C (a Collector or
+// one that collects more).
+template <typename C = Collector>
+std::vector<std::unique_ptr<C>> RunAll(Scheduler& scheduler,
+                                       const std::vector<EngineRequest>& requests) {
+  std::vector<std::unique_ptr<C>> out;
   for (const EngineRequest& request : requests) {
-    out.push_back(std::make_unique<Collector>());
+    out.push_back(std::make_unique<C>());
     auto id = scheduler.Submit(request, out.back()->Callbacks());
     EXPECT_TRUE(id.ok()) << id.status().message();
     if (!id.ok()) out.back()->done = true;
@@ -217,16 +223,18 @@ class ServiceThread {
   Status run_status_;
 };
 
-// The options the engine tests start from: a small context and batch, pages of 16
-// positions (so prompts span several), two threads, no log lines; a test changes what it
-// is about.
+// Positions per KV page in TestOptions: small, so the tests' prompts span several pages.
+inline constexpr int kPageTokens = 16;
+
+// The options the engine tests start from: a small context and batch, pages of kPageTokens
+// positions, two threads, no log lines; a test changes what it is about.
 inline SchedulerOptions TestOptions(int n_parallel, int n_ctx = 256, int n_batch = 64) {
   SchedulerOptions options;
   options.n_parallel = n_parallel;
   options.n_ctx = n_ctx;
   options.n_batch = n_batch;
   options.threads = 2;
-  options.page_tokens = 16;
+  options.page_tokens = kPageTokens;
   options.log_requests = false;
   return options;
 }

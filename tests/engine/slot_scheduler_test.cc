@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
@@ -28,6 +27,7 @@
 #include "engine/scheduler_test_util.h"
 #include "pipeline/fake_stage.h"
 #include "pipeline/stage_factory.h"
+#include "support/file_bytes.h"
 
 namespace shardlm {
 namespace slot_scheduler_test {
@@ -39,6 +39,7 @@ using scheduler_test_util::Encode;
 using scheduler_test_util::ExpectSameOutput;
 using scheduler_test_util::Fixture;
 using scheduler_test_util::kLongText;
+using scheduler_test_util::kPageTokens;
 using scheduler_test_util::kQwen;
 using scheduler_test_util::kStories;
 using scheduler_test_util::MakeScheduler;
@@ -46,16 +47,15 @@ using scheduler_test_util::Request;
 using scheduler_test_util::RunOne;
 using scheduler_test_util::ServiceThread;
 using scheduler_test_util::StoryTokens;
+using scheduler_test_util::SubmitHeld;
 using scheduler_test_util::WithRemoteStage;
 
-constexpr int kPageTokens = 16;
 // Turn 1: a 70-token prompt and 4 generated tokens, of which 3 were fed: 73 positions.
 constexpr int kTurn1Prompt = 70;
 constexpr int kTurn1Held = kTurn1Prompt + 4 - 1;
 
 SchedulerOptions Options(bool prefix_cache = true) {
   SchedulerOptions options = scheduler_test_util::TestOptions(2);
-  options.page_tokens = kPageTokens;
   options.prefix_cache = prefix_cache;
   return options;
 }
@@ -68,16 +68,6 @@ SchedulerOptions LocalSplit(SchedulerOptions options) {
 }
 
 fs::path TempDir(const std::string& name) { return testing_util::FreshDir("shardlm_slots", name); }
-
-std::vector<uint8_t> ReadBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-}
 
 std::vector<TokenId> Turn1(const std::string& file) {
   return StoryTokens(file, kTurn1Prompt, kLongText);
@@ -103,6 +93,15 @@ std::vector<TokenId> RunAndSave(Scheduler& scheduler, const std::string& file,
   return held;
 }
 
+// A scheduler over `file` whose slot 0 holds turn 1, saved to `path` (null when it could not
+// be made, and the test has failed then too).
+std::unique_ptr<Scheduler> SavedTurn1(const std::string& file, const SchedulerOptions& options,
+                                      const fs::path& path) {
+  auto scheduler = MakeScheduler(file, options);
+  if (scheduler) (void)RunAndSave(*scheduler, file, path);
+  return scheduler;
+}
+
 // The next turn: what the slot held, then new text.
 std::vector<TokenId> Turn2(const std::string& file, const std::vector<TokenId>& held) {
   return Concat(held, Encode(file, " Then they went home to eat.", false));
@@ -111,6 +110,20 @@ std::vector<TokenId> Turn2(const std::string& file, const std::vector<TokenId>& 
 std::unique_ptr<Collector> Cold(const std::string& file, const EngineRequest& request) {
   auto cold = MakeScheduler(file, Options(false));
   return cold ? RunOne(*cold, request) : nullptr;
+}
+
+// The full pages of a sequence of n positions, in tokens: what a restore of it hits.
+int FullPageTokens(int n) { return n / kPageTokens * kPageTokens; }
+
+// Runs `next` on `scheduler`: `cached` of its prompt tokens hit, and its output is bitwise a
+// cold scheduler's.
+void ExpectHitsAndColdOutput(Scheduler& scheduler, const std::string& file,
+                             const EngineRequest& next, int cached) {
+  auto want = Cold(file, next);
+  ASSERT_TRUE(want);
+  auto got = RunOne(scheduler, next);
+  EXPECT_EQ(got->finish.usage.cached_tokens, cached);
+  ExpectSameOutput(*got, *want);
 }
 
 // Save on one scheduler, restore on a fresh one (after an unrelated request, so the pool's
@@ -125,8 +138,6 @@ void SaveRestoreCase(const std::string& file, const SchedulerOptions& options, u
     held = RunAndSave(*first, file, path);
   }
   const EngineRequest next = Request(Turn2(file, held), 12, seed);
-  auto want = Cold(file, next);
-  ASSERT_TRUE(want);
   auto restarted = MakeScheduler(file, options);
   ASSERT_TRUE(restarted);
   (void)RunOne(*restarted, Request(StoryTokens(file, 90, "A big bird sang in the rain."), 4));
@@ -135,11 +146,8 @@ void SaveRestoreCase(const std::string& file, const SchedulerOptions& options, u
   EXPECT_EQ(restored->n_restored, kTurn1Held);
   EXPECT_EQ(restored->n_read, fs::file_size(path));
   EXPECT_EQ(restarted->Slots()[1].n_tokens, kTurn1Held);
-  auto got = RunOne(*restarted, next);
-  const int full_pages = kTurn1Held / kPageTokens * kPageTokens;
-  EXPECT_EQ(got->finish.usage.cached_tokens, full_pages);
-  ExpectSameOutput(*got, *want);
-  EXPECT_EQ(restarted->Stats().prompt_tokens_memory, full_pages);
+  ExpectHitsAndColdOutput(*restarted, file, next, FullPageTokens(kTurn1Held));
+  EXPECT_EQ(restarted->Stats().prompt_tokens_memory, FullPageTokens(kTurn1Held));
 }
 
 TEST(SlotSchedulerTest, SaveRestartRestoreHitsAndIsBitwiseCold) {
@@ -174,34 +182,26 @@ TEST(SlotSchedulerTest, LocalPlusRemoteSplitRestoresAfterTheDaemonRestarts) {
     ASSERT_TRUE(first);
     held = RunAndSave(*first, file, dir / "chat1");
   }
-  const EngineRequest next = Request(Turn2(file, held), 12);
-  auto want = Cold(file, next);
-  ASSERT_TRUE(want);
   ServiceThread daemon(socket);
   ASSERT_TRUE(daemon.ok());
   auto restarted = MakeScheduler(file, options);
   ASSERT_TRUE(restarted);
   Result<SlotRestoreResult> restored = restarted->RestoreSlot(0, dir / "chat1");
   ASSERT_TRUE(restored.ok()) << restored.status().message();
-  auto got = RunOne(*restarted, next);
-  EXPECT_EQ(got->finish.usage.cached_tokens, kTurn1Held / kPageTokens * kPageTokens);
-  ExpectSameOutput(*got, *want);
+  ExpectHitsAndColdOutput(*restarted, file, Request(Turn2(file, held), 12),
+                          FullPageTokens(kTurn1Held));
 }
 
 TEST(SlotSchedulerTest, SavingARestoredSlotWritesTheSameBytes) {
   SHARDLM_REQUIRE_FIXTURES();
   const fs::path dir = TempDir("resave");
-  {
-    auto first = MakeScheduler(kStories, Options());
-    ASSERT_TRUE(first);
-    (void)RunAndSave(*first, kStories, dir / "a");
-  }
+  ASSERT_TRUE(SavedTurn1(kStories, Options(), dir / "a"));
   auto second = MakeScheduler(kStories, Options());
   ASSERT_TRUE(second);
   ASSERT_TRUE(second->RestoreSlot(1, dir / "a").ok());
   Result<SlotSaveResult> saved = second->SaveSlot(1, dir / "b");
   ASSERT_TRUE(saved.ok()) << saved.status().message();
-  EXPECT_EQ(ReadBytes(dir / "a"), ReadBytes(dir / "b"));
+  EXPECT_EQ(testing_util::ReadBytes(dir / "a"), testing_util::ReadBytes(dir / "b"));
 }
 
 // Restores `path` into slot 0 of `scheduler`, which holds turn 1: the error, after checking
@@ -217,22 +217,16 @@ TEST(SlotSchedulerTest, CorruptTruncatedMissingOrForeignFilesChangeNothing) {
   SHARDLM_REQUIRE_FIXTURES();
   const std::string file = kStories;
   const fs::path dir = TempDir("bad");
-  {
-    auto split = MakeScheduler(file, LocalSplit(Options()));
-    ASSERT_TRUE(split);
-    (void)RunAndSave(*split, file, dir / "split");
-    auto qwen = MakeScheduler(kQwen, Options());
-    ASSERT_TRUE(qwen);
-    (void)RunAndSave(*qwen, kQwen, dir / "qwen");
-  }
+  ASSERT_TRUE(SavedTurn1(file, LocalSplit(Options()), dir / "split"));
+  ASSERT_TRUE(SavedTurn1(kQwen, Options(), dir / "qwen"));
   auto scheduler = MakeScheduler(file, Options());
   ASSERT_TRUE(scheduler);
   const std::vector<TokenId> held = RunAndSave(*scheduler, file, dir / "good");
-  const std::vector<uint8_t> good = ReadBytes(dir / "good");
+  const std::vector<uint8_t> good = testing_util::ReadBytes(dir / "good");
   std::vector<uint8_t> flipped = good;
   flipped[good.size() / 2] ^= 0x20;  // inside stage 0's pages: only the checksum tells
-  WriteBytes(dir / "flipped", flipped);
-  WriteBytes(dir / "truncated", std::vector<uint8_t>(good.begin(), good.end() - 100));
+  testing_util::WriteBytes(dir / "flipped", flipped);
+  testing_util::WriteBytes(dir / "truncated", std::vector<uint8_t>(good.begin(), good.end() - 100));
   for (const char* bad : {"flipped", "truncated", "split", "qwen"}) {
     SCOPED_TRACE(bad);
     const Status status = RefusedRestore(*scheduler, dir / bad);
@@ -257,17 +251,13 @@ TEST(SlotSchedulerTest, CorruptTruncatedMissingOrForeignFilesChangeNothing) {
 TEST(SlotSchedulerTest, ABusySlotAnswersConflict) {
   SHARDLM_REQUIRE_FIXTURES();
   const fs::path dir = TempDir("busy");
-  auto scheduler = MakeScheduler(kStories, Options());
+  auto scheduler = SavedTurn1(kStories, Options(), dir / "chat1");
   ASSERT_TRUE(scheduler);
-  (void)RunAndSave(*scheduler, kStories, dir / "chat1");
-  // Runs until the context is full (or cancelled below): busy all through the checks.
+  // Runs until the context is full (or cancelled below), the engine thread held inside
+  // on_token: busy all through the checks.
   Collector running;
-  std::promise<void> release;
-  running.gate_after = 2;
-  running.release = release.get_future().share();
-  auto id = scheduler->Submit(Request(Turn1(kStories), -1), running.Callbacks());
+  auto id = SubmitHeld(*scheduler, Request(Turn1(kStories), -1), running, 2);
   ASSERT_TRUE(id.ok());
-  running.reached.get_future().wait();  // the engine thread waits inside on_token
   EXPECT_EQ(scheduler->Slots()[0].state, SlotState::kProcessing);
   // Answered by the engine thread once released: run them aside.
   auto save = std::async(std::launch::async, [&] { return scheduler->SaveSlot(0, dir / "x"); });
@@ -276,7 +266,7 @@ TEST(SlotSchedulerTest, ABusySlotAnswersConflict) {
       std::async(std::launch::async, [&] { return scheduler->RestoreSlot(0, dir / "chat1"); });
   auto empty = std::async(std::launch::async, [&] { return scheduler->SaveSlot(1, dir / "y"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  release.set_value();
+  running.release.set_value();
   EXPECT_EQ(save.get().status().code(), StatusCode::kConflict);
   EXPECT_EQ(erase.get().status().code(), StatusCode::kConflict);
   const Status busy = restore.get().status();
@@ -310,13 +300,9 @@ TEST(SlotSchedulerTest, ABusySlotIsRefusedBeforeItsFileIsOpened) {
   auto scheduler = MakeScheduler(kStories, Options());
   ASSERT_TRUE(scheduler);
   Collector running;
-  std::promise<void> release;
-  running.gate_after = 2;
-  running.release = release.get_future().share();
-  auto id = scheduler->Submit(Request(Turn1(kStories), -1), running.Callbacks());
+  auto id = SubmitHeld(*scheduler, Request(Turn1(kStories), -1), running, 2);
   ASSERT_TRUE(id.ok());
-  running.reached.get_future().wait();
-  release.set_value();
+  running.release.set_value();
   const Status busy = RestoreFromFifo(*scheduler, 0, fifo);
   EXPECT_EQ(busy.code(), StatusCode::kConflict) << busy.message();
   // An idle slot opens it, and a FIFO is no slot file (and no reason to wait for a writer).
@@ -341,9 +327,9 @@ TEST(SlotSchedulerTest, AFailedRestoreLeavesTheRetainedSequence) {
               4u);
     ASSERT_TRUE(other->SaveSlot(0, dir / "other").ok());
   }
-  std::vector<uint8_t> bad = ReadBytes(dir / "other");
+  std::vector<uint8_t> bad = testing_util::ReadBytes(dir / "other");
   bad[bad.size() - 20] ^= 0x01;  // the last stage's last page: found after every import
-  WriteBytes(dir / "bad_end", bad);
+  testing_util::WriteBytes(dir / "bad_end", bad);
   // One slot of 96 positions: 6 pages, 5 of them retained by turn 1.
   SchedulerOptions small = Options();
   small.n_parallel = 1;
@@ -363,13 +349,9 @@ TEST(SlotSchedulerTest, AFailedRestoreLeavesTheRetainedSequence) {
     EXPECT_EQ(stats.kv_pages_retained, 5);
     EXPECT_EQ(stats.kv_pages_used, 0);  // the fresh pages went back
     ASSERT_TRUE(scheduler->SaveSlot(0, dir / "after").ok());
-    EXPECT_TRUE(ReadBytes(dir / "after") == ReadBytes(dir / "before"));
-    const EngineRequest next = Request(Turn2(file, held), 8);
-    auto want = Cold(file, next);
-    ASSERT_TRUE(want);
-    auto got = RunOne(*scheduler, next);
-    EXPECT_EQ(got->finish.usage.cached_tokens, kTurn1Held / kPageTokens * kPageTokens);
-    ExpectSameOutput(*got, *want);
+    EXPECT_TRUE(testing_util::ReadBytes(dir / "after") == testing_util::ReadBytes(dir / "before"));
+    ExpectHitsAndColdOutput(*scheduler, file, Request(Turn2(file, held), 8),
+                            FullPageTokens(kTurn1Held));
   }
 }
 
@@ -381,16 +363,11 @@ TEST(SlotSchedulerTest, OneSaveOrRestoreAtATime) {
   const fs::path dir = TempDir("one_at_a_time");
   SchedulerOptions options = Options();
   options.slot_io_wait = std::chrono::milliseconds(200);
-  auto scheduler = MakeScheduler(kStories, options);
+  auto scheduler = SavedTurn1(kStories, options, dir / "chat1");
   ASSERT_TRUE(scheduler);
-  (void)RunAndSave(*scheduler, kStories, dir / "chat1");
   Collector running;
-  std::promise<void> release;
-  running.gate_after = 2;
-  running.release = release.get_future().share();
-  auto id = scheduler->Submit(Request(Turn1(kStories), -1), running.Callbacks());
+  auto id = SubmitHeld(*scheduler, Request(Turn1(kStories), -1), running, 2);
   ASSERT_TRUE(id.ok());
-  running.reached.get_future().wait();
   const int32_t idle = scheduler->Slots()[0].state == SlotState::kProcessing ? 1 : 0;
   auto save = std::async(std::launch::async, [&] { return scheduler->SaveSlot(idle, dir / "x"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the save takes the turn
@@ -400,7 +377,7 @@ TEST(SlotSchedulerTest, OneSaveOrRestoreAtATime) {
   EXPECT_NE(refused.message().find("one at a time"), std::string::npos) << refused.message();
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
   EXPECT_EQ(save.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
-  release.set_value();
+  running.release.set_value();
   (void)save.get();  // saved, or nothing to save in that slot: either way it is done
   const Result<SlotRestoreResult> restored = scheduler->RestoreSlot(idle, dir / "chat1");
   EXPECT_TRUE(restored.ok()) << restored.status().message();
@@ -415,15 +392,11 @@ TEST(SlotSchedulerTest, SavesStayUnderTheBudgetAndFilesArePrivate) {
   SHARDLM_REQUIRE_FIXTURES();
   const fs::path dir = TempDir("budget");
   testing_util::ScopedUmask open_umask(0);
-  uint64_t file_bytes = 0;
-  {
-    auto sizing = MakeScheduler(kStories, Options());
-    ASSERT_TRUE(sizing);
-    (void)RunAndSave(*sizing, kStories, dir / "a");
-    file_bytes = fs::file_size(dir / "a");
-    EXPECT_EQ(testing_util::ModeOf(dir / "a"), 0600u);
-  }
-  WriteBytes(dir / "notes", std::vector<uint8_t>(4 * file_bytes, 'x'));  // not a slot file
+  ASSERT_TRUE(SavedTurn1(kStories, Options(), dir / "a"));
+  const uint64_t file_bytes = fs::file_size(dir / "a");
+  EXPECT_EQ(testing_util::ModeOf(dir / "a"), 0600u);
+  testing_util::WriteBytes(dir / "notes",
+                           std::vector<uint8_t>(4 * file_bytes, 'x'));  // not a slot file
   SchedulerOptions options = Options();
   options.slot_save_budget = file_bytes + file_bytes / 2;
   auto scheduler = MakeScheduler(kStories, options);
@@ -477,14 +450,10 @@ TEST(SlotSchedulerTest, ACancelledRequestRetainsWhatEveryStageWrote) {
     auto scheduler = MakeScheduler(file, LocalSplit(Options()));
     ASSERT_TRUE(scheduler);
     Collector cancelled;
-    std::promise<void> release;
-    cancelled.gate_after = 3;
-    cancelled.release = release.get_future().share();
-    auto id = scheduler->Submit(Request(Turn1(file), 40), cancelled.Callbacks());
+    auto id = SubmitHeld(*scheduler, Request(Turn1(file), 40), cancelled, 3);
     ASSERT_TRUE(id.ok());
-    cancelled.reached.get_future().wait();
     scheduler->Cancel(*id);
-    release.set_value();
+    cancelled.release.set_value();
     ASSERT_TRUE(cancelled.Wait());
     EXPECT_EQ(cancelled.finish.reason, FinishReason::kCancelled);
     const int held = scheduler->Slots()[0].n_tokens;
@@ -495,22 +464,18 @@ TEST(SlotSchedulerTest, ACancelledRequestRetainsWhatEveryStageWrote) {
     written = Concat(Turn1(file), cancelled.ids);
     written.resize(size_t(held));
   }
-  const EngineRequest next = Request(Turn2(file, written), 8);
-  auto want = Cold(file, next);
   auto restarted = MakeScheduler(file, LocalSplit(Options()));
-  ASSERT_TRUE(restarted && want);
+  ASSERT_TRUE(restarted);
   ASSERT_TRUE(restarted->RestoreSlot(0, dir / "cut").ok());
-  auto got = RunOne(*restarted, next);
-  EXPECT_EQ(got->finish.usage.cached_tokens, int(written.size()) / kPageTokens * kPageTokens);
-  ExpectSameOutput(*got, *want);
+  ExpectHitsAndColdOutput(*restarted, file, Request(Turn2(file, written), 8),
+                          FullPageTokens(int(written.size())));
 }
 
 TEST(SlotSchedulerTest, RestoreNeedsThePrefixCacheAndSlotFilesTheModel) {
   SHARDLM_REQUIRE_FIXTURES();
   const fs::path dir = TempDir("needs");
-  auto off = MakeScheduler(kStories, Options(false));
+  auto off = SavedTurn1(kStories, Options(false), dir / "chat1");  // saving needs no cache
   ASSERT_TRUE(off);
-  (void)RunAndSave(*off, kStories, dir / "chat1");  // saving works without the cache
   const Status status = off->RestoreSlot(0, dir / "chat1").status();
   EXPECT_EQ(status.code(), StatusCode::kUnsupported);
   EXPECT_NE(status.message().find("--no-prefix-cache"), std::string::npos) << status.message();

@@ -9,10 +9,18 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shardlm {
 namespace stop_matcher_test {
+
+// What each push must release, in order: {piece pushed, text released}.
+using Pushes = std::vector<std::pair<std::string, std::string>>;
+
+void ExpectReleases(StopMatcher& m, const Pushes& pushes) {
+  for (const auto& [piece, released] : pushes) EXPECT_EQ(m.Push(piece), released) << piece;
+}
 
 TEST(StopMatcherTest, NoStopsPassesEverything) {
   StopMatcher m;
@@ -23,37 +31,31 @@ TEST(StopMatcherTest, NoStopsPassesEverything) {
 
 TEST(StopMatcherTest, MatchInsideOnePiece) {
   StopMatcher m({"END"});
-  EXPECT_EQ(m.Push("abcENDdef"), "abc");
+  ExpectReleases(m, {{"abcENDdef", "abc"}});
   EXPECT_TRUE(m.stopped());
   EXPECT_EQ(m.matched(), "END");
-  EXPECT_EQ(m.Push("more"), "");
+  ExpectReleases(m, {{"more", ""}});
   EXPECT_EQ(m.Flush(), "");
 }
 
 TEST(StopMatcherTest, MatchSpanningPiecesHoldsPrefix) {
   StopMatcher m({"\n\nUser:"});
-  EXPECT_EQ(m.Push("Hi there."), "Hi there.");
-  EXPECT_EQ(m.Push("\n"), "");
-  EXPECT_EQ(m.Push("\nUs"), "");
-  EXPECT_EQ(m.Push("er: next"), "");
+  ExpectReleases(m, {{"Hi there.", "Hi there."}, {"\n", ""}, {"\nUs", ""}, {"er: next", ""}});
   EXPECT_TRUE(m.stopped());
 }
 
 TEST(StopMatcherTest, HeldTextReleasedWhenRuledOut) {
   StopMatcher m({"abc"});
-  EXPECT_EQ(m.Push("xa"), "x");
-  EXPECT_EQ(m.Push("b"), "");
-  EXPECT_EQ(m.Push("d"), "abd");
-  EXPECT_EQ(m.Push("ab"), "");
+  ExpectReleases(m, {{"xa", "x"}, {"b", ""}, {"d", "abd"}, {"ab", ""}});
   EXPECT_EQ(m.Flush(), "ab");
   EXPECT_FALSE(m.stopped());
 }
 
+// After "aaa" only the last "aa" can still start "aab"; then "aab" matches at the start of
+// the held text.
 TEST(StopMatcherTest, OverlappingPrefixes) {
   StopMatcher m({"aab"});
-  EXPECT_EQ(m.Push("aa"), "");
-  EXPECT_EQ(m.Push("a"), "a");  // "aaa": only the last "aa" can still start "aab"
-  EXPECT_EQ(m.Push("b!"), "");  // "aab" matches at the start of the held text
+  ExpectReleases(m, {{"aa", ""}, {"a", "a"}, {"b!", ""}});
   EXPECT_TRUE(m.stopped());
 }
 
@@ -65,10 +67,7 @@ TEST(StopMatcherTest, EarliestOfSeveralAndEmptyIgnored) {
 
 TEST(StopMatcherTest, MultiByteCharacters) {
   StopMatcher m({"é!"});
-  EXPECT_EQ(m.Push("café"), "caf");
-  EXPECT_EQ(m.Push("?"), "é?");
-  EXPECT_EQ(m.Push("é"), "");
-  EXPECT_EQ(m.Push("!"), "");
+  ExpectReleases(m, {{"café", "caf"}, {"?", "é?"}, {"é", ""}, {"!", ""}});
   EXPECT_TRUE(m.stopped());
 }
 

@@ -6,13 +6,12 @@
 
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <random>
 
 #include "gguf/fingerprint.h"
 #include "gguf/gguf_file.h"
 #include "gguf_test_util.h"
+#include "support/file_bytes.h"
 #include "support/fixtures.h"
 
 namespace shardlm {
@@ -127,11 +126,6 @@ void FuzzCorpus(const std::vector<std::vector<uint8_t>>& corpus, uint64_t seed) 
   EXPECT_GT(n_done, 50) << "fuzz budget too small to mean anything";
 }
 
-std::vector<uint8_t> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 TEST(GgufFuzzTest, FuzzMutatedWrittenFiles) {
   std::vector<std::vector<uint8_t>> corpus = {testing::SmallGgufFile()};
   testing::RawGguf vocab_only;
@@ -146,7 +140,7 @@ TEST(GgufFuzzTest, FuzzMutatedFixtures) {
   // ~1 MB file per iteration keeps each iteration well under a millisecond.
   std::vector<std::vector<uint8_t>> corpus;
   for (const char* name : {"qwen3-tiny-q2_k.gguf", "qwen3-tiny-q4_k_m.gguf", "stories260K.gguf"}) {
-    corpus.push_back(ReadBytes(testing::FixturePath(name)));
+    corpus.push_back(testing_util::ReadBytes(testing::FixturePath(name)));
     ASSERT_FALSE(corpus.back().empty()) << name;
   }
   FuzzCorpus(corpus, 0x5eed0002);

@@ -13,6 +13,7 @@ namespace {
 
 using testing::Accepts;
 using testing::AcceptsPrefix;
+using testing::ExpectSentences;
 
 // root ::= "a" x{min,max} "b" with separator ",".
 Grammar RepeatGrammar(int min, int max) {
@@ -23,25 +24,25 @@ Grammar RepeatGrammar(int min, int max) {
   return b.Build(root).value();
 }
 
+// Building `root` fails with a message that contains `message`.
+void ExpectBuildFails(GrammarBuilder& b, RuleId root, std::string_view message) {
+  Result<Grammar> g = b.Build(root);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find(message), std::string::npos) << g.status().message();
+}
+
+// root ::= free text up to the first `trigger`, then `rest`.
+Grammar TextUntilGrammar(std::string_view trigger, std::string_view rest) {
+  GrammarBuilder b;
+  const RuleId root = b.AddRule("root");
+  b.AddAlternative(root, {GrammarBuilder::Ref(b.TextUntil(trigger, b.Literal(rest)))});
+  return b.Build(root).value();
+}
+
 TEST(GrammarBuilder, RepeatHonoursItsBounds) {
-  const Grammar zero_to_two = RepeatGrammar(0, 2);
-  EXPECT_TRUE(Accepts(zero_to_two, "ab"));
-  EXPECT_TRUE(Accepts(zero_to_two, "axb"));
-  EXPECT_TRUE(Accepts(zero_to_two, "ax,xb"));
-  EXPECT_FALSE(Accepts(zero_to_two, "ax,x,xb"));
-  EXPECT_FALSE(Accepts(zero_to_two, "ax,b"));
-  EXPECT_FALSE(Accepts(zero_to_two, "axxb"));
-
-  const Grammar two_or_more = RepeatGrammar(2, -1);
-  EXPECT_FALSE(Accepts(two_or_more, "ab"));
-  EXPECT_FALSE(Accepts(two_or_more, "axb"));
-  EXPECT_TRUE(Accepts(two_or_more, "ax,xb"));
-  EXPECT_TRUE(Accepts(two_or_more, "ax,x,x,x,x,xb"));
-
-  const Grammar exactly_three = RepeatGrammar(3, 3);
-  EXPECT_FALSE(Accepts(exactly_three, "ax,xb"));
-  EXPECT_TRUE(Accepts(exactly_three, "ax,x,xb"));
-  EXPECT_FALSE(Accepts(exactly_three, "ax,x,x,xb"));
+  ExpectSentences(RepeatGrammar(0, 2), {"ab", "axb", "ax,xb"}, {"ax,x,xb", "ax,b", "axxb"});
+  ExpectSentences(RepeatGrammar(2, -1), {"ax,xb", "ax,x,x,x,x,xb"}, {"ab", "axb"});
+  ExpectSentences(RepeatGrammar(3, 3), {"ax,x,xb"}, {"ax,xb", "ax,x,x,xb"});
 }
 
 TEST(GrammarBuilder, DropsAlternativesThatCanNeverFinish) {
@@ -62,10 +63,7 @@ TEST(GrammarBuilder, RefusesARootThatCanNeverFinish) {
   GrammarBuilder b;
   const RuleId root = b.AddRule("root");
   b.AddAlternative(root, {b.Byte('z'), GrammarBuilder::Ref(root)});
-  Result<Grammar> g = b.Build(root);
-  ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().message().find("can never finish"), std::string::npos)
-      << g.status().message();
+  ExpectBuildFails(b, root, "can never finish");
 }
 
 TEST(GrammarBuilder, RefusesLeftRecursionNamingTheRule) {
@@ -79,10 +77,7 @@ TEST(GrammarBuilder, RefusesLeftRecursionNamingTheRule) {
   b.AddAlternative(list, {GrammarBuilder::Ref(maybe), GrammarBuilder::Ref(list), b.Byte('x')});
   b.AddAlternative(list, {b.Byte('x')});
   b.AddAlternative(root, {GrammarBuilder::Ref(list)});
-  Result<Grammar> g = b.Build(root);
-  ASSERT_FALSE(g.ok());
-  EXPECT_NE(g.status().message().find("'list' is left-recursive"), std::string::npos)
-      << g.status().message();
+  ExpectBuildFails(b, root, "'list' is left-recursive");
 }
 
 TEST(GrammarBuilder, RightRecursionIsFine) {
@@ -92,9 +87,7 @@ TEST(GrammarBuilder, RightRecursionIsFine) {
   b.AddAlternative(root, {b.Byte('('), GrammarBuilder::Ref(root), b.Byte(')')});
   b.AddAlternative(root, {});
   const Grammar g = b.Build(root).value();
-  EXPECT_TRUE(Accepts(g, ""));
-  EXPECT_TRUE(Accepts(g, "((()))"));
-  EXPECT_FALSE(Accepts(g, "(()"));
+  ExpectSentences(g, {"", "((()))"}, {"(()"});
   EXPECT_TRUE(AcceptsPrefix(g, "(()"));
   EXPECT_FALSE(AcceptsPrefix(g, "())"));
 }
@@ -112,24 +105,15 @@ TEST(GrammarBuilder, DumpAndFingerprint) {
 }
 
 TEST(GrammarBuilder, TextUntilTriggerThenTheRest) {
-  GrammarBuilder b;
-  const RuleId root = b.AddRule("root");
-  b.AddAlternative(root, {GrammarBuilder::Ref(b.TextUntil("</think>", b.Literal("{}")))});
-  const Grammar g = b.Build(root).value();
-  EXPECT_TRUE(Accepts(g, "</think>{}"));
-  EXPECT_TRUE(Accepts(g, "any <think> text, </thin and </ <//think></think>{}"));
-  EXPECT_FALSE(Accepts(g, "no trigger {}"));
-  EXPECT_FALSE(Accepts(g, "</think>"));
+  const Grammar g = TextUntilGrammar("</think>", "{}");
+  ExpectSentences(g, {"</think>{}", "any <think> text, </thin and </ <//think></think>{}"},
+                  {"no trigger {}", "</think>"});
   // The first occurrence ends the free text: what follows must be the rest.
   EXPECT_FALSE(AcceptsPrefix(g, "a</think>b"));
   EXPECT_FALSE(AcceptsPrefix(g, "</think></think>"));
   // A trigger with a repeated prefix (KMP's borders).
-  GrammarBuilder b2;
-  const RuleId root2 = b2.AddRule("root");
-  b2.AddAlternative(root2, {GrammarBuilder::Ref(b2.TextUntil("aab", b2.Literal("!")))});
-  const Grammar g2 = b2.Build(root2).value();
-  EXPECT_TRUE(Accepts(g2, "aaab!"));
-  EXPECT_TRUE(Accepts(g2, "abaab!"));
+  const Grammar g2 = TextUntilGrammar("aab", "!");
+  ExpectSentences(g2, {"aaab!", "abaab!"}, {});
   EXPECT_FALSE(AcceptsPrefix(g2, "aaba"));
 }
 

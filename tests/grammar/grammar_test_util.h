@@ -1,6 +1,9 @@
 // Helpers of the grammar tests: does a grammar accept a byte string whole, or as a prefix.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <initializer_list>
 #include <memory>
 #include <string_view>
 
@@ -25,6 +28,15 @@ inline bool Accepts(const Grammar& grammar, std::string_view text) {
 inline bool AcceptsPrefix(const Grammar& grammar, std::string_view text) {
   ByteAutomaton automaton(std::make_shared<Grammar>(grammar));
   return StateAfter(automaton, text) != ByteAutomaton::kDead;
+}
+
+// Each of `sentences` is a whole sentence of the grammar and none of `non_sentences` is one;
+// a failure names the text.
+inline void ExpectSentences(const Grammar& grammar,
+                            std::initializer_list<std::string_view> sentences,
+                            std::initializer_list<std::string_view> non_sentences) {
+  for (std::string_view text : sentences) EXPECT_TRUE(Accepts(grammar, text)) << text;
+  for (std::string_view text : non_sentences) EXPECT_FALSE(Accepts(grammar, text)) << text;
 }
 
 }  // namespace shardlm::grammar::testing

@@ -12,6 +12,7 @@ namespace {
 
 using testing::Accepts;
 using testing::AcceptsPrefix;
+using testing::ExpectSentences;
 
 Grammar Compile(const char* schema, JsonGrammarOptions options = {}) {
   Result<Grammar> g = JsonSchemaGrammar(Json::parse(schema), options);
@@ -37,21 +38,11 @@ TEST(JsonSchema, ScalarTypes) {
   EXPECT_FALSE(Accepts(s, R"("\ud83d")"));       // a lone surrogate escape
   EXPECT_FALSE(Accepts(s, "123"));
 
-  const Grammar i = Compile(R"({"type":"integer"})");
-  for (const char* ok : {"0", "-0", "7", "-42", "123456789012345678"}) {
-    EXPECT_TRUE(Accepts(i, ok)) << ok;
-  }
-  for (const char* bad : {"01", "1.5", "1e3", "+1", "-", "1234567890123456789", "\"1\""}) {
-    EXPECT_FALSE(Accepts(i, bad)) << bad;
-  }
-
-  const Grammar n = Compile(R"({"type":"number"})");
-  for (const char* ok : {"0", "-1.5", "3.25e10", "1E-5", "2e+99", "0.0000000000000001"}) {
-    EXPECT_TRUE(Accepts(n, ok)) << ok;
-  }
-  for (const char* bad : {"1.", ".5", "1e", "1e999", "0.12345678901234567", "NaN", "--1"}) {
-    EXPECT_FALSE(Accepts(n, bad)) << bad;
-  }
+  ExpectSentences(Compile(R"({"type":"integer"})"), {"0", "-0", "7", "-42", "123456789012345678"},
+                  {"01", "1.5", "1e3", "+1", "-", "1234567890123456789", "\"1\""});
+  ExpectSentences(Compile(R"({"type":"number"})"),
+                  {"0", "-1.5", "3.25e10", "1E-5", "2e+99", "0.0000000000000001"},
+                  {"1.", ".5", "1e", "1e999", "0.12345678901234567", "NaN", "--1"});
 
   const Grammar b = Compile(R"({"type":"boolean"})");
   EXPECT_TRUE(Accepts(b, "true"));

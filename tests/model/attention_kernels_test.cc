@@ -11,16 +11,14 @@
 #include <vector>
 
 #include "model/ops.h"
+#include "tensor/test_matrices.h"
 
 namespace shardlm {
 namespace {
 
+// Standard normal values.
 std::vector<float> RandomRow(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
+  return testing::RandomFloats(size_t(n), seed);
 }
 
 TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {

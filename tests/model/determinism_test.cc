@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/model_harness.h"
@@ -17,20 +18,31 @@ using nlohmann::json;
 
 // A long prompt + its greedy continuation: ~90 tokens, several 16-token pages.
 std::vector<int32_t> LongTokens(const std::string& entry_id) {
-  const json golden = ReadJsonFile(FixturePath("golden.json"));
-  for (const json& e : golden["entries"]) {
-    if (e["id"] != entry_id) continue;
-    std::vector<int32_t> ids = e["prompt_ids"].get<std::vector<int32_t>>();
-    for (int32_t id : e["greedy_ids"]) ids.push_back(id);
-    return ids;
-  }
-  ADD_FAILURE() << "no golden entry " << entry_id;
-  return {};
+  const json e = GoldenEntry(entry_id);
+  if (e.is_null()) return {};
+  std::vector<int32_t> ids = e["prompt_ids"].get<std::vector<int32_t>>();
+  for (int32_t id : e["greedy_ids"]) ids.push_back(id);
+  return ids;
 }
 
 std::vector<float> Slice(const std::vector<float>& v, size_t row_begin, size_t row_end,
                          size_t width) {
   return std::vector<float>(v.begin() + row_begin * width, v.begin() + row_end * width);
+}
+
+// Each branch's logits, run after the KV of `head`, are bitwise the branch's rows of head +
+// branch run fresh on `h`.
+void ExpectBranchesAsFresh(
+    Harness& h, const std::vector<int32_t>& head,
+    const std::vector<std::pair<std::vector<int32_t>, std::vector<float>>>& branches,
+    const char* what) {
+  for (const auto& [branch, got] : branches) {
+    std::vector<int32_t> all = head;
+    all.insert(all.end(), branch.begin(), branch.end());
+    BlockTable fresh = h.NewTable();
+    const std::vector<float> want = h.Run(fresh, all, 0, true);
+    ExpectBitwise(got, Slice(want, head.size(), all.size(), size_t(h.n_vocab())), what);
+  }
 }
 
 struct ModelCase {
@@ -243,7 +255,6 @@ void DeterminismTest::ExpectSplitEqualsWhole(KvType kv_type) {
 // each branch to equal a fresh whole-model run.
 TEST_P(DeterminismTest, TwoStagesShareOneAllocatorThroughCopyOnWrite) {
   auto whole = Open(2);
-  const size_t n_vocab = whole->n_vocab();
   const int n_layers = whole->model->config().n_layers;
   TwoStages split;
   split.first = Open(2, {0, 1});
@@ -264,20 +275,13 @@ TEST_P(DeterminismTest, TwoStagesShareOneAllocatorThroughCopyOnWrite) {
   EXPECT_NE(fork.page(2), base.page(2));
   EXPECT_EQ(fork.page(0), base.page(0));
 
-  for (const auto& [branch, got] : {std::pair{branch_a, a}, std::pair{branch_b, b}}) {
-    std::vector<int32_t> all = head;
-    all.insert(all.end(), branch.begin(), branch.end());
-    BlockTable fresh = whole->NewTable();
-    std::vector<float> want = whole->Run(fresh, all, 0, true);
-    ExpectBitwise(got, Slice(want, prefix, all.size(), n_vocab), "two-stage branch vs whole");
-  }
+  ExpectBranchesAsFresh(*whole, head, {{branch_a, a}, {branch_b, b}}, "two-stage branch vs whole");
 }
 
 // A forked table shares the prefix pages; both branches continue with different tokens
 // (copy-on-write of the shared partial page) and each equals a fresh run.
 TEST_P(DeterminismTest, ForkedPrefixEqualsFreshRun) {
   auto h = Open(2);
-  const size_t n_vocab = h->n_vocab();
   const size_t prefix = 37;  // not a page boundary: the last shared page is partial
   std::vector<int32_t> branch_a(tokens_.begin() + prefix, tokens_.begin() + prefix + 10);
   std::vector<int32_t> branch_b(tokens_.rbegin(), tokens_.rbegin() + 10);
@@ -291,13 +295,7 @@ TEST_P(DeterminismTest, ForkedPrefixEqualsFreshRun) {
   std::vector<float> a = h->Run(base, branch_a, int(prefix), true);
   std::vector<float> b = h->Run(fork, branch_b, int(prefix), true);
 
-  for (const auto& [branch, got] : {std::pair{branch_a, a}, std::pair{branch_b, b}}) {
-    std::vector<int32_t> all = head;
-    all.insert(all.end(), branch.begin(), branch.end());
-    BlockTable fresh = h->NewTable();
-    std::vector<float> want = h->Run(fresh, all, 0, true);
-    ExpectBitwise(got, Slice(want, prefix, all.size(), n_vocab), "forked branch vs fresh");
-  }
+  ExpectBranchesAsFresh(*h, head, {{branch_a, a}, {branch_b, b}}, "forked branch vs fresh");
 }
 
 // Rewriting from an earlier position (speculative rollback) equals a fresh run.
@@ -352,14 +350,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DeterminismTest,
                                            ModelCase{"qwen3-tiny-q4_k_m.gguf",
                                                      "qwen3-tiny-q4_k_m.p3"},
                                            ModelCase{"llama-tiny-spm.gguf", "llama-tiny-spm.p3"}),
-                         [](const auto& info) {
-                           std::string name = info.param.file;
-                           name = name.substr(0, name.find(".gguf"));
-                           std::replace_if(
-                               name.begin(), name.end(), [](char c) { return !std::isalnum(c); },
-                               '_');
-                           return name;
-                         });
+                         [](const auto& info) { return FixtureTestName(info.param.file); });
 
 }  // namespace
 }  // namespace shardlm::testing

@@ -17,12 +17,8 @@ namespace {
 using nlohmann::json;
 
 std::vector<int32_t> PromptOf(const std::string& entry_id) {
-  const json golden = ReadJsonFile(FixturePath("golden.json"));
-  for (const json& e : golden["entries"]) {
-    if (e["id"] == entry_id) return e["prompt_ids"].get<std::vector<int32_t>>();
-  }
-  ADD_FAILURE() << "no golden entry " << entry_id;
-  return {};
+  const json e = GoldenEntry(entry_id);
+  return e.is_null() ? std::vector<int32_t>() : e["prompt_ids"].get<std::vector<int32_t>>();
 }
 
 struct Outputs {
@@ -144,13 +140,7 @@ TEST_P(EmbeddingRowsTest, OtherSequencesInTheBatchDoNotChangeThem) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EmbeddingRowsTest,
                          ::testing::Values("stories260K", "qwen3-tiny-f32", "qwen3-tiny-q4_k_m"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace_if(
-                               name.begin(), name.end(), [](char c) { return !std::isalnum(c); },
-                               '_');
-                           return name;
-                         });
+                         [](const auto& info) { return FixtureTestName(info.param); });
 
 }  // namespace
 }  // namespace shardlm::testing

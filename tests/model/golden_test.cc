@@ -131,10 +131,7 @@ TEST_P(GoldenTest, FreeRunningGreedy) {
 }
 
 std::string EntryName(const ::testing::TestParamInfo<std::string>& info) {
-  std::string name = info.param;
-  std::replace_if(
-      name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
-  return name;
+  return FixtureTestName(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(CoveredEntries()), EntryName);

@@ -38,20 +38,25 @@ std::shared_ptr<const GgufFile> RepackTestOpenQ4KM() {
   return std::move(opened).value();
 }
 
-TEST(PanelRepackTest, StageMatricesBecomePanelsAndTheEmbeddingStaysInTheFile) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // A sanitizer reserves terabytes of address space for its shadow memory at start: under a
-  // capped address space the child cannot even begin. The Release build runs this test.
-  GTEST_SKIP() << "the address-space cap this test sets leaves a sanitizer no room";
-#endif
-  SHARDLM_REQUIRE_FIXTURES();
-  if (!RepackTestHasPanelKernels()) {
-    GTEST_SKIP() << "this CPU has no panel kernels (AVX-512 VNNI): nothing is repacked";
+// Each test runs on the fixture whose layer matrices are Q4_K and Q6_K, on a CPU that
+// repacks them.
+class PanelRepackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SHARDLM_REQUIRE_FIXTURES();
+    if (!RepackTestHasPanelKernels()) {
+      GTEST_SKIP() << "this CPU has no panel kernels (AVX-512 VNNI): nothing is repacked";
+    }
+    file_ = RepackTestOpenQ4KM();
+    ASSERT_NE(file_, nullptr);
   }
-  std::shared_ptr<const GgufFile> file = RepackTestOpenQ4KM();
-  ASSERT_NE(file, nullptr);
-  auto plain = Model::Load(file, kAllLayers, /*repack=*/false);
-  auto packed = Model::Load(file, kAllLayers, /*repack=*/true);
+
+  std::shared_ptr<const GgufFile> file_;
+};
+
+TEST_F(PanelRepackTest, StageMatricesBecomePanelsAndTheEmbeddingStaysInTheFile) {
+  auto plain = Model::Load(file_, kAllLayers, /*repack=*/false);
+  auto packed = Model::Load(file_, kAllLayers, /*repack=*/true);
   ASSERT_TRUE(plain.ok() && packed.ok());
   EXPECT_EQ((*plain)->panels().matrices(), 0);
   const StageWeights& w = (*packed)->weights();
@@ -60,16 +65,16 @@ TEST(PanelRepackTest, StageMatricesBecomePanelsAndTheEmbeddingStaysInTheFile) {
   EXPECT_GT((*packed)->panels().bytes(), 0u);
   for (const WeightView* view : {&w.output, &w.blocks[0].attn_q, &w.blocks.back().ffn_down}) {
     EXPECT_NE(view->panel_bytes, 0);
-    EXPECT_FALSE(InFile(*file, view->data));
+    EXPECT_FALSE(InFile(*file_, view->data));
   }
   EXPECT_EQ(w.token_embd.panel_bytes, 0);  // looked up by row
-  EXPECT_TRUE(InFile(*file, w.token_embd.data));
+  EXPECT_TRUE(InFile(*file_, w.token_embd.data));
   // The stage's share of the model is counted in file bytes either way.
   EXPECT_EQ(StageWeightBytes(w), StageWeightBytes((*plain)->weights()));
 
   // A last stage holds the head as panels and no embedding.
   const int n_layers = (*packed)->config().n_layers;
-  auto last = Model::Load(file, {n_layers - 1, n_layers});
+  auto last = Model::Load(file_, {n_layers - 1, n_layers});
   ASSERT_TRUE(last.ok());
   EXPECT_NE((*last)->weights().output.panel_bytes, 0);
   EXPECT_EQ((*last)->weights().token_embd.data, nullptr);
@@ -111,22 +116,16 @@ size_t RepackTestAddressSpace() {
 // Out of memory for the panels is an error that names their size, not an abort. The capped
 // load runs in a fresh process (a death test re-executes the binary): memory that earlier
 // tests freed would otherwise serve the panels under the cap.
-TEST(PanelRepackTest, OutOfMemoryIsResourceExhaustedNamingTheSize) {
+TEST_F(PanelRepackTest, OutOfMemoryIsResourceExhaustedNamingTheSize) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // A sanitizer reserves terabytes of address space for its shadow memory at start: under a
   // capped address space the child cannot even begin. The Release build runs this test.
   GTEST_SKIP() << "the address-space cap this test sets leaves a sanitizer no room";
 #endif
-  SHARDLM_REQUIRE_FIXTURES();
-  if (!RepackTestHasPanelKernels()) {
-    GTEST_SKIP() << "this CPU has no panel kernels (AVX-512 VNNI): nothing is repacked";
-  }
-  std::shared_ptr<const GgufFile> file = RepackTestOpenQ4KM();
-  ASSERT_NE(file, nullptr);
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   // 2: no cap, 3: the capped load succeeded, 4: another error, 5: the uncapped load failed,
   // 6: the message does not name the size.
-  EXPECT_EXIT(RepackTestLoadCapped(file), ::testing::ExitedWithCode(0), "out of memory for");
+  EXPECT_EXIT(RepackTestLoadCapped(file_), ::testing::ExitedWithCode(0), "out of memory for");
 }
 
 }  // namespace

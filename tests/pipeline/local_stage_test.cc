@@ -37,14 +37,10 @@ struct Golden {
 };
 
 Golden ReadGolden(const std::string& entry_id) {
-  const json golden = testing::ReadJsonFile(FixturePath("golden.json"));
-  for (const json& e : golden["entries"]) {
-    if (e["id"] != entry_id) continue;
-    return {e["prompt_ids"].get<std::vector<int32_t>>(),
-            e["greedy_ids"].get<std::vector<int32_t>>(), e["greedy_safe_prefix"].get<int>()};
-  }
-  ADD_FAILURE() << "no golden entry " << entry_id;
-  return {};
+  const json e = testing::GoldenEntry(entry_id);
+  if (e.is_null()) return {};
+  return {e["prompt_ids"].get<std::vector<int32_t>>(), e["greedy_ids"].get<std::vector<int32_t>>(),
+          e["greedy_safe_prefix"].get<int>()};
 }
 
 LocalStageOptions Options(int index, int threads) {

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <cstring>
 #include <future>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,6 +22,7 @@
 #include "kv/block_table.h"
 #include "pipeline/fake_stage.h"
 #include "pipeline/model_loader.h"
+#include "support/fixture_models.h"
 #include "support/fixtures.h"
 
 namespace shardlm {
@@ -267,17 +267,6 @@ TEST(PipelineTest, ReconnectWaitsForAnIdlePipeline) {
 
 // ---- Fixture models: split invariance ----
 
-const LoadedModel& Fixture(const std::string& file) {
-  static std::map<std::string, std::unique_ptr<LoadedModel>> cache;
-  std::unique_ptr<LoadedModel>& slot = cache[file];
-  if (!slot) {
-    auto loaded = LoadModelFile(testing::FixturePath(file), {.prefault = false});
-    EXPECT_TRUE(loaded.ok()) << loaded.status().message();
-    slot = std::make_unique<LoadedModel>(loaded.ok() ? std::move(loaded).value() : LoadedModel{});
-  }
-  return *slot;
-}
-
 // A placement of n unpinned cpu stages with the given weights (empty: equal bytes).
 struct Split {
   int n_stages = 1;
@@ -353,7 +342,7 @@ TEST(PipelineSplitTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
   };
   for (const auto& [file, splits] : cases) {
     SCOPED_TRACE(file);
-    const LoadedModel& loaded = Fixture(file);
+    const LoadedModel& loaded = testing_util::Fixture(file);
     ASSERT_TRUE(loaded.model);
     const std::vector<TokenId> prompt =
         loaded.tokenizer->Encode("Once upon a time, there was a little dog", true, true);
@@ -385,7 +374,7 @@ TEST(PipelineSplitTest, LocalSplitsGiveBitwiseTheUnsplitLogits) {
 
 TEST(PipelineSplitTest, PlacementShowsContiguousRangesOverEveryLayer) {
   SHARDLM_REQUIRE_FIXTURES();
-  const LoadedModel& loaded = Fixture(kStories);
+  const LoadedModel& loaded = testing_util::Fixture(kStories);
   ASSERT_TRUE(loaded.model);
   auto pipeline = Pipeline::Create(*loaded.model, RealOptions({3, {1, 3, 1}}));
   ASSERT_TRUE(pipeline.ok()) << pipeline.status().message();
@@ -401,7 +390,7 @@ TEST(PipelineSplitTest, PlacementShowsContiguousRangesOverEveryLayer) {
 
 TEST(PipelineSplitTest, MoreStagesThanLayersIsAClearError) {
   SHARDLM_REQUIRE_FIXTURES();
-  const LoadedModel& loaded = Fixture(kQwen3);
+  const LoadedModel& loaded = testing_util::Fixture(kQwen3);
   ASSERT_TRUE(loaded.model);
   auto pipeline = Pipeline::Create(*loaded.model, RealOptions({3, {}}));
   ASSERT_FALSE(pipeline.ok());
@@ -467,7 +456,7 @@ TEST(PipelineSplitTest, EngineOutputDoesNotDependOnTheSplit) {
   SHARDLM_REQUIRE_FIXTURES();
   for (const char* file : {kStories, kQwen3}) {
     SCOPED_TRACE(file);
-    const LoadedModel& loaded = Fixture(file);
+    const LoadedModel& loaded = testing_util::Fixture(file);
     ASSERT_TRUE(loaded.model);
     const EngineRun want = RunThroughEngine(loaded, {1, {}});
     ASSERT_EQ(want.ids.size(), 24u);

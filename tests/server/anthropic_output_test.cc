@@ -26,10 +26,6 @@ GenerationResult Generated() {
   return r;
 }
 
-using Event = ParsedSseEvent;
-
-std::vector<Event> Events(const std::string& sse) { return ParseSseEvents(sse); }
-
 TEST(AnthropicOutput, WholeMessageByteForByte) {
   AnthropicFormatter f(kMeta, 10);
   EXPECT_EQ(
@@ -81,9 +77,9 @@ TEST(AnthropicOutput, StreamEventsAddUpToTheWholeMessage) {
   OutputDelta last;
   last.tool_calls = result.tool_calls;
   f.StreamEnd(last, result, &sse);
-  std::vector<Event> events = Events(sse);
+  std::vector<ParsedSseEvent> events = ParseSseEvents(sse);
   std::vector<std::string> names;
-  for (const Event& e : events) names.push_back(e.name);
+  for (const ParsedSseEvent& e : events) names.push_back(e.name);
   EXPECT_EQ(names,
             (std::vector<std::string>{
                 "message_start", "ping", "content_block_start", "content_block_delta",
@@ -105,7 +101,7 @@ TEST(AnthropicOutput, StreamEventsAddUpToTheWholeMessage) {
       R"({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":6,"cache_creation_input_tokens":0,"cache_read_input_tokens":4,"output_tokens":9}})");
   // Accumulate the blocks the way a client does: they are the whole message's content.
   Json content = Json::array();
-  for (const Event& e : events) {
+  for (const ParsedSseEvent& e : events) {
     if (e.name == "content_block_start") content.push_back(e.data["content_block"]);
     if (e.name != "content_block_delta") continue;
     Json& block = content[e.data["index"].get<size_t>()];

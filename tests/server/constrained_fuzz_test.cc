@@ -13,8 +13,8 @@
 #include <mutex>
 #include <random>
 
-#include "grammar/schema_validator.h"
 #include "engine/scheduler_test_util.h"
+#include "grammar/schema_validator.h"
 #include "server/chat_format.h"
 #include "server/output_constraint.h"
 
@@ -132,12 +132,7 @@ void Check(const Case& c) {
 
 TEST(ConstrainedFuzz, ForcedCallsAndFormatsAlwaysReachTheClientValid) {
   SHARDLM_REQUIRE_FIXTURES();
-  SchedulerOptions options;
-  options.n_parallel = 4;
-  options.n_ctx = 2048;
-  options.threads = 2;
-  options.page_tokens = 16;
-  options.log_requests = false;
+  const SchedulerOptions options = scheduler_test_util::TestOptions(4, 2048, 512);
   auto scheduler = scheduler_test_util::MakeScheduler(kQwenVocab, options);
   ASSERT_NE(scheduler, nullptr);
   const Tokenizer& tokenizer = *scheduler_test_util::Fixture(kQwenVocab).tokenizer;

@@ -52,6 +52,13 @@ class ConstrainedTest : public ServerTest {
     EXPECT_EQ(r->status, 200) << r->body;
     return r->body;
   }
+  // The request failed with a 500 saying the reply broke the output constraint.
+  void ExpectBrokenConstraint(const std::string& path, const std::string& body) {
+    const json e = ExpectError(Post(path, body), 500);
+    EXPECT_NE(e["message"].get<std::string>().find("breaks the output constraint"),
+              std::string::npos)
+        << e.dump();
+  }
 };
 
 TEST_F(ConstrainedTest, JsonSchemaEndsWhereTheValueEnds) {
@@ -80,12 +87,9 @@ TEST_F(ConstrainedTest, AReplyThatBreaksTheConstraintFails) {
   engine_->SetReply(R"({"n": "seven"})");
   Ok("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],
       "response_format":{"type":"json_object"}})");  // any object will do
-  json e = ExpectError(Post("/v1/completions", R"({"prompt":"x","response_format":{
+  ExpectBrokenConstraint("/v1/completions", R"({"prompt":"x","response_format":{
       "type":"json_schema","json_schema":{"name":"x","schema":{"type":"object",
-      "properties":{"n":{"type":"integer"}}}}}})"),
-                       500);
-  EXPECT_NE(e["message"].get<std::string>().find("breaks the output constraint"),
-            std::string::npos);
+      "properties":{"n":{"type":"integer"}}}}}})");
 }
 
 TEST_F(ConstrainedTest, ChatForcedToolCall) {
@@ -109,13 +113,10 @@ TEST_F(ConstrainedTest, ChatForcedToolCall) {
     }
   }
   // Naming the other tool: get_weather's call breaks the grammar.
-  json e = ExpectError(
-      Post("/v1/chat/completions",
-           std::string(R"({"messages":[{"role":"user","content":"hi"}],)") + kChatTools +
-               R"(,"tool_choice":{"type":"function","function":{"name":"now"}}})"),
-      500);
-  EXPECT_NE(e["message"].get<std::string>().find("breaks the output constraint"),
-            std::string::npos);
+  ExpectBrokenConstraint("/v1/chat/completions",
+                         std::string(R"({"messages":[{"role":"user","content":"hi"}],)") +
+                             kChatTools +
+                             R"(,"tool_choice":{"type":"function","function":{"name":"now"}}})");
 }
 
 TEST_F(ConstrainedTest, ResponsesForcedFunctionCall) {

@@ -40,10 +40,6 @@ GenerationResult Generated(FinishReason finish = FinishReason::kStop) {
   return r;
 }
 
-using Event = ParsedSseEvent;
-
-std::vector<Event> Events(const std::string& sse) { return ParseSseEvents(sse); }
-
 // The stream of `result` as the session delivers it: a delta per piece, then the end.
 std::string Stream(ResponsesFormatter& f, const GenerationResult& result) {
   std::string sse;
@@ -70,7 +66,7 @@ TEST(ResponsesOutput, WholeResponseByteForByte) {
 
 TEST(ResponsesOutput, StreamEventsInOrderEndingWithTheWholeResponse) {
   ResponsesFormatter streamed(kMeta, Options());
-  std::vector<Event> events = Events(Stream(streamed, Generated()));
+  std::vector<ParsedSseEvent> events = ParseSseEvents(Stream(streamed, Generated()));
   std::vector<std::string> names;
   for (size_t i = 0; i < events.size(); ++i) {
     EXPECT_EQ(events[i].data["sequence_number"], i);
@@ -130,7 +126,7 @@ TEST(ResponsesOutput, CutByMaxOutputTokensIsIncomplete) {
   EXPECT_EQ(response["incomplete_details"], Json::parse(R"({"reason":"max_output_tokens"})"));
   EXPECT_EQ(response["output"][1]["status"], "incomplete");
   ResponsesFormatter streamed(kMeta, Options());
-  std::vector<Event> events = Events(Stream(streamed, r));
+  std::vector<ParsedSseEvent> events = ParseSseEvents(Stream(streamed, r));
   EXPECT_EQ(events.back().name, "response.incomplete");
   EXPECT_EQ(events.back().data["response"], response);
 }
@@ -149,9 +145,9 @@ TEST(ResponsesOutput, AFailedStreamSaysSoInBothShapes) {
   error.code = "stage_unavailable";
   error.message = "stage 1 is unavailable";
   f.StreamError(error, &sse);
-  std::vector<Event> events = Events(sse);
+  std::vector<ParsedSseEvent> events = ParseSseEvents(sse);
   ASSERT_GE(events.size(), 2u);
-  const Event& failed = events[events.size() - 2];
+  const ParsedSseEvent& failed = events[events.size() - 2];
   EXPECT_EQ(failed.name, "response.failed");
   EXPECT_EQ(failed.data["response"]["status"], "failed");
   EXPECT_EQ(failed.data["response"]["error"],

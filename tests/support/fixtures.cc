@@ -1,6 +1,7 @@
 #include "support/fixtures.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -91,6 +92,22 @@ std::vector<nlohmann::json> RunnableGoldenEntries() {
     }
   }
   return entries;
+}
+
+nlohmann::json GoldenEntry(const std::string& id) {
+  const nlohmann::json golden = ReadJsonFile(FixturePath("golden.json"));
+  for (const nlohmann::json& e : golden["entries"]) {
+    if (e["id"] == id) return e;
+  }
+  ADD_FAILURE() << "no golden entry " << id;
+  return nullptr;
+}
+
+std::string FixtureTestName(const std::string& name) {
+  std::string out = name.substr(0, name.find(".gguf"));
+  std::replace_if(
+      out.begin(), out.end(), [](char c) { return !std::isalnum(c); }, '_');
+  return out;
 }
 
 std::tm FixtureClock() {

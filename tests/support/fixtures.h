@@ -35,6 +35,11 @@ const std::vector<std::string>& ModelsWithUnreadableWeightTypes();
 const std::vector<std::string>& ModelsOfArchitecturesToCome();
 // golden.json's entries the engine runs today (arch llama or qwen3, readable weights).
 std::vector<nlohmann::json> RunnableGoldenEntries();
+// golden.json's entry `id`; null, and a failed expectation, when it has none.
+nlohmann::json GoldenEntry(const std::string& id);
+// A fixture model's file or a golden entry's id as a test name suffix: ".gguf" dropped, and
+// every character other than a letter or digit written as '_'.
+std::string FixtureTestName(const std::string& name);
 // The fixed clock the fixture renderings were made with (strftime_now): 2026-11-22 00:00:00.
 std::tm FixtureClock();
 // A bos/eos token of templates.json: null (not passed to the template) is nullopt.

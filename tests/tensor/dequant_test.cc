@@ -30,43 +30,48 @@ std::vector<float> Dequantize(GgmlType type, const void* block, int64_t n) {
   return out;
 }
 
+// Dequantizes `block` (n elements of `type`) and checks element e against expected(e).
+template <typename Block, typename Expected>
+void ExpectDequantized(GgmlType type, const Block& block, int n, Expected expected) {
+  const std::vector<float> y = Dequantize(type, &block, n);
+  for (int e = 0; e < n; ++e) EXPECT_EQ(y[e], expected(e)) << e;
+}
+
 int Nibble(const uint8_t* qs, int byte, bool high) { return high ? qs[byte] >> 4 : qs[byte] & 15; }
 int Bit(const uint8_t* bits, int index) { return (bits[index / 8] >> (index % 8)) & 1; }
 
 TEST(Dequant, Q4_0) {
   auto b = RandomBlock<BlockQ4_0>(1);
   b.d = Fp32ToFp16(0.5f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ4_0, &b, 32);
-  for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], (Nibble(b.qs, e % 16, e >= 16) - 8) * 0.5f) << e;
+  ExpectDequantized(GgmlType::kQ4_0, b, 32,
+                    [&](int e) { return (Nibble(b.qs, e % 16, e >= 16) - 8) * 0.5f; });
 }
 
 TEST(Dequant, Q4_1) {
   auto b = RandomBlock<BlockQ4_1>(2);
   b.d = Fp32ToFp16(0.25f);
   b.m = Fp32ToFp16(-1.0f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ4_1, &b, 32);
-  for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], Nibble(b.qs, e % 16, e >= 16) * 0.25f - 1.0f);
+  ExpectDequantized(GgmlType::kQ4_1, b, 32,
+                    [&](int e) { return Nibble(b.qs, e % 16, e >= 16) * 0.25f - 1.0f; });
 }
 
 TEST(Dequant, Q5_0) {
   auto b = RandomBlock<BlockQ5_0>(3);
   b.d = Fp32ToFp16(2.0f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ5_0, &b, 32);
-  for (int e = 0; e < 32; ++e) {
+  ExpectDequantized(GgmlType::kQ5_0, b, 32, [&](int e) {
     const int q = Nibble(b.qs, e % 16, e >= 16) | (Bit(b.qh, e) << 4);  // qh bit e: element e
-    EXPECT_EQ(y[e], (q - 16) * 2.0f) << e;
-  }
+    return (q - 16) * 2.0f;
+  });
 }
 
 TEST(Dequant, Q5_1) {
   auto b = RandomBlock<BlockQ5_1>(4);
   b.d = Fp32ToFp16(0.125f);
   b.m = Fp32ToFp16(0.5f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ5_1, &b, 32);
-  for (int e = 0; e < 32; ++e) {
+  ExpectDequantized(GgmlType::kQ5_1, b, 32, [&](int e) {
     const int q = Nibble(b.qs, e % 16, e >= 16) | (Bit(b.qh, e) << 4);
-    EXPECT_EQ(y[e], q * 0.125f + 0.5f) << e;
-  }
+    return q * 0.125f + 0.5f;
+  });
 }
 
 TEST(Dequant, Q8_0) {
@@ -74,9 +79,8 @@ TEST(Dequant, Q8_0) {
   b.d = Fp32ToFp16(-0.0625f);
   b.qs[0] = -128;
   b.qs[1] = 127;
-  const std::vector<float> y = Dequantize(GgmlType::kQ8_0, &b, 32);
-  for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], b.qs[e] * -0.0625f);
-  EXPECT_EQ(y[0], 8.0f);
+  ExpectDequantized(GgmlType::kQ8_0, b, 32, [&](int e) { return b.qs[e] * -0.0625f; });
+  EXPECT_EQ(Dequantize(GgmlType::kQ8_0, &b, 32)[0], 8.0f);  // -128 · -1/16
 }
 
 // 2-bit field of element e in a Q2_K/Q3_K qs array: 128-element chunks of 32 bytes; byte
@@ -89,11 +93,10 @@ TEST(Dequant, Q2_K) {
   auto b = RandomBlock<BlockQ2_K>(6);
   b.d = Fp32ToFp16(0.5f);
   b.dmin = Fp32ToFp16(0.25f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ2_K, &b, 256);
-  for (int e = 0; e < 256; ++e) {
+  ExpectDequantized(GgmlType::kQ2_K, b, 256, [&](int e) {
     const int sc = b.scales[e / 16] & 15, m = b.scales[e / 16] >> 4;
-    EXPECT_EQ(y[e], 0.5f * sc * TwoBits(b.qs, e) - 0.25f * m) << e;
-  }
+    return 0.5f * sc * TwoBits(b.qs, e) - 0.25f * m;
+  });
 }
 
 // Q3_K scales: 16 6-bit values; low 4 bits in the nibbles of bytes 0..7 (value j < 8: low
@@ -108,68 +111,63 @@ int Q3Scale(const uint8_t* s, int j) {
 TEST(Dequant, Q3_K) {
   auto b = RandomBlock<BlockQ3_K>(7);
   b.d = Fp32ToFp16(0.25f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ3_K, &b, 256);
-  for (int e = 0; e < 256; ++e) {
+  ExpectDequantized(GgmlType::kQ3_K, b, 256, [&](int e) {
     const int high = (b.hmask[e % 32] >> (e / 32)) & 1;  // 1 = no -4 offset
     const int q = TwoBits(b.qs, e) - (high ? 0 : 4);
-    EXPECT_EQ(y[e], 0.25f * Q3Scale(b.scales, e / 16) * q) << e;
-  }
+    return 0.25f * Q3Scale(b.scales, e / 16) * q;
+  });
 }
 
 // Q4_K/Q5_K scales: 8 scales and 8 mins of 6 bits in 12 bytes. j < 4: scale = byte j, min =
 // byte j+4 (low 6 bits); j >= 4: low 4 bits in the nibbles of byte j+4, high 2 bits in the
 // top bits of byte j-4 (scale) and byte j (min).
-void K4ScaleMin(const uint8_t* s, int j, int* sc, int* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
+struct ScaleMin {
+  int scale;
+  int min;
+};
+
+ScaleMin K4ScaleMin(const uint8_t* s, int j) {
+  if (j < 4) return {s[j] & 63, s[j + 4] & 63};
+  return {(s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4)};
 }
+
+// The low 4 bits of Q4_K/Q5_K element e: 64-element chunks of 32 bytes, low nibbles hold the
+// first 32, high nibbles the next.
+int K4Nibble(const uint8_t* qs, int e) { return Nibble(qs, e / 64 * 32 + e % 32, (e % 64) >= 32); }
 
 TEST(Dequant, Q4_K) {
   auto b = RandomBlock<BlockQ4_K>(8);
   b.d = Fp32ToFp16(0.5f);
   b.dmin = Fp32ToFp16(0.125f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ4_K, &b, 256);
-  for (int e = 0; e < 256; ++e) {
-    int sc, m;
-    K4ScaleMin(b.scales, e / 32, &sc, &m);
-    // 64-element chunks of 32 bytes: low nibbles hold the first 32, high nibbles the next.
-    const int q = Nibble(b.qs, e / 64 * 32 + e % 32, (e % 64) >= 32);
-    EXPECT_EQ(y[e], 0.5f * sc * q - 0.125f * m) << e;
-  }
+  ExpectDequantized(GgmlType::kQ4_K, b, 256, [&](int e) {
+    const auto [sc, m] = K4ScaleMin(b.scales, e / 32);
+    return 0.5f * sc * K4Nibble(b.qs, e) - 0.125f * m;
+  });
 }
 
 TEST(Dequant, Q5_K) {
   auto b = RandomBlock<BlockQ5_K>(9);
   b.d = Fp32ToFp16(0.25f);
   b.dmin = Fp32ToFp16(0.5f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ5_K, &b, 256);
-  for (int e = 0; e < 256; ++e) {
-    int sc, m;
-    K4ScaleMin(b.scales, e / 32, &sc, &m);
-    const int low = Nibble(b.qs, e / 64 * 32 + e % 32, (e % 64) >= 32);
+  ExpectDequantized(GgmlType::kQ5_K, b, 256, [&](int e) {
+    const auto [sc, m] = K4ScaleMin(b.scales, e / 32);
     const int high = (b.qh[e % 32] >> (e / 32)) & 1;  // bit e/32 of qh[e % 32]
-    EXPECT_EQ(y[e], 0.25f * sc * (low + 16 * high) - 0.5f * m) << e;
-  }
+    return 0.25f * sc * (K4Nibble(b.qs, e) + 16 * high) - 0.5f * m;
+  });
 }
 
 TEST(Dequant, Q6_K) {
   auto b = RandomBlock<BlockQ6_K>(10);
   b.d = Fp32ToFp16(0.0625f);
-  const std::vector<float> y = Dequantize(GgmlType::kQ6_K, &b, 256);
-  for (int e = 0; e < 256; ++e) {
+  ExpectDequantized(GgmlType::kQ6_K, b, 256, [&](int e) {
     // 128-element chunks: ql (64 bytes) holds low nibbles of quarters 0/1 and high nibbles
     // of quarters 2/3; qh (32 bytes) holds the top 2 bits of quarter k at bits 2k.
     const int chunk = e / 128, quarter = (e % 128) / 32, l = e % 32;
     const int low = Nibble(b.ql, chunk * 64 + l + 32 * (quarter % 2), quarter >= 2);
     const int high = (b.qh[chunk * 32 + l] >> (2 * quarter)) & 3;
     const int q = (low | (high << 4)) - 32;
-    EXPECT_EQ(y[e], 0.0625f * b.scales[e / 16] * q) << e;
-  }
+    return 0.0625f * b.scales[e / 16] * q;
+  });
 }
 
 TEST(Dequant, FloatTypes) {

@@ -34,6 +34,35 @@ std::unique_ptr<GgufFile> OpenFixture(const std::string& name) {
   return file.ok() ? std::move(file).value() : nullptr;
 }
 
+// A quantized fixture tensor, the F32 tensor it was made from, and its row geometry.
+struct QuantizedTensor {
+  const GgufTensorInfo& quant;
+  const float* f32;  // [rows][cols]
+  const TypeTraits& traits;
+  GgmlTypeInfo info;
+  int64_t cols;
+  int64_t row_bytes;
+};
+
+// Calls visit(const QuantizedTensor&) for each non-F32 tensor of `quant` with its F32
+// namesake in `f32`; a missing or non-F32 source or an unknown type is a fatal failure.
+template <typename Visit>
+void ForEachQuantizedTensor(const GgufFile& quant, const GgufFile& f32, Visit visit) {
+  for (const GgufTensorInfo& t : quant.tensors()) {
+    if (t.type == GgmlType::kF32) continue;
+    const GgufTensorInfo* src = f32.FindTensor(t.name);
+    ASSERT_NE(src, nullptr) << t.name;
+    ASSERT_EQ(src->type, GgmlType::kF32);
+    const TypeTraits* traits = GetTypeTraits(t.type);
+    ASSERT_NE(traits, nullptr);
+    const auto info = LookupGgmlType(static_cast<uint32_t>(t.type));
+    ASSERT_TRUE(info.has_value()) << t.name;
+    const int64_t cols = t.ne[0];
+    visit(QuantizedTensor{t, reinterpret_cast<const float*>(src->data), *traits, *info, cols,
+                          RowBytes(*info, cols)});
+  }
+}
+
 // Rows checked per tensor: every tensor of every file, bounded so the test stays fast under
 // ASan (the K-quant searches are slow at -O0).
 constexpr int64_t kMaxRowsPerTensor = 48;
@@ -47,28 +76,19 @@ TEST(LlamaCompat, QuantizersReproduceLlamaQuantizeBytes) {
     const auto quant = OpenFixture(fixture);
     ASSERT_NE(quant, nullptr);
     int64_t blocks = 0, identical = 0;
-    for (const GgufTensorInfo& t : quant->tensors()) {
-      if (t.type == GgmlType::kF32) continue;
-      const GgufTensorInfo* src = f32->FindTensor(t.name);
-      ASSERT_NE(src, nullptr) << t.name;
-      ASSERT_EQ(src->type, GgmlType::kF32);
-      const TypeTraits* traits = GetTypeTraits(t.type);
-      ASSERT_NE(traits, nullptr);
-      const auto info = LookupGgmlType(static_cast<uint32_t>(t.type));
-      const int64_t cols = t.ne[0];
-      const int64_t row_bytes = RowBytes(*info, cols);
-      std::vector<uint8_t> ours(row_bytes);
-      for (int64_t r = 0; r < std::min(t.rows(), kMaxRowsPerTensor); ++r) {
-        const auto* x = reinterpret_cast<const float*>(src->data) + r * cols;
-        traits->quantize_row(x, ours.data(), cols);
-        const uint8_t* theirs = t.data + r * row_bytes;
-        for (int64_t b = 0; b < cols / info->block_size; ++b) {
+    ASSERT_NO_FATAL_FAILURE(ForEachQuantizedTensor(*quant, *f32, [&](const QuantizedTensor& q) {
+      const int64_t type_size = q.info.type_size;
+      std::vector<uint8_t> ours(q.row_bytes);
+      for (int64_t r = 0; r < std::min(q.quant.rows(), kMaxRowsPerTensor); ++r) {
+        q.traits.quantize_row(q.f32 + r * q.cols, ours.data(), q.cols);
+        const uint8_t* theirs = q.quant.data + r * q.row_bytes;
+        for (int64_t b = 0; b < q.cols / q.info.block_size; ++b) {
           ++blocks;
-          identical += std::memcmp(ours.data() + b * info->type_size, theirs + b * info->type_size,
-                                   info->type_size) == 0;
+          identical +=
+              std::memcmp(ours.data() + b * type_size, theirs + b * type_size, type_size) == 0;
         }
       }
-    }
+    }));
     std::printf("%-24s %lld / %lld blocks identical\n", fixture, static_cast<long long>(identical),
                 static_cast<long long>(blocks));
     EXPECT_GT(blocks, 0);
@@ -97,24 +117,17 @@ TEST(LlamaCompat, DequantizedFixtureTensorsMatchF32Weights) {
     const auto quant = OpenFixture(file);
     ASSERT_NE(quant, nullptr);
     double err2 = 0, ref2 = 0;
-    for (const GgufTensorInfo& t : quant->tensors()) {
-      if (t.type == GgmlType::kF32) continue;
-      const GgufTensorInfo* src = f32->FindTensor(t.name);
-      ASSERT_NE(src, nullptr) << t.name;
-      const TypeTraits* traits = GetTypeTraits(t.type);
-      ASSERT_NE(traits, nullptr);
-      const int64_t cols = t.ne[0];
-      const int64_t row_bytes = RowBytes(*LookupGgmlType(static_cast<uint32_t>(t.type)), cols);
-      std::vector<float> row(cols);
-      for (int64_t r = 0; r < t.rows(); ++r) {
-        traits->dequantize_row(t.data + r * row_bytes, row.data(), cols);
-        const auto* x = reinterpret_cast<const float*>(src->data) + r * cols;
-        for (int64_t k = 0; k < cols; ++k) {
+    ASSERT_NO_FATAL_FAILURE(ForEachQuantizedTensor(*quant, *f32, [&](const QuantizedTensor& q) {
+      std::vector<float> row(q.cols);
+      for (int64_t r = 0; r < q.quant.rows(); ++r) {
+        q.traits.dequantize_row(q.quant.data + r * q.row_bytes, row.data(), q.cols);
+        const float* x = q.f32 + r * q.cols;
+        for (int64_t k = 0; k < q.cols; ++k) {
           err2 += (static_cast<double>(row[k]) - x[k]) * (static_cast<double>(row[k]) - x[k]);
           ref2 += static_cast<double>(x[k]) * x[k];
         }
       }
-    }
+    }));
     const double rel = std::sqrt(err2 / ref2);
     std::printf("%-24s relative RMS error %.4g (ceiling %.3g)\n", file, rel, ceiling);
     EXPECT_LE(rel, ceiling);

@@ -17,7 +17,6 @@
 namespace shardlm {
 namespace {
 
-using testing::BitwiseEqual;
 using testing::MakeMatrix;
 using testing::Matrix;
 using testing::RandomFloats;
@@ -75,9 +74,7 @@ TEST(Panels, BitwiseIdenticalForAnyThreadCount) {
     const Matrix m = MakeMatrix(type, 77, 512, 1, true);
     for (int64_t n_tokens : {1, 13}) {
       const std::vector<float> x = RandomFloats(n_tokens * 512, 2);
-      const std::vector<float> y1 = RunMatMul(m, x, n_tokens, 1);
-      EXPECT_TRUE(BitwiseEqual(y1, RunMatMul(m, x, n_tokens, 2)));
-      EXPECT_TRUE(BitwiseEqual(y1, RunMatMul(m, x, n_tokens, 3)));
+      testing::ExpectSameBitsOnAnyThreadCount(m, x, n_tokens);
     }
   }
 }
@@ -90,14 +87,7 @@ TEST(Panels, TokenAloneEqualsTokenInsideBatch) {
   for (GgmlType type : kPanelTypes) {
     SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, kRows, kCols, 3, true);
-    const std::vector<float> batch = RandomFloats(kBatch * kCols, 4);
-    const std::vector<float> y_batch = RunMatMul(m, batch, kBatch, 2);
-    for (int64_t t = 0; t < kBatch; ++t) {
-      const std::vector<float> x(batch.begin() + t * kCols, batch.begin() + (t + 1) * kCols);
-      const std::vector<float> y_alone = RunMatMul(m, x, 1, 1);
-      ASSERT_EQ(std::memcmp(y_alone.data(), y_batch.data() + t * kRows, kRows * sizeof(float)), 0)
-          << "token " << t;
-    }
+    testing::ExpectTokensAloneAsInBatch(m, RandomFloats(kBatch * kCols, 4), kBatch);
   }
 }
 

@@ -20,13 +20,8 @@ namespace {
 
 using testing::TypeName;
 
-std::vector<float> Gaussian(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+// Standard normal values.
+std::vector<float> Gaussian(size_t n, uint32_t seed) { return testing::RandomFloats(n, seed); }
 
 // Ceiling of RMS(dequant(quant(x)) - x) / RMS(x) on Gaussian data, per weight type: about
 // 1.25x what ggml's reference quantizers reach (Q8_0 ~ 0.0055 .. Q2_K ~ 0.30, matching the

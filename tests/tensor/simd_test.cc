@@ -33,27 +33,13 @@ using internal::FillGenericKernels;
 
 struct IsaCase {
   const char* name;
-  bool (*supported)();
+  Isa isa;
   void (*fill)(TypeTraits&);
+  bool supported() const { return CpuHasIsa(isa); }
 };
 
-bool HasAvx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
-}
-bool HasAvx512() {
-  return HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
-}
-
-const IsaCase kIsas[] = {{"avx2", HasAvx2, FillAvx2Kernels},
-                         {"avx512", HasAvx512, FillAvx512Kernels}};
-
-const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
-                           GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kQ4_1, GgmlType::kQ5_1,
-                           GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                           GgmlType::kQ6_K};
+const IsaCase kIsas[] = {{"avx2", Isa::kAvx2, FillAvx2Kernels},
+                         {"avx512", Isa::kAvx512, FillAvx512Kernels}};
 
 int64_t TypeSize(GgmlType type) { return LookupGgmlType(static_cast<uint32_t>(type))->type_size; }
 int64_t BlockSize(GgmlType type) { return LookupGgmlType(static_cast<uint32_t>(type))->block_size; }
@@ -179,7 +165,7 @@ TEST(SimdIsa, VecDotMatchesGeneric) {
   std::mt19937 rng(1234);
   for (const IsaCase& isa : kIsas) {
     if (!isa.supported()) continue;
-    for (GgmlType type : kTypes) {
+    for (GgmlType type : testing::kComputableTypes) {
       const TypeTraits generic = Traits(type, nullptr);
       const TypeTraits fast = Traits(type, isa.fill);
       if (generic.vec_dot == nullptr || generic.quantize_act == nullptr) continue;
@@ -245,7 +231,7 @@ TEST(SimdIsa, TileIsBitwiseVecDot) {
   std::mt19937 rng(99);
   for (const IsaCase& isa : kIsas) {
     if (!isa.supported()) continue;
-    for (GgmlType type : kTypes) {
+    for (GgmlType type : testing::kComputableTypes) {
       const TypeTraits fast = Traits(type, isa.fill);
       if (fast.vec_dot_tile == nullptr || fast.quantize_act == nullptr) continue;
       const bool plain = BlockSize(type) == 1;
@@ -273,7 +259,7 @@ TEST(SimdIsa, QuantizeActIsBitwiseGeneric) {
   std::mt19937 rng(7);
   for (const IsaCase& isa : kIsas) {
     if (!isa.supported()) continue;
-    for (GgmlType type : kTypes) {
+    for (GgmlType type : testing::kComputableTypes) {
       const TypeTraits generic = Traits(type, nullptr);
       const TypeTraits fast = Traits(type, isa.fill);
       if (fast.quantize_act == generic.quantize_act) continue;
@@ -299,7 +285,7 @@ TEST(SimdIsa, DequantizeRowIsBitwiseGeneric) {
   std::mt19937 rng(11);
   for (const IsaCase& isa : kIsas) {
     if (!isa.supported()) continue;
-    for (GgmlType type : kTypes) {
+    for (GgmlType type : testing::kComputableTypes) {
       const TypeTraits generic = Traits(type, nullptr);
       const TypeTraits fast = Traits(type, isa.fill);
       if (fast.dequantize_row == generic.dequantize_row) continue;

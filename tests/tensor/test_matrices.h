@@ -2,6 +2,8 @@
 // quantizer, in GGUF rows or repacked into panels, and one MatMul call on a fresh pool.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <random>
 #include <string>
@@ -14,6 +16,13 @@
 #include "tensor/type_traits.h"
 
 namespace shardlm::testing {
+
+// Every weight type the kernels compute, each with a reference quantizer (the others are
+// refused at load).
+inline constexpr GgmlType kComputableTypes[] = {
+    GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
+    GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K,
+    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 // A weight type's name as GGUF files and llama.cpp write it (parameterised test names).
 inline std::string TypeName(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }
@@ -73,6 +82,28 @@ inline std::vector<float> RunMatMul(const Matrix& m, const std::vector<float>& x
 
 inline bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// x (n_tokens rows of m's columns) through m gives the same bits on 1, 2 and 3 threads.
+inline void ExpectSameBitsOnAnyThreadCount(const Matrix& m, const std::vector<float>& x,
+                                           int64_t n_tokens) {
+  const std::vector<float> y1 = RunMatMul(m, x, n_tokens, 1);
+  EXPECT_TRUE(BitwiseEqual(y1, RunMatMul(m, x, n_tokens, 2)));
+  EXPECT_TRUE(BitwiseEqual(y1, RunMatMul(m, x, n_tokens, 3)));
+}
+
+// Each token of `batch` (n_tokens rows of m's columns) through m alone, on one thread, gives
+// the bits of its rows in the whole batch's result on two threads.
+inline void ExpectTokensAloneAsInBatch(const Matrix& m, const std::vector<float>& batch,
+                                       int64_t n_tokens) {
+  const int64_t cols = m.view.cols, rows = m.view.rows;
+  const std::vector<float> y_batch = RunMatMul(m, batch, n_tokens, 2);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const std::vector<float> x(batch.begin() + t * cols, batch.begin() + (t + 1) * cols);
+    const std::vector<float> y_alone = RunMatMul(m, x, 1, 1);
+    ASSERT_EQ(std::memcmp(y_alone.data(), y_batch.data() + t * rows, rows * sizeof(float)), 0)
+        << "token " << t;
+  }
 }
 
 }  // namespace shardlm::testing

@@ -4,21 +4,17 @@
 #include <gtest/gtest.h>
 
 #include "tensor/kernels_impl.h"
+#include "tensor/test_matrices.h"
 
 namespace shardlm {
 namespace {
-
-const GgmlType kComputable[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
-                                GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                                GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                                GgmlType::kQ6_K};
 
 TEST(TypeTraits, EveryComputableTypeHasACompleteRowOnEveryIsa) {
   for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
     if (static_cast<int>(isa) > static_cast<int>(DetectIsa()) && isa != Isa::kGeneric) {
       continue;
     }
-    for (GgmlType type : kComputable) {
+    for (GgmlType type : testing::kComputableTypes) {
       const TypeTraits* t = GetTypeTraitsFor(type, isa);
       ASSERT_NE(t, nullptr) << IsaName(isa) << " " << GgmlTypeName(static_cast<uint32_t>(type));
       EXPECT_EQ(t->type, type);

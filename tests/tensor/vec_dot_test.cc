@@ -20,11 +20,6 @@
 namespace shardlm {
 namespace {
 
-const GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
-                              GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                              GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                              GgmlType::kQ6_K};
-
 using testing::TypeName;
 
 std::vector<float> Gaussian(size_t n, uint32_t seed, float scale) {
@@ -101,7 +96,7 @@ double Q8_1MinTermCorrection(GgmlType type, const std::vector<uint8_t>& w,
 }
 
 TEST(VecDot, MatchesFloat64ReferenceForEveryType) {
-  for (GgmlType type : kAllTypes) {
+  for (GgmlType type : testing::kComputableTypes) {
     for (int64_t n : {256, 1024, 2816}) {
       SCOPED_TRACE(TypeName(type) + " n=" + std::to_string(n));
       const TypeTraits* traits = GetTypeTraitsFor(type, Isa::kGeneric);
@@ -155,32 +150,58 @@ TEST(VecDot, MatchesFloat64ReferenceForEveryType) {
 // description, for Q8_0 (no mins) and Q4_K (mins via bsums in 4 lanes), and require
 // bitwise equality; also check a plain sequential order would differ on these inputs, so
 // the test can tell the two apart.
-float X86Order(const std::vector<std::vector<int>>& block_ints, const std::vector<float>& d) {
-  float acc[8] = {};
-  for (size_t b = 0; b < block_ints.size(); ++b) {
-    int32_t lanes[8] = {};
-    for (size_t e = 0; e < block_ints[b].size(); ++e) lanes[(e % 32) / 4] += block_ints[b][e];
-    for (int l = 0; l < 8; ++l) acc[l] = std::fma(d[b], static_cast<float>(lanes[l]), acc[l]);
-  }
+constexpr int64_t kOrderN = 4096;  // elements per dot product in the float-order tests
+
+// One block's 8 integer lanes into the 8 float accumulators, scaled by the block's d.
+void AccumulateLanes(const int32_t lanes[8], float d, float acc[8]) {
+  for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, static_cast<float>(lanes[l]), acc[l]);
+}
+
+// The horizontal sum of the 8 accumulators at the end.
+float SumLanes(const float acc[8]) {
   float s4[4];
   for (int i = 0; i < 4; ++i) s4[i] = acc[i + 4] + acc[i];
   return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
+float X86Order(const std::vector<std::vector<int>>& block_ints, const std::vector<float>& d) {
+  float acc[8] = {};
+  for (size_t b = 0; b < block_ints.size(); ++b) {
+    int32_t lanes[8] = {};
+    for (size_t e = 0; e < block_ints[b].size(); ++e) lanes[(e % 32) / 4] += block_ints[b][e];
+    AccumulateLanes(lanes, d[b], acc);
+  }
+  return SumLanes(acc);
+}
+
+// kOrderN Gaussian weights (scale 0.05, seed w_seed) and activations (scale 1, seed x_seed)
+// as the blocks of t's quantize_row and quantize_act.
+template <typename WeightBlock, typename ActBlock>
+struct Quantized {
+  std::vector<WeightBlock> w;
+  std::vector<ActBlock> x;
+};
+
+template <typename WeightBlock, typename ActBlock>
+Quantized<WeightBlock, ActBlock> QuantizeGaussians(const TypeTraits& t, uint32_t w_seed,
+                                                   uint32_t x_seed) {
+  Quantized<WeightBlock, ActBlock> q;
+  q.w.resize(size_t(kOrderN / t.block_size));
+  q.x.resize(size_t(kOrderN / LookupGgmlType(static_cast<uint32_t>(t.act_type))->block_size));
+  t.quantize_row(Gaussian(kOrderN, w_seed, 0.05f).data(), q.w.data(), kOrderN);
+  t.quantize_act(Gaussian(kOrderN, x_seed, 1.0f).data(), q.x.data(), kOrderN);
+  return q;
+}
+
 TEST(VecDot, Q8_0FollowsLlamaCppX86FloatOrder) {
-  constexpr int64_t kN = 4096;
   const TypeTraits* t = GetTypeTraitsFor(GgmlType::kQ8_0, Isa::kGeneric);
   int sequential_differs = 0;
   for (uint32_t seed = 0; seed < 20; ++seed) {
-    const std::vector<float> wf = Gaussian(kN, 300 + seed, 0.05f);
-    const std::vector<float> xf = Gaussian(kN, 400 + seed, 1.0f);
-    std::vector<BlockQ8_0> w(kN / 32), x(kN / 32);
-    t->quantize_row(wf.data(), w.data(), kN);
-    t->quantize_act(xf.data(), x.data(), kN);
+    const auto [w, x] = QuantizeGaussians<BlockQ8_0, BlockQ8_0>(*t, 300 + seed, 400 + seed);
     std::vector<std::vector<int>> ints;
     std::vector<float> d;
     float sequential = 0;
-    for (int64_t b = 0; b < kN / 32; ++b) {
+    for (int64_t b = 0; b < kOrderN / 32; ++b) {
       ints.emplace_back(32);
       int sum = 0;
       for (int j = 0; j < 32; ++j) sum += ints.back()[j] = w[b].qs[j] * x[b].qs[j];
@@ -188,7 +209,7 @@ TEST(VecDot, Q8_0FollowsLlamaCppX86FloatOrder) {
       sequential += sum * d.back();
     }
     float got = 0;
-    t->vec_dot(kN, w.data(), x.data(), &got);
+    t->vec_dot(kOrderN, w.data(), x.data(), &got);
     const float want = X86Order(ints, d);
     ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << got << " " << want;
     sequential_differs += got != sequential;
@@ -197,19 +218,13 @@ TEST(VecDot, Q8_0FollowsLlamaCppX86FloatOrder) {
 }
 
 TEST(VecDot, Q4_KFollowsLlamaCppX86FloatOrder) {
-  constexpr int64_t kN = 4096;
   const TypeTraits* t = GetTypeTraitsFor(GgmlType::kQ4_K, Isa::kGeneric);
   for (uint32_t seed = 0; seed < 10; ++seed) {
-    const std::vector<float> wf = Gaussian(kN, 500 + seed, 0.05f);
-    const std::vector<float> xf = Gaussian(kN, 600 + seed, 1.0f);
-    std::vector<BlockQ4_K> w(kN / 256);
-    std::vector<BlockQ8_K> x(kN / 256);
-    t->quantize_row(wf.data(), w.data(), kN);
-    t->quantize_act(xf.data(), x.data(), kN);
+    const auto [w, x] = QuantizeGaussians<BlockQ4_K, BlockQ8_K>(*t, 500 + seed, 600 + seed);
     std::vector<std::vector<int>> ints;
     std::vector<float> d;
     float acc_m[4] = {};
-    for (int64_t b = 0; b < kN / 256; ++b) {
+    for (int64_t b = 0; b < kOrderN / 256; ++b) {
       // Integer products scale · q · q8, with scale and q read from the block fields as
       // the format defines them (dequant_test.cc).
       const uint8_t* s = w[b].scales;
@@ -233,7 +248,7 @@ TEST(VecDot, Q4_KFollowsLlamaCppX86FloatOrder) {
       }
     }
     float got = 0;
-    t->vec_dot(kN, w.data(), x.data(), &got);
+    t->vec_dot(kOrderN, w.data(), x.data(), &got);
     const float want = X86Order(ints, d) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]));
     ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << got << " " << want;
   }
@@ -241,17 +256,11 @@ TEST(VecDot, Q4_KFollowsLlamaCppX86FloatOrder) {
 
 // Q6_K: unsigned 6-bit values in the lanes, the -32 offset taken out per lane via bsums.
 TEST(VecDot, Q6_KFollowsLlamaCppX86FloatOrder) {
-  constexpr int64_t kN = 4096;
   const TypeTraits* t = GetTypeTraitsFor(GgmlType::kQ6_K, Isa::kGeneric);
   for (uint32_t seed = 0; seed < 10; ++seed) {
-    const std::vector<float> wf = Gaussian(kN, 700 + seed, 0.05f);
-    const std::vector<float> xf = Gaussian(kN, 800 + seed, 1.0f);
-    std::vector<BlockQ6_K> w(kN / 256);
-    std::vector<BlockQ8_K> x(kN / 256);
-    t->quantize_row(wf.data(), w.data(), kN);
-    t->quantize_act(xf.data(), x.data(), kN);
+    const auto [w, x] = QuantizeGaussians<BlockQ6_K, BlockQ8_K>(*t, 700 + seed, 800 + seed);
     float acc[8] = {};
-    for (int64_t b = 0; b < kN / 256; ++b) {
+    for (int64_t b = 0; b < kOrderN / 256; ++b) {
       int32_t lanes[8] = {};
       for (int e = 0; e < 256; ++e) {
         const int chunk = e / 128, quarter = (e % 128) / 32, l = e % 32;
@@ -264,14 +273,11 @@ TEST(VecDot, Q6_KFollowsLlamaCppX86FloatOrder) {
         lanes[l] -= 32 * (w[b].scales[2 * l] * x[b].bsums[2 * l] +
                           w[b].scales[2 * l + 1] * x[b].bsums[2 * l + 1]);
       }
-      const float d = x[b].d * Fp16ToFp32(w[b].d);
-      for (int l = 0; l < 8; ++l) acc[l] = std::fma(d, static_cast<float>(lanes[l]), acc[l]);
+      AccumulateLanes(lanes, x[b].d * Fp16ToFp32(w[b].d), acc);
     }
-    float s4[4];
-    for (int i = 0; i < 4; ++i) s4[i] = acc[i + 4] + acc[i];
-    const float want = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+    const float want = SumLanes(acc);
     float got = 0;
-    t->vec_dot(kN, w.data(), x.data(), &got);
+    t->vec_dot(kOrderN, w.data(), x.data(), &got);
     ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << got << " " << want;
   }
 }

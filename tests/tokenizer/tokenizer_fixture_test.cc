@@ -199,23 +199,32 @@ TEST(TokenizerFixtureTest, ByteVocabSpecials) {
   EXPECT_EQ(gemma.tokenizer->Encode("<eos>", false, true), (std::vector<TokenId>{257}));
 }
 
-// The golden prompts were tokenized by llama.cpp with add_special and parse_special.
-TEST(TokenizerFixtureTest, GoldenPromptIds) {
-  SHARDLM_REQUIRE_FIXTURES();
+// Calls check(entry, tokenizer) for each golden.json entry of a model whose weights are
+// readable, with that model's tokenizer (each model loaded once).
+template <typename Check>
+void ForEachGoldenEntry(Check check) {
   const nlohmann::json golden = testing::ReadJsonFile(FixturePath("golden.json"));
   std::map<std::string, Loaded> models;
-  int checked = 0;
   for (const auto& entry : golden["entries"]) {
     const std::string model = entry["model"];
     if (testing::HasUnreadableWeightTypes(model)) continue;
     if (!models.count(model)) models.emplace(model, Load(model));
     const Tokenizer* tokenizer = models[model].tokenizer.get();
     ASSERT_NE(tokenizer, nullptr) << model;
-    const std::vector<TokenId> expected = entry["prompt_ids"];
-    EXPECT_EQ(tokenizer->Encode(entry["prompt_text"].get<std::string>(), true, true), expected)
-        << model << " " << entry["prompt_id"];
-    ++checked;
+    check(entry, *tokenizer);
   }
+}
+
+// The golden prompts were tokenized by llama.cpp with add_special and parse_special.
+TEST(TokenizerFixtureTest, GoldenPromptIds) {
+  SHARDLM_REQUIRE_FIXTURES();
+  int checked = 0;
+  ForEachGoldenEntry([&](const nlohmann::json& entry, const Tokenizer& tokenizer) {
+    const std::vector<TokenId> expected = entry["prompt_ids"];
+    EXPECT_EQ(tokenizer.Encode(entry["prompt_text"].get<std::string>(), true, true), expected)
+        << entry["model"].get<std::string>() << " " << entry["prompt_id"];
+    ++checked;
+  });
   EXPECT_GT(checked, 10);
 }
 
@@ -223,30 +232,24 @@ TEST(TokenizerFixtureTest, GoldenPromptIds) {
 // (special tokens render as empty): exactly Decode().
 TEST(TokenizerFixtureTest, GoldenGreedyTextIsDecode) {
   SHARDLM_REQUIRE_FIXTURES();
-  const nlohmann::json golden = testing::ReadJsonFile(FixturePath("golden.json"));
-  std::map<std::string, Loaded> models;
-  for (const auto& entry : golden["entries"]) {
-    const std::string model = entry["model"];
-    if (testing::HasUnreadableWeightTypes(model)) continue;
-    if (!models.count(model)) models.emplace(model, Load(model));
-    const Tokenizer* tokenizer = models[model].tokenizer.get();
-    ASSERT_NE(tokenizer, nullptr) << model;
+  ForEachGoldenEntry([](const nlohmann::json& entry, const Tokenizer& tokenizer) {
     std::vector<TokenId> ids;
     for (TokenId id : entry["greedy_ids"].get<std::vector<TokenId>>()) {
-      if (tokenizer->IsEog(id)) break;
+      if (tokenizer.IsEog(id)) break;
       ids.push_back(id);
     }
-    EXPECT_EQ(Hex(tokenizer->Decode(ids)), Hex(ParseHex(entry["greedy_text_hex"])))
-        << model << " " << entry["prompt_id"];
+    EXPECT_EQ(Hex(tokenizer.Decode(ids)), Hex(ParseHex(entry["greedy_text_hex"])))
+        << entry["model"].get<std::string>() << " " << entry["prompt_id"];
     // Streaming gives the same bytes, whatever the token boundaries.
-    StreamDecoder stream(*tokenizer);
+    StreamDecoder stream(tokenizer);
     std::string streamed;
     for (TokenId id : ids) streamed += stream.Push(id);
     streamed += stream.Flush();
     if (!entry["greedy_text"].is_null()) {
-      EXPECT_EQ(streamed, entry["greedy_text"].get<std::string>()) << model;
+      EXPECT_EQ(streamed, entry["greedy_text"].get<std::string>())
+          << entry["model"].get<std::string>();
     }
-  }
+  });
 }
 
 // Random bytes (valid and invalid UTF-8, spaces, special-token fragments) never crash and
