@@ -138,6 +138,11 @@ struct EngineStats {
   // Of prompt_tokens_cached: from pages the memory index held, from pages read from disk.
   int64_t prompt_tokens_memory = 0;
   int64_t prompt_tokens_disk = 0;
+  // Bounded KV pool (zero without --kv-pool): page selections by score, and the pages the
+  // engine asked every stage to map and to evict.
+  int64_t kv_pool_reselects = 0;
+  int64_t kv_pool_pages_mapped = 0;
+  int64_t kv_pool_pages_evicted = 0;
   // Disk tier (zero without --kv-cache-dir): snapshot bytes read and written, files and
   // bytes on disk now, files evicted for the budget, files that failed validation (deleted)
   // or a stage check, failed and dropped writes, pages whose export failed (a stage down).
@@ -159,7 +164,16 @@ struct EngineInfo {
   int32_t n_vocab = 0;
   int32_t n_embd = 0;  // the length of an embedding
   int32_t n_parallel = 0;
-  bool embeddings = false;        // computes RequestKind::kEmbedding requests
+  bool embeddings = false;  // computes RequestKind::kEmbedding requests
+  // Bounded KV residency (kv/pager.h): positions resident per sequence and stage (0:
+  // unbounded), the tier ("ram" or "file:DIR"), the selection ("qk" or "lru"), sink, tail
+  // and reselect interval in positions.
+  int32_t kv_pool = 0;
+  std::string kv_tier;
+  std::string kv_select;
+  int32_t kv_sink = 0;
+  int32_t kv_tail = 0;
+  int32_t kv_reselect = 0;
   std::vector<StageInfo> stages;  // the placement, in pipeline order (GET /props)
 };
 

@@ -13,6 +13,7 @@
 #include "engine/scheduler_prefix_cache.h"
 #include "engine/scheduler_request.h"
 #include "kv/block_table.h"
+#include "kv/kv_tier.h"
 #include "kv/page_allocator.h"
 
 namespace shardlm {
@@ -205,6 +206,14 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
   info_.n_parallel = options_.n_parallel;
   info_.embeddings = state->pipeline->max_embedding_rows() > 0;
   info_.stages = state->pipeline->placement();
+  if (options_.bounded_kv()) {
+    info_.kv_pool = options_.kv_pool.pool_tokens;
+    info_.kv_tier = KvTierSpecName(options_.kv_tier);
+    info_.kv_select = PageSelectName(options_.kv_pool.select);
+    info_.kv_sink = options_.kv_pool.sink_tokens;
+    info_.kv_tail = options_.kv_pool.tail_tokens;
+    info_.kv_reselect = options_.kv_pool.reselect_tokens;
+  }
   stats_.slots_total = options_.n_parallel;
   stats_.kv_pages_total = state->pipeline->allocator().n_pages();
   for (int i = 0; i < options_.n_parallel; ++i) slot_infos_.push_back(SlotInfo{.id = i});
@@ -592,6 +601,12 @@ void Scheduler::PublishStats() {
   }
   stats_.prompt_tokens_computed = s.prompt_tokens_computed;
   s.prefix_cache->FillStats(stats_);
+  if (s.pager != nullptr) {
+    const PagerStats pager = s.pager->Stats();
+    stats_.kv_pool_reselects = int64_t(pager.reselects);
+    stats_.kv_pool_pages_mapped = int64_t(pager.pages_mapped);
+    stats_.kv_pool_pages_evicted = int64_t(pager.pages_evicted);
+  }
 }
 
 }  // namespace shardlm

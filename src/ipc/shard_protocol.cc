@@ -108,12 +108,12 @@ constexpr auto kRunReplyFields = [](auto& v, auto& m) {
   v("n_embedding_rows", m.n_embedding_rows);
   v.Array("page_scores", m.page_scores, kFloatWireBytes,
           [](auto& v, auto& score) { v("page_scores", score); });
-  v("resident_pages", m.resident_pages);
-  v("tier_pages", m.tier_pages);
-  v("page_ins", m.page_ins);
-  v("page_outs", m.page_outs);
-  v("bytes_paged", m.bytes_paged);
-  v("paging_seconds", m.paging_seconds);
+  v("paging.resident_pages", m.paging.resident_pages);
+  v("paging.tier_pages", m.paging.tier_pages);
+  v("paging.page_ins", m.paging.page_ins);
+  v("paging.page_outs", m.paging.page_outs);
+  v("paging.bytes_paged", m.paging.bytes_paged);
+  v("paging.paging_seconds", m.paging.paging_seconds);
 };
 
 constexpr auto kPagesFields = [](auto& v, auto& m) { PageIdFields(v, "pages", m.pages); };

@@ -38,6 +38,7 @@
 #include "base/status.h"
 #include "kv/batch.h"
 #include "kv/page_pool.h"
+#include "kv/page_residency.h"
 #include "kv/paging.h"
 
 namespace shardlm {
@@ -138,12 +139,7 @@ struct ShardRunReply {
   // Bounded KV pool: the scores of the entries with score_pages (StageBatch::page_scores),
   // and the stage's paging counters after the batch.
   std::vector<float> page_scores = {};
-  int32_t resident_pages = 0;
-  uint64_t tier_pages = 0;
-  uint64_t page_ins = 0;
-  uint64_t page_outs = 0;
-  uint64_t bytes_paged = 0;
-  double paging_seconds = 0.0;
+  ResidencyStats paging = {};
 };
 
 // StatsRequest has an empty payload.

@@ -85,6 +85,7 @@ class WireEncoder {
   void operator()(const char*, uint32_t v) { w_.U32(v); }
   void operator()(const char*, int32_t v) { w_.I32(v); }
   void operator()(const char*, uint64_t v) { w_.U64(v); }
+  void operator()(const char*, int64_t v) { w_.U64(static_cast<uint64_t>(v)); }
   void operator()(const char*, double v) { w_.F64(v); }
   // A float travels as its bits: infinities included (page scores start at -infinity).
   void operator()(const char*, float v) { w_.U32(std::bit_cast<uint32_t>(v)); }
@@ -107,6 +108,7 @@ class WireDecoder {
   void operator()(const char* field, uint32_t& v) { v = r_.U32(field); }
   void operator()(const char* field, int32_t& v) { v = r_.I32(field); }
   void operator()(const char* field, uint64_t& v) { v = r_.U64(field); }
+  void operator()(const char* field, int64_t& v) { v = static_cast<int64_t>(r_.U64(field)); }
   void operator()(const char* field, double& v) { v = r_.F64(field); }
   void operator()(const char* field, float& v) { v = std::bit_cast<float>(r_.U32(field)); }
   void operator()(const char* field, bool& v) { v = r_.Bool(field); }

@@ -78,16 +78,20 @@ void PageResidency::Free(PageId page) {
   if (summaries_) summaries_->Forget(page);
 }
 
+Status PageResidency::Move(bool out, PageId page, PageId frame) {
+  const auto start = std::chrono::steady_clock::now();
+  uint8_t* bytes = frames_->page_data(frame);
+  SHARDLM_TRY(out ? tier_->Write(page, bytes) : tier_->Read(page, bytes));
+  ++(out ? stats_.page_outs : stats_.page_ins);
+  stats_.bytes_paged += frames_->page_bytes();
+  stats_.paging_seconds += SecondsSince(start);
+  return Status::Ok();
+}
+
 Status PageResidency::Evict(PageId page) {
   const PageId frame = frame_of_[page];
   if (frame == kNoPage) return InvalidArgument("evicting page {}, which is not resident", page);
-  if (dirty_[page] || !tier_->Holds(page)) {
-    const auto start = std::chrono::steady_clock::now();
-    SHARDLM_TRY(tier_->Write(page, frames_->page_data(frame)));
-    ++stats_.page_outs;
-    stats_.bytes_moved += frames_->page_bytes();
-    stats_.seconds_moving += SecondsSince(start);
-  }
+  if (dirty_[page] || !tier_->Holds(page)) SHARDLM_TRY(Move(true, page, frame));
   dirty_[page] = 0;
   frame_of_[page] = kNoPage;
   page_in_[frame] = kNoPage;
@@ -103,11 +107,7 @@ Status PageResidency::Map(PageId page, PageId frame) {
     return InvalidArgument("frame {} still holds page {}", frame, page_in_[frame]);
   }
   if (tier_->Holds(page)) {
-    const auto start = std::chrono::steady_clock::now();
-    SHARDLM_TRY(tier_->Read(page, frames_->page_data(frame)));
-    ++stats_.page_ins;
-    stats_.bytes_moved += frames_->page_bytes();
-    stats_.seconds_moving += SecondsSince(start);
+    SHARDLM_TRY(Move(false, page, frame));
     dirty_[page] = 0;
   } else {
     dirty_[page] = 1;  // a new page: nothing to read, written next
@@ -126,9 +126,7 @@ Status PageResidency::Copy(PageId src, PageId dst) {
   if (frame_of_[src] != kNoPage) {
     frames_->CopyPage(frame_of_[src], dst_frame);
   } else {
-    SHARDLM_TRY(tier_->Read(src, frames_->page_data(dst_frame)));
-    ++stats_.page_ins;
-    stats_.bytes_moved += frames_->page_bytes();
+    SHARDLM_TRY(Move(false, src, dst_frame));
   }
   dirty_[dst] = 1;
   if (summaries_) summaries_->Copy(src, dst);
@@ -183,11 +181,10 @@ Status PageResidency::Import(std::span<const PageId> pages, const uint8_t* src) 
     if (frame != kNoPage) {
       std::memcpy(frames_->page_data(frame), src + i * bytes, bytes);
       dirty_[page] = 1;
-      if (summaries_) summaries_->Rebuild(page, src + i * bytes, *frames_, frames_->page_tokens());
     } else {
       SHARDLM_TRY(tier_->Write(page, src + i * bytes));
-      if (summaries_) summaries_->Rebuild(page, src + i * bytes, *frames_, frames_->page_tokens());
     }
+    if (summaries_) summaries_->Rebuild(page, src + i * bytes, *frames_, frames_->page_tokens());
   }
   return Status::Ok();
 }

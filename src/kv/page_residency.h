@@ -39,14 +39,15 @@
 
 namespace shardlm {
 
-// Counters for /metrics and /props.
+// A stage's paging counters (/metrics and /props): pages in frames and in the tier now, and
+// the moves so far.
 struct ResidencyStats {
   int resident_pages = 0;
   int64_t tier_pages = 0;
   uint64_t page_ins = 0;   // reads from the tier
   uint64_t page_outs = 0;  // writes to the tier
-  uint64_t bytes_moved = 0;
-  double seconds_moving = 0.0;
+  uint64_t bytes_paged = 0;
+  double paging_seconds = 0.0;
 };
 
 class PageResidency {
@@ -84,6 +85,9 @@ class PageResidency {
 
  private:
   PageResidency(PagePool* frames, int n_pages, std::unique_ptr<KvTier> tier);
+  // out: the tier's copy of `page` from `frame`; else `page` from the tier into `frame`.
+  // Counted and timed.
+  Status Move(bool out, PageId page, PageId frame);
   Status Evict(PageId page);
   Status Map(PageId page, PageId frame);
   void Free(PageId page);

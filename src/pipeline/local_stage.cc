@@ -183,15 +183,7 @@ StageStats LocalStage::Stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats = stats_;
   }
-  if (residency_ != nullptr) {
-    const ResidencyStats paging = residency_->Stats();
-    stats.resident_pages = paging.resident_pages;
-    stats.tier_pages = paging.tier_pages;
-    stats.page_ins = paging.page_ins;
-    stats.page_outs = paging.page_outs;
-    stats.bytes_paged = paging.bytes_moved;
-    stats.paging_seconds = paging.seconds_moving;
-  }
+  if (residency_ != nullptr) stats.paging = residency_->Stats();
   return stats;
 }
 

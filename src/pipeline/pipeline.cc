@@ -371,15 +371,7 @@ std::vector<StageStats> Pipeline::Stats() const {
     stats = stats_;
   }
   // The bounded pool's figures are the stages' own (they apply the moves).
-  for (size_t i = 0; i < stats.size(); ++i) {
-    const StageStats own = stages_[i]->Stats();
-    stats[i].resident_pages = own.resident_pages;
-    stats[i].tier_pages = own.tier_pages;
-    stats[i].page_ins = own.page_ins;
-    stats[i].page_outs = own.page_outs;
-    stats[i].bytes_paged = own.bytes_paged;
-    stats[i].paging_seconds = own.paging_seconds;
-  }
+  for (size_t i = 0; i < stats.size(); ++i) stats[i].paging = stages_[i]->Stats().paging;
   return stats;
 }
 

@@ -312,12 +312,7 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   stats_.busy_seconds += SecondsSince(start);
   stats_.bytes_in += in_bytes;
   stats_.bytes_out += out_bytes;
-  stats_.resident_pages = reply->resident_pages;
-  stats_.tier_pages = int64_t(reply->tier_pages);
-  stats_.page_ins = reply->page_ins;
-  stats_.page_outs = reply->page_outs;
-  stats_.bytes_paged = reply->bytes_paged;
-  stats_.paging_seconds = reply->paging_seconds;
+  stats_.paging = reply->paging;
   return Status::Ok();
 }
 

@@ -24,6 +24,7 @@
 
 #include "base/status.h"
 #include "kv/page_pool.h"
+#include "kv/page_residency.h"
 #include "kv/paging.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -66,13 +67,7 @@ struct StageStats {
   double busy_seconds = 0.0;  // inside Run
   uint64_t bytes_in = 0;      // activation bytes received (hidden rows)
   uint64_t bytes_out = 0;     // hidden, logits or embedding bytes produced
-  // Bounded KV pool: pages in frames and in the tier now, and the moves so far.
-  int resident_pages = 0;
-  int64_t tier_pages = 0;
-  uint64_t page_ins = 0;
-  uint64_t page_outs = 0;
-  uint64_t bytes_paged = 0;
-  double paging_seconds = 0.0;
+  ResidencyStats paging;      // bounded KV pool only
 };
 
 class Stage {

@@ -544,6 +544,14 @@ void HttpServer::Impl::HandleMetrics(Reply& res) {
          s.prefix_cache_lookup_blocks);
   metric("prefix_cache_hit_blocks_total", "counter", "Prompt blocks served from the cache.",
          s.prefix_cache_hit_blocks);
+  metric("kv_pool_reselects_total", "counter",
+         "Times a sequence's resident KV pages were chosen again by score (--kv-pool).",
+         s.kv_pool_reselects);
+  metric("kv_pool_pages_mapped_total", "counter",
+         "KV pages the engine placed in the stages' frames (--kv-pool).", s.kv_pool_pages_mapped);
+  metric("kv_pool_pages_evicted_total", "counter",
+         "KV pages the engine moved out of the stages' frames (--kv-pool).",
+         s.kv_pool_pages_evicted);
   metric("prefix_cache_pages", "gauge", "KV pages held by the prefix cache.", s.prefix_cache_pages);
   metric("prefix_cache_evicted_pages_total", "counter", "Cached pages evicted to make room.",
          s.prefix_cache_evicted_pages);

@@ -71,6 +71,25 @@ std::string PipelineMetricsText(const PipelineCounters& c, std::span<const Stage
   StageFamily<uint64_t>(out, "stage_bytes_out_total", "counter",
                         "Hidden-row or logits bytes a stage produced.", stages, stats,
                         [](const StageStats& s) { return s.bytes_out; });
+  // Bounded KV pool (--kv-pool); 0 without one.
+  StageFamily<int64_t>(out, "stage_kv_resident_pages", "gauge",
+                       "KV pages a stage holds in its pool's frames (bounded pool).", stages, stats,
+                       [](const StageStats& s) { return int64_t(s.paging.resident_pages); });
+  StageFamily<int64_t>(out, "stage_kv_tier_pages", "gauge",
+                       "KV pages a stage holds in its tier (bounded pool).", stages, stats,
+                       [](const StageStats& s) { return s.paging.tier_pages; });
+  StageFamily<uint64_t>(out, "stage_kv_page_ins_total", "counter",
+                        "KV pages a stage read back from its tier.", stages, stats,
+                        [](const StageStats& s) { return s.paging.page_ins; });
+  StageFamily<uint64_t>(out, "stage_kv_page_outs_total", "counter",
+                        "KV pages a stage wrote to its tier.", stages, stats,
+                        [](const StageStats& s) { return s.paging.page_outs; });
+  StageFamily<uint64_t>(out, "stage_kv_paged_bytes_total", "counter",
+                        "Bytes a stage moved between its frames and its tier.", stages, stats,
+                        [](const StageStats& s) { return s.paging.bytes_paged; });
+  StageFamily<double>(out, "stage_kv_paging_seconds_total", "counter",
+                      "Seconds a stage spent moving pages to and from its tier.", stages, stats,
+                      [](const StageStats& s) { return s.paging.paging_seconds; });
   return out;
 }
 

@@ -26,7 +26,14 @@ Json PropsJSON(const EngineInfo& info) {
               {"n_vocab", info.n_vocab},
               {"n_parallel", info.n_parallel},
               {"total_slots", info.n_parallel},  // llama.cpp's name for the same figure
-              {"stages", StagesJSON(info.stages)}};
+              {"stages", StagesJSON(info.stages)},
+              {"kv_pool", info.kv_pool == 0 ? Json(nullptr)
+                                            : Json{{"positions", info.kv_pool},
+                                                   {"tier", info.kv_tier},
+                                                   {"select", info.kv_select},
+                                                   {"sink", info.kv_sink},
+                                                   {"tail", info.kv_tail},
+                                                   {"reselect", info.kv_reselect}}}};
 }
 
 }  // namespace shardlm::server

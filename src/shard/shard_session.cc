@@ -156,13 +156,7 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
     reply = ErrorReply(batch.batch_id, status);
   } else {
     reply.compute_seconds = SecondsSince(start);
-    const StageStats paging = stage_->Stats();
-    reply.resident_pages = paging.resident_pages;
-    reply.tier_pages = uint64_t(paging.tier_pages);
-    reply.page_ins = paging.page_ins;
-    reply.page_outs = paging.page_outs;
-    reply.bytes_paged = paging.bytes_paged;
-    reply.paging_seconds = paging.paging_seconds;
+    reply.paging = stage_->Stats().paging;
     stats_.batches += 1;
     stats_.tokens += batch.entries.size();
     stats_.busy_seconds += reply.compute_seconds;

@@ -15,24 +15,13 @@
 namespace shardlm {
 namespace kv_pool_scheduler_test {
 
-using scheduler_test_util::Collector;
-using scheduler_test_util::ExpectSameOutput;
-using scheduler_test_util::kLongText;
-using scheduler_test_util::kQwen;
-using scheduler_test_util::kStories;
-using scheduler_test_util::MakeScheduler;
-using scheduler_test_util::Request;
-using scheduler_test_util::RunOne;
-using scheduler_test_util::ServiceThread;
-using scheduler_test_util::StoryTokens;
-using scheduler_test_util::TestOptions;
-using scheduler_test_util::WithRemoteStage;
+namespace util = scheduler_test_util;
 using testing_util::TempDir;
 
 // One sequence, pages of 16 positions, a sink of one page, a tail of two, a reselection every
 // 8 tokens: the floor is 5 pages (80 positions).
 SchedulerOptions PoolOptions(int pool_tokens, PageSelect select, int n_ctx = 4096) {
-  SchedulerOptions options = TestOptions(1, n_ctx, 64);
+  SchedulerOptions options = util::TestOptions(1, n_ctx, 64);
   options.kv_pool.pool_tokens = pool_tokens;
   options.kv_pool.sink_tokens = 16;
   options.kv_pool.tail_tokens = 32;
@@ -41,27 +30,28 @@ SchedulerOptions PoolOptions(int pool_tokens, PageSelect select, int n_ctx = 409
   return options;
 }
 
-std::unique_ptr<Collector> Generate(const std::string& file, const SchedulerOptions& options,
-                                    int n_prompt, int n_gen, uint64_t seed) {
-  auto scheduler = MakeScheduler(file, options);
+std::unique_ptr<util::Collector> Generate(const std::string& file, const SchedulerOptions& options,
+                                          int n_prompt, int n_gen, uint64_t seed) {
+  auto scheduler = util::MakeScheduler(file, options);
   if (!scheduler) return nullptr;
-  return RunOne(*scheduler, Request(StoryTokens(file, n_prompt, kLongText), n_gen, seed));
+  return util::RunOne(
+      *scheduler, util::Request(util::StoryTokens(file, n_prompt, util::kLongText), n_gen, seed));
 }
 
 TEST(KvPoolSchedulerTest, AContextInsideThePoolIsBitwiseTheUnboundedOne) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* file : {kStories, kQwen}) {
+  for (const char* file : {util::kStories, util::kQwen}) {
     for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
       for (uint64_t seed : {0, 5}) {
         SCOPED_TRACE(std::string(file) + " " + PageSelectName(select) + " seed " +
                      std::to_string(seed));
         SchedulerOptions pooled = PoolOptions(256, select);
         ASSERT_TRUE(pooled.bounded_kv());
-        auto want = Generate(file, TestOptions(1, 4096, 64), 150, 60, seed);
+        auto want = Generate(file, util::TestOptions(1, 4096, 64), 150, 60, seed);
         auto got = Generate(file, pooled, 150, 60, seed);
         ASSERT_TRUE(want && got);
         EXPECT_EQ(got->finish.reason, FinishReason::kLength);
-        ExpectSameOutput(*got, *want);
+        util::ExpectSameOutput(*got, *want);
       }
     }
   }
@@ -72,7 +62,7 @@ TEST(KvPoolSchedulerTest, AContextInsideThePoolIsBitwiseTheUnboundedOne) {
 TEST(KvPoolSchedulerTest, ABoundedPoolGivesTheSameOutputOnEveryThreadCountSplitAndTier) {
   SHARDLM_REQUIRE_FIXTURES();
   TempDir tier_dir("kv_pool_tier");
-  for (const char* file : {kStories, kQwen}) {
+  for (const char* file : {util::kStories, util::kQwen}) {
     for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
       SCOPED_TRACE(std::string(file) + " " + PageSelectName(select));
       const SchedulerOptions base = PoolOptions(128, select);
@@ -91,40 +81,41 @@ TEST(KvPoolSchedulerTest, ABoundedPoolGivesTheSameOutputOnEveryThreadCountSplitA
       for (const SchedulerOptions* options : {&one_thread, &split, &file_tier}) {
         auto got = Generate(file, *options, 1200, 160, 3);
         ASSERT_TRUE(got);
-        ExpectSameOutput(*got, *want);
+        util::ExpectSameOutput(*got, *want);
       }
       // Stage 1 in a shard daemon: the same moves cross the socket, the scores come back.
       const std::string socket = tier_dir.File("shard.sock");
-      ServiceThread daemon(socket);
+      util::ServiceThread daemon(socket);
       ASSERT_TRUE(daemon.ok());
-      auto remote = Generate(file, WithRemoteStage(file_tier, socket), 1200, 160, 3);
+      auto remote = Generate(file, util::WithRemoteStage(file_tier, socket), 1200, 160, 3);
       ASSERT_TRUE(remote);
-      ExpectSameOutput(*remote, *want);
+      util::ExpectSameOutput(*remote, *want);
     }
   }
 }
 
 TEST(KvPoolSchedulerTest, TheStagesHoldThePoolAndMovePagesThroughTheTier) {
   SHARDLM_REQUIRE_FIXTURES();
-  auto scheduler = MakeScheduler(kStories, PoolOptions(128, PageSelect::kQk));
+  auto scheduler = util::MakeScheduler(util::kStories, PoolOptions(128, PageSelect::kQk));
   ASSERT_TRUE(scheduler);
-  auto run = RunOne(*scheduler, Request(StoryTokens(kStories, 600, kLongText), 40));
+  auto run = util::RunOne(
+      *scheduler, util::Request(util::StoryTokens(util::kStories, 600, util::kLongText), 40));
   ASSERT_EQ(run->finish.reason, FinishReason::kLength);
   const std::vector<StageStats> stats = scheduler->stage_stats();
   ASSERT_EQ(stats.size(), 1u);
-  EXPECT_EQ(stats[0].resident_pages, 8);  // the sequence's pool, retained by its slot
-  EXPECT_GT(stats[0].page_outs, 0u);
-  EXPECT_GT(stats[0].tier_pages, 0);
-  EXPECT_GT(stats[0].bytes_paged, 0u);
+  EXPECT_EQ(stats[0].paging.resident_pages, 8);  // the sequence's pool, retained by its slot
+  EXPECT_GT(stats[0].paging.page_outs, 0u);
+  EXPECT_GT(stats[0].paging.tier_pages, 0);
+  EXPECT_GT(stats[0].paging.bytes_paged, 0u);
   // The stage's memory is its 8 frames, not the context's 256 pages.
-  auto unbounded = MakeScheduler(kStories, TestOptions(1, 4096, 64));
+  auto unbounded = util::MakeScheduler(util::kStories, util::TestOptions(1, 4096, 64));
   ASSERT_TRUE(unbounded);
   EXPECT_EQ(scheduler->info().stages[0].kv_bytes * 32, unbounded->info().stages[0].kv_bytes);
 }
 
 TEST(KvPoolSchedulerTest, APoolBelowItsFloorIsRefusedNamingTheSizes) {
   SHARDLM_REQUIRE_FIXTURES();
-  const LoadedModel& loaded = scheduler_test_util::Fixture(kStories);
+  const LoadedModel& loaded = util::Fixture(util::kStories);
   ASSERT_TRUE(loaded.model);
   Result<std::unique_ptr<Scheduler>> scheduler =
       Scheduler::Create(*loaded.model, *loaded.tokenizer, PoolOptions(64, PageSelect::kQk));

@@ -168,12 +168,12 @@ TEST(ShardProtocol, RunReplyRoundTrip) {
   in.n_embedding_rows = 5;
   // Scores travel as their bits: -infinity (an unscored page) and -0.0 too.
   in.page_scores = {-std::numeric_limits<float>::infinity(), -0.0f, 0.1f, -3.5e-8f};
-  in.resident_pages = 12;
-  in.tier_pages = 1ull << 33;
-  in.page_ins = 3;
-  in.page_outs = 4;
-  in.bytes_paged = 5;
-  in.paging_seconds = 0.25;
+  in.paging = {.resident_pages = 12,
+               .tier_pages = int64_t(1) << 33,
+               .page_ins = 3,
+               .page_outs = 4,
+               .bytes_paged = 5,
+               .paging_seconds = 0.25};
   auto out = DecodeRunReply(Encoded(in, EncodeRunReply));
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->batch_id, 99u);
@@ -186,12 +186,12 @@ TEST(ShardProtocol, RunReplyRoundTrip) {
   EXPECT_EQ(std::memcmp(out->page_scores.data(), in.page_scores.data(),
                         sizeof(float) * in.page_scores.size()),
             0);
-  EXPECT_EQ(out->resident_pages, 12);
-  EXPECT_EQ(out->tier_pages, 1ull << 33);
-  EXPECT_EQ(out->page_ins, 3u);
-  EXPECT_EQ(out->page_outs, 4u);
-  EXPECT_EQ(out->bytes_paged, 5u);
-  EXPECT_EQ(out->paging_seconds, 0.25);
+  EXPECT_EQ(out->paging.resident_pages, 12);
+  EXPECT_EQ(out->paging.tier_pages, int64_t(1) << 33);
+  EXPECT_EQ(out->paging.page_ins, 3u);
+  EXPECT_EQ(out->paging.page_outs, 4u);
+  EXPECT_EQ(out->paging.bytes_paged, 5u);
+  EXPECT_EQ(out->paging.paging_seconds, 0.25);
 }
 
 TEST(ShardProtocol, PagesRoundTrip) {

@@ -11,27 +11,18 @@
 #include <random>
 #include <vector>
 
+#include "pool_config.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm {
 namespace key_summaries_test {
 
-PagePoolConfig Shape(int n_pages, int head_dim, KvType kv_type) {
-  PagePoolConfig c;
-  c.n_pages = n_pages;
-  c.page_tokens = 64;
-  c.n_layers = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = head_dim;
-  c.kv_type = kv_type;
-  return c;
-}
-
 struct Fixture {
   std::unique_ptr<PagePool> pool;
   std::unique_ptr<KeySummaries> summaries;
   Fixture(int n_pages, int head_dim, KvType kv_type) {
-    pool = std::move(PagePool::Create(Shape(n_pages, head_dim, kv_type))).value();
+    pool = std::move(PagePool::Create(kv_test::PoolConfig(n_pages, 64, 2, 2, head_dim, kv_type)))
+               .value();
     summaries = std::move(KeySummaries::Create(pool->config(), n_pages)).value();
   }
   // Stores `key` at (page, layer, head, offset) as the forward pass does, and summarizes it.

@@ -5,18 +5,12 @@
 
 #include <cstring>
 
+#include "pool_config.h"
+
 namespace shardlm {
 namespace {
 
-PagePoolConfig SmallConfig(int n_pages) {
-  PagePoolConfig c;
-  c.n_pages = n_pages;
-  c.page_tokens = 4;
-  c.n_layers = 2;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  return c;
-}
+PagePoolConfig SmallConfig(int n_pages) { return kv_test::PoolConfig(n_pages, 4, 2, 2, 8); }
 
 std::unique_ptr<PagePool> MakePool(int n_pages) {
   auto pool = PagePool::Create(SmallConfig(n_pages));

@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "pool_config.h"
+
 namespace shardlm {
 namespace page_residency_test {
 
@@ -18,14 +20,8 @@ struct Stage {
   std::unique_ptr<PagePool> frames;
   std::unique_ptr<PageResidency> residency;
   Stage() {
-    PagePoolConfig c;
-    c.n_pages = kFrames;
-    c.page_tokens = 4;
-    c.n_layers = 2;
-    c.n_kv_heads = 2;
-    c.head_dim = 32;
-    c.kv_type = KvType::kF16;
-    frames = std::move(PagePool::Create(c)).value();
+    frames = std::move(PagePool::Create(kv_test::PoolConfig(kFrames, 4, 2, 2, 32, KvType::kF16)))
+                 .value();
     auto tier = std::move(CreateKvTier(KvTierSpec(), kPages, frames->page_bytes(), "t")).value();
     residency =
         std::move(PageResidency::Create(frames.get(), kPages, std::move(tier), true)).value();
@@ -51,29 +47,29 @@ std::vector<uint8_t> Expected(const Stage& s, uint32_t seed) {
   return out;
 }
 
-PagingOps Maps(std::initializer_list<PageFrame> maps) {
+// The ops of one batch: evictions, maps and frees (applied frees, evictions, maps).
+PagingOps Ops(std::vector<PageId> evicts, std::vector<PageFrame> maps = {},
+              std::vector<PageId> frees = {}) {
   PagingOps ops;
-  ops.maps = maps;
+  ops.evicts = std::move(evicts);
+  ops.maps = std::move(maps);
+  ops.frees = std::move(frees);
   return ops;
 }
+PagingOps Maps(std::vector<PageFrame> maps) { return Ops({}, std::move(maps)); }
 
 TEST(PageResidency, PagesMoveOutAndBackBitExact) {
   Stage s;
   ASSERT_TRUE(s.residency->Apply(Maps({{5, 0}, {9, 1}})).ok());
   s.Fill(5, 50);
   s.Fill(9, 90);
-  PagingOps out;
-  out.evicts = {5};
-  out.maps = {{11, 0}};  // page 11 takes the frame page 5 left
-  ASSERT_TRUE(s.residency->Apply(out).ok());
+  // Page 11 takes the frame page 5 left.
+  ASSERT_TRUE(s.residency->Apply(Ops({5}, {{11, 0}})).ok());
   EXPECT_EQ(s.residency->frame_of(5), kNoPage);
   EXPECT_EQ(s.residency->frame_of(11), 0);
   s.Fill(11, 110);
   EXPECT_EQ(s.Bytes(5), Expected(s, 50));  // from the tier
-  PagingOps back;
-  back.evicts = {11};
-  back.maps = {{5, 2}};
-  ASSERT_TRUE(s.residency->Apply(back).ok());
+  ASSERT_TRUE(s.residency->Apply(Ops({11}, {{5, 2}})).ok());
   EXPECT_EQ(s.residency->frame_of(5), 2);
   EXPECT_EQ(s.Bytes(5), Expected(s, 50));
   EXPECT_EQ(s.Bytes(11), Expected(s, 110));
@@ -89,16 +85,12 @@ TEST(PageResidency, ACleanPageIsNotWrittenBackAndAFreedPageIsForgotten) {
   Stage s;
   ASSERT_TRUE(s.residency->Apply(Maps({{3, 0}})).ok());
   s.Fill(3, 30);
-  PagingOps evict;
-  evict.evicts = {3};
-  ASSERT_TRUE(s.residency->Apply(evict).ok());
+  ASSERT_TRUE(s.residency->Apply(Ops({3})).ok());
   ASSERT_TRUE(s.residency->Apply(Maps({{3, 1}})).ok());  // read back, not written
-  ASSERT_TRUE(s.residency->Apply(evict).ok());
+  ASSERT_TRUE(s.residency->Apply(Ops({3})).ok());
   EXPECT_EQ(s.residency->Stats().page_outs, 1u);
   EXPECT_EQ(s.Bytes(3), Expected(s, 30));
-  PagingOps free;
-  free.frees = {3};
-  ASSERT_TRUE(s.residency->Apply(free).ok());
+  ASSERT_TRUE(s.residency->Apply(Ops({}, {}, {3})).ok());
   EXPECT_FALSE(s.residency->tier().Holds(3));
   // A page id used again starts empty: mapping it reads nothing.
   ASSERT_TRUE(s.residency->Apply(Maps({{3, 2}})).ok());
@@ -109,10 +101,7 @@ TEST(PageResidency, CopyOnWriteReadsTheSourceFromTheTierAndImportsLandThere) {
   Stage s;
   ASSERT_TRUE(s.residency->Apply(Maps({{1, 0}})).ok());
   s.Fill(1, 10);
-  PagingOps ops;
-  ops.evicts = {1};
-  ops.maps = {{2, 0}};
-  ASSERT_TRUE(s.residency->Apply(ops).ok());
+  ASSERT_TRUE(s.residency->Apply(Ops({1}, {{2, 0}})).ok());
   ASSERT_TRUE(s.residency->Copy(1, 2).ok());
   EXPECT_EQ(s.Bytes(2), Expected(s, 10));
   const std::vector<uint8_t> page = Expected(s, 77);
@@ -141,9 +130,7 @@ TEST(PageResidency, BadOpsAreRefusedBeforeAnythingMoves) {
   EXPECT_EQ(s.residency->Apply(Maps({{1, kFrames}})).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(s.residency->Apply(Maps({{1, 0}})).ok());
   EXPECT_EQ(s.residency->Apply(Maps({{2, 0}})).code(), StatusCode::kInvalidArgument);
-  PagingOps evict;
-  evict.evicts = {7};
-  EXPECT_EQ(s.residency->Apply(evict).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.residency->Apply(Ops({7})).code(), StatusCode::kInvalidArgument);
   PagingOps reset;
   reset.reset = true;
   ASSERT_TRUE(s.residency->Apply(reset).ok());

@@ -1,0 +1,92 @@
+// End-to-end test of bounded KV residency: `shardlm serve --kv-pool ...` with a long story
+// prompt far past the pool, driven by the official `openai` npm client.
+//
+// Goals: what a user sees: the server answers a request whose context is many times its
+// pool; two servers started alike (one with its tier in a file, one with a layer split
+// through a `shardlm shard` daemon) give the same text; /props states the pool and
+// /metrics counts the pages each stage moved; the tier file lives in the folder given and
+// is gone when the server stops. Every wait is bounded.
+// Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
+// Binary: SHARDLM_BIN or ../../build/shardlm.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { binary, cleanUp, fixtures, skipReason, startServer, startShard } from './harness.js';
+
+const model = path.join(fixtures, 'stories260K.gguf');
+const kTestTimeout = 180_000;
+// Pages of 64 positions; a pool of 4 pages (sink 1 page, tail 1 page, 2 for writes) under a
+// 4096-position context.
+const kPoolArgs = ['--parallel', '1', '-c', '4096', '-t', '2', '--kv-type', 'f32',
+  '--kv-pool', '256', '--kv-sink', '16', '--kv-tail', '64', '--kv-reselect', '16'];
+
+const skip = skipReason('kv_pool', [model]);
+let tmp;
+
+before(() => {
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shardlm-kv-pool-'));
+});
+after(() => cleanUp(tmp));
+
+const clientOf = (server) =>
+  new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'none', maxRetries: 0, timeout: 120_000 });
+
+const story = 'Once upon a time, there was a little dog named Max. He liked to run in the ' +
+  'park with his friend Lily. One day they found a big red ball under a tree. ';
+const request = {
+  model: 'stories', prompt: story.repeat(40), temperature: 0, max_tokens: 48,
+};
+
+async function metricsOf(server) {
+  const r = await fetch(`${server.base}/metrics`);
+  assert.equal(r.status, 200);
+  return r.text();
+}
+
+test('a context many times the pool is served the same through a file tier and a split',
+  { skip, timeout: kTestTimeout }, async () => {
+    const tierDir = path.join(tmp, 'tier');
+    const ram = await startServer(binary, model, kPoolArgs);
+    const want = await clientOf(ram).completions.create(request);
+    assert.ok(want.usage.prompt_tokens > 1500, `prompt of ${want.usage.prompt_tokens} tokens`);
+    assert.equal(want.choices[0].finish_reason, 'length');
+    assert.ok(want.choices[0].text.length > 0);
+    const props = await (await fetch(`${ram.base}/props`)).json();
+    assert.deepEqual(props.kv_pool, {
+      positions: 256, tier: 'ram', select: 'qk', sink: 16, tail: 64, reselect: 16,
+    });
+    const metrics = await metricsOf(ram);
+    const outs = metrics.match(/^shardlm_stage_kv_page_outs_total\{stage="0"[^}]*\} (\d+)$/m);
+    assert.ok(outs && Number(outs[1]) > 0, metrics);
+    assert.match(metrics, /^shardlm_stage_kv_resident_pages\{stage="0"[^}]*\} 4$/m);
+    assert.match(metrics, /^shardlm_kv_pool_reselects_total [1-9]/m);
+    await ram.kill();
+
+    const file = await startServer(binary, model, [...kPoolArgs, '--kv-tier', `file:${tierDir}`]);
+    const got = await clientOf(file).completions.create(request);
+    assert.equal(got.choices[0].text, want.choices[0].text);
+    assert.equal(fs.readdirSync(tierDir).length, 1, 'one tier file for the one stage');
+    await file.kill();
+    assert.deepEqual(fs.readdirSync(tierDir), [], 'the tier file goes with the server');
+
+    const socket = path.join(tmp, 'shard.sock');
+    const shard = await startShard(binary, socket, 1);
+    const split = await startServer(binary, model, [...kPoolArgs, '--devices',
+      `cpu,unix:${socket}`, '--layer-split', '2,3']);
+    const remote = await clientOf(split).completions.create(request);
+    assert.equal(remote.choices[0].text, want.choices[0].text);
+    const splitMetrics = await metricsOf(split);
+    assert.match(splitMetrics, /^shardlm_stage_kv_resident_pages\{stage="1"[^}]*\} 4$/m);
+    await split.kill();
+    await shard.kill();
+  });
+
+test('a pool below its floor is refused at start, naming the sizes', { skip }, async () => {
+  await assert.rejects(
+    startServer(binary, model, ['-c', '4096', '--kv-pool', '64', '--kv-sink', '64',
+      '--kv-tail', '256'], 20_000),
+    /--kv-pool 64 .*at least 7 pages/s);
+});
