@@ -37,10 +37,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/scheduler.h"
 #include "grammar/byte_automaton.h"
 #include "pipeline/model_loader.h"
-#include "engine/scheduler.h"
 #include "server/output_constraint.h"
+#include "timed_request.h"
 
 namespace shardlm {
 namespace {
@@ -72,43 +73,10 @@ struct Flags {
 };
 
 // One request's tokens as they came, timed on the engine thread.
-struct Run {
-  std::string text;
-  std::vector<Clock::time_point> times;
-  FinishEvent finish;
-
-  double DecodeTokS() const {
-    if (times.size() < 2) return 0.0;
-    const double s = std::chrono::duration<double>(times.back() - times.front()).count();
-    return double(times.size() - 1) / s;
-  }
-};
+using Run = bench::TimedRun;
 
 Result<Run> RunRequest(Engine& engine, const EngineRequest& request) {
-  Run run;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  RequestCallbacks callbacks;
-  callbacks.on_token = [&](const TokenEvent& event) {
-    std::lock_guard<std::mutex> lock(mu);
-    run.times.push_back(Clock::now());
-    run.text += event.text;
-    return true;
-  };
-  callbacks.on_finish = [&](const FinishEvent& finish) {
-    std::lock_guard<std::mutex> lock(mu);
-    run.finish = finish;
-    run.text += finish.text;
-    done = true;
-    cv.notify_all();
-  };
-  SHARDLM_ASSIGN_OR_RETURN(RequestId id, engine.Submit(request, callbacks));
-  (void)id;
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  if (run.finish.reason == FinishReason::kError) return run.finish.error;
-  return run;
+  return bench::RunTimedRequest(engine, request);
 }
 
 // The output is one the grammar accepts so far, and parses when the grammar ended it.

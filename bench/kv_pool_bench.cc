@@ -22,11 +22,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,11 +34,12 @@
 #include "gguf/fingerprint.h"
 #include "pipeline/model_loader.h"
 #include "tensor/type_traits.h"
+#include "timed_request.h"
 
 namespace shardlm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
 
 struct Flags {
   std::string model;
@@ -111,46 +110,15 @@ Status WriteSyntheticSlot(const Model& model, KvType kv_type, int depth, const s
   return status;
 }
 
-struct Run {
-  double tok_s = 0.0;
-  int tokens = 0;
-};
-
-Result<Run> Decode(Scheduler& engine, std::vector<TokenId> prompt, int n_tokens) {
+// The decode rate of `n_tokens` greedy tokens after `prompt`.
+Result<double> Decode(Scheduler& engine, std::vector<TokenId> prompt, int n_tokens) {
   EngineRequest request;
   request.prompt = std::move(prompt);
   request.max_tokens = n_tokens;
   request.ignore_eos = true;
   request.sampling.temperature = 0.0f;
-  std::vector<Clock::time_point> times;
-  FinishEvent finish;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  RequestCallbacks callbacks;
-  callbacks.on_token = [&](const TokenEvent&) {
-    std::lock_guard<std::mutex> lock(mu);
-    times.push_back(Clock::now());
-    return true;
-  };
-  callbacks.on_finish = [&](const FinishEvent& event) {
-    std::lock_guard<std::mutex> lock(mu);
-    finish = event;
-    done = true;
-    cv.notify_all();
-  };
-  SHARDLM_ASSIGN_OR_RETURN(RequestId id, engine.Submit(request, callbacks));
-  (void)id;
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  if (finish.reason == FinishReason::kError) return finish.error;
-  Run run;
-  run.tokens = int(times.size());
-  if (times.size() >= 2) {
-    run.tok_s = double(times.size() - 1) /
-                std::chrono::duration<double>(times.back() - times.front()).count();
-  }
-  return run;
+  SHARDLM_ASSIGN_OR_RETURN(bench::TimedRun run, bench::RunTimedRequest(engine, request));
+  return run.DecodeTokS();
 }
 
 Status RunDepth(const Flags& f, const LoadedModel& loaded, KvType kv_type, int depth) {
@@ -191,9 +159,8 @@ Status RunDepth(const Flags& f, const LoadedModel& loaded, KvType kv_type, int d
     double tok_s[2] = {0, 0};
     for (int k = 0; k < 2; ++k) {
       const int e = (round + k) % 2;
-      SHARDLM_ASSIGN_OR_RETURN(Run run, Decode(*engines[e], prompt, f.tokens));
-      tok_s[e] = run.tok_s;
-      rates[e].push_back(run.tok_s);
+      SHARDLM_ASSIGN_OR_RETURN(tok_s[e], Decode(*engines[e], prompt, f.tokens));
+      rates[e].push_back(tok_s[e]);
     }
     ratios.push_back(tok_s[1] / tok_s[0]);
     std::printf(

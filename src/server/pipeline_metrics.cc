@@ -26,16 +26,54 @@ std::string LabelValue(const std::string& value) {
   return out;
 }
 
-// One metric family with a sample per stage.
-template <typename Value>
-void StageFamily(std::string& out, const char* name, const char* type, const char* help,
-                 std::span<const StageInfo> stages, std::span<const StageStats> stats,
-                 Value (*value)(const StageStats&)) {
-  out += fmt::format("# HELP shardlm_{0} {1}\n# TYPE shardlm_{0} {2}\n", name, help, type);
+// A metric family with a sample per stage: its name, type, help and the stage's value
+// (integers print as integers).
+struct StageMetric {
+  const char* name;
+  const char* type;
+  const char* help;
+  double (*value)(const StageStats&);
+  bool integral = true;
+};
+
+const StageMetric kStageMetrics[] = {
+    {"stage_batches_total", "counter", "Batches a stage computed.",
+     [](const StageStats& s) { return double(s.batches); }},
+    {"stage_tokens_total", "counter", "Tokens a stage computed.",
+     [](const StageStats& s) { return double(s.tokens); }},
+    {"stage_busy_seconds_total", "counter",
+     "Seconds a stage spent computing (its share of wall time: how busy it is).",
+     [](const StageStats& s) { return s.busy_seconds; }, false},
+    {"stage_bytes_in_total", "counter", "Activation bytes a stage received.",
+     [](const StageStats& s) { return double(s.bytes_in); }},
+    {"stage_bytes_out_total", "counter", "Hidden-row or logits bytes a stage produced.",
+     [](const StageStats& s) { return double(s.bytes_out); }},
+    // Bounded KV pool (--kv-pool); 0 without one.
+    {"stage_kv_resident_pages", "gauge", "KV pages a stage holds in its pool's frames.",
+     [](const StageStats& s) { return double(s.paging.resident_pages); }},
+    {"stage_kv_tier_pages", "gauge", "KV pages a stage holds in its tier.",
+     [](const StageStats& s) { return double(s.paging.tier_pages); }},
+    {"stage_kv_page_ins_total", "counter", "KV pages a stage read back from its tier.",
+     [](const StageStats& s) { return double(s.paging.page_ins); }},
+    {"stage_kv_page_outs_total", "counter", "KV pages a stage wrote to its tier.",
+     [](const StageStats& s) { return double(s.paging.page_outs); }},
+    {"stage_kv_paged_bytes_total", "counter",
+     "Bytes a stage moved between its frames and its tier.",
+     [](const StageStats& s) { return double(s.paging.bytes_paged); }},
+    {"stage_kv_paging_seconds_total", "counter",
+     "Seconds a stage spent moving pages to and from its tier.",
+     [](const StageStats& s) { return s.paging.paging_seconds; }, false},
+};
+
+void StageFamily(std::string& out, const StageMetric& m, std::span<const StageInfo> stages,
+                 std::span<const StageStats> stats) {
+  out += fmt::format("# HELP shardlm_{0} {1}\n# TYPE shardlm_{0} {2}\n", m.name, m.help, m.type);
   const size_t n = std::min(stages.size(), stats.size());
   for (size_t i = 0; i < n; ++i) {
-    out += fmt::format("shardlm_{}{{stage=\"{}\",device=\"{}\"}} {}\n", name, stages[i].index,
-                       LabelValue(stages[i].device), value(stats[i]));
+    const double value = m.value(stats[i]);
+    out += fmt::format("shardlm_{}{{stage=\"{}\",device=\"{}\"}} ", m.name, stages[i].index,
+                       LabelValue(stages[i].device));
+    out += m.integral ? fmt::format("{}\n", uint64_t(value)) : fmt::format("{}\n", value);
   }
 }
 
@@ -58,38 +96,7 @@ std::string PipelineMetricsText(const PipelineCounters& c, std::span<const Stage
   metric("pipeline_failed_batches_total", "counter", "Batches that ended with an error.",
          c.failed_batches);
   if (stages.empty() || stats.empty()) return out;
-  StageFamily<uint64_t>(out, "stage_batches_total", "counter", "Batches a stage computed.", stages,
-                        stats, [](const StageStats& s) { return s.batches; });
-  StageFamily<uint64_t>(out, "stage_tokens_total", "counter", "Tokens a stage computed.", stages,
-                        stats, [](const StageStats& s) { return s.tokens; });
-  StageFamily<double>(out, "stage_busy_seconds_total", "counter",
-                      "Seconds a stage spent computing (its share of wall time: how busy it is).",
-                      stages, stats, [](const StageStats& s) { return s.busy_seconds; });
-  StageFamily<uint64_t>(out, "stage_bytes_in_total", "counter",
-                        "Activation bytes a stage received.", stages, stats,
-                        [](const StageStats& s) { return s.bytes_in; });
-  StageFamily<uint64_t>(out, "stage_bytes_out_total", "counter",
-                        "Hidden-row or logits bytes a stage produced.", stages, stats,
-                        [](const StageStats& s) { return s.bytes_out; });
-  // Bounded KV pool (--kv-pool); 0 without one.
-  StageFamily<int64_t>(out, "stage_kv_resident_pages", "gauge",
-                       "KV pages a stage holds in its pool's frames (bounded pool).", stages, stats,
-                       [](const StageStats& s) { return int64_t(s.paging.resident_pages); });
-  StageFamily<int64_t>(out, "stage_kv_tier_pages", "gauge",
-                       "KV pages a stage holds in its tier (bounded pool).", stages, stats,
-                       [](const StageStats& s) { return s.paging.tier_pages; });
-  StageFamily<uint64_t>(out, "stage_kv_page_ins_total", "counter",
-                        "KV pages a stage read back from its tier.", stages, stats,
-                        [](const StageStats& s) { return s.paging.page_ins; });
-  StageFamily<uint64_t>(out, "stage_kv_page_outs_total", "counter",
-                        "KV pages a stage wrote to its tier.", stages, stats,
-                        [](const StageStats& s) { return s.paging.page_outs; });
-  StageFamily<uint64_t>(out, "stage_kv_paged_bytes_total", "counter",
-                        "Bytes a stage moved between its frames and its tier.", stages, stats,
-                        [](const StageStats& s) { return s.paging.bytes_paged; });
-  StageFamily<double>(out, "stage_kv_paging_seconds_total", "counter",
-                      "Seconds a stage spent moving pages to and from its tier.", stages, stats,
-                      [](const StageStats& s) { return s.paging.paging_seconds; });
+  for (const StageMetric& m : kStageMetrics) StageFamily(out, m, stages, stats);
   return out;
 }
 
