@@ -59,6 +59,9 @@ struct EngineRequest {
   // is complete, and the request finishes with kStop as soon as nothing may follow, or
   // with kError if no token of the vocabulary can continue it. Overrides ignore_eos.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // Bounded KV pool (kv/pager.h): position ranges [begin, end) whose pages stay resident
+  // while the request runs, beside the sink and the tail (ignored without a pool).
+  std::vector<std::pair<int32_t, int32_t>> pins;
 };
 
 // One generated token. `text` is the UTF-8 text this token completes (may be ""), with
@@ -143,6 +146,7 @@ struct EngineStats {
   int64_t kv_pool_reselects = 0;
   int64_t kv_pool_pages_mapped = 0;
   int64_t kv_pool_pages_evicted = 0;
+  int64_t kv_pool_pinned_pages = 0;  // pinned now by the slots' requests (EngineRequest::pins)
   // Disk tier (zero without --kv-cache-dir): snapshot bytes read and written, files and
   // bytes on disk now, files evicted for the budget, files that failed validation (deleted)
   // or a stage check, failed and dropped writes, pages whose export failed (a stage down).

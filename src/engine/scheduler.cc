@@ -269,6 +269,23 @@ Status Scheduler::CheckRequest(const EngineRequest& request) const {
     return InvalidArgument("max_tokens must be >= 0 (or -1 for no limit), got {}",
                            request.max_tokens);
   }
+  for (const auto& [begin, end] : request.pins) {
+    if (begin < 0 || begin >= end || end > options_.n_ctx) {
+      return InvalidArgument("pin [{}, {}) is not a range of positions inside [0, {})", begin, end,
+                             options_.n_ctx);
+    }
+  }
+  if (state_->pager != nullptr && !request.pins.empty()) {
+    const PagerConfig& pool = state_->pager->config();
+    const int pinned = state_->pager->PinnedPages(request.pins);
+    if (pinned + pool.min_pool_pages() > pool.pool_pages()) {
+      return InvalidArgument(
+          "pins: {} pinned pages of {} positions with --kv-sink {} and --kv-tail {} need {} "
+          "pages, --kv-pool {} holds {}",
+          pinned, pool.page_tokens, pool.pool.sink_tokens, pool.pool.tail_tokens,
+          pinned + pool.min_pool_pages(), pool.pool.pool_tokens, pool.pool_pages());
+    }
+  }
   for (const auto& [id, bias] : request.logit_bias) {
     if (id < 0 || id >= n_vocab || !std::isfinite(bias)) {
       return InvalidArgument(
@@ -479,6 +496,7 @@ bool Scheduler::AdmitAction() {
     slot.request = std::move(s.waiting.front());
     s.waiting.pop_front();
     slot.request->MarkAdmitted();
+    if (s.pager != nullptr) s.pager->SetPins(int(i), slot.request->request().pins);
     slot.admit_seq = s.admit_counter++;
     slot.awaiting_logits = false;
     slot.n_committed = 0;
@@ -606,6 +624,7 @@ void Scheduler::PublishStats() {
     stats_.kv_pool_reselects = int64_t(pager.reselects);
     stats_.kv_pool_pages_mapped = int64_t(pager.pages_mapped);
     stats_.kv_pool_pages_evicted = int64_t(pager.pages_evicted);
+    stats_.kv_pool_pinned_pages = pager.pinned_pages;
   }
 }
 

@@ -54,8 +54,28 @@ Pager::Pager(const PagerConfig& config)
   for (int f = config.n_frames() - 1; f >= 0; --f) free_frames_.push_back(f);
 }
 
+void Pager::SetPins(int slot, std::span<const std::pair<int32_t, int32_t>> ranges) {
+  std::vector<int32_t>& pinned = slots_[slot].pinned;
+  pinned.clear();
+  const int pt = config_.page_tokens;
+  for (const auto& [begin, end] : ranges) {
+    for (int i = begin / pt; end > begin && i <= (end - 1) / pt; ++i) pinned.push_back(i);
+  }
+  std::sort(pinned.begin(), pinned.end());
+  pinned.erase(std::unique(pinned.begin(), pinned.end()), pinned.end());
+}
+
+int Pager::PinnedPages(std::span<const std::pair<int32_t, int32_t>> ranges) const {
+  std::vector<int32_t> pages;
+  const int pt = config_.page_tokens;
+  for (const auto& [begin, end] : ranges) {
+    for (int i = begin / pt; end > begin && i <= (end - 1) / pt; ++i) pages.push_back(i);
+  }
+  std::sort(pages.begin(), pages.end());
+  return int(std::unique(pages.begin(), pages.end()) - pages.begin());
+}
+
 int Pager::MaxWrite(int slot, int begin, int wanted) const {
-  (void)slot;
   const int pt = config_.page_tokens;
   const int end = begin + wanted;
   if ((end + pt - 1) / pt <= pool_pages_) return wanted;
@@ -69,6 +89,8 @@ int Pager::MaxWrite(int slot, int begin, int wanted) const {
   }
   const bool w0_counted = w0 < sink || (begin > 0 && w0 == (begin - 1) / pt);
   if (!w0_counted) ++required;
+  // Pins count whole (an overlap with the sink or tail only leaves more room than this).
+  required += int(slots_[slot].pinned.size());
   const int extra_pages = std::max(0, pool_pages_ - required);
   const int max_end = (w0 + 1 + extra_pages) * pt;
   return std::max(1, std::min(wanted, max_end - begin));
@@ -122,13 +144,17 @@ Status Pager::Prepare(int slot, std::span<const PageId> pages, int begin, int en
     for (int i = 0; i < n; ++i) need_[i] |= 1;
   } else {
     Required(begin, end, n, &need_);
+    for (int32_t i : s.pinned) {
+      if (i < n) need_[i] |= 1;
+    }
     int n_required = 0;
     for (int i = 0; i < n; ++i) n_required += (need_[i] & 1);
     if (n_required > pool_pages_) {
       return OutOfRange(
-          "KV pool: positions [{}, {}) with --kv-sink {} and --kv-tail {} need {} pages "
-          "resident, the pool holds {}",
-          begin, end, config_.pool.sink_tokens, config_.pool.tail_tokens, n_required, pool_pages_);
+          "KV pool: positions [{}, {}) with --kv-sink {}, --kv-tail {} and {} pinned pages "
+          "need {} pages resident, the pool holds {}",
+          begin, end, config_.pool.sink_tokens, config_.pool.tail_tokens, s.pinned.size(),
+          n_required, pool_pages_);
     }
     const int room = pool_pages_ - n_required;
     std::vector<int32_t> candidates;
@@ -218,6 +244,7 @@ void Pager::Reset() {
 PagerStats Pager::Stats() const {
   PagerStats stats = stats_;
   stats.frames_used = config_.n_frames() - int(free_frames_.size());
+  for (const SlotPages& s : slots_) stats.pinned_pages += int(s.pinned.size());
   return stats;
 }
 

@@ -24,8 +24,10 @@
 // scores, never from timing, thread counts or the split; every stage applies the same ops.
 //
 // Goals: bounded resident KV per sequence whatever the context; O(pages) work per batch.
+// Pins: a request may name position ranges to keep resident (EngineRequest::pins); they are
+// required like the sink and the tail.
 // Non-goals: moving bytes (PageResidency, in each stage), page ids and refcounts
-// (PageAllocator), pins set by requests (later).
+// (PageAllocator).
 //
 // Thread safety: not thread-safe; the scheduler's thread owns it.
 // Lifetime: the allocator's free hook calls OnPageFreed; the pager outlives its block tables.
@@ -81,6 +83,7 @@ struct PagerStats {
   uint64_t pages_mapped = 0;   // maps asked of the stages
   uint64_t pages_evicted = 0;  // evictions asked of the stages
   int frames_used = 0;
+  int pinned_pages = 0;  // pinned by the slots' requests now
 };
 
 class Pager {
@@ -92,6 +95,11 @@ class Pager {
   const PagerConfig& config() const { return config_; }
   int pool_pages() const { return pool_pages_; }
 
+  // The positions [begin, end) of `ranges` stay resident in the slot from now on (a new
+  // request's pins replace the last one's).
+  void SetPins(int slot, std::span<const std::pair<int32_t, int32_t>> ranges);
+  // Pages `ranges` pin: what a request's pins cost its pool.
+  int PinnedPages(std::span<const std::pair<int32_t, int32_t>> ranges) const;
   // Most positions slot may write from `begin` in one batch so that the sink, the tail and
   // the written pages fit its pool (unbounded while the context fits: returns `wanted`).
   int MaxWrite(int slot, int begin, int wanted) const;
@@ -119,6 +127,7 @@ class Pager {
 
  private:
   struct SlotPages {
+    std::vector<int32_t> pinned;     // logical pages pinned by the slot's request
     std::vector<int32_t> attended;   // logical pages, ascending
     std::vector<PageId> ids;         // page id of each attended page
     std::vector<uint64_t> last_use;  // [logical page] stamp of the last write or page-in

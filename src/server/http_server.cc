@@ -552,6 +552,9 @@ void HttpServer::Impl::HandleMetrics(Reply& res) {
   metric("kv_pool_pages_evicted_total", "counter",
          "KV pages the engine moved out of the stages' frames (--kv-pool).",
          s.kv_pool_pages_evicted);
+  metric("kv_pool_pinned_pages", "gauge",
+         "KV pages running requests pin resident (the pin extension field, --kv-pool).",
+         s.kv_pool_pinned_pages);
   metric("prefix_cache_pages", "gauge", "KV pages held by the prefix cache.", s.prefix_cache_pages);
   metric("prefix_cache_evicted_pages_total", "counter", "Cached pages evicted to make room.",
          s.prefix_cache_evicted_pages);

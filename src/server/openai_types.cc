@@ -60,6 +60,27 @@ Status ParseSampling(const Parser& p, GenerationOptions* o) {
   return Status::Ok();
 }
 
+// "pin": [[begin, end], ...], at most kMaxPins ranges of positions, begin < end.
+Status ParsePins(const Parser& p, GenerationOptions* o) {
+  const Json* v = p.Find("pin");
+  if (!v) return Status::Ok();
+  if (!v->is_array() || v->size() > kMaxPins) {
+    return p.Fail("pin",
+                  fmt::format("expected an array of at most {} [begin, end] ranges", kMaxPins));
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& range = (*v)[i];
+    const std::string name = fmt::format("pin[{}]", i);
+    if (!range.is_array() || range.size() != 2) return p.Fail(name, "expected [begin, end]");
+    int64_t begin = 0, end = 0;
+    SHARDLM_TRY(p.IntValue(name, range[0], 0, kInt32Max, &begin));
+    SHARDLM_TRY(p.IntValue(name, range[1], 0, kInt32Max, &end));
+    if (begin >= end) return p.Fail(name, "expected begin < end");
+    o->pins.emplace_back(int32_t(begin), int32_t(end));
+  }
+  return Status::Ok();
+}
+
 // {"token id": bias}, at most kMaxLogitBias entries, each bias in [-100, 100].
 Status ParseLogitBias(const Parser& p, GenerationOptions* o) {
   const Json* v = p.Find("logit_bias");
@@ -226,6 +247,7 @@ Status ParseCommon(const Parser& p, GenerationOptions* o) {
   SHARDLM_TRY(ParseStop(p, &o->stop));
   SHARDLM_TRY(p.Bool("ignore_eos", &o->ignore_eos));
   SHARDLM_TRY(ParseLogitBias(p, o));
+  SHARDLM_TRY(ParsePins(p, o));
   SHARDLM_TRY(ParseResponseFormat(p, o));
   return ParseSampling(p, o);
 }

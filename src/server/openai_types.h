@@ -76,7 +76,13 @@ struct GenerationOptions {
   // Ids are checked against the vocabulary by the server, which knows it.
   std::vector<std::pair<TokenId, float>> logit_bias;
   ResponseFormat response_format;
+  // shardlm's extension "pin": [[begin, end], ...]: prompt position ranges kept resident
+  // under a bounded KV pool (`--kv-pool`), at most kMaxPins; ranges are checked against the
+  // context by the engine.
+  std::vector<std::pair<int32_t, int32_t>> pins;
 };
+
+inline constexpr size_t kMaxPins = 64;
 
 // POST /v1/chat/completions. `messages` is normalized for chat templates: roles checked
 // (developer becomes system), every content a string (null and a missing assistant content

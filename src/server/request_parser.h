@@ -93,7 +93,7 @@ struct Parser {
 
 // The fields shared with /v1/chat/completions, under their OpenAI names: model, stream,
 // stream_options, max_tokens, max_completion_tokens, n, stop, ignore_eos, logit_bias,
-// response_format and the sampling parameters (temperature, top_p, top_k, min_p, seed,
+// pin (shardlm's extension), response_format and the sampling parameters (temperature, top_p, top_k, min_p, seed,
 // penalties).
 Status ParseCommon(const Parser& p, GenerationOptions* o);
 

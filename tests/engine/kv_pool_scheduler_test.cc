@@ -113,6 +113,32 @@ TEST(KvPoolSchedulerTest, TheStagesHoldThePoolAndMovePagesThroughTheTier) {
   EXPECT_EQ(scheduler->info().stages[0].kv_bytes * 32, unbounded->info().stages[0].kv_bytes);
 }
 
+TEST(KvPoolSchedulerTest, PinnedRangesStayAndPinsPastThePoolAreRefused) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = util::MakeScheduler(util::kStories, PoolOptions(128, PageSelect::kLru));
+  ASSERT_TRUE(scheduler);
+  EngineRequest request = util::Request(util::StoryTokens(util::kStories, 600, util::kLongText), 8);
+  // 8 pages: sink 1 + tail 2 + 2 for writes leave 3 pages for pins.
+  request.pins = {{100, 120}, {200, 216}};  // pages 6, 7, 12 and 13
+  Result<RequestId> refused = scheduler->Submit(request, {});
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("4 pinned pages"), std::string::npos)
+      << refused.status().message();
+  request.pins = {{100, 120}};  // pages 6 and 7
+  auto pinned = util::RunOne(*scheduler, request);
+  ASSERT_EQ(pinned->finish.reason, FinishReason::kLength);
+  EXPECT_EQ(scheduler->Stats().kv_pool_pinned_pages, 2);
+  // The same request without pins on a fresh engine: LRU lets pages 6 and 7 go.
+  auto fresh = util::MakeScheduler(util::kStories, PoolOptions(128, PageSelect::kLru));
+  ASSERT_TRUE(fresh);
+  request.pins.clear();
+  auto unpinned = util::RunOne(*fresh, request);
+  ASSERT_EQ(unpinned->finish.reason, FinishReason::kLength);
+  EXPECT_NE(unpinned->logprobs, pinned->logprobs);
+  request.pins = {{0, 5000}};
+  EXPECT_EQ(scheduler->Submit(request, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(KvPoolSchedulerTest, APoolBelowItsFloorIsRefusedNamingTheSizes) {
   SHARDLM_REQUIRE_FIXTURES();
   const LoadedModel& loaded = util::Fixture(util::kStories);

@@ -177,5 +177,33 @@ TEST(Pager, AWriteIsCutToWhatThePoolLeavesBesideTheSinkAndTail) {
   EXPECT_LE(Attended(*pager, 0).size(), 6u);
 }
 
+TEST(Pager, PinnedPagesStayResidentAndLeaveLessRoomToWrite) {
+  auto pager = MakePager(Config(32, PageSelect::kLru));                        // 8 pages
+  const std::vector<std::pair<int32_t, int32_t>> pins = {{20, 30}, {44, 48}};  // pages 5-7, 11
+  EXPECT_EQ(pager->PinnedPages(pins), 4);
+  pager->SetPins(0, pins);
+  EXPECT_EQ(pager->Stats().pinned_pages, 4);
+  // At 64: sink 0, tail 14-15, pins 5, 6, 7, 11: one page left to write.
+  EXPECT_EQ(pager->MaxWrite(0, 64, 100), 4);
+  int position = 0;
+  for (int step = 0; step < 30; ++step) {
+    const int n = pager->MaxWrite(0, position, step < 12 ? 9 : 1);
+    const int end = position + n;
+    const std::vector<PageId> pages = Pages(0, (end + kPageTokens - 1) / kPageTokens);
+    ASSERT_TRUE(pager->Prepare(0, pages, position, end).ok()) << "step " << step;
+    pager->ClearPending();
+    const std::vector<int32_t> attended = Attended(*pager, 0);
+    EXPECT_LE(attended.size(), 8u);
+    for (int p : {5, 6, 7, 11}) {
+      if (p < int(pages.size())) {
+        EXPECT_TRUE(std::binary_search(attended.begin(), attended.end(), p)) << "page " << p;
+      }
+    }
+    position = end;
+  }
+  pager->SetPins(0, {});
+  EXPECT_EQ(pager->Stats().pinned_pages, 0);
+}
+
 }  // namespace pager_test
 }  // namespace shardlm

@@ -300,5 +300,20 @@ TEST(OpenAiTypes, LogitBias) {
   }
 }
 
+TEST(OpenAiTypes, PinRangesAreAnExtensionField) {
+  ChatCompletionRequest r = MustChat(R"(,"pin":[[0,1024],[2048,2050]])");
+  EXPECT_EQ(r.options.pins, (std::vector<std::pair<int32_t, int32_t>>{{0, 1024}, {2048, 2050}}));
+  EXPECT_TRUE(MustChat("").options.pins.empty());
+  std::string param;
+  for (const char* bad : {R"(,"pin":[[5,5]])", R"(,"pin":[[-1,4]])", R"(,"pin":[[1,2,3]])",
+                          R"(,"pin":[1,2])", R"(,"pin":{"a":1})", R"(,"pin":[["0","4"]])"}) {
+    EXPECT_FALSE(ChatError(bad, &param).ok()) << bad;
+    EXPECT_EQ(param.substr(0, 3), "pin") << bad;
+  }
+  std::string many = R"(,"pin":[)";
+  for (size_t i = 0; i <= kMaxPins; ++i) many += (i ? ",[0,1]" : "[0,1]");
+  EXPECT_FALSE(ChatError(many + "]", &param).ok());
+}
+
 }  // namespace openai_types_test
 }  // namespace shardlm::server
