@@ -15,6 +15,17 @@
 
 namespace shardlm {
 
+void Scheduler::State::AskPageScores(int slot_idx, RequestId request, int n_positions,
+                                     bool prompt_end, InFlight& record) {
+  if (pager == nullptr) return;
+  const int page_tokens = pager->config().page_tokens;
+  if (!pager->WantsScores(slot_idx, (n_positions + page_tokens - 1) / page_tokens, prompt_end)) {
+    return;
+  }
+  batch.back().score_pages = true;
+  record.scored.push_back({.slot = slot_idx, .request = request});
+}
+
 void Scheduler::State::Touch(SchedulerSlot& slot, int begin, int end) {
   if (slot.write_end == 0) slot.write_begin = begin;
   slot.write_end = end;
@@ -59,13 +70,7 @@ TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& rec
     out.n_embedding_rows += embedding ? 1 : 0;
     out.sample = out.sample || sample;
   }
-  if (last && request.samples() && pager != nullptr) {
-    const int page_tokens = pager->config().page_tokens;
-    if (pager->WantsScores(slot_idx, (start + n + page_tokens - 1) / page_tokens, true)) {
-      batch.back().score_pages = true;
-      record.scored.push_back({.slot = slot_idx, .request = request.id()});
-    }
-  }
+  if (last && request.samples()) AskPageScores(slot_idx, request.id(), start + n, true, record);
   Touch(slot, start, start + n);
   // Counted as prefilled once submitted: a later chunk may follow it through the stages.
   request.AddPrefilled(n);
@@ -101,13 +106,7 @@ void Scheduler::BuildBatch(InFlight& record) {
     }
     if (n_decode == decode_cap) continue;
     s.batch.push_back({request->last_token(), request->next_position(), i, true});
-    if (s.pager != nullptr) {
-      const int page_tokens = s.pager->config().page_tokens;
-      if (s.pager->WantsScores(i, request->next_position() / page_tokens + 1, false)) {
-        s.batch.back().score_pages = true;
-        record.scored.push_back({.slot = i, .request = request->id()});
-      }
-    }
+    s.AskPageScores(i, request->id(), request->next_position() + 1, false, record);
     s.Touch(slot, request->next_position(), request->next_position() + 1);
     record.outputs.push_back({.slot = i, .request = request->id(), .sample = true});
     slot.awaiting_logits = true;

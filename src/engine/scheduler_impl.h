@@ -123,6 +123,10 @@ struct Scheduler::State {
 
   // Offers a prefilling request up to `budget` batch entries; appends its chunk.
   TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);
+  // Bounded KV pool: the batch's last entry, which leaves the slot with n_positions, asks the
+  // stages for page scores when the pager wants them (recorded for the collection).
+  void AskPageScores(int slot_idx, RequestId request, int n_positions, bool prompt_end,
+                     InFlight& record);
   // Marks positions [begin, end) of the slot as written by the batch being built.
   void Touch(SchedulerSlot& slot, int begin, int end);
   // PrepareWrite, evicting unreferenced cached pages when the pool is full.

@@ -54,43 +54,49 @@ Pager::Pager(const PagerConfig& config)
   for (int f = config.n_frames() - 1; f >= 0; --f) free_frames_.push_back(f);
 }
 
-void Pager::SetPins(int slot, std::span<const std::pair<int32_t, int32_t>> ranges) {
-  std::vector<int32_t>& pinned = slots_[slot].pinned;
-  pinned.clear();
-  const int pt = config_.page_tokens;
+namespace {
+
+// The logical pages `ranges` of positions cover, ascending, once each.
+std::vector<int32_t> PagesOf(std::span<const std::pair<int32_t, int32_t>> ranges, int page_tokens) {
+  std::vector<int32_t> pages;
   for (const auto& [begin, end] : ranges) {
-    for (int i = begin / pt; end > begin && i <= (end - 1) / pt; ++i) pinned.push_back(i);
+    for (int i = begin / page_tokens; end > begin && i <= (end - 1) / page_tokens; ++i) {
+      pages.push_back(i);
+    }
   }
-  std::sort(pinned.begin(), pinned.end());
-  pinned.erase(std::unique(pinned.begin(), pinned.end()), pinned.end());
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  return pages;
+}
+
+}  // namespace
+
+void Pager::SetPins(int slot, std::span<const std::pair<int32_t, int32_t>> ranges) {
+  slots_[slot].pinned = PagesOf(ranges, config_.page_tokens);
 }
 
 int Pager::PinnedPages(std::span<const std::pair<int32_t, int32_t>> ranges) const {
-  std::vector<int32_t> pages;
-  const int pt = config_.page_tokens;
-  for (const auto& [begin, end] : ranges) {
-    for (int i = begin / pt; end > begin && i <= (end - 1) / pt; ++i) pages.push_back(i);
-  }
-  std::sort(pages.begin(), pages.end());
-  return int(std::unique(pages.begin(), pages.end()) - pages.begin());
+  return int(PagesOf(ranges, config_.page_tokens).size());
 }
 
 int Pager::MaxWrite(int slot, int begin, int wanted) const {
   const int pt = config_.page_tokens;
   const int end = begin + wanted;
   if ((end + pt - 1) / pt <= pool_pages_) return wanted;
-  const int sink = config_.sink_pages();
+  // What Prepare requires for a write starting at `begin` (its first page included), counted
+  // by the same rule; pins past that page count too, as they will be required once written.
   const int w0 = begin / pt;
-  int required = std::min(sink, w0 + 1);
-  if (begin > 0) {
-    const int t0 = std::max(0, begin - config_.pool.tail_tokens) / pt;
-    const int t1 = (begin - 1) / pt;
-    required += std::max(0, t1 - std::max(t0, sink) + 1);
+  std::vector<uint8_t> need(size_t(w0) + 1, 0);
+  Required(begin, begin + 1, w0 + 1, &need);
+  int required = 0;
+  for (int32_t i : slots_[slot].pinned) {
+    if (i <= w0) {
+      need[i] |= 1;
+    } else {
+      ++required;
+    }
   }
-  const bool w0_counted = w0 < sink || (begin > 0 && w0 == (begin - 1) / pt);
-  if (!w0_counted) ++required;
-  // Pins count whole (an overlap with the sink or tail only leaves more room than this).
-  required += int(slots_[slot].pinned.size());
+  for (uint8_t n : need) required += n & 1;
   const int extra_pages = std::max(0, pool_pages_ - required);
   const int max_end = (w0 + 1 + extra_pages) * pt;
   return std::max(1, std::min(wanted, max_end - begin));
@@ -157,7 +163,8 @@ Status Pager::Prepare(int slot, std::span<const PageId> pages, int begin, int en
           n_required, pool_pages_);
     }
     const int room = pool_pages_ - n_required;
-    std::vector<int32_t> candidates;
+    std::vector<int32_t>& candidates = candidates_;
+    candidates.clear();
     const bool reselect = config_.pool.select == PageSelect::kQk && s.fresh_scores;
     for (int i = 0; i < n; ++i) {
       if ((need_[i] & 1) == 0 && (reselect || (need_[i] & 4) != 0)) candidates.push_back(i);

@@ -150,7 +150,8 @@ class Pager {
   PagingOps pending_;
   uint64_t clock_ = 0;
   PagerStats stats_;
-  std::vector<uint8_t> need_;  // scratch: [logical page] → 1 required, 2 chosen
+  std::vector<uint8_t> need_;        // scratch: [logical page] → 1 required, 2 chosen
+  std::vector<int32_t> candidates_;  // scratch: pages Prepare may keep beside the required
 };
 
 }  // namespace shardlm

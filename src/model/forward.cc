@@ -37,6 +37,8 @@ struct ForwardPass::Activations {
   std::vector<float> score_partial;
   std::vector<size_t> score_block;
   std::vector<int32_t> score_entries;  // batch index of each scoring entry
+  std::vector<float> score_bounds;     // [n_threads][most pages of a scoring entry]
+  size_t score_bounds_stride = 0;
   MatMulScratch scratch;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
   int tile_tokens = 1;           // TileTokensFor(gqa_group), for the largest group
@@ -351,6 +353,7 @@ Status ForwardPass::PrepareScores(std::span<const BatchEntry> batch,
                                   std::span<const PageList> pages_by_slot) {
   act_->score_entries.clear();
   act_->score_block.clear();
+  act_->score_bounds_stride = 0;
   size_t partial = 0;
   size_t scores = 0;
   const bool scoring = pooled_->summaries != nullptr;
@@ -364,12 +367,14 @@ Status ForwardPass::PrepareScores(std::span<const BatchEntry> batch,
     const size_t n_pages = pages_by_slot[batch[t].slot].size();
     partial += n_pages * size_t(config_.n_head_kv);
     scores += n_pages;
+    act_->score_bounds_stride = std::max(act_->score_bounds_stride, n_pages);
   }
   if (scores > pooled_->page_scores.size()) {
     return InvalidArgument("page scores of {} pages do not fit the {} given", scores,
                            pooled_->page_scores.size());
   }
   act_->score_partial.assign(partial, -std::numeric_limits<float>::infinity());
+  act_->score_bounds.resize(size_t(threads_.size()) * act_->score_bounds_stride);
   return Status::Ok();
 }
 
@@ -387,7 +392,7 @@ void ForwardPass::SummarizeAndScore(int layer_idx, std::span<const BatchEntry> b
   const int page_tokens = pool_.page_tokens();
   const float scale = 1.0f / sqrtf(float(head_dim));
   KeySummaries& summaries = *pooled_->summaries;
-  threads_.ParallelFor(size_t(layer.n_head_kv), [&](size_t g, size_t) {
+  threads_.ParallelFor(size_t(layer.n_head_kv), [&](size_t g, size_t worker) {
     for (const BatchEntry& e : batch) {
       const int page_idx = e.position / page_tokens;
       const PageId frame = pages_by_slot[e.slot][page_idx];
@@ -398,17 +403,19 @@ void ForwardPass::SummarizeAndScore(int layer_idx, std::span<const BatchEntry> b
       const int32_t t = act_->score_entries[k];
       const PageList ids = pooled_->ids_by_slot[batch[t].slot];
       float* partial = &act_->score_partial[act_->score_block[k] + g * ids.size()];
+      // Each page's bound is computed once per query head, then normalized by the best.
+      float* bounds = &act_->score_bounds[worker * act_->score_bounds_stride];
       for (int h = 0; h < layer.gqa_group(); ++h) {
         const float* q =
             &act_->q[size_t(t) * layer.q_dim() + (g * layer.gqa_group() + h) * head_dim];
         float best = -std::numeric_limits<float>::infinity();
         for (size_t j = 0; j < ids.size(); ++j) {
-          best = std::max(best, summaries.UpperBound(ids[j], kv_layer, int(g), q) * scale);
+          bounds[j] = summaries.UpperBound(ids[j], kv_layer, int(g), q) * scale;
+          best = std::max(best, bounds[j]);
         }
         for (size_t j = 0; j < ids.size(); ++j) {
-          const float bound = summaries.UpperBound(ids[j], kv_layer, int(g), q) * scale;
-          if (bound > -std::numeric_limits<float>::infinity()) {
-            partial[j] = std::max(partial[j], bound - best);
+          if (bounds[j] > -std::numeric_limits<float>::infinity()) {
+            partial[j] = std::max(partial[j], bounds[j] - best);
           }
         }
       }
