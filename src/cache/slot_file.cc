@@ -67,11 +67,19 @@ Status CheckDescriptor(const SnapshotLayout& layout, const SlotFileGeometry& g, 
       return InvalidData("the tokens section holds {} tokens, the header says {}", s.dims[0],
                          g.n_tokens);
     }
+  } else if (g.has_selection && idx == 1) {
+    if (s.kind != SectionKind::kPageSelection || s.dims[0] != uint32_t(g.n_pages)) {
+      return InvalidData("section 1 is {} of {}, the page_selection of {} pages was expected",
+                         SectionKindName(s.kind), s.dims[0], g.n_pages);
+    }
   } else {
-    SHARDLM_TRY(CheckKvPageSection(layout, static_cast<int>(idx - 1), s, g.n_pages));
+    SHARDLM_TRY(
+        CheckKvPageSection(layout, static_cast<int>(idx - g.stage_section(0)), s, g.n_pages));
   }
-  const uint64_t want_bytes =
-      idx == 0 ? kTokenBytes * uint64_t(g.n_tokens) : g.page_bytes[idx - 1] * uint64_t(g.n_pages);
+  const uint64_t want_bytes = idx == 0 ? kTokenBytes * uint64_t(g.n_tokens)
+                              : idx < g.stage_section(0)
+                                  ? g.selection_bytes()
+                                  : g.page_bytes[idx - g.stage_section(0)] * uint64_t(g.n_pages);
   if (d.byte_length != want_bytes) {
     return InvalidData("section {} ({}): {} bytes, its geometry needs {}", idx,
                        SectionKindName(s.kind), d.byte_length, want_bytes);
@@ -94,11 +102,13 @@ int SlotPages(const SnapshotLayout& layout, int n_tokens) {
   return (n_tokens + layout.page_tokens - 1) / layout.page_tokens;
 }
 
-Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_tokens) {
+Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_tokens,
+                                            bool has_selection) {
   if (n_tokens <= 0) return InvalidData("a sequence of {} tokens", n_tokens);
   SlotFileGeometry g;
   g.n_tokens = n_tokens;
   g.n_pages = SlotPages(layout, n_tokens);
+  g.has_selection = has_selection;
   uint64_t offset = kSnapshotHeaderBytes;
   auto add_section = [&](uint64_t payload_bytes) {
     g.descriptor_offset.push_back(offset);
@@ -106,6 +116,7 @@ Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_
     offset += kSectionDescriptorBytes + PaddedPayloadBytes(payload_bytes);
   };
   add_section(kTokenBytes * uint64_t(n_tokens));
+  if (has_selection) add_section(g.selection_bytes());
   for (size_t s = 0; s < layout.stages.size(); ++s) {
     Result<uint64_t> page = SectionPayloadBytes(KvPageSection(layout, int(s), {}, 1));
     if (!page.ok()) return page.status().WithContext(fmt::format("stage {}", s));
@@ -119,8 +130,8 @@ Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_
   return g;
 }
 
-uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens) {
-  Result<SlotFileGeometry> g = SlotFileGeometryOf(layout, n_tokens);
+uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens, bool has_selection) {
+  Result<SlotFileGeometry> g = SlotFileGeometryOf(layout, n_tokens, has_selection);
   SHARDLM_CHECK_MSG(g.ok(), "%s", g.status().message().c_str());
   return g->file_bytes;
 }
@@ -134,17 +145,23 @@ SlotFileWriter::SlotFileWriter(const SnapshotLayout& layout, SlotFileGeometry ge
 }
 
 Result<SlotFileWriter> SlotFileWriter::Start(const SnapshotLayout& layout,
-                                             std::span<const int32_t> tokens, WriteAt write_at) {
+                                             std::span<const int32_t> tokens, WriteAt write_at,
+                                             const PageSelection* selection) {
   if (tokens.empty()) return InvalidArgument("a slot file needs at least one token");
   if (tokens.size() > size_t(std::numeric_limits<int32_t>::max())) {
     return InvalidArgument("a slot file of {} tokens", tokens.size());
   }
-  Result<SlotFileGeometry> geometry = SlotFileGeometryOf(layout, int(tokens.size()));
+  Result<SlotFileGeometry> geometry =
+      SlotFileGeometryOf(layout, int(tokens.size()), selection != nullptr);
   if (!geometry.ok()) return InvalidArgument("{}", geometry.status().message());
+  if (selection != nullptr && selection->n_pages() != geometry->n_pages) {
+    return InvalidArgument("a page selection of {} pages for a sequence of {}",
+                           selection->n_pages(), geometry->n_pages);
+  }
   SlotFileWriter writer(layout, std::move(geometry).value(), std::move(write_at));
   const SlotFileGeometry& g = writer.geometry_;
-  const auto header = EncodeSnapshotHeader(SlotHeader(layout, g.n_tokens),
-                                           static_cast<uint32_t>(1 + layout.stages.size()));
+  const auto header = EncodeSnapshotHeader(
+      SlotHeader(layout, g.n_tokens), static_cast<uint32_t>(g.stage_section(layout.stages.size())));
   SHARDLM_TRY(writer.write_at_(0, header));
   const std::vector<uint8_t> token_bytes = TokensToBytes(tokens);
   const uint64_t token_length = kTokenBytes * tokens.size();
@@ -153,12 +170,20 @@ Result<SlotFileWriter> SlotFileWriter::Start(const SnapshotLayout& layout,
       XXH3_64bits(token_bytes.data(), static_cast<size_t>(token_length))};
   SHARDLM_TRY(writer.write_at_(g.descriptor_offset[0], EncodeSectionDescriptor(descriptor)));
   SHARDLM_TRY(writer.write_at_(g.payload_offset[0], token_bytes));
+  if (selection != nullptr) {
+    std::vector<uint8_t> storage;
+    const SnapshotSection section = PageSelectionSection(*selection, &storage);
+    const SectionDescriptor chosen{section, storage.size(),
+                                   XXH3_64bits(storage.data(), storage.size())};
+    SHARDLM_TRY(writer.write_at_(g.descriptor_offset[1], EncodeSectionDescriptor(chosen)));
+    SHARDLM_TRY(writer.write_at_(g.payload_offset[1], storage));  // 8 bytes a page: no padding
+  }
   static constexpr uint8_t kZeros[8] = {};
   for (size_t s = 0; s < g.page_bytes.size(); ++s) {
     const uint64_t length = g.page_bytes[s] * uint64_t(g.n_pages);
     const uint64_t padding = PaddedPayloadBytes(length) - length;
     if (padding > 0) {
-      SHARDLM_TRY(writer.write_at_(g.payload_offset[1 + s] + length,
+      SHARDLM_TRY(writer.write_at_(g.payload_offset[g.stage_section(s)] + length,
                                    std::span<const uint8_t>(kZeros, padding)));
     }
   }
@@ -178,7 +203,9 @@ Status SlotFileWriter::WritePages(int n, std::span<const uint8_t* const> src_by_
   for (size_t s = 0; s < src_by_stage.size(); ++s) {
     const uint64_t page = geometry_.page_bytes[s];
     const std::span<const uint8_t> bytes(src_by_stage[s], size_t(page * uint64_t(n)));
-    SHARDLM_TRY(write_at_(geometry_.payload_offset[1 + s] + page * uint64_t(pages_done_), bytes));
+    SHARDLM_TRY(write_at_(
+        geometry_.payload_offset[geometry_.stage_section(s)] + page * uint64_t(pages_done_),
+        bytes));
     XXH3_64bits_update(checksums_[s].get(), bytes.data(), bytes.size());
   }
   pages_done_ += n;
@@ -194,7 +221,8 @@ Status SlotFileWriter::Finish() {
     const SectionDescriptor descriptor{KvPageSection(layout_, int(s), {}, geometry_.n_pages),
                                        geometry_.page_bytes[s] * uint64_t(geometry_.n_pages),
                                        XXH3_64bits_digest(checksums_[s].get())};
-    SHARDLM_TRY(write_at_(geometry_.descriptor_offset[1 + s], EncodeSectionDescriptor(descriptor)));
+    SHARDLM_TRY(write_at_(geometry_.descriptor_offset[geometry_.stage_section(s)],
+                          EncodeSectionDescriptor(descriptor)));
   }
   return Status::Ok();
 }
@@ -223,16 +251,21 @@ Result<SlotFileReader> SlotFileReader::Open(const SnapshotLayout& layout, uint64
   if (header.block_hash != kRootBlockHash || header.parent_hash != kRootBlockHash) {
     return InvalidData("a slot file with block hashes set");
   }
-  const size_t n_sections = 1 + layout.stages.size();
-  if (size_t(header.n_sections) != n_sections) {
-    return InvalidData("{} sections; a slot file of {} stages has {} (tokens, one per stage)",
-                       header.n_sections, layout.stages.size(), n_sections);
+  const size_t n_sections = size_t(header.n_sections);
+  if (n_sections != 1 + layout.stages.size() && n_sections != 2 + layout.stages.size()) {
+    return InvalidData(
+        "{} sections; a slot file of {} stages has {} (tokens, one per stage) or {} (with a "
+        "page selection)",
+        header.n_sections, layout.stages.size(), 1 + layout.stages.size(),
+        2 + layout.stages.size());
   }
+  const bool has_selection = n_sections == 2 + layout.stages.size();
   if (header.n_tokens > max_tokens) {
     return InvalidData("a sequence of {} tokens; a slot here holds at most {} (its context size)",
                        header.n_tokens, max_tokens);
   }
-  SHARDLM_ASSIGN_OR_RETURN(SlotFileGeometry g, SlotFileGeometryOf(layout, header.n_tokens));
+  SHARDLM_ASSIGN_OR_RETURN(SlotFileGeometry g,
+                           SlotFileGeometryOf(layout, header.n_tokens, has_selection));
   if (file_bytes < g.file_bytes) {
     return InvalidData("truncated: {} bytes, a slot file of {} tokens has {}", file_bytes,
                        g.n_tokens, g.file_bytes);
@@ -261,6 +294,16 @@ Result<SlotFileReader> SlotFileReader::Open(const SnapshotLayout& layout, uint64
         reader.tokens_[i] = static_cast<int32_t>(v);
         if (reader.tokens_[i] < 0) return InvalidData("token {} has id {}", i, reader.tokens_[i]);
       }
+    } else if (idx < geo.stage_section(0)) {
+      std::vector<uint8_t> selection_bytes(size_t(d.byte_length));
+      SHARDLM_TRY(reader.read_at_(geo.payload_offset[idx], selection_bytes));
+      if (XXH3_64bits(selection_bytes.data(), selection_bytes.size()) != d.payload_checksum) {
+        return InvalidData("section 1 (page_selection): payload checksum mismatch");
+      }
+      SnapshotSection section = d.section;
+      section.bytes = selection_bytes;
+      SHARDLM_ASSIGN_OR_RETURN(PageSelection selection, DecodePageSelectionSection(section));
+      reader.selection_ = std::move(selection);
     } else {
       reader.want_checksums_.push_back(d.payload_checksum);
     }
@@ -281,7 +324,9 @@ Status SlotFileReader::ReadPages(int n, std::span<uint8_t* const> dst_by_stage) 
   for (size_t s = 0; s < dst_by_stage.size(); ++s) {
     const uint64_t page = geometry_.page_bytes[s];
     const std::span<uint8_t> bytes(dst_by_stage[s], size_t(page * uint64_t(n)));
-    SHARDLM_TRY(read_at_(geometry_.payload_offset[1 + s] + page * uint64_t(pages_done_), bytes));
+    SHARDLM_TRY(read_at_(
+        geometry_.payload_offset[geometry_.stage_section(s)] + page * uint64_t(pages_done_),
+        bytes));
     XXH3_64bits_update(checksums_[s].get(), bytes.data(), bytes.size());
   }
   pages_done_ += n;
@@ -295,13 +340,14 @@ Status SlotFileReader::Finish() {
   }
   for (size_t s = 0; s < geometry_.page_bytes.size(); ++s) {
     if (XXH3_64bits_digest(checksums_[s].get()) != want_checksums_[s]) {
-      return InvalidData("section {} (kv_page, stage {}): payload checksum mismatch", 1 + s, s);
+      return InvalidData("section {} (kv_page, stage {}): payload checksum mismatch",
+                         geometry_.stage_section(s), s);
     }
     const uint64_t length = geometry_.page_bytes[s] * uint64_t(geometry_.n_pages);
     std::vector<uint8_t> padding(PaddedPayloadBytes(length) - length);
     if (padding.empty()) continue;
-    SHARDLM_TRY(read_at_(geometry_.payload_offset[1 + s] + length, padding));
-    SHARDLM_TRY(CheckZeroPadding(padding, 1 + s));
+    SHARDLM_TRY(read_at_(geometry_.payload_offset[geometry_.stage_section(s)] + length, padding));
+    SHARDLM_TRY(CheckZeroPadding(padding, geometry_.stage_section(s)));
   }
   return Status::Ok();
 }
@@ -310,7 +356,8 @@ Status SlotFileReader::Finish() {
 
 Result<std::vector<uint8_t>> EncodeSlotFile(const SnapshotLayout& layout,
                                             std::span<const int32_t> tokens,
-                                            std::span<const std::span<const uint8_t>> stage_pages) {
+                                            std::span<const std::span<const uint8_t>> stage_pages,
+                                            const PageSelection* selection) {
   if (stage_pages.size() != layout.stages.size()) {
     return InvalidArgument("pages of {} stages for a layout of {}", stage_pages.size(),
                            layout.stages.size());
@@ -319,7 +366,8 @@ Result<std::vector<uint8_t>> EncodeSlotFile(const SnapshotLayout& layout,
   if (tokens.size() > size_t(std::numeric_limits<int32_t>::max())) {
     return InvalidArgument("a slot file of {} tokens", tokens.size());
   }
-  Result<SlotFileGeometry> sized = SlotFileGeometryOf(layout, int(tokens.size()));
+  Result<SlotFileGeometry> sized =
+      SlotFileGeometryOf(layout, int(tokens.size()), selection != nullptr);
   if (!sized.ok()) return InvalidArgument("{}", sized.status().message());
   std::vector<uint8_t> out(sized->file_bytes, 0);
   auto write_at = [&out](uint64_t offset, std::span<const uint8_t> bytes) {
@@ -327,7 +375,8 @@ Result<std::vector<uint8_t>> EncodeSlotFile(const SnapshotLayout& layout,
     if (!bytes.empty()) std::memcpy(out.data() + offset, bytes.data(), bytes.size());
     return Status::Ok();
   };
-  SHARDLM_ASSIGN_OR_RETURN(SlotFileWriter writer, SlotFileWriter::Start(layout, tokens, write_at));
+  SHARDLM_ASSIGN_OR_RETURN(SlotFileWriter writer,
+                           SlotFileWriter::Start(layout, tokens, write_at, selection));
   const SlotFileGeometry& g = writer.geometry();
   std::vector<const uint8_t*> src;
   for (size_t s = 0; s < stage_pages.size(); ++s) {
@@ -365,10 +414,11 @@ Result<SlotImage> DecodeSlotFile(std::span<const uint8_t> file, const SnapshotLa
   SHARDLM_TRY(reader.Finish());
   SlotImage image;
   image.tokens = reader.tokens();
+  image.selection = reader.selection();
   image.n_pages = g.n_pages;
   for (size_t s = 0; s < g.page_bytes.size(); ++s) {
     image.stage_pages.push_back(
-        file.subspan(g.payload_offset[1 + s], g.page_bytes[s] * uint64_t(g.n_pages)));
+        file.subspan(g.payload_offset[g.stage_section(s)], g.page_bytes[s] * uint64_t(g.n_pages)));
   }
   return image;
 }

@@ -6,10 +6,14 @@
 // Contents (header n_tokens = the sequence's length n; block and parent hash zero):
 //   section 0:     tokens, dtype i32, dims {n}, stage 0, layers [0, 0): the token ids of
 //                  positions [0, n)
-//   section 1 + s: kv_page of stage s (every stage, in pipeline order), dims {page_tokens,
-//                  n_kv_heads, head_dim, ceil(n / page_tokens)}: the stage's pages of the
-//                  sequence back to back; positions at or past n in the last page are
-//                  whatever the pool held (never read as KV)
+//   section 1:     (only when saved under a bounded KV pool) page_selection, dims
+//                  {ceil(n / page_tokens), 2}: the pool's memory of the sequence's pages
+//                  (kv/paging.h), so a restored sequence resumes with the same resident pages
+//   section f + s: kv_page of stage s (every stage, in pipeline order; f = 1, or 2 after a
+//                  page_selection), dims {page_tokens, n_kv_heads, head_dim,
+//                  ceil(n / page_tokens)}: the stage's pages of the sequence back to back;
+//                  positions at or past n in the last page are whatever the pool held (never
+//                  read as KV)
 // and nothing else. The header's layout fingerprint covers the model, the split into
 // stages, the page geometry and the KV type (snapshot_layout.h): a file saved under any
 // other is refused, naming the mismatch.
@@ -38,6 +42,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -51,6 +56,7 @@ namespace shardlm {
 // A decoded slot file: token ids and, per stage, n_pages pages back to back.
 struct SlotImage {
   std::vector<int32_t> tokens;
+  std::optional<PageSelection> selection;
   int n_pages = 0;
   std::vector<std::span<const uint8_t>> stage_pages;  // [stage], views into the file
 };
@@ -62,16 +68,20 @@ int SlotPages(const SnapshotLayout& layout, int n_tokens);
 struct SlotFileGeometry {
   int n_tokens = 0;
   int n_pages = 0;
+  bool has_selection = false;               // section 1 is a page_selection
   std::vector<uint64_t> page_bytes;         // [stage]: one page of that stage
-  std::vector<uint64_t> descriptor_offset;  // [section]: 0 tokens, 1 + s stage s
+  std::vector<uint64_t> descriptor_offset;  // [section]: 0 tokens, stage_section(s) stage s
   std::vector<uint64_t> payload_offset;     // [section]
   uint64_t file_bytes = 0;
+  size_t stage_section(size_t stage) const { return (has_selection ? 2 : 1) + stage; }
+  uint64_t selection_bytes() const { return uint64_t(n_pages) * 2 * sizeof(float); }
 };
 // InvalidData when n_tokens is out of range or the sizes overflow.
-Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_tokens);
+Result<SlotFileGeometry> SlotFileGeometryOf(const SnapshotLayout& layout, int n_tokens,
+                                            bool has_selection = false);
 
 // The exact size of the file of a sequence of n_tokens (>= 1) under `layout`.
-uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens);
+uint64_t SlotFileBytes(const SnapshotLayout& layout, int n_tokens, bool has_selection = false);
 
 struct Xxh3StateFree {
   void operator()(XXH3_state_s* state) const;
@@ -82,10 +92,11 @@ using Xxh3State = std::unique_ptr<XXH3_state_s, Xxh3StateFree>;
 class SlotFileWriter {
  public:
   using WriteAt = std::function<Status(uint64_t offset, std::span<const uint8_t> bytes)>;
-  // Writes the header, the tokens section and the stages' padding. InvalidArgument when
-  // tokens is empty; the write's error.
+  // Writes the header, the tokens section, the page selection (when given: one entry per
+  // page of the sequence) and the stages' padding. InvalidArgument when tokens is empty or
+  // the selection does not cover the sequence's pages; the write's error.
   static Result<SlotFileWriter> Start(const SnapshotLayout& layout, std::span<const int32_t> tokens,
-                                      WriteAt write_at);
+                                      WriteAt write_at, const PageSelection* selection = nullptr);
   // The next n pages of every stage: src_by_stage[s] holds n pages of stage s back to back.
   // InvalidArgument past the last page or for a wrong number of stages.
   Status WritePages(int n, std::span<const uint8_t* const> src_by_stage);
@@ -113,6 +124,8 @@ class SlotFileReader {
   static Result<SlotFileReader> Open(const SnapshotLayout& layout, uint64_t file_bytes,
                                      ReadAt read_at, int max_tokens);
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  // The page selection saved with the sequence, if any (validated by Open).
+  const std::optional<PageSelection>& selection() const { return selection_; }
   int n_pages() const { return geometry_.n_pages; }
   const SlotFileGeometry& geometry() const { return geometry_; }
   // The next n pages of every stage into dst_by_stage[s] (n pages of stage s back to back),
@@ -127,6 +140,7 @@ class SlotFileReader {
   SlotFileGeometry geometry_;
   ReadAt read_at_;
   std::vector<int32_t> tokens_;
+  std::optional<PageSelection> selection_;
   std::vector<uint64_t> want_checksums_;  // [stage], from the descriptors
   std::vector<Xxh3State> checksums_;      // [stage]: over the pages read so far
   int pages_done_ = 0;
@@ -136,7 +150,8 @@ class SlotFileReader {
 // tokens is empty or a stage's bytes do not match the layout.
 Result<std::vector<uint8_t>> EncodeSlotFile(const SnapshotLayout& layout,
                                             std::span<const int32_t> tokens,
-                                            std::span<const std::span<const uint8_t>> stage_pages);
+                                            std::span<const std::span<const uint8_t>> stage_pages,
+                                            const PageSelection* selection = nullptr);
 
 // Validates every byte and checks that the file was saved under `layout`.
 Result<SlotImage> DecodeSlotFile(std::span<const uint8_t> file, const SnapshotLayout& layout);

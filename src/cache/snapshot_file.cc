@@ -179,6 +179,8 @@ const char* SectionKindName(SectionKind kind) {
       return "logits";
     case SectionKind::kTokens:
       return "tokens";
+    case SectionKind::kPageSelection:
+      return "page_selection";
     case SectionKind::kSentinel:
       break;
   }
@@ -235,6 +237,10 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
       break;
     case SectionKind::kTokens:
       if (s.dtype != SnapshotDType::kI32) return InvalidData("tokens must be i32");
+      break;
+    case SectionKind::kPageSelection:
+      if (s.dtype != SnapshotDType::kF32) return InvalidData("page_selection must be f32");
+      if (s.dims[1] != 2) return InvalidData("page_selection with {} rows (2)", s.dims[1]);
       break;
     default:
       return InvalidData("unknown kind {}", static_cast<uint32_t>(s.kind));

@@ -28,6 +28,9 @@
 //   recurrent_state: elements = layers × dims product (hybrid models, later)
 //   logits:          dims {n_vocab}; elements = dims product; dtype f32
 //   tokens:          dims {n_tokens}; elements = dims product; dtype i32 (token ids)
+//   page_selection:  dims {n_pages, 2}; elements = dims product; dtype f32: the bounded KV
+//                    pool's memory of a sequence's pages (kv/paging.h PageSelection):
+//                    n_pages scores (-inf: unscored), then n_pages recency ranks (integers)
 //
 // The header and descriptor encodings are public too, for files written and read a piece at
 // a time (a slot file of a long sequence is gigabytes): a streamed file has exactly the bytes
@@ -71,6 +74,7 @@ enum class SectionKind : uint32_t {
   kRecurrentState = 2,
   kLogits = 3,
   kTokens = 4,
+  kPageSelection = 5,
   kSentinel
 };
 const char* SectionKindName(SectionKind kind);

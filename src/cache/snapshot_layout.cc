@@ -2,6 +2,9 @@
 
 #include <xxhash.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <string_view>
 #include <type_traits>
 
@@ -83,6 +86,51 @@ Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
     return InvalidData("stage {}: kv_page geometry or dtype differs from this server's", stage_idx);
   }
   return Status::Ok();
+}
+
+SnapshotSection PageSelectionSection(const PageSelection& selection,
+                                     std::vector<uint8_t>* storage) {
+  const size_t n = size_t(selection.n_pages());
+  SHARDLM_CHECK(n >= 1 && selection.recency.size() == n);
+  std::vector<float> values(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    values[i] = selection.scores[i];
+    values[n + i] = float(selection.recency[i]);
+  }
+  storage->resize(values.size() * sizeof(float));
+  std::memcpy(storage->data(), values.data(), storage->size());
+  SnapshotSection s;
+  s.kind = SectionKind::kPageSelection;
+  s.dtype = SnapshotDType::kF32;
+  s.dims = {static_cast<uint32_t>(n), 2, 1, 1};
+  s.bytes = *storage;
+  return s;
+}
+
+Result<PageSelection> DecodePageSelectionSection(const SnapshotSection& section) {
+  if (section.kind != SectionKind::kPageSelection || section.dtype != SnapshotDType::kF32 ||
+      section.dims[1] != 2 || section.bytes.size() != size_t(section.dims[0]) * 2 * sizeof(float)) {
+    return InvalidData("not a page_selection section ({}, {} bytes)", SectionKindName(section.kind),
+                       section.bytes.size());
+  }
+  const size_t n = section.dims[0];
+  std::vector<float> values(2 * n);
+  std::memcpy(values.data(), section.bytes.data(), section.bytes.size());
+  PageSelection selection;
+  selection.scores.assign(values.begin(), values.begin() + ptrdiff_t(n));
+  selection.recency.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float score = values[i];
+    const float rank = values[n + i];
+    if (std::isnan(score) || score == std::numeric_limits<float>::infinity()) {
+      return InvalidData("page_selection: page {} has score {}", i, score);
+    }
+    if (!(rank >= 0.0f && rank < float(n)) || rank != std::floor(rank)) {
+      return InvalidData("page_selection: page {} has rank {} (of {} pages)", i, rank, n);
+    }
+    selection.recency[i] = int32_t(rank);
+  }
+  return selection;
 }
 
 }  // namespace shardlm

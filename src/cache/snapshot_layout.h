@@ -4,7 +4,8 @@
 //
 // Goals: one fingerprint that changes whenever any of those inputs changes, so a file
 // written for another model, split, page size or KV type is never used;
-// one helper that describes a stage's KV page as a snapshot section.
+// one helper that describes a stage's KV page as a snapshot section (and one for the bounded
+// pool's page selection).
 // Non-goals: describing recurrent state or logits geometry (the model does, later).
 //
 // Thread safety: pure functions and value types. Lifetime: sections are views; the bytes
@@ -18,6 +19,7 @@
 #include "cache/snapshot_file.h"
 #include "gguf/fingerprint.h"
 #include "kv/page_pool.h"
+#include "kv/paging.h"
 
 namespace shardlm {
 
@@ -54,5 +56,12 @@ SnapshotSection KvPageSection(const SnapshotLayout& layout, int stage_idx,
 // otherwise.
 Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
                           const SnapshotSection& section, int n_pages = 1);
+
+// The page_selection section of `selection` (its bytes, n_pages scores then n_pages ranks,
+// are written into *storage, which the section views).
+SnapshotSection PageSelectionSection(const PageSelection& selection, std::vector<uint8_t>* storage);
+// The selection a decoded page_selection section holds. InvalidData when a rank is not an
+// integer in [0, n_pages) or a score is NaN or +inf.
+Result<PageSelection> DecodePageSelectionSection(const SnapshotSection& section);
 
 }  // namespace shardlm

@@ -179,9 +179,15 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
     SHARDLM_ASSIGN_OR_RETURN(state->disk_cache,
                              SchedulerDiskCache::Open(state->pipeline.get(), std::move(disk)));
   }
+  if (options_.bounded_kv()) {
+    SHARDLM_ASSIGN_OR_RETURN(state->pager, Pager::Create(options_.Pager()));
+    state->pipeline->allocator().SetFreeHook(
+        [pager = state->pager.get()](PageId page) { pager->OnPageFreed(page); });
+    state->attended_by_slot.resize(options_.n_parallel);
+  }
   state->prefix_cache = std::make_unique<SchedulerPrefixCache>(
       options_.prefix_cache, &state->pipeline->allocator(), options_.n_parallel,
-      options_.page_tokens, fingerprint, state->disk_cache.get());
+      options_.page_tokens, fingerprint, state->disk_cache.get(), state->pager.get());
   config_ = state->pipeline->config();
   state->slots.resize(options_.n_parallel);
   for (SchedulerSlot& slot : state->slots) {
@@ -189,12 +195,6 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
     slot.retained = std::make_unique<BlockTable>(&state->pipeline->allocator());
   }
   state->page_marks.resize(size_t(state->pipeline->allocator().n_pages()));
-  if (options_.bounded_kv()) {
-    SHARDLM_ASSIGN_OR_RETURN(state->pager, Pager::Create(options_.Pager()));
-    state->pipeline->allocator().SetFreeHook(
-        [pager = state->pager.get()](PageId page) { pager->OnPageFreed(page); });
-    state->attended_by_slot.resize(options_.n_parallel);
-  }
   state->pages_by_slot.resize(options_.n_parallel);
   state->batch.reserve(options_.n_batch);
 
@@ -393,6 +393,7 @@ void Scheduler::Loop() {
                                         &Scheduler::AdmitAction, &Scheduler::SubmitAction,
                                         &Scheduler::CollectAction};
   while (TakeInstructions()) {
+    state_->prefix_cache->CatchUpPersist();
     for (Action action : kActions) {
       if ((this->*action)()) break;
     }
@@ -414,6 +415,9 @@ bool Scheduler::TakeInstructions() {
     const auto ready = [&] { return stopping_ || !inbox_.empty(); };
     if (!lost_.ok()) {
       cv_.wait_until(lock, s.last_reconnect + kReconnectInterval, ready);
+    } else if (!has_work && s.prefix_cache->persist_backlog()) {
+      // Blocks wait for the disk's export queue: offer them again shortly.
+      cv_.wait_for(lock, kPersistRetry, ready);
     } else if (!has_work) {
       cv_.wait(lock, ready);
     }
@@ -496,7 +500,10 @@ bool Scheduler::AdmitAction() {
     slot.request = std::move(s.waiting.front());
     s.waiting.pop_front();
     slot.request->MarkAdmitted();
-    if (s.pager != nullptr) s.pager->SetPins(int(i), slot.request->request().pins);
+    if (s.pager != nullptr) {
+      s.pager->BeginSequence(int(i), nullptr, 0);
+      s.pager->SetPins(int(i), slot.request->request().pins);
+    }
     slot.admit_seq = s.admit_counter++;
     slot.awaiting_logits = false;
     slot.n_committed = 0;
@@ -562,6 +569,7 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   if (reason == FinishReason::kError) {
     slot.table->Clear();
   } else {
+    s.prefix_cache->RememberSelection(slot_idx);
     RetainSequence(slot, *request);
   }
   s.prefix_cache->EndSlot(slot_idx);

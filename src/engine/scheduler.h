@@ -181,6 +181,8 @@ struct SchedulerOptions {
 
 // How often the engine thread tries to bring a lost stage back.
 inline constexpr std::chrono::milliseconds kReconnectInterval{500};
+// How often an idle engine offers the disk cache the blocks its export queue had no room for.
+inline constexpr std::chrono::milliseconds kPersistRetry{20};
 
 class Scheduler : public Engine {
  public:
@@ -285,7 +287,8 @@ class Scheduler : public Engine {
   Result<SlotJobResult> EndTransfer(SchedulerSlot& slot, SlotJob& job);
   bool SlotTaskAction();  // bounded work; never ends the step
   Status StepSlotCopy(SlotCopyTask& task, int& budget);
-  void CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens);
+  void CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens,
+                     std::optional<PageSelection> selection);
   void ReleaseTransferPages(SlotTransfer& transfer);
   void RetainSequence(SchedulerSlot& slot, const ActiveRequest& request);
   void DropRetained(SchedulerSlot& slot);

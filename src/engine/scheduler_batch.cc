@@ -222,6 +222,15 @@ bool Scheduler::CollectAction() {
     if (slot.request && slot.request->id() == scored.request)
       s.pager->SetScores(scored.slot, scores);
   }
+  // A prompt past a bounded pool is prefilled: what the pool chose for it (with the scores
+  // of its last position) is kept with its cached pages for the turns that continue it.
+  for (const InFlight::Written& written : record.written) {
+    const SchedulerSlot& slot = s.slots[written.slot];
+    if (s.pager != nullptr && slot.request && slot.request->id() == written.request &&
+        written.end == slot.request->n_prompt()) {
+      s.prefix_cache->RememberSelection(written.slot);
+    }
+  }
   ProcessOutputs(record, *outputs);
   PublishStats();
   return true;

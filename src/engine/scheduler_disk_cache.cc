@@ -68,22 +68,25 @@ void SchedulerDiskCache::Log(const std::string& line) const {
   }
 }
 
-void SchedulerDiskCache::Persist(const BlockHash& hash, const BlockHash& parent, PageId page) {
-  if (!store_->NeedsWrite(hash)) return;
+bool SchedulerDiskCache::Persist(const BlockHash& hash, const BlockHash& parent, PageId page) {
+  if (!store_->NeedsWrite(hash)) return true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const bool queued = std::any_of(queue_.begin(), queue_.end(),
                                     [&](const Export& job) { return job.hash == hash; });
-    if (queued) return;
-    if (int(queue_.size()) >= kMaxPendingExports) {
-      ++dropped_;
-      return;
-    }
+    if (queued) return true;
+    if (int(queue_.size()) >= kMaxPendingExports) return false;
     pipeline_->allocator().Retain(page);
     queue_.push_back({hash, parent, page});
     ++n_held_;
   }
   work_cv_.notify_one();
+  return true;
+}
+
+void SchedulerDiskCache::Dropped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++dropped_;
 }
 
 void SchedulerDiskCache::ReleaseExported() {
@@ -218,6 +221,42 @@ Status SchedulerDiskCache::LoadChecked(const BlockHash& hash, PageId page) {
   }
   const PageId ids[] = {page};
   return pipeline_->ImportPages(ids, src);
+}
+
+BlockHash SchedulerDiskCache::SelectionKeyOf(const BlockHash& hash) const {
+  return ChainBlockHash(hash, {}, layout_fingerprint_);
+}
+
+bool SchedulerDiskCache::ContainsSelection(const BlockHash& hash) const {
+  return store_->Contains(SelectionKeyOf(hash));
+}
+
+void SchedulerDiskCache::PersistSelection(const BlockHash& hash, const PageSelection& selection) {
+  std::vector<uint8_t> storage;
+  const SnapshotSection sections[] = {PageSelectionSection(selection, &storage)};
+  SnapshotHeader header;
+  header.layout = layout_fingerprint_;
+  header.block_hash = SelectionKeyOf(hash);
+  header.parent_hash = hash;
+  header.n_tokens = selection.n_pages() * layout_.page_tokens;
+  Result<std::vector<uint8_t>> bytes = EncodeSnapshot(header, sections);
+  if (!bytes.ok()) {
+    Log("page selection of block " + hash.ToHex() + " not persisted: " + bytes.status().message());
+    return;
+  }
+  (void)store_->Put(header.block_hash, std::move(bytes).value());
+}
+
+Result<PageSelection> SchedulerDiskCache::LoadSelection(const BlockHash& hash) {
+  const BlockHash key = SelectionKeyOf(hash);
+  SHARDLM_ASSIGN_OR_RETURN(LoadedSnapshot loaded, store_->Get(key));
+  const std::vector<SnapshotSection>& sections = loaded.snapshot.sections;
+  Result<PageSelection> selection =
+      sections.size() == 1 ? DecodePageSelectionSection(sections[0])
+                           : Result<PageSelection>(InvalidData(
+                                 "a page selection file with {} sections", sections.size()));
+  if (!selection.ok()) store_->Discard(key, selection.status().message(), loaded.generation);
+  return selection;
 }
 
 void SchedulerDiskCache::FillStats(EngineStats& stats) const {

@@ -19,9 +19,10 @@
 //   store's, whose overflow would drop blocks from the middle of chains).
 //   The exported page goes on a done list; the engine thread releases the reference
 //   (ReleaseExported: PageAllocator is engine-thread only). At most kMaxPendingExports
-//   pages wait; a Persist beyond that is dropped and counted. When the pool is full and
-//   only pages held for export could make room, WaitForExports lets the engine thread
-//   wait for the persister (rare: bounded by kMaxPendingExports pages).
+//   pages wait; a Persist beyond that is refused, and the caller offers the block again once
+//   the queue has room (SchedulerPrefixCache keeps those blocks in chain order). When the pool is
+//   full and only pages held for export could make room, WaitForExports lets the engine thread wait
+//   for the persister (rare: bounded by kMaxPendingExports pages).
 // Load path (engine thread, bounded per step):
 //   Load(hash, page) reads and validates the block's file (DiskStore::Get checks every
 //   checksum), checks every stage's kv_page section (CheckKvPageSection and its size) and
@@ -33,6 +34,8 @@
 //   caller (SchedulerPrefixCache) runs a prompt's disk chain as a resumable task, at most
 //   kLoadPagesPerStep pages per engine step, so running streams keep decoding while a
 //   long prefix is read.
+// Page selections (a bounded KV pool's choice of resident pages for a cached chain) are
+//   files of their own beside the blocks (PersistSelection, LoadSelection).
 // Layout: the folder is keyed by LayoutFingerprint over the model fingerprint, each stage's
 //   layer range, page geometry and KV type, so files of another model, split or page size
 //   are never opened.
@@ -104,9 +107,11 @@ class SchedulerDiskCache {
   SchedulerDiskCache& operator=(const SchedulerDiskCache&) = delete;
 
   // Engine thread. Queues `page` (published under `hash`, child of `parent`) for export,
-  // unless the block is on disk in a validated file or queued already, or the queue is
-  // full (dropped).
-  void Persist(const BlockHash& hash, const BlockHash& parent, PageId page);
+  // unless the block is on disk in a validated file or queued already. False when the
+  // queue is full: the caller offers it again later (or calls Dropped).
+  bool Persist(const BlockHash& hash, const BlockHash& parent, PageId page);
+  // A block the caller gave up persisting (counted with the dropped writes).
+  void Dropped();
   // Releases the references of pages the persister has exported.
   void ReleaseExported();
   // Waits until nothing waits for export, then releases; true when a page was released.
@@ -120,6 +125,18 @@ class SchedulerDiskCache {
   // not on disk, invalid file, a missing or mismatched stage section, a failed import; the
   // page's contents are then undefined and the caller frees it.
   Status Load(const BlockHash& hash, PageId page);
+
+  // Page selections (bounded KV pool): the pager's memory of a sequence whose last full
+  // block is `hash` (Pager::Record) lives in its own small file, stored under a key derived
+  // from the block's hash (a block of no tokens after it, which no real block is) with the
+  // block as its parent, so the store evicts it before the block. The first selection
+  // stored for a block stays (the memory cache keeps the same rule), so a restarted server
+  // reads what the running one used. Engine thread.
+  bool ContainsSelection(const BlockHash& hash) const;
+  // Queues the file (dropped like a block when the queue is full). Needs n_pages >= 1.
+  void PersistSelection(const BlockHash& hash, const PageSelection& selection);
+  // Reads and validates it (a file that fails is deleted). NotFound when absent.
+  Result<PageSelection> LoadSelection(const BlockHash& hash);
 
   // Blocks until every queued page is exported and written (tests, shutdown).
   void Flush();
@@ -142,6 +159,7 @@ class SchedulerDiskCache {
   // Persister thread: exports and encodes one page, queues it for writing.
   void ExportOne(const Export& job);
   Status LoadChecked(const BlockHash& hash, PageId page);
+  BlockHash SelectionKeyOf(const BlockHash& hash) const;
 
   Pipeline* pipeline_;
   const SnapshotLayout layout_;

@@ -44,7 +44,8 @@ struct SchedulerSlot {
   // Retained sequence (engine.h "Slots"): while free, the last request's committed
   // positions, or a restored sequence; dropped when the slot takes a request.
   std::unique_ptr<BlockTable> retained;
-  std::vector<TokenId> retained_tokens;  // token of each retained position
+  std::vector<TokenId> retained_tokens;             // token of each retained position
+  std::optional<PageSelection> retained_selection;  // the bounded pool's memory of them
   uint64_t retained_fence = 0;        // batches [0, fence) may write retained pages until collected
   SlotState task = SlotState::kIdle;  // kSaving / kRestoring: a slot transfer holds the slot
   SlotTransfer transfer;              // while task is kSaving or kRestoring

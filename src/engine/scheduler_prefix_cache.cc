@@ -11,13 +11,41 @@ namespace shardlm {
 
 SchedulerPrefixCache::SchedulerPrefixCache(bool enabled, PageAllocator* allocator, int n_slots,
                                            int page_tokens, const Fingerprint128& fingerprint,
-                                           SchedulerDiskCache* disk)
+                                           SchedulerDiskCache* disk, Pager* pager)
     : allocator_(allocator),
       disk_(enabled ? disk : nullptr),
+      pager_(pager),
       fingerprint_(fingerprint),
       page_tokens_(page_tokens),
       chains_(size_t(n_slots)) {
   if (enabled) index_ = std::make_unique<PrefixIndex>(allocator);
+}
+
+SchedulerPrefixCache::~SchedulerPrefixCache() {
+  // What the disk had no room for is written now, as a restart will want it.
+  while (disk_ && CatchUpPersist()) (void)disk_->WaitForExports();
+}
+
+void SchedulerPrefixCache::PersistBlock(const BlockHash& hash, const BlockHash& parent,
+                                        PageId page) {
+  if (unpersisted_.empty() && disk_->Persist(hash, parent, page)) return;
+  if (unpersisted_.size() >= kMaxUnpersisted) {
+    disk_->Dropped();
+    return;
+  }
+  unpersisted_.emplace_back(hash, parent);
+}
+
+bool SchedulerPrefixCache::CatchUpPersist() {
+  if (!disk_ || unpersisted_.empty()) return false;
+  disk_->ReleaseExported();
+  while (!unpersisted_.empty()) {
+    const auto& [hash, parent] = unpersisted_.front();
+    const PageId page = index_->PageOf(hash);
+    if (page != kNoPage && !disk_->Persist(hash, parent, page)) return true;
+    unpersisted_.pop_front();
+  }
+  return false;
 }
 
 void SchedulerPrefixCache::Admit(int slot, ActiveRequest& request, BlockTable& table) {
@@ -51,6 +79,38 @@ void SchedulerPrefixCache::FinishAdmit(int slot, ActiveRequest& request, const B
   request.SetCached(cached, cached - memory);
   prompt_tokens_memory_ += memory;
   prompt_tokens_disk_ += cached - memory;
+  if (pager_ != nullptr && table.n_pages() > 0) AdoptSelection(slot, chain.hashes, table.n_pages());
+}
+
+void SchedulerPrefixCache::AdoptSelection(int slot, std::span<const BlockHash> hashes,
+                                          int n_blocks) {
+  for (int b = n_blocks - 1; b >= 0; --b) {
+    auto kept = selections_.find(hashes[b]);
+    if (kept == selections_.end() && disk_ && disk_->ContainsSelection(hashes[b])) {
+      Result<PageSelection> loaded = disk_->LoadSelection(hashes[b]);
+      if (!loaded.ok() || loaded->n_pages() != b + 1) continue;
+      kept = selections_.emplace(hashes[b], std::move(loaded).value()).first;
+    }
+    if (kept == selections_.end()) continue;
+    pager_->BeginSequence(slot, &kept->second, n_blocks);
+    return;
+  }
+  pager_->BeginSequence(slot, nullptr, n_blocks);
+}
+
+void SchedulerPrefixCache::RememberSelection(int slot) {
+  const Chain& chain = chains_[slot];
+  if (!enabled() || pager_ == nullptr || chain.n_published == 0) return;
+  KeepSelection(chain.hashes[chain.n_published - 1], pager_->Record(slot, chain.n_published));
+}
+
+void SchedulerPrefixCache::KeepSelection(const BlockHash& hash, PageSelection selection) {
+  if (selections_.contains(hash) || (disk_ && disk_->ContainsSelection(hash))) return;
+  if (disk_) disk_->PersistSelection(hash, selection);
+  selections_.emplace(hash, std::move(selection));
+  // A selection goes with its block: one whose block left the memory cache is read from
+  // disk, if anywhere, when wanted again.
+  std::erase_if(selections_, [&](const auto& kept) { return !index_->Contains(kept.first); });
 }
 
 TaskState SchedulerPrefixCache::LoadStep(int slot, ActiveRequest& request, BlockTable& table,
@@ -114,14 +174,15 @@ void SchedulerPrefixCache::PublishFullPages(int slot, const ActiveRequest& reque
     }
     const PublishOutcome published = index_->Publish(chain.hashes[i], parent, table.page(i));
     if (disk_ && published == PublishOutcome::kPublished) {
-      disk_->Persist(chain.hashes[i], parent, table.page(i));
+      PersistBlock(chain.hashes[i], parent, table.page(i));
     }
     ++chain.n_published;
   }
 }
 
 void SchedulerPrefixCache::AdoptRestored(std::span<const TokenId> tokens,
-                                         std::vector<PageId>& pages) {
+                                         std::vector<PageId>& pages,
+                                         const PageSelection* selection) {
   if (!enabled()) return;
   if (disk_) disk_->ReleaseExported();
   const std::vector<BlockHash> hashes = ChainBlockHashes(tokens, page_tokens_, fingerprint_);
@@ -137,8 +198,14 @@ void SchedulerPrefixCache::AdoptRestored(std::span<const TokenId> tokens,
       continue;
     }
     if (index_->Publish(hashes[i], parent, pages[i]) == PublishOutcome::kPublished && disk_) {
-      disk_->Persist(hashes[i], parent, pages[i]);
+      PersistBlock(hashes[i], parent, pages[i]);
     }
+  }
+  if (selection != nullptr && pager_ != nullptr && !hashes.empty() &&
+      selection->n_pages() >= int(hashes.size())) {
+    PageSelection kept = *selection;
+    kept.Truncate(int(hashes.size()));
+    KeepSelection(hashes.back(), std::move(kept));
   }
 }
 
@@ -153,6 +220,8 @@ void SchedulerPrefixCache::Clear() {
   if (!enabled()) return;
   if (disk_) disk_->Clear();
   index_->Clear();
+  selections_.clear();
+  unpersisted_.clear();
 }
 
 int SchedulerPrefixCache::n_cached_only() const {

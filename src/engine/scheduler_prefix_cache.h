@@ -20,9 +20,19 @@
 //    step) that continues the chain from disk: per block a fresh page is allocated, filled
 //    in every stage (all or nothing), mapped into the table and published into the memory
 //    index. The first block that is missing or fails to load ends the task; the rest is
-//    prefilled. A page allocated for a load is filled only once every batch that was in
+//    prefilled. Blocks published faster than the disk takes them wait in a backlog, in chain
+//    order, and are offered again as the export queue drains (CatchUpPersist, also while
+//    the engine idles; the destructor writes what remains), so a long prompt reaches disk
+//    whole. A page allocated for a load is filled only once every batch that was in
 //    flight at its allocation has been collected (a page freed by a finished sequence may
 //    still be written by its last batch).
+//  - Page selections (a bounded KV pool, kv/pager.h): when a sequence's prompt has been
+//    scored and when it ends, the pager's memory of its pages (PageSelection) is kept for
+//    its last published block (and persisted beside the blocks on disk). A request whose
+//    cached prefix is longer than the pool starts from the selection of the deepest block
+//    of its prefix that has one, so its first resident pages depend on the tokens it
+//    continues, not on its slot or a restart. The first selection kept for a block stays;
+//    it goes when its block leaves the memory cache (the disk keeps its own).
 //  - Counters: skipped prompt tokens (from memory, from disk), lookups, hits, evictions,
 //    cached pages.
 //  - Disabled (options.prefix_cache off) it is a null object: nothing is mapped, published
@@ -37,8 +47,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/block_hash.h"
@@ -48,6 +61,7 @@
 #include "gguf/fingerprint.h"
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
+#include "kv/pager.h"
 
 namespace shardlm {
 
@@ -57,9 +71,12 @@ enum class TaskState;
 class SchedulerPrefixCache {
  public:
   // enabled false: the null object. n_slots: the slot indices passed in are [0, n_slots).
-  // disk: the disk tier, or null (ignored when disabled).
+  // disk: the disk tier, or null (ignored when disabled). pager: the bounded KV pool's, or
+  // null.
   SchedulerPrefixCache(bool enabled, PageAllocator* allocator, int n_slots, int page_tokens,
-                       const Fingerprint128& fingerprint, SchedulerDiskCache* disk = nullptr);
+                       const Fingerprint128& fingerprint, SchedulerDiskCache* disk = nullptr,
+                       Pager* pager = nullptr);
+  ~SchedulerPrefixCache();
   SchedulerPrefixCache(const SchedulerPrefixCache&) = delete;
   SchedulerPrefixCache& operator=(const SchedulerPrefixCache&) = delete;
 
@@ -82,11 +99,20 @@ class SchedulerPrefixCache {
   // full pages among them, in chain order.
   void PublishFullPages(int slot, const ActiveRequest& request, const BlockTable& table,
                         int written_end);
+  // Keeps the pager's selection of the slot's published pages for its last published block
+  // (a bounded pool; no-op otherwise).
+  void RememberSelection(int slot);
   // A restored sequence (`tokens`, held in `pages`, one per block, the caller holding a
   // reference on each) joins the cache: each full block that is cached already has its page
   // swapped for the cached one (reference moved: the restored copy is released); the others
   // are published in chain order (and persisted with the disk tier). No-op when disabled.
-  void AdoptRestored(std::span<const TokenId> tokens, std::vector<PageId>& pages);
+  // `selection` (may be null): the restored sequence's, kept for its last full block.
+  void AdoptRestored(std::span<const TokenId> tokens, std::vector<PageId>& pages,
+                     const PageSelection* selection = nullptr);
+  // Offers the disk the blocks it had no room for, oldest first, while its queue has room
+  // (a block no longer cached is skipped). True while some wait.
+  bool CatchUpPersist();
+  bool persist_backlog() const { return !unpersisted_.empty(); }
   // Evicts up to n_pages unreferenced cached pages; returns how many (0 when disabled).
   // When none is free but pages wait for export to disk, waits for those first.
   int Evict(int n_pages);
@@ -118,10 +144,22 @@ class SchedulerPrefixCache {
   // Ends admission: the request skips the table's tokens (but its last prompt token).
   void FinishAdmit(int slot, ActiveRequest& request, const BlockTable& table);
   void ReleasePending(Chain& chain);
+  // Persists a block published under `hash` in `page`, behind the backlog.
+  void PersistBlock(const BlockHash& hash, const BlockHash& parent, PageId page);
+  // Keeps `selection` for block `hash` unless one is kept (in memory or on disk) already.
+  void KeepSelection(const BlockHash& hash, PageSelection selection);
+  // The selection of the deepest block of hashes [0, n_blocks) that has one, into the slot's
+  // pager (a fresh start when none has).
+  void AdoptSelection(int slot, std::span<const BlockHash> hashes, int n_blocks);
 
   std::unique_ptr<PrefixIndex> index_;  // null when disabled
   PageAllocator* allocator_;
-  SchedulerDiskCache* disk_;    // null: no disk tier
+  SchedulerDiskCache* disk_;                                 // null: no disk tier
+  Pager* pager_;                                             // null: unbounded KV
+  std::unordered_map<BlockHash, PageSelection> selections_;  // by a cached block's hash
+  // (hash, parent) of published blocks the disk queue had no room for, in publishing order.
+  std::deque<std::pair<BlockHash, BlockHash>> unpersisted_;
+  static constexpr size_t kMaxUnpersisted = size_t{1} << 16;
   Fingerprint128 fingerprint_;  // the model's: part of every block hash
   int page_tokens_;
   std::vector<Chain> chains_;  // [slot]

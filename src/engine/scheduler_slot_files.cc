@@ -162,8 +162,9 @@ Result<SlotSaveResult> Scheduler::SaveSlot(int32_t slot, const fs::path& file) {
 Result<SlotSaveResult> Scheduler::StreamSave(int32_t slot, const fs::path& file,
                                              const SlotJobResult& begun) {
   const std::string name = "slot file '" + FileName(file) + "'";
+  const PageSelection* selection = begun.selection ? &*begun.selection : nullptr;
   SHARDLM_ASSIGN_OR_RETURN(SlotFileGeometry geometry,
-                           SlotFileGeometryOf(*slot_layout_, begun.n_tokens));
+                           SlotFileGeometryOf(*slot_layout_, begun.n_tokens, selection != nullptr));
   SHARDLM_TRY(CheckSlotBudget(file, geometry.file_bytes, options_.slot_save_budget)
                   .WithContext("slot " + std::to_string(slot) + " to " + name));
   Result<AtomicFileWriter> out = AtomicFileWriter::Create(file);
@@ -171,7 +172,8 @@ Result<SlotSaveResult> Scheduler::StreamSave(int32_t slot, const fs::path& file,
   auto write_at = [&out](uint64_t offset, std::span<const uint8_t> bytes) {
     return out->WriteAt(offset, bytes);
   };
-  Result<SlotFileWriter> writer = SlotFileWriter::Start(*slot_layout_, begun.tokens, write_at);
+  Result<SlotFileWriter> writer =
+      SlotFileWriter::Start(*slot_layout_, begun.tokens, write_at, selection);
   if (!writer.ok()) return writer.status().WithContext(name);
   ChunkBuffers chunk(state_->pipeline->page_bytes());
   for (int first = 0; first < geometry.n_pages; first += kSlotChunkPages) {
@@ -205,7 +207,10 @@ Result<SlotRestoreResult> Scheduler::RestoreSlot(int32_t slot, const fs::path& f
   end->op = SlotJob::Op::kEnd;
   end->slot = slot;
   end->commit = streamed.ok();
-  if (streamed.ok()) end->tokens = streamed->tokens;
+  if (streamed.ok()) {
+    end->tokens = streamed->tokens;
+    end->selection = streamed->selection;
+  }
   Result<SlotJobResult> ended = RunSlotJob(std::move(end));
   if (!streamed.ok()) return streamed.status();
   if (!ended.ok()) return ended.status();
@@ -256,7 +261,8 @@ Result<RestoredSlotFile> Scheduler::StreamRestore(int32_t slot, const fs::path& 
   }
   Status checked = reader->Finish();
   if (!checked.ok()) return checked.WithContext(name);
-  return RestoredSlotFile{std::vector<TokenId>(tokens.begin(), tokens.end()), in->size()};
+  return RestoredSlotFile{std::vector<TokenId>(tokens.begin(), tokens.end()), reader->selection(),
+                          in->size()};
 }
 
 }  // namespace shardlm

@@ -26,6 +26,12 @@ void Answer(SlotJob& job, Result<SlotJobResult> result) { job.done.set_value(std
 }  // namespace
 
 void Scheduler::RetainSequence(SchedulerSlot& slot, const ActiveRequest& request) {
+  if (state_->pager != nullptr && slot.n_committed > 0) {
+    const int slot_idx = int(&slot - state_->slots.data());
+    const int page_tokens = state_->pipeline->allocator().page_tokens();
+    slot.retained_selection =
+        state_->pager->Record(slot_idx, (slot.n_committed + page_tokens - 1) / page_tokens);
+  }
   *slot.retained = std::move(*slot.table);
   slot.retained->Truncate(slot.n_committed);
   slot.retained_tokens.resize(size_t(slot.n_committed));
@@ -38,6 +44,7 @@ void Scheduler::RetainSequence(SchedulerSlot& slot, const ActiveRequest& request
 void Scheduler::DropRetained(SchedulerSlot& slot) {
   slot.retained->Clear();
   slot.retained_tokens.clear();
+  slot.retained_selection.reset();
   slot.retained_fence = 0;
 }
 
@@ -121,6 +128,7 @@ Result<SlotJobResult> Scheduler::BeginSave(SchedulerSlot& slot, int slot_idx) {
   PublishStats();
   SlotJobResult begun;
   begun.tokens = slot.retained_tokens;
+  begun.selection = slot.retained_selection;
   begun.n_tokens = int(begun.tokens.size());
   return begun;
 }
@@ -167,7 +175,7 @@ Result<SlotJobResult> Scheduler::EndTransfer(SchedulerSlot& slot, SlotJob& job) 
           Status(StatusCode::kInternal, fmt::format("{} tokens to commit over {} restored pages",
                                                     job.tokens.size(), slot.transfer.pages.size()));
     } else {
-      CommitRestore(slot, std::move(job.tokens));
+      CommitRestore(slot, std::move(job.tokens), std::move(job.selection));
       ended.n_tokens = int(slot.retained_tokens.size());
     }
   }
@@ -229,17 +237,19 @@ Status Scheduler::StepSlotCopy(SlotCopyTask& task, int& budget) {
 
 // The imported pages become the slot's retained sequence; its full pages join the prefix
 // cache (or are swapped for the cached copy of their block).
-void Scheduler::CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens) {
+void Scheduler::CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens,
+                              std::optional<PageSelection> selection) {
   State& s = *state_;
   DropRetained(slot);
   std::vector<PageId>& pages = slot.transfer.pages;
-  s.prefix_cache->AdoptRestored(tokens, pages);
+  s.prefix_cache->AdoptRestored(tokens, pages, selection ? &*selection : nullptr);
   const int page_tokens = s.pipeline->allocator().page_tokens();
   for (size_t i = 0; i < pages.size(); ++i) {
     const int n = std::min(page_tokens, int(tokens.size()) - int(i) * page_tokens);
     slot.retained->AppendPage(pages[i], n);
   }
   slot.retained_tokens = std::move(tokens);
+  slot.retained_selection = std::move(selection);
   slot.retained_fence = 0;  // nothing in flight writes the imported pages
 }
 

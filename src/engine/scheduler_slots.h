@@ -37,10 +37,12 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/status.h"
 #include "kv/page_pool.h"
+#include "kv/paging.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -59,17 +61,19 @@ inline constexpr int kSlotChunkPages = kSlotPagesPerStep;
 struct SlotJobResult {
   int n_tokens = 0;             // erase: erased; save begin: held; restore kEnd: restored
   std::vector<TokenId> tokens;  // save begin: the retained tokens
+  std::optional<PageSelection> selection;  // save begin: the bounded pool's, if any
 };
 
 struct SlotJob {
   enum class Op { kErase, kSaveBegin, kRestoreBegin, kRestoreAllocate, kCopy, kEnd };
   Op op = Op::kErase;
   int slot = 0;
-  int n_pages = 0;                      // kRestoreAllocate: all; kCopy: this chunk's
-  int first_page = 0;                   // kCopy
-  std::vector<uint8_t*> stage_buffers;  // kCopy: [stage] n_pages pages, back to back
-  bool commit = false;                  // kEnd of a restore: keep the imported sequence
-  std::vector<TokenId> tokens;          // kEnd with commit: the restored tokens
+  int n_pages = 0;                         // kRestoreAllocate: all; kCopy: this chunk's
+  int first_page = 0;                      // kCopy
+  std::vector<uint8_t*> stage_buffers;     // kCopy: [stage] n_pages pages, back to back
+  bool commit = false;                     // kEnd of a restore: keep the imported sequence
+  std::vector<TokenId> tokens;             // kEnd with commit: the restored tokens
+  std::optional<PageSelection> selection;  // kEnd with commit: the file's, if any
   std::promise<Result<SlotJobResult>> done;
 };
 
@@ -83,6 +87,7 @@ struct SlotTransfer {
 // What a restore's caller read from the file, once every byte checked out.
 struct RestoredSlotFile {
   std::vector<TokenId> tokens;
+  std::optional<PageSelection> selection;
   uint64_t n_bytes = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 #include "base/check.h"
 
@@ -70,6 +71,42 @@ std::vector<int32_t> PagesOf(std::span<const std::pair<int32_t, int32_t>> ranges
 }
 
 }  // namespace
+
+void Pager::BeginSequence(int slot, const PageSelection* from, int n_pages) {
+  SlotPages& s = slots_[slot];
+  const int recorded = from == nullptr ? 0 : std::min(from->n_pages(), n_pages);
+  constexpr float kUnscored = -std::numeric_limits<float>::infinity();
+  s.scores.assign(size_t(n_pages), kUnscored);
+  s.last_use.assign(size_t(n_pages), 0);
+  // Recency stamps above every stamp given so far, in the record's order, then the pages
+  // past the record in position order.
+  for (int i = 0; i < n_pages; ++i) {
+    const uint64_t rank = i < recorded ? uint64_t(from->recency[i]) : uint64_t(i);
+    s.last_use[i] = clock_ + 1 + rank;
+    if (i < recorded) s.scores[i] = from->scores[i];
+  }
+  clock_ += uint64_t(std::max(n_pages, recorded)) + 1;
+  s.fresh_scores = false;
+  s.adopting = true;
+  s.decodes_since_scores = std::numeric_limits<int>::max() / 2;
+}
+
+PageSelection Pager::Record(int slot, int n_pages) const {
+  const SlotPages& s = slots_[slot];
+  PageSelection record;
+  record.scores.assign(size_t(n_pages), -std::numeric_limits<float>::infinity());
+  std::vector<int32_t> order(static_cast<size_t>(n_pages));
+  for (int i = 0; i < n_pages; ++i) {
+    order[i] = i;
+    if (i < int(s.scores.size())) record.scores[i] = s.scores[i];
+  }
+  auto stamp = [&](int32_t i) { return i < int(s.last_use.size()) ? s.last_use[i] : 0; };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return stamp(a) < stamp(b); });
+  record.recency.assign(size_t(n_pages), 0);
+  for (int r = 0; r < n_pages; ++r) record.recency[order[r]] = r;
+  return record;
+}
 
 void Pager::SetPins(int slot, std::span<const std::pair<int32_t, int32_t>> ranges) {
   slots_[slot].pinned = PagesOf(ranges, config_.page_tokens);
@@ -146,6 +183,7 @@ Status Pager::Prepare(int slot, std::span<const PageId> pages, int begin, int en
     const int i = s.attended[k];
     if (i < n && pages[i] == s.ids[k]) need_[i] |= 4;
   }
+  const bool adopting = std::exchange(s.adopting, false);
   if (n <= pool_pages_) {
     for (int i = 0; i < n; ++i) need_[i] |= 1;
   } else {
@@ -166,8 +204,9 @@ Status Pager::Prepare(int slot, std::span<const PageId> pages, int begin, int en
     std::vector<int32_t>& candidates = candidates_;
     candidates.clear();
     const bool reselect = config_.pool.select == PageSelect::kQk && s.fresh_scores;
+    const bool choose_all = reselect || adopting;
     for (int i = 0; i < n; ++i) {
-      if ((need_[i] & 1) == 0 && (reselect || (need_[i] & 4) != 0)) candidates.push_back(i);
+      if ((need_[i] & 1) == 0 && (choose_all || (need_[i] & 4) != 0)) candidates.push_back(i);
     }
     constexpr float kInf = std::numeric_limits<float>::infinity();
     // Higher keeps: the score (unscored pages, newer than the last scoring, rank above every

@@ -20,6 +20,11 @@
 // with the lowest score (unscored pages rank by recency), so prefill through the pool keeps
 // a sink and a window.
 //
+// Sequences: a slot's new sequence forgets the last one's scores and recency
+// (BeginSequence). A sequence that continues cached tokens (a prefix-cache hit, a restored
+// slot, a restarted server) starts from the PageSelection recorded for them (Record, kept
+// by the prefix cache, its disk tier and slot files), so its first choice is the same
+// whichever slot it lands in and whether or not the server restarted in between.
 // Determinism: every decision is made here, on the engine thread, from the batches and the
 // scores, never from timing, thread counts or the split; every stage applies the same ops.
 //
@@ -100,6 +105,14 @@ class Pager {
   void SetPins(int slot, std::span<const std::pair<int32_t, int32_t>> ranges);
   // Pages `ranges` pin: what a request's pins cost its pool.
   int PinnedPages(std::span<const std::pair<int32_t, int32_t>> ranges) const;
+  // A new sequence of n_pages pages (its prefix so far) in the slot: forgets the last one's
+  // scores and recency. `from` (may be null): the selection recorded for the tokens it
+  // continues (its first pages). The next Prepare past the pool chooses among all the
+  // sequence's pages by the adopted scores, then recency (pages past the record count as
+  // the newest), then position.
+  void BeginSequence(int slot, const PageSelection* from, int n_pages);
+  // The slot's selection of its first n_pages pages, for BeginSequence.
+  PageSelection Record(int slot, int n_pages) const;
   // Most positions slot may write from `begin` in one batch so that the sink, the tail and
   // the written pages fit its pool (unbounded while the context fits: returns `wanted`).
   int MaxWrite(int slot, int begin, int wanted) const;
@@ -133,6 +146,7 @@ class Pager {
     std::vector<uint64_t> last_use;  // [logical page] stamp of the last write or page-in
     std::vector<float> scores;       // [logical page] latest scores
     bool fresh_scores = false;
+    bool adopting = false;  // the next Prepare chooses among all pages (BeginSequence)
     int decodes_since_scores = std::numeric_limits<int>::max() / 2;
   };
   explicit Pager(const PagerConfig& config);

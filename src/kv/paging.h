@@ -8,6 +8,9 @@
 // the whole pipeline, which pages sit in which frame, so every stage, local or remote,
 // holds the same pages resident and a sequence reads the same KV whatever the split.
 //
+// PageSelection is the pager's memory of a sequence's pages, which the prefix cache, its
+// disk tier and slot files keep beside the pages.
+//
 // Goals: plain values that the pipeline copies and the shard protocol puts on the wire.
 // Non-goals: deciding (the pager), storing (PageResidency).
 //
@@ -57,5 +60,22 @@ struct PagingOps {
 // a batch. An empty list means every page: the unbounded case, and a pooled sequence whose
 // context still fits its pool.
 using AttendedPages = std::span<const int32_t>;
+
+// What the pager knew of a sequence's pages at one moment (Pager::Record). A later sequence
+// that continues the same tokens (a prefix-cache hit, a restored slot, a restarted server)
+// starts from it (Pager::BeginSequence), so its first choice of resident pages depends on
+// the tokens it continues, never on the slot it lands in or on a restart between the two.
+struct PageSelection {
+  std::vector<float> scores;     // [logical page] latest qk score; -inf: unscored
+  std::vector<int32_t> recency;  // [logical page] order of the last write or page-in, 0 oldest
+  int n_pages() const { return int(scores.size()); }
+  // Keeps the first n pages (ranks stay in order: only their relative order is used).
+  void Truncate(int n) {
+    if (n >= n_pages()) return;
+    scores.resize(size_t(n));
+    recency.resize(size_t(n));
+  }
+  friend bool operator==(const PageSelection&, const PageSelection&) = default;
+};
 
 }  // namespace shardlm

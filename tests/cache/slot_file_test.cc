@@ -1,13 +1,15 @@
 // Slot files (slot_file.h): a round trip keeps tokens and every stage's pages; every
 // truncation, every flipped byte, trailing bytes, a missing or extra section, a cache block
 // file and a file saved under another model, split, page size or KV type are InvalidData
-// errors; the size formula is exact.
+// errors; the size formula is exact; a bounded pool's page selection travels with the
+// sequence and a bad one is refused.
 #include "cache/slot_file.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,45 @@ TEST(SlotFile, RoundTripKeepsTokensAndEveryStagesPages) {
     EXPECT_TRUE(Same(image->stage_pages[0], seq.pages[0]));
     EXPECT_TRUE(Same(image->stage_pages[1], seq.pages[1]));
   }
+}
+
+TEST(SlotFile, APageSelectionTravelsWithTheSequence) {
+  const SnapshotLayout layout = SmallLayout();
+  const Sequence seq(7);  // 4 pages
+  PageSelection selection;
+  selection.scores = {-1.5f, -std::numeric_limits<float>::infinity(), 0.0f, -3.0f};
+  selection.recency = {2, 0, 3, 1};
+  const auto views = seq.Views();
+  auto file = EncodeSlotFile(layout, seq.tokens, views, &selection);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_EQ(file->size(), SlotFileBytes(layout, 7, true));
+  auto image = DecodeSlotFile(*file, layout);
+  ASSERT_TRUE(image.ok()) << image.status().message();
+  ASSERT_TRUE(image->selection.has_value());
+  EXPECT_EQ(*image->selection, selection);
+  EXPECT_EQ(image->tokens, seq.tokens);
+  EXPECT_TRUE(Same(image->stage_pages[1], seq.pages[1]));
+  EXPECT_FALSE(DecodeSlotFile(Encode(layout, seq), layout)->selection.has_value());
+  // Every flipped byte of the selection's part is detected.
+  const size_t first = SlotFileGeometryOf(layout, 7, true)->descriptor_offset[1];
+  for (size_t i = first; i < first + kSectionDescriptorBytes + 32; ++i) {
+    std::vector<uint8_t> bad = *file;
+    bad[i] ^= 0x10;
+    EXPECT_EQ(DecodeSlotFile(bad, layout).status().code(), StatusCode::kInvalidData) << i;
+  }
+  // A selection that does not cover the sequence, or with a rank out of range, is refused.
+  PageSelection short_one = selection;
+  short_one.Truncate(3);
+  EXPECT_EQ(EncodeSlotFile(layout, seq.tokens, views, &short_one).status().code(),
+            StatusCode::kInvalidArgument);
+  PageSelection bad_rank = selection;
+  bad_rank.recency[2] = 4;
+  auto bad_file = EncodeSlotFile(layout, seq.tokens, views, &bad_rank);
+  ASSERT_TRUE(bad_file.ok());
+  auto refused = DecodeSlotFile(*bad_file, layout);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidData);
+  EXPECT_NE(refused.status().message().find("rank 4"), std::string::npos)
+      << refused.status().message();
 }
 
 TEST(SlotFile, EveryTruncationAndTrailingBytesAreErrors) {

@@ -5,7 +5,9 @@
 // pool; two servers started alike (one with its tier in a file, one with a layer split
 // through a `shardlm shard` daemon) give the same text; /props states the pool and
 // /metrics counts the pages each stage moved; the tier file lives in the folder given and
-// is gone when the server stops. Every wait is bounded.
+// is gone when the server stops; a conversation past the pool continues with the same text
+// after a restart on the disk cache, after a slot save and restore, and through a restarted
+// remote stage, computing only the new tokens. Every wait is bounded.
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
@@ -14,6 +16,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
+import { complete, metric, tokenize } from './client.js';
+import { floorPage, stop } from './disk_tier.js';
 import { binary, cleanUp, fixtures, skipReason, startServer, startShard } from './harness.js';
 
 const model = path.join(fixtures, 'stories260K.gguf');
@@ -92,4 +96,67 @@ test('a pool below its floor is refused at start, naming the sizes', { skip }, a
     startServer(binary, model, ['-c', '4096', '--kv-pool', '64', '--kv-sink', '64',
       '--kv-tail', '256'], 20_000),
     /--kv-pool 64 .*at least 7 pages/s);
+});
+
+test('a conversation past the pool continues the same after a restart, a slot restore and ' +
+  'through a remote stage', { skip, timeout: kTestTimeout }, async (t) => {
+  // Turn 1 is many pools long; turn 2 extends it, so its cached prefix is turn 1's full pages.
+  const a = await startServer(binary, model, kPoolArgs);
+  let t1 = await tokenize(a, story.repeat(30));
+  t1 = t1.slice(0, floorPage(t1.length - 10) + 10);
+  const more = (await tokenize(a, ' The cat sat on the mat.')).slice(1);  // no BOS
+  const t2 = [...t1, ...more];
+  const cached2 = floorPage(t1.length);
+  assert.ok(t1.length > 1500, `turn 1 has ${t1.length} tokens`);
+  await complete(a, t1, 24);
+  const want = await complete(a, t2, 24);
+  assert.equal(want.usage.prompt_tokens_details.cached_tokens, cached2, 'never restarted');
+  await a.kill();
+
+  // Turn 1, a restart on the same cache folder, turn 2.
+  const cacheArgs = [...kPoolArgs, '--kv-cache-dir', path.join(tmp, 'cache')];
+  let server = await startServer(binary, model, cacheArgs);
+  await complete(server, t1, 24);
+  await stop(server);
+  server = await startServer(binary, model, cacheArgs);
+  const restarted = await complete(server, t2, 24);
+  assert.equal(restarted.text, want.text, 'restarted on the disk cache');
+  assert.equal(restarted.usage.prompt_tokens_details.cached_tokens, cached2);
+  assert.equal(await metric(server, 'prompt_tokens_disk_total'), cached2);
+  await stop(server);
+
+  // Turn 1 saved from its slot, a restart, the slot restored, turn 2.
+  const slotArgs = [...kPoolArgs, '--slot-save-path', path.join(tmp, 'slots')];
+  server = await startServer(binary, model, slotArgs);
+  await complete(server, t1, 24);
+  const post = (action) => fetch(`${server.base}/slots/0?action=${action}`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ filename: 'conversation' }),
+  });
+  assert.equal((await post('save')).status, 200);
+  await stop(server);
+  server = await startServer(binary, model, slotArgs);
+  assert.equal((await post('restore')).status, 200);
+  const restored = await complete(server, t2, 24);
+  assert.equal(restored.text, want.text, 'restored from a slot file');
+  assert.equal(restored.usage.prompt_tokens_details.cached_tokens, cached2);
+  await stop(server);
+
+  // A local + remote split on a cache folder of its own: both processes restart.
+  const socket = path.join(tmp, 'turns.sock');
+  const splitArgs = [...kPoolArgs, '--kv-cache-dir', path.join(tmp, 'split-cache'), '--devices',
+    `cpu,unix:${socket}`, '--layer-split', '2,3'];
+  let shard = await startShard(binary, socket, 1);
+  server = await startServer(binary, model, splitArgs);
+  await complete(server, t1, 24);
+  await stop(server);
+  await shard.kill();
+  shard = await startShard(binary, socket, 1);
+  server = await startServer(binary, model, splitArgs);
+  const split = await complete(server, t2, 24);
+  assert.equal(split.text, want.text, 'through a restarted remote stage');
+  assert.equal(split.usage.prompt_tokens_details.cached_tokens, cached2);
+  t.diagnostic(`turn 2: ${t2.length} tokens, ${cached2} cached, pool of 256 positions`);
+  await stop(server);
+  await shard.kill();
 });

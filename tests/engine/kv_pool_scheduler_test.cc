@@ -1,9 +1,11 @@
 // Bounded KV residency through the engine: a context that fits its pool is bitwise the
 // unbounded output; past the pool, a long story through a pool of a few pages gives the same
 // tokens and logits on every thread count, local split and tier (RAM or file), with both page
-// selections; the moves show in the stage stats; a pool below its floor is refused.
+// selections; the moves show in the stage stats; a pool below its floor is refused; a
+// conversation past the pool continues the same after a restart or a slot restore.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -150,6 +152,98 @@ TEST(KvPoolSchedulerTest, APoolBelowItsFloorIsRefusedNamingTheSizes) {
       << scheduler.status().message();
   // A pool that holds the whole context bounds nothing: the unbounded engine.
   EXPECT_FALSE(PoolOptions(4096, PageSelect::kQk).bounded_kv());
+}
+
+// Turn 1 (1200 prompt tokens, 40 generated, greedy) through a 128-position pool; turn 2
+// continues it with a few more tokens and samples 40 with a seed.
+struct Conversation {
+  std::vector<TokenId> turn1;
+  std::vector<TokenId> turn2;  // filled from turn 1's reply
+  static constexpr int kTurn1Generated = 40;
+  // Turn 1's positions with KV (its last token was never fed), in full pages.
+  static int Turn2Cached() {
+    return (1200 + kTurn1Generated - 1) / util::kPageTokens * util::kPageTokens;
+  }
+};
+
+SchedulerOptions ConversationOptions(const std::filesystem::path& cache_dir, PageSelect select) {
+  SchedulerOptions options = PoolOptions(128, select);
+  options.prefix_cache = true;
+  options.kv_cache_dir = cache_dir.string();
+  return options;
+}
+
+// The pool's choice of pages is kept with the cached prefix (memory, disk and slot files),
+// so turn 2 starts from the same resident pages whichever way turn 1 reached it. Without
+// that a restarted server would begin turn 2 from no choice at all and answer differently.
+TEST(KvPoolSchedulerTest, ANextTurnPastThePoolIsTheSameAfterARestartOrASlotRestore) {
+  SHARDLM_REQUIRE_FIXTURES();
+  TempDir dir("kv_pool_turns");
+  for (const char* file : {util::kStories, util::kQwen}) {
+    for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
+      for (bool remote : {false, true}) {
+        SCOPED_TRACE(std::string(file) + " " + PageSelectName(select) +
+                     (remote ? " remote stage" : ""));
+        const std::string tag = std::string(PageSelectName(select)) + (remote ? "_remote" : "") +
+                                std::filesystem::path(file).stem().string();
+        const std::filesystem::path cache_dir = dir.path() / ("cache_" + tag);
+        std::filesystem::create_directories(cache_dir);
+        std::unique_ptr<util::ServiceThread> daemon;
+        SchedulerOptions options = ConversationOptions(cache_dir, select);
+        if (remote) {
+          daemon = std::make_unique<util::ServiceThread>(dir.File("shard_" + tag + ".sock"));
+          ASSERT_TRUE(daemon->ok());
+          options = util::WithRemoteStage(options, dir.File("shard_" + tag + ".sock"));
+        }
+        const std::filesystem::path slot_file = dir.path() / ("slot_" + tag);
+        SchedulerOptions no_disk = options;
+        no_disk.kv_cache_dir.clear();
+        Conversation talk;
+        talk.turn1 = util::StoryTokens(file, 1200, util::kLongText);
+        auto run_turn1 = [&](Scheduler& scheduler) {
+          auto reply =
+              util::RunOne(scheduler, util::Request(talk.turn1, Conversation::kTurn1Generated));
+          EXPECT_EQ(reply->finish.reason, FinishReason::kLength);
+          talk.turn2 = util::Concat(util::Concat(talk.turn1, reply->ids),
+                                    util::Encode(file, " The cat sat on the mat.", false));
+        };
+        // Never restarted: turn 1, then turn 2 on the same server.
+        std::unique_ptr<util::Collector> want;
+        {
+          auto running = util::MakeScheduler(file, no_disk);
+          ASSERT_TRUE(running);
+          run_turn1(*running);
+          Result<SlotSaveResult> saved = running->SaveSlot(0, slot_file);
+          ASSERT_TRUE(saved.ok()) << saved.status().message();
+          want = util::RunOne(*running, util::Request(talk.turn2, 40, 3));
+          EXPECT_EQ(want->finish.usage.cached_tokens, Conversation::Turn2Cached());
+          if (select == PageSelect::kQk) {
+            EXPECT_GT(running->Stats().kv_pool_reselects, 0);
+          }
+        }
+        // Turn 1, a restart on the disk cache, turn 2: it prefills only its new tokens.
+        {
+          auto first = util::MakeScheduler(file, options);
+          ASSERT_TRUE(first);
+          run_turn1(*first);
+        }
+        auto restarted = util::MakeScheduler(file, options);
+        ASSERT_TRUE(restarted);
+        auto got = util::RunOne(*restarted, util::Request(talk.turn2, 40, 3));
+        EXPECT_EQ(got->finish.usage.cached_disk_tokens, Conversation::Turn2Cached());
+        util::ExpectSameOutput(*got, *want);
+        restarted.reset();
+        // Turn 1 restored from the slot file on a server without a disk cache.
+        auto restored = util::MakeScheduler(file, no_disk);
+        ASSERT_TRUE(restored);
+        Result<SlotRestoreResult> read = restored->RestoreSlot(0, slot_file);
+        ASSERT_TRUE(read.ok()) << read.status().message();
+        auto again = util::RunOne(*restored, util::Request(talk.turn2, 40, 3));
+        EXPECT_EQ(again->finish.usage.cached_tokens, Conversation::Turn2Cached());
+        util::ExpectSameOutput(*again, *want);
+      }
+    }
+  }
 }
 
 }  // namespace kv_pool_scheduler_test

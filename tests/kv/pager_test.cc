@@ -1,7 +1,8 @@
 // Pager: while a context fits its pool every page is read; past it a slot keeps its sink,
 // its tail and its writes resident, never more than its pool, and the rest by score (qk)
 // or recency (lru); frames never run out; freed pages leave every set; a pool below the
-// floor is refused naming the sizes.
+// floor is refused naming the sizes; a sequence that continues a recorded one starts from
+// its selection whichever slot it lands in.
 #include "kv/pager.h"
 
 #include <gtest/gtest.h>
@@ -139,6 +140,48 @@ TEST(Pager, QkReselectsTheBestScoredPagesFromTheTier) {
   EXPECT_FALSE(pager->WantsScores(0, 20, false));
   EXPECT_FALSE(pager->WantsScores(0, 20, false));
   EXPECT_TRUE(pager->WantsScores(0, 20, false));
+}
+
+// Slot 0 reaches a selection; its record, adopted by a sequence over the same pages in slot 1
+// (whose last sequence left other pages resident) or in slot 0 again, gives the same choice.
+TEST(Pager, ARecordedSelectionIsAdoptedTheSameInEverySlot) {
+  for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
+    SCOPED_TRACE(PageSelectName(select));
+    auto pager = MakePager(Config(24, select));  // 6 pages
+    const std::vector<PageId> pages = Pages(0, 20);
+    pager->BeginSequence(0, nullptr, 0);
+    for (int position = 0; position < 79;) {
+      const int n = pager->MaxWrite(0, position, 79 - position);
+      const size_t n_pages = size_t((position + n + 3) / 4);
+      ASSERT_TRUE(pager->Prepare(0, std::span(pages).first(n_pages), position, position + n).ok());
+      position += n;
+    }
+    std::vector<float> scores(20, -5.0f);
+    scores[7] = -0.5f;
+    scores[3] = -1.0f;
+    if (select == PageSelect::kQk) pager->SetScores(0, scores);
+    const PageSelection record = pager->Record(0, 19);  // the full pages
+    ASSERT_EQ(record.n_pages(), 19);
+    // Slot 1 held another sequence (pages 100..105) before.
+    pager->BeginSequence(1, nullptr, 0);
+    ASSERT_TRUE(pager->Prepare(1, Pages(100, 6), 0, 24).ok());
+    std::vector<std::vector<int32_t>> chosen;
+    for (int slot : {1, 0}) {
+      pager->BeginSequence(slot, &record, 20);
+      ASSERT_TRUE(pager->Prepare(slot, pages, 79, 80).ok());
+      chosen.push_back(Attended(*pager, slot));
+    }
+    EXPECT_EQ(chosen[0], chosen[1]);
+    if (select == PageSelect::kQk) {
+      EXPECT_EQ(chosen[0], (std::vector<int32_t>{0, 3, 7, 17, 18, 19}));
+    } else {
+      EXPECT_EQ(chosen[0], (std::vector<int32_t>{0, 15, 16, 17, 18, 19}));
+    }
+    // Without a record the choice is by position: also the same in every slot.
+    pager->BeginSequence(1, nullptr, 20);
+    ASSERT_TRUE(pager->Prepare(1, pages, 79, 80).ok());
+    EXPECT_EQ(Attended(*pager, 1), (std::vector<int32_t>{0, 15, 16, 17, 18, 19}));
+  }
 }
 
 TEST(Pager, SharedPagesTakeOneFrameAndFreedPagesLeaveEverySet) {
