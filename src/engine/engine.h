@@ -85,6 +85,7 @@ struct RequestUsage {
   int32_t completion_tokens = 0;   // sampled tokens, a final EOG token included
   int32_t cached_tokens = 0;       // prompt tokens served from the prefix cache
   int32_t cached_disk_tokens = 0;  // of cached_tokens, read from the disk tier
+  int64_t kv_page_ins = 0;         // pages a bounded KV pool read back from its tier for it
   double queue_ms = 0;             // submit → first scheduled
   double prefill_ms = 0;           // first scheduled → first token
   double decode_ms = 0;            // first token → finish
@@ -146,7 +147,8 @@ struct EngineStats {
   int64_t kv_pool_reselects = 0;
   int64_t kv_pool_pages_mapped = 0;
   int64_t kv_pool_pages_evicted = 0;
-  int64_t kv_pool_pinned_pages = 0;  // pinned now by the slots' requests (EngineRequest::pins)
+  int64_t kv_pool_pinned_pages = 0;   // pinned now by the slots' requests (EngineRequest::pins)
+  double kv_pool_select_seconds = 0;  // the engine choosing resident pages (not the scoring)
   // Disk tier (zero without --kv-cache-dir): snapshot bytes read and written, files and
   // bytes on disk now, files evicted for the budget, files that failed validation (deleted)
   // or a stage check, failed and dropped writes, pages whose export failed (a stage down).

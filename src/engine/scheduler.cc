@@ -566,6 +566,7 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   // Pages go back to the allocator before anyone hears of the finish, but those of the
   // committed positions, which the slot retains. A batch still in flight may write them:
   // every later batch that reuses them runs after it in every stage (a save waits for it).
+  if (s.pager != nullptr) request->SetPageIns(int64_t(s.pager->page_ins(slot_idx)));
   if (reason == FinishReason::kError) {
     slot.table->Clear();
   } else {
@@ -633,6 +634,7 @@ void Scheduler::PublishStats() {
     stats_.kv_pool_pages_mapped = int64_t(pager.pages_mapped);
     stats_.kv_pool_pages_evicted = int64_t(pager.pages_evicted);
     stats_.kv_pool_pinned_pages = pager.pinned_pages;
+    stats_.kv_pool_select_seconds = pager.select_seconds;
   }
 }
 

@@ -154,6 +154,7 @@ RequestUsage ActiveRequest::Usage(SchedulerClock::time_point now) const {
   usage.completion_tokens = n_generated_;
   usage.cached_tokens = n_cached_;
   usage.cached_disk_tokens = n_cached_disk_;
+  usage.kv_page_ins = page_ins_;
   const SchedulerClock::time_point admitted = admitted_.value_or(now);
   usage.queue_ms = Ms(submitted_, admitted);
   const SchedulerClock::time_point first = first_token_.value_or(now);
@@ -183,11 +184,12 @@ void ActiveRequest::Log(const FinishEvent& event) const {
   std::fprintf(stderr,
                "request id=%" PRIu64
                " finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d"
-               " cached_disk=%d queue_ms=%.1f prefill_ms=%.1f decode_ms=%.1f ttft_ms=%.1f "
+               " cached_disk=%d kv_page_ins=%" PRId64
+               " queue_ms=%.1f prefill_ms=%.1f decode_ms=%.1f ttft_ms=%.1f "
                "decode_tok_s=%.2f%s%s%s\n",
                id_, FinishReasonName(event.reason), u.prompt_tokens, u.completion_tokens,
-               u.cached_tokens, u.cached_disk_tokens, u.queue_ms, u.prefill_ms, u.decode_ms,
-               ttft_ms, decode_tps, event.error.ok() ? "" : " error=\"",
+               u.cached_tokens, u.cached_disk_tokens, u.kv_page_ins, u.queue_ms, u.prefill_ms,
+               u.decode_ms, ttft_ms, decode_tps, event.error.ok() ? "" : " error=\"",
                event.error.message().c_str(), event.error.ok() ? "" : "\"");
 }
 

@@ -78,6 +78,8 @@ class ActiveRequest {
   // prefill); n < n_prompt(), so the last prompt token is always computed. `n_disk` of them
   // were read from the disk tier.
   void SetCached(int n, int n_disk = 0);
+  // Pages a bounded KV pool read back from its tier for this request (its usage).
+  void SetPageIns(int64_t n) { page_ins_ = n; }
 
   // Positions [0, n_written) hold KV, n_written <= n_prompt(): tells on_prefill.
   void OnPrefilled(int n_written) const;
@@ -120,6 +122,7 @@ class ActiveRequest {
   int n_generated_ = 0;
   int n_cached_ = 0;
   int n_cached_disk_ = 0;
+  int64_t page_ins_ = 0;
   std::vector<TokenId> generated_;  // every sampled token, in order
   TokenId last_token_ = -1;
   SchedulerClock::time_point submitted_;

@@ -2,6 +2,7 @@
 #include "kv/pager.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -88,6 +89,7 @@ void Pager::BeginSequence(int slot, const PageSelection* from, int n_pages) {
   clock_ += uint64_t(std::max(n_pages, recorded)) + 1;
   s.fresh_scores = false;
   s.adopting = true;
+  s.page_ins = 0;
   s.decodes_since_scores = std::numeric_limits<int>::max() / 2;
 }
 
@@ -149,14 +151,15 @@ void Pager::Required(int begin, int end, int n_pages, std::vector<uint8_t>* need
   if (end > begin) mark(begin / pt, (end - 1) / pt);
 }
 
-void Pager::Ref(PageId page) {
-  if (refs_[page]++ > 0) return;
+bool Pager::Ref(PageId page) {
+  if (refs_[page]++ > 0) return false;
   SHARDLM_CHECK_MSG(!free_frames_.empty(), "KV pool: no free frame for page %d", page);
   const PageId frame = free_frames_.back();
   free_frames_.pop_back();
   frame_of_[page] = frame;
   pending_.maps.push_back({page, frame});
   ++stats_.pages_mapped;
+  return true;
 }
 
 void Pager::Unref(PageId page) {
@@ -169,6 +172,7 @@ void Pager::Unref(PageId page) {
 }
 
 Status Pager::Prepare(int slot, std::span<const PageId> pages, int begin, int end) {
+  const auto started = std::chrono::steady_clock::now();
   SlotPages& s = slots_[slot];
   const int n = int(pages.size());
   const int pt = config_.page_tokens;
@@ -235,12 +239,14 @@ Status Pager::Prepare(int slot, std::span<const PageId> pages, int begin, int en
   for (int i = 0; i < n; ++i) {
     if ((need_[i] & 3) == 0) continue;
     if ((need_[i] & 4) == 0) {
-      Ref(pages[i]);
+      if (Ref(pages[i]) && i * pt < begin) ++s.page_ins;
       s.last_use[i] = std::max(s.last_use[i], ++clock_);
     }
     s.attended.push_back(i);
     s.ids.push_back(pages[i]);
   }
+  stats_.select_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return Status::Ok();
 }
 

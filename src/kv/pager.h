@@ -88,7 +88,8 @@ struct PagerStats {
   uint64_t pages_mapped = 0;   // maps asked of the stages
   uint64_t pages_evicted = 0;  // evictions asked of the stages
   int frames_used = 0;
-  int pinned_pages = 0;  // pinned by the slots' requests now
+  int pinned_pages = 0;       // pinned by the slots' requests now
+  double select_seconds = 0;  // in Prepare: choosing pages and the moves
 };
 
 class Pager {
@@ -120,6 +121,9 @@ class Pager {
   // with those pages allocated): chooses the slot's resident pages and appends the moves to
   // the pending ops. Errors: the write does not fit the pool (OutOfRange, sizes named).
   Status Prepare(int slot, std::span<const PageId> pages, int begin, int end);
+  // Pages of the slot's sequence mapped back from the tier since BeginSequence (pages that
+  // held KV already: a page first written by the batch is no page-in).
+  uint64_t page_ins(int slot) const { return slots_[slot].page_ins; }
   // The slot's attended logical pages (ascending), as of its last Prepare.
   AttendedPages attended(int slot) const { return slots_[slot].attended; }
   // Whether the slot's next entry, at a context of n_pages pages, should ask for page scores:
@@ -147,10 +151,12 @@ class Pager {
     std::vector<float> scores;       // [logical page] latest scores
     bool fresh_scores = false;
     bool adopting = false;  // the next Prepare chooses among all pages (BeginSequence)
+    uint64_t page_ins = 0;
     int decodes_since_scores = std::numeric_limits<int>::max() / 2;
   };
   explicit Pager(const PagerConfig& config);
-  void Ref(PageId page);
+  // True when the page had no frame and was mapped.
+  bool Ref(PageId page);
   void Unref(PageId page);
   // Logical pages that must be resident for a write of [begin, end) on `n_pages` pages.
   void Required(int begin, int end, int n_pages, std::vector<uint8_t>* need) const;

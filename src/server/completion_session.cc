@@ -173,10 +173,11 @@ void CompletionSession::LogFinish(const FinishEvent& fin) {
   double tps = u.decode_ms > 0 ? (u.completion_tokens - 1) * 1000.0 / u.decode_ms : 0.0;
   log_(fmt::format(
            "request id={} endpoint={} finish={} prompt_tokens={} cached_tokens={} "
-           "cached_disk={} completion_tokens={} ttft_ms={:.1f} decode_tok_s={:.1f} total_ms={:.1f}",
+           "cached_disk={} kv_page_ins={} completion_tokens={} ttft_ms={:.1f} decode_tok_s={:.1f} "
+           "total_ms={:.1f}",
            formatter_->meta().id, EndpointName(request_.endpoint), FinishReasonName(fin.reason),
-           u.prompt_tokens, u.cached_tokens, u.cached_disk_tokens, u.completion_tokens, ttft,
-           tps < 0 ? 0.0 : tps, MsSince(start_)) +
+           u.prompt_tokens, u.cached_tokens, u.cached_disk_tokens, u.kv_page_ins,
+           u.completion_tokens, ttft, tps < 0 ? 0.0 : tps, MsSince(start_)) +
        (fin.reason == FinishReason::kError ? " error=\"" + fin.error.message() + "\"" : ""));
 }
 

@@ -555,6 +555,10 @@ void HttpServer::Impl::HandleMetrics(Reply& res) {
   metric("kv_pool_pinned_pages", "gauge",
          "KV pages running requests pin resident (the pin extension field, --kv-pool).",
          s.kv_pool_pinned_pages);
+  metric("kv_pool_select_seconds_total", "counter",
+         "Seconds the engine spent choosing resident KV pages and their moves (--kv-pool; the "
+         "page scoring runs in the stages' forward passes).",
+         s.kv_pool_select_seconds);
   metric("prefix_cache_pages", "gauge", "KV pages held by the prefix cache.", s.prefix_cache_pages);
   metric("prefix_cache_evicted_pages_total", "counter", "Cached pages evicted to make room.",
          s.prefix_cache_evicted_pages);

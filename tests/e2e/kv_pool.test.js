@@ -67,6 +67,10 @@ test('a context many times the pool is served the same through a file tier and a
     assert.ok(outs && Number(outs[1]) > 0, metrics);
     assert.match(metrics, /^shardlm_stage_kv_resident_pages\{stage="0"[^}]*\} 4$/m);
     assert.match(metrics, /^shardlm_kv_pool_reselects_total [1-9]/m);
+    assert.match(metrics, /^shardlm_kv_pool_select_seconds_total [0-9.e-]+$/m);
+    // The request's log line counts the pages read back for it.
+    const line = ram.log().split('\n').find((l) => l.includes('request id='));
+    assert.match(line ?? '', / kv_page_ins=[1-9]\d* /, ram.log());
     // The pin extension field: this pool has no room beside its sink, tail and writes.
     await assert.rejects(clientOf(ram).completions.create({ ...request, pin: [[0, 64]] }),
       (err) => err.status === 400 && /pins: 1 pinned pages/.test(err.message));

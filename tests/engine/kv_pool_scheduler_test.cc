@@ -109,6 +109,10 @@ TEST(KvPoolSchedulerTest, TheStagesHoldThePoolAndMovePagesThroughTheTier) {
   EXPECT_GT(stats[0].paging.page_outs, 0u);
   EXPECT_GT(stats[0].paging.tier_pages, 0);
   EXPECT_GT(stats[0].paging.bytes_paged, 0u);
+  // The request's own page-ins (its usage and log line): reselections brought pages back.
+  EXPECT_GT(run->finish.usage.kv_page_ins, 0);
+  EXPECT_LE(uint64_t(run->finish.usage.kv_page_ins), stats[0].paging.page_ins);
+  EXPECT_GT(scheduler->Stats().kv_pool_select_seconds, 0.0);
   // The stage's memory is its 8 frames, not the context's 256 pages.
   auto unbounded = util::MakeScheduler(util::kStories, util::TestOptions(1, 4096, 64));
   ASSERT_TRUE(unbounded);
