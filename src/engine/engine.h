@@ -62,6 +62,10 @@ struct EngineRequest {
   // Bounded KV pool (kv/pager.h): position ranges [begin, end) whose pages stay resident
   // while the request runs, beside the sink and the tail (ignored without a pool).
   std::vector<std::pair<int32_t, int32_t>> pins;
+  // Positions [0, pin_prefix) hold what the client resends every turn (a chat's system
+  // prompt and tool definitions): pinned too, as far as the pool has room beside the sink,
+  // the tail and `pins` (never an error; usage.kv_pins says what was pinned).
+  int32_t pin_prefix = 0;
 };
 
 // One generated token. `text` is the UTF-8 text this token completes (may be ""), with
@@ -86,9 +90,11 @@ struct RequestUsage {
   int32_t cached_tokens = 0;       // prompt tokens served from the prefix cache
   int32_t cached_disk_tokens = 0;  // of cached_tokens, read from the disk tier
   int64_t kv_page_ins = 0;         // pages a bounded KV pool read back from its tier for it
-  double queue_ms = 0;             // submit → first scheduled
-  double prefill_ms = 0;           // first scheduled → first token
-  double decode_ms = 0;            // first token → finish
+  // The position ranges a bounded KV pool kept resident for it (pins and pin_prefix).
+  std::vector<std::pair<int32_t, int32_t>> kv_pins;
+  double queue_ms = 0;    // submit → first scheduled
+  double prefill_ms = 0;  // first scheduled → first token
+  double decode_ms = 0;   // first token → finish
 };
 
 struct FinishEvent {

@@ -269,6 +269,9 @@ Status Scheduler::CheckRequest(const EngineRequest& request) const {
     return InvalidArgument("max_tokens must be >= 0 (or -1 for no limit), got {}",
                            request.max_tokens);
   }
+  if (request.pin_prefix < 0) {
+    return InvalidArgument("pin_prefix {} is negative", request.pin_prefix);
+  }
   for (const auto& [begin, end] : request.pins) {
     if (begin < 0 || begin >= end || end > options_.n_ctx) {
       return InvalidArgument("pin [{}, {}) is not a range of positions inside [0, {})", begin, end,
@@ -502,7 +505,11 @@ bool Scheduler::AdmitAction() {
     slot.request->MarkAdmitted();
     if (s.pager != nullptr) {
       s.pager->BeginSequence(int(i), nullptr, 0);
-      s.pager->SetPins(int(i), slot.request->request().pins);
+      const EngineRequest& asked = slot.request->request();
+      std::vector<std::pair<int32_t, int32_t>> pins = s.pager->WithPrefixPin(
+          asked.pins, std::min(asked.pin_prefix, int32_t(asked.prompt.size())));
+      s.pager->SetPins(int(i), pins);
+      slot.request->SetPins(std::move(pins));
     }
     slot.admit_seq = s.admit_counter++;
     slot.awaiting_logits = false;

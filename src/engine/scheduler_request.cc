@@ -155,6 +155,7 @@ RequestUsage ActiveRequest::Usage(SchedulerClock::time_point now) const {
   usage.cached_tokens = n_cached_;
   usage.cached_disk_tokens = n_cached_disk_;
   usage.kv_page_ins = page_ins_;
+  usage.kv_pins = pins_;
   const SchedulerClock::time_point admitted = admitted_.value_or(now);
   usage.queue_ms = Ms(submitted_, admitted);
   const SchedulerClock::time_point first = first_token_.value_or(now);

@@ -80,6 +80,8 @@ class ActiveRequest {
   void SetCached(int n, int n_disk = 0);
   // Pages a bounded KV pool read back from its tier for this request (its usage).
   void SetPageIns(int64_t n) { page_ins_ = n; }
+  // The ranges the pool keeps resident for it (its usage).
+  void SetPins(std::vector<std::pair<int32_t, int32_t>> pins) { pins_ = std::move(pins); }
 
   // Positions [0, n_written) hold KV, n_written <= n_prompt(): tells on_prefill.
   void OnPrefilled(int n_written) const;
@@ -123,6 +125,7 @@ class ActiveRequest {
   int n_cached_ = 0;
   int n_cached_disk_ = 0;
   int64_t page_ins_ = 0;
+  std::vector<std::pair<int32_t, int32_t>> pins_;
   std::vector<TokenId> generated_;  // every sampled token, in order
   TokenId last_token_ = -1;
   SchedulerClock::time_point submitted_;

@@ -118,6 +118,23 @@ int Pager::PinnedPages(std::span<const std::pair<int32_t, int32_t>> ranges) cons
   return int(PagesOf(ranges, config_.page_tokens).size());
 }
 
+std::vector<std::pair<int32_t, int32_t>> Pager::WithPrefixPin(
+    std::vector<std::pair<int32_t, int32_t>> ranges, int32_t prefix_end) const {
+  const int pt = config_.page_tokens;
+  const int room = pool_pages_ - config_.min_pool_pages();
+  // The largest prefix of whole pages (the last one partial when prefix_end is) that fits.
+  int32_t end = prefix_end;
+  while (end > 0) {
+    ranges.emplace_back(0, end);
+    const bool fits = PinnedPages(ranges) <= room;
+    ranges.pop_back();
+    if (fits) break;
+    end = (end - 1) / pt * pt;  // one page less
+  }
+  if (end > 0) ranges.emplace_back(0, end);
+  return ranges;
+}
+
 int Pager::MaxWrite(int slot, int begin, int wanted) const {
   const int pt = config_.page_tokens;
   const int end = begin + wanted;

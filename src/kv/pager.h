@@ -106,6 +106,10 @@ class Pager {
   void SetPins(int slot, std::span<const std::pair<int32_t, int32_t>> ranges);
   // Pages `ranges` pin: what a request's pins cost its pool.
   int PinnedPages(std::span<const std::pair<int32_t, int32_t>> ranges) const;
+  // `ranges` and as much of [0, prefix_end) as the pool has room for beside the sink, the
+  // tail, a write and `ranges` (whole pages; nothing when there is no room).
+  std::vector<std::pair<int32_t, int32_t>> WithPrefixPin(
+      std::vector<std::pair<int32_t, int32_t>> ranges, int32_t prefix_end) const;
   // A new sequence of n_pages pages (its prefix so far) in the slot: forgets the last one's
   // scores and recency. `from` (may be null): the selection recorded for the tokens it
   // continues (its first pages). The next Prepare past the pool chooses among all the

@@ -160,10 +160,12 @@ void AnthropicFormatter::StreamEnd(const OutputDelta& last, const GenerationResu
                                    std::string* sse) {
   Add(last, sse);
   Close(sse);
-  *sse += SseEvent("message_delta", Json{{"type", "message_delta"},
-                                         {"delta", Json{{"stop_reason", StopReason(result)},
-                                                        {"stop_sequence", StopSequence(result)}}},
-                                         {"usage", MessageUsageJSON(result.usage)}});
+  Json delta = Json{
+      {"type", "message_delta"},
+      {"delta", Json{{"stop_reason", StopReason(result)}, {"stop_sequence", StopSequence(result)}}},
+      {"usage", MessageUsageJSON(result.usage)}};
+  AddPinned(result.usage, delta);
+  *sse += SseEvent("message_delta", delta);
   *sse += SseEvent("message_stop", Json{{"type", "message_stop"}});
 }
 
@@ -176,14 +178,16 @@ Json AnthropicFormatter::Whole(const GenerationResult& result) {
   std::string unused_events;
   AddAll(result, &unused_events);
   Close(&unused_events);
-  return Json{{"id", meta().id},
-              {"type", "message"},
-              {"role", "assistant"},
-              {"model", meta().model},
-              {"content", content_},
-              {"stop_reason", StopReason(result)},
-              {"stop_sequence", StopSequence(result)},
-              {"usage", MessageUsageJSON(result.usage)}};
+  Json message = Json{{"id", meta().id},
+                      {"type", "message"},
+                      {"role", "assistant"},
+                      {"model", meta().model},
+                      {"content", content_},
+                      {"stop_reason", StopReason(result)},
+                      {"stop_sequence", StopSequence(result)},
+                      {"usage", MessageUsageJSON(result.usage)}};
+  AddPinned(result.usage, message);
+  return message;
 }
 
 }  // namespace shardlm::server

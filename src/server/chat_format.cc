@@ -85,18 +85,51 @@ Result<std::string> ChatFormatter::Render(const ChatCompletionRequest& request) 
   return text;
 }
 
+namespace {
+
+// The prompt tokens of rendered text: special tokens parsed, the BOS the model wants added
+// once (templates that write the BOS text themselves would get a second from add_special).
+std::vector<TokenId> PromptTokens(const std::string& text, const Tokenizer& tokenizer) {
+  std::vector<TokenId> tokens =
+      tokenizer.Encode(text, /*add_special=*/true, /*parse_special=*/true);
+  if (tokens.size() >= 2 && tokenizer.bos() >= 0 && tokens[0] == tokenizer.bos() &&
+      tokens[1] == tokenizer.bos()) {
+    tokens.erase(tokens.begin());
+  }
+  return tokens;
+}
+
+}  // namespace
+
 Result<ChatPrompt> ChatFormatter::Tokenize(const ChatCompletionRequest& request,
                                            const Tokenizer& tokenizer) const {
   SHARDLM_ASSIGN_OR_RETURN(std::string text, Render(request));
   ChatPrompt prompt;
-  prompt.tokens = tokenizer.Encode(text, /*add_special=*/true, /*parse_special=*/true);
-  // Templates that write the BOS text themselves would get a second one from add_special.
-  if (prompt.tokens.size() >= 2 && tokenizer.bos() >= 0 && prompt.tokens[0] == tokenizer.bos() &&
-      prompt.tokens[1] == tokenizer.bos()) {
-    prompt.tokens.erase(prompt.tokens.begin());
-  }
+  prompt.tokens = PromptTokens(text, tokenizer);
   prompt.opens_reasoning = PromptOpensReasoning(text);
   return prompt;
+}
+
+int32_t ChatFormatter::StandingPrefix(const ChatCompletionRequest& request,
+                                      std::span<const TokenId> prompt,
+                                      const Tokenizer& tokenizer) const {
+  Json standing = Json::array();
+  for (const auto& message : request.messages) {
+    const auto role = message.find("role");
+    if (role == message.end() || (*role != "system" && *role != "developer")) break;
+    standing.push_back(message);
+  }
+  if (standing.empty() && request.tools.is_null()) return 0;
+  Result<std::string> text =
+      template_.RenderWith(standing, request.tools,
+                           /*add_generation_prompt=*/false, request.chat_template_kwargs);
+  if (!text.ok()) return 0;
+  // The tokens both renderings share: a template that writes the system turn differently
+  // when later turns follow pins less, never something else.
+  const std::vector<TokenId> alone = PromptTokens(*text, tokenizer);
+  const auto [end, unused] =
+      std::mismatch(prompt.begin(), prompt.end(), alone.begin(), alone.end());
+  return int32_t(end - prompt.begin());
 }
 
 bool PromptOpensReasoning(const std::string& prompt) {

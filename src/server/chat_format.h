@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ class ChatFormatter {
   // Render, then tokenize (special tokens parsed, the BOS the model wants added once).
   Result<ChatPrompt> Tokenize(const ChatCompletionRequest& request,
                               const Tokenizer& tokenizer) const;
+  // How many of `prompt` (this request's Tokenize) are its standing prefix: the leading
+  // system (or developer) messages and the tool definitions, which agents resend every
+  // turn, rendered alone; 0 when there are none or the template cannot render them alone.
+  int32_t StandingPrefix(const ChatCompletionRequest& request, std::span<const TokenId> prompt,
+                         const Tokenizer& tokenizer) const;
   // The template writes an assistant's tool calls as blocks OutputParser reads back
   // (<tool_call>{"name": …, "arguments": …}</tool_call>, as Qwen3's and Hermes' do): told
   // once at Create by rendering a conversation with one call and parsing it.

@@ -122,6 +122,7 @@ std::shared_ptr<CompletionSession> CompletionSession::Start(
   er.want_prompt_logprobs = s->request_.prompt_logprobs;
   er.logit_bias = o.logit_bias;
   er.pins = o.pins;
+  er.pin_prefix = s->request_.pin_prefix;
   er.grammar = s->request_.constraint;
   RequestCallbacks cb;
   cb.on_token = [s](const TokenEvent& ev) { return s->OnToken(ev); };

@@ -32,8 +32,8 @@
 #include <variant>
 #include <vector>
 
-#include "grammar/grammar.h"
 #include "engine/engine.h"
+#include "grammar/grammar.h"
 #include "server/chat_format.h"
 #include "server/openai_types.h"
 #include "server/output_formatter.h"
@@ -54,6 +54,9 @@ struct PreparedRequest {
   std::vector<TokenId> prompt;
   bool in_reasoning = false;  // the prompt opened <think> (not for completions)
   bool parse_tools = false;   // tools were offered
+  // Bounded KV pool: the prompt's standing prefix (a chat's system prompt and tools), pinned
+  // as far as the pool has room (EngineRequest::pin_prefix).
+  int32_t pin_prefix = 0;
   // How the ids of tool calls parsed from the output begin; the session appends the end of
   // the response id and a counter.
   std::string tool_call_prefix = "call_";

@@ -370,6 +370,10 @@ std::optional<PreparedRequest> HttpServer::Impl::PrepareChat(const ChatCompletio
   prep.prompt = std::move(prompt->tokens);
   prep.in_reasoning = prompt->opens_reasoning;
   prep.parse_tools = !chat.tools.is_null();
+  // Agents resend their system prompt and tools every turn: a bounded pool keeps them.
+  if (engine.info().kv_pool > 0) {
+    prep.pin_prefix = formatter->StandingPrefix(chat, prep.prompt, engine.tokenizer());
+  }
   return prep;
 }
 

@@ -567,6 +567,13 @@ Json TimingsJSON(const RequestUsage& u) {
               {"queue_ms", u.queue_ms}};
 }
 
+void AddPinned(const RequestUsage& u, Json& response) {
+  if (u.kv_pins.empty()) return;
+  Json pins = Json::array();
+  for (const auto& [begin, end] : u.kv_pins) pins.push_back(Json::array({begin, end}));
+  response["pin"] = std::move(pins);
+}
+
 Json UsageJSON(const RequestUsage& u) {
   return Json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
@@ -642,13 +649,15 @@ Json ChatCompletionJSON(const ResponseMeta& meta, const ChatResult& result,
   Json choice = Json{{"index", 0}, {"message", message}};
   choice["logprobs"] = result.logprobs ? ChatLogprobsJSON(*result.logprobs) : Json(nullptr);
   choice["finish_reason"] = result.finish_reason;
-  return Json{{"id", meta.id},
-              {"object", "chat.completion"},
-              {"created", meta.created},
-              {"model", meta.model},
-              {"choices", Json::array({choice})},
-              {"usage", UsageJSON(usage)},
-              {"timings", TimingsJSON(usage)}};
+  Json response = Json{{"id", meta.id},
+                       {"object", "chat.completion"},
+                       {"created", meta.created},
+                       {"model", meta.model},
+                       {"choices", Json::array({choice})},
+                       {"usage", UsageJSON(usage)},
+                       {"timings", TimingsJSON(usage)}};
+  AddPinned(usage, response);
+  return response;
 }
 
 Json ChatChunkJSON(const ResponseMeta& meta, const Json& delta, const std::string& finish_reason,
@@ -663,13 +672,15 @@ Json ChatChunkJSON(const ResponseMeta& meta, const Json& delta, const std::strin
 }
 
 Json UsageChunkJSON(const ResponseMeta& meta, const char* object, const RequestUsage& usage) {
-  return Json{{"id", meta.id},
-              {"object", object},
-              {"created", meta.created},
-              {"model", meta.model},
-              {"choices", Json::array()},
-              {"usage", UsageJSON(usage)},
-              {"timings", TimingsJSON(usage)}};
+  Json response = Json{{"id", meta.id},
+                       {"object", object},
+                       {"created", meta.created},
+                       {"model", meta.model},
+                       {"choices", Json::array()},
+                       {"usage", UsageJSON(usage)},
+                       {"timings", TimingsJSON(usage)}};
+  AddPinned(usage, response);
+  return response;
 }
 
 Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
@@ -678,13 +689,15 @@ Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
   Json choice = Json{{"index", 0}, {"text", text}};
   choice["logprobs"] = logprobs ? CompletionLogprobsJSON(*logprobs) : Json(nullptr);
   choice["finish_reason"] = finish_reason;
-  return Json{{"id", meta.id},
-              {"object", "text_completion"},
-              {"created", meta.created},
-              {"model", meta.model},
-              {"choices", Json::array({choice})},
-              {"usage", UsageJSON(usage)},
-              {"timings", TimingsJSON(usage)}};
+  Json response = Json{{"id", meta.id},
+                       {"object", "text_completion"},
+                       {"created", meta.created},
+                       {"model", meta.model},
+                       {"choices", Json::array({choice})},
+                       {"usage", UsageJSON(usage)},
+                       {"timings", TimingsJSON(usage)}};
+  AddPinned(usage, response);
+  return response;
 }
 
 Json CompletionLogprobsJSON(std::span<const TokenLogprobInfo> logprobs) {

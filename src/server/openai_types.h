@@ -175,6 +175,10 @@ struct ResponseMeta {
 
 Json UsageJSON(const RequestUsage& usage);
 Json TimingsJSON(const RequestUsage& usage);
+// Sets response["pin"] to the position ranges a bounded KV pool kept resident for the
+// request ([[begin, end], ...], the request's extension field and its standing prefix);
+// leaves the response alone when nothing was pinned.
+void AddPinned(const RequestUsage& usage, Json& response);
 Json ChatLogprobsJSON(const std::vector<TokenLogprobInfo>& logprobs);
 Json ToolCallJSON(const ToolCall& call, std::optional<int> index = std::nullopt);
 

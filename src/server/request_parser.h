@@ -93,8 +93,8 @@ struct Parser {
 
 // The fields shared with /v1/chat/completions, under their OpenAI names: model, stream,
 // stream_options, max_tokens, max_completion_tokens, n, stop, ignore_eos, logit_bias,
-// pin (shardlm's extension), response_format and the sampling parameters (temperature, top_p, top_k, min_p, seed,
-// penalties).
+// pin (shardlm's extension), response_format and the sampling parameters (temperature, top_p,
+// top_k, min_p, seed, penalties).
 Status ParseCommon(const Parser& p, GenerationOptions* o);
 
 // Where a response format object sits and how its errors are named.

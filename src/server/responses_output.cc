@@ -80,6 +80,7 @@ Json ResponsesFormatter::Response(std::string_view status, const GenerationResul
     r[key] = echoed(key);
   }
   r["usage"] = result ? ResponseUsageJSON(result->usage, result->reasoning_tokens) : Json(nullptr);
+  if (result) AddPinned(result->usage, r);
   r["user"] = echoed("user");
   r["metadata"] = echoed("metadata");
   return r;

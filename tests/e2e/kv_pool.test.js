@@ -7,7 +7,9 @@
 // /metrics counts the pages each stage moved; the tier file lives in the folder given and
 // is gone when the server stops; a conversation past the pool continues with the same text
 // after a restart on the disk cache, after a slot save and restore, and through a restarted
-// remote stage, computing only the new tokens. Every wait is bounded.
+// remote stage, computing only the new tokens; a chat's system prompt and tools are pinned
+// (as far as the pool has room) and the pinned ranges come back in chat, Responses and
+// Messages replies. Every wait is bounded.
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
@@ -164,3 +166,45 @@ test('a conversation past the pool continues the same after a restart, a slot re
   await stop(server);
   await shard.kill();
 });
+
+test('the system prompt is pinned as far as the pool has room, and reported by every API',
+  { skip, timeout: kTestTimeout }, async (t) => {
+    // 8 pages: the sink, the tail and two pages for writes leave 4 pages (256 positions).
+    const args = kPoolArgs.map((a) => (a === '256' ? '512' : a));
+    const server = await startServer(binary, model, args);
+    const client = clientOf(server);
+    const question = 'What did they find?';
+    const chatOf = (system) => client.chat.completions.create({
+      model: 'stories', temperature: 0, max_tokens: 8,
+      messages: [{ role: 'system', content: system }, { role: 'user', content: question }],
+    });
+    const chat = await chatOf(story.repeat(3));
+    assert.equal(chat.pin.length, 1, JSON.stringify(chat.pin));
+    const [begin, end] = chat.pin[0];
+    assert.equal(begin, 0);
+    assert.ok(end > 100 && end < chat.usage.prompt_tokens - 5, `pinned [0, ${end})`);
+    t.diagnostic(`system prompt pinned: [0, ${end}) of ${chat.usage.prompt_tokens} tokens`);
+    // Without a system message nothing is pinned.
+    const plain = await client.chat.completions.create({
+      model: 'stories', temperature: 0, max_tokens: 8,
+      messages: [{ role: 'user', content: question }],
+    });
+    assert.equal(plain.pin, undefined);
+    // A system prompt larger than the room is pinned up to the room.
+    const long = await chatOf(story.repeat(20));
+    assert.deepEqual(long.pin, [[0, 256]]);
+    // The Responses API's instructions and the Messages API's system are the same prefix.
+    const response = await client.responses.create({
+      model: 'stories', instructions: story.repeat(3), input: question, max_output_tokens: 8,
+      temperature: 0,
+    });
+    assert.deepEqual(response.pin, chat.pin);
+    const r = await fetch(`${server.base}/v1/messages`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: 'stories', max_tokens: 8, system: story.repeat(3),
+        messages: [{ role: 'user', content: question }] }),
+    });
+    assert.equal(r.status, 200);
+    assert.deepEqual((await r.json()).pin, chat.pin);
+    await server.kill();
+  });

@@ -158,6 +158,32 @@ TEST(KvPoolSchedulerTest, APoolBelowItsFloorIsRefusedNamingTheSizes) {
   EXPECT_FALSE(PoolOptions(4096, PageSelect::kQk).bounded_kv());
 }
 
+// A chat's standing prefix (its system prompt and tools) is pinned as far as the pool has
+// room, never refused; the usage says what was pinned.
+TEST(KvPoolSchedulerTest, AStandingPrefixIsPinnedAsFarAsThePoolHasRoom) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto scheduler = util::MakeScheduler(util::kStories, PoolOptions(128, PageSelect::kLru));
+  ASSERT_TRUE(scheduler);
+  // 8 pages: sink 1 + tail 2 + 2 for writes leave 3 pages to pin.
+  EngineRequest request = util::Request(util::StoryTokens(util::kStories, 600, util::kLongText), 8);
+  request.pin_prefix = 100;
+  auto clipped = util::RunOne(*scheduler, request);
+  ASSERT_EQ(clipped->finish.reason, FinishReason::kLength);
+  using Ranges = std::vector<std::pair<int32_t, int32_t>>;
+  EXPECT_EQ(clipped->finish.usage.kv_pins, (Ranges{{0, 48}}));
+  request.pins = {{208, 224}};  // 1 page: 2 are left for the prefix
+  auto both = util::RunOne(*scheduler, request);
+  EXPECT_EQ(both->finish.usage.kv_pins, (Ranges{{208, 224}, {0, 32}}));
+  // Pinning changes what attention reads past the pool: the pinned prefix is kept.
+  request.pins.clear();
+  request.pin_prefix = 0;
+  auto unpinned = util::RunOne(*scheduler, request);
+  EXPECT_TRUE(unpinned->finish.usage.kv_pins.empty());
+  EXPECT_NE(unpinned->logprobs, clipped->logprobs);
+  request.pin_prefix = -1;
+  EXPECT_EQ(scheduler->Submit(request, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
 // Turn 1 (1200 prompt tokens, 40 generated, greedy) through a 128-position pool; turn 2
 // continues it with a few more tokens and samples 40 with a seed.
 struct Conversation {

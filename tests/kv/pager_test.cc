@@ -184,6 +184,18 @@ TEST(Pager, ARecordedSelectionIsAdoptedTheSameInEverySlot) {
   }
 }
 
+TEST(Pager, APrefixPinTakesTheWholePagesThePoolHasRoomFor) {
+  auto pager = MakePager(Config(24, PageSelect::kLru));  // 6 pages, floor 5: room for 1
+  using Ranges = std::vector<std::pair<int32_t, int32_t>>;
+  EXPECT_EQ(pager->WithPrefixPin({}, 10), (Ranges{{0, 4}}));
+  EXPECT_EQ(pager->WithPrefixPin({}, 3), (Ranges{{0, 3}}));
+  EXPECT_EQ(pager->WithPrefixPin({}, 0), Ranges{});
+  // Explicit pins come first: none is left for the prefix.
+  EXPECT_EQ(pager->WithPrefixPin({{40, 44}}, 10), (Ranges{{40, 44}}));
+  auto roomy = MakePager(Config(40, PageSelect::kLru));  // 10 pages: room for 5
+  EXPECT_EQ(roomy->WithPrefixPin({{40, 44}}, 30), (Ranges{{40, 44}, {0, 16}}));
+}
+
 TEST(Pager, SharedPagesTakeOneFrameAndFreedPagesLeaveEverySet) {
   auto pager = MakePager(Config(20, PageSelect::kLru, 2));
   ASSERT_TRUE(pager->Prepare(0, Pages(0, 3), 0, 12).ok());

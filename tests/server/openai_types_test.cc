@@ -183,6 +183,56 @@ TEST(OpenAiTypes, FuzzRealTemplatesNeverCrash) {
   EXPECT_GT(rendered, 0);  // some templates refuse tool turns (Gemma) or short ids (Mistral)
 }
 
+// The standing prefix (what a bounded KV pool pins): the leading system turn and the tools,
+// the tokens the whole prompt shares with them rendered alone.
+TEST(ChatFormatter, TheStandingPrefixIsTheSystemTurnAndTheTools) {
+  MockTokenizer tokenizer;
+  auto chatml = ChatFormatter::Create("", tokenizer);
+  ASSERT_TRUE(chatml.ok());
+  auto request = ChatCompletionRequestFromJSON(Json::parse(
+      R"({"messages":[{"role":"system","content":"SYSTEM-RULES"},{"role":"user","content":"hi"}]})"));
+  ASSERT_TRUE(request.ok());
+  auto prompt = chatml->Tokenize(*request, tokenizer);
+  ASSERT_TRUE(prompt.ok());
+  const int32_t n = chatml->StandingPrefix(*request, prompt->tokens, tokenizer);
+  std::string prefix;
+  for (int32_t i = 0; i < n; ++i) prefix += tokenizer.Piece(prompt->tokens[i], true);
+  EXPECT_EQ(prefix, "<|im_start|>system\nSYSTEM-RULES<|im_end|>\n");
+  auto no_system = ChatCompletionRequestFromJSON(
+      Json::parse(R"({"messages":[{"role":"user","content":"hi"}]})"));
+  ASSERT_TRUE(no_system.ok());
+  EXPECT_EQ(chatml->StandingPrefix(*no_system, chatml->Tokenize(*no_system, tokenizer)->tokens,
+                                   tokenizer),
+            0);
+}
+
+// Every fixture template: the prefix holds the system text and stops before the question.
+TEST(ChatFormatter, EveryTemplatesStandingPrefixStopsBeforeTheQuestion) {
+  SHARDLM_REQUIRE_FIXTURES();
+  MockTokenizer tokenizer;
+  auto with_tools = ChatCompletionRequestFromJSON(Json::parse(
+      R"({"messages":[{"role":"system","content":"SYSTEM-RULES"},{"role":"user","content":"QUESTION"}],)"
+      R"("tools":[{"type":"function","function":{"name":"lookup","parameters":{}}}]})"));
+  ASSERT_TRUE(with_tools.ok());
+  int pinned = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(shardlm::testing::FixturePath("templates"))) {
+    if (entry.path().extension() != ".jinja") continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    auto formatter =
+        ChatFormatter::Create(shardlm::testing::ReadTextFile(entry.path().string()), tokenizer);
+    ASSERT_TRUE(formatter.ok());
+    auto tokens = formatter->Tokenize(*with_tools, tokenizer);
+    if (!tokens.ok()) continue;
+    const int32_t end = formatter->StandingPrefix(*with_tools, tokens->tokens, tokenizer);
+    std::string text;
+    for (int32_t i = 0; i < end; ++i) text += tokenizer.Piece(tokens->tokens[i], true);
+    EXPECT_EQ(text.find("QUESTION"), std::string::npos) << text;
+    if (text.find("SYSTEM-RULES") != std::string::npos) ++pinned;
+  }
+  EXPECT_GE(pinned, 5);
+}
+
 TEST(OutputParser, SplitsReasoningContentAndTools) {
   OutputParser p(/*in_reasoning=*/false, /*parse_tools=*/true, "call_");
   std::string text =
