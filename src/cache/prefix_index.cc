@@ -132,6 +132,16 @@ int PrefixIndex::Erase(const BlockHash& hash) {
   return static_cast<int>(subtree.size());
 }
 
+int PrefixIndex::ErasePages(const std::function<bool(PageId)>& drop) {
+  std::vector<BlockHash> held;
+  for (const auto& [hash, entry] : entries_) {
+    if (drop(entry.page)) held.push_back(hash);
+  }
+  int erased = 0;
+  for (const BlockHash& hash : held) erased += Erase(hash);  // 0 when under one erased already
+  return erased;
+}
+
 void PrefixIndex::Clear() {
   for (const auto& [hash, entry] : entries_) pages_->Release(entry.page);
   entries_.clear();

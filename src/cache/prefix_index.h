@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <span>
 #include <unordered_map>
@@ -109,6 +110,9 @@ class PrefixIndex {
   // Removes `hash` and its descendants, releasing the index's references; returns how
   // many entries were removed (0 when not cached).
   int Erase(const BlockHash& hash);
+  // Removes every entry whose page `drop` picks (and their descendants); returns how many
+  // entries were removed. O(size).
+  int ErasePages(const std::function<bool(PageId)>& drop);
   // Releases every reference the index holds.
   void Clear();
 

@@ -566,6 +566,38 @@ void Scheduler::FailEverything(const Status& error) {
   }
 }
 
+// A KV tier failed to move some pages (a truncated or full tier file): the requests and
+// retained sequences that hold them end; everything else runs on (the stages stayed
+// consistent). The prefix cache forgets every page the tiers hold, not only the ones found
+// lost: a truncated file took its neighbours too, and a cached prefix read from it would
+// fail the next request that continues it (a running request that needs one fails when it
+// reads it).
+void Scheduler::LosePages(const PagingLoss& loss) {
+  State& s = *state_;
+  auto holds_lost = [&](const BlockTable& table) {
+    return std::any_of(table.pages().begin(), table.pages().end(), [&](PageId page) {
+      return std::find(loss.pages.begin(), loss.pages.end(), page) != loss.pages.end();
+    });
+  };
+  const Status error = loss.error.WithContext("the KV tier lost pages this request needs");
+  int ended = 0;
+  for (int i = 0; i < int(s.slots.size()); ++i) {
+    SchedulerSlot& slot = s.slots[i];
+    if (holds_lost(*slot.retained)) DropRetained(slot);
+    if (slot.request && holds_lost(*slot.table)) {
+      FinishSlot(i, FinishReason::kError, error);
+      ++ended;
+    }
+  }
+  s.prefix_cache->ForgetPages([&](PageId page) {
+    return !s.pager->resident(page) ||
+           std::find(loss.pages.begin(), loss.pages.end(), page) != loss.pages.end();
+  });
+  std::fprintf(stderr, "scheduler: %zu KV pages lost (%s); %d requests ended\n", loss.pages.size(),
+               loss.error.message().c_str(), ended);
+  PublishStats();
+}
+
 void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   State& s = *state_;
   SchedulerSlot& slot = s.slots[slot_idx];

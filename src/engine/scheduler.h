@@ -287,6 +287,7 @@ class Scheduler : public Engine {
   Result<SlotJobResult> EndTransfer(SchedulerSlot& slot, SlotJob& job);
   bool SlotTaskAction();  // bounded work; never ends the step
   Status StepSlotCopy(SlotCopyTask& task, int& budget);
+  void LosePages(const PagingLoss& loss);
   void CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens,
                      std::optional<PageSelection> selection);
   void ReleaseTransferPages(SlotTransfer& transfer);

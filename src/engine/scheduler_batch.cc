@@ -203,6 +203,7 @@ bool Scheduler::CollectAction() {
     FailEverything(outputs.status());
     return true;
   }
+  if (outputs->loss != nullptr && !outputs->loss->empty()) LosePages(*outputs->loss);
   // Every stage has written the batch's KV: it is committed, and its full pages may be
   // shared now.
   for (const InFlight::Written& written : record.written) {

@@ -216,6 +216,12 @@ int SchedulerPrefixCache::Evict(int n_pages) {
   return index_->EvictUnreferenced(n_pages);
 }
 
+void SchedulerPrefixCache::ForgetPages(const std::function<bool(PageId)>& drop) {
+  if (!enabled()) return;
+  index_->ErasePages(drop);
+  std::erase_if(selections_, [&](const auto& kept) { return !index_->Contains(kept.first); });
+}
+
 void SchedulerPrefixCache::Clear() {
   if (!enabled()) return;
   if (disk_) disk_->Clear();

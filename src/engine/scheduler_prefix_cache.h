@@ -116,6 +116,9 @@ class SchedulerPrefixCache {
   // Evicts up to n_pages unreferenced cached pages; returns how many (0 when disabled).
   // When none is free but pages wait for export to disk, waits for those first.
   int Evict(int n_pages);
+  // Forgets the cached blocks whose page `drop` picks and the blocks after them (their bytes
+  // were lost, or may be, by a KV tier); the disk keeps its own copies.
+  void ForgetPages(const std::function<bool(PageId)>& drop);
   // Forgets every cached page (a lost stage: its pages are gone).
   void Clear();
 

@@ -114,6 +114,9 @@ constexpr auto kRunReplyFields = [](auto& v, auto& m) {
   v("paging.page_outs", m.paging.page_outs);
   v("paging.bytes_paged", m.paging.bytes_paged);
   v("paging.paging_seconds", m.paging.paging_seconds);
+  PageIdFields(v, "lost_pages", m.lost_pages);
+  v.Enum("loss_code", m.loss_code, kStatusSentinel);
+  v("loss_error", m.loss_error);
 };
 
 constexpr auto kPagesFields = [](auto& v, auto& m) { PageIdFields(v, "pages", m.pages); };

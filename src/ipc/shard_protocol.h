@@ -49,7 +49,8 @@ namespace shardlm {
 //    RunReply.n_embedding_rows, and the output area holds logits plus embedding rows.
 // 5: bounded KV pools: Hello.n_frames, tier and key summaries; RunBatch paging ops, attended
 //    pages and BatchEntry.score_pages; RunReply page scores and paging counters.
-inline constexpr uint32_t kShardProtocolVersion = 5;
+// 6: RunReply lost pages (a tier failure loses pages, not the batch).
+inline constexpr uint32_t kShardProtocolVersion = 6;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -140,6 +141,10 @@ struct ShardRunReply {
   // and the stage's paging counters after the batch.
   std::vector<float> page_scores = {};
   ResidencyStats paging = {};
+  // Pages the stage's tier failed to move in this batch, and the first failure.
+  std::vector<PageId> lost_pages = {};
+  uint32_t loss_code = 0;  // StatusCode
+  std::string loss_error = {};
 };
 
 // StatsRequest has an empty payload.

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <cerrno>
@@ -71,7 +72,11 @@ class RamTier final : public KvTier {
 class FileTier final : public KvTier {
  public:
   FileTier(int n_pages, size_t page_bytes, int fd, std::string path)
-      : KvTier(n_pages, page_bytes), fd_(fd), path_(std::move(path)), held_(n_pages, 0) {}
+      : KvTier(n_pages, page_bytes),
+        fd_(fd),
+        path_(std::move(path)),
+        held_(n_pages, 0),
+        checksums_(n_pages, 0) {}
   ~FileTier() override {
     ::close(fd_);
     ::unlink(path_.c_str());
@@ -92,6 +97,7 @@ class FileTier final : public KvTier {
     }
     if (!held_[page]) ++pages_stored_;
     held_[page] = 1;
+    checksums_[page] = XXH3_64bits(bytes, page_bytes_);
     return Status::Ok();
   }
   Status Read(PageId page, uint8_t* bytes) override {
@@ -107,6 +113,14 @@ class FileTier final : public KvTier {
       }
       if (n < 0) return Failure(errno, "read", page);
       done += size_t(n);
+    }
+    // The file is ours, but another process may truncate or write it: a hole past a
+    // truncation reads as zeros, so only the checksum tells.
+    if (XXH3_64bits(bytes, page_bytes_) != checksums_[page]) {
+      return IoError(
+          "the KV tier file '{}' no longer holds page {} as written (truncated or "
+          "changed by someone?)",
+          path_, page);
     }
     return Status::Ok();
   }
@@ -135,7 +149,8 @@ class FileTier final : public KvTier {
 
   int fd_;
   std::string path_;
-  std::vector<uint8_t> held_;  // [page] → 1 when the file holds the page
+  std::vector<uint8_t> held_;        // [page] → 1 when the file holds the page
+  std::vector<uint64_t> checksums_;  // [page] → xxh3-64 of the bytes written
 };
 
 }  // namespace

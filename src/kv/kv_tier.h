@@ -8,7 +8,10 @@
 //    dropped page's range is given back (a hole is punched). The stage's resident memory
 //    stays the pool's frames however long the context: a context larger than RAM works.
 //    The file is created 0600 in a 0700 folder, removed when the tier closes, and named
-//    after the process and stage so several stages and servers can share DIR.
+//    after the process and stage so several stages and servers can share DIR. Each page's
+//    xxh3-64 is kept in memory and checked on every read: a file truncated (its holes read
+//    as zeros) or written by someone else is an error, never a wrong page. A file removed
+//    while open keeps working (the tier holds its descriptor).
 //
 // Goals: bit-exact page-out and page-in; a full disk, a truncated or removed file is a
 // Status naming the file and the page, never a crash or a silently wrong page.

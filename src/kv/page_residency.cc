@@ -40,7 +40,8 @@ PageResidency::PageResidency(PagePool* frames, int n_pages, std::unique_ptr<KvTi
       tier_(std::move(tier)),
       frame_of_(size_t(n_pages), kNoPage),
       page_in_(size_t(frames->n_pages()), kNoPage),
-      dirty_(size_t(n_pages), 0) {}
+      dirty_(size_t(n_pages), 0),
+      lost_(size_t(n_pages), 0) {}
 
 Status PageResidency::CheckPage(PageId page) const {
   if (page < 0 || page >= n_pages()) {
@@ -49,7 +50,7 @@ Status PageResidency::CheckPage(PageId page) const {
   return Status::Ok();
 }
 
-Status PageResidency::Apply(const PagingOps& ops) {
+Status PageResidency::Apply(const PagingOps& ops, PagingLoss* loss) {
   for (PageId page : ops.frees) SHARDLM_TRY(CheckPage(page));
   for (PageId page : ops.evicts) SHARDLM_TRY(CheckPage(page));
   for (const PageFrame& map : ops.maps) {
@@ -64,9 +65,19 @@ Status PageResidency::Apply(const PagingOps& ops) {
     for (PageId page = 0; page < n_pages(); ++page) Free(page);
   }
   for (PageId page : ops.frees) Free(page);
-  for (PageId page : ops.evicts) SHARDLM_TRY(Evict(page));
-  for (const PageFrame& map : ops.maps) SHARDLM_TRY(Map(map.page, map.frame));
+  for (PageId page : ops.evicts) {
+    if (frame_of_[page] == kNoPage) {
+      return InvalidArgument("evicting page {}, which is not resident", page);
+    }
+    Evict(page, loss);
+  }
+  for (const PageFrame& map : ops.maps) SHARDLM_TRY(Map(map.page, map.frame, loss));
   return Status::Ok();
+}
+
+void PageResidency::Lose(PageId page, const Status& why, PagingLoss* loss) {
+  lost_[page] = 1;
+  loss->Add(page, why);
 }
 
 void PageResidency::Free(PageId page) {
@@ -74,6 +85,7 @@ void PageResidency::Free(PageId page) {
   if (frame != kNoPage) page_in_[frame] = kNoPage;
   frame_of_[page] = kNoPage;
   dirty_[page] = 0;
+  lost_[page] = 0;
   tier_->Drop(page);
   if (summaries_) summaries_->Forget(page);
 }
@@ -88,17 +100,21 @@ Status PageResidency::Move(bool out, PageId page, PageId frame) {
   return Status::Ok();
 }
 
-Status PageResidency::Evict(PageId page) {
+void PageResidency::Evict(PageId page, PagingLoss* loss) {
   const PageId frame = frame_of_[page];
-  if (frame == kNoPage) return InvalidArgument("evicting page {}, which is not resident", page);
-  if (dirty_[page] || !tier_->Holds(page)) SHARDLM_TRY(Move(true, page, frame));
+  if ((dirty_[page] || !tier_->Holds(page)) && !lost_[page]) {
+    Status moved = Move(true, page, frame);
+    if (!moved.ok()) {
+      tier_->Drop(page);  // what it holds of the page is older than the frame was
+      Lose(page, moved, loss);
+    }
+  }
   dirty_[page] = 0;
   frame_of_[page] = kNoPage;
   page_in_[frame] = kNoPage;
-  return Status::Ok();
 }
 
-Status PageResidency::Map(PageId page, PageId frame) {
+Status PageResidency::Map(PageId page, PageId frame, PagingLoss* loss) {
   if (frame_of_[page] == frame) return Status::Ok();
   if (frame_of_[page] != kNoPage) {
     return InvalidArgument("page {} is already in frame {}", page, frame_of_[page]);
@@ -106,8 +122,11 @@ Status PageResidency::Map(PageId page, PageId frame) {
   if (page_in_[frame] != kNoPage) {
     return InvalidArgument("frame {} still holds page {}", frame, page_in_[frame]);
   }
-  if (tier_->Holds(page)) {
-    SHARDLM_TRY(Move(false, page, frame));
+  if (lost_[page]) {
+    loss->Add(page, IoError("KV page {} was lost by an earlier tier failure", page));
+  } else if (tier_->Holds(page)) {
+    Status moved = Move(false, page, frame);
+    if (!moved.ok()) Lose(page, moved, loss);
     dirty_[page] = 0;
   } else {
     dirty_[page] = 1;  // a new page: nothing to read, written next
@@ -117,16 +136,18 @@ Status PageResidency::Map(PageId page, PageId frame) {
   return Status::Ok();
 }
 
-Status PageResidency::Copy(PageId src, PageId dst) {
+Status PageResidency::Copy(PageId src, PageId dst, PagingLoss* loss) {
   SHARDLM_TRY(CheckPage(src));
   SHARDLM_TRY(CheckPage(dst));
   std::lock_guard<std::mutex> lock(mu_);
   const PageId dst_frame = frame_of_[dst];
   if (dst_frame == kNoPage) return InvalidArgument("copy-on-write into page {}, not resident", dst);
-  if (frame_of_[src] != kNoPage) {
+  if (lost_[src]) {
+    Lose(dst, IoError("copy-on-write from KV page {}, lost by a tier failure", src), loss);
+  } else if (frame_of_[src] != kNoPage) {
     frames_->CopyPage(frame_of_[src], dst_frame);
-  } else {
-    SHARDLM_TRY(Move(false, src, dst_frame));
+  } else if (Status moved = Move(false, src, dst_frame); !moved.ok()) {
+    Lose(dst, moved, loss);
   }
   dirty_[dst] = 1;
   if (summaries_) summaries_->Copy(src, dst);
@@ -161,6 +182,9 @@ Status PageResidency::Export(std::span<const PageId> pages, uint8_t* dst) {
   std::lock_guard<std::mutex> lock(mu_);
   const size_t bytes = frames_->page_bytes();
   for (size_t i = 0; i < pages.size(); ++i) {
+    if (lost_[pages[i]]) {
+      return IoError("KV page {} was lost by a tier failure: not exported", pages[i]);
+    }
     const PageId frame = frame_of_[pages[i]];
     if (frame != kNoPage) {
       std::memcpy(dst + i * bytes, frames_->page_data(frame), bytes);
@@ -184,6 +208,7 @@ Status PageResidency::Import(std::span<const PageId> pages, const uint8_t* src) 
     } else {
       SHARDLM_TRY(tier_->Write(page, src + i * bytes));
     }
+    lost_[page] = 0;  // whole again
     if (summaries_) summaries_->Rebuild(page, src + i * bytes, *frames_, frames_->page_tokens());
   }
   return Status::Ok();

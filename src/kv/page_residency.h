@@ -14,9 +14,10 @@
 // they are: a resident page from its frame, the others from or into the tier; an imported
 // page is summarized for the `qk` selection.
 //
-// Goals: bit-exact moves; a tier failure (full disk, truncated file) is a Status for the
-// batch that needed the page, and the residency stays consistent (a failed eviction keeps
-// the page resident... of the pages the ops named before it, all were applied).
+// Goals: bit-exact moves; a tier failure (full disk, truncated file) loses only the page it
+// moved: Apply and Copy carry on (the frames end as the ops said), report the page in a
+// PagingLoss, and the page is refused to Export (its bytes never reach a cache file) until
+// it is freed or imported whole again.
 // Non-goals: deciding what moves (the pager), the page bytes layout (PagePool).
 //
 // Thread safety: Apply, Copy, Frames and the summary updates run on the stage's batch
@@ -66,11 +67,12 @@ class PageResidency {
   KeySummaries* summaries() { return summaries_.get(); }
   const KvTier& tier() const { return *tier_; }
 
-  // Errors: an id outside the pages or frames (InvalidArgument, nothing applied); a tier
-  // failure (IoError, ResourceExhausted, NotFound) after the ops before it were applied.
-  Status Apply(const PagingOps& ops);
-  // Copy-on-write: dst (resident) gets src's bytes, from src's frame or the tier.
-  Status Copy(PageId src, PageId dst);
+  // Errors: an id outside the pages or frames, a map into a held frame (InvalidArgument,
+  // nothing applied). A tier failure is no error: the page goes into *loss.
+  Status Apply(const PagingOps& ops, PagingLoss* loss);
+  // Copy-on-write: dst (resident) gets src's bytes, from src's frame or the tier (a failed
+  // read, or a lost src, puts dst into *loss).
+  Status Copy(PageId src, PageId dst, PagingLoss* loss);
   // frames[i] = the frame of pages[i] when i is attended (every i when `attended` is empty),
   // else kNoPage. Errors: an attended page that is not resident (InvalidArgument).
   Status Frames(std::span<const PageId> pages, AttendedPages attended,
@@ -88,8 +90,9 @@ class PageResidency {
   // out: the tier's copy of `page` from `frame`; else `page` from the tier into `frame`.
   // Counted and timed.
   Status Move(bool out, PageId page, PageId frame);
-  Status Evict(PageId page);
-  Status Map(PageId page, PageId frame);
+  void Evict(PageId page, PagingLoss* loss);
+  Status Map(PageId page, PageId frame, PagingLoss* loss);
+  void Lose(PageId page, const Status& why, PagingLoss* loss);
   void Free(PageId page);
   Status CheckPage(PageId page) const;
 
@@ -99,6 +102,7 @@ class PageResidency {
   std::vector<PageId> frame_of_;  // [page] → frame or kNoPage
   std::vector<PageId> page_in_;   // [frame] → page or kNoPage
   std::vector<uint8_t> dirty_;    // [page] → written since the tier last had it
+  std::vector<uint8_t> lost_;     // [page] → its bytes were lost (PagingLoss) since
   mutable std::mutex mu_;         // frame_of_, page_in_, tier_, stats_
   ResidencyStats stats_;
 };

@@ -128,6 +128,8 @@ class Pager {
   // Pages of the slot's sequence mapped back from the tier since BeginSequence (pages that
   // held KV already: a page first written by the batch is no page-in).
   uint64_t page_ins(int slot) const { return slots_[slot].page_ins; }
+  // Whether `page` sits in a frame (else the stages' tiers hold it, if anyone does).
+  bool resident(PageId page) const { return frame_of_[page] != kNoPage; }
   // The slot's attended logical pages (ascending), as of its last Prepare.
   AttendedPages attended(int slot) const { return slots_[slot].attended; }
   // Whether the slot's next entry, at a context of n_pages pages, should ask for page scores:

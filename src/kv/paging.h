@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "base/status.h"
 #include "kv/page_pool.h"
 
 namespace shardlm {
@@ -60,6 +61,27 @@ struct PagingOps {
 // a batch. An empty list means every page: the unbounded case, and a pooled sequence whose
 // context still fits its pool.
 using AttendedPages = std::span<const int32_t>;
+
+// Pages a stage could not move through its tier in a batch (a read or write failed: a
+// truncated or full tier file): their bytes are lost. The stage stays consistent (its
+// frames as the ops said) and the batch runs; the engine ends the sequences that hold them
+// with `error` and drops the pages, so one bad page fails only the requests that need it.
+struct PagingLoss {
+  std::vector<PageId> pages;
+  Status error;  // the first failure (it names the tier file and the page)
+  void Add(PageId page, const Status& why) {
+    pages.push_back(page);
+    if (error.ok()) error = why;
+  }
+  void Merge(const PagingLoss& other) {
+    for (PageId page : other.pages) Add(page, other.error);
+  }
+  bool empty() const { return pages.empty(); }
+  void clear() {
+    pages.clear();
+    error = Status::Ok();
+  }
+};
 
 // What the pager knew of a sequence's pages at one moment (Pager::Record). A later sequence
 // that continues the same tokens (a prefix-cache hit, a restored slot, a restarted server)

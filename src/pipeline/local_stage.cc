@@ -130,8 +130,12 @@ Status LocalStage::Run(const StageBatch& batch, const float* hidden_in, float* o
 }
 
 Status LocalStage::RunPooled(const StageBatch& batch, const float* hidden_in, float* out) {
-  if (batch.paging != nullptr) SHARDLM_TRY(residency_->Apply(*batch.paging));
-  for (const PageCopy& copy : batch.copies) SHARDLM_TRY(residency_->Copy(copy.src, copy.dst));
+  PagingLoss unreported;  // a caller that does not ask still gets a consistent stage
+  PagingLoss* loss = batch.loss != nullptr ? batch.loss : &unreported;
+  if (batch.paging != nullptr) SHARDLM_TRY(residency_->Apply(*batch.paging, loss));
+  for (const PageCopy& copy : batch.copies) {
+    SHARDLM_TRY(residency_->Copy(copy.src, copy.dst, loss));
+  }
   const size_t n_slots = batch.pages_by_slot.size();
   if (frames_by_slot_.size() < n_slots) frames_by_slot_.resize(n_slots);
   frame_lists_.assign(n_slots, PageList());

@@ -24,6 +24,7 @@ struct Pipeline::Job {
   std::vector<int32_t> attended_ids;            // every slot's attended pages, concatenated
   std::vector<AttendedPages> attended_by_slot;  // [slot] → a span of attended_ids
   std::vector<float> page_scores;
+  PagingLoss loss;               // filled by the stages in order
   std::vector<float> hidden[2];  // [max_batch_tokens][n_embd] each; stage i reads i % 2
   // [max_logit_rows][n_vocab] then [max_embedding_rows][n_embd]; a batch's embedding rows
   // follow its own logits rows (ForwardPass::Run's output).
@@ -38,6 +39,7 @@ struct Pipeline::Job {
     batch.paging = has_paging ? &paging : nullptr;
     batch.attended_by_slot = attended_by_slot;
     batch.page_scores = page_scores;
+    batch.loss = has_paging ? &loss : nullptr;
     return batch;
   }
 };
@@ -198,6 +200,7 @@ void Pipeline::CopyIn(const PipelineBatch& batch, Job& job) const {
     if (e.score_pages) n_scores += batch.pages_by_slot[e.slot].size();
   }
   job.page_scores.assign(n_scores, -std::numeric_limits<float>::infinity());
+  job.loss.clear();
   job.rows = CountOutputRows(batch.entries);
   job.status = Status::Ok();
   job.done = false;
@@ -331,6 +334,7 @@ Result<PipelineOutputs> Pipeline::WaitOldestOutputs() {
   outputs.embeddings = std::span<const float>(
       job->outputs.data() + logit_floats, size_t(job->rows.embeddings) * size_t(config_.n_embd));
   outputs.page_scores = job->page_scores;
+  outputs.loss = &job->loss;
   return outputs;
 }
 

@@ -65,6 +65,8 @@ struct PipelineOutputs {
   std::span<const float> embeddings;  // [rows wanting their embedding][n_embd]
   // Bounded KV pool: the scores of the entries with score_pages (StageBatch::page_scores).
   std::span<const float> page_scores = {};
+  // Bounded KV pool: pages a stage's tier failed to move for this batch (null without one).
+  const PagingLoss* loss = nullptr;
 };
 
 // What one Submit computes: the same view each stage gets. Submit copies it.

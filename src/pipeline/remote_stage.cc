@@ -298,6 +298,14 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
     return MarkDown(InvalidData("{} page scores, expected {}", reply->page_scores.size(),
                                 batch.page_scores.size()));
   }
+  if (!reply->lost_pages.empty()) {
+    if (batch.loss == nullptr || reply->loss_code == static_cast<uint32_t>(StatusCode::kOk)) {
+      return MarkDown(InvalidData("{} lost pages reported for a batch without paging",
+                                  reply->lost_pages.size()));
+    }
+    const Status why(static_cast<StatusCode>(reply->loss_code), Name() + ": " + reply->loss_error);
+    for (PageId page : reply->lost_pages) batch.loss->Add(page, why);
+  }
   // The daemon's scores start at -infinity too: the maximum over stages is kept.
   for (size_t i = 0; i < batch.page_scores.size(); ++i) {
     batch.page_scores[i] = std::max(batch.page_scores[i], reply->page_scores[i]);

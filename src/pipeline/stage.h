@@ -46,6 +46,9 @@ struct StageBatch {
   const PagingOps* paging = nullptr;
   std::span<const AttendedPages> attended_by_slot = {};
   std::span<float> page_scores = {};
+  // Bounded KV pool: where the stage reports pages its tier failed to move (the batch still
+  // runs; the engine ends the sequences that hold them). Null: no pool.
+  PagingLoss* loss = nullptr;
 };
 
 // Where a stage computes and what it holds: what `GET /props` shows.

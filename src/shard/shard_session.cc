@@ -142,6 +142,8 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
     stage_batch.paging = &batch.paging;
     stage_batch.attended_by_slot = attended_by_slot;
     stage_batch.page_scores = reply.page_scores;
+    PagingLoss loss;
+    stage_batch.loss = &loss;
     const StageInfo& info = stage_->info();
     const float* hidden_in =
         info.first ? nullptr
@@ -151,6 +153,9 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
     status = stage_->Run(stage_batch, hidden_in, out);
     reply.n_out_rows = info.last ? rows.logits : static_cast<int32_t>(batch.entries.size());
     reply.n_embedding_rows = info.last ? rows.embeddings : 0;
+    reply.lost_pages = loss.pages;
+    reply.loss_code = static_cast<uint32_t>(loss.error.code());
+    reply.loss_error = loss.error.message();
   }
   if (!status.ok()) {
     reply = ErrorReply(batch.batch_id, status);

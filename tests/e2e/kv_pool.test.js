@@ -9,7 +9,9 @@
 // after a restart on the disk cache, after a slot save and restore, and through a restarted
 // remote stage, computing only the new tokens; a chat's system prompt and tools are pinned
 // (as far as the pool has room) and the pinned ranges come back in chat, Responses and
-// Messages replies. Every wait is bounded.
+// Messages replies; a tier file truncated under the server fails only the request that needs
+// its pages, with an error naming the file, and the server keeps serving. Every wait is
+// bounded.
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
@@ -206,5 +208,24 @@ test('the system prompt is pinned as far as the pool has room, and reported by e
     });
     assert.equal(r.status, 200);
     assert.deepEqual((await r.json()).pin, chat.pin);
+    await server.kill();
+  });
+
+test('a truncated tier file fails only the request that needs it', { skip, timeout: kTestTimeout },
+  async () => {
+    const tierDir = path.join(tmp, 'lossy-tier');
+    const server = await startServer(binary, model, [...kPoolArgs, '--kv-tier', `file:${tierDir}`]);
+    const client = clientOf(server);
+    await client.completions.create(request);
+    for (const f of fs.readdirSync(tierDir)) fs.truncateSync(path.join(tierDir, f), 0);
+    // The same prompt continued: its cached pages live in the truncated file.
+    await assert.rejects(
+      client.completions.create({ ...request, prompt: `${request.prompt}The end.` }),
+      (err) => err.status >= 500 && /KV tier/.test(err.message));
+    // A short request, then the same long one: both are served.
+    const short = await client.completions.create({ ...request, prompt: story, max_tokens: 8 });
+    assert.equal(short.choices[0].finish_reason, 'length');
+    const again = await client.completions.create(request);
+    assert.equal(again.choices[0].finish_reason, 'length');
     await server.kill();
   });

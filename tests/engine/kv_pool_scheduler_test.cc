@@ -158,6 +158,63 @@ TEST(KvPoolSchedulerTest, APoolBelowItsFloorIsRefusedNamingTheSizes) {
   EXPECT_FALSE(PoolOptions(4096, PageSelect::kQk).bounded_kv());
 }
 
+// A tier file truncated under a running server: the request that needs a page from it ends
+// with an error naming the file, a request beside it runs on unharmed, and the same prompt
+// sent again is computed afresh (the cache forgot the lost pages). Also through a shard
+// daemon, whose stage reports its losses over the socket.
+TEST(KvPoolSchedulerTest, ALostTierPageFailsOnlyTheRequestsThatNeedIt) {
+  SHARDLM_REQUIRE_FIXTURES();
+  TempDir dir("kv_pool_loss");
+  const std::string file = util::kStories;
+  for (bool remote : {false, true}) {
+    SCOPED_TRACE(remote ? "remote stage" : "local");
+    const std::filesystem::path tier_dir = dir.path() / (remote ? "remote" : "local");
+    std::filesystem::create_directories(tier_dir);
+    SchedulerOptions options = PoolOptions(128, PageSelect::kQk);
+    options.n_parallel = 2;
+    options.prefix_cache = true;
+    options.kv_tier.kind = KvTierSpec::Kind::kFile;
+    options.kv_tier.dir = tier_dir.string();
+    std::unique_ptr<util::ServiceThread> daemon;
+    if (remote) {
+      daemon = std::make_unique<util::ServiceThread>(dir.File("loss.sock"));
+      ASSERT_TRUE(daemon->ok());
+      options = util::WithRemoteStage(options, dir.File("loss.sock"));
+    }
+    const std::vector<TokenId> a = util::StoryTokens(file, 1200, util::kLongText);
+    const std::vector<TokenId> b =
+        util::Concat(a, util::Encode(file, " The cat sat on the mat.", false));
+    // Inside the pool: its output does not depend on what shares its batches.
+    const std::vector<TokenId> c = util::StoryTokens(file, 100, "A big bird sang in the rain.");
+    std::unique_ptr<util::Collector> want_c;
+    {
+      auto fresh = util::MakeScheduler(file, options);
+      ASSERT_TRUE(fresh);
+      want_c = util::RunOne(*fresh, util::Request(c, 16, 5));
+    }
+    auto scheduler = util::MakeScheduler(file, options);
+    ASSERT_TRUE(scheduler);
+    ASSERT_EQ(util::RunOne(*scheduler, util::Request(a, 8))->finish.reason, FinishReason::kLength);
+    int truncated = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(tier_dir)) {
+      std::filesystem::resize_file(entry.path(), 0);
+      ++truncated;
+    }
+    ASSERT_EQ(truncated, remote ? 2 : 1);
+    auto runs = util::RunAll(*scheduler, {util::Request(b, 16, 5), util::Request(c, 16, 5)});
+    ASSERT_EQ(runs.size(), 2u);
+    EXPECT_EQ(runs[0]->finish.reason, FinishReason::kError);
+    EXPECT_NE(runs[0]->finish.error.message().find("KV tier"), std::string::npos)
+        << runs[0]->finish.error.message();
+    EXPECT_EQ(runs[1]->finish.reason, FinishReason::kLength);
+    util::ExpectSameOutput(*runs[1], *want_c);
+    // The server keeps serving: the same prompt again is computed, not read from lost pages.
+    auto again = util::RunOne(*scheduler, util::Request(b, 16, 5));
+    EXPECT_EQ(again->finish.reason, FinishReason::kLength);
+    EXPECT_LT(again->finish.usage.cached_tokens, 1200);
+  }
+}
+
 // A chat's standing prefix (its system prompt and tools) is pinned as far as the pool has
 // room, never refused; the usage says what was pinned.
 TEST(KvPoolSchedulerTest, AStandingPrefixIsPinnedAsFarAsThePoolHasRoom) {

@@ -110,6 +110,22 @@ TEST(KvTier, ATruncatedFileFailsTheReadNamingTheFileAndPage) {
   EXPECT_NE(status.message().find(tier->where()), std::string::npos) << status.message();
 }
 
+// Truncated, then grown again by a later write: the lost page reads as zeros from the hole,
+// which only its checksum can tell.
+TEST(KvTier, APageLostInAHoleIsAnErrorNotZeros) {
+  TempDir dir("kv_tier");
+  auto tier = MakeTier(FileSpec(dir), 8);
+  ASSERT_TRUE(tier->Write(2, RandomPage(2).data()).ok());
+  std::filesystem::resize_file(tier->where(), 0);
+  ASSERT_TRUE(tier->Write(6, RandomPage(6).data()).ok());
+  std::vector<uint8_t> back(kPageBytes);
+  Status status = tier->Read(2, back.data());
+  EXPECT_EQ(status.code(), StatusCode::kIoError);
+  EXPECT_NE(status.message().find("page 2"), std::string::npos) << status.message();
+  ASSERT_TRUE(tier->Read(6, back.data()).ok());
+  EXPECT_EQ(back, RandomPage(6));
+}
+
 TEST(KvTier, AFullDiskFailsTheWriteAndTheTierForgetsThePage) {
   TempDir dir("kv_tier");
   auto tier = MakeTier(FileSpec(dir), 64);

@@ -1,11 +1,15 @@
 // PageResidency: a stage applies the pager's moves bit-exactly (frames ↔ tier), skips
 // writing clean pages back, copies and exports from wherever a page is, and refuses ops that
-// name pages or frames outside its pool.
+// name pages or frames outside its pool; a tier that fails (a truncated file) loses only the
+// pages it moved, which are reported and never exported.
 #include "kv/page_residency.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "pool_config.h"
@@ -19,13 +23,16 @@ constexpr int kFrames = 3;
 struct Stage {
   std::unique_ptr<PagePool> frames;
   std::unique_ptr<PageResidency> residency;
-  Stage() {
+  PagingLoss loss;  // what the tier failed to move
+  explicit Stage(const KvTierSpec& spec = KvTierSpec()) {
     frames = std::move(PagePool::Create(kv_test::PoolConfig(kFrames, 4, 2, 2, 32, KvType::kF16)))
                  .value();
-    auto tier = std::move(CreateKvTier(KvTierSpec(), kPages, frames->page_bytes(), "t")).value();
+    auto tier = std::move(CreateKvTier(spec, kPages, frames->page_bytes(), "t")).value();
     residency =
         std::move(PageResidency::Create(frames.get(), kPages, std::move(tier), true)).value();
   }
+  Status Apply(const PagingOps& ops) { return residency->Apply(ops, &loss); }
+  Status Copy(PageId src, PageId dst) { return residency->Copy(src, dst, &loss); }
   // Fills page's frame with bytes made from `seed` (what a forward pass would write).
   void Fill(PageId page, uint32_t seed) {
     std::mt19937 rng(seed);
@@ -60,16 +67,16 @@ PagingOps Maps(std::vector<PageFrame> maps) { return Ops({}, std::move(maps)); }
 
 TEST(PageResidency, PagesMoveOutAndBackBitExact) {
   Stage s;
-  ASSERT_TRUE(s.residency->Apply(Maps({{5, 0}, {9, 1}})).ok());
+  ASSERT_TRUE(s.Apply(Maps({{5, 0}, {9, 1}})).ok());
   s.Fill(5, 50);
   s.Fill(9, 90);
   // Page 11 takes the frame page 5 left.
-  ASSERT_TRUE(s.residency->Apply(Ops({5}, {{11, 0}})).ok());
+  ASSERT_TRUE(s.Apply(Ops({5}, {{11, 0}})).ok());
   EXPECT_EQ(s.residency->frame_of(5), kNoPage);
   EXPECT_EQ(s.residency->frame_of(11), 0);
   s.Fill(11, 110);
   EXPECT_EQ(s.Bytes(5), Expected(s, 50));  // from the tier
-  ASSERT_TRUE(s.residency->Apply(Ops({11}, {{5, 2}})).ok());
+  ASSERT_TRUE(s.Apply(Ops({11}, {{5, 2}})).ok());
   EXPECT_EQ(s.residency->frame_of(5), 2);
   EXPECT_EQ(s.Bytes(5), Expected(s, 50));
   EXPECT_EQ(s.Bytes(11), Expected(s, 110));
@@ -83,26 +90,26 @@ TEST(PageResidency, PagesMoveOutAndBackBitExact) {
 
 TEST(PageResidency, ACleanPageIsNotWrittenBackAndAFreedPageIsForgotten) {
   Stage s;
-  ASSERT_TRUE(s.residency->Apply(Maps({{3, 0}})).ok());
+  ASSERT_TRUE(s.Apply(Maps({{3, 0}})).ok());
   s.Fill(3, 30);
-  ASSERT_TRUE(s.residency->Apply(Ops({3})).ok());
-  ASSERT_TRUE(s.residency->Apply(Maps({{3, 1}})).ok());  // read back, not written
-  ASSERT_TRUE(s.residency->Apply(Ops({3})).ok());
+  ASSERT_TRUE(s.Apply(Ops({3})).ok());
+  ASSERT_TRUE(s.Apply(Maps({{3, 1}})).ok());  // read back, not written
+  ASSERT_TRUE(s.Apply(Ops({3})).ok());
   EXPECT_EQ(s.residency->Stats().page_outs, 1u);
   EXPECT_EQ(s.Bytes(3), Expected(s, 30));
-  ASSERT_TRUE(s.residency->Apply(Ops({}, {}, {3})).ok());
+  ASSERT_TRUE(s.Apply(Ops({}, {}, {3})).ok());
   EXPECT_FALSE(s.residency->tier().Holds(3));
   // A page id used again starts empty: mapping it reads nothing.
-  ASSERT_TRUE(s.residency->Apply(Maps({{3, 2}})).ok());
+  ASSERT_TRUE(s.Apply(Maps({{3, 2}})).ok());
   EXPECT_EQ(s.residency->Stats().page_ins, 1u);
 }
 
 TEST(PageResidency, CopyOnWriteReadsTheSourceFromTheTierAndImportsLandThere) {
   Stage s;
-  ASSERT_TRUE(s.residency->Apply(Maps({{1, 0}})).ok());
+  ASSERT_TRUE(s.Apply(Maps({{1, 0}})).ok());
   s.Fill(1, 10);
-  ASSERT_TRUE(s.residency->Apply(Ops({1}, {{2, 0}})).ok());
-  ASSERT_TRUE(s.residency->Copy(1, 2).ok());
+  ASSERT_TRUE(s.Apply(Ops({1}, {{2, 0}})).ok());
+  ASSERT_TRUE(s.Copy(1, 2).ok());
   EXPECT_EQ(s.Bytes(2), Expected(s, 10));
   const std::vector<uint8_t> page = Expected(s, 77);
   const PageId imported = 12;
@@ -114,7 +121,7 @@ TEST(PageResidency, CopyOnWriteReadsTheSourceFromTheTierAndImportsLandThere) {
 
 TEST(PageResidency, FramesListTheAttendedPagesOnly) {
   Stage s;
-  ASSERT_TRUE(s.residency->Apply(Maps({{4, 2}, {6, 0}})).ok());
+  ASSERT_TRUE(s.Apply(Maps({{4, 2}, {6, 0}})).ok());
   const std::vector<PageId> pages = {4, 5, 6};
   std::vector<PageId> frames;
   const std::vector<int32_t> attended = {0, 2};
@@ -126,16 +133,57 @@ TEST(PageResidency, FramesListTheAttendedPagesOnly) {
 
 TEST(PageResidency, BadOpsAreRefusedBeforeAnythingMoves) {
   Stage s;
-  EXPECT_EQ(s.residency->Apply(Maps({{kPages, 0}})).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.residency->Apply(Maps({{1, kFrames}})).code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(s.residency->Apply(Maps({{1, 0}})).ok());
-  EXPECT_EQ(s.residency->Apply(Maps({{2, 0}})).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.residency->Apply(Ops({7})).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(Maps({{kPages, 0}})).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(Maps({{1, kFrames}})).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.Apply(Maps({{1, 0}})).ok());
+  EXPECT_EQ(s.Apply(Maps({{2, 0}})).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply(Ops({7})).code(), StatusCode::kInvalidArgument);
   PagingOps reset;
   reset.reset = true;
-  ASSERT_TRUE(s.residency->Apply(reset).ok());
+  ASSERT_TRUE(s.Apply(reset).ok());
   EXPECT_EQ(s.residency->frame_of(1), kNoPage);
   EXPECT_EQ(s.residency->Stats().resident_pages, 0);
+}
+
+TEST(PageResidency, ATruncatedTierFileLosesOnlyThePagesReadFromIt) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("page_residency_loss_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  KvTierSpec spec;
+  spec.kind = KvTierSpec::Kind::kFile;
+  spec.dir = dir.string();
+  {
+    Stage s(spec);
+    ASSERT_TRUE(s.Apply(Maps({{1, 0}, {2, 1}})).ok());
+    s.Fill(1, 11);
+    s.Fill(2, 22);
+    ASSERT_TRUE(s.Apply(Ops({1, 2})).ok());  // both go to the file
+    ASSERT_TRUE(s.loss.empty());
+    std::filesystem::path file;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) file = entry.path();
+    std::filesystem::resize_file(file, 0);
+    // Page 1 comes back from nothing: lost, reported with the file's error; page 3 is new.
+    ASSERT_TRUE(s.Apply(Maps({{1, 0}, {3, 1}})).ok());
+    ASSERT_EQ(s.loss.pages, (std::vector<PageId>{1}));
+    EXPECT_NE(s.loss.error.message().find(file.filename().string()), std::string::npos)
+        << s.loss.error.message();
+    EXPECT_EQ(s.residency->frame_of(1), 0);  // the frames are as the ops said
+    std::vector<uint8_t> out(s.frames->page_bytes());
+    const PageId lost = 1;
+    EXPECT_FALSE(s.residency->Export(std::span<const PageId>(&lost, 1), out.data()).ok());
+    // A copy from the lost page loses its copy too.
+    s.loss.clear();
+    ASSERT_TRUE(s.Copy(1, 3).ok());
+    EXPECT_EQ(s.loss.pages, (std::vector<PageId>{3}));
+    // Freed, the page is whole again when next written.
+    ASSERT_TRUE(s.Apply(Ops({}, {}, {1, 3})).ok());
+    s.loss.clear();
+    ASSERT_TRUE(s.Apply(Maps({{1, 0}})).ok());
+    s.Fill(1, 33);
+    EXPECT_TRUE(s.loss.empty());
+    EXPECT_EQ(s.Bytes(1), Expected(s, 33));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace page_residency_test
