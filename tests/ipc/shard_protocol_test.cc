@@ -174,6 +174,9 @@ TEST(ShardProtocol, RunReplyRoundTrip) {
                .page_outs = 4,
                .bytes_paged = 5,
                .paging_seconds = 0.25};
+  in.lost_pages = {7, 40000};
+  in.loss_code = static_cast<uint32_t>(StatusCode::kIoError);
+  in.loss_error = "the KV tier file 'f' ends inside page 7";
   auto out = DecodeRunReply(Encoded(in, EncodeRunReply));
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out->batch_id, 99u);
@@ -192,6 +195,9 @@ TEST(ShardProtocol, RunReplyRoundTrip) {
   EXPECT_EQ(out->paging.page_outs, 4u);
   EXPECT_EQ(out->paging.bytes_paged, 5u);
   EXPECT_EQ(out->paging.paging_seconds, 0.25);
+  EXPECT_EQ(out->lost_pages, in.lost_pages);
+  EXPECT_EQ(out->loss_code, in.loss_code);
+  EXPECT_EQ(out->loss_error, in.loss_error);
 }
 
 TEST(ShardProtocol, PagesRoundTrip) {
