@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/kv_pool_flags.h"
 #include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
 #include "engine/bench_runner.h"
@@ -41,6 +42,7 @@ struct BenchFlags {
   bool json = false;
   PlacementFlags placement;
   PlacementFlags vs_placement;  // --vs-devices / --vs-layer-split; devices "" → none
+  KvPoolFlags kv_pool;
 };
 
 void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
@@ -58,6 +60,7 @@ void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
       ->capture_default_str();
   cmd.add_option("-r,--repetitions", f.reps, "Timed repetitions per test")->capture_default_str();
   DeclareKvTypeFlag(cmd, f.kv_type);
+  DeclareKvPoolFlags(cmd, f.kv_pool);
   cmd.add_flag("--json", f.json, "Print one JSON object per test (JSON lines)");
   DeclarePlacementFlags(cmd, f.placement);
   cmd.add_option("--vs-devices", f.vs_placement.devices,
@@ -135,6 +138,8 @@ nlohmann::json ToJson(const ModelFacts& facts, const BenchFlags& f, int n_thread
           {"model_n_params", facts.n_params},
           {"n_threads", n_threads},
           {"type_k", f.kv_type},
+          {"kv_pool",
+           f.kv_pool.pool.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.kv_pool.pool)},
           {"n_prompt", r.test.n_prompt},
           {"n_gen", r.test.n_gen},
           {"n_streams", r.test.n_streams},
@@ -205,6 +210,12 @@ Status BenchCommand(const BenchFlags& f) {
   BenchOptions options;
   options.reps = f.reps;
   options.kv_type = kv_type;
+  // A pool per sequence: every stream of a tg test has its own.
+  SHARDLM_ASSIGN_OR_RETURN(ParsedKvPool kv_pool,
+                           ParseKvPoolFlags(f.kv_pool, 1, *loaded.model, kv_type));
+  options.kv_pool = kv_pool.pool;
+  options.kv_tier = kv_pool.tier;
+  if (kv_pool.pool.bounded()) std::fprintf(stderr, "bench: %s\n", DescribeKvPool(kv_pool).c_str());
   for (auto [target, parsed] : {std::pair{&options.placement, &placement},
                                 std::pair{&options.vs_placement, &vs_placement}}) {
     *target = *parsed;

@@ -55,6 +55,8 @@ class BenchSubject {
     engine.max_queue = 0;
     engine.threads = n_threads;
     engine.kv_type = options.kv_type;
+    engine.kv_pool = options.kv_pool;
+    engine.kv_tier = options.kv_tier;
     engine.log_requests = false;
     engine.placement = options.PlacementOf(test);
     engine.prefix_cache = false;

@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kv/kv_tier.h"
 #include "kv/page_pool.h"
+#include "kv/pager.h"
 #include "model/model.h"
 #include "pipeline/placement.h"
 #include "tokenizer/tokenizer.h"
@@ -46,6 +48,10 @@ struct BenchOptions {
   int reps = 5;
   KvType kv_type = KvType::kF32;
   uint64_t seed = 1234;  // random prompt tokens
+  // Bounded KV residency (`--kv-pool` and its flags): a pool per sequence; unbounded by
+  // default. A pool the test's context fits in is the unbounded engine.
+  KvPoolOptions kv_pool = {};
+  KvTierSpec kv_tier = {};
   // Placement (placement.h): one device per stage; empty: one "cpu" stage of the n_threads
   // given to RunBench.
   PlacementOptions placement = {};

@@ -192,6 +192,21 @@ TEST(BenchCliTest, JsonLinesCarryResults) {
   }
 }
 
+// --kv-pool: the prompt prefills through the pool in chunks (fewer tokens per batch than
+// the prompt), and the line says which pool it ran with.
+TEST(BenchCliTest, APoolPrefillsThePromptThroughIt) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ProcessResult run = RunShardlm({"bench", "-m", FixturePath("stories260K.gguf"), "-p", "1024",
+                                  "-n", "0", "-r", "1", "-t", "1", "--kv-pool", "256", "--kv-sink",
+                                  "16", "--kv-tail", "64", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("kv pool: 256 positions"), std::string::npos) << run.err;
+  const json result = json::parse(run.out);
+  EXPECT_EQ(result["kv_pool"], "256");
+  EXPECT_LT(result["tokens_per_batch"].get<double>(), 256.0);
+  EXPECT_GT(result["avg_ts"].get<double>(), 0.0);
+}
+
 // --streams 1,S: the runs interleave, and tg<N>xS carries its ratio to tg<N>.
 TEST(BenchCliTest, StreamsCarryTheirPairedRatio) {
   SHARDLM_REQUIRE_FIXTURES();
