@@ -69,12 +69,13 @@ inline constexpr uint32_t kMaxSnapshotSections = 4096;
 enum class SnapshotFileKind : uint32_t { kBlock = 0, kSlot = 1, kSentinel };
 const char* SnapshotFileKindName(SnapshotFileKind kind);
 
+// The section kinds described above (their numbers are on disk).
 enum class SectionKind : uint32_t {
-  kKvPage = 1,
-  kRecurrentState = 2,
-  kLogits = 3,
-  kTokens = 4,
-  kPageSelection = 5,
+  kKvPage = 1,          // a stage's KV pages
+  kRecurrentState = 2,  // recurrent state of hybrid models
+  kLogits = 3,          // one logits row
+  kTokens = 4,          // token ids
+  kPageSelection = 5,   // a bounded KV pool's memory of a sequence's pages
   kSentinel
 };
 const char* SectionKindName(SectionKind kind);

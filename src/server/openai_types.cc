@@ -635,6 +635,25 @@ Json ToolCallJSON(const ToolCall& call, std::optional<int> index) {
   return j;
 }
 
+namespace {
+
+// The object that ends a response (a whole reply, or a stream's usage chunk): its choices,
+// usage, llama.cpp's timings and the ranges a bounded KV pool pinned.
+Json FinalJSON(const ResponseMeta& meta, const char* object, Json choices,
+               const RequestUsage& usage) {
+  Json response = Json{{"id", meta.id},
+                       {"object", object},
+                       {"created", meta.created},
+                       {"model", meta.model},
+                       {"choices", std::move(choices)},
+                       {"usage", UsageJSON(usage)},
+                       {"timings", TimingsJSON(usage)}};
+  AddPinned(usage, response);
+  return response;
+}
+
+}  // namespace
+
 Json ChatCompletionJSON(const ResponseMeta& meta, const ChatResult& result,
                         const RequestUsage& usage) {
   Json message = Json{{"role", "assistant"}};
@@ -649,15 +668,7 @@ Json ChatCompletionJSON(const ResponseMeta& meta, const ChatResult& result,
   Json choice = Json{{"index", 0}, {"message", message}};
   choice["logprobs"] = result.logprobs ? ChatLogprobsJSON(*result.logprobs) : Json(nullptr);
   choice["finish_reason"] = result.finish_reason;
-  Json response = Json{{"id", meta.id},
-                       {"object", "chat.completion"},
-                       {"created", meta.created},
-                       {"model", meta.model},
-                       {"choices", Json::array({choice})},
-                       {"usage", UsageJSON(usage)},
-                       {"timings", TimingsJSON(usage)}};
-  AddPinned(usage, response);
-  return response;
+  return FinalJSON(meta, "chat.completion", Json::array({choice}), usage);
 }
 
 Json ChatChunkJSON(const ResponseMeta& meta, const Json& delta, const std::string& finish_reason,
@@ -672,15 +683,7 @@ Json ChatChunkJSON(const ResponseMeta& meta, const Json& delta, const std::strin
 }
 
 Json UsageChunkJSON(const ResponseMeta& meta, const char* object, const RequestUsage& usage) {
-  Json response = Json{{"id", meta.id},
-                       {"object", object},
-                       {"created", meta.created},
-                       {"model", meta.model},
-                       {"choices", Json::array()},
-                       {"usage", UsageJSON(usage)},
-                       {"timings", TimingsJSON(usage)}};
-  AddPinned(usage, response);
-  return response;
+  return FinalJSON(meta, object, Json::array(), usage);
 }
 
 Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
@@ -689,15 +692,7 @@ Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
   Json choice = Json{{"index", 0}, {"text", text}};
   choice["logprobs"] = logprobs ? CompletionLogprobsJSON(*logprobs) : Json(nullptr);
   choice["finish_reason"] = finish_reason;
-  Json response = Json{{"id", meta.id},
-                       {"object", "text_completion"},
-                       {"created", meta.created},
-                       {"model", meta.model},
-                       {"choices", Json::array({choice})},
-                       {"usage", UsageJSON(usage)},
-                       {"timings", TimingsJSON(usage)}};
-  AddPinned(usage, response);
-  return response;
+  return FinalJSON(meta, "text_completion", Json::array({choice}), usage);
 }
 
 Json CompletionLogprobsJSON(std::span<const TokenLogprobInfo> logprobs) {
