@@ -574,10 +574,11 @@ void Scheduler::FailEverything(const Status& error) {
 // reads it).
 void Scheduler::LosePages(const PagingLoss& loss) {
   State& s = *state_;
+  auto lost = [&](PageId page) {
+    return std::find(loss.pages.begin(), loss.pages.end(), page) != loss.pages.end();
+  };
   auto holds_lost = [&](const BlockTable& table) {
-    return std::any_of(table.pages().begin(), table.pages().end(), [&](PageId page) {
-      return std::find(loss.pages.begin(), loss.pages.end(), page) != loss.pages.end();
-    });
+    return std::any_of(table.pages().begin(), table.pages().end(), lost);
   };
   const Status error = loss.error.WithContext("the KV tier lost pages this request needs");
   int ended = 0;
@@ -589,10 +590,7 @@ void Scheduler::LosePages(const PagingLoss& loss) {
       ++ended;
     }
   }
-  s.prefix_cache->ForgetPages([&](PageId page) {
-    return !s.pager->resident(page) ||
-           std::find(loss.pages.begin(), loss.pages.end(), page) != loss.pages.end();
-  });
+  s.prefix_cache->ForgetPages([&](PageId page) { return !s.pager->resident(page) || lost(page); });
   std::fprintf(stderr, "scheduler: %zu KV pages lost (%s); %d requests ended\n", loss.pages.size(),
                loss.error.message().c_str(), ended);
   PublishStats();
