@@ -2,6 +2,7 @@
 #include "server/anthropic_output.h"
 
 #include "server/json_limits.h"
+#include "server/openai_objects.h"
 
 namespace shardlm::server {
 namespace {

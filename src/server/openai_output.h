@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "server/openai_objects.h"
 #include "server/output_formatter.h"
 
 namespace shardlm::server {

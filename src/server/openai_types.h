@@ -1,5 +1,6 @@
 // OpenAI API types: typed requests parsed from JSON into structs (FromJSON → Result<T>), the
-// response and SSE chunk objects we send back, and OpenAI's error object.
+// typed results a response is built from (openai_objects.h builds the objects we send back),
+// and OpenAI's error object.
 //
 // Goals: every field a client may send is checked here once, at the parse boundary: a
 // wrong type or an out-of-range value is an error that names the parameter; unknown
@@ -172,32 +173,5 @@ struct ResponseMeta {
   int64_t created = 0;  // unix seconds
   std::string model;
 };
-
-Json UsageJSON(const RequestUsage& usage);
-Json TimingsJSON(const RequestUsage& usage);
-// Sets response["pin"] to the position ranges a bounded KV pool kept resident for the
-// request ([[begin, end], ...], the request's extension field and its standing prefix);
-// leaves the response alone when nothing was pinned.
-void AddPinned(const RequestUsage& usage, Json& response);
-Json ChatLogprobsJSON(const std::vector<TokenLogprobInfo>& logprobs);
-Json ToolCallJSON(const ToolCall& call, std::optional<int> index = std::nullopt);
-
-Json ChatCompletionJSON(const ResponseMeta& meta, const ChatResult& result,
-                        const RequestUsage& usage);
-// A chat.completion.chunk: `delta` as given, finish_reason null when empty.
-Json ChatChunkJSON(const ResponseMeta& meta, const Json& delta, const std::string& finish_reason,
-                   const Json& logprobs = nullptr);
-// The final usage-only chunk (stream_options.include_usage): choices [].
-Json UsageChunkJSON(const ResponseMeta& meta, const char* object, const RequestUsage& usage);
-
-Json CompletionJSON(const ResponseMeta& meta, const std::string& text,
-                    const std::string& finish_reason, const RequestUsage& usage,
-                    const std::optional<std::vector<TokenLogprobInfo>>& logprobs);
-// Legacy completions' logprobs object: {tokens, token_logprobs, top_logprobs}.
-Json CompletionLogprobsJSON(std::span<const TokenLogprobInfo> logprobs);
-// A streamed text_completion chunk; `logprobs` (CompletionLogprobsJSON of the chunk's
-// tokens) or null.
-Json CompletionChunkJSON(const ResponseMeta& meta, const std::string& text,
-                         const std::string& finish_reason, const Json& logprobs = nullptr);
 
 }  // namespace shardlm::server

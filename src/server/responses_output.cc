@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "server/openai_objects.h"
+
 namespace shardlm::server {
 namespace {
 
