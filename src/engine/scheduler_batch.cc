@@ -182,7 +182,7 @@ bool Scheduler::SubmitAction() {
       batch.attended_by_slot = s.attended_by_slot;
     }
     status = s.pipeline->Submit(batch);
-    if (status.ok() && s.pager != nullptr) s.pager->ClearPending();
+    if (status.ok() && s.pager != nullptr) s.pager->ClearPending(s.batches_submitted + 1);
   }
   if (!status.ok()) {
     FailEverything(status);

@@ -128,6 +128,10 @@ TaskState SchedulerPrefixCache::LoadStep(int slot, ActiveRequest& request, Block
       chain.fence = submitted;
     }
     if (collected < chain.fence) return TaskState::kNotFinished;
+    if (pager_ != nullptr) {
+      if (collected < pager_->ImportFence(chain.pending)) return TaskState::kNotFinished;
+      pager_->OnImport(chain.pending);
+    }
     --page_budget;
     if (!disk_->Load(chain.hashes[i], chain.pending).ok()) break;
     const BlockHash parent = i > 0 ? chain.hashes[i - 1] : kRootBlockHash;

@@ -216,9 +216,21 @@ Status Scheduler::StepSlotCopy(SlotCopyTask& task, int& budget) {
   Pipeline& pipeline = *state_->pipeline;
   const SlotJob& job = *task.job;
   const SchedulerSlot& slot = state_->slots[size_t(job.slot)];
-  const int n = std::min(budget, job.n_pages - task.n_copied);
-  const std::span<const PageId> pages(slot.transfer.pages.data() + job.first_page + task.n_copied,
-                                      size_t(n));
+  int n = std::min(budget, job.n_pages - task.n_copied);
+  const PageId* first = slot.transfer.pages.data() + job.first_page + task.n_copied;
+  Pager* pager = state_->pager.get();
+  if (slot.task != SlotState::kSaving && pager != nullptr) {
+    // Up to the first page whose last free is still in flight (see Pager::ImportFence).
+    for (int i = 0; i < n; ++i) {
+      if (state_->collected() < pager->ImportFence(first[i])) {
+        n = i;
+        break;
+      }
+    }
+    if (n == 0) return Status::Ok();  // the next step goes on
+    for (int i = 0; i < n; ++i) pager->OnImport(first[i]);
+  }
+  const std::span<const PageId> pages(first, size_t(n));
   const std::vector<size_t> page_bytes = pipeline.page_bytes();
   budget -= n;
   std::vector<uint8_t*> buffers;

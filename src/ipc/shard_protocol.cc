@@ -86,7 +86,6 @@ constexpr auto kRunBatchFields = [](auto& v, auto& m) {
     v("copies.src", c.src);
     v("copies.dst", c.dst);
   });
-  v("paging.reset", m.paging.reset);
   PageIdFields(v, "paging.frees", m.paging.frees);
   PageIdFields(v, "paging.evicts", m.paging.evicts);
   v.Array("paging.maps", m.paging.maps, kPageFrameWireBytes, [](auto& v, auto& map) {

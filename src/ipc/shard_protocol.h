@@ -50,7 +50,9 @@ namespace shardlm {
 // 5: bounded KV pools: Hello.n_frames, tier and key summaries; RunBatch paging ops, attended
 //    pages and BatchEntry.score_pages; RunReply page scores and paging counters.
 // 6: RunReply lost pages (a tier failure loses pages, not the batch).
-inline constexpr uint32_t kShardProtocolVersion = 6;
+// 7: RunBatch paging ops without `reset` (after a failed batch they free every page), and an
+//    imported page forgets what it held before.
+inline constexpr uint32_t kShardProtocolVersion = 7;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;

@@ -61,9 +61,6 @@ Status PageResidency::Apply(const PagingOps& ops, PagingLoss* loss) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (ops.reset) {
-    for (PageId page = 0; page < n_pages(); ++page) Free(page);
-  }
   for (PageId page : ops.frees) Free(page);
   for (PageId page : ops.evicts) {
     if (frame_of_[page] == kNoPage) {
@@ -201,14 +198,8 @@ Status PageResidency::Import(std::span<const PageId> pages, const uint8_t* src) 
   const size_t bytes = frames_->page_bytes();
   for (size_t i = 0; i < pages.size(); ++i) {
     const PageId page = pages[i];
-    const PageId frame = frame_of_[page];
-    if (frame != kNoPage) {
-      std::memcpy(frames_->page_data(frame), src + i * bytes, bytes);
-      dirty_[page] = 1;
-    } else {
-      SHARDLM_TRY(tier_->Write(page, src + i * bytes));
-    }
-    lost_[page] = 0;  // whole again
+    Free(page);  // whatever the page held before (the pager sent no free for it)
+    SHARDLM_TRY(tier_->Write(page, src + i * bytes));
     if (summaries_) summaries_->Rebuild(page, src + i * bytes, *frames_, frames_->page_tokens());
   }
   return Status::Ok();

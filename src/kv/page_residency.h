@@ -81,6 +81,7 @@ class PageResidency {
   void MarkWritten(PageId page) { dirty_[page] = 1; }
 
   Status Export(std::span<const PageId> pages, uint8_t* dst);
+  // Each page forgets what it held (frame, tier copy, summary), then its bytes go to the tier.
   Status Import(std::span<const PageId> pages, const uint8_t* src);
 
   ResidencyStats Stats() const;

@@ -51,7 +51,8 @@ Pager::Pager(const PagerConfig& config)
       pool_pages_(config.pool_pages()),
       slots_(size_t(config.n_slots)),
       frame_of_(size_t(config.n_pages), kNoPage),
-      refs_(size_t(config.n_pages), 0) {
+      refs_(size_t(config.n_pages), 0),
+      free_sent_(size_t(config.n_pages), 0) {
   // Frame 0 is handed out first.
   for (int f = config.n_frames() - 1; f >= 0; --f) free_frames_.push_back(f);
 }
@@ -307,7 +308,12 @@ void Pager::Reset() {
   free_frames_.clear();
   for (int f = config_.n_frames() - 1; f >= 0; --f) free_frames_.push_back(f);
   pending_.clear();
-  pending_.reset = true;
+  for (PageId page = 0; page < config_.n_pages; ++page) pending_.frees.push_back(page);
+}
+
+void Pager::ClearPending(uint64_t batch) {
+  for (PageId page : pending_.frees) free_sent_[size_t(page)] = batch;
+  pending_.clear();
 }
 
 PagerStats Pager::Stats() const {

@@ -143,9 +143,19 @@ class Pager {
   // Forgets every resident set and frame and asks the stages to forget every page (after a
   // failed batch; the caller has released every page).
   void Reset();
-  // The moves for the next batch; clears them.
+  // The moves for the next batch.
   const PagingOps& pending() const { return pending_; }
-  void ClearPending() { pending_.clear(); }
+  // The pending moves went to the stages with batch number `batch`: forgets them, and
+  // remembers which batch carried each page's free.
+  void ClearPending(uint64_t batch);
+  // Imports: the stages write an imported page's bytes outside any batch (a disk-cache load,
+  // a slot restore) and forget what the page held before. A free of the page that a batch
+  // still in flight carries would undo the import, so an import waits until ImportFence(page)
+  // (the batch that carried the page's last free, 0 if none) is collected; OnImport then
+  // drops a free of the page that no batch carried yet (the import does it), right before
+  // the import.
+  uint64_t ImportFence(PageId page) const { return free_sent_[size_t(page)]; }
+  void OnImport(PageId page) { std::erase(pending_.frees, page); }
   PagerStats Stats() const;
 
  private:
@@ -174,6 +184,7 @@ class Pager {
   std::vector<int32_t> refs_;     // [page] → resident sets holding it
   std::vector<PageId> free_frames_;
   PagingOps pending_;
+  std::vector<uint64_t> free_sent_;  // [page] → the batch that carried its last free
   uint64_t clock_ = 0;
   PagerStats stats_;
   std::vector<uint8_t> need_;        // scratch: [logical page] → 1 required, 2 chosen

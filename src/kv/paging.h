@@ -41,16 +41,14 @@ struct PageFrame {
 //  - evicts: resident pages moved out: their bytes go to the tier, their frame is free;
 //  - maps: pages placed in frames (page-in from the tier).
 struct PagingOps {
-  // First of all: forget every page (frames and tier), after a failed batch may have left
-  // the stages apart.
-  bool reset = false;
+  // First: pages to forget (frame and tier), e.g. every page after a failed batch may have
+  // left the stages apart.
   std::vector<PageId> frees;
   std::vector<PageId> evicts;
   std::vector<PageFrame> maps;
 
-  bool empty() const { return !reset && frees.empty() && evicts.empty() && maps.empty(); }
+  bool empty() const { return frees.empty() && evicts.empty() && maps.empty(); }
   void clear() {
-    reset = false;
     frees.clear();
     evicts.clear();
     maps.clear();

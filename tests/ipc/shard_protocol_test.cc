@@ -54,7 +54,6 @@ ShardRunBatch SampleRunBatch() {
   m.entries[3].score_pages = true;
   m.pages_by_slot = {{4, 5, 6}, {}, {kNoPage, INT32_MAX}};
   m.copies = {{.src = 4, .dst = 9}, {.src = 0, .dst = 1}};
-  m.paging.reset = true;
   m.paging.frees = {8, 2};
   m.paging.evicts = {5};
   m.paging.maps = {{.page = 11, .frame = 0}, {.page = INT32_MAX, .frame = 7}};
@@ -143,7 +142,6 @@ TEST(ShardProtocol, RunBatchRoundTrip) {
   }
   EXPECT_EQ(out->pages_by_slot, in.pages_by_slot);
   EXPECT_EQ(out->copies, in.copies);
-  EXPECT_TRUE(out->paging.reset);
   EXPECT_EQ(out->paging.frees, in.paging.frees);
   EXPECT_EQ(out->paging.evicts, in.paging.evicts);
   EXPECT_EQ(out->paging.maps, in.paging.maps);

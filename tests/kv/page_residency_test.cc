@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -119,6 +120,27 @@ TEST(PageResidency, CopyOnWriteReadsTheSourceFromTheTierAndImportsLandThere) {
   EXPECT_EQ(s.residency->summaries()->summarized(12, 1, 1), 4);
 }
 
+// The pager sends no free for a page it imports into (the import must not wait for the next
+// batch): whatever the stage still held for that page id, frame or tier copy, is forgotten.
+TEST(PageResidency, AnImportForgetsWhatThePageHeldBefore) {
+  Stage s;
+  ASSERT_TRUE(s.Apply(Maps({{1, 0}, {2, 1}})).ok());
+  s.Fill(1, 10);
+  s.Fill(2, 20);
+  ASSERT_TRUE(s.Apply(Ops({2})).ok());  // page 2 to the tier
+  const std::vector<uint8_t> page = Expected(s, 77);
+  for (PageId imported : {1, 2}) {
+    ASSERT_TRUE(s.residency->Import(std::span<const PageId>(&imported, 1), page.data()).ok());
+    EXPECT_EQ(s.residency->frame_of(imported), kNoPage);
+    EXPECT_EQ(s.Bytes(imported), page);
+  }
+  // Frame 0 is free again: the next batch may map another page there.
+  ASSERT_TRUE(s.Apply(Maps({{5, 0}})).ok());
+  ASSERT_TRUE(s.Apply(Ops({5}, {{1, 0}})).ok());
+  EXPECT_EQ(s.Bytes(1), page);
+  EXPECT_EQ(s.residency->summaries()->summarized(1, 1, 1), 4);
+}
+
 TEST(PageResidency, FramesListTheAttendedPagesOnly) {
   Stage s;
   ASSERT_TRUE(s.Apply(Maps({{4, 2}, {6, 0}})).ok());
@@ -138,9 +160,9 @@ TEST(PageResidency, BadOpsAreRefusedBeforeAnythingMoves) {
   ASSERT_TRUE(s.Apply(Maps({{1, 0}})).ok());
   EXPECT_EQ(s.Apply(Maps({{2, 0}})).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.Apply(Ops({7})).code(), StatusCode::kInvalidArgument);
-  PagingOps reset;
-  reset.reset = true;
-  ASSERT_TRUE(s.Apply(reset).ok());
+  std::vector<PageId> every(kPages);
+  std::iota(every.begin(), every.end(), 0);
+  ASSERT_TRUE(s.Apply(Ops({}, {}, every)).ok());
   EXPECT_EQ(s.residency->frame_of(1), kNoPage);
   EXPECT_EQ(s.residency->Stats().resident_pages, 0);
 }

@@ -87,7 +87,7 @@ TEST(Pager, LruKeepsTheSinkTheTailAndTheMostRecentPages) {
     ASSERT_TRUE(pager->Prepare(0, pages, position, end).ok()) << "step " << step;
     for (PageId p : pager->pending().evicts) EXPECT_EQ(resident.erase(p), 1u);
     for (const PageFrame& m : pager->pending().maps) EXPECT_TRUE(resident.insert(m.page).second);
-    pager->ClearPending();
+    pager->ClearPending(1);
     const std::vector<int32_t> attended = Attended(*pager, 0);
     EXPECT_LE(attended.size(), 6u);
     EXPECT_EQ(resident.size(), attended.size());
@@ -125,7 +125,7 @@ TEST(Pager, QkReselectsTheBestScoredPagesFromTheTier) {
   scores[7] = -0.5f;  // the page the query wants
   scores[3] = -1.0f;
   pager->SetScores(0, scores);
-  pager->ClearPending();
+  pager->ClearPending(1);
   ASSERT_TRUE(pager->Prepare(0, pages, 79, 80).ok());
   const std::vector<int32_t> attended = Attended(*pager, 0);
   EXPECT_EQ(attended, (std::vector<int32_t>{0, 3, 7, 17, 18, 19}));
@@ -203,7 +203,7 @@ TEST(Pager, SharedPagesTakeOneFrameAndFreedPagesLeaveEverySet) {
   ASSERT_TRUE(pager->Prepare(1, other, 8, 12).ok());
   EXPECT_EQ(pager->Stats().frames_used, 4);
   EXPECT_EQ(pager->pending().maps.size(), 4u);
-  pager->ClearPending();
+  pager->ClearPending(1);
   pager->OnPageFreed(50);
   EXPECT_EQ(Attended(*pager, 1), (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(pager->pending().frees, (std::vector<PageId>{50}));
@@ -213,9 +213,33 @@ TEST(Pager, SharedPagesTakeOneFrameAndFreedPagesLeaveEverySet) {
   pager->OnPageFreed(60);
   EXPECT_TRUE(pager->pending().maps.empty());
   pager->Reset();
-  EXPECT_TRUE(pager->pending().reset);
+  EXPECT_EQ(pager->pending().frees, Pages(0, 256));  // every page, in every stage
   EXPECT_EQ(pager->Stats().frames_used, 0);
   EXPECT_TRUE(Attended(*pager, 0).empty());
+}
+
+// An import into a freed page id: a free no batch carried yet is dropped (the stages' import
+// forgets the page itself; the free arriving later would throw the imported bytes away); a
+// free a batch carried makes the import wait for that batch.
+TEST(Pager, AnImportDropsTheFreeNotYetSentAndWaitsForTheOneSent) {
+  auto pager = MakePager(Config(20, PageSelect::kLru));
+  ASSERT_TRUE(pager->Prepare(0, Pages(0, 3), 0, 12).ok());
+  pager->ClearPending(1);
+  pager->OnPageFreed(1);
+  pager->OnPageFreed(2);
+  EXPECT_EQ(pager->ImportFence(1), 0u);
+  pager->ClearPending(2);  // batch 2 carries both frees
+  EXPECT_EQ(pager->ImportFence(1), 2u);
+  EXPECT_EQ(pager->ImportFence(3), 0u);  // never freed
+  pager->OnPageFreed(0);
+  pager->OnImport(0);
+  EXPECT_TRUE(pager->pending().frees.empty());
+  // After a failed batch every page is freed; the pages imported since are spared.
+  pager->Reset();
+  pager->OnImport(7);
+  std::vector<PageId> rest = Pages(0, 256);
+  rest.erase(rest.begin() + 7);
+  EXPECT_EQ(pager->pending().frees, rest);
 }
 
 TEST(Pager, AWriteIsCutToWhatThePoolLeavesBesideTheSinkAndTail) {
@@ -246,7 +270,7 @@ TEST(Pager, PinnedPagesStayResidentAndLeaveLessRoomToWrite) {
     const int end = position + n;
     const std::vector<PageId> pages = Pages(0, (end + kPageTokens - 1) / kPageTokens);
     ASSERT_TRUE(pager->Prepare(0, pages, position, end).ok()) << "step " << step;
-    pager->ClearPending();
+    pager->ClearPending(1);
     const std::vector<int32_t> attended = Attended(*pager, 0);
     EXPECT_LE(attended.size(), 8u);
     for (int p : {5, 6, 7, 11}) {
