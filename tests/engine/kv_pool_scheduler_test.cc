@@ -2,11 +2,15 @@
 // unbounded output; past the pool, a long story through a pool of a few pages gives the same
 // tokens and logits on every thread count, local split and tier (RAM or file), with both page
 // selections; the moves show in the stage stats; a pool below its floor is refused; a
-// conversation past the pool continues the same after a restart or a slot restore.
+// conversation past the pool continues the same after a restart or a slot restore; a
+// conversation of several thousand tokens is the same on every split and remote stage, and
+// goes on when its shard daemon restarts.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -330,6 +334,182 @@ TEST(KvPoolSchedulerTest, ANextTurnPastThePoolIsTheSameAfterARestartOrASlotResto
         util::ExpectSameOutput(*again, *want);
       }
     }
+  }
+}
+
+// A conversation of four turns growing to about 4200 tokens through a 128-position pool (8
+// pages, 1/33 of the context at the end): each turn continues the last one's reply with 800
+// more tokens of story.
+struct LongConversation {
+  static constexpr int kTurns = 4;
+  static constexpr int kFirstPrompt = 1500;
+  static constexpr int kMorePerTurn = 800;
+  static constexpr int kGenerated = 48;
+  // The positions a turn finds cached: every full page of the previous turn's KV (its last
+  // generated token was never fed).
+  static int CachedAfter(size_t prompt_tokens) {
+    return int(prompt_tokens + kGenerated - 1) / util::kPageTokens * util::kPageTokens;
+  }
+};
+
+std::vector<TokenId> MoreStory(const std::string& file, int n) {
+  std::vector<TokenId> tokens;
+  const std::vector<TokenId> more = util::Encode(file, " " + std::string(util::kLongText), false);
+  while (int(tokens.size()) < n) tokens.insert(tokens.end(), more.begin(), more.end());
+  tokens.resize(size_t(n));
+  return tokens;
+}
+
+SchedulerOptions LongConversationOptions(PageSelect select) {
+  SchedulerOptions options = PoolOptions(128, select, 8192);
+  options.prefix_cache = true;
+  return options;
+}
+
+// The prompt of turn `turn` (0-based) after `replies` (one per earlier turn).
+std::vector<TokenId> LongConversationPrompt(const std::string& file,
+                                            const std::vector<TokenId>& previous,
+                                            const std::vector<TokenId>& reply, int turn) {
+  if (turn == 0) return util::StoryTokens(file, LongConversation::kFirstPrompt, util::kLongText);
+  return util::Concat(util::Concat(previous, reply),
+                      MoreStory(file, LongConversation::kMorePerTurn));
+}
+
+// Runs the whole conversation on one scheduler; each turn samples with its own seed.
+std::vector<std::unique_ptr<util::Collector>> RunLongConversation(const std::string& file,
+                                                                  Scheduler& scheduler) {
+  std::vector<std::unique_ptr<util::Collector>> replies;
+  std::vector<TokenId> prompt;
+  for (int turn = 0; turn < LongConversation::kTurns; ++turn) {
+    const size_t previous_tokens = prompt.size();
+    prompt = LongConversationPrompt(file, prompt,
+                                    turn > 0 ? replies.back()->ids : std::vector<TokenId>{}, turn);
+    replies.push_back(util::RunOne(
+        scheduler, util::Request(prompt, LongConversation::kGenerated, uint64_t(turn))));
+    EXPECT_EQ(replies.back()->finish.reason, FinishReason::kLength) << "turn " << turn;
+    EXPECT_EQ(replies.back()->finish.usage.cached_tokens,
+              turn == 0 ? 0 : LongConversation::CachedAfter(previous_tokens))
+        << "turn " << turn;
+  }
+  return replies;
+}
+
+// Waits until the disk tier stops growing (its writes are behind the engine).
+void WaitForDiskWrites(Scheduler& scheduler) {
+  int64_t last = -1;
+  for (int stable = 0; stable < 5;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    const int64_t now = scheduler.Stats().kv_disk_bytes_written;
+    stable = now == last ? stable + 1 : 0;
+    last = now;
+  }
+}
+
+// Sends `request` until the engine accepts and finishes it (a reconnecting engine refuses
+// requests until its stages are back).
+std::unique_ptr<util::Collector> RunOnceServing(Scheduler& scheduler,
+                                                const EngineRequest& request) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!scheduler.Health().ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return util::RunOne(scheduler, request);
+}
+
+// Several thousand tokens of conversation through a pool of 8 pages: every turn gives the
+// same tokens and logits on one thread, a local split with a file tier and a stage in a shard
+// daemon. Then the daemon dies: between two turns, the next turn continues from the disk
+// cache with the same text; under load, the running turn fails with the stage named and the
+// turn sent again is served.
+TEST(KvPoolSchedulerTest, ALongConversationThroughAFewPagesIsTheSameOnEverySplitAndRemoteStage) {
+  SHARDLM_REQUIRE_FIXTURES();
+  TempDir dir("kv_pool_long");
+  for (const char* file : {util::kStories, util::kQwen}) {
+    SCOPED_TRACE(file);
+    const std::string tag = std::filesystem::path(file).stem().string();
+    const SchedulerOptions base = LongConversationOptions(PageSelect::kQk);
+    auto want_scheduler = util::MakeScheduler(file, base);
+    ASSERT_TRUE(want_scheduler);
+    const auto want = RunLongConversation(file, *want_scheduler);
+    want_scheduler.reset();
+    ASSERT_EQ(want.size(), size_t(LongConversation::kTurns));
+
+    SchedulerOptions one_thread = base;
+    one_thread.threads = 1;
+    SchedulerOptions split = base;
+    split.placement.devices.assign(2, DeviceSpec{});
+    split.placement.layer_split = {1, 1};
+    split.threads = 1;
+    split.kv_tier.kind = KvTierSpec::Kind::kFile;
+    split.kv_tier.dir = dir.path().string();
+    const std::string socket = dir.File("shard_" + tag + ".sock");
+    auto daemon = std::make_unique<util::ServiceThread>(socket);
+    ASSERT_TRUE(daemon->ok());
+    SchedulerOptions remote = util::WithRemoteStage(split, socket);
+    for (const SchedulerOptions* options : {&one_thread, &split, &remote}) {
+      auto scheduler = util::MakeScheduler(file, *options);
+      ASSERT_TRUE(scheduler);
+      const auto got = RunLongConversation(file, *scheduler);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t turn = 0; turn < got.size(); ++turn) {
+        SCOPED_TRACE("turn " + std::to_string(turn));
+        util::ExpectSameOutput(*got[turn], *want[turn]);
+      }
+    }
+
+    // The daemon restarts between turns 2 and 3 of a server with a disk cache.
+    const std::filesystem::path cache_dir = dir.path() / ("cache_" + tag);
+    std::filesystem::create_directories(cache_dir);
+    SchedulerOptions cached = remote;
+    cached.kv_cache_dir = cache_dir.string();
+    auto scheduler = util::MakeScheduler(file, cached);
+    ASSERT_TRUE(scheduler);
+    std::vector<TokenId> prompt;
+    std::vector<std::vector<TokenId>> prompts;
+    for (int turn = 0; turn < LongConversation::kTurns; ++turn) {
+      prompt = LongConversationPrompt(
+          file, prompt, turn > 0 ? want[turn - 1]->ids : std::vector<TokenId>{}, turn);
+      prompts.push_back(prompt);
+    }
+    for (int turn = 0; turn < 2; ++turn) {
+      auto got = util::RunOne(
+          *scheduler, util::Request(prompts[turn], LongConversation::kGenerated, uint64_t(turn)));
+      util::ExpectSameOutput(*got, *want[turn]);
+    }
+    WaitForDiskWrites(*scheduler);
+    daemon.reset();
+    daemon = std::make_unique<util::ServiceThread>(socket);
+    ASSERT_TRUE(daemon->ok());
+    // The first request finds the stage gone (it fails, and the engine reconnects).
+    const EngineRequest turn3 = util::Request(prompts[2], LongConversation::kGenerated, 2);
+    auto first_try = util::RunOne(*scheduler, turn3);
+    if (first_try->finish.reason == FinishReason::kError) {
+      EXPECT_EQ(first_try->finish.error.code(), StatusCode::kUnavailable);
+      first_try = RunOnceServing(*scheduler, turn3);
+    }
+    util::ExpectSameOutput(*first_try, *want[2]);
+    EXPECT_EQ(first_try->finish.usage.cached_disk_tokens,
+              LongConversation::CachedAfter(prompts[1].size()));
+
+    // The daemon dies while turn 4 decodes: turn 4 fails naming the stage; sent again once
+    // the daemon is back, it is served from what the disk cache kept.
+    WaitForDiskWrites(*scheduler);
+    const EngineRequest turn4 = util::Request(prompts[3], LongConversation::kGenerated, 3);
+    util::Collector held;
+    ASSERT_TRUE(util::SubmitHeld(*scheduler, turn4, held, 8).ok());
+    daemon.reset();
+    held.release.set_value();
+    ASSERT_TRUE(held.Wait());
+    EXPECT_EQ(held.finish.reason, FinishReason::kError);
+    EXPECT_EQ(held.finish.error.code(), StatusCode::kUnavailable);
+    EXPECT_NE(held.finish.error.message().find("stage 1"), std::string::npos)
+        << held.finish.error.message();
+    daemon = std::make_unique<util::ServiceThread>(socket);
+    ASSERT_TRUE(daemon->ok());
+    auto again = RunOnceServing(*scheduler, turn4);
+    EXPECT_EQ(again->finish.reason, FinishReason::kLength);
+    EXPECT_GE(again->finish.usage.cached_disk_tokens,
+              LongConversation::CachedAfter(prompts[2].size()));
   }
 }
 
