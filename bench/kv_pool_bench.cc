@@ -12,19 +12,21 @@
 // out. The figure is the median over rounds of the ratio pooled / unbounded, with each
 // side's median rate. Also printed: each engine's KV bytes (frames; the unbounded engine
 // holds the whole context), and the pooled stage's page-ins, page-outs and seconds per page
-// moved.
+// moved. Depths above --unbounded-max run the pooled engine alone (the full cache would not
+// fit the machine): its rate and KV bytes are printed, the unbounded ones are null.
 //
 // Output: JSON lines on stdout, one per depth and round, then one summary per depth;
 // progress on stderr.
 // Usage: kv_pool_bench -m MODEL [--depths 4096,16384,65536] [--pool 2048] [--tokens 32]
 //   [--rounds 3] [--threads 2] [--tier ram|file:DIR] [--kv-type f16] [--select qk|lru]
-//   [--dir DIR]
+//   [--dir DIR] [--unbounded-max D]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -52,6 +54,7 @@ struct Flags {
   std::string kv_type = "f16";
   std::string select = "qk";
   std::string dir = std::filesystem::temp_directory_path().string();
+  int unbounded_max = std::numeric_limits<int>::max();
 };
 
 double Median(std::vector<double> v) {
@@ -59,6 +62,14 @@ double Median(std::vector<double> v) {
   return v.empty()      ? 0.0
          : v.size() % 2 ? v[v.size() / 2]
                         : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// `value` with three decimals (no trailing zeros for whole numbers), or null when not measured.
+std::string JsonNumber(bool measured, double value) {
+  if (!measured) return "null";
+  char text[64];
+  std::snprintf(text, sizeof(text), value == double(int64_t(value)) ? "%.0f" : "%.3f", value);
+  return text;
 }
 
 // A slot file of `depth` random tokens and random KV for one stage holding every layer.
@@ -138,7 +149,8 @@ Status RunDepth(const Flags& f, const LoadedModel& loaded, KvType kv_type, int d
   SHARDLM_ASSIGN_OR_RETURN(pooled.kv_tier, ParseKvTierSpec(f.tier));
   std::unique_ptr<Scheduler> engines[2];
   const char* names[2] = {"unbounded", "pooled"};
-  for (int e = 0; e < 2; ++e) {
+  const bool paired = depth <= f.unbounded_max;
+  for (int e = paired ? 0 : 1; e < 2; ++e) {
     SHARDLM_ASSIGN_OR_RETURN(
         engines[e], Scheduler::Create(*loaded.model, *loaded.tokenizer, e == 0 ? base : pooled));
     const auto start = Clock::now();
@@ -159,25 +171,29 @@ Status RunDepth(const Flags& f, const LoadedModel& loaded, KvType kv_type, int d
     double tok_s[2] = {0, 0};
     for (int k = 0; k < 2; ++k) {
       const int e = (round + k) % 2;
+      if (!engines[e]) continue;
       SHARDLM_ASSIGN_OR_RETURN(tok_s[e], Decode(*engines[e], prompt, f.tokens));
       rates[e].push_back(tok_s[e]);
     }
-    ratios.push_back(tok_s[1] / tok_s[0]);
+    if (paired) ratios.push_back(tok_s[1] / tok_s[0]);
     std::printf(
-        "{\"depth\": %d, \"round\": %d, \"unbounded_tok_s\": %.3f, \"pooled_tok_s\": %.3f, "
-        "\"ratio\": %.3f}\n",
-        depth, round, tok_s[0], tok_s[1], tok_s[1] / tok_s[0]);
+        "{\"depth\": %d, \"round\": %d, \"unbounded_tok_s\": %s, \"pooled_tok_s\": %.3f, "
+        "\"ratio\": %s}\n",
+        depth, round, JsonNumber(paired, tok_s[0]).c_str(), tok_s[1],
+        JsonNumber(paired, tok_s[1] / tok_s[0]).c_str());
     std::fflush(stdout);
   }
   const ResidencyStats paging = engines[1]->stage_stats()[0].paging;
   const uint64_t moves = paging.page_ins + paging.page_outs;
   std::printf(
       "{\"depth\": %d, \"pool\": %d, \"select\": \"%s\", \"tier\": \"%s\", \"kv_type\": \"%s\", "
-      "\"tokens\": %d, \"rounds\": %d, \"unbounded_tok_s\": %.3f, \"pooled_tok_s\": %.3f, "
-      "\"median_ratio\": %.3f, \"unbounded_kv_bytes\": %zu, \"pooled_kv_bytes\": %zu, "
+      "\"tokens\": %d, \"rounds\": %d, \"unbounded_tok_s\": %s, \"pooled_tok_s\": %.3f, "
+      "\"median_ratio\": %s, \"unbounded_kv_bytes\": %s, \"pooled_kv_bytes\": %zu, "
       "\"page_ins\": %llu, \"page_outs\": %llu, \"ms_per_page_moved\": %.3f}\n",
       depth, f.pool, f.select.c_str(), f.tier.c_str(), f.kv_type.c_str(), f.tokens, f.rounds,
-      Median(rates[0]), Median(rates[1]), Median(ratios), engines[0]->info().stages[0].kv_bytes,
+      JsonNumber(paired, Median(rates[0])).c_str(), Median(rates[1]),
+      JsonNumber(paired, Median(ratios)).c_str(),
+      JsonNumber(paired, paired ? double(engines[0]->info().stages[0].kv_bytes) : 0.0).c_str(),
       engines[1]->info().stages[0].kv_bytes, (unsigned long long)paging.page_ins,
       (unsigned long long)paging.page_outs,
       moves > 0 ? 1000.0 * paging.paging_seconds / double(moves) : 0.0);
@@ -202,6 +218,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-type", f.kv_type, "KV element type: f32 | f16 | q8_0");
   app.add_option("--select", f.select, "--kv-select of the pooled engine: qk | lru");
   app.add_option("--dir", f.dir, "Where the synthetic slot files are written (then removed)");
+  app.add_option("--unbounded-max", f.unbounded_max,
+                 "Deepest context the unbounded engine runs (deeper: the pooled one alone)");
   CLI11_PARSE(app, argc, argv);
   Result<KvType> kv_type = ParseKvType(f.kv_type);
   Result<LoadedModel> loaded = kv_type.ok() ? LoadModelFile(f.model, {}) : kv_type.status();
