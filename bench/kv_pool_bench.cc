@@ -14,12 +14,15 @@
 // holds the whole context), and the pooled stage's page-ins, page-outs and seconds per page
 // moved. Depths above --unbounded-max run the pooled engine alone (the full cache would not
 // fit the machine): its rate and KV bytes are printed, the unbounded ones are null.
+// --flat asks whether pooled decode stays flat with depth: pooled engines only, one per
+// depth, restored first and then decoding in turn each round, so the machine's drift over
+// minutes touches every depth alike; the figure is each depth's rate over the first one's.
 //
 // Output: JSON lines on stdout, one per depth and round, then one summary per depth;
 // progress on stderr.
 // Usage: kv_pool_bench -m MODEL [--depths 4096,16384,65536] [--pool 2048] [--tokens 32]
 //   [--rounds 3] [--threads 2] [--tier ram|file:DIR] [--kv-type f16] [--select qk|lru]
-//   [--dir DIR] [--unbounded-max D]
+//   [--dir DIR] [--unbounded-max D] [--flat]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -28,6 +31,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +59,7 @@ struct Flags {
   std::string select = "qk";
   std::string dir = std::filesystem::temp_directory_path().string();
   int unbounded_max = std::numeric_limits<int>::max();
+  bool flat = false;
 };
 
 double Median(std::vector<double> v) {
@@ -132,40 +137,73 @@ Result<double> Decode(Scheduler& engine, std::vector<TokenId> prompt, int n_toke
   return run.DecodeTokS();
 }
 
-Status RunDepth(const Flags& f, const LoadedModel& loaded, KvType kv_type, int depth) {
+// The options of the unbounded engine (pooled = false) or the pooled one for a context of
+// `depth` positions.
+Result<SchedulerOptions> EngineOptions(const Flags& f, KvType kv_type, int depth, bool pooled) {
+  SchedulerOptions options;
+  options.n_parallel = 1;
+  options.n_ctx = depth + f.tokens + 2 * kDefaultPageTokens;
+  options.n_batch = 64;
+  options.threads = f.threads;
+  options.kv_type = kv_type;
+  options.log_requests = false;
+  if (pooled) {
+    options.kv_pool.pool_tokens = f.pool;
+    SHARDLM_ASSIGN_OR_RETURN(options.kv_pool.select, ParsePageSelect(f.select));
+    SHARDLM_ASSIGN_OR_RETURN(options.kv_tier, ParseKvTierSpec(f.tier));
+  }
+  return options;
+}
+
+// Engines holding a synthetic context of `depth` positions in slot 0, one per entry of
+// `pooled` (null where the entry is false and `skip_unbounded`).
+Status RestoreEngines(const Flags& f, const LoadedModel& loaded, KvType kv_type, int depth,
+                      bool skip_unbounded, std::span<std::unique_ptr<Scheduler>> engines,
+                      std::span<const bool> pooled) {
   const std::string slot_path = f.dir + "/kv_pool_bench_" + std::to_string(depth) + ".slot";
   std::fprintf(stderr, "depth %d: writing a synthetic context to %s\n", depth, slot_path.c_str());
   SHARDLM_TRY(WriteSyntheticSlot(*loaded.model, kv_type, depth, slot_path));
-  SchedulerOptions base;
-  base.n_parallel = 1;
-  base.n_ctx = depth + f.tokens + 2 * kDefaultPageTokens;
-  base.n_batch = 64;
-  base.threads = f.threads;
-  base.kv_type = kv_type;
-  base.log_requests = false;
-  SchedulerOptions pooled = base;
-  pooled.kv_pool.pool_tokens = f.pool;
-  SHARDLM_ASSIGN_OR_RETURN(pooled.kv_pool.select, ParsePageSelect(f.select));
-  SHARDLM_ASSIGN_OR_RETURN(pooled.kv_tier, ParseKvTierSpec(f.tier));
-  std::unique_ptr<Scheduler> engines[2];
-  const char* names[2] = {"unbounded", "pooled"};
-  const bool paired = depth <= f.unbounded_max;
-  for (int e = paired ? 0 : 1; e < 2; ++e) {
-    SHARDLM_ASSIGN_OR_RETURN(
-        engines[e], Scheduler::Create(*loaded.model, *loaded.tokenizer, e == 0 ? base : pooled));
+  Status status = Status::Ok();
+  for (size_t e = 0; e < engines.size() && status.ok(); ++e) {
+    if (!pooled[e] && skip_unbounded) continue;
+    Result<SchedulerOptions> options = EngineOptions(f, kv_type, depth, pooled[e]);
+    Result<std::unique_ptr<Scheduler>> engine =
+        options.ok() ? Scheduler::Create(*loaded.model, *loaded.tokenizer, *options)
+                     : Result<std::unique_ptr<Scheduler>>(options.status());
+    if (!engine.ok()) {
+      status = engine.status();
+      break;
+    }
+    engines[e] = std::move(engine).value();
     const auto start = Clock::now();
-    SHARDLM_ASSIGN_OR_RETURN(SlotRestoreResult restored, engines[e]->RestoreSlot(0, slot_path));
-    std::fprintf(stderr, "depth %d: %s engine restored %d tokens in %.1f s\n", depth, names[e],
-                 restored.n_restored, std::chrono::duration<double>(Clock::now() - start).count());
+    Result<SlotRestoreResult> restored = engines[e]->RestoreSlot(0, slot_path);
+    status = restored.status();
+    if (status.ok()) {
+      std::fprintf(stderr, "depth %d: %s engine restored %d tokens in %.1f s\n", depth,
+                   pooled[e] ? "pooled" : "unbounded", restored->n_restored,
+                   std::chrono::duration<double>(Clock::now() - start).count());
+    }
   }
   std::filesystem::remove(slot_path);
+  return status;
+}
+
+// The restored context's tokens plus one: the request that continues it.
+std::vector<TokenId> DepthPrompt(const LoadedModel& loaded, int depth) {
   std::vector<TokenId> prompt;
-  {
-    std::mt19937 rng(depth);
-    std::uniform_int_distribution<int32_t> token(0, loaded.model->config().n_vocab - 1);
-    for (int i = 0; i < depth; ++i) prompt.push_back(token(rng));
-    prompt.push_back(1);
-  }
+  std::mt19937 rng(depth);
+  std::uniform_int_distribution<int32_t> token(0, loaded.model->config().n_vocab - 1);
+  for (int i = 0; i < depth; ++i) prompt.push_back(token(rng));
+  prompt.push_back(1);
+  return prompt;
+}
+
+Status RunDepth(const Flags& f, const LoadedModel& loaded, KvType kv_type, int depth) {
+  std::unique_ptr<Scheduler> engines[2];
+  const bool is_pooled[2] = {false, true};
+  const bool paired = depth <= f.unbounded_max;
+  SHARDLM_TRY(RestoreEngines(f, loaded, kv_type, depth, !paired, engines, is_pooled));
+  const std::vector<TokenId> prompt = DepthPrompt(loaded, depth);
   std::vector<double> rates[2], ratios;
   for (int round = 0; round < f.rounds; ++round) {
     double tok_s[2] = {0, 0};
@@ -201,6 +239,52 @@ Status RunDepth(const Flags& f, const LoadedModel& loaded, KvType kv_type, int d
   return Status::Ok();
 }
 
+// --flat: one pooled engine per depth, all restored first, then each round decodes on every
+// one in a rotating order; a depth's figure is the median over rounds of its rate divided by
+// the first depth's in the same round (flat decode: 1.0 at every depth).
+Status RunFlat(const Flags& f, const LoadedModel& loaded, KvType kv_type) {
+  const size_t n = f.depths.size();
+  std::vector<std::unique_ptr<Scheduler>> engines(n);
+  std::vector<std::vector<TokenId>> prompts(n);
+  const bool pooled[1] = {true};
+  // In reverse list order (deepest first when it ascends): the deep slot file is gone before
+  // the shallower ones are written (disk room).
+  for (size_t d = n; d-- > 0;) {
+    SHARDLM_TRY(RestoreEngines(f, loaded, kv_type, f.depths[d], false,
+                               std::span<std::unique_ptr<Scheduler>>(&engines[d], 1), pooled));
+    prompts[d] = DepthPrompt(loaded, f.depths[d]);
+    // The first request pages in the pool's share of the restored context: not timed.
+    SHARDLM_TRY(Decode(*engines[d], prompts[d], 2).status());
+  }
+  std::vector<std::vector<double>> rates(n), ratios(n);
+  for (int round = 0; round < f.rounds; ++round) {
+    std::vector<double> tok_s(n);
+    for (size_t k = 0; k < n; ++k) {
+      const size_t d = (size_t(round) + k) % n;
+      SHARDLM_ASSIGN_OR_RETURN(tok_s[d], Decode(*engines[d], prompts[d], f.tokens));
+    }
+    for (size_t d = 0; d < n; ++d) {
+      rates[d].push_back(tok_s[d]);
+      ratios[d].push_back(tok_s[d] / tok_s[0]);
+      std::printf(
+          "{\"flat\": true, \"depth\": %d, \"round\": %d, \"pooled_tok_s\": %.3f, "
+          "\"ratio_to_first_depth\": %.3f}\n",
+          f.depths[d], round, tok_s[d], tok_s[d] / tok_s[0]);
+    }
+    std::fflush(stdout);
+  }
+  for (size_t d = 0; d < n; ++d) {
+    std::printf(
+        "{\"flat\": true, \"depth\": %d, \"pool\": %d, \"select\": \"%s\", \"tier\": "
+        "\"%s\", \"kv_type\": \"%s\", \"tokens\": %d, \"rounds\": %d, \"pooled_tok_s\": "
+        "%.3f, \"median_ratio_to_first_depth\": %.3f, \"pooled_kv_bytes\": %zu}\n",
+        f.depths[d], f.pool, f.select.c_str(), f.tier.c_str(), f.kv_type.c_str(), f.tokens,
+        f.rounds, Median(rates[d]), Median(ratios[d]), engines[d]->info().stages[0].kv_bytes);
+  }
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
 }  // namespace
 }  // namespace shardlm
 
@@ -218,14 +302,21 @@ int main(int argc, char** argv) {
   app.add_option("--kv-type", f.kv_type, "KV element type: f32 | f16 | q8_0");
   app.add_option("--select", f.select, "--kv-select of the pooled engine: qk | lru");
   app.add_option("--dir", f.dir, "Where the synthetic slot files are written (then removed)");
+  app.add_flag("--flat", f.flat,
+               "Pooled engines only, one per depth, interleaved: each depth's rate against the "
+               "first depth's");
   app.add_option("--unbounded-max", f.unbounded_max,
                  "Deepest context the unbounded engine runs (deeper: the pooled one alone)");
   CLI11_PARSE(app, argc, argv);
   Result<KvType> kv_type = ParseKvType(f.kv_type);
   Result<LoadedModel> loaded = kv_type.ok() ? LoadModelFile(f.model, {}) : kv_type.status();
   Status status = loaded.status();
-  for (int depth : f.depths) {
-    if (status.ok()) status = RunDepth(f, *loaded, *kv_type, depth);
+  if (f.flat && status.ok()) {
+    status = RunFlat(f, *loaded, *kv_type);
+  } else {
+    for (int depth : f.depths) {
+      if (status.ok()) status = RunDepth(f, *loaded, *kv_type, depth);
+    }
   }
   if (!status.ok()) {
     std::fprintf(stderr, "kv_pool_bench: %s\n", status.message().c_str());
