@@ -10,6 +10,33 @@
 #include "tensor/type_traits.h"
 
 namespace shardlm {
+namespace {
+
+// Σ_c max(q_c·lo_c, q_c·hi_c) in kLanes float lanes (lane l sums channels l, l + kLanes, ...
+// of the whole groups), then the leftover channels, then the lanes in order. Compiled for
+// AVX2 and for the baseline, picked when the program loads: a product, a maximum and a sum
+// per term (nothing to fuse), in the same order in both, so the bound is the same bitwise
+// on every machine. Scoring a 128K context bounds 8192 pages per head and layer: in one
+// scalar sum this was a tenth of decode time.
+constexpr int kLanes = 8;
+__attribute__((target_clones("avx2", "default"))) float BoxBound(const float* __restrict q,
+                                                                 const float* __restrict lo,
+                                                                 const float* __restrict hi,
+                                                                 int n) {
+  float lanes[kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      lanes[l] += std::max(q[c + l] * lo[c + l], q[c + l] * hi[c + l]);
+    }
+  }
+  float bound = 0.0f;
+  for (; c < n; ++c) bound += std::max(q[c] * lo[c], q[c] * hi[c]);
+  for (float lane : lanes) bound += lane;
+  return bound;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<KeySummaries>> KeySummaries::Create(const PagePoolConfig& frames,
                                                            int n_pages) {
@@ -90,10 +117,7 @@ float KeySummaries::UpperBound(PageId page, int layer, int head, const float* q)
   const size_t index = Index(page, layer, head);
   if (counts_[index] == 0) return -std::numeric_limits<float>::infinity();
   const float* lo = Box(index);
-  const float* hi = lo + head_dim_;
-  float bound = 0.0f;
-  for (int c = 0; c < head_dim_; ++c) bound += std::max(q[c] * lo[c], q[c] * hi[c]);
-  return bound;
+  return BoxBound(q, lo, lo + head_dim_, head_dim_);
 }
 
 }  // namespace shardlm

@@ -16,8 +16,8 @@
 // (1/32 of F16 K+V at 64 positions a page); reserved for every page id but committed only
 // where written.
 //
-// Goals: a bound that is exact arithmetic on stored values (min, max, products summed in
-// channel order), so scores are the same on every thread count and split.
+// Goals: a bound that is exact arithmetic on stored values (min, max, products summed in a
+// fixed order), so scores are the same on every thread count, split and machine.
 // Non-goals: choosing pages (the pager), values (V does not enter the bound).
 //
 // Thread safety: Update and UpperBound on distinct (page, layer, head) may run
@@ -62,7 +62,7 @@ class KeySummaries {
     return counts_[Index(page, layer, head)];
   }
 
-  // Σ_c max(q_c·min_c, q_c·max_c) for the keys of (page, layer, head), channels in order;
+  // Σ_c max(q_c·min_c, q_c·max_c) for the keys of (page, layer, head), summed in a fixed order;
   // -infinity when the page has no summary there.
   float UpperBound(PageId page, int layer, int head, const float* q) const;
 

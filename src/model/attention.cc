@@ -19,9 +19,11 @@ constexpr int kMaxRunRows = 64;
 // stretch (head-major pages, see page_pool.h).
 class KvRuns {
  public:
-  KvRuns(const PagePool& pool, PageList pages, int layer_idx, bool values, int kv_head, int n_ctx)
+  KvRuns(const PagePool& pool, PageList pages, std::span<const int32_t> read_pages, int layer_idx,
+         bool values, int kv_head, int n_ctx)
       : pool_(pool),
         pages_(pages),
+        read_pages_(read_pages),
         layer_idx_(layer_idx),
         values_(values),
         kv_head_(kv_head),
@@ -32,6 +34,12 @@ class KvRuns {
   // The first position at or after `pos` whose page is read (n_ctx when none).
   int Next(int pos) const {
     const int page_tokens = pool_.page_tokens();
+    if (!read_pages_.empty()) {
+      const int page = pos / page_tokens;
+      const auto next = std::lower_bound(read_pages_.begin(), read_pages_.end(), page);
+      if (next == read_pages_.end()) return n_ctx_;
+      return std::min(*next == page ? pos : *next * page_tokens, n_ctx_);
+    }
     while (pos < n_ctx_ && pages_[pos / page_tokens] == kNoPage) {
       pos = (pos / page_tokens + 1) * page_tokens;
     }
@@ -51,6 +59,7 @@ class KvRuns {
  private:
   const PagePool& pool_;
   PageList pages_;
+  std::span<const int32_t> read_pages_;
   int layer_idx_;
   bool values_;
   int kv_head_;
@@ -59,9 +68,14 @@ class KvRuns {
 
 // Columns (read positions) before `position`: every position of the read pages before its
 // page, and those of its own page before it (its page is read: the tile writes it).
-int ColumnsBefore(PageList pages, int page_tokens, int position) {
+int ColumnsBefore(PageList pages, std::span<const int32_t> read_pages, int page_tokens,
+                  int position) {
   const int page = position / page_tokens;
   int columns = position % page_tokens;
+  if (!read_pages.empty()) {
+    const auto end = std::lower_bound(read_pages.begin(), read_pages.end(), page);
+    return columns + int(end - read_pages.begin()) * page_tokens;
+  }
   for (int i = 0; i < page; ++i) columns += pages[i] == kNoPage ? 0 : page_tokens;
   return columns;
 }
@@ -164,10 +178,11 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= int64_t(pages.size()) * pool.page_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
   const int n_ctx = tile.first_position + tile.n_tokens;
-  const int first_col = ColumnsBefore(pages, pool.page_tokens(), tile.first_position);
+  const int first_col =
+      ColumnsBefore(pages, tile.read_pages, pool.page_tokens(), tile.first_position);
   float* scores = scratch;
-  const KvRuns keys(pool, pages, layer_idx, false, tile.kv_head, n_ctx);
-  const KvRuns values(pool, pages, layer_idx, true, tile.kv_head, n_ctx);
+  const KvRuns keys(pool, pages, tile.read_pages, layer_idx, false, tile.kv_head, n_ctx);
+  const KvRuns values(pool, pages, tile.read_pages, layer_idx, true, tile.kv_head, n_ctx);
   auto visit = [&](bool v, auto&& as_f32, auto&& fn) {
     ForEachRun(v ? values : keys, head_dim, as_f32, fn);
   };

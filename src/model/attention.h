@@ -20,6 +20,9 @@
 // distinct (page, position) pairs are fine.
 #pragma once
 
+#include <cstdint>
+#include <span>
+
 #include "kv/page_pool.h"
 
 namespace shardlm {
@@ -52,6 +55,10 @@ struct AttentionTile {
   int n_heads = 1;     // query heads in the group (n_head / n_head_kv)
   int kv_head = 0;     // the kv head they read
   float scale = 1.0f;  // 1/sqrt(head_dim)
+  // Under a bounded pool: the logical pages attention reads, ascending (the others are
+  // kNoPage in `pages`). Empty: found by skipping the kNoPage entries, which costs a pass
+  // over the whole page list per tile, head and layer (a 128K context has 8192 pages).
+  std::span<const int32_t> read_pages;
 };
 
 // Floats of scratch AttendTile needs for tiles of up to `max_queries` (token, head) pairs over

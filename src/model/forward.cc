@@ -343,6 +343,9 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
     query.n_heads = layer.gqa_group();
     query.kv_head = g;
     query.scale = scale;
+    if (pooled_ != nullptr && size_t(e.slot) < pooled_->attended_by_slot.size()) {
+      query.read_pages = pooled_->attended_by_slot[e.slot];
+    }
     AttendTile(pool_, pages_by_slot[e.slot], kv_layer, head_dim, query,
                &act_->scores[worker * act_->scores_per_worker]);
   });

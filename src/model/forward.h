@@ -53,6 +53,8 @@ struct PooledKv {
   // Scores of the entries with score_pages, in batch order, ids_by_slot[slot].size() floats
   // each: the stage raises each to its own score where higher (a maximum over stages).
   std::span<float> page_scores;
+  // [slot] → the logical pages attention reads, ascending (empty: every page).
+  std::span<const std::span<const int32_t>> attended_by_slot;
 };
 
 class ForwardPass {

@@ -154,6 +154,7 @@ Status LocalStage::RunPooled(const StageBatch& batch, const float* hidden_in, fl
   pooled.summaries = residency_->summaries();
   pooled.ids_by_slot = batch.pages_by_slot;
   pooled.page_scores = batch.page_scores;
+  pooled.attended_by_slot = batch.attended_by_slot;
   SHARDLM_TRY(forward_->RunPooled(batch.entries, frame_lists_, pooled, hidden_in, out));
   const int page_tokens = pool_->page_tokens();
   for (const BatchEntry& e : batch.entries) {
