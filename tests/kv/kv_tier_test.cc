@@ -1,5 +1,6 @@
-// KvTier: pages go out and come back bit-exact from RAM and from a file; a page the tier
-// does not hold, a truncated file and a full disk are errors that name the page.
+// KvTier: pages go out and come back bit-exact from RAM and from a file, also once the file
+// was deleted; a page the tier does not hold, a truncated file and a full disk are errors
+// that name the page.
 #include "kv/kv_tier.h"
 
 #include <gtest/gtest.h>
@@ -108,6 +109,24 @@ TEST(KvTier, ATruncatedFileFailsTheReadNamingTheFileAndPage) {
   EXPECT_EQ(status.code(), StatusCode::kIoError);
   EXPECT_NE(status.message().find("page 5"), std::string::npos) << status.message();
   EXPECT_NE(status.message().find(tier->where()), std::string::npos) << status.message();
+}
+
+// Deleted under a running server (someone cleans the folder): the open file keeps its pages,
+// so nothing fails; the tier's own removal at the end finds nothing to remove.
+TEST(KvTier, ADeletedFileKeepsServingItsPages) {
+  TempDir dir("kv_tier");
+  {
+    auto tier = MakeTier(FileSpec(dir), 8);
+    ASSERT_TRUE(tier->Write(4, RandomPage(4).data()).ok());
+    ASSERT_TRUE(std::filesystem::remove(tier->where()));
+    ASSERT_TRUE(tier->Write(1, RandomPage(1).data()).ok());
+    std::vector<uint8_t> back(kPageBytes);
+    for (PageId page : {4, 1}) {
+      ASSERT_TRUE(tier->Read(page, back.data()).ok());
+      EXPECT_EQ(back, RandomPage(uint32_t(page)));
+    }
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
 // Truncated, then grown again by a later write: the lost page reads as zeros from the hole,
