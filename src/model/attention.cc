@@ -80,16 +80,16 @@ int ColumnsBefore(PageList pages, std::span<const int32_t> read_pages, int page_
   return columns;
 }
 
-// Calls fn(pos, col, n, rows) for the runs of `runs` in position order; col is the run's
-// first column (its index among the read positions: the position itself when every page is
-// read); rows[r] is the F32 row of position pos + r: as_f32(raw, n) gives the run's stored
-// rows as F32 rows head_dim apart (the stored rows themselves for an F32 cache, a converted
-// copy for F16).
+// Calls fn(pos, col, n, rows) for the runs of `runs` from position `first` on, in position
+// order; col is the run's first column (its index among the read positions from `first`:
+// the position minus `first` when every page is read); rows[r] is the F32 row of position pos + r:
+// as_f32(raw, n) gives the run's stored rows as F32 rows head_dim apart (the stored rows themselves
+// for an F32 cache, a converted copy for F16).
 template <typename AsF32, typename Fn>
-void ForEachRun(const KvRuns& runs, int64_t head_dim, AsF32&& as_f32, Fn&& fn) {
+void ForEachRun(const KvRuns& runs, int first, int64_t head_dim, AsF32&& as_f32, Fn&& fn) {
   const float* rows[kMaxRunRows];
   int col = 0;
-  for (int pos = runs.Next(0); pos < runs.n_ctx(); pos = runs.Next(pos)) {
+  for (int pos = runs.Next(first); pos < runs.n_ctx(); pos = runs.Next(pos)) {
     int n = 0;
     const uint8_t* raw = runs.At(pos, &n);
     const float* run = as_f32(raw, n);
@@ -109,34 +109,46 @@ struct RunQueries {
   int n = 0;
 };
 
+// Where each token of a tile starts to look: its first visible position (the window's
+// start, 0 without one) and that position's column (counted from the tile's first visited
+// position). A token's scores start at its own first column, so they are laid out (and
+// summed by the softmax) the same whatever tile the token is in.
+struct TokenStarts {
+  int position[kMaxTileTokens];
+  int col[kMaxTileTokens];
+};
+
 // Scores, softmax and values of a tile, given how to visit K and V rows: visit(values, fn)
 // calls fn(pos, col, n, rows) for runs of rows in position order (rows[r] at position
 // pos + r, column col + r). first_col: the column of the tile's first position.
 template <typename VisitRows>
-void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col, float* scores,
-                    VisitRows&& visit) {
+void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
+                    const TokenStarts& starts, float* scores, VisitRows&& visit) {
   const AttentionKernels& kern = GetAttentionKernels();
   const int ctx = first_col + tile.n_tokens;  // row stride of scores
+  // Token i's score of column c is at score_row(i, h)[c − starts.col[i]].
   auto score_row = [&](int i, int h) { return scores + (int64_t(i) * tile.n_heads + h) * ctx; };
   auto query = [&](int i, int h) { return tile.q + i * tile.q_stride + h * head_dim; };
   auto out_head = [&](int i, int h) { return tile.out + i * tile.out_stride + h * head_dim; };
-  // Rows of the run [pos, pos + n) that token i may see.
-  auto visible = [&](int i, int pos, int n) {
-    return std::min(n, tile.first_position + i + 1 - pos);
+  // The rows of the run [pos, pos + n) that token i may see: [skip, skip + m).
+  auto visible = [&](int i, int pos, int n, int* skip) {
+    *skip = std::max(0, starts.position[i] - pos);
+    return std::min(n, tile.first_position + i + 1 - pos) - *skip;
   };
   RunQueries full;
   // scores[i][h][pos] = q_ih · k_pos (softmax applies the scale)
   visit(false, [&](int pos, int col, int n, const float* const* rows) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
-      const int m = visible(i, pos, n);
+      int skip = 0;
+      const int m = visible(i, pos, n, &skip);
       for (int h = 0; m > 0 && h < tile.n_heads; ++h) {
-        float* s = score_row(i, h) + col;
+        float* s = score_row(i, h) + (col + skip - starts.col[i]);
         if (m == n && full.n < RunQueries::kMax) {
           full.in[full.n] = query(i, h);
           full.out[full.n++] = s;
         } else {
-          kern.dot_rows(query(i, h), rows, m, head_dim, s);
+          kern.dot_rows(query(i, h), rows + skip, m, head_dim, s);
         }
       }
     }
@@ -144,7 +156,7 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col, floa
   });
   for (int i = 0; i < tile.n_tokens; ++i) {
     for (int h = 0; h < tile.n_heads; ++h) {
-      kern.softmax(score_row(i, h), first_col + i + 1, tile.scale);
+      kern.softmax(score_row(i, h), first_col + i + 1 - starts.col[i], tile.scale);
     }
     std::fill(out_head(i, 0), out_head(i, 0) + int64_t(tile.n_heads) * head_dim, 0.0f);
   }
@@ -152,13 +164,15 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col, floa
   visit(true, [&](int pos, int col, int n, const float* const* rows) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
-      const int m = visible(i, pos, n);
+      int skip = 0;
+      const int m = visible(i, pos, n, &skip);
       for (int h = 0; m > 0 && h < tile.n_heads; ++h) {
+        const float* p = score_row(i, h) + (col + skip - starts.col[i]);
         if (m == n && full.n < RunQueries::kMax) {
-          full.in[full.n] = score_row(i, h) + col;
+          full.in[full.n] = p;
           full.out[full.n++] = out_head(i, h);
         } else {
-          kern.axpy_rows(score_row(i, h) + col, rows, m, out_head(i, h), head_dim);
+          kern.axpy_rows(p, rows + skip, m, out_head(i, h), head_dim);
         }
       }
     }
@@ -178,17 +192,32 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   SHARDLM_DCHECK(tile.first_position + tile.n_tokens <= int64_t(pages.size()) * pool.page_tokens());
   SHARDLM_DCHECK(head_dim <= 512);
   const int n_ctx = tile.first_position + tile.n_tokens;
+  const int page_tokens = pool.page_tokens();
+  auto start_of = [&](int position) {
+    return tile.window > 0 ? std::max(0, position - tile.window + 1) : 0;
+  };
+  // Columns count from the first position any token of the tile sees.
+  const int first = start_of(tile.first_position);
+  const int first_base = ColumnsBefore(pages, tile.read_pages, page_tokens, first);
   const int first_col =
-      ColumnsBefore(pages, tile.read_pages, pool.page_tokens(), tile.first_position);
+      ColumnsBefore(pages, tile.read_pages, page_tokens, tile.first_position) - first_base;
+  TokenStarts starts;
+  for (int i = 0; i < tile.n_tokens; ++i) {
+    starts.position[i] = start_of(tile.first_position + i);
+    starts.col[i] =
+        starts.position[i] == first
+            ? 0
+            : ColumnsBefore(pages, tile.read_pages, page_tokens, starts.position[i]) - first_base;
+  }
   float* scores = scratch;
   const KvRuns keys(pool, pages, tile.read_pages, layer_idx, false, tile.kv_head, n_ctx);
   const KvRuns values(pool, pages, tile.read_pages, layer_idx, true, tile.kv_head, n_ctx);
   auto visit = [&](bool v, auto&& as_f32, auto&& fn) {
-    ForEachRun(v ? values : keys, head_dim, as_f32, fn);
+    ForEachRun(v ? values : keys, first, head_dim, as_f32, fn);
   };
   if (pool.config().kv_type == KvType::kF32) {
     auto as_f32 = [](const uint8_t* raw, int) { return reinterpret_cast<const float*>(raw); };
-    AttendTileRuns(tile, head_dim, first_col, scores,
+    AttendTileRuns(tile, head_dim, first_col, starts, scores,
                    [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   } else {
     // F16 and Q8_0: each run converted once into the scratch after the scores (by the
@@ -201,7 +230,7 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
       element.dequantize_row(raw, converted, int64_t(n) * head_dim);
       return converted;
     };
-    AttendTileRuns(tile, head_dim, first_col, scores,
+    AttendTileRuns(tile, head_dim, first_col, starts, scores,
                    [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   }
 }

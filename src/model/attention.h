@@ -44,7 +44,8 @@ inline int TileTokensFor(int gqa_group) {
 }
 
 // A tile: n_tokens consecutive positions of one sequence × the query heads of one GQA group.
-// Token i is at position first_position + i and attends positions [0, first_position + i].
+// Token i is at position p = first_position + i and attends positions [0, p], or with a
+// window W the last W of them, [max(0, p − W + 1), p].
 struct AttentionTile {
   const float* q = nullptr;  // token i: q + i·q_stride → [n_heads][head_dim], normed + roped
   int64_t q_stride = 0;
@@ -54,7 +55,8 @@ struct AttentionTile {
   int first_position = 0;
   int n_heads = 1;     // query heads in the group (n_head / n_head_kv)
   int kv_head = 0;     // the kv head they read
-  float scale = 1.0f;  // 1/sqrt(head_dim)
+  float scale = 1.0f;  // of the scores inside the softmax (1/sqrt(head_dim) for most models)
+  int window = 0;      // positions each token sees, its own included (0: every earlier one)
   // Under a bounded pool: the logical pages attention reads, ascending (the others are
   // kNoPage in `pages`). Empty: found by skipping the kNoPage entries, which costs a pass
   // over the whole page list per tile, head and layer (a 128K context has 8192 pages).

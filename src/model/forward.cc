@@ -19,14 +19,18 @@ struct ForwardPass::Activations {
   std::vector<float> x;   // [B][n_embd] residual stream
   std::vector<float> xn;  // [B][n_embd] normed input of the current sublayer
   // The attention rows have the current layer's shape (LayerConfig), sized for the widest.
-  std::vector<float> q;            // [B][n_head][head_dim_k]
-  std::vector<float> k;            // [B][n_head_kv][head_dim_k]
-  std::vector<float> v;            // [B][n_head_kv][head_dim_v]
-  std::vector<float> attn;         // [B][n_head][head_dim_v] attention output
-  std::vector<float> proj;         // [B][n_embd] attn_output / ffn_down result
-  std::vector<float> gate;         // [B][n_ff] gate projection, then SiLU(gate)·up
-  std::vector<float> up;           // [B][n_ff]
-  std::vector<float> rope;         // [B][n_rot] (cos, sin) per rotated pair
+  std::vector<float> q;     // [B][n_head][head_dim_k]
+  std::vector<float> k;     // [B][n_head_kv][head_dim_k]
+  std::vector<float> v;     // [B][n_head_kv][head_dim_v]
+  std::vector<float> attn;  // [B][n_head][head_dim_v] attention output
+  std::vector<float> proj;  // [B][n_embd] attn_output / ffn_down result
+  std::vector<float> gate;  // [B][n_ff] gate projection, then SiLU(gate)·up
+  std::vector<float> up;    // [B][n_ff]
+  // [rope variant][B][n_rot] (cos, sin) per rotated pair: one variant per distinct
+  // (base, freq_scale) among the stage's layers.
+  std::vector<float> rope;
+  std::vector<std::pair<float, float>> rope_variants;  // (base, freq_scale)
+  std::vector<int> rope_variant_of;                    // [stage-local layer]
   std::vector<float> scores;       // [n_threads][scores_per_worker] AttendTile scratch
   std::vector<int32_t> head_rows;  // [B] batch index of each logits row
   std::vector<int32_t> embd_rows;  // [B] batch index of each embedding row
@@ -60,12 +64,15 @@ AttentionRows StageAttentionRows(const ModelConfig& config, LayerRange layers,
   AttentionRows rows;
   for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
     const LayerConfig& layer = config.layers[layer_idx];
-    // The layer steps this forward pass computes: pre-norm attention and FFN over its own KV.
-    SHARDLM_CHECK_MSG(
-        layer.attention == AttentionKind::kFull && layer.attn_norm && layer.ffn_norm &&
-            layer.kv_layer == layer_idx && layer.n_head_kv == kv.n_kv_heads &&
-            layer.head_dim_k == kv.head_dim && layer.head_dim_v == kv.head_dim,
-        "layer %d has a kind or KV shape the forward pass does not compute", layer_idx);
+    // The layer steps this forward pass computes: pre-norm attention (full or windowed) and
+    // FFN over its own KV.
+    SHARDLM_CHECK_MSG((layer.attention == AttentionKind::kFull ||
+                       (layer.attention == AttentionKind::kSliding && layer.window > 0)) &&
+                          layer.attn_norm && layer.ffn_norm && layer.kv_layer == layer_idx &&
+                          layer.n_head_kv == kv.n_kv_heads && layer.head_dim_k == kv.head_dim &&
+                          layer.head_dim_v == kv.head_dim,
+                      "layer %d has a kind or KV shape the forward pass does not compute",
+                      layer_idx);
     rows.q_dim = std::max(rows.q_dim, layer.q_dim());
     rows.k_dim = std::max(rows.k_dim, layer.k_dim());
     rows.v_dim = std::max(rows.v_dim, layer.v_dim());
@@ -110,7 +117,15 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->proj.resize(b * config_.n_embd);
   act_->gate.resize(b * config_.n_ff);
   act_->up.resize(b * config_.n_ff);
-  act_->rope.resize(b * config_.n_rot);
+  for (int layer_idx = model.layers().begin; layer_idx < model.layers().end; ++layer_idx) {
+    const LayerConfig& layer = config_.layers[layer_idx];
+    const std::pair<float, float> variant{layer.rope_base, layer.rope_freq_scale};
+    auto& variants = act_->rope_variants;
+    auto found = std::find(variants.begin(), variants.end(), variant);
+    if (found == variants.end()) found = variants.insert(variants.end(), variant);
+    act_->rope_variant_of.push_back(int(found - variants.begin()));
+  }
+  act_->rope.resize(act_->rope_variants.size() * b * config_.n_rot);
   act_->tiles.reserve(b);
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
@@ -220,9 +235,14 @@ Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
   const int n_tokens = int(batch.size());
   Embed(batch, hidden_in);
   BuildTiles(batch);
-  for (int t = 0; t < n_tokens; ++t) {
-    RopeAngles(batch[t].position, config_.n_rot, config_.rope_freq_base,
-               model_.weights().rope_freqs.data, &act_->rope[size_t(t) * config_.n_rot]);
+  const size_t variant_floats = size_t(max_batch_tokens_) * config_.n_rot;
+  for (size_t v = 0; v < act_->rope_variants.size(); ++v) {
+    const auto [base, freq_scale] = act_->rope_variants[v];
+    for (int t = 0; t < n_tokens; ++t) {
+      RopeAngles(batch[t].position, config_.n_rot, base, freq_scale,
+                 model_.weights().rope_freqs.data,
+                 &act_->rope[v * variant_floats + size_t(t) * config_.n_rot]);
+    }
   }
   for (int layer_idx = 0; layer_idx < model_.layers().size(); ++layer_idx) {
     Layer(layer_idx, batch, pages_by_slot);
@@ -241,8 +261,13 @@ void ForwardPass::Embed(std::span<const BatchEntry> batch, const float* hidden_i
     std::memcpy(act_->x.data(), hidden_in, sizeof(float) * batch.size() * n_embd);
     return;
   }
+  const float scale = config_.embedding_scale;
   threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
-    DequantizeRow(model_.weights().token_embd, batch[t].token, &act_->x[t * n_embd]);
+    float* x = &act_->x[t * n_embd];
+    DequantizeRow(model_.weights().token_embd, batch[t].token, x);
+    if (scale != 1.0f) {
+      for (size_t i = 0; i < n_embd; ++i) x[i] *= scale;
+    }
   });
 }
 
@@ -267,20 +292,25 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
   MatMul(w.attn_output, act_->attn.data(), n, act_->proj.data(), threads_, act_->scratch);
   threads_.ParallelFor(n, [&](size_t t, size_t) {
     float* x = &act_->x[t * n_embd];
-    const float* proj = &act_->proj[t * n_embd];
+    float* proj = &act_->proj[t * n_embd];
+    if (w.attn_post_norm.data != nullptr) {
+      RmsNorm(proj, w.attn_post_norm.data, n_embd, config_.rms_eps, proj);
+    }
     for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
     RmsNorm(x, w.ffn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
   });
   Ffn(w, n);
 }
 
-// q/k per-head norm (qwen3), rope, then K and V rows into the sequence's pages.
+// q/k per-head norm (qwen3, gemma3), rope, q's scale (gemma3), then K and V rows into the
+// sequence's pages.
 void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
                                  std::span<const PageList> pages_by_slot) {
   const LayerWeights& w = model_.weights().blocks[layer_idx];
   const LayerConfig& layer = LayerConfigOf(layer_idx);
   const int head_dim = layer.head_dim_k;
   const int kv_layer = layer.kv_layer - model_.layers().begin;
+  const int variant = act_->rope_variant_of[layer_idx];
   threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
     float* q = &act_->q[t * layer.q_dim()];
     float* k = &act_->k[t * layer.k_dim()];
@@ -292,9 +322,12 @@ void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batc
         RmsNorm(k + h * head_dim, w.attn_k_norm.data, head_dim, config_.rms_eps, k + h * head_dim);
       }
     }
-    const float* rope = &act_->rope[t * config_.n_rot];
+    const float* rope = &act_->rope[(size_t(variant) * max_batch_tokens_ + t) * config_.n_rot];
     ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, layer.n_head, q);
     ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, layer.n_head_kv, k);
+    if (layer.q_scale != 1.0f) {
+      for (int i = 0; i < layer.q_dim(); ++i) q[i] *= layer.q_scale;
+    }
     const BatchEntry& e = batch[t];
     shardlm::WriteKv(pool_, pages_by_slot[e.slot], kv_layer, e.position, k,
                      &act_->v[t * layer.v_dim()]);
@@ -328,7 +361,6 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
   const int head_dim = layer.head_dim_k;
   const int kv_layer = layer.kv_layer - model_.layers().begin;
   const size_t group_dim = size_t(layer.gqa_group()) * head_dim;
-  const float scale = 1.0f / sqrtf(float(head_dim));
   threads_.ParallelFor(act_->tiles.size() * n_head_kv, [&](size_t task, size_t worker) {
     const Tile& tile = act_->tiles[task / n_head_kv];
     const int g = int(task % n_head_kv);
@@ -342,7 +374,8 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
     query.first_position = e.position;
     query.n_heads = layer.gqa_group();
     query.kv_head = g;
-    query.scale = scale;
+    query.scale = layer.kq_scale;
+    query.window = layer.attention == AttentionKind::kSliding ? layer.window : 0;
     if (pooled_ != nullptr && size_t(e.slot) < pooled_->attended_by_slot.size()) {
       query.read_pages = pooled_->attended_by_slot[e.slot];
     }
@@ -393,7 +426,7 @@ void ForwardPass::SummarizeAndScore(int layer_idx, std::span<const BatchEntry> b
   const int head_dim = layer.head_dim_k;
   const int kv_layer = layer.kv_layer - model_.layers().begin;
   const int page_tokens = pool_.page_tokens();
-  const float scale = 1.0f / sqrtf(float(head_dim));
+  const float scale = layer.kq_scale;
   KeySummaries& summaries = *pooled_->summaries;
   threads_.ParallelFor(size_t(layer.n_head_kv), [&](size_t g, size_t worker) {
     for (const BatchEntry& e : batch) {
@@ -440,15 +473,20 @@ void ForwardPass::FinishScores(std::span<const BatchEntry> batch) {
   }
 }
 
-// x += W_down · (SiLU(W_gate · xn) ⊙ W_up · xn), xn the FFN's normed input.
+// x += W_down · (act(W_gate · xn) ⊙ W_up · xn), xn the FFN's normed input, act SiLU or GELU;
+// the result normed first when the layer has an FFN output norm (gemma3).
 void ForwardPass::Ffn(const LayerWeights& w, int n_tokens) {
   const size_t n_embd = config_.n_embd;
+  const RowCombine act = config_.ffn_activation == FfnActivation::kGelu ? &GeGlu : &SwiGlu;
   MatMulGated(w.ffn_gate, w.ffn_up, act_->xn.data(), n_tokens, act_->gate.data(), act_->up.data(),
-              &SwiGlu, threads_, act_->scratch);
+              act, threads_, act_->scratch);
   MatMul(w.ffn_down, act_->gate.data(), n_tokens, act_->proj.data(), threads_, act_->scratch);
   threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
     float* x = &act_->x[t * n_embd];
-    const float* proj = &act_->proj[t * n_embd];
+    float* proj = &act_->proj[t * n_embd];
+    if (w.ffn_post_norm.data != nullptr) {
+      RmsNorm(proj, w.ffn_post_norm.data, n_embd, config_.rms_eps, proj);
+    }
     for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
   });
 }
@@ -477,6 +515,15 @@ void ForwardPass::Head(std::span<const BatchEntry> batch, float* out) {
     RmsNorm(&act_->x[t * n_embd], output_norm, n_embd, config_.rms_eps, &act_->xn[r * n_embd]);
   });
   MatMul(model_.weights().output, act_->xn.data(), n_rows, out, threads_, act_->scratch);
+  const float cap = config_.final_logit_softcap;
+  if (cap > 0.0f) {
+    // As llama.cpp: scale by 1/cap, tanh, scale by cap.
+    const size_t n_vocab = config_.n_vocab;
+    threads_.ParallelFor(n_rows, [&](size_t r, size_t) {
+      float* row = out + r * n_vocab;
+      for (size_t i = 0; i < n_vocab; ++i) row[i] = tanhf(row[i] * (1.0f / cap)) * cap;
+    });
+  }
 }
 
 }  // namespace shardlm

@@ -2,6 +2,7 @@
 #include "model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace shardlm {
@@ -29,13 +30,18 @@ Result<int> ReadDim(const GgufFile& file, const std::string& arch, const char* s
 Result<Arch> ParseArch(std::string_view name) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen3") return Arch::kQwen3;
-  return Unsupported("architecture '{}' is not supported (supported: llama, qwen3)", name);
+  if (name == "gemma3") return Arch::kGemma3;
+  return Unsupported("architecture '{}' is not supported (supported: llama, qwen3, gemma3)", name);
 }
 
-// The model-wide flags that distinguish the architectures; SetLayerConfigs sets the
-// per-layer ones.
+// The model-wide flags that distinguish the architectures (after n_embd is read);
+// SetLayerConfigs sets the per-layer ones.
 void ApplyArchFlags(ModelConfig& config) {
-  config.rope_type = config.arch == Arch::kQwen3 ? RopeType::kNeox : RopeType::kNorm;
+  config.rope_type = config.arch == Arch::kLlama ? RopeType::kNorm : RopeType::kNeox;
+  if (config.arch == Arch::kGemma3) {
+    config.embedding_scale = sqrtf(float(config.n_embd));
+    config.ffn_activation = FfnActivation::kGelu;
+  }
 }
 
 Status ReadAttentionShape(const GgufFile& file, const std::string& arch, ModelConfig& config) {
@@ -81,9 +87,28 @@ Status ReadNumerics(const GgufFile& file, const std::string& arch, ModelConfig& 
   const auto* scaling = file.Find(arch + ".rope.scaling.type");
   if (scaling != nullptr) {
     SHARDLM_ASSIGN_OR_RETURN(std::string_view type, file.GetString(arch + ".rope.scaling.type"));
-    if (type != "none") {
+    if (type == "linear") {
+      SHARDLM_ASSIGN_OR_RETURN(double factor, file.GetFloatOr(arch + ".rope.scaling.factor", 1.0));
+      if (!(factor >= 1.0 && factor <= 1024.0)) {
+        return InvalidData("{}.rope.scaling.factor {} is out of range (1..1024)", arch, factor);
+      }
+      config.rope_freq_scale = float(1.0 / factor);
+    } else if (type != "none") {
       return Unsupported("{}.rope.scaling.type '{}' is not supported yet", arch, type);
     }
+  }
+  if (config.arch == Arch::kGemma3) {
+    SHARDLM_ASSIGN_OR_RETURN(uint64_t window,
+                             file.GetUintOr(arch + ".attention.sliding_window", 0));
+    if (window > (uint64_t{1} << 24)) {
+      return InvalidData("{}.attention.sliding_window {} is out of range", arch, window);
+    }
+    config.sliding_window = int(window);
+    SHARDLM_ASSIGN_OR_RETURN(double cap, file.GetFloatOr(arch + ".final_logit_softcapping", 0.0));
+    if (!(cap >= 0.0 && cap < 1e6)) {
+      return InvalidData("{}.final_logit_softcapping {} is out of range", arch, cap);
+    }
+    config.final_logit_softcap = float(cap);
   }
   SHARDLM_ASSIGN_OR_RETURN(uint64_t context, file.GetUintOr(arch + ".context_length", 0));
   config.context_length = int(std::min<uint64_t>(context, uint64_t{1} << 30));
@@ -102,6 +127,26 @@ Status ReadVocab(const GgufFile& file, ModelConfig& config) {
   return Status::Ok();
 }
 
+// gemma3 as llama.cpp lays it out: five windowed layers, then a global one (the period is
+// not in the file); windowed layers rope with base 10000 and no scaling; norms of q and k
+// and of both sublayer outputs; q scaled by 1/sqrt(head_dim) after rope (the 27B model,
+// 62 layers, by 1/sqrt(n_embd / n_head)) and no further scale in the softmax.
+void SetGemma3Layer(const ModelConfig& config, int layer_idx, LayerConfig& layer) {
+  constexpr int kWindowPeriod = 6;
+  if (config.sliding_window > 0 && layer_idx % kWindowPeriod < kWindowPeriod - 1) {
+    layer.attention = AttentionKind::kSliding;
+    layer.window = config.sliding_window;
+    layer.rope_base = 10000.0f;
+    layer.rope_freq_scale = 1.0f;
+  }
+  layer.attn_post_norm = true;
+  layer.ffn_post_norm = true;
+  constexpr int k27bLayers = 62;
+  layer.q_scale = config.n_layers == k27bLayers ? 1.0f / sqrtf(float(config.n_embd / config.n_head))
+                                                : 1.0f / sqrtf(float(config.head_dim));
+  layer.kq_scale = 1.0f;
+}
+
 }  // namespace
 
 const char* ArchName(Arch arch) {
@@ -110,6 +155,8 @@ const char* ArchName(Arch arch) {
       return "llama";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kGemma3:
+      return "gemma3";
     case Arch::kSentinel:
       break;
   }
@@ -124,8 +171,12 @@ void SetLayerConfigs(ModelConfig& config) {
     layer.n_head_kv = config.n_head_kv;
     layer.head_dim_k = config.head_dim;
     layer.head_dim_v = config.head_dim;
-    layer.qk_norm = config.arch == Arch::kQwen3;
+    layer.qk_norm = config.arch != Arch::kLlama;
     layer.kv_layer = layer_idx;
+    layer.rope_base = config.rope_freq_base;
+    layer.rope_freq_scale = config.rope_freq_scale;
+    layer.kq_scale = 1.0f / sqrtf(float(config.head_dim));
+    if (config.arch == Arch::kGemma3) SetGemma3Layer(config, layer_idx, layer);
   }
 }
 
@@ -133,10 +184,10 @@ Result<ModelConfig> ReadModelConfig(const GgufFile& file) {
   ModelConfig config;
   SHARDLM_ASSIGN_OR_RETURN(std::string_view arch_name, file.GetString("general.architecture"));
   SHARDLM_ASSIGN_OR_RETURN(config.arch, ParseArch(arch_name));
-  ApplyArchFlags(config);
   const std::string arch(arch_name);
   SHARDLM_ASSIGN_OR_RETURN(config.n_layers, ReadDim(file, arch, "block_count", -1));
   SHARDLM_ASSIGN_OR_RETURN(config.n_embd, ReadDim(file, arch, "embedding_length", -1));
+  ApplyArchFlags(config);
   SHARDLM_ASSIGN_OR_RETURN(config.n_ff, ReadDim(file, arch, "feed_forward_length", -1));
   SHARDLM_TRY(ReadAttentionShape(file, arch, config));
   SHARDLM_TRY(ReadNumerics(file, arch, config));

@@ -9,14 +9,16 @@
 // model may alternate windowed and full attention, or norm the attention and FFN outputs
 // too. Errors name the key.
 // Non-goals: tokenizer metadata (tokenizer/); the layer kinds of architectures not
-// supported yet (sliding windows, post-attention / post-FFN norms, shared KV, recurrent
-// layers): each comes with the architecture that exercises it.
+// supported yet (shared KV, recurrent layers): each comes with the architecture that
+// exercises it.
 //
 // Keys read (`<arch>` = general.architecture): <arch>.block_count, .embedding_length,
 // .feed_forward_length, .attention.head_count, .attention.head_count_kv (default head_count),
 // .attention.key_length / .value_length (default n_embd / n_head), .rope.dimension_count
 // (default head_dim), .rope.freq_base (default 10000), .attention.layer_norm_rms_epsilon,
-// .context_length; n_vocab = rows of token_embd.weight.
+// .context_length, .rope.scaling.type (none | linear) and .rope.scaling.factor; gemma3 also
+// .attention.sliding_window and .final_logit_softcapping; n_vocab = rows of
+// token_embd.weight.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,7 @@
 
 namespace shardlm {
 
-enum class Arch { kLlama = 0, kQwen3 = 1, kSentinel = 2 };
+enum class Arch { kLlama = 0, kQwen3 = 1, kGemma3 = 2, kSentinel = 3 };
 const char* ArchName(Arch arch);
 
 // How rotary embedding pairs dimensions inside a head (llama.cpp's rope modes).
@@ -40,15 +42,23 @@ enum class RopeType {
 
 // How a layer's queries see earlier positions.
 enum class AttentionKind {
-  kFull = 0,  // every position of the sequence up to the query's own
-  kSentinel = 1
+  kFull = 0,     // every position of the sequence up to the query's own
+  kSliding = 1,  // the last `window` positions up to the query's own (itself included)
+  kSentinel = 2
+};
+
+// The gated activation of the FFN: down(act(gate·h) ⊙ up·h).
+enum class FfnActivation {
+  kSilu = 0,  // SwiGLU: llama, qwen3
+  kGelu = 1,  // GeGLU with tanh GELU, as ggml computes it (an fp16 table): gemma
+  kSentinel = 2
 };
 
 // One decoder layer: its attention shape and the steps it takes. Every field is the layer's
 // own; the forward pass, the tensor list and the KV cache read it per layer.
 struct LayerConfig {
   AttentionKind attention = AttentionKind::kFull;
-  int window = 0;  // positions a windowed layer looks back; 0 for kFull (unbounded)
+  int window = 0;  // positions a kSliding layer sees (its own included); 0 for kFull
   int n_head = 0;
   int n_head_kv = 0;
   int head_dim_k = 0;  // of q and k (key_length)
@@ -57,8 +67,18 @@ struct LayerConfig {
   bool attn_norm = true;  // attn_norm: the input of q, k and v
   bool qk_norm = false;   // attn_q_norm, attn_k_norm: per head, before rope (qwen3)
   bool ffn_norm = true;   // ffn_norm: the input of the FFN
-  // A norm of the attention or FFN output before it joins the residual (gemma3) is one more
-  // flag here, one more tensor in the list and one more step of the layer.
+  // Norms of the sublayer outputs before they join the residual (gemma3):
+  bool attn_post_norm = false;  // post_attention_norm: of attn_output's result
+  bool ffn_post_norm = false;   // post_ffw_norm: of ffn_down's result
+  // Rope of this layer: angles position · freq_scale · base^(−2i/n_rot) (gemma3's windowed
+  // and global layers use different bases; linear rope scaling reaches only global ones).
+  float rope_base = 10000.0f;
+  float rope_freq_scale = 1.0f;
+  // Attention scaling: q is multiplied by q_scale after rope (gemma3's query_pre_attn_scalar,
+  // as llama.cpp does it), and the scores by kq_scale inside the softmax (1/sqrt(head_dim)
+  // for llama and qwen3). Where the scale goes changes the rounding, so it follows llama.cpp.
+  float q_scale = 1.0f;
+  float kq_scale = 1.0f;
   // The model layer whose K/V this layer writes and attends: its own index in every
   // architecture so far (a model that shares an earlier layer's KV points at that layer).
   int kv_layer = 0;
@@ -87,6 +107,14 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   bool tied_output = false;  // no output.weight: the LM head is token_embd
   int context_length = 0;
+  // Linear rope scaling (rope.scaling.type linear): 1 / rope.scaling.factor, else 1.
+  float rope_freq_scale = 1.0f;
+  int sliding_window = 0;  // attention.sliding_window: the window of kSliding layers (0: none)
+  // Token embeddings are multiplied by this (gemma: sqrt(n_embd)); 1 for the others.
+  float embedding_scale = 1.0f;
+  FfnActivation ffn_activation = FfnActivation::kSilu;
+  // logits = cap · tanh(logits / cap) when > 0 (final_logit_softcapping).
+  float final_logit_softcap = 0.0f;
   std::vector<LayerConfig> layers;  // [n_layers]
 
   int q_dim() const { return n_head * head_dim; }       // columns of q
@@ -102,12 +130,12 @@ struct LayerRange {
 };
 
 // Reads and validates the config (positive sizes, n_head % n_head_kv == 0, ...). An
-// architecture other than llama/qwen3 is Unsupported, naming it.
+// architecture other than llama/qwen3/gemma3 is Unsupported, naming it.
 Result<ModelConfig> ReadModelConfig(const GgufFile& file);
 
 // Fills config.layers from the model-wide fields (arch, n_layers, n_head, n_head_kv,
-// head_dim) as the architecture lays its layers out; also what `gguf synth` writes a model
-// of an architecture from.
+// head_dim, rope and window settings) as the architecture lays its layers out; also what
+// `gguf synth` writes a model of an architecture from.
 void SetLayerConfigs(ModelConfig& config);
 
 }  // namespace shardlm

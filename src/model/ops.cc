@@ -1,9 +1,12 @@
 // Row operations matching ggml's CPU arithmetic (see ops.h).
 #include "model/ops.h"
 
+#include <array>
 #include <cmath>
+#include <memory>
 
 #include "model/ffn_kernels.h"
+#include "tensor/fp16.h"
 
 namespace shardlm {
 
@@ -35,11 +38,12 @@ void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y) {
   }
 }
 
-void RopeAngles(int position, int n_rot, float freq_base, const float* freq_factors, float* cache) {
+void RopeAngles(int position, int n_rot, float freq_base, float freq_scale,
+                const float* freq_factors, float* cache) {
   const float theta_scale = powf(freq_base, -2.0f / float(n_rot));
   float theta = float(position);
   for (int i = 0; i < n_rot / 2; ++i) {
-    const float angle = freq_factors ? theta / freq_factors[i] : theta;
+    const float angle = freq_scale * (freq_factors ? theta / freq_factors[i] : theta);
     cache[2 * i] = cosf(angle);
     cache[2 * i + 1] = sinf(angle);
     theta *= theta_scale;
@@ -66,6 +70,37 @@ void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   GetFfnKernels().swiglu(gate, up, n, out);
+}
+
+namespace {
+
+// GELU of every fp16 value, rounded to fp16 (ggml's table).
+std::unique_ptr<std::array<float, 65536>> MakeGeluTable() {
+  auto table = std::make_unique<std::array<float, 65536>>();
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float x = Fp16ToFp32(fp16_t(h));
+    const float gelu = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
+    (*table)[h] = Fp16ToFp32(Fp32ToFp16(gelu));
+  }
+  return table;
+}
+
+}  // namespace
+
+void GeGlu(const float* gate, const float* up, int64_t n, float* out) {
+  static const std::unique_ptr<std::array<float, 65536>> table = MakeGeluTable();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f) {
+      out[i] = 0.0f;
+    } else if (x >= 10.0f) {
+      out[i] = x * up[i];
+    } else {
+      out[i] = (*table)[Fp32ToFp16(x)] * up[i];
+    }
+  }
 }
 
 }  // namespace shardlm

@@ -9,6 +9,9 @@
 //    (halves) pairing; dimensions past n_rot pass through.
 //  - Softmax: max subtraction, expf, sum in double, multiply by (float)(1/sum).
 //  - SiLU: x / (1 + expf(−x)); SwiGLU = SiLU(gate) · up.
+//  - GELU (tanh form), as ggml's CPU backend computes it for GeGLU: 0 at or below −10, x at
+//    or above 10, else a table over fp16 inputs of the fp16-rounded
+//    0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²))); GeGLU = GELU(gate) · up.
 // Every function handles one row with a reduction order fixed by n only (determinism).
 // Non-goals: batching (the caller's ParallelFor runs one row per task). SwiGLU runs on the
 // ISA kernels of ffn_kernels.h; the other rows are a small share of a step (matmul
@@ -28,12 +31,16 @@ namespace shardlm {
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y);
 
 // cache[2i], cache[2i+1] = cos θ_i, sin θ_i for i < n_rot/2 at `position`;
-// freq_factors (optional, [n_rot/2]) divide θ_i as llama.cpp's rope_freqs do.
-void RopeAngles(int position, int n_rot, float freq_base, const float* freq_factors, float* cache);
+// freq_factors (optional, [n_rot/2]) divide θ_i as llama.cpp's rope_freqs do, and
+// freq_scale (linear rope scaling) multiplies it after them.
+void RopeAngles(int position, int n_rot, float freq_base, float freq_scale,
+                const float* freq_factors, float* cache);
 // Rotates the first n_rot dims of each of n_heads heads in x [n_heads][head_dim].
 void ApplyRope(RopeType type, const float* cache, int n_rot, int head_dim, int n_heads, float* x);
 
 // out[i] = SiLU(gate[i]) · up[i]; out may alias gate. The ISA kernel of ffn_kernels.h.
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+// out[i] = GELU(gate[i]) · up[i]; out may alias gate.
+void GeGlu(const float* gate, const float* up, int64_t n, float* out);
 
 }  // namespace shardlm

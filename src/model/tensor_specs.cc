@@ -27,10 +27,14 @@ void ForEachLayerTensor(const ModelConfig& config, int layer_idx,
     vector("attn_q_norm.weight", TensorRole::kAttnQNorm, layer.head_dim_k);
     vector("attn_k_norm.weight", TensorRole::kAttnKNorm, layer.head_dim_k);
   }
+  if (layer.attn_post_norm) {
+    vector("post_attention_norm.weight", TensorRole::kAttnPostNorm, n_embd);
+  }
   if (layer.ffn_norm) vector("ffn_norm.weight", TensorRole::kFfnNorm, n_embd);
   matrix("ffn_gate.weight", TensorRole::kFfnGate, config.n_ff, n_embd);
   matrix("ffn_up.weight", TensorRole::kFfnUp, config.n_ff, n_embd);
   matrix("ffn_down.weight", TensorRole::kFfnDown, n_embd, config.n_ff);
+  if (layer.ffn_post_norm) vector("post_ffw_norm.weight", TensorRole::kFfnPostNorm, n_embd);
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 // model that binds is a model synth can write and the other way round. The list is keyed on
 // the per-layer flags of LayerConfig (a norm the layer applies is a tensor it lists), never
 // on the architecture's name. Visited in the order llama.cpp's converters write a GGUF: the
-// embedding, the layers in order (each: attention norm and projections, q/k norms, FFN norm
-// and projections), the output norm and the head.
+// embedding, the layers in order (each: attention norm and projections, q/k norms, the
+// attention output's norm, FFN norm and projections, the FFN output's norm), the output norm
+// and the head.
 // Non-goals: checking a file's tensors (BindStageWeights does that with the shapes given
 // here), tensors of architectures not supported yet.
 //
@@ -33,10 +34,12 @@ enum class TensorRole {
   kAttnOutput,
   kAttnQNorm,
   kAttnKNorm,
+  kAttnPostNorm,
   kFfnNorm,
   kFfnGate,
   kFfnUp,
   kFfnDown,
+  kFfnPostNorm,
   kOutputNorm,
   kOutput,     // the LM head
   kRopeFreqs,  // rope frequency divisors (llama 3.x), optional

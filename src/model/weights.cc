@@ -182,6 +182,10 @@ TensorSlot SlotOf(StageWeights& w, TensorRole role, int layer) {
       return vector(&b->attn_q_norm);
     case TensorRole::kAttnKNorm:
       return vector(&b->attn_k_norm);
+    case TensorRole::kAttnPostNorm:
+      return vector(&b->attn_post_norm);
+    case TensorRole::kFfnPostNorm:
+      return vector(&b->ffn_post_norm);
     case TensorRole::kFfnNorm:
       return vector(&b->ffn_norm);
     case TensorRole::kFfnGate:

@@ -5,8 +5,7 @@
 // copy; a stage touches only its own layers' bytes). A missing tensor, a wrong shape or an
 // uncomputable type is a Status naming the tensor and what was expected.
 // Which tensors a stage binds, with their shapes, is the one list of tensor_specs.h.
-// Non-goals: repacking (panel_repack.h), tensors of other architectures (qwen35, gemma3 come
-// later).
+// Non-goals: repacking (panel_repack.h), tensors of architectures not supported yet.
 //
 // Thread safety: immutable after Bind. Lifetime: views point into the GgufFile, which must
 // outlive the StageWeights (Model keeps it alive through a shared_ptr).
@@ -33,17 +32,19 @@ struct NormWeight {
 
 // A layer's tensors; a norm its LayerConfig does not apply stays empty (data == nullptr).
 struct LayerWeights {
-  NormWeight attn_norm;    // [n_embd]
-  WeightView attn_q;       // [q_dim rows][n_embd cols]
-  WeightView attn_k;       // [k_dim][n_embd]
-  WeightView attn_v;       // [v_dim][n_embd]
-  WeightView attn_output;  // [n_embd][attn_out_dim]
-  NormWeight attn_q_norm;  // [head_dim_k], qk_norm only
-  NormWeight attn_k_norm;  // [head_dim_k], qk_norm only
-  NormWeight ffn_norm;     // [n_embd]
-  WeightView ffn_gate;     // [n_ff][n_embd]
-  WeightView ffn_up;       // [n_ff][n_embd]
-  WeightView ffn_down;     // [n_embd][n_ff]
+  NormWeight attn_norm;       // [n_embd]
+  WeightView attn_q;          // [q_dim rows][n_embd cols]
+  WeightView attn_k;          // [k_dim][n_embd]
+  WeightView attn_v;          // [v_dim][n_embd]
+  WeightView attn_output;     // [n_embd][attn_out_dim]
+  NormWeight attn_q_norm;     // [head_dim_k], qk_norm only
+  NormWeight attn_k_norm;     // [head_dim_k], qk_norm only
+  NormWeight attn_post_norm;  // [n_embd], attn_post_norm only
+  NormWeight ffn_norm;        // [n_embd]
+  WeightView ffn_gate;        // [n_ff][n_embd]
+  WeightView ffn_up;          // [n_ff][n_embd]
+  WeightView ffn_down;        // [n_embd][n_ff]
+  NormWeight ffn_post_norm;   // [n_embd], ffn_post_norm only
 };
 
 struct StageWeights {

@@ -44,9 +44,12 @@ std::unique_ptr<util::Collector> Generate(const std::string& file, const Schedul
       *scheduler, util::Request(util::StoryTokens(file, n_prompt, util::kLongText), n_gen, seed));
 }
 
+// gemma3's windowed layers (window 16) under a pool: the tail keeps their window resident.
+constexpr char kGemma3[] = "gemma3-tiny.gguf";
+
 TEST(KvPoolSchedulerTest, AContextInsideThePoolIsBitwiseTheUnboundedOne) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* file : {util::kStories, util::kQwen}) {
+  for (const char* file : {util::kStories, util::kQwen, kGemma3}) {
     for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
       for (uint64_t seed : {0, 5}) {
         SCOPED_TRACE(std::string(file) + " " + PageSelectName(select) + " seed " +
@@ -68,7 +71,7 @@ TEST(KvPoolSchedulerTest, AContextInsideThePoolIsBitwiseTheUnboundedOne) {
 TEST(KvPoolSchedulerTest, ABoundedPoolGivesTheSameOutputOnEveryThreadCountSplitAndTier) {
   SHARDLM_REQUIRE_FIXTURES();
   TempDir tier_dir("kv_pool_tier");
-  for (const char* file : {util::kStories, util::kQwen}) {
+  for (const char* file : {util::kStories, util::kQwen, kGemma3}) {
     for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
       SCOPED_TRACE(std::string(file) + " " + PageSelectName(select));
       const SchedulerOptions base = PoolOptions(128, select);
@@ -160,6 +163,18 @@ TEST(KvPoolSchedulerTest, APoolBelowItsFloorIsRefusedNamingTheSizes) {
       << scheduler.status().message();
   // A pool that holds the whole context bounds nothing: the unbounded engine.
   EXPECT_FALSE(PoolOptions(4096, PageSelect::kQk).bounded_kv());
+  // A tail shorter than a windowed layer's window could not keep that window resident.
+  const LoadedModel& gemma = util::Fixture(kGemma3);
+  ASSERT_TRUE(gemma.model);
+  SchedulerOptions short_tail = PoolOptions(128, PageSelect::kQk);
+  short_tail.kv_pool.sink_tokens = 16;
+  short_tail.kv_pool.tail_tokens = 8;
+  scheduler = Scheduler::Create(*gemma.model, *gemma.tokenizer, short_tail);
+  ASSERT_EQ(scheduler.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(scheduler.status().message().find("--kv-tail 8"), std::string::npos)
+      << scheduler.status().message();
+  EXPECT_NE(scheduler.status().message().find("window of 16"), std::string::npos)
+      << scheduler.status().message();
 }
 
 // A tier file truncated under a running server: the request that needs a page from it ends

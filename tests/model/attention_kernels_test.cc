@@ -163,7 +163,7 @@ TEST(AttentionKernels, ExpNonPositiveWithinTwoUlp) {
 TEST(Ops, RopeNormAndNeoxPairs) {
   // One head of 8 dims, n_rot 4, position 1: pairs (0,1),(2,3) for NORM, (0,2),(1,3) NEOX.
   float cache[4];
-  RopeAngles(1, 4, 10000.0f, nullptr, cache);
+  RopeAngles(1, 4, 10000.0f, 1.0f, nullptr, cache);
   EXPECT_FLOAT_EQ(cache[0], std::cos(1.0f));
   EXPECT_FLOAT_EQ(cache[3], std::sin(0.01f));
   float norm[8] = {1, 0, 1, 0, 5, 6, 7, 8}, neox[8] = {1, 1, 0, 0, 5, 6, 7, 8};

@@ -24,16 +24,16 @@ std::vector<float> ReadF32File(const std::string& path);
 nlohmann::json ReadJsonFile(const std::string& path);
 std::string ReadTextFile(const std::string& path);
 // Fixture models of capabilities still to come. The fixtures hold acceptance tests of later
-// work too: architectures the engine does not run yet (gemma3, gemma4, qwen35, qwen3moe,
-// laguna) and weight types it cannot read yet (IQ*, TQ*, MXFP4: the GGUF reader refuses
-// their tensors). Tests over golden.json and models.json leave these models out; the
-// FixtureCoverage tests check that each is still refused as unsupported, so an entry must
-// leave these lists, and its goldens start running, once its support lands.
+// work too: architectures the engine does not run yet (gemma4, qwen35, qwen3moe, laguna) and weight
+// types it cannot read yet (IQ*, TQ*, MXFP4: the GGUF reader refuses their tensors). Tests over
+// golden.json and models.json leave these models out; the FixtureCoverage tests check that each is
+// still refused as unsupported, so an entry must leave these lists, and its goldens start running,
+// once its support lands.
 bool HasUnreadableWeightTypes(const std::string& model_file);
 bool EngineCannotRunYet(const std::string& model_file);  // the above, and other architectures
 const std::vector<std::string>& ModelsWithUnreadableWeightTypes();
 const std::vector<std::string>& ModelsOfArchitecturesToCome();
-// golden.json's entries the engine runs today (arch llama or qwen3, readable weights).
+// golden.json's entries the engine runs today (arch llama, qwen3 or gemma3, readable weights).
 std::vector<nlohmann::json> RunnableGoldenEntries();
 // golden.json's entry `id`; null, and a failed expectation, when it has none.
 nlohmann::json GoldenEntry(const std::string& id);
