@@ -3,7 +3,7 @@
 // synth_model.{h,cc}; this file declares the flags and reports progress.
 //
 // Goals: a preset plus per-dimension overrides; progress on stderr for big models; the file
-// written atomically. Non-goals: architectures beyond llama/qwen3.
+// written atomically. Non-goals: architectures beyond llama/qwen3/gemma3.
 #include <fmt/ranges.h>
 #include <unistd.h>
 
@@ -26,14 +26,14 @@ struct SynthFlags {
   int n_threads = 0;
   bool quiet = false;
   bool dry_run = false;
-  std::optional<int64_t> layers, embd, ff, heads, kv_heads, head_dim, vocab, ctx;
+  std::optional<int64_t> layers, embd, ff, heads, kv_heads, head_dim, vocab, ctx, window;
   std::optional<double> rope_base;
   bool tied = false;
   bool untied = false;
 };
 
 void DeclareFlags(CLI::App& cmd, SynthFlags& f) {
-  cmd.add_option("--arch", f.arch, "llama | qwen3")->capture_default_str();
+  cmd.add_option("--arch", f.arch, "llama | qwen3 | gemma3")->capture_default_str();
   cmd.add_option("--preset", f.preset, "tiny | 0.6b | 1.7b (Qwen3 shapes)")->capture_default_str();
   cmd.add_option("--type", f.type,
                  "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k | mixes "
@@ -51,6 +51,7 @@ void DeclareFlags(CLI::App& cmd, SynthFlags& f) {
   cmd.add_option("--vocab", f.vocab, "Override: vocabulary size (>= 259, padded with [PADn])");
   cmd.add_option("--ctx", f.ctx, "Override: context length");
   cmd.add_option("--rope-base", f.rope_base, "Override: RoPE frequency base");
+  cmd.add_option("--window", f.window, "Override (gemma3): attention window of windowed layers");
   cmd.add_flag("--tied", f.tied, "Tie the LM head to token_embd (no output.weight)");
   cmd.add_flag("--untied", f.untied, "Write a separate output.weight");
   cmd.add_flag("-q,--quiet", f.quiet, "No progress on stderr");
@@ -73,6 +74,7 @@ Result<SynthSpec> SpecFromFlags(const SynthFlags& f) {
   apply(f.head_dim, spec.head_dim);
   apply(f.vocab, spec.n_vocab);
   apply(f.ctx, spec.n_ctx);
+  apply(f.window, spec.sliding_window);
   if (f.rope_base) spec.rope_base = *f.rope_base;
   if (f.tied && f.untied) return InvalidArgument("--tied and --untied exclude each other");
   if (f.tied) spec.tied = true;

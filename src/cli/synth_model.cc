@@ -111,7 +111,11 @@ Role QuantRole(TensorRole role, bool tied) {
 // The config a model of `s` reads back as (the shapes the tensor list needs).
 ModelConfig SynthModelConfig(const SynthSpec& s) {
   ModelConfig config;
-  config.arch = s.arch == "llama" ? Arch::kLlama : Arch::kQwen3;
+  config.arch = s.arch == "llama"    ? Arch::kLlama
+                : s.arch == "gemma3" ? Arch::kGemma3
+                                     : Arch::kQwen3;
+  config.rope_freq_base = float(s.rope_base);
+  config.sliding_window = int(s.sliding_window);
   config.n_layers = int(s.n_layers);
   config.n_embd = int(s.n_embd);
   config.n_head = int(s.n_head);
@@ -275,6 +279,9 @@ Status SetHparams(const SynthSpec& spec, GgufWriter& w) {
     w.SetUint32(a + ".rope.dimension_count", u32(spec.head_dim));
     w.SetUint32(a + ".vocab_size", u32(spec.n_vocab));
   }
+  if (a == "gemma3" && spec.sliding_window > 0) {
+    w.SetUint32(a + ".attention.sliding_window", u32(spec.sliding_window));
+  }
   w.SetFloat32(a + ".rope.freq_base", static_cast<float>(spec.rope_base));
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(spec.rms_eps));
   return Status::Ok();
@@ -296,8 +303,11 @@ Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset
   if (arch == "llama") {
     spec.rope_base = 10000.0;
     spec.rms_eps = 1e-5;
+  } else if (arch == "gemma3") {
+    spec.tied = true;
+    spec.sliding_window = preset == "tiny" ? 16 : 512;
   } else if (arch != "qwen3") {
-    return InvalidArgument("--arch {}: expected llama or qwen3", arch);
+    return InvalidArgument("--arch {}: expected llama, qwen3 or gemma3", arch);
   }
   if (preset == "tiny") return spec;
   if (preset != "0.6b" && preset != "1.7b") {
@@ -316,8 +326,11 @@ Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset
 }
 
 Status ValidateSynthSpec(const SynthSpec& s) {
-  if (s.arch != "llama" && s.arch != "qwen3") {
-    return InvalidArgument("--arch {}: expected llama or qwen3", s.arch);
+  if (s.arch != "llama" && s.arch != "qwen3" && s.arch != "gemma3") {
+    return InvalidArgument("--arch {}: expected llama, qwen3 or gemma3", s.arch);
+  }
+  if (s.sliding_window < 0 || s.sliding_window > (1 << 20)) {
+    return InvalidArgument("--window {}: expected 0..2^20", s.sliding_window);
   }
   if (FindType(s.type) == nullptr) return InvalidArgument("--type {}: unknown type", s.type);
   const std::pair<const char*, int64_t> dims[] = {

@@ -97,6 +97,29 @@ TEST_F(SynthCliTest, TinyQwen3MatchesTheLlamaCppFixtureLayout) {
   ExpectLikeFixture(*q8, "qwen3-tiny-q8_0.gguf");
 }
 
+// gemma3 in the fixture's shape: the same tensors (post norms, q/k norms, tied head), the
+// window key, and a model `run` computes.
+TEST_F(SynthCliTest, TinyGemma3HasTheFixtureTensorsAndRuns) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto synth = Synth("g3.gguf",
+                     "--arch gemma3 --preset tiny --layers 6 --heads 4 --kv-heads 1 "
+                     "--head-dim 128 --vocab 260");
+  ASSERT_NE(synth, nullptr);
+  auto ref = GgufFile::Open(testing::FixturePath("gemma3-tiny.gguf"));
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  ASSERT_EQ(synth->tensors().size(), (*ref)->tensors().size());
+  for (const GgufTensorInfo& t : (*ref)->tensors()) {
+    const GgufTensorInfo* s = synth->FindTensor(t.name);
+    ASSERT_NE(s, nullptr) << t.name;
+    EXPECT_EQ(s->ne, t.ne) << t.name;
+  }
+  auto window = synth->GetUint("gemma3.attention.sliding_window");
+  ASSERT_TRUE(window.ok());
+  EXPECT_EQ(*window, 16u);
+  RunResult r = Run("run -m " + dir_ + "/g3.gguf -p 'Once upon a time' -n 24 --temp 0");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(SynthCliTest, WeightsLookLikeAModelAndTheVocabIsChatReady) {
   auto f = Synth("m.gguf", "--type f32 --seed 3");
   ASSERT_NE(f, nullptr);
