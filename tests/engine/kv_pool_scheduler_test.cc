@@ -36,6 +36,26 @@ SchedulerOptions PoolOptions(int pool_tokens, PageSelect select, int n_ctx = 409
   return options;
 }
 
+// `options` on one thread.
+SchedulerOptions OneThread(SchedulerOptions options) {
+  options.threads = 1;
+  return options;
+}
+
+// `options` split in two local stages of one thread each.
+SchedulerOptions LocalSplit(SchedulerOptions options) {
+  options.placement.devices.assign(2, DeviceSpec{});
+  options.placement.layer_split = {1, 1};
+  return OneThread(options);
+}
+
+// `options` with its pages outside the pool in a file under `dir`.
+SchedulerOptions WithFileTier(SchedulerOptions options, const std::filesystem::path& dir) {
+  options.kv_tier.kind = KvTierSpec::Kind::kFile;
+  options.kv_tier.dir = dir.string();
+  return options;
+}
+
 std::unique_ptr<util::Collector> Generate(const std::string& file, const SchedulerOptions& options,
                                           int n_prompt, int n_gen, uint64_t seed) {
   auto scheduler = util::MakeScheduler(file, options);
@@ -78,15 +98,9 @@ TEST(KvPoolSchedulerTest, ABoundedPoolGivesTheSameOutputOnEveryThreadCountSplitA
       auto want = Generate(file, base, 1200, 160, 3);
       ASSERT_TRUE(want);
       EXPECT_EQ(want->ids.size(), 160u);
-      SchedulerOptions one_thread = base;
-      one_thread.threads = 1;
-      SchedulerOptions split = base;
-      split.placement.devices.assign(2, DeviceSpec{});
-      split.placement.layer_split = {1, 1};
-      split.threads = 1;
-      SchedulerOptions file_tier = base;
-      file_tier.kv_tier.kind = KvTierSpec::Kind::kFile;
-      file_tier.kv_tier.dir = tier_dir.path().string();
+      const SchedulerOptions one_thread = OneThread(base);
+      const SchedulerOptions split = LocalSplit(base);
+      const SchedulerOptions file_tier = WithFileTier(base, tier_dir.path());
       for (const SchedulerOptions* options : {&one_thread, &split, &file_tier}) {
         auto got = Generate(file, *options, 1200, 160, 3);
         ASSERT_TRUE(got);
@@ -449,18 +463,12 @@ TEST(KvPoolSchedulerTest, ALongConversationThroughAFewPagesIsTheSameOnEverySplit
     want_scheduler.reset();
     ASSERT_EQ(want.size(), size_t(LongConversation::kTurns));
 
-    SchedulerOptions one_thread = base;
-    one_thread.threads = 1;
-    SchedulerOptions split = base;
-    split.placement.devices.assign(2, DeviceSpec{});
-    split.placement.layer_split = {1, 1};
-    split.threads = 1;
-    split.kv_tier.kind = KvTierSpec::Kind::kFile;
-    split.kv_tier.dir = dir.path().string();
+    const SchedulerOptions one_thread = OneThread(base);
+    const SchedulerOptions split = WithFileTier(LocalSplit(base), dir.path());
     const std::string socket = dir.File("shard_" + tag + ".sock");
     auto daemon = std::make_unique<util::ServiceThread>(socket);
     ASSERT_TRUE(daemon->ok());
-    SchedulerOptions remote = util::WithRemoteStage(split, socket);
+    const SchedulerOptions remote = util::WithRemoteStage(split, socket);
     for (const SchedulerOptions* options : {&one_thread, &split, &remote}) {
       auto scheduler = util::MakeScheduler(file, *options);
       ASSERT_TRUE(scheduler);
