@@ -1,0 +1,88 @@
+// End-to-end tests of a model with windowed attention layers (gemma3-tiny: five layers with
+// a window of 16 positions, one global layer) through `shardlm serve` and the official
+// `openai` client.
+//
+// Goals: what a user of such a model sees is what a qwen3 user sees: a local split and a
+// remote stage (a `shardlm shard` daemon) answer with the unsplit text, long past the window;
+// a restarted server on its `--kv-cache-dir` and a slot restored from `--slot-save-path`
+// serve the next turn from the cached pages with the text of a server without cache.
+// Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
+// Binary: SHARDLM_BIN or ../../build/shardlm.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { complete, story } from './client.js';
+import { floorPage, kServeArgs, kTestTimeout, stop, turns } from './disk_tier.js';
+import { binary, cleanUp, fixtures, skipReason, startServer, startShard } from './harness.js';
+
+const gemmaModel = path.join(fixtures, 'gemma3-tiny.gguf');
+const skip = skipReason('gemma3', [gemmaModel]);
+
+// Several windows of prompt and of answer.
+const kTurnText = `${story} ${story} ${story}`;
+const kAnswerTokens = 64;
+
+let tmp;
+let cold;
+
+before(async () => {
+  if (skip) return;
+  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shardlm-gemma3-'));
+  cold = await startServer(binary, gemmaModel, [...kServeArgs, '--no-prefix-cache']);
+});
+
+after(() => cleanUp(tmp));
+
+test('windowed layers: a local split and a remote stage give the unsplit text',
+  { skip, timeout: kTestTimeout }, async () => {
+    const { t2 } = await turns(cold, kTurnText);
+    const want = await complete(cold, t2, kAnswerTokens);
+    const local = await startServer(binary, gemmaModel,
+      [...kServeArgs, '--devices', 'cpu,cpu', '--layer-split', '3,3']);
+    const socket = path.join(tmp, 'g.sock');
+    const shard = await startShard(binary, socket, 1);
+    const remote = await startServer(binary, gemmaModel,
+      [...kServeArgs, '--devices', `cpu,unix:${socket}`, '--layer-split', '4,2']);
+    try {
+      assert.equal((await complete(local, t2, kAnswerTokens)).text, want.text);
+      assert.equal((await complete(remote, t2, kAnswerTokens)).text, want.text);
+    } finally {
+      await Promise.all([local.kill(), stop(remote)]);
+      await shard.kill();
+    }
+  });
+
+test('a restart on the disk cache and a restored slot serve the next turn from cached pages',
+  { skip, timeout: kTestTimeout }, async () => {
+    const { t1, t2, cached2 } = await turns(cold, kTurnText);
+    const want = await complete(cold, t2, kAnswerTokens);
+    const cacheDir = path.join(tmp, 'cache');
+    const slotDir = path.join(tmp, 'slots');
+    const args = [...kServeArgs, '--kv-cache-dir', cacheDir, '--slot-save-path', slotDir];
+    let server = await startServer(binary, gemmaModel, args);
+    await complete(server, t1);
+    const slots = await (await fetch(`${server.base}/slots`)).json();
+    const held = slots.reduce((a, b) => (b.n_tokens > a.n_tokens ? b : a));
+    const saved = await fetch(`${server.base}/slots/${held.id}?action=save`,
+      { method: 'POST', body: JSON.stringify({ filename: 'turn1' }) });
+    assert.equal(saved.status, 200, await saved.text());
+    await stop(server);
+
+    server = await startServer(binary, gemmaModel, args);
+    const got = await complete(server, t2, kAnswerTokens);
+    assert.equal(got.usage.prompt_tokens_details.cached_tokens, cached2);
+    assert.equal(got.text, want.text);
+    await stop(server);
+
+    server = await startServer(binary, gemmaModel, [...kServeArgs, '--slot-save-path', slotDir]);
+    const restored = await fetch(`${server.base}/slots/0?action=restore`,
+      { method: 'POST', body: JSON.stringify({ filename: 'turn1' }) });
+    assert.equal(restored.status, 200, await restored.text());
+    const again = await complete(server, t2, kAnswerTokens);
+    assert.ok(again.usage.prompt_tokens_details.cached_tokens >= floorPage(t1.length),
+      JSON.stringify(again.usage));
+    assert.equal(again.text, want.text);
+    await stop(server);
+  });
