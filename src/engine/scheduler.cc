@@ -164,28 +164,27 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(LoadedModel loaded,
 
 namespace {
 
-// A windowed layer reads every position of its window: under a bounded pool they must stay
-// resident, which the tail (never evicted) guarantees when it covers the widest window.
-Status CheckPoolCoversWindows(const SchedulerOptions& options, const ModelConfig& config) {
-  if (!options.bounded_kv()) return Status::Ok();
+// The widest window of the model's windowed layers (0: none).
+int WidestWindow(const ModelConfig& config) {
   int widest = 0;
   for (const LayerConfig& layer : config.layers) {
     if (layer.attention == AttentionKind::kSliding) widest = std::max(widest, layer.window);
   }
-  if (widest > options.kv_pool.tail_tokens) {
-    return InvalidArgument(
-        "--kv-tail {} is below the model's attention window of {} positions: windowed layers "
-        "read their whole window, so the tail must keep it resident (--kv-tail {} or more)",
-        options.kv_pool.tail_tokens, widest, widest);
-  }
-  return Status::Ok();
+  return widest;
 }
 
 }  // namespace
 
 Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
                        std::optional<Fingerprint128> model_fingerprint) {
-  SHARDLM_TRY(CheckPoolCoversWindows(options_, pipeline->config()));
+  // A windowed layer reads every position of its window: under a bounded pool they stay
+  // resident because the tail (never evicted) covers the widest window.
+  const int window = WidestWindow(pipeline->config());
+  if (options_.bounded_kv() && window > options_.kv_pool.tail_tokens) {
+    std::fprintf(stderr, "scheduler: --kv-tail %d raised to %d, the model's attention window\n",
+                 options_.kv_pool.tail_tokens, window);
+    options_.kv_pool.tail_tokens = window;
+  }
   auto state = std::make_unique<State>();
   state->pipeline = std::move(pipeline);
   const Fingerprint128 fingerprint = model_fingerprint.value_or(Fingerprint128{});
