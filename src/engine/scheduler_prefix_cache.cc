@@ -128,9 +128,8 @@ TaskState SchedulerPrefixCache::LoadStep(int slot, ActiveRequest& request, Block
       chain.fence = submitted;
     }
     if (collected < chain.fence) return TaskState::kNotFinished;
-    if (pager_ != nullptr) {
-      if (collected < pager_->ImportFence(chain.pending)) return TaskState::kNotFinished;
-      pager_->OnImport(chain.pending);
+    if (pager_ != nullptr && !pager_->ReadyToImport(chain.pending, collected)) {
+      return TaskState::kNotFinished;
     }
     --page_budget;
     if (!disk_->Load(chain.hashes[i], chain.pending).ok()) break;

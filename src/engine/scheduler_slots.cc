@@ -220,15 +220,14 @@ Status Scheduler::StepSlotCopy(SlotCopyTask& task, int& budget) {
   const PageId* first = slot.transfer.pages.data() + job.first_page + task.n_copied;
   Pager* pager = state_->pager.get();
   if (slot.task != SlotState::kSaving && pager != nullptr) {
-    // Up to the first page whose last free is still in flight (see Pager::ImportFence).
+    // Up to the first page whose last free is still in flight (see Pager::ReadyToImport).
     for (int i = 0; i < n; ++i) {
-      if (state_->collected() < pager->ImportFence(first[i])) {
+      if (!pager->ReadyToImport(first[i], state_->collected())) {
         n = i;
         break;
       }
     }
     if (n == 0) return Status::Ok();  // the next step goes on
-    for (int i = 0; i < n; ++i) pager->OnImport(first[i]);
   }
   const std::span<const PageId> pages(first, size_t(n));
   const std::vector<size_t> page_bytes = pipeline.page_bytes();

@@ -311,6 +311,12 @@ void Pager::Reset() {
   for (PageId page = 0; page < config_.n_pages; ++page) pending_.frees.push_back(page);
 }
 
+bool Pager::ReadyToImport(PageId page, uint64_t collected) {
+  if (collected < free_sent_[size_t(page)]) return false;
+  std::erase(pending_.frees, page);
+  return true;
+}
+
 void Pager::ClearPending(uint64_t batch) {
   for (PageId page : pending_.frees) free_sent_[size_t(page)] = batch;
   pending_.clear();

@@ -149,13 +149,12 @@ class Pager {
   // remembers which batch carried each page's free.
   void ClearPending(uint64_t batch);
   // Imports: the stages write an imported page's bytes outside any batch (a disk-cache load,
-  // a slot restore) and forget what the page held before. A free of the page that a batch
-  // still in flight carries would undo the import, so an import waits until ImportFence(page)
-  // (the batch that carried the page's last free, 0 if none) is collected; OnImport then
-  // drops a free of the page that no batch carried yet (the import does it), right before
-  // the import.
-  uint64_t ImportFence(PageId page) const { return free_sent_[size_t(page)]; }
-  void OnImport(PageId page) { std::erase(pending_.frees, page); }
+  // a slot restore) and forget what the page held before. A free of the page arriving after
+  // the import would undo it. False while the batch that carried the page's last free is not
+  // collected (`collected` batches are): the import waits. True when the page may be
+  // imported now: a free of it that no batch carried yet is dropped (the import does it),
+  // so the caller imports the page before the next batch goes.
+  bool ReadyToImport(PageId page, uint64_t collected);
   PagerStats Stats() const;
 
  private:

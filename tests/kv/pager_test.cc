@@ -227,16 +227,17 @@ TEST(Pager, AnImportDropsTheFreeNotYetSentAndWaitsForTheOneSent) {
   pager->ClearPending(1);
   pager->OnPageFreed(1);
   pager->OnPageFreed(2);
-  EXPECT_EQ(pager->ImportFence(1), 0u);
   pager->ClearPending(2);  // batch 2 carries both frees
-  EXPECT_EQ(pager->ImportFence(1), 2u);
-  EXPECT_EQ(pager->ImportFence(3), 0u);  // never freed
+  EXPECT_FALSE(pager->ReadyToImport(1, 1));
+  EXPECT_TRUE(pager->ReadyToImport(1, 2));
+  EXPECT_TRUE(pager->ReadyToImport(3, 0));  // never freed
   pager->OnPageFreed(0);
-  pager->OnImport(0);
+  EXPECT_EQ(pager->pending().frees, (std::vector<PageId>{0}));
+  EXPECT_TRUE(pager->ReadyToImport(0, 0));  // its free was never sent: dropped
   EXPECT_TRUE(pager->pending().frees.empty());
   // After a failed batch every page is freed; the pages imported since are spared.
   pager->Reset();
-  pager->OnImport(7);
+  EXPECT_TRUE(pager->ReadyToImport(7, 2));
   std::vector<PageId> rest = Pages(0, 256);
   rest.erase(rest.begin() + 7);
   EXPECT_EQ(pager->pending().frees, rest);
