@@ -14,9 +14,9 @@ namespace {
 constexpr int kMaxRunRows = 64;
 
 // The K (or V) rows of one kv head over positions [0, n_ctx), as runs of n <= kMaxRunRows
-// consecutive positions inside one page, in position order, skipping the pages the list
-// marks kNoPage (not resident under a bounded pool). A run's stored rows are one contiguous
-// stretch (head-major pages, see page_pool.h).
+// consecutive positions inside one page, in position order, over the pages `read_pages`
+// lists (a bounded pool's resident ones; empty: every page). A run's stored rows are one
+// contiguous stretch (head-major pages, see page_pool.h).
 class KvRuns {
  public:
   KvRuns(const PagePool& pool, PageList pages, std::span<const int32_t> read_pages, int layer_idx,
@@ -33,17 +33,12 @@ class KvRuns {
 
   // The first position at or after `pos` whose page is read (n_ctx when none).
   int Next(int pos) const {
+    if (read_pages_.empty()) return std::min(pos, n_ctx_);
     const int page_tokens = pool_.page_tokens();
-    if (!read_pages_.empty()) {
-      const int page = pos / page_tokens;
-      const auto next = std::lower_bound(read_pages_.begin(), read_pages_.end(), page);
-      if (next == read_pages_.end()) return n_ctx_;
-      return std::min(*next == page ? pos : *next * page_tokens, n_ctx_);
-    }
-    while (pos < n_ctx_ && pages_[pos / page_tokens] == kNoPage) {
-      pos = (pos / page_tokens + 1) * page_tokens;
-    }
-    return std::min(pos, n_ctx_);
+    const int page = pos / page_tokens;
+    const auto next = std::lower_bound(read_pages_.begin(), read_pages_.end(), page);
+    if (next == read_pages_.end()) return n_ctx_;
+    return std::min(*next == page ? pos : *next * page_tokens, n_ctx_);
   }
 
   // The stored rows of the run starting at `pos` (< n_ctx, on a read page); *n is its length.
@@ -67,17 +62,13 @@ class KvRuns {
 };
 
 // Columns (read positions) before `position`: every position of the read pages before its
-// page, and those of its own page before it (its page is read: the tile writes it).
-int ColumnsBefore(PageList pages, std::span<const int32_t> read_pages, int page_tokens,
-                  int position) {
+// page, and those of its own page before it (its page is read). With every page read, the
+// position itself.
+int ColumnsBefore(std::span<const int32_t> read_pages, int page_tokens, int position) {
+  if (read_pages.empty()) return position;
   const int page = position / page_tokens;
-  int columns = position % page_tokens;
-  if (!read_pages.empty()) {
-    const auto end = std::lower_bound(read_pages.begin(), read_pages.end(), page);
-    return columns + int(end - read_pages.begin()) * page_tokens;
-  }
-  for (int i = 0; i < page; ++i) columns += pages[i] == kNoPage ? 0 : page_tokens;
-  return columns;
+  const auto end = std::lower_bound(read_pages.begin(), read_pages.end(), page);
+  return position % page_tokens + int(end - read_pages.begin()) * page_tokens;
 }
 
 // Calls fn(pos, col, n, rows) for the runs of `runs` from position `first` on, in position
@@ -198,16 +189,16 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   };
   // Columns count from the first position any token of the tile sees.
   const int first = start_of(tile.first_position);
-  const int first_base = ColumnsBefore(pages, tile.read_pages, page_tokens, first);
+  const int first_base = ColumnsBefore(tile.read_pages, page_tokens, first);
   const int first_col =
-      ColumnsBefore(pages, tile.read_pages, page_tokens, tile.first_position) - first_base;
+      ColumnsBefore(tile.read_pages, page_tokens, tile.first_position) - first_base;
   TokenStarts starts;
   for (int i = 0; i < tile.n_tokens; ++i) {
     starts.position[i] = start_of(tile.first_position + i);
     starts.col[i] =
         starts.position[i] == first
             ? 0
-            : ColumnsBefore(pages, tile.read_pages, page_tokens, starts.position[i]) - first_base;
+            : ColumnsBefore(tile.read_pages, page_tokens, starts.position[i]) - first_base;
   }
   float* scores = scratch;
   const KvRuns keys(pool, pages, tile.read_pages, layer_idx, false, tile.kv_head, n_ctx);

@@ -57,9 +57,8 @@ struct AttentionTile {
   int kv_head = 0;     // the kv head they read
   float scale = 1.0f;  // of the scores inside the softmax (1/sqrt(head_dim) for most models)
   int window = 0;      // positions each token sees, its own included (0: every earlier one)
-  // Under a bounded pool: the logical pages attention reads, ascending (the others are
-  // kNoPage in `pages`). Empty: found by skipping the kNoPage entries, which costs a pass
-  // over the whole page list per tile, head and layer (a 128K context has 8192 pages).
+  // Under a bounded pool: the logical pages attention reads, ascending; exactly the entries
+  // of `pages` that are not kNoPage (ForwardPass checks it). Empty: every page is read.
   std::span<const int32_t> read_pages;
 };
 

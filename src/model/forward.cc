@@ -187,14 +187,42 @@ Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<const PageList>
 }
 
 Status ForwardPass::ValidatePages(int slot, PageList pages) const {
+  // Under a bounded pool attention walks the slot's list of read pages: it must name exactly
+  // the resident ones (the others are kNoPage), or name none when every page is resident.
+  const std::span<const int32_t> read =
+      pooled_ != nullptr && size_t(slot) < pooled_->attended_by_slot.size()
+          ? pooled_->attended_by_slot[slot]
+          : std::span<const int32_t>();
+  size_t listed = 0;  // entries of `read` matched so far
   int n_read = 0;
   for (size_t i = 0; i < pages.size(); ++i) {
-    if (pooled_ != nullptr && pages[i] == kNoPage) continue;  // not read under a bounded pool
+    if (pooled_ != nullptr && pages[i] == kNoPage) {
+      if (read.empty()) {
+        return InvalidArgument(
+            "slot {}: logical page {} is not resident, and no list names the "
+            "pages attention reads",
+            slot, i);
+      }
+      continue;
+    }
     if (pages[i] < 0 || pages[i] >= pool_.n_pages()) {
       return InvalidArgument("slot {}: logical page {} has id {}, outside the pool's [0, {})", slot,
                              i, pages[i], pool_.n_pages());
     }
+    if (!read.empty()) {
+      if (listed >= read.size() || read[listed] != int32_t(i)) {
+        return InvalidArgument(
+            "slot {}: logical page {} is resident but not in its list of read "
+            "pages",
+            slot, i);
+      }
+      ++listed;
+    }
     ++n_read;
+  }
+  if (listed != read.size()) {
+    return InvalidArgument("slot {}: its list of read pages names {} pages, {} are resident", slot,
+                           read.size(), listed);
   }
   // Attention's scratch holds the pool's positions: no more pages than the pool may be read
   // (unbounded, the position check below bounds what is read).
