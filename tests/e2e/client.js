@@ -1,5 +1,5 @@
 // Requests the end-to-end tests send through the official openai client (and plain fetch for
-// shardlm's own routes), shared by the kv-cache and slots tests.
+// shardlm's own routes), shared by the kv-cache, slots and gemma3 tests.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -44,4 +44,28 @@ export async function metric(server, name) {
   const value = new RegExp(`^shardlm_${name} (\\d+)$`, 'm').exec(text)?.[1];
   assert.ok(value !== undefined, `no shardlm_${name} in /metrics:\n${text}`);
   return Number(value);
+}
+
+// POST /slots/{id}?action=...: { status, body } (body parsed).
+export async function slotAction(server, id, action, filename) {
+  const init = { method: 'POST', headers: { 'Content-Type': 'application/json' } };
+  init.body = JSON.stringify(filename === undefined ? {} : { filename });
+  const r = await fetch(`${server.base}/slots/${id}?action=${action}`, init);
+  return { status: r.status, body: await r.json() };
+}
+
+// GET /slots: every slot's state.
+export async function slots(server) {
+  const r = await fetch(`${server.base}/slots`);
+  assert.equal(r.status, 200);
+  return r.json();
+}
+
+// Saves the slot that ran the last request (the one holding tokens) as `filename`.
+export async function saveBusiest(server, filename) {
+  const held = (await slots(server)).reduce((a, b) => (b.n_tokens > a.n_tokens ? b : a));
+  assert.ok(held.n_tokens > 0, 'a slot holds the last request');
+  const r = await slotAction(server, held.id, 'save', filename);
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  return { slot: held, saved: r.body };
 }

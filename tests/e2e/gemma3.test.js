@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { complete, story } from './client.js';
+import { complete, saveBusiest, slotAction, story } from './client.js';
 import { floorPage, kServeArgs, kTestTimeout, stop, turns } from './disk_tier.js';
 import { binary, cleanUp, fixtures, skipReason, startServer, startShard } from './harness.js';
 
@@ -63,11 +63,7 @@ test('a restart on the disk cache and a restored slot serve the next turn from c
     const args = [...kServeArgs, '--kv-cache-dir', cacheDir, '--slot-save-path', slotDir];
     let server = await startServer(binary, gemmaModel, args);
     await complete(server, t1);
-    const slots = await (await fetch(`${server.base}/slots`)).json();
-    const held = slots.reduce((a, b) => (b.n_tokens > a.n_tokens ? b : a));
-    const saved = await fetch(`${server.base}/slots/${held.id}?action=save`,
-      { method: 'POST', body: JSON.stringify({ filename: 'turn1' }) });
-    assert.equal(saved.status, 200, await saved.text());
+    await saveBusiest(server, 'turn1');
     await stop(server);
 
     server = await startServer(binary, gemmaModel, args);
@@ -77,9 +73,8 @@ test('a restart on the disk cache and a restored slot serve the next turn from c
     await stop(server);
 
     server = await startServer(binary, gemmaModel, [...kServeArgs, '--slot-save-path', slotDir]);
-    const restored = await fetch(`${server.base}/slots/0?action=restore`,
-      { method: 'POST', body: JSON.stringify({ filename: 'turn1' }) });
-    assert.equal(restored.status, 200, await restored.text());
+    const restored = await slotAction(server, 0, 'restore', 'turn1');
+    assert.equal(restored.status, 200, JSON.stringify(restored.body));
     const again = await complete(server, t2, kAnswerTokens);
     assert.ok(again.usage.prompt_tokens_details.cached_tokens >= floorPage(t1.length),
       JSON.stringify(again.usage));

@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { chat, complete, metric, story } from './client.js';
+import { chat, complete, metric, saveBusiest, slotAction, slots, story } from './client.js';
 import {
   floorPage, kPageTokens, kServeArgs, kTestTimeout, qwenModel, startSplit, stop, storiesModel,
   turns,
@@ -24,20 +24,6 @@ import { binary, cleanUp, skipReason, startServer } from './harness.js';
 
 const skip = skipReason('slots', [storiesModel, qwenModel]);
 
-// POST /slots/{id}?action=...: { status, body } (body parsed).
-async function slotAction(server, id, action, filename) {
-  const init = { method: 'POST', headers: { 'Content-Type': 'application/json' } };
-  init.body = JSON.stringify(filename === undefined ? {} : { filename });
-  const r = await fetch(`${server.base}/slots/${id}?action=${action}`, init);
-  return { status: r.status, body: await r.json() };
-}
-
-async function slots(server) {
-  const r = await fetch(`${server.base}/slots`);
-  assert.equal(r.status, 200);
-  return r.json();
-}
-
 // An OpenAI error object with this status.
 function assertError(r, status, what) {
   assert.equal(r.status, status, `${what}: ${JSON.stringify(r.body)}`);
@@ -45,15 +31,6 @@ function assertError(r, status, what) {
     assert.ok(k in r.body.error, `${what}: error.${k} in ${JSON.stringify(r.body)}`);
   }
   return r.body.error;
-}
-
-// Saves the slot that ran the last request (the one holding tokens) as `filename`.
-async function saveBusiest(server, filename) {
-  const held = (await slots(server)).reduce((a, b) => (b.n_tokens > a.n_tokens ? b : a));
-  assert.ok(held.n_tokens > 0, 'a slot holds the last request');
-  const r = await slotAction(server, held.id, 'save', filename);
-  assert.equal(r.status, 200, JSON.stringify(r.body));
-  return { slot: held, saved: r.body };
 }
 
 let tmp;
