@@ -40,19 +40,20 @@ __attribute__((target_clones("avx2", "default"))) float BoxBound(const float* __
 
 Result<std::unique_ptr<KeySummaries>> KeySummaries::Create(const PagePoolConfig& frames,
                                                            int n_pages) {
-  if (n_pages <= 0 || frames.n_layers <= 0 || frames.n_kv_heads <= 0 || frames.head_dim <= 0 ||
+  if (n_pages <= 0 || frames.n_layers < 0 || frames.n_kv_heads <= 0 || frames.head_dim <= 0 ||
       frames.head_dim > 512 || frames.page_tokens > std::numeric_limits<uint16_t>::max()) {
     return InvalidArgument("key summaries: bad shape ({} pages, {} layers, {} heads, dim {})",
                            n_pages, frames.n_layers, frames.n_kv_heads, frames.head_dim);
   }
   std::unique_ptr<KeySummaries> summaries(new KeySummaries(frames, n_pages));
   const size_t boxes = size_t(n_pages) * frames.n_layers * frames.n_kv_heads;
+  summaries->counts_.assign(boxes, 0);
+  if (boxes == 0) return summaries;  // a stage without KV layers: nothing to summarize
   summaries->boxes_ = AllocateHugePages(boxes * 2 * frames.head_dim * sizeof(float));
   if (!summaries->boxes_) {
     return ResourceExhausted("key summaries of {} pages ({} bytes): out of memory", n_pages,
                              boxes * 2 * frames.head_dim * sizeof(float));
   }
-  summaries->counts_.assign(boxes, 0);
   return summaries;
 }
 

@@ -65,10 +65,11 @@ Status CheckKvRows(KvType type, int head_dim) {
 PagePool::PagePool(const PagePoolConfig& config) : config_(config) {}
 
 Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config) {
-  if (config.n_pages <= 0 || config.page_tokens <= 0 || config.n_layers <= 0 ||
+  if (config.n_pages <= 0 || config.page_tokens <= 0 || config.n_layers < 0 ||
       config.n_kv_heads <= 0 || config.head_dim <= 0) {
     return InvalidArgument(
-        "KV pool: every size must be positive (n_pages {}, page_tokens {}, n_layers {}, "
+        "KV pool: every size must be positive, n_layers at least 0 (n_pages {}, page_tokens {}, "
+        "n_layers {}, "
         "n_kv_heads {}, head_dim {})",
         config.n_pages, config.page_tokens, config.n_layers, config.n_kv_heads, config.head_dim);
   }
@@ -88,6 +89,9 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
   pool->page_bytes_ =
       pool->head_row_bytes_ * size_t(config.n_kv_heads) * config.page_tokens * config.n_layers * 2;
   const size_t total_bytes = pool->page_bytes_ * size_t(config.n_pages);
+  // A stage whose layers keep no KV (recurrent layers only) has pages of no bytes: its
+  // pages exist in the block tables like every stage's, and hold nothing here.
+  if (total_bytes == 0) return pool;
   // Huge pages: a decode step of 8 streams at a few hundred positions reads more K/V bytes
   // than weights, and with 4 KiB pages every 4 KiB of a head's run was a TLB miss.
   pool->storage_ = AllocateHugePages(total_bytes);

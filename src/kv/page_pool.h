@@ -107,7 +107,7 @@ struct KvGeometry {
 struct PagePoolConfig {
   int n_pages = 0;
   int page_tokens = kDefaultPageTokens;
-  int n_layers = 0;  // layers of the stage (its layer range), not of the model
+  int n_layers = 0;  // the stage's layers with KV of their own (0: a stage of recurrent layers)
   int n_kv_heads = 0;
   int head_dim = 0;
   KvType kv_type = KvType::kF32;

@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "model/attention.h"
+#include "model/delta_net.h"
 #include "model/ops.h"
 #include "tensor/matmul.h"
 
@@ -19,13 +20,16 @@ struct ForwardPass::Activations {
   std::vector<float> x;   // [B][n_embd] residual stream
   std::vector<float> xn;  // [B][n_embd] normed input of the current sublayer
   // The attention rows have the current layer's shape (LayerConfig), sized for the widest.
-  std::vector<float> q;     // [B][n_head][head_dim_k]
-  std::vector<float> k;     // [B][n_head_kv][head_dim_k]
-  std::vector<float> v;     // [B][n_head_kv][head_dim_v]
-  std::vector<float> attn;  // [B][n_head][head_dim_v] attention output
-  std::vector<float> proj;  // [B][n_embd] attn_output / ffn_down result
-  std::vector<float> gate;  // [B][n_ff] gate projection, then SiLU(gate)·up
-  std::vector<float> up;    // [B][n_ff]
+  std::vector<float> q;  // [B][n_head][head_dim_k]
+  // Layers with an output gate: attn_q's rows [B][n_head][q | gate], and the gates.
+  std::vector<float> q_gated;    // [B][2 × q_dim]
+  std::vector<float> attn_gate;  // [B][n_head][head_dim_v]
+  std::vector<float> k;          // [B][n_head_kv][head_dim_k]
+  std::vector<float> v;          // [B][n_head_kv][head_dim_v]
+  std::vector<float> attn;       // [B][n_head][head_dim_v] attention output
+  std::vector<float> proj;       // [B][n_embd] attn_output / ffn_down result
+  std::vector<float> gate;       // [B][n_ff] gate projection, then SiLU(gate)·up
+  std::vector<float> up;         // [B][n_ff]
   // [rope variant][B][n_rot] (cos, sin) per rotated pair: one variant per distinct
   // (base, freq_scale) among the stage's layers.
   std::vector<float> rope;
@@ -44,6 +48,9 @@ struct ForwardPass::Activations {
   std::vector<float> score_bounds;     // [n_threads][most pages of a scoring entry]
   size_t score_bounds_stride = 0;
   MatMulScratch scratch;
+  // Recurrent layers: their state per slot and their buffers (stages without one: null).
+  std::unique_ptr<RecurrentStates> states;
+  DeltaNetScratch delta_net;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
   int tile_tokens = 1;           // TileTokensFor(gqa_group), for the largest group
   size_t scores_per_worker = 0;  // AttendTileScratch(tile_tokens × gqa_group, max_ctx), largest
@@ -55,6 +62,7 @@ namespace {
 // every layer's GQA group allows.
 struct AttentionRows {
   int q_dim = 0, k_dim = 0, v_dim = 0, attn_dim = 0;
+  bool output_gate = false;
   int tile_tokens = kMaxTileTokens;
   size_t scores_per_worker = 0;
 };
@@ -64,6 +72,10 @@ AttentionRows StageAttentionRows(const ModelConfig& config, LayerRange layers,
   AttentionRows rows;
   for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
     const LayerConfig& layer = config.layers[layer_idx];
+    if (layer.mixer == LayerMixer::kDeltaNet) {
+      SHARDLM_CHECK(layer.attn_norm && layer.ffn_norm);
+      continue;
+    }
     // The layer steps this forward pass computes: pre-norm attention (full or windowed) and
     // FFN over its own KV.
     SHARDLM_CHECK_MSG((layer.attention == AttentionKind::kFull ||
@@ -77,10 +89,12 @@ AttentionRows StageAttentionRows(const ModelConfig& config, LayerRange layers,
     rows.k_dim = std::max(rows.k_dim, layer.k_dim());
     rows.v_dim = std::max(rows.v_dim, layer.v_dim());
     rows.attn_dim = std::max(rows.attn_dim, layer.attn_out_dim());
+    rows.output_gate = rows.output_gate || layer.attn_output_gate;
     rows.tile_tokens = std::min(rows.tile_tokens, TileTokensFor(layer.gqa_group()));
   }
   for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
     const LayerConfig& layer = config.layers[layer_idx];
+    if (!layer.has_kv()) continue;
     rows.scores_per_worker = std::max(
         rows.scores_per_worker,
         AttendTileScratch(rows.tile_tokens * layer.gqa_group(), max_ctx, layer.head_dim_k));
@@ -100,7 +114,7 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
       act_(std::make_unique<Activations>()) {
   SHARDLM_CHECK(max_batch_tokens > 0);
   const PagePoolConfig& kv = pool.config();
-  SHARDLM_CHECK_MSG(kv.n_layers == model.layers().size() && kv.n_kv_heads == config_.n_head_kv &&
+  SHARDLM_CHECK_MSG(kv.n_layers == model.n_kv_layers() && kv.n_kv_heads == config_.n_head_kv &&
                         kv.head_dim == config_.head_dim,
                     "page pool shape does not match the stage (use Model::KvPoolConfig)");
   const size_t b = size_t(max_batch_tokens);
@@ -114,6 +128,16 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->k.resize(b * rows.k_dim);
   act_->v.resize(b * rows.v_dim);
   act_->attn.resize(b * rows.attn_dim);
+  if (rows.output_gate) {
+    act_->q_gated.resize(b * 2 * rows.q_dim);
+    act_->attn_gate.resize(b * rows.attn_dim);
+  }
+  if (model.n_recurrent_layers() > 0) {
+    const DeltaNetShape& d = config_.delta_net;
+    act_->states = std::make_unique<RecurrentStates>(model.n_recurrent_layers(),
+                                                     d.conv_state_floats(), d.ssm_state_floats());
+    act_->delta_net.Resize(d, max_batch_tokens);
+  }
   act_->proj.resize(b * config_.n_embd);
   act_->gate.resize(b * config_.n_ff);
   act_->up.resize(b * config_.n_ff);
@@ -146,6 +170,7 @@ Status ForwardPass::Validate(std::span<const BatchEntry> batch,
   }
   if (out == nullptr) return InvalidArgument("no output buffer for the stage's rows");
   act_->slot_next.assign(pages_by_slot.size(), -1);
+  if (act_->states) act_->states->EnsureSlots(int(pages_by_slot.size()));
   for (const BatchEntry& e : batch) {
     SHARDLM_TRY(ValidateEntry(e, pages_by_slot, hidden_in != nullptr));
   }
@@ -169,6 +194,13 @@ Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<const PageList>
   if ((first && e.position < 0) || (!first && e.position != next)) {
     return InvalidArgument("slot {}: position {} does not continue the sequence (expected {})",
                            e.slot, e.position, first ? 0 : next);
+  }
+  // A recurrent state cannot be rewound or shared: a sequence starts at 0 or continues where
+  // its slot's state is.
+  if (first && act_->states && e.position != 0 && act_->states->position(e.slot) != e.position) {
+    return InvalidArgument(
+        "slot {}: position {} does not continue the recurrent state, which holds {} positions",
+        e.slot, e.position, act_->states->position(e.slot));
   }
   if (pooled_ == nullptr && size_t(e.position) >= act_->max_ctx) {
     return OutOfRange("slot {}: position {} exceeds the KV pool capacity of {} positions", e.slot,
@@ -261,6 +293,12 @@ Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
                               float* out) {
   SHARDLM_TRY(Validate(batch, pages_by_slot, hidden_in, out));
   const int n_tokens = int(batch.size());
+  if (act_->states) {
+    for (const BatchEntry& e : batch) {
+      if (e.position == 0) act_->states->Reset(e.slot);
+    }
+    act_->delta_net.GroupSequences(batch);
+  }
   Embed(batch, hidden_in);
   BuildTiles(batch);
   const size_t variant_floats = size_t(max_batch_tokens_) * config_.n_rot;
@@ -274,6 +312,11 @@ Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
   }
   for (int layer_idx = 0; layer_idx < model_.layers().size(); ++layer_idx) {
     Layer(layer_idx, batch, pages_by_slot);
+  }
+  if (act_->states) {
+    for (size_t slot = 0; slot < act_->slot_next.size(); ++slot) {
+      if (act_->slot_next[slot] >= 0) act_->states->set_position(int(slot), act_->slot_next[slot]);
+    }
   }
   if (model_.is_last_stage()) {
     Head(batch, out);
@@ -309,15 +352,13 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
   threads_.ParallelFor(n, [&](size_t t, size_t) {
     RmsNorm(&act_->x[t * n_embd], w.attn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
   });
-  const MatMulOutput qkv[] = {
-      {w.attn_q, act_->q.data()}, {w.attn_k, act_->k.data()}, {w.attn_v, act_->v.data()}};
-  MatMulMany(qkv, act_->xn.data(), n, threads_, act_->scratch);
-  RopeAndStoreKv(layer_idx, batch, pages_by_slot);
-  if (pooled_ != nullptr && pooled_->summaries != nullptr) {
-    SummarizeAndScore(layer_idx, batch, pages_by_slot);
+  if (LayerConfigOf(layer_idx).mixer == LayerMixer::kDeltaNet) {
+    RunDeltaNet(w, config_.delta_net, config_.rms_eps, batch, act_->xn.data(), *act_->states,
+                model_.recurrent_index(layer_idx), act_->delta_net, threads_, act_->scratch,
+                act_->proj.data());
+  } else {
+    AttentionSublayer(layer_idx, batch, pages_by_slot);
   }
-  Attention(layer_idx, batch, pages_by_slot);
-  MatMul(w.attn_output, act_->attn.data(), n, act_->proj.data(), threads_, act_->scratch);
   threads_.ParallelFor(n, [&](size_t t, size_t) {
     float* x = &act_->x[t * n_embd];
     float* proj = &act_->proj[t * n_embd];
@@ -330,6 +371,47 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
   Ffn(w, n);
 }
 
+// The attention sublayer up to attn_output's rows in proj: q, k, v projections (q with its
+// output gate where the layer has one), rope and KV store, attention, the gate.
+void ForwardPass::AttentionSublayer(int layer_idx, std::span<const BatchEntry> batch,
+                                    std::span<const PageList> pages_by_slot) {
+  const LayerWeights& w = model_.weights().blocks[layer_idx];
+  const LayerConfig& layer = LayerConfigOf(layer_idx);
+  const int n = int(batch.size());
+  float* q_out = layer.attn_output_gate ? act_->q_gated.data() : act_->q.data();
+  const MatMulOutput qkv[] = {
+      {w.attn_q, q_out}, {w.attn_k, act_->k.data()}, {w.attn_v, act_->v.data()}};
+  MatMulMany(qkv, act_->xn.data(), n, threads_, act_->scratch);
+  if (layer.attn_output_gate) SplitQueryGate(layer, n);
+  RopeAndStoreKv(layer_idx, batch, pages_by_slot);
+  if (pooled_ != nullptr && pooled_->summaries != nullptr) {
+    SummarizeAndScore(layer_idx, batch, pages_by_slot);
+  }
+  Attention(layer_idx, batch, pages_by_slot);
+  if (layer.attn_output_gate) {
+    threads_.ParallelFor(n, [&](size_t t, size_t) {
+      float* o = &act_->attn[t * layer.attn_out_dim()];
+      const float* gate = &act_->attn_gate[t * layer.attn_out_dim()];
+      for (int i = 0; i < layer.attn_out_dim(); ++i) o[i] *= 1.0f / (1.0f + expf(-gate[i]));
+    });
+  }
+  MatMul(w.attn_output, act_->attn.data(), n, act_->proj.data(), threads_, act_->scratch);
+}
+
+// attn_q's rows hold per head [q | gate]: q into the query rows, gate into attn_gate.
+void ForwardPass::SplitQueryGate(const LayerConfig& layer, int n_tokens) {
+  const int head_dim = layer.head_dim_k;
+  threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
+    const float* row = &act_->q_gated[t * 2 * layer.q_dim()];
+    for (int h = 0; h < layer.n_head; ++h) {
+      std::memcpy(&act_->q[t * layer.q_dim() + h * head_dim], row + 2 * h * head_dim,
+                  sizeof(float) * head_dim);
+      std::memcpy(&act_->attn_gate[t * layer.attn_out_dim() + h * head_dim],
+                  row + (2 * h + 1) * head_dim, sizeof(float) * head_dim);
+    }
+  });
+}
+
 // q/k per-head norm (qwen3, gemma3), rope, q's scale (gemma3), then K and V rows into the
 // sequence's pages.
 void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
@@ -337,7 +419,7 @@ void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batc
   const LayerWeights& w = model_.weights().blocks[layer_idx];
   const LayerConfig& layer = LayerConfigOf(layer_idx);
   const int head_dim = layer.head_dim_k;
-  const int kv_layer = layer.kv_layer - model_.layers().begin;
+  const int kv_layer = model_.kv_index(layer_idx);
   const int variant = act_->rope_variant_of[layer_idx];
   threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
     float* q = &act_->q[t * layer.q_dim()];
@@ -387,7 +469,7 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
   const LayerConfig& layer = LayerConfigOf(layer_idx);
   const int n_head_kv = layer.n_head_kv;
   const int head_dim = layer.head_dim_k;
-  const int kv_layer = layer.kv_layer - model_.layers().begin;
+  const int kv_layer = model_.kv_index(layer_idx);
   const size_t group_dim = size_t(layer.gqa_group()) * head_dim;
   threads_.ParallelFor(act_->tiles.size() * n_head_kv, [&](size_t task, size_t worker) {
     const Tile& tile = act_->tiles[task / n_head_kv];
@@ -452,7 +534,7 @@ void ForwardPass::SummarizeAndScore(int layer_idx, std::span<const BatchEntry> b
                                     std::span<const PageList> pages_by_slot) {
   const LayerConfig& layer = LayerConfigOf(layer_idx);
   const int head_dim = layer.head_dim_k;
-  const int kv_layer = layer.kv_layer - model_.layers().begin;
+  const int kv_layer = model_.kv_index(layer_idx);
   const int page_tokens = pool_.page_tokens();
   const float scale = layer.kq_scale;
   KeySummaries& summaries = *pooled_->summaries;

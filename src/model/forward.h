@@ -110,6 +110,9 @@ class ForwardPass {
   void BuildTiles(std::span<const BatchEntry> batch);
   void Layer(int layer_idx, std::span<const BatchEntry> batch,
              std::span<const PageList> pages_by_slot);
+  void AttentionSublayer(int layer_idx, std::span<const BatchEntry> batch,
+                         std::span<const PageList> pages_by_slot);
+  void SplitQueryGate(const LayerConfig& layer, int n_tokens);
   void Attention(int layer_idx, std::span<const BatchEntry> batch,
                  std::span<const PageList> pages_by_slot);
   void RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,

@@ -17,6 +17,24 @@ Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file,
   auto weights = BindStageWeights(*file, model->config_, range);
   if (!weights.ok()) return weights.status().WithContext(file->name());
   model->weights_ = std::move(weights).value();
+  // A layer that reads another's KV (kv_layer) uses that layer's index.
+  for (int layer = range.begin; layer < range.end; ++layer) {
+    const LayerConfig& lc = model->config_.layers[size_t(layer)];
+    int kv = -1;
+    int recurrent = -1;
+    if (!lc.has_kv()) {
+      recurrent = model->n_recurrent_layers_++;
+    } else if (lc.kv_layer == layer) {
+      kv = model->n_kv_layers_++;
+    } else if (lc.kv_layer >= range.begin && lc.kv_layer < layer) {
+      kv = model->kv_index_[size_t(lc.kv_layer - range.begin)];
+    } else {
+      return InvalidArgument("{}: layer {} reads the KV of layer {}, outside its stage [{}, {})",
+                             file->name(), layer, lc.kv_layer, range.begin, range.end);
+    }
+    model->kv_index_.push_back(kv);
+    model->recurrent_index_.push_back(recurrent);
+  }
   if (repack) {
     std::unique_ptr<ThreadPool> load_threads;
     if (repack_threads == nullptr) {
@@ -36,7 +54,7 @@ PagePoolConfig Model::KvPoolConfig(int n_pages, int page_tokens, KvType kv_type)
   PagePoolConfig pool;
   pool.n_pages = n_pages;
   pool.page_tokens = page_tokens;
-  pool.n_layers = weights_.layers.size();
+  pool.n_layers = n_kv_layers_;
   pool.n_kv_heads = config_.n_head_kv;
   pool.head_dim = config_.head_dim;
   pool.kv_type = kv_type;

@@ -47,7 +47,15 @@ class Model {
   // The file, shared: what a stage that binds another layer range of it keeps alive.
   const std::shared_ptr<const GgufFile>& shared_file() const { return file_; }
 
-  // The page pool shape this stage needs (its layers, kv heads, head_dim).
+  // Where stage-local layer `layer_idx` keeps its KV in the stage's page pool (the pool holds
+  // only the layers with KV of their own), or -1 for a layer without KV (a recurrent layer).
+  int kv_index(int layer_idx) const { return kv_index_[size_t(layer_idx)]; }
+  // Index of stage-local layer `layer_idx` among the stage's recurrent layers, or -1.
+  int recurrent_index(int layer_idx) const { return recurrent_index_[size_t(layer_idx)]; }
+  int n_kv_layers() const { return n_kv_layers_; }
+  int n_recurrent_layers() const { return n_recurrent_layers_; }
+
+  // The page pool shape this stage needs (its layers with KV, kv heads, head_dim).
   PagePoolConfig KvPoolConfig(int n_pages, int page_tokens = kDefaultPageTokens,
                               KvType kv_type = KvType::kF32) const;
   PagePoolConfig KvPoolConfig(const KvGeometry& kv) const {
@@ -59,7 +67,11 @@ class Model {
   std::shared_ptr<const GgufFile> file_;
   ModelConfig config_;
   StageWeights weights_;
-  PanelStore panels_;  // what repacked views point into
+  PanelStore panels_;                 // what repacked views point into
+  std::vector<int> kv_index_;         // [stage-local layer]
+  std::vector<int> recurrent_index_;  // [stage-local layer]
+  int n_kv_layers_ = 0;
+  int n_recurrent_layers_ = 0;
 };
 
 }  // namespace shardlm

@@ -31,7 +31,9 @@ Result<Arch> ParseArch(std::string_view name) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen3") return Arch::kQwen3;
   if (name == "gemma3") return Arch::kGemma3;
-  return Unsupported("architecture '{}' is not supported (supported: llama, qwen3, gemma3)", name);
+  if (name == "qwen35") return Arch::kQwen35;
+  return Unsupported("architecture '{}' is not supported (supported: llama, qwen3, gemma3, qwen35)",
+                     name);
 }
 
 // The model-wide flags that distinguish the architectures (after n_embd is read);
@@ -115,6 +117,31 @@ Status ReadNumerics(const GgufFile& file, const std::string& arch, ModelConfig& 
   return Status::Ok();
 }
 
+// qwen35's gated DeltaNet shape (ssm.*) and which layers attend.
+Status ReadDeltaNetShape(const GgufFile& file, const std::string& arch, ModelConfig& config) {
+  DeltaNetShape& d = config.delta_net;
+  SHARDLM_ASSIGN_OR_RETURN(config.full_attention_interval,
+                           ReadDim(file, arch, "full_attention_interval", 4));
+  SHARDLM_ASSIGN_OR_RETURN(d.conv_kernel, ReadDim(file, arch, "ssm.conv_kernel", -1));
+  SHARDLM_ASSIGN_OR_RETURN(d.head_dim_k, ReadDim(file, arch, "ssm.state_size", -1));
+  SHARDLM_ASSIGN_OR_RETURN(d.n_k_heads, ReadDim(file, arch, "ssm.group_count", -1));
+  SHARDLM_ASSIGN_OR_RETURN(d.n_v_heads, ReadDim(file, arch, "ssm.time_step_rank", -1));
+  SHARDLM_ASSIGN_OR_RETURN(int inner, ReadDim(file, arch, "ssm.inner_size", -1));
+  if (inner % d.n_v_heads != 0 || d.n_v_heads % d.n_k_heads != 0) {
+    return InvalidData("{}.ssm.inner_size {} / time_step_rank {} / group_count {} do not divide",
+                       arch, inner, d.n_v_heads, d.n_k_heads);
+  }
+  d.head_dim_v = inner / d.n_v_heads;
+  // The recurrence keeps a state row of head_dim_k per value on the stack-free path; heads
+  // beyond this are hostile metadata.
+  constexpr int kMaxStateDim = 1024;
+  if (d.head_dim_k > kMaxStateDim || d.head_dim_v > kMaxStateDim || d.conv_kernel > 64) {
+    return Unsupported("{}.ssm shape (state {}, value head {}, conv {}) is too large", arch,
+                       d.head_dim_k, d.head_dim_v, d.conv_kernel);
+  }
+  return Status::Ok();
+}
+
 Status ReadVocab(const GgufFile& file, ModelConfig& config) {
   const GgufTensorInfo* embd = file.FindTensor("token_embd.weight");
   if (embd == nullptr) return NotFound("tensor 'token_embd.weight' is missing");
@@ -147,7 +174,33 @@ void SetGemma3Layer(const ModelConfig& config, int layer_idx, LayerConfig& layer
   layer.kq_scale = 1.0f;
 }
 
+// qwen35 as llama.cpp lays it out: every full_attention_interval-th layer is gated full
+// attention (q projection carries a per-head output gate, q/k norms, partial rope), the others
+// gated DeltaNet; every layer's FFN input norm is named post_attention_norm.
+void SetQwen35Layer(const ModelConfig& config, int layer_idx, LayerConfig& layer) {
+  layer.ffn_norm_name = "post_attention_norm";
+  if (config.full_attention_interval > 0 && (layer_idx + 1) % config.full_attention_interval != 0) {
+    layer.mixer = LayerMixer::kDeltaNet;
+    layer.qk_norm = false;
+    return;
+  }
+  layer.attn_output_gate = true;
+}
+
 }  // namespace
+
+int ModelConfig::KvLayers(int begin, int end) const {
+  int n = 0;
+  for (int i = begin; i < end; ++i) n += layers[size_t(i)].has_kv() ? 1 : 0;
+  return n;
+}
+
+bool ModelConfig::HasDeltaNet(int begin, int end) const {
+  for (int i = begin; i < end; ++i) {
+    if (layers[size_t(i)].mixer == LayerMixer::kDeltaNet) return true;
+  }
+  return false;
+}
 
 const char* ArchName(Arch arch) {
   switch (arch) {
@@ -157,6 +210,8 @@ const char* ArchName(Arch arch) {
       return "qwen3";
     case Arch::kGemma3:
       return "gemma3";
+    case Arch::kQwen35:
+      return "qwen35";
     case Arch::kSentinel:
       break;
   }
@@ -177,6 +232,7 @@ void SetLayerConfigs(ModelConfig& config) {
     layer.rope_freq_scale = config.rope_freq_scale;
     layer.kq_scale = 1.0f / sqrtf(float(config.head_dim));
     if (config.arch == Arch::kGemma3) SetGemma3Layer(config, layer_idx, layer);
+    if (config.arch == Arch::kQwen35) SetQwen35Layer(config, layer_idx, layer);
   }
 }
 
@@ -191,6 +247,7 @@ Result<ModelConfig> ReadModelConfig(const GgufFile& file) {
   SHARDLM_ASSIGN_OR_RETURN(config.n_ff, ReadDim(file, arch, "feed_forward_length", -1));
   SHARDLM_TRY(ReadAttentionShape(file, arch, config));
   SHARDLM_TRY(ReadNumerics(file, arch, config));
+  if (config.arch == Arch::kQwen35) SHARDLM_TRY(ReadDeltaNetShape(file, arch, config));
   SHARDLM_TRY(ReadVocab(file, config));
   SetLayerConfigs(config);
   return config;

@@ -9,15 +9,16 @@
 // model may alternate windowed and full attention, or norm the attention and FFN outputs
 // too. Errors name the key.
 // Non-goals: tokenizer metadata (tokenizer/); the layer kinds of architectures not
-// supported yet (shared KV, recurrent layers): each comes with the architecture that
-// exercises it.
+// supported yet (shared KV): each comes with the architecture that exercises it.
 //
 // Keys read (`<arch>` = general.architecture): <arch>.block_count, .embedding_length,
 // .feed_forward_length, .attention.head_count, .attention.head_count_kv (default head_count),
 // .attention.key_length / .value_length (default n_embd / n_head), .rope.dimension_count
 // (default head_dim), .rope.freq_base (default 10000), .attention.layer_norm_rms_epsilon,
 // .context_length, .rope.scaling.type (none | linear) and .rope.scaling.factor; gemma3 also
-// .attention.sliding_window and .final_logit_softcapping; n_vocab = rows of
+// .attention.sliding_window and .final_logit_softcapping; qwen35 also .full_attention_interval
+// (default 4: every fourth layer attends, the others are gated DeltaNet) and .ssm.conv_kernel,
+// .ssm.state_size, .ssm.group_count, .ssm.time_step_rank, .ssm.inner_size; n_vocab = rows of
 // token_embd.weight.
 #pragma once
 
@@ -30,7 +31,7 @@
 
 namespace shardlm {
 
-enum class Arch { kLlama = 0, kQwen3 = 1, kGemma3 = 2, kSentinel = 3 };
+enum class Arch { kLlama = 0, kQwen3 = 1, kGemma3 = 2, kQwen35 = 3, kSentinel = 4 };
 const char* ArchName(Arch arch);
 
 // How rotary embedding pairs dimensions inside a head (llama.cpp's rope modes).
@@ -47,6 +48,29 @@ enum class AttentionKind {
   kSentinel = 2
 };
 
+// What mixes a layer's positions: attention over its KV pages, or a recurrence whose state
+// per sequence is fixed-size (qwen35's gated DeltaNet: no KV, a conv and a delta-rule state).
+enum class LayerMixer { kAttention = 0, kDeltaNet = 1, kSentinel = 2 };
+
+// The shape of a gated DeltaNet layer (qwen35: ssm.* metadata): q and k heads of head_dim_k,
+// v heads of head_dim_v (each v head reads q/k head `v_head % n_k_heads`), a causal depthwise
+// conv of conv_kernel taps over the q|k|v channels.
+struct DeltaNetShape {
+  int conv_kernel = 0;
+  int n_k_heads = 0;
+  int n_v_heads = 0;
+  int head_dim_k = 0;
+  int head_dim_v = 0;
+
+  int key_dim() const { return n_k_heads * head_dim_k; }
+  int value_dim() const { return n_v_heads * head_dim_v; }
+  int conv_channels() const { return 2 * key_dim() + value_dim(); }
+  // Per sequence: the last conv_kernel − 1 inputs of every channel, and one
+  // [head_dim_v][head_dim_k] state per v head.
+  int conv_state_floats() const { return (conv_kernel - 1) * conv_channels(); }
+  int ssm_state_floats() const { return n_v_heads * head_dim_v * head_dim_k; }
+};
+
 // The gated activation of the FFN: down(act(gate·h) ⊙ up·h).
 enum class FfnActivation {
   kSilu = 0,  // SwiGLU: llama, qwen3
@@ -57,6 +81,7 @@ enum class FfnActivation {
 // One decoder layer: its attention shape and the steps it takes. Every field is the layer's
 // own; the forward pass, the tensor list and the KV cache read it per layer.
 struct LayerConfig {
+  LayerMixer mixer = LayerMixer::kAttention;  // kDeltaNet: the attention fields are unused
   AttentionKind attention = AttentionKind::kFull;
   int window = 0;  // positions a kSliding layer sees (its own included); 0 for kFull
   int n_head = 0;
@@ -67,6 +92,11 @@ struct LayerConfig {
   bool attn_norm = true;  // attn_norm: the input of q, k and v
   bool qk_norm = false;   // attn_q_norm, attn_k_norm: per head, before rope (qwen3)
   bool ffn_norm = true;   // ffn_norm: the input of the FFN
+  // The FFN input norm's tensor name: qwen35 names it post_attention_norm.
+  const char* ffn_norm_name = "ffn_norm";
+  // attn_q gives per head [q | gate] (2 × q_dim rows); the attention output is multiplied by
+  // sigmoid(gate) before attn_output (qwen35's full-attention layers).
+  bool attn_output_gate = false;
   // Norms of the sublayer outputs before they join the residual (gemma3):
   bool attn_post_norm = false;  // post_attention_norm: of attn_output's result
   bool ffn_post_norm = false;   // post_ffw_norm: of ffn_down's result
@@ -83,6 +113,7 @@ struct LayerConfig {
   // architecture so far (a model that shares an earlier layer's KV points at that layer).
   int kv_layer = 0;
 
+  bool has_kv() const { return mixer == LayerMixer::kAttention; }
   int q_dim() const { return n_head * head_dim_k; }         // columns of q
   int k_dim() const { return n_head_kv * head_dim_k; }      // columns of k
   int v_dim() const { return n_head_kv * head_dim_v; }      // columns of v
@@ -115,7 +146,15 @@ struct ModelConfig {
   FfnActivation ffn_activation = FfnActivation::kSilu;
   // logits = cap · tanh(logits / cap) when > 0 (final_logit_softcapping).
   float final_logit_softcap = 0.0f;
+  // qwen35: layer i attends iff (i + 1) % full_attention_interval == 0, the others are
+  // gated DeltaNet of shape delta_net (0 and zero for the other architectures).
+  int full_attention_interval = 0;
+  DeltaNetShape delta_net;
   std::vector<LayerConfig> layers;  // [n_layers]
+
+  // Layers of [begin, end) with KV pages of their own (attention layers that write KV).
+  int KvLayers(int begin, int end) const;
+  bool HasDeltaNet(int begin, int end) const;
 
   int q_dim() const { return n_head * head_dim; }       // columns of q
   int kv_dim() const { return n_head_kv * head_dim; }   // columns of k and v
@@ -130,7 +169,7 @@ struct LayerRange {
 };
 
 // Reads and validates the config (positive sizes, n_head % n_head_kv == 0, ...). An
-// architecture other than llama/qwen3/gemma3 is Unsupported, naming it.
+// architecture other than llama/qwen3/gemma3/qwen35 is Unsupported, naming it.
 Result<ModelConfig> ReadModelConfig(const GgufFile& file);
 
 // Fills config.layers from the model-wide fields (arch, n_layers, n_head, n_head_kv,

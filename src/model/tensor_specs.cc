@@ -19,18 +19,39 @@ void ForEachLayerTensor(const ModelConfig& config, int layer_idx,
     fn(TensorSpec{prefix + name, role, layer_idx, {n}, true});
   };
   if (layer.attn_norm) vector("attn_norm.weight", TensorRole::kAttnNorm, n_embd);
-  matrix("attn_q.weight", TensorRole::kAttnQ, layer.q_dim(), n_embd);
-  matrix("attn_k.weight", TensorRole::kAttnK, layer.k_dim(), n_embd);
-  matrix("attn_v.weight", TensorRole::kAttnV, layer.v_dim(), n_embd);
-  matrix("attn_output.weight", TensorRole::kAttnOutput, n_embd, layer.attn_out_dim());
-  if (layer.qk_norm) {
-    vector("attn_q_norm.weight", TensorRole::kAttnQNorm, layer.head_dim_k);
-    vector("attn_k_norm.weight", TensorRole::kAttnKNorm, layer.head_dim_k);
+  if (layer.mixer == LayerMixer::kDeltaNet) {
+    const DeltaNetShape& d = config.delta_net;
+    matrix("attn_qkv.weight", TensorRole::kAttnQkv, d.conv_channels(), n_embd);
+    matrix("attn_gate.weight", TensorRole::kAttnGate, d.value_dim(), n_embd);
+    fn(TensorSpec{prefix + "ssm_conv1d.weight",
+                  TensorRole::kSsmConv1d,
+                  layer_idx,
+                  {d.conv_kernel, d.conv_channels()},
+                  true,
+                  /*flat=*/true});
+    vector("ssm_dt.bias", TensorRole::kSsmDtBias, d.n_v_heads);
+    vector("ssm_a", TensorRole::kSsmA, d.n_v_heads);
+    matrix("ssm_beta.weight", TensorRole::kSsmBeta, d.n_v_heads, n_embd);
+    matrix("ssm_alpha.weight", TensorRole::kSsmAlpha, d.n_v_heads, n_embd);
+    vector("ssm_norm.weight", TensorRole::kSsmNorm, d.head_dim_v);
+    matrix("ssm_out.weight", TensorRole::kSsmOut, n_embd, d.value_dim());
+  } else {
+    const int q_rows = layer.attn_output_gate ? 2 * layer.q_dim() : layer.q_dim();
+    matrix("attn_q.weight", TensorRole::kAttnQ, q_rows, n_embd);
+    matrix("attn_k.weight", TensorRole::kAttnK, layer.k_dim(), n_embd);
+    matrix("attn_v.weight", TensorRole::kAttnV, layer.v_dim(), n_embd);
+    matrix("attn_output.weight", TensorRole::kAttnOutput, n_embd, layer.attn_out_dim());
+    if (layer.qk_norm) {
+      vector("attn_q_norm.weight", TensorRole::kAttnQNorm, layer.head_dim_k);
+      vector("attn_k_norm.weight", TensorRole::kAttnKNorm, layer.head_dim_k);
+    }
   }
   if (layer.attn_post_norm) {
     vector("post_attention_norm.weight", TensorRole::kAttnPostNorm, n_embd);
   }
-  if (layer.ffn_norm) vector("ffn_norm.weight", TensorRole::kFfnNorm, n_embd);
+  if (layer.ffn_norm) {
+    vector((std::string(layer.ffn_norm_name) + ".weight").c_str(), TensorRole::kFfnNorm, n_embd);
+  }
   matrix("ffn_gate.weight", TensorRole::kFfnGate, config.n_ff, n_embd);
   matrix("ffn_up.weight", TensorRole::kFfnUp, config.n_ff, n_embd);
   matrix("ffn_down.weight", TensorRole::kFfnDown, n_embd, config.n_ff);

@@ -40,6 +40,16 @@ enum class TensorRole {
   kFfnUp,
   kFfnDown,
   kFfnPostNorm,
+  // Gated DeltaNet (qwen35's recurrent layers):
+  kAttnQkv,    // [conv_channels][n_embd]: q | k | v before the conv
+  kAttnGate,   // [value_dim][n_embd]: z, the output gate
+  kSsmConv1d,  // [conv_channels][conv_kernel] float32, bound flat
+  kSsmDtBias,  // [n_v_heads]
+  kSsmA,       // [n_v_heads]: −exp(A_log), the decay rate
+  kSsmBeta,    // [n_v_heads][n_embd]
+  kSsmAlpha,   // [n_v_heads][n_embd]
+  kSsmNorm,    // [head_dim_v]
+  kSsmOut,     // [n_embd][value_dim]
   kOutputNorm,
   kOutput,     // the LM head
   kRopeFreqs,  // rope frequency divisors (llama 3.x), optional
@@ -53,8 +63,11 @@ struct TensorSpec {
   // GGUF shape: {n} for a float32 vector, {cols, rows} for a matrix (ne0 = input).
   std::vector<int64_t> ne;
   bool required = true;  // an optional tensor is bound when the file has it
+  // Float32 values bound as one flat array whatever the dims (a conv kernel): never
+  // quantized, never repacked.
+  bool flat = false;
 
-  bool matrix() const { return ne.size() == 2; }
+  bool matrix() const { return ne.size() == 2 && !flat; }
 };
 
 // Calls fn for every tensor a stage of layers `layers` reads: the embedding on the first

@@ -47,13 +47,17 @@ Result<WeightView> BindMatrix(const GgufFile& file, const std::string& name, int
   return view;
 }
 
-// A 1-D float32 weight of n elements.
-Result<NormWeight> BindVector(const GgufFile& file, const std::string& name, int64_t n) {
+// A float32 weight of shape ne (one dim: a vector; more: bound flat).
+Result<NormWeight> BindVector(const GgufFile& file, const std::string& name,
+                              const std::vector<int64_t>& ne) {
   const GgufTensorInfo* info = file.FindTensor(name);
   if (info == nullptr) return NotFound("tensor '{}' is missing", name);
-  if (info->ne.size() != 1 || info->ne[0] != n) {
-    return InvalidData("tensor '{}' has shape {}, expected [{}]", name, ShapeString(info->ne), n);
+  if (info->ne != ne) {
+    return InvalidData("tensor '{}' has shape {}, expected {}", name, ShapeString(info->ne),
+                       ShapeString(ne));
   }
+  int64_t n = 1;
+  for (int64_t dim : ne) n *= dim;
   if (info->type != GgmlType::kF32) {
     return Unsupported("tensor '{}' has type {}, expected f32", name,
                        GgmlTypeName(uint32_t(info->type)));
@@ -73,7 +77,7 @@ Status BindTensor(const GgufFile& file, const TensorSpec& spec, StageWeights& w)
   if (spec.matrix()) {
     SHARDLM_ASSIGN_OR_RETURN(*slot.matrix, BindMatrix(file, spec.name, spec.ne[1], spec.ne[0]));
   } else {
-    SHARDLM_ASSIGN_OR_RETURN(*slot.vector, BindVector(file, spec.name, spec.ne[0]));
+    SHARDLM_ASSIGN_OR_RETURN(*slot.vector, BindVector(file, spec.name, spec.ne));
   }
   return Status::Ok();
 }
@@ -194,6 +198,24 @@ TensorSlot SlotOf(StageWeights& w, TensorRole role, int layer) {
       return matrix(&b->ffn_up);
     case TensorRole::kFfnDown:
       return matrix(&b->ffn_down);
+    case TensorRole::kAttnQkv:
+      return matrix(&b->attn_qkv);
+    case TensorRole::kAttnGate:
+      return matrix(&b->attn_gate);
+    case TensorRole::kSsmConv1d:
+      return vector(&b->ssm_conv1d);
+    case TensorRole::kSsmDtBias:
+      return vector(&b->ssm_dt_bias);
+    case TensorRole::kSsmA:
+      return vector(&b->ssm_a);
+    case TensorRole::kSsmBeta:
+      return matrix(&b->ssm_beta);
+    case TensorRole::kSsmAlpha:
+      return matrix(&b->ssm_alpha);
+    case TensorRole::kSsmNorm:
+      return vector(&b->ssm_norm);
+    case TensorRole::kSsmOut:
+      return matrix(&b->ssm_out);
     default:
       return {};
   }

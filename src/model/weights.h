@@ -45,6 +45,16 @@ struct LayerWeights {
   WeightView ffn_up;          // [n_ff][n_embd]
   WeightView ffn_down;        // [n_embd][n_ff]
   NormWeight ffn_post_norm;   // [n_embd], ffn_post_norm only
+  // Gated DeltaNet layers only (tensor_specs.h names the shapes):
+  WeightView attn_qkv;
+  WeightView attn_gate;
+  NormWeight ssm_conv1d;  // [conv_channels][conv_kernel], flat
+  NormWeight ssm_dt_bias;
+  NormWeight ssm_a;
+  WeightView ssm_beta;
+  WeightView ssm_alpha;
+  NormWeight ssm_norm;
+  WeightView ssm_out;
 };
 
 struct StageWeights {

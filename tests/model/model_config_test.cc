@@ -137,12 +137,46 @@ TEST(ModelConfig, Gemma3LaysOutWindowedAndGlobalLayers) {
   }
 }
 
+// qwen35 as llama.cpp lays it out: every fourth layer gated full attention (q with its output
+// gate, q/k norms, rope on 16 of 64 dims), the others gated DeltaNet with the ssm.* shape; only
+// the attention layer has KV.
+TEST(ModelConfig, Qwen35LaysOutDeltaNetAndAttentionLayers) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto config = ReadModelConfig(*OpenFixture("qwen35-tiny.gguf"));
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->arch, Arch::kQwen35);
+  EXPECT_EQ(config->rope_type, RopeType::kNeox);
+  EXPECT_EQ(config->n_rot, 16);
+  EXPECT_EQ(config->head_dim, 64);
+  EXPECT_FALSE(config->tied_output);
+  const DeltaNetShape& d = config->delta_net;
+  EXPECT_EQ(d.conv_kernel, 4);
+  EXPECT_EQ(d.n_k_heads, 2);
+  EXPECT_EQ(d.n_v_heads, 4);
+  EXPECT_EQ(d.head_dim_k, 32);
+  EXPECT_EQ(d.head_dim_v, 32);
+  EXPECT_EQ(d.conv_channels(), 256);
+  ASSERT_EQ(config->layers.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    const LayerConfig& layer = config->layers[i];
+    EXPECT_EQ(layer.mixer, i == 3 ? LayerMixer::kAttention : LayerMixer::kDeltaNet);
+    EXPECT_EQ(layer.attn_output_gate, i == 3);
+    EXPECT_STREQ(layer.ffn_norm_name, "post_attention_norm");
+  }
+  EXPECT_EQ(config->KvLayers(0, 4), 1);
+  EXPECT_EQ(config->KvLayers(0, 3), 0);
+  EXPECT_TRUE(config->HasDeltaNet(0, 1));
+  EXPECT_FALSE(config->HasDeltaNet(3, 4));
+}
+
 // The tensor list of the whole model names exactly the fixture's tensors, each once, with
 // their shapes (the optional rope frequencies are not in these files).
 TEST(TensorSpecs, ListTheFixtureTensorsExactly) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* name : {"stories260K.gguf", "qwen3-tiny-f32.gguf",
-                           "qwen3-tiny-qwenvocab-q8_0.gguf", "gemma3-tiny.gguf"}) {
+  for (const char* name :
+       {"stories260K.gguf", "qwen3-tiny-f32.gguf", "qwen3-tiny-qwenvocab-q8_0.gguf",
+        "gemma3-tiny.gguf", "qwen35-tiny.gguf"}) {
     SCOPED_TRACE(name);
     auto file = OpenFixture(name);
     auto config = ReadModelConfig(*file);
@@ -165,7 +199,7 @@ TEST(TensorSpecs, ListTheFixtureTensorsExactly) {
 
 TEST(ModelConfig, UnknownArchitectureIsUnsupportedAndNamed) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* name : {"gemma4-tiny.gguf", "qwen35-tiny.gguf"}) {
+  for (const char* name : {"gemma4-tiny.gguf", "laguna-tiny.gguf"}) {
     auto model = Model::Load(OpenFixture(name));
     ASSERT_FALSE(model.ok());
     EXPECT_EQ(model.status().code(), StatusCode::kUnsupported);

@@ -84,18 +84,29 @@ class Harness {
   // flagged (all, or only the last).
   std::vector<float> Run(BlockTable& table, const std::vector<int32_t>& tokens, int start,
                          bool all_logits) {
+    std::vector<float> logits;
+    Status st = TryRun(table, tokens, start, all_logits, &logits);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return logits;
+  }
+  Status TryRun(BlockTable& table, const std::vector<int32_t>& tokens, int start, bool all_logits,
+                std::vector<float>* out) {
     std::vector<BatchEntry> batch;
     for (size_t i = 0; i < tokens.size(); ++i) {
       batch.push_back({tokens[i], int32_t(start + i), 0, all_logits || i + 1 == tokens.size()});
     }
-    std::vector<float> logits((all_logits ? tokens.size() : 1) * size_t(n_vocab()));
+    std::vector<float>& logits = *out;
+    // A stage before the last gives every token's hidden row.
+    const bool last = model->is_last_stage();
+    logits.assign((all_logits || !last ? tokens.size() : 1) *
+                      size_t(last ? n_vocab() : model->config().n_embd),
+                  0.0f);
     const int end = start + int(tokens.size());
     PrepareWrite(table, start, end);
     const PageList pages[] = {table.page_list()};
     Status st = forward->Run(batch, pages, nullptr, logits.data());
-    EXPECT_TRUE(st.ok()) << st.message();
     if (st.ok()) table.SetTokens(end);
-    return logits;
+    return st;
   }
 
   std::shared_ptr<const GgufFile> file;
