@@ -185,6 +185,16 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
                  options_.kv_pool.tail_tokens, window);
     options_.kv_pool.tail_tokens = window;
   }
+  // Recurrent layers keep one state per sequence, at its last position: a request can resume
+  // cached pages only with that state as it was at the cached position, and no such state is
+  // kept yet, so every request of such a model computes its prompt from the start.
+  const ModelConfig& model_config = pipeline->config();
+  if (options_.prefix_cache && model_config.HasDeltaNet(0, model_config.n_layers)) {
+    std::fprintf(stderr,
+                 "scheduler: prefix cache off: the model's recurrent layers cannot resume from "
+                 "cached pages yet\n");
+    options_.prefix_cache = false;
+  }
   auto state = std::make_unique<State>();
   state->pipeline = std::move(pipeline);
   const Fingerprint128 fingerprint = model_fingerprint.value_or(Fingerprint128{});

@@ -258,6 +258,7 @@ class Scheduler : public Engine {
   Result<SlotJobResult> RunSlotJob(SlotJob::Op op, int32_t slot);
   // The one save or restore at a time: waits up to options_.slot_io_wait.
   Result<std::unique_lock<std::timed_mutex>> TakeSlotIoTurn();
+  Status CheckSlotFilesCarryTheModel() const;
   Result<SlotSaveResult> StreamSave(int32_t slot, const std::filesystem::path& file,
                                     const SlotJobResult& begun);
   Result<RestoredSlotFile> StreamRestore(int32_t slot, const std::filesystem::path& file);

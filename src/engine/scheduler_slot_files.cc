@@ -144,8 +144,21 @@ Result<int32_t> Scheduler::EraseSlot(int32_t slot) {
   return int32_t(erased.n_tokens);
 }
 
+// A slot file holds pages and tokens: enough for attention layers, not for a recurrent layer,
+// whose state at the saved position it would need too.
+Status Scheduler::CheckSlotFilesCarryTheModel() const {
+  if (config_.HasDeltaNet(0, config_.n_layers)) {
+    return Unsupported(
+        "slot files do not carry the state of the model's recurrent layers yet: {} cannot be "
+        "saved or restored",
+        ArchName(config_.arch));
+  }
+  return Status::Ok();
+}
+
 Result<SlotSaveResult> Scheduler::SaveSlot(int32_t slot, const fs::path& file) {
   SHARDLM_TRY(CheckSlot(slot));
+  SHARDLM_TRY(CheckSlotFilesCarryTheModel());
   if (!slot_layout_) {
     return Unsupported(
         "slot files need the model file's fingerprint: create the scheduler "
@@ -190,6 +203,7 @@ Result<SlotSaveResult> Scheduler::StreamSave(int32_t slot, const fs::path& file,
 
 Result<SlotRestoreResult> Scheduler::RestoreSlot(int32_t slot, const fs::path& file) {
   SHARDLM_TRY(CheckSlot(slot));
+  SHARDLM_TRY(CheckSlotFilesCarryTheModel());
   if (!slot_layout_) {
     return Unsupported(
         "slot files need the model file's fingerprint: create the scheduler "
