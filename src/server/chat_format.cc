@@ -43,7 +43,8 @@ ToolCallSyntax ProbeToolCallSyntax(const ChatTemplate& tmpl, ReasoningTags tags)
   Result<std::string> text =
       tmpl.Render(Json::parse(kProbeMessages), Json::parse(kProbeTools), true);
   if (!text.ok()) return ToolCallSyntax::kNone;
-  OutputParser parser(/*in_reasoning=*/false, /*parse_tools=*/true, "", tags);
+  OutputParser parser(/*in_reasoning=*/false, /*parse_tools=*/true, "", tags,
+                      Json::parse(kProbeTools));
   std::vector<ToolCall> calls = parser.Push(text.value()).tool_calls;
   for (ToolCall& call : parser.Finish().tool_calls) calls.push_back(std::move(call));
   const bool read_back = std::any_of(calls.begin(), calls.end(), [](const ToolCall& call) {
@@ -146,8 +147,9 @@ bool PromptOpensReasoning(const std::string& prompt, ReasoningTags tags) {
 }
 
 OutputParser::OutputParser(bool in_reasoning, bool parse_tools, std::string id_prefix,
-                           ReasoningTags tags)
+                           ReasoningTags tags, Json tools)
     : tags_(tags),
+      tools_(std::move(tools)),
       state_(in_reasoning ? State::kReasoning : State::kContent),
       parse_tools_(parse_tools),
       id_prefix_(std::move(id_prefix)) {}
@@ -178,7 +180,7 @@ void OutputParser::Emit(const std::string& text, OutputDelta& out) {
 }
 
 void OutputParser::EndToolCall(const std::string& body, bool closed, OutputDelta& out) {
-  std::optional<ParsedToolCall> call = ParseToolCallBody(body);
+  std::optional<ParsedToolCall> call = ParseToolCallBody(body, tools_);
   if (!call) {
     // Not a call we can read: the client gets the text the model wrote.
     state_ = State::kContent;

@@ -83,8 +83,9 @@ class OutputParser {
  public:
   // `in_reasoning`: the prompt already opened the reasoning (the model continues inside it).
   // `parse_tools`: the request offered tools (otherwise <tool_call> text is content).
+  // `tools`: the tools offered, whose schemas say which arguments are strings.
   OutputParser(bool in_reasoning, bool parse_tools, std::string id_prefix,
-               ReasoningTags tags = kThinkTags);
+               ReasoningTags tags = kThinkTags, Json tools = Json());
   OutputDelta Push(const std::string& text);
   OutputDelta Finish();  // releases whatever was held back
   int tool_call_count() const { return tool_calls_; }
@@ -101,6 +102,7 @@ class OutputParser {
   void EndToolCall(const std::string& body, bool closed, OutputDelta& out);
 
   ReasoningTags tags_;
+  Json tools_;
   State state_;
   bool parse_tools_;
   std::string id_prefix_;

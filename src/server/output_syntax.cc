@@ -57,11 +57,36 @@ bool ReadNamedTag(std::string_view* text, std::string_view tag, std::string* nam
   return true;
 }
 
-// A parameter's text as the template wrote it (see the header): JSON, a Python spelling
-// of true, false or null, or a string.
-Json ParameterValue(std::string_view text) {
+// The properties of tool `name`'s parameter schema (null when the tools do not say).
+const Json* ToolProperties(const Json& tools, const std::string& name) {
+  if (!tools.is_array()) return nullptr;
+  for (const Json& tool : tools) {
+    auto function = tool.is_object() ? tool.find("function") : tool.end();
+    if (function == tool.end() || !function->is_object()) continue;
+    auto tool_name = function->find("name");
+    if (tool_name == function->end() || *tool_name != name) continue;
+    auto parameters = function->find("parameters");
+    if (parameters == function->end() || !parameters->is_object()) return nullptr;
+    auto properties = parameters->find("properties");
+    return properties != parameters->end() && properties->is_object() ? &*properties : nullptr;
+  }
+  return nullptr;
+}
+
+bool DeclaredString(const Json* properties, const std::string& key) {
+  if (!properties) return false;
+  auto property = properties->find(key);
+  if (property == properties->end() || !property->is_object()) return false;
+  auto type = property->find("type");
+  return type != property->end() && *type == "string";
+}
+
+// A parameter's text as the template wrote it (see the header): a string where the schema
+// says so, else JSON, a Python spelling of true, false or null, or a string.
+Json ParameterValue(std::string_view text, bool declared_string) {
   if (text.starts_with('\n')) text.remove_prefix(1);
   if (text.ends_with('\n')) text.remove_suffix(1);
+  if (declared_string) return std::string(text);
   if (text == "True") return true;
   if (text == "False") return false;
   if (text == "None") return nullptr;
@@ -71,15 +96,16 @@ Json ParameterValue(std::string_view text) {
   return std::string(text);
 }
 
-std::optional<ParsedToolCall> ParseXmlBody(std::string_view body) {
+std::optional<ParsedToolCall> ParseXmlBody(std::string_view body, const Json& tools) {
   ParsedToolCall parsed{"", "", ToolCallSyntax::kXml};
   if (!ReadNamedTag(&body, kFunctionOpen, &parsed.name)) return std::nullopt;
+  const Json* properties = ToolProperties(tools, parsed.name);
   Json arguments = Json::object();
   std::string key;
   while (ReadNamedTag(&body, kParameterOpen, &key)) {
     const size_t end = body.find(kParameterClose);
     if (end == std::string_view::npos || arguments.contains(key)) return std::nullopt;
-    arguments[key] = ParameterValue(body.substr(0, end));
+    arguments[key] = ParameterValue(body.substr(0, end), DeclaredString(properties, key));
     body.remove_prefix(end + kParameterClose.size());
   }
   body = TrimLeft(body);
@@ -91,8 +117,8 @@ std::optional<ParsedToolCall> ParseXmlBody(std::string_view body) {
 
 }  // namespace
 
-std::optional<ParsedToolCall> ParseToolCallBody(std::string_view body) {
-  if (TrimLeft(body).starts_with(kFunctionOpen)) return ParseXmlBody(body);
+std::optional<ParsedToolCall> ParseToolCallBody(std::string_view body, const Json& tools) {
+  if (TrimLeft(body).starts_with(kFunctionOpen)) return ParseXmlBody(body, tools);
   return ParseJsonBody(body);
 }
 

@@ -10,10 +10,11 @@
 //  - kXml (Qwen3.5, Qwen3-Coder): <function=NAME> then one block per argument,
 //    <parameter=KEY>\nVALUE\n</parameter>, then </function>. Templates write a string value
 //    as its raw text and any other value as JSON (true, false and null as the Python
-//    spellings True, False and None), so a value is read back as the JSON it parses as, one
-//    of those three spellings as its JSON value, and anything else as a string. A string
-//    argument whose text is itself valid JSON ("42") comes back as that JSON value: the
-//    syntax cannot tell them apart.
+//    spellings True, False and None), so a value is read back as a string when the tool's
+//    schema declares the property one, and otherwise as the JSON it parses as, one of those
+//    three spellings as its JSON value, or else a string. Without a schema that says so, a
+//    string whose text is valid JSON ("42") comes back as that JSON value: the syntax
+//    itself cannot tell them apart.
 //
 // Goals: parsing that never throws and fails (std::nullopt) on anything malformed, so the
 // caller can hand the text back as content; finding where a call ends without being
@@ -61,7 +62,9 @@ struct ParsedToolCall {
 
 // The call in `body` (the text between the tags), in either syntax; nullopt when it is
 // neither (bad JSON, no name, a tag out of place, a repeated or malformed parameter name).
-std::optional<ParsedToolCall> ParseToolCallBody(std::string_view body);
+// `tools`: the request's tools (an array of {"function": {"name", "parameters"}}), whose
+// schemas say which XML values are strings; anything else: none do.
+std::optional<ParsedToolCall> ParseToolCallBody(std::string_view body, const Json& tools = Json());
 
 // Where the </tool_call> that ends the call whose body starts `text` begins, or npos when
 // `text` does not hold it yet. In an XML body a parameter's value is raw text, which may

@@ -19,8 +19,9 @@ using grammar::testing::Accepts;
 using grammar::testing::AcceptsPrefix;
 
 // Everything a parser gives for `text`, pushed in pieces of `step` bytes (0: at once).
-OutputDelta ParseAll(const std::string& text, size_t step, bool in_reasoning = false) {
-  OutputParser parser(in_reasoning, /*parse_tools=*/true, "call_");
+OutputDelta ParseAll(const std::string& text, size_t step, bool in_reasoning = false,
+                     Json tools = Json()) {
+  OutputParser parser(in_reasoning, /*parse_tools=*/true, "call_", kThinkTags, std::move(tools));
   OutputDelta all;
   auto add = [&](OutputDelta d) {
     all.content += d.content;
@@ -78,6 +79,25 @@ TEST(Qwen35ToolCalls, ValuesAreJsonOrText) {
   EXPECT_EQ(Json::parse(all.tool_calls[0].arguments), Json::parse(R"({"s":"line one\nline two",
       "quoted":"\"hi\"","n":-2.5,"b":true,"z":null,"o":{"k":[1,"x"]},
       "tag":"</tool_call> is text here"})"));
+}
+
+// A property the tool declares a string keeps its text, even text that reads as JSON.
+TEST(Qwen35ToolCalls, TheSchemaSaysWhichValuesAreStrings) {
+  const Json tools = Json::parse(R"([{"type":"function","function":{"name":"f","parameters":{
+      "type":"object","properties":{"code":{"type":"string"},"flag":{"type":"string"},
+      "n":{"type":"integer"}}}}}])");
+  const std::string text =
+      "<tool_call>\n<function=f>\n<parameter=code>\n042\n</parameter>\n"
+      "<parameter=flag>\nTrue\n</parameter>\n<parameter=n>\n42\n</parameter>\n"
+      "<parameter=other>\n[1]\n</parameter>\n</function>\n</tool_call>";
+  OutputDelta typed = ParseAll(text, 1, false, tools);
+  ASSERT_EQ(typed.tool_calls.size(), 1u);
+  EXPECT_EQ(Json::parse(typed.tool_calls[0].arguments),
+            Json::parse(R"({"code":"042","flag":"True","n":42,"other":[1]})"));
+  // Another tool's schema, or none, says nothing about f's arguments.
+  OutputDelta untyped = ParseAll(text, 0);
+  ASSERT_EQ(untyped.tool_calls.size(), 1u);
+  EXPECT_EQ(Json::parse(untyped.tool_calls[0].arguments)["flag"], true);
 }
 
 TEST(Qwen35ToolCalls, TwoCallsAndTheJsonFormBesideThem) {
@@ -266,12 +286,20 @@ TEST(Qwen35ToolCalls, AForcedCallIsWrittenInThisSyntax) {
   EXPECT_FALSE(AcceptsPrefix(*g, "<tool_call>\n{"));
   EXPECT_FALSE(AcceptsPrefix(*g, "<tool_call>\n<function=now>"));
 
-  // What the grammar accepts, the parser reads as the call.
-  OutputDelta all = ParseAll(full, 1);
+  // What the grammar accepts, the parser reads as the call, a string that looks like a
+  // number included.
+  OutputDelta all = ParseAll(full, 1, false, Json::parse(kTools));
   ASSERT_EQ(all.tool_calls.size(), 1u);
   EXPECT_EQ(Json::parse(all.tool_calls[0].arguments),
             Json::parse(R"({"city":"São Paulo\nor <b>Rio</b>","days":2,"unit":"C",
                 "flags":{"fast":true}})"));
+  const std::string numeric =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\n10001\n</parameter>\n"
+      "</function>\n</tool_call>";
+  EXPECT_TRUE(Accepts(*g, numeric));
+  all = ParseAll(numeric, 1, false, Json::parse(kTools));
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].arguments, R"({"city":"10001"})");
 }
 
 TEST(Qwen35ToolCalls, RequiredIsAnyToolAfterTheReasoning) {
