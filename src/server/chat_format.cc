@@ -4,15 +4,10 @@
 #include <algorithm>
 #include <optional>
 
-#include "server/json_limits.h"
+#include "server/output_syntax.h"
 
 namespace shardlm::server {
 namespace {
-
-constexpr std::string_view kThinkOpen = "<think>";
-constexpr std::string_view kThinkClose = "</think>";
-constexpr std::string_view kToolOpen = "<tool_call>";
-constexpr std::string_view kToolClose = "</tool_call>";
 
 // The text of a special token, when the vocab has one.
 std::optional<std::string> SpecialText(const Tokenizer& tokenizer, TokenId id) {
@@ -41,25 +36,38 @@ constexpr char kProbeMessages[] = R"([{"role": "user", "content": "call it"},
      "function": {"name": "probe_tool", "arguments": {"n": 7}}}]},
     {"role": "tool", "tool_call_id": "probe0001", "name": "probe_tool", "content": "7"}])";
 
-// Whether the call of the probe conversation, as the template writes it, comes back out of
-// an OutputParser as the same call. A template that fails on it writes no calls we can read.
-bool WritesParsableToolCalls(const ChatTemplate& tmpl) {
+// The syntax in which the template writes the call of the probe conversation, when an
+// OutputParser reads it back as the same call; kNone for a template that fails on it or
+// writes the call in a syntax we cannot read.
+ToolCallSyntax ProbeToolCallSyntax(const ChatTemplate& tmpl, ReasoningTags tags) {
   Result<std::string> text =
       tmpl.Render(Json::parse(kProbeMessages), Json::parse(kProbeTools), true);
-  if (!text.ok()) return false;
-  OutputParser parser(/*in_reasoning=*/false, /*parse_tools=*/true, "");
+  if (!text.ok()) return ToolCallSyntax::kNone;
+  OutputParser parser(/*in_reasoning=*/false, /*parse_tools=*/true, "", tags,
+                      Json::parse(kProbeTools));
   std::vector<ToolCall> calls = parser.Push(text.value()).tool_calls;
   for (ToolCall& call : parser.Finish().tool_calls) calls.push_back(std::move(call));
-  return std::any_of(calls.begin(), calls.end(), [](const ToolCall& call) {
+  const bool read_back = std::any_of(calls.begin(), calls.end(), [](const ToolCall& call) {
     return call.name == "probe_tool" &&
            Json::parse(call.arguments, nullptr, false) == Json{{"n", 7}};
   });
+  return read_back ? parser.tool_call_syntax() : ToolCallSyntax::kNone;
+}
+
+// Gemma 4's templates write (and strip) its thought channel; every other template we know
+// writes <think>, or nothing, which <think> tags then never meet.
+ReasoningTags TemplateReasoningTags(const std::string& source) {
+  const bool channel = source.find(kThoughtChannelTags.close) != std::string::npos &&
+                       source.find("<|channel>") != std::string::npos;
+  return channel ? kThoughtChannelTags : kThinkTags;
 }
 
 }  // namespace
 
-ChatFormatter::ChatFormatter(ChatTemplate tmpl)
-    : template_(std::move(tmpl)), writes_tool_calls_(WritesParsableToolCalls(template_)) {}
+ChatFormatter::ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags)
+    : template_(std::move(tmpl)),
+      reasoning_tags_(reasoning_tags),
+      tool_call_syntax_(ProbeToolCallSyntax(template_, reasoning_tags_)) {}
 
 Result<ChatFormatter> ChatFormatter::Create(const std::string& template_source,
                                             const Tokenizer& tokenizer, bool* used_chatml) {
@@ -68,10 +76,10 @@ Result<ChatFormatter> ChatFormatter::Create(const std::string& template_source,
   if (used_chatml) *used_chatml = template_source.empty();
   if (template_source.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::ChatMl(bos, eos));
-    return ChatFormatter(std::move(tmpl));
+    return ChatFormatter(std::move(tmpl), kThinkTags);
   }
   SHARDLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(template_source, bos, eos));
-  return ChatFormatter(std::move(tmpl));
+  return ChatFormatter(std::move(tmpl), TemplateReasoningTags(template_source));
 }
 
 Result<std::string> ChatFormatter::Render(const ChatCompletionRequest& request) const {
@@ -106,7 +114,7 @@ Result<ChatPrompt> ChatFormatter::Tokenize(const ChatCompletionRequest& request,
   SHARDLM_ASSIGN_OR_RETURN(std::string text, Render(request));
   ChatPrompt prompt;
   prompt.tokens = PromptTokens(text, tokenizer);
-  prompt.opens_reasoning = PromptOpensReasoning(text);
+  prompt.opens_reasoning = PromptOpensReasoning(text, reasoning_tags_);
   return prompt;
 }
 
@@ -132,14 +140,17 @@ int32_t ChatFormatter::StandingPrefix(const ChatCompletionRequest& request,
   return int32_t(end - prompt.begin());
 }
 
-bool PromptOpensReasoning(const std::string& prompt) {
-  size_t open = prompt.rfind(kThinkOpen);
+bool PromptOpensReasoning(const std::string& prompt, ReasoningTags tags) {
+  size_t open = prompt.rfind(tags.open);
   if (open == std::string::npos) return false;
-  return prompt.find(kThinkClose, open) == std::string::npos;
+  return prompt.find(tags.close, open) == std::string::npos;
 }
 
-OutputParser::OutputParser(bool in_reasoning, bool parse_tools, std::string id_prefix)
-    : state_(in_reasoning ? State::kReasoning : State::kContent),
+OutputParser::OutputParser(bool in_reasoning, bool parse_tools, std::string id_prefix,
+                           ReasoningTags tags, Json tools)
+    : tags_(tags),
+      tools_(std::move(tools)),
+      state_(in_reasoning ? State::kReasoning : State::kContent),
       parse_tools_(parse_tools),
       id_prefix_(std::move(id_prefix)) {}
 
@@ -168,51 +179,47 @@ void OutputParser::Emit(const std::string& text, OutputDelta& out) {
   (reasoning ? out.reasoning : out.content).append(text, begin, std::string::npos);
 }
 
-void OutputParser::EndToolCall(const std::string& body, OutputDelta& out) {
-  // The model's text is as untrusted as a request: the same limits keep a runaway or
-  // adversarial output from nesting deep enough to hurt whatever walks it.
-  Result<Json> parsed = ParseJsonWithLimits(body, "", JsonLimits{});
-  Json call = parsed.ok() ? std::move(parsed).value() : Json();
-  auto name = call.is_object() ? call.find("name") : call.end();
-  if (!call.is_object() || name == call.end() || !name->is_string()) {
+void OutputParser::EndToolCall(const std::string& body, bool closed, OutputDelta& out) {
+  std::optional<ParsedToolCall> call = ParseToolCallBody(body, tools_);
+  if (!call) {
+    // Not a call we can read: the client gets the text the model wrote.
     state_ = State::kContent;
-    Emit(std::string(kToolOpen) + body + std::string(kToolClose), out);
+    std::string text = std::string(kToolCallOpen) + body;
+    if (closed) text += kToolCallClose;
+    Emit(text, out);
     return;
   }
   ToolCall tc;
   tc.id = id_prefix_ + std::to_string(tool_calls_++);
-  tc.name = name->get<std::string>();
-  auto args = call.find("arguments");
-  if (args == call.end() || args->is_null()) {
-    tc.arguments = "{}";
-  } else if (args->is_string()) {
-    tc.arguments = args->get<std::string>();
-  } else {
-    tc.arguments = args->dump(-1, ' ', false, Json::error_handler_t::replace);
-  }
+  tc.name = std::move(call->name);
+  tc.arguments = std::move(call->arguments);
+  tool_call_syntax_ = call->syntax;
   out.tool_calls.push_back(std::move(tc));
+  // Templates put a newline between calls: blanks after a call start no content.
+  content_started_ = false;
 }
 
 void OutputParser::Drain(bool final, OutputDelta& out) {
-  while (!buffer_.empty()) {
+  // An output that ends right after <tool_call> still has that tag to hand back.
+  while (!buffer_.empty() || (final && state_ == State::kToolCall)) {
     if (state_ == State::kToolCall) {
-      size_t end = buffer_.find(kToolClose);
+      size_t end = FindToolCallEnd(buffer_);
       if (end == std::string::npos) {
-        if (final) EndToolCall(buffer_, out), buffer_.clear();
+        if (final) EndToolCall(buffer_, /*closed=*/false, out), buffer_.clear();
         return;
       }
       std::string body = buffer_.substr(0, end);
-      buffer_.erase(0, end + kToolClose.size());
+      buffer_.erase(0, end + kToolCallClose.size());
       state_ = State::kContent;
-      EndToolCall(body, out);
+      EndToolCall(body, /*closed=*/true, out);
       continue;
     }
     std::vector<std::string_view> tags;
     if (state_ == State::kReasoning) {
-      tags = {kThinkClose};
+      tags = {tags_.close};
     } else {
-      tags = {kThinkOpen};
-      if (parse_tools_) tags.push_back(kToolOpen);
+      tags = {tags_.open};
+      if (parse_tools_) tags.push_back(kToolCallOpen);
     }
     size_t best = std::string::npos;
     std::string_view best_tag;
@@ -223,9 +230,9 @@ void OutputParser::Drain(bool final, OutputDelta& out) {
     if (best != std::string::npos) {
       Emit(buffer_.substr(0, best), out);
       buffer_.erase(0, best + best_tag.size());
-      state_ = best_tag == kThinkOpen  ? State::kReasoning
-               : best_tag == kToolOpen ? State::kToolCall
-                                       : State::kContent;
+      state_ = best_tag == tags_.open      ? State::kReasoning
+               : best_tag == kToolCallOpen ? State::kToolCall
+                                           : State::kContent;
       continue;
     }
     size_t hold = 0;

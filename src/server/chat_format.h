@@ -1,13 +1,18 @@
 // Chat formatting on both sides of the model: the prompt (the model's Jinja chat template,
-// or ChatML when it has none) and the output (reasoning inside <think>…</think>, Qwen-style
-// <tool_call>{"name":…, "arguments":…}</tool_call> blocks, plain content).
+// or ChatML when it has none) and the output (reasoning, tool calls, plain content).
+//
+// Which markup the output uses is read from the template (output_syntax.h has the tag sets
+// and the tool-call syntaxes): reasoning inside <think>…</think>, or inside Gemma 4's
+// thought channel when the template writes <|channel>…<channel|>; tool calls inside
+// <tool_call>…</tool_call> as JSON (Qwen3, Hermes) or as <function=…> blocks (Qwen3.5),
+// whichever the template writes.
 //
 // Goals: one OutputParser that works incrementally (SSE deltas) and at once (non-stream),
 // holding back text that might be the start of a tag so a tag is never split across deltas;
-// knowing whether the template writes tool calls in the syntax OutputParser reads, the one
-// a grammar can then force (output_constraint.h).
-// Non-goals: other tool-call syntaxes (Llama 3 JSON, Mistral [TOOL_CALLS], Qwen3.5's
-// <function=…> blocks): later, as more tag sets here.
+// knowing which tool-call syntax the template writes, the one a grammar can then force
+// (output_constraint.h).
+// Non-goals: the tool-call syntaxes output_syntax.h does not read (Llama 3 JSON, Mistral
+// [TOOL_CALLS], Gemma 4's <|tool_call>): later, as more syntaxes there.
 //
 // Thread safety: ChatFormatter is immutable after Create (shared by handler threads);
 // an OutputParser belongs to one request.
@@ -21,6 +26,7 @@
 #include "base/status.h"
 #include "chat/chat_template.h"
 #include "server/openai_types.h"
+#include "server/output_syntax.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm::server {
@@ -28,7 +34,7 @@ namespace shardlm::server {
 // A chat request's prompt as the engine takes it.
 struct ChatPrompt {
   std::vector<TokenId> tokens;
-  bool opens_reasoning = false;  // the text ends inside an open <think> block
+  bool opens_reasoning = false;  // the text ends inside an open reasoning block
 };
 
 class ChatFormatter {
@@ -47,15 +53,19 @@ class ChatFormatter {
   // turn, rendered alone; 0 when there are none or the template cannot render them alone.
   int32_t StandingPrefix(const ChatCompletionRequest& request, std::span<const TokenId> prompt,
                          const Tokenizer& tokenizer) const;
-  // The template writes an assistant's tool calls as blocks OutputParser reads back
-  // (<tool_call>{"name": …, "arguments": …}</tool_call>, as Qwen3's and Hermes' do): told
-  // once at Create by rendering a conversation with one call and parsing it.
-  bool writes_tool_calls() const { return writes_tool_calls_; }
+  // The syntax in which the template writes an assistant's tool calls, when OutputParser
+  // reads them back (kNone otherwise): told once at Create by rendering a conversation with
+  // one call and parsing it.
+  ToolCallSyntax tool_call_syntax() const { return tool_call_syntax_; }
+  bool writes_tool_calls() const { return tool_call_syntax_ != ToolCallSyntax::kNone; }
+  // The tags of the model's reasoning, as the template writes them.
+  ReasoningTags reasoning_tags() const { return reasoning_tags_; }
 
  private:
-  explicit ChatFormatter(ChatTemplate tmpl);
+  ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags);
   ChatTemplate template_;
-  bool writes_tool_calls_ = false;
+  ReasoningTags reasoning_tags_;
+  ToolCallSyntax tool_call_syntax_ = ToolCallSyntax::kNone;
 };
 
 // What one piece of output adds to the reply.
@@ -66,24 +76,33 @@ struct OutputDelta {
   bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
 };
 
-// Splits the model's output into content, reasoning and tool calls.
+// Splits the model's output into content, reasoning and tool calls. A <tool_call> block
+// may hold either syntax (a model trained on one may still write the other); one that holds
+// neither is handed back as content, as the model wrote it.
 class OutputParser {
  public:
-  // `in_reasoning`: the prompt already opened <think> (the model continues inside it).
+  // `in_reasoning`: the prompt already opened the reasoning (the model continues inside it).
   // `parse_tools`: the request offered tools (otherwise <tool_call> text is content).
-  OutputParser(bool in_reasoning, bool parse_tools, std::string id_prefix);
+  // `tools`: the tools offered, whose schemas say which arguments are strings.
+  OutputParser(bool in_reasoning, bool parse_tools, std::string id_prefix,
+               ReasoningTags tags = kThinkTags, Json tools = Json());
   OutputDelta Push(const std::string& text);
   OutputDelta Finish();  // releases whatever was held back
   int tool_call_count() const { return tool_calls_; }
-  // Inside <think>…</think> now (the text pushed so far opened it and has not closed it).
+  // Inside the reasoning now (the text pushed so far opened it and has not closed it).
   bool in_reasoning() const { return state_ == State::kReasoning; }
+  // The syntax of the last tool call read (kNone before the first).
+  ToolCallSyntax tool_call_syntax() const { return tool_call_syntax_; }
 
  private:
   enum class State { kContent, kReasoning, kToolCall };
   void Drain(bool final, OutputDelta& out);
   void Emit(const std::string& text, OutputDelta& out);
-  void EndToolCall(const std::string& body, OutputDelta& out);
+  // `closed`: the model wrote </tool_call> (not so when its output ended inside the call).
+  void EndToolCall(const std::string& body, bool closed, OutputDelta& out);
 
+  ReasoningTags tags_;
+  Json tools_;
   State state_;
   bool parse_tools_;
   std::string id_prefix_;
@@ -91,9 +110,10 @@ class OutputParser {
   bool content_started_ = false;
   bool reasoning_started_ = false;
   int tool_calls_ = 0;
+  ToolCallSyntax tool_call_syntax_ = ToolCallSyntax::kNone;
 };
 
-// True when the rendered prompt ends inside an open <think> block.
-bool PromptOpensReasoning(const std::string& prompt);
+// True when the rendered prompt ends inside an open reasoning block.
+bool PromptOpensReasoning(const std::string& prompt, ReasoningTags tags = kThinkTags);
 
 }  // namespace shardlm::server

@@ -103,7 +103,8 @@ CompletionSession::CompletionSession(Engine& engine, PreparedRequest request,
       log_(std::move(log)),
       start_(std::chrono::steady_clock::now()),
       parser_(request_.in_reasoning, request_.parse_tools,
-              request_.tool_call_prefix + IdTail(formatter_->meta().id) + "_") {}
+              request_.tool_call_prefix + IdTail(formatter_->meta().id) + "_",
+              request_.reasoning_tags, request_.tools) {}
 
 std::shared_ptr<CompletionSession> CompletionSession::Start(
     Engine& engine, PreparedRequest request, std::unique_ptr<OutputFormatter> formatter, LogFn log,

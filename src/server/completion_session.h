@@ -52,8 +52,10 @@ struct PreparedRequest {
   Endpoint endpoint = Endpoint::kChat;
   GenerationOptions options;
   std::vector<TokenId> prompt;
-  bool in_reasoning = false;  // the prompt opened <think> (not for completions)
+  bool in_reasoning = false;  // the prompt opened the reasoning (not for completions)
   bool parse_tools = false;   // tools were offered
+  ReasoningTags reasoning_tags = kThinkTags;  // the model's, from its chat template
+  Json tools;  // the tools offered (their schemas type the arguments the output parser reads)
   // Bounded KV pool: the prompt's standing prefix (a chat's system prompt and tools), pinned
   // as far as the pool has room (EngineRequest::pin_prefix).
   int32_t pin_prefix = 0;

@@ -370,6 +370,8 @@ std::optional<PreparedRequest> HttpServer::Impl::PrepareChat(const ChatCompletio
   prep.prompt = std::move(prompt->tokens);
   prep.in_reasoning = prompt->opens_reasoning;
   prep.parse_tools = !chat.tools.is_null();
+  prep.reasoning_tags = formatter->reasoning_tags();
+  prep.tools = chat.tools;
   // Agents resend their system prompt and tools every turn: a bounded pool keeps them.
   if (engine.info().kv_pool > 0) {
     prep.pin_prefix = formatter->StandingPrefix(chat, prep.prompt, engine.tokenizer());
@@ -382,7 +384,8 @@ bool HttpServer::Impl::Constrain(const ChatCompletionRequest& chat, PreparedRequ
   ConstraintContext context;
   context.endpoint = prep.endpoint;
   context.in_reasoning = prep.in_reasoning;
-  context.template_writes_tool_calls = formatter->writes_tool_calls();
+  context.reasoning_tags = prep.reasoning_tags;
+  context.tool_call_syntax = formatter->tool_call_syntax();
   std::string param;
   Result<OutputGrammar> constraint = ChatOutputConstraint(chat, context, &param);
   if (!constraint.ok()) {

@@ -8,24 +8,34 @@
 //    against the schema (grammar/json_schema.h has the subset and what is refused); then
 //    end of generation. text, or no response_format: nothing (no cost).
 //  - tool_choice "required" with tools, or naming one of them: exactly one tool call in
-//    the syntax OutputParser (chat_format.h) reads, as the Qwen3/Hermes templates write it:
-//    "<tool_call>\n{\"name\": NAME, \"arguments\": ARGS}\n</tool_call>", NAME one of the
-//    tools' names (the named one), ARGS an object valid against that tool's `parameters`
-//    (a schema that names no type is taken as an object's; no `parameters`: {}). One call,
-//    not several: the request is answered by it, and a random or looping model cannot keep
-//    calling. When both are given, the tool call wins (response_format shapes content, and
-//    a forced call has none). A template that writes calls in another syntax
+//    the syntax the model's template writes (ChatFormatter::tool_call_syntax), NAME one of
+//    the tools' names (the named one), its arguments valid against that tool's
+//    `parameters` (a schema that names no type is taken as an object's; no `parameters`:
+//    none):
+//     - JSON (Qwen3, Hermes): "<tool_call>\n{\"name\": NAME, \"arguments\": ARGS}\n
+//       </tool_call>", ARGS an object;
+//     - XML (Qwen3.5): "<tool_call>\n<function=NAME>\n", then for each property of the
+//       schema in its order (the required ones always, the others optionally)
+//       "<parameter=KEY>\nVALUE\n</parameter>\n", then "</function>\n</tool_call>"; VALUE
+//       is raw text for a string property (one of its enum values when it has them), JSON
+//       for any other. A tool whose name or property names hold blanks or brackets, or
+//       whose parameters are not an object schema, is refused: the syntax cannot say it.
+//    One call, not several: the request is answered by it, and a random or looping model
+//    cannot keep calling. When both are given, the tool call wins (response_format shapes
+//    content, and a forced call has none). A template that writes calls in another syntax
 //    (ChatFormatter::writes_tool_calls false) cannot be forced: the request is refused
 //    rather than answered with text the client did not ask for.
-//  - A prompt that leaves the model inside <think> (ChatPrompt::opens_reasoning): free
-//    text up to the first "</think>", up to four blanks, then the constraint. The
-//    reasoning is not constrained, and ending generation inside it is not allowed. A
-//    prompt that does not open it gets the constraint from the first token: the model
-//    does not think first (an optional <think> block would share its first bytes with a
-//    tool call's, and a weak model that wandered into it might never leave).
+//  - A prompt that leaves the model inside its reasoning (ChatPrompt::opens_reasoning):
+//    free text up to the first closing tag ("</think>", or "<channel|>" for Gemma 4), up
+//    to four blanks, then the constraint. The reasoning is not constrained, and ending
+//    generation inside it is not allowed. A prompt that does not open it gets the
+//    constraint from the first token: the model does not think first (an optional <think>
+//    block would share its first bytes with a tool call's, and a weak model that wandered
+//    into it might never leave).
 // Strings of the output never contain the tags OutputParser reacts to where it would
-// react ("<think>", and "<tool_call>" when tools were offered, in content; "</tool_call>"
-// inside a call), so a string value cannot break the parse.
+// react (the reasoning's opening tag, and "<tool_call>" when tools were offered, in
+// content; "</tool_call>" inside a JSON call, "</parameter>" inside an XML one), so a
+// string value cannot break the parse.
 //
 // Errors: kInvalidArgument naming the field the client sent, in its API's terms
 // ("text.format.schema", "tools[1].input_schema") and the schema path inside it; `*param`
@@ -41,6 +51,7 @@
 #include "grammar/grammar.h"
 #include "server/completion_session.h"
 #include "server/openai_types.h"
+#include "server/output_syntax.h"
 
 namespace shardlm::server {
 
@@ -48,9 +59,10 @@ using OutputGrammar = std::shared_ptr<const grammar::Grammar>;
 
 // What besides the request decides a chat-shaped request's constraint.
 struct ConstraintContext {
-  Endpoint endpoint = Endpoint::kChat;      // whose field names a refusal uses
-  bool in_reasoning = false;                // the prompt opened <think> and did not close it
-  bool template_writes_tool_calls = false;  // ChatFormatter::writes_tool_calls
+  Endpoint endpoint = Endpoint::kChat;  // whose field names a refusal uses
+  bool in_reasoning = false;            // the prompt opened the reasoning and did not close it
+  ReasoningTags reasoning_tags = kThinkTags;                // ChatFormatter::reasoning_tags
+  ToolCallSyntax tool_call_syntax = ToolCallSyntax::kNone;  // ChatFormatter::tool_call_syntax
 };
 
 // The constraint of a chat-shaped request (null: none).

@@ -145,7 +145,7 @@ TEST(ConstrainedFuzz, ForcedCallsAndFormatsAlwaysReachTheClientValid) {
   RandomSchemas schemas(77);
   std::mt19937_64 rng(5);
   ConstraintContext context;
-  context.template_writes_tool_calls = true;
+  context.tool_call_syntax = ToolCallSyntax::kJson;
   std::vector<Case> cases(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     Case& c = cases[size_t(i)];

@@ -32,7 +32,7 @@ ChatCompletionRequest Chat(const char* body) {
 ConstraintContext Context(bool in_reasoning = false) {
   ConstraintContext context;
   context.in_reasoning = in_reasoning;
-  context.template_writes_tool_calls = true;
+  context.tool_call_syntax = ToolCallSyntax::kJson;
   return context;
 }
 
@@ -267,26 +267,30 @@ TEST(OutputConstraint, ForcedCallsNeedATemplateThatWritesThem) {
   EXPECT_NE(g.value(), nullptr);
 }
 
-// Of the fixture templates, Qwen3's writes calls OutputParser reads; the others use their
-// own syntax (Qwen3.5's <function=…>, Llama's bare JSON, Mistral's [TOOL_CALLS], DeepSeek's
-// tags) or none (ChatML, Gemma 3, which fails on tool turns).
+// Of the fixture templates, Qwen3's writes calls as JSON and Qwen3.5's as <function=…>
+// blocks, both of which OutputParser reads; the others use their own syntax (Llama's bare
+// JSON, Mistral's [TOOL_CALLS], DeepSeek's tags) or none (ChatML, Gemma 3, which fails on
+// tool turns).
 TEST(OutputConstraint, WhichTemplatesWriteToolCallsAGrammarCanForce) {
   SHARDLM_REQUIRE_FIXTURES();
   MockTokenizer tokenizer;
-  for (const auto& [file, writes] : std::vector<std::pair<std::string, bool>>{
-           {"Qwen-Qwen3-0.6B.jinja", true},
-           {"Qwen3.5-4B.jinja", false},
-           {"meta-llama-Llama-3.1-8B-Instruct.jinja", false},
-           {"meta-llama-Llama-3.2-3B-Instruct.jinja", false},
-           {"google-gemma-3-it.jinja", false},
-           {"mistralai-Mistral-Nemo-Instruct-2407.jinja", false},
-           {"Mistral-Small-3.2-24B-Instruct-2506.jinja", false},
-           {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", false},
-           {"teknium-OpenHermes-2.5-Mistral-7B-chatml.jinja", false}}) {
+  constexpr ToolCallSyntax kNone = ToolCallSyntax::kNone;
+  for (const auto& [file, syntax] : std::vector<std::pair<std::string, ToolCallSyntax>>{
+           {"Qwen-Qwen3-0.6B.jinja", ToolCallSyntax::kJson},
+           {"Qwen3.5-4B.jinja", ToolCallSyntax::kXml},
+           {"meta-llama-Llama-3.1-8B-Instruct.jinja", kNone},
+           {"meta-llama-Llama-3.2-3B-Instruct.jinja", kNone},
+           {"google-gemma-3-it.jinja", kNone},
+           {"mistralai-Mistral-Nemo-Instruct-2407.jinja", kNone},
+           {"Mistral-Small-3.2-24B-Instruct-2506.jinja", kNone},
+           {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", kNone},
+           {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", kNone},
+           {"teknium-OpenHermes-2.5-Mistral-7B-chatml.jinja", kNone}}) {
     const std::string source = testing::ReadTextFile(testing::FixturePath("templates/" + file));
     Result<ChatFormatter> formatter = ChatFormatter::Create(source, tokenizer);
     ASSERT_TRUE(formatter.ok()) << file << ": " << formatter.status().message();
-    EXPECT_EQ(formatter->writes_tool_calls(), writes) << file;
+    EXPECT_EQ(formatter->tool_call_syntax(), syntax) << file;
+    EXPECT_EQ(formatter->writes_tool_calls(), syntax != kNone) << file;
   }
   Result<ChatFormatter> chatml = ChatFormatter::Create("", tokenizer);
   ASSERT_TRUE(chatml.ok());
