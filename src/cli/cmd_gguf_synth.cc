@@ -3,7 +3,7 @@
 // synth_model.{h,cc}; this file declares the flags and reports progress.
 //
 // Goals: a preset plus per-dimension overrides; progress on stderr for big models; the file
-// written atomically. Non-goals: architectures beyond llama/qwen3/gemma3.
+// written atomically. Non-goals: architectures beyond llama/qwen3/gemma3/qwen35.
 #include <fmt/ranges.h>
 #include <unistd.h>
 
@@ -33,7 +33,7 @@ struct SynthFlags {
 };
 
 void DeclareFlags(CLI::App& cmd, SynthFlags& f) {
-  cmd.add_option("--arch", f.arch, "llama | qwen3 | gemma3")->capture_default_str();
+  cmd.add_option("--arch", f.arch, "llama | qwen3 | gemma3 | qwen35")->capture_default_str();
   cmd.add_option("--preset", f.preset, "tiny | 0.6b | 1.7b (Qwen3 shapes)")->capture_default_str();
   cmd.add_option("--type", f.type,
                  "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k | mixes "
@@ -136,7 +136,8 @@ Status RunSynth(const SynthFlags& flags) {
 
 void AddGgufSynthCommand(CLI::App& gguf, Action& action) {
   auto flags = std::make_shared<SynthFlags>();
-  CLI::App* cmd = gguf.add_subcommand("synth", "Write a random-weight model (llama/qwen3)");
+  CLI::App* cmd =
+      gguf.add_subcommand("synth", "Write a random-weight model (llama, qwen3, gemma3, qwen35)");
   DeclareFlags(*cmd, *flags);
   cmd->callback([flags, &action] { action = [flags] { return RunSynth(*flags); }; });
 }

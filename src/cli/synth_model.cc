@@ -113,6 +113,7 @@ ModelConfig SynthModelConfig(const SynthSpec& s) {
   ModelConfig config;
   config.arch = s.arch == "llama"    ? Arch::kLlama
                 : s.arch == "gemma3" ? Arch::kGemma3
+                : s.arch == "qwen35" ? Arch::kQwen35
                                      : Arch::kQwen3;
   config.rope_freq_base = float(s.rope_base);
   config.sliding_window = int(s.sliding_window);
@@ -123,8 +124,16 @@ ModelConfig SynthModelConfig(const SynthSpec& s) {
   config.head_dim = int(s.head_dim);
   config.n_ff = int(s.n_ff);
   config.n_vocab = int(s.n_vocab);
-  config.n_rot = int(s.head_dim);
+  config.n_rot = int(s.n_rot > 0 ? s.n_rot : s.head_dim);
   config.tied_output = s.tied;
+  if (config.arch == Arch::kQwen35) {
+    config.full_attention_interval = int(s.full_attention_interval);
+    config.delta_net = {.conv_kernel = int(s.ssm_conv_kernel),
+                        .n_k_heads = int(s.ssm_k_heads),
+                        .n_v_heads = int(s.ssm_v_heads),
+                        .head_dim_k = int(s.ssm_state),
+                        .head_dim_v = int(s.ssm_state)};
+  }
   SetLayerConfigs(config);
   return config;
 }
@@ -259,6 +268,26 @@ Status SetTokenizer(const SynthSpec& spec, GgufWriter& w) {
   return Status::Ok();
 }
 
+// qwen35's partial rope (its multimodal sections: text positions use all of them alike) and
+// gated DeltaNet shape.
+Status SetQwen35Hparams(const SynthSpec& spec, GgufWriter& w) {
+  const std::string& a = spec.arch;
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  const int64_t n_rot = spec.n_rot > 0 ? spec.n_rot : spec.head_dim;
+  w.SetUint32(a + ".rope.dimension_count", u32(n_rot));
+  const int64_t pairs = n_rot / 2;
+  const int64_t third = (pairs + 2) / 3;
+  const std::vector<int64_t> sections = {third, third, pairs - 2 * third, 0};
+  SHARDLM_TRY(w.SetIntArray(a + ".rope.dimension_sections", GgufValueType::kInt32, sections));
+  w.SetUint32(a + ".full_attention_interval", u32(spec.full_attention_interval));
+  w.SetUint32(a + ".ssm.conv_kernel", u32(spec.ssm_conv_kernel));
+  w.SetUint32(a + ".ssm.state_size", u32(spec.ssm_state));
+  w.SetUint32(a + ".ssm.group_count", u32(spec.ssm_k_heads));
+  w.SetUint32(a + ".ssm.time_step_rank", u32(spec.ssm_v_heads));
+  w.SetUint32(a + ".ssm.inner_size", u32(spec.ssm_v_heads * spec.ssm_state));
+  return Status::Ok();
+}
+
 Status SetHparams(const SynthSpec& spec, GgufWriter& w) {
   SHARDLM_ASSIGN_OR_RETURN(uint32_t file_type, SynthFileType(spec.type));
   const std::string& a = spec.arch;
@@ -279,6 +308,7 @@ Status SetHparams(const SynthSpec& spec, GgufWriter& w) {
     w.SetUint32(a + ".rope.dimension_count", u32(spec.head_dim));
     w.SetUint32(a + ".vocab_size", u32(spec.n_vocab));
   }
+  if (a == "qwen35") SHARDLM_TRY(SetQwen35Hparams(spec, w));
   if (a == "gemma3" && spec.sliding_window > 0) {
     w.SetUint32(a + ".attention.sliding_window", u32(spec.sliding_window));
   }
@@ -296,6 +326,28 @@ std::string ByteToken(uint8_t b) {
   return Utf8(256 + n);
 }
 
+namespace {
+
+// Qwen3.5-0.8B's shape (the 0.6B class of qwen35).
+SynthSpec Qwen35SmallPreset(SynthSpec spec) {
+  spec.n_layers = 24;
+  spec.n_embd = 1024;
+  spec.n_ff = 3584;
+  spec.n_head = 8;
+  spec.n_head_kv = 2;
+  spec.head_dim = 256;
+  spec.n_rot = 64;
+  spec.ssm_state = 128;
+  spec.ssm_k_heads = 16;
+  spec.ssm_v_heads = 16;
+  spec.n_vocab = 248320;
+  spec.n_ctx = 40960;
+  spec.tied = true;
+  return spec;
+}
+
+}  // namespace
+
 Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset) {
   SynthSpec spec;
   spec.arch = arch;
@@ -306,8 +358,13 @@ Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset
   } else if (arch == "gemma3") {
     spec.tied = true;
     spec.sliding_window = preset == "tiny" ? 16 : 512;
+  } else if (arch == "qwen35") {
+    spec.n_layers = 4;
+    spec.rope_base = 1e7;
+    spec.n_rot = 16;
+    if (preset == "0.6b") return Qwen35SmallPreset(spec);
   } else if (arch != "qwen3") {
-    return InvalidArgument("--arch {}: expected llama, qwen3 or gemma3", arch);
+    return InvalidArgument("--arch {}: expected llama, qwen3, gemma3 or qwen35", arch);
   }
   if (preset == "tiny") return spec;
   if (preset != "0.6b" && preset != "1.7b") {
@@ -326,8 +383,19 @@ Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset
 }
 
 Status ValidateSynthSpec(const SynthSpec& s) {
-  if (s.arch != "llama" && s.arch != "qwen3" && s.arch != "gemma3") {
-    return InvalidArgument("--arch {}: expected llama, qwen3 or gemma3", s.arch);
+  if (s.arch != "llama" && s.arch != "qwen3" && s.arch != "gemma3" && s.arch != "qwen35") {
+    return InvalidArgument("--arch {}: expected llama, qwen3, gemma3 or qwen35", s.arch);
+  }
+  if (s.n_rot < 0 || s.n_rot > s.head_dim || s.n_rot % 2 != 0) {
+    return InvalidArgument("rotated dims {}: expected an even count up to the head dim {}", s.n_rot,
+                           s.head_dim);
+  }
+  const int64_t ssm[] = {s.full_attention_interval, s.ssm_conv_kernel, s.ssm_state, s.ssm_k_heads,
+                         s.ssm_v_heads};
+  if (s.arch == "qwen35" &&
+      (std::ranges::any_of(ssm, [](int64_t v) { return v < 1 || v > 4096; }) ||
+       s.ssm_v_heads % s.ssm_k_heads != 0)) {
+    return InvalidArgument("qwen35 DeltaNet shape out of range");
   }
   if (s.sliding_window < 0 || s.sliding_window > (1 << 20)) {
     return InvalidArgument("--window {}: expected 0..2^20", s.sliding_window);

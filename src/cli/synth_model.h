@@ -1,12 +1,12 @@
 // Synthetic models for `shardlm gguf synth`: shape presets, llama.cpp-style quantization
 // mixes, seeded random weights and a byte-level tokenizer, written through GgufWriter.
 //
-// Goals: files llama.cpp can load (standard tensor names and keys for llama/qwen3/gemma3: the
-// tensors are the list shardlm binds, model/tensor_specs.h, so what synth writes loads; a GPT-2
+// Goals: files llama.cpp can load (standard tensor names and keys for llama/qwen3/gemma3/qwen35:
+// the tensors are the list shardlm binds, model/tensor_specs.h, so what synth writes loads; a GPT-2
 // byte vocab with ChatML specials and a chat template); deterministic for a seed whatever the
 // thread count (every row has its own PRNG stream); big presets (Qwen3-0.6B/1.7B shapes with
 // the real 151936-token vocab size) written tensor by tensor, quantized in parallel.
-// Non-goals: trained weights, other architectures (qwen35, gemma4), imatrix quantization.
+// Non-goals: trained weights, other architectures (gemma4), imatrix quantization.
 //
 // Thread safety: the functions are reentrant. Lifetime: the writer returned by
 // BuildSynthModel holds callbacks that own copies of everything they need.
@@ -24,7 +24,7 @@
 namespace shardlm::cli {
 
 struct SynthSpec {
-  std::string arch = "qwen3";  // llama | qwen3 | gemma3
+  std::string arch = "qwen3";  // llama | qwen3 | gemma3 | qwen35
   std::string preset = "tiny";
   std::string type = "f32";  // a plain type (f32, q8_0, q4_k, ...) or a mix (q4_k_m, ...)
   uint64_t seed = 42;
@@ -40,10 +40,20 @@ struct SynthSpec {
   double rope_base = 1e6;
   double rms_eps = 1e-6;
   int64_t sliding_window = 0;  // gemma3: the window of its windowed layers
+  int64_t n_rot = 0;           // rotated dims per head (0: head_dim); qwen35 ropes a quarter
+  // qwen35: every full_attention_interval-th layer attends, the others are gated DeltaNet of
+  // this shape (ssm.*): q/k heads of ssm_state dims, value heads of ssm_state dims.
+  int64_t full_attention_interval = 4;
+  int64_t ssm_conv_kernel = 4;
+  int64_t ssm_state = 32;
+  int64_t ssm_k_heads = 2;
+  int64_t ssm_v_heads = 4;
 };
 
 // The shapes of a preset: tiny | 0.6b | 1.7b (Qwen3 shapes, for llama and gemma3 too; gemma3
-// gets a window of 16 positions in tiny, 512 in the others, as Gemma 3 1B has).
+// gets a window of 16 positions in tiny, 512 in the others, as Gemma 3 1B has). qwen35's tiny
+// is the fixture's shape, its 0.6b the 0.6B-class Qwen3.5-0.8B (24 layers of 1024, 18 of them
+// DeltaNet with 16 heads of 128, attention 8/2 heads of 256 roped on 64, its 248320 vocab).
 Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset);
 // Checks arch, type and that the shapes are consistent and positive.
 Status ValidateSynthSpec(const SynthSpec& spec);

@@ -10,18 +10,14 @@ namespace shardlm {
 namespace {
 
 float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-float Silu(float x) { return x / (1.0f + expf(-x)); }
 // As ggml: the identity past 20, where log(1 + e^x) rounds to x anyway.
 float Softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-// Σ a[i]·b[i] in eight running sums combined in a fixed tree: the order depends on n only.
-float Dot(const float* a, const float* b, int n) {
-  float lanes[8] = {};
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int l = 0; l < 8; ++l) lanes[l] += a[i + l] * b[i + l];
-  }
-  for (int l = 0; i < n; ++i, ++l) lanes[l] += a[i] * b[i];
+// Lanes of the fixed-order sums below: a sum over i keeps eight running sums, lane i % 8,
+// combined in a fixed tree, so the bits depend on n only (and AVX2 computes the same lanes).
+constexpr int kLanes = 8;
+
+float CombineLanes(const float* lanes) {
   return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
          ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
 }
@@ -41,6 +37,7 @@ constexpr int kConvChannelsPerTask = 64;
 
 void DeltaNetScratch::Resize(const DeltaNetShape& shape, int max_batch_tokens) {
   const size_t b = size_t(max_batch_tokens);
+  ones.assign(size_t(shape.conv_channels()), 1.0f);
   qkv.resize(b * shape.conv_channels());
   mixed.resize(b * shape.conv_channels());
   z.resize(b * shape.value_dim());
@@ -50,6 +47,16 @@ void DeltaNetScratch::Resize(const DeltaNetShape& shape, int max_batch_tokens) {
   seq_entries.reserve(b);
   seq_begin.reserve(b + 1);
   seq_slot.reserve(b);
+}
+
+void DeltaNetScratch::AddLayer(const DeltaNetShape& shape, const NormWeight& conv1d) {
+  const int kernel = shape.conv_kernel;
+  const int channels = shape.conv_channels();
+  std::vector<float>& taps = conv_taps.emplace_back(size_t(kernel) * channels);
+  for (int c = 0; c < channels; ++c) {
+    for (int i = 0; i < kernel; ++i)
+      taps[size_t(i) * channels + c] = conv1d.data[size_t(c) * kernel + i];
+  }
 }
 
 void DeltaNetScratch::GroupSequences(std::span<const BatchEntry> batch) {
@@ -71,34 +78,68 @@ void DeltaNetScratch::GroupSequences(std::span<const BatchEntry> batch) {
   seq_begin.push_back(int32_t(seq_entries.size()));
 }
 
-void DeltaNetConvStep(const float* w, int kernel, int channels, int c_begin, int c_end,
-                      float* history, const float* x, float* out) {
+__attribute__((target_clones("avx2", "default"))) void DeltaNetConvStep(
+    const float* __restrict taps_w, int kernel, int channels, int c_begin, int c_end,
+    float* __restrict history, const float* __restrict x, float* __restrict out) {
+  // Tap by tap over the channel range (contiguous rows), oldest first: per channel the sum
+  // h_0·w_0 + h_1·w_1 + ... + x·w_last in that order.
   const int taps = kernel - 1;
-  for (int c = c_begin; c < c_end; ++c) {
-    const float* wc = w + size_t(c) * kernel;
-    float sum = 0.0f;
-    for (int i = 0; i < taps; ++i) sum += history[size_t(i) * channels + c] * wc[i];
-    sum += x[c] * wc[taps];
-    out[c] = Silu(sum);
-    for (int i = 0; i + 1 < taps; ++i) {
-      history[size_t(i) * channels + c] = history[size_t(i + 1) * channels + c];
-    }
-    if (taps > 0) history[size_t(taps - 1) * channels + c] = x[c];
+  const float* w_x = taps_w + size_t(taps) * channels;
+  if (taps == 0) {
+    for (int c = c_begin; c < c_end; ++c) out[c] = x[c] * w_x[c];
+    return;
   }
+  for (int c = c_begin; c < c_end; ++c) out[c] = history[c] * taps_w[c];
+  for (int i = 1; i < taps; ++i) {
+    const float* h = history + size_t(i) * channels;
+    const float* w = taps_w + size_t(i) * channels;
+    for (int c = c_begin; c < c_end; ++c) out[c] += h[c] * w[c];
+  }
+  for (int c = c_begin; c < c_end; ++c) out[c] += x[c] * w_x[c];
+  for (int i = 0; i + 1 < taps; ++i) {
+    float* h = history + size_t(i) * channels;
+    for (int c = c_begin; c < c_end; ++c) h[c] = h[c + channels];
+  }
+  float* newest = history + size_t(taps - 1) * channels;
+  for (int c = c_begin; c < c_end; ++c) newest[c] = x[c];
 }
 
-void DeltaNetRecurrenceStep(float* state, int head_dim_k, int head_dim_v, const float* q,
-                            const float* k, const float* v, float g, float beta, float* out) {
+__attribute__((target_clones("avx2", "default"))) void DeltaNetRecurrenceStep(
+    float* __restrict state, int head_dim_k, int head_dim_v, const float* __restrict q,
+    const float* __restrict k, const float* __restrict v, float g, float beta,
+    float* __restrict out) {
   const float decay = expf(g);
   const float scale = 1.0f / sqrtf(float(head_dim_k));
-  // Row j is independent of the others: decay, the delta against k, the update and the
-  // read-out with q run on it while it is in cache (the same values as whole-matrix steps).
+  // Row j is independent of the others: decay and the dot with k in one pass, the update and
+  // the read-out with q in a second, while the row is in cache (the values of whole-matrix
+  // steps: each element sees the same operations in the same order).
+  const int whole = head_dim_k - head_dim_k % kLanes;
   for (int j = 0; j < head_dim_v; ++j) {
-    float* row = state + size_t(j) * head_dim_k;
-    for (int i = 0; i < head_dim_k; ++i) row[i] *= decay;
-    const float delta = (v[j] - Dot(row, k, head_dim_k)) * beta;
-    for (int i = 0; i < head_dim_k; ++i) row[i] += k[i] * delta;
-    out[j] = Dot(row, q, head_dim_k) * scale;
+    float* __restrict row = state + size_t(j) * head_dim_k;
+    float lanes[kLanes] = {};
+    for (int i0 = 0; i0 < whole; i0 += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        row[i0 + l] *= decay;
+        lanes[l] += row[i0 + l] * k[i0 + l];
+      }
+    }
+    for (int i = whole; i < head_dim_k; ++i) {
+      row[i] *= decay;
+      lanes[i - whole] += row[i] * k[i];
+    }
+    const float delta = (v[j] - CombineLanes(lanes)) * beta;
+    float read[kLanes] = {};
+    for (int i0 = 0; i0 < whole; i0 += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        row[i0 + l] += k[i0 + l] * delta;
+        read[l] += row[i0 + l] * q[i0 + l];
+      }
+    }
+    for (int i = whole; i < head_dim_k; ++i) {
+      row[i] += k[i] * delta;
+      read[i - whole] += row[i] * q[i];
+    }
+    out[j] = CombineLanes(read) * scale;
   }
 }
 
@@ -124,14 +165,15 @@ void RunDeltaNet(const LayerWeights& w, const DeltaNetShape& d, float rms_eps,
     float* history = states.conv(s.seq_slot[seq], state_layer);
     for (int e = s.seq_begin[seq]; e < s.seq_begin[seq + 1]; ++e) {
       const size_t t = size_t(s.seq_entries[e]);
-      DeltaNetConvStep(w.ssm_conv1d.data, d.conv_kernel, channels, c_begin, c_end, history,
-                       &s.qkv[t * channels], &s.mixed[t * channels]);
+      DeltaNetConvStep(s.conv_taps[size_t(state_layer)].data(), d.conv_kernel, channels, c_begin,
+                       c_end, history, &s.qkv[t * channels], &s.mixed[t * channels]);
     }
   });
 
-  // Per token: unit q and k heads, beta and the decay exponent g.
+  // Per token: the conv's SiLU, unit q and k heads, beta and the decay exponent g.
   threads.ParallelFor(size_t(n), [&](size_t t, size_t) {
     float* row = &s.mixed[t * channels];
+    SwiGlu(row, s.ones.data(), channels, row);  // SiLU(row) · 1
     for (int h = 0; h < 2 * d.n_k_heads; ++h) {
       L2Normalize(row + size_t(h) * d.head_dim_k, d.head_dim_k, rms_eps);
     }
@@ -168,7 +210,7 @@ void RunDeltaNet(const LayerWeights& w, const DeltaNetShape& d, float rms_eps,
       float* o = &s.o[t * d.value_dim() + size_t(h) * d.head_dim_v];
       const float* z = &s.z[t * d.value_dim() + size_t(h) * d.head_dim_v];
       RmsNorm(o, w.ssm_norm.data, d.head_dim_v, rms_eps, o);
-      for (int i = 0; i < d.head_dim_v; ++i) o[i] *= Silu(z[i]);
+      SwiGlu(z, o, d.head_dim_v, o);  // SiLU(z) · o
     }
   });
   MatMul(w.ssm_out, s.o.data(), n, out, threads, matmul);

@@ -37,6 +37,8 @@ namespace shardlm {
 // Buffers of one stage's DeltaNet layers, sized once for max_batch_tokens rows.
 struct DeltaNetScratch {
   void Resize(const DeltaNetShape& shape, int max_batch_tokens);
+  // The next recurrent layer's conv kernel, taps-major (every call adds one layer, in order).
+  void AddLayer(const DeltaNetShape& shape, const NormWeight& conv1d);
   // The batch's entries grouped by sequence, each group in batch (= position) order:
   // seq_entries[seq_begin[s] .. seq_begin[s + 1]) are sequence s's batch indices.
   void GroupSequences(std::span<const BatchEntry> batch);
@@ -47,6 +49,10 @@ struct DeltaNetScratch {
   std::vector<float> beta;   // [B][n_v_heads]
   std::vector<float> alpha;  // [B][n_v_heads]: then g
   std::vector<float> o;      // [B][value_dim]
+  std::vector<float> ones;   // [conv_channels] of 1: SiLU as SwiGLU with up = 1
+  // [recurrent layer][conv_kernel][conv_channels]: ssm_conv1d transposed, so that each tap
+  // is one contiguous row over the channels.
+  std::vector<std::vector<float>> conv_taps;
   std::vector<int32_t> seq_entries;
   std::vector<int32_t> seq_begin;
   std::vector<int32_t> seq_slot;
@@ -61,9 +67,10 @@ void RunDeltaNet(const LayerWeights& w, const DeltaNetShape& shape, float rms_ep
                  MatMulScratch& matmul, float* out);
 
 // The per-token pieces, exposed for tests against a plain reference.
-// out[c] = SiLU(Σ_i history_i[c]·w[c][i] + x[c]·w[c][kernel−1]) for each channel, oldest tap
-// first; then x enters the history ([kernel − 1][channels], oldest row first).
-void DeltaNetConvStep(const float* w, int kernel, int channels, int c_begin, int c_end,
+// out[c] = Σ_i history_i[c]·taps[i][c] + x[c]·taps[kernel−1][c] for c in [c_begin, c_end),
+// oldest tap first (the SiLU follows); then x enters the history ([kernel − 1][channels],
+// oldest row first). taps: the kernel taps-major ([kernel][channels]).
+void DeltaNetConvStep(const float* taps, int kernel, int channels, int c_begin, int c_end,
                       float* history, const float* x, float* out);
 // One token of one v head: state [head_dim_v][head_dim_k] (row j: value j's keys).
 void DeltaNetRecurrenceStep(float* state, int head_dim_k, int head_dim_v, const float* q,

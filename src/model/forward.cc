@@ -137,6 +137,11 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
     act_->states = std::make_unique<RecurrentStates>(model.n_recurrent_layers(),
                                                      d.conv_state_floats(), d.ssm_state_floats());
     act_->delta_net.Resize(d, max_batch_tokens);
+    for (int layer_idx = 0; layer_idx < model.layers().size(); ++layer_idx) {
+      if (model.recurrent_index(layer_idx) >= 0) {
+        act_->delta_net.AddLayer(d, model.weights().blocks[size_t(layer_idx)].ssm_conv1d);
+      }
+    }
   }
   act_->proj.resize(b * config_.n_embd);
   act_->gate.resize(b * config_.n_ff);
