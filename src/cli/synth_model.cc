@@ -193,7 +193,17 @@ void FillRow(const SynthTensor& t, uint64_t tensor_seed, int64_t row, float* out
   uint64_t state = tensor_seed ^ (static_cast<uint64_t>(row) * 0xd1b54a32d192ed03ull);
   for (int64_t i = 0; i < t.ne[0]; ++i) {
     float z = ApproxNormal(state);
-    out[i] = t.init == SynthTensor::Init::kNorm ? 1.0f + kNormStd * z : kWeightStd * z;
+    switch (t.init) {
+      case SynthTensor::Init::kWeight:
+        out[i] = kWeightStd * z;
+        break;
+      case SynthTensor::Init::kNorm:
+        out[i] = 1.0f + kNormStd * z;
+        break;
+      case SynthTensor::Init::kDecayRate:
+        out[i] = -(1.0f + kNormStd * z);
+        break;
+    }
   }
 }
 
@@ -433,7 +443,9 @@ Result<std::vector<SynthTensor>> PlanSynthTensors(const SynthSpec& s) {
   ForEachStageTensor(config, {0, config.n_layers}, [&](const TensorSpec& spec) {
     if (!spec.required) return;
     if (!spec.matrix()) {
-      out.push_back({spec.name, spec.ne, GgmlType::kF32, SynthTensor::Init::kNorm});
+      out.push_back({spec.name, spec.ne, GgmlType::kF32,
+                     spec.role == TensorRole::kSsmA ? SynthTensor::Init::kDecayRate
+                                                    : SynthTensor::Init::kNorm});
       return;
     }
     const Role role = QuantRole(spec.role, s.tied);

@@ -63,7 +63,8 @@ struct SynthTensor {
   std::string name;
   std::vector<int64_t> ne;
   GgmlType type;
-  enum class Init { kWeight, kNorm } init = Init::kWeight;
+  // kDecayRate: −(1 + small noise), a DeltaNet decay rate (ssm_a), so states shrink per token.
+  enum class Init { kWeight, kNorm, kDecayRate } init = Init::kWeight;
 };
 
 // Every tensor of the model, in file order, with the type the mix assigns it.

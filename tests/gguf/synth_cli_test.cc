@@ -120,6 +120,31 @@ TEST_F(SynthCliTest, TinyGemma3HasTheFixtureTensorsAndRuns) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// qwen35 in the fixture's shape: the same tensors (DeltaNet's ssm_* beside the gated attention
+// layer), decay rates that shrink the state, and a model `run` computes.
+TEST_F(SynthCliTest, TinyQwen35HasTheFixtureTensorsAndRuns) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto synth = Synth("q35.gguf", "--arch qwen35 --preset tiny");
+  ASSERT_NE(synth, nullptr);
+  auto ref = GgufFile::Open(testing::FixturePath("qwen35-tiny.gguf"));
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  ASSERT_EQ(synth->tensors().size(), (*ref)->tensors().size());
+  for (const GgufTensorInfo& t : (*ref)->tensors()) {
+    const GgufTensorInfo* s = synth->FindTensor(t.name);
+    ASSERT_NE(s, nullptr) << t.name;
+    EXPECT_EQ(s->ne, t.ne) << t.name;
+  }
+  const GgufTensorInfo* a = synth->FindTensor("blk.0.ssm_a");
+  ASSERT_NE(a, nullptr);
+  for (int i = 0; i < 4; ++i) EXPECT_LT(reinterpret_cast<const float*>(a->data)[i], 0.0f);
+  for (const char* key :
+       {"qwen35.ssm.state_size", "qwen35.full_attention_interval", "qwen35.rope.dimension_count"}) {
+    EXPECT_TRUE(synth->GetUint(key).ok()) << key;
+  }
+  RunResult r = Run("run -m " + dir_ + "/q35.gguf -p 'Once upon a time' -n 24 --temp 0");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(SynthCliTest, WeightsLookLikeAModelAndTheVocabIsChatReady) {
   auto f = Synth("m.gguf", "--type f32 --seed 3");
   ASSERT_NE(f, nullptr);
