@@ -7,7 +7,7 @@
 // warm-up run each, mean ± sample stddev of tok/s over -r repetitions; a markdown
 // table like llama-bench's on stdout, or with --json one JSON object per test per line (JSON
 // lines: model_filename, model_type, model_size, model_n_params, n_threads, type_k,
-// n_prompt, n_gen, n_streams, test, avg_ns, avg_ts, stddev_ts, median_ts, cpu_share,
+// n_prompt, n_gen, n_streams, n_depth, test, avg_ns, avg_ts, stddev_ts, median_ts, cpu_share,
 // samples_ns, samples_ts, devices, bytes_between_per_token, tokens_per_batch,
 // max_in_flight, and where a run pairs them paired_ratio / paired_ratio_vs) for scripts
 // (bench/engine_bench.sh, bench/split_bench.sh). `--devices` / `--layer-split` run the same
@@ -35,6 +35,7 @@ struct BenchFlags {
   std::string model_path;
   int n_prompt = 512;
   int n_gen = 128;
+  int n_depth = 0;
   std::vector<int> streams = {1};
   int n_threads = 0;  // 0: every hardware thread
   int reps = 5;
@@ -50,6 +51,10 @@ void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
   cmd.add_option("-p,--n-prompt", f.n_prompt, "Prompt tokens of the pp test (0: skip)")
       ->capture_default_str();
   cmd.add_option("-n,--n-gen", f.n_gen, "Generated tokens of the tg test (0: skip)")
+      ->capture_default_str();
+  cmd.add_option("-d,--depth", f.n_depth,
+                 "Decode tests run after this many positions of context, prefilled untimed "
+                 "(llama-bench's -d)")
       ->capture_default_str();
   cmd.add_option("-s,--streams", f.streams,
                  "Sequences decoding together in the tg test, comma-separated for several "
@@ -143,6 +148,7 @@ nlohmann::json ToJson(const ModelFacts& facts, const BenchFlags& f, int n_thread
           {"n_prompt", r.test.n_prompt},
           {"n_gen", r.test.n_gen},
           {"n_streams", r.test.n_streams},
+          {"n_depth", r.test.n_depth},
           {"test", r.test.Name()},
           {"avg_ns", r.avg_ns},
           {"avg_ts", r.avg_ts},
@@ -174,7 +180,9 @@ void PrintTableRow(const ModelFacts& facts, const std::string& backend, int n_th
 
 Status BenchCommand(const BenchFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(f.kv_type));
-  if (f.n_prompt < 0 || f.n_gen < 0) return InvalidArgument("-p and -n must be >= 0");
+  if (f.n_prompt < 0 || f.n_gen < 0 || f.n_depth < 0) {
+    return InvalidArgument("-p, -n and -d must be >= 0");
+  }
   SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(f.placement));
   const bool vs = !f.vs_placement.devices.empty();
   if (!vs && !f.vs_placement.layer_split.empty()) {
@@ -198,7 +206,7 @@ Status BenchCommand(const BenchFlags& f) {
   if (f.n_prompt > 0) tests.push_back({f.n_prompt, 0});
   for (int streams : f.streams) {
     if (streams < 1) return InvalidArgument("--streams must be >= 1, got {}", streams);
-    if (f.n_gen > 0) tests.push_back({0, f.n_gen, streams});
+    if (f.n_gen > 0) tests.push_back({0, f.n_gen, streams, f.n_depth});
   }
   if (vs) {
     const size_t n = tests.size();

@@ -38,6 +38,9 @@ struct RunTimes {
   uint64_t cpu_ns = 0;
 };
 
+// The batch a deep context is prefilled in (llama-bench's default ubatch).
+constexpr int kDepthBatch = 512;
+
 // The subject of one test: a Scheduler with one slot per stream, KV for exactly what a run
 // reaches, batches as large as the test's (the whole pp prompt; one entry per tg stream).
 class BenchSubject {
@@ -50,8 +53,13 @@ class BenchSubject {
     engine.n_parallel = test.n_streams;
     // pp: the prompt and room for the token sampled after it; tg: a one-token prompt and
     // n_gen - 1 tokens fed back (at least 2 positions, as every request may generate).
-    engine.n_ctx = test.n_prompt > 0 ? test.n_prompt + 1 : std::max(test.n_gen, 2);
-    engine.n_batch = test.n_prompt > 0 ? test.n_prompt : test.n_streams;
+    // At depth: the deep prompt, one more token, then n_gen decoded after the first logits.
+    engine.n_ctx = test.n_prompt > 0  ? test.n_prompt + 1
+                   : test.n_depth > 0 ? test.n_depth + test.n_gen + 2
+                                      : std::max(test.n_gen, 2);
+    engine.n_batch = test.n_prompt > 0  ? test.n_prompt
+                     : test.n_depth > 0 ? std::max(kDepthBatch, test.n_streams)
+                                        : test.n_streams;
     engine.max_queue = 0;
     engine.threads = n_threads;
     engine.kv_type = options.kv_type;
@@ -76,8 +84,10 @@ class BenchSubject {
     std::vector<std::pair<EngineRequest, RequestCallbacks>> requests;
     const bool prefill = test_.n_prompt > 0;
     const int n_requests = prefill ? 1 : test_.n_streams;
-    // Logits rows each request computes: pp samples one token after its prompt.
-    const int n_rows = prefill ? 1 : test_.n_gen;
+    // Logits rows each request computes: pp samples one token after its prompt; at depth the
+    // first row ends the untimed prefill, then n_gen rows are timed.
+    const bool deep = test_.n_depth > 0;
+    const int n_rows = prefill ? 1 : test_.n_gen + (deep ? 1 : 0);
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = n_requests;
@@ -87,6 +97,10 @@ class BenchSubject {
       EngineRequest request;
       if (prefill) {
         request.prompt.assign(tokens.begin(), tokens.end());
+      } else if (deep) {
+        // The stream's own deep prompt: the shared context, then its first token.
+        request.prompt.assign(tokens.begin() + test_.n_streams, tokens.end());
+        request.prompt.push_back(tokens[size_t(r)]);
       } else {
         request.prompt = {tokens[size_t(r)]};
       }
@@ -94,8 +108,9 @@ class BenchSubject {
       request.max_tokens = n_rows;
       request.ignore_eos = true;
       RequestCallbacks callbacks;
-      callbacks.on_logits = [this, n_rows, prefill,
+      callbacks.on_logits = [this, n_rows, prefill, deep,
                              rows = 0](std::span<const float> logits) mutable {
+        if (deep && rows == 0) MarkDecodeStart();
         if (++rows < n_rows) return Status::Ok();
         if (prefill) prefill_end_ = Clock::now();
         if (!AllFinite(logits)) {
@@ -114,13 +129,21 @@ class BenchSubject {
     const uint64_t cpu_ns = ProcessCpuNs() - cpu_start;
     SHARDLM_TRY(error_);
     const Clock::time_point end = prefill ? prefill_end_ : finish_end_;
+    const Clock::time_point begin = deep ? decode_start_ : start;
     return RunTimes{
-        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count()),
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count()),
         cpu_ns};
   }
 
  private:
   explicit BenchSubject(const BenchTest& test) : test_(test) {}
+
+  // Engine thread: the deep prompt's first logits arrived; the timed decode starts at the
+  // last stream's (they prefill one after another).
+  void MarkDecodeStart() {
+    std::lock_guard<std::mutex> lock(mu_);
+    decode_start_ = Clock::now();
+  }
 
   // Engine thread. Notifies under the lock: Run may return as soon as it sees running_ 0.
   void OnFinish(const FinishEvent& event) {
@@ -139,10 +162,11 @@ class BenchSubject {
   BenchTest test_;
   std::mutex mu_;
   std::condition_variable cv_;
-  int running_ = 0;                // requests of the run not finished yet
-  Status error_;                   // the first failure of the run
-  Clock::time_point prefill_end_;  // pp: the last prompt position's logits arrived
-  Clock::time_point finish_end_;   // the last request finished
+  int running_ = 0;                 // requests of the run not finished yet
+  Status error_;                    // the first failure of the run
+  Clock::time_point prefill_end_;   // pp: the last prompt position's logits arrived
+  Clock::time_point finish_end_;    // the last request finished
+  Clock::time_point decode_start_;  // at depth: the last stream's prefill ended
   // Last: destroyed first, joining the engine thread before what its callbacks touch.
   std::unique_ptr<Scheduler> engine_;
 };
@@ -158,7 +182,8 @@ double Median(std::vector<double> values) {
 
 std::string BenchTest::Name() const {
   if (n_prompt > 0) return "pp" + std::to_string(n_prompt);
-  return "tg" + std::to_string(n_gen) + (n_streams > 1 ? "x" + std::to_string(n_streams) : "");
+  return "tg" + std::to_string(n_gen) + (n_streams > 1 ? "x" + std::to_string(n_streams) : "") +
+         (n_depth > 0 ? "@d" + std::to_string(n_depth) : "");
 }
 
 void MeanStddev(const std::vector<double>& values, double& mean, double& stddev) {
@@ -178,6 +203,10 @@ namespace {
 Status CheckTest(const BenchTest& test) {
   if ((test.n_prompt > 0) == (test.n_gen > 0) || test.n_prompt < 0 || test.n_gen < 0) {
     return InvalidArgument("a bench test is either pp<N> or tg<N> with N > 0");
+  }
+  if (test.n_depth < 0 || (test.n_depth > 0 && test.n_prompt > 0)) {
+    return InvalidArgument("a depth applies to decode tests only and must be >= 0, got {}",
+                           test.n_depth);
   }
   if (test.n_streams < 1 || (test.n_streams > 1 && test.n_prompt > 0)) {
     return InvalidArgument("streams apply to decode tests only and must be >= 1, got {}",
@@ -203,7 +232,8 @@ Result<BenchRun> StartRun(const Model& model, const Tokenizer& tokenizer, int n_
                            BenchSubject::Create(model, tokenizer, n_threads, test, options));
   Rng rng(options.seed);
   // pp: the prompt; tg: the first token of each stream (the rest are sampled).
-  run.tokens.resize(size_t(test.n_prompt > 0 ? test.n_prompt : test.n_streams));
+  // At depth, after the streams' first tokens: the context every stream decodes after.
+  run.tokens.resize(size_t(test.n_prompt > 0 ? test.n_prompt : test.n_streams + test.n_depth));
   for (TokenId& token : run.tokens) token = TokenId(rng.Next() % uint64_t(model.config().n_vocab));
   run.n_tokens = test.n_prompt + test.n_gen * test.n_streams;
   run.result.test = test;

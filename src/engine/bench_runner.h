@@ -6,7 +6,8 @@
 // prompt's, then each sampled token but the last fed back); `tg<N>x<S>` is S such requests
 // submitted together (Scheduler::SubmitAll), decoding together: one batch of S entries per
 // step, or on a pipeline of D stages D micro-batches in flight (what `serve --parallel S`
-// does with S streams, without HTTP). Requests sample greedily and ignore EOG, so every run
+// does with S streams, without HTTP); `tg<N>@d<D>` decodes N tokens after a prompt of D + 1
+// (prefilled untimed, as llama-bench's -d). Requests sample greedily and ignore EOG, so every run
 // does the same work. Each test runs once to warm up, then `reps` timed times.
 //
 // Goals: the numbers `shardlm bench` prints and bench/engine_bench.sh records; per-sample
@@ -37,11 +38,14 @@
 namespace shardlm {
 
 struct BenchTest {
-  int n_prompt = 0;          // > 0: a prefill test
-  int n_gen = 0;             // > 0: a decode test (exactly one of the two is set)
-  int n_streams = 1;         // decode: sequences decoding together (1: llama-bench's tg)
+  int n_prompt = 0;   // > 0: a prefill test
+  int n_gen = 0;      // > 0: a decode test (exactly one of the two is set)
+  int n_streams = 1;  // decode: sequences decoding together (1: llama-bench's tg)
+  // decode: positions of context each stream decodes after (llama-bench's -d): its prompt is
+  // n_depth + 1 tokens, prefilled untimed, then n_gen timed decode passes.
+  int n_depth = 0;
   bool on_vs = false;        // runs on BenchOptions::vs_placement instead of placement
-  std::string Name() const;  // "pp512" / "tg128" / "tg128x8"
+  std::string Name() const;  // "pp512" / "tg128" / "tg128x8" / "tg128@d16384"
 };
 
 struct BenchOptions {

@@ -63,6 +63,22 @@ TEST_F(BenchRunnerOnStories, NamesAndRuns) {
   EXPECT_FALSE(RunBench(model(), tokenizer(), threads, {4, 0}, options).ok());
 }
 
+// tg<N>@d<D>: N tokens decoded after D positions of context, the prefill untimed: the same
+// tokens per second count N, and the run takes longer than the timed part (the deep prefill
+// is real work, just not in the figure).
+TEST_F(BenchRunnerOnStories, DecodesAfterADepthWithThePrefillUntimed) {
+  const BenchTest deep{.n_gen = 16, .n_streams = 2, .n_depth = 100};
+  EXPECT_EQ(deep.Name(), "tg16x2@d100");
+  BenchOptions options;
+  options.reps = 2;
+  auto result = RunBench(model(), tokenizer(), 2, deep, options);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  ASSERT_EQ(result->samples_ns.size(), 2u);
+  // 32 tokens (16 per stream) over the timed decode only.
+  EXPECT_NEAR(result->samples_ts[0], 32e9 / double(result->samples_ns[0]), 1e-6);
+  EXPECT_FALSE(RunBench(model(), tokenizer(), 2, {.n_prompt = 8, .n_depth = 4}, options).ok());
+}
+
 // tg<N>x<S>: S sequences decode N tokens together; tok/s counts every stream's tokens.
 // Unsplit, one batch of S per step. Through a split of 2 stages, the streams alternate in 2
 // micro-batches (2 and 1 streams here) with both in flight, as the server runs them, and
