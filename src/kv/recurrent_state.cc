@@ -19,16 +19,28 @@ RecurrentStates::RecurrentStates(int n_layers, int conv_floats, int state_floats
 void RecurrentStates::EnsureSlots(int n) {
   if (n <= n_slots()) return;
   data_.resize(size_t(n) * slot_floats_, 0.0f);
+  checkpoints_.resize(size_t(n) * slot_floats_, 0.0f);
   positions_.resize(size_t(n), 0);
+  checkpoint_positions_.resize(size_t(n), -1);
 }
 
 void RecurrentStates::Reset(int slot) {
   std::fill_n(&data_[size_t(slot) * slot_floats_], slot_floats_, 0.0f);
   positions_[size_t(slot)] = 0;
+  checkpoint_positions_[size_t(slot)] = -1;
 }
 
-std::span<const uint8_t> RecurrentStates::SlotBytes(int slot) const {
-  return {reinterpret_cast<const uint8_t*>(&data_[size_t(slot) * slot_floats_]), slot_bytes()};
+std::span<const uint8_t> RecurrentStates::BytesAt(int slot, int32_t position) const {
+  if (slot < 0 || slot >= n_slots() || position <= 0) return {};
+  const std::vector<float>* source = nullptr;
+  if (positions_[size_t(slot)] == position) {
+    source = &data_;
+  } else if (checkpoint_positions_[size_t(slot)] == position) {
+    source = &checkpoints_;
+  } else {
+    return {};
+  }
+  return {reinterpret_cast<const uint8_t*>(&(*source)[size_t(slot) * slot_floats_]), slot_bytes()};
 }
 
 Status RecurrentStates::Restore(int slot, std::span<const uint8_t> bytes, int32_t position) {
@@ -41,6 +53,7 @@ Status RecurrentStates::Restore(int slot, std::span<const uint8_t> bytes, int32_
   }
   std::memcpy(&data_[size_t(slot) * slot_floats_], bytes.data(), bytes.size());
   positions_[size_t(slot)] = position;
+  checkpoint_positions_[size_t(slot)] = -1;
   return Status::Ok();
 }
 

@@ -11,9 +11,14 @@
 // conv [conv_kernel − 1][conv_channels] then state [n_v_heads][head_dim_v][head_dim_k], float32;
 // slot_bytes() per slot, contiguous (what a snapshot of the slot's state copies).
 //
-// Goals: memory per slot known up front (n_layers × (conv + state)), allocated when a slot is
-// first used, never in a batch's steady state.
-// Non-goals: which positions are checkpointed (the caller copies a slot's bytes out and back).
+// Checkpoint: besides its live state, each slot keeps a copy of the state as it was at the last
+// page boundary its sequence passed (the forward pass copies it when a batch crosses one): the
+// state a prefix of whole pages resumes from, which the prefix cache keeps beside those pages.
+// A batch that ends mid-page would otherwise leave no state any cached prefix can use.
+//
+// Goals: memory per slot known up front (2 × n_layers × (conv + state)), allocated when a slot
+// is first used, never in a batch's steady state.
+// Non-goals: where checkpoints are kept beyond the slot (the caller copies bytes out and back).
 //
 // Thread safety: not thread-safe; the forward pass's workers write disjoint (slot, layer,
 // head) parts during a batch.
@@ -45,15 +50,27 @@ class RecurrentStates {
   // recurrent layers).
   float* conv(int slot, int layer) { return &data_[Offset(slot, layer)]; }
   float* state(int slot, int layer) { return &data_[Offset(slot, layer) + size_t(conv_floats_)]; }
+  // The same parts of the slot's page-boundary checkpoint.
+  float* checkpoint_conv(int slot, int layer) { return &checkpoints_[Offset(slot, layer)]; }
+  float* checkpoint_state(int slot, int layer) {
+    return &checkpoints_[Offset(slot, layer) + size_t(conv_floats_)];
+  }
 
   // Positions [0, position) of the slot's sequence are folded into its state.
   int32_t position(int slot) const { return positions_[size_t(slot)]; }
   void set_position(int slot, int32_t position) { positions_[size_t(slot)] = position; }
-  // Zeroes the slot's state: a sequence starting at position 0.
+  // The checkpoint holds the state at this position (a page boundary), or -1: none.
+  int32_t checkpoint_position(int slot) const { return checkpoint_positions_[size_t(slot)]; }
+  void set_checkpoint_position(int slot, int32_t position) {
+    checkpoint_positions_[size_t(slot)] = position;
+  }
+  // Zeroes the slot's state: a sequence starting at position 0 (and forgets its checkpoint).
   void Reset(int slot);
 
-  // The slot's bytes (slot_bytes()), and their replacement (the state at `position`).
-  std::span<const uint8_t> SlotBytes(int slot) const;
+  // The slot's state at `position` (slot_bytes()): the live state when it holds that many
+  // positions, else the checkpoint when it is at that position; empty when neither is.
+  std::span<const uint8_t> BytesAt(int slot, int32_t position) const;
+  // Replaces the slot's live state with `bytes`, the state at `position`.
   Status Restore(int slot, std::span<const uint8_t> bytes, int32_t position);
 
  private:
@@ -64,8 +81,10 @@ class RecurrentStates {
   int conv_floats_;
   int state_floats_;
   size_t slot_floats_;
-  std::vector<float> data_;         // [slot][layer][conv | state]
-  std::vector<int32_t> positions_;  // [slot]
+  std::vector<float> data_;                    // [slot][layer][conv | state]
+  std::vector<float> checkpoints_;             // the same layout, at each slot's last page boundary
+  std::vector<int32_t> positions_;             // [slot]
+  std::vector<int32_t> checkpoint_positions_;  // [slot], -1: none
 };
 
 }  // namespace shardlm

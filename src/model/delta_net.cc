@@ -59,10 +59,11 @@ void DeltaNetScratch::AddLayer(const DeltaNetShape& shape, const NormWeight& con
   }
 }
 
-void DeltaNetScratch::GroupSequences(std::span<const BatchEntry> batch) {
+void DeltaNetScratch::GroupSequences(std::span<const BatchEntry> batch, int page_tokens) {
   seq_entries.clear();
   seq_begin.clear();
   seq_slot.clear();
+  seq_checkpoint.clear();
   // Sequences in order of their first entry; a sequence's entries keep batch order.
   for (size_t t = 0; t < batch.size(); ++t) {
     if (std::find(seq_slot.begin(), seq_slot.end(), batch[t].slot) == seq_slot.end()) {
@@ -71,9 +72,13 @@ void DeltaNetScratch::GroupSequences(std::span<const BatchEntry> batch) {
   }
   for (int32_t slot : seq_slot) {
     seq_begin.push_back(int32_t(seq_entries.size()));
+    int32_t checkpoint = -1;
     for (size_t t = 0; t < batch.size(); ++t) {
-      if (batch[t].slot == slot) seq_entries.push_back(int32_t(t));
+      if (batch[t].slot != slot) continue;
+      seq_entries.push_back(int32_t(t));
+      if ((batch[t].position + 1) % page_tokens == 0) checkpoint = int32_t(t);
     }
+    seq_checkpoint.push_back(checkpoint);
   }
   seq_begin.push_back(int32_t(seq_entries.size()));
 }
@@ -162,11 +167,18 @@ void RunDeltaNet(const LayerWeights& w, const DeltaNetShape& d, float rms_eps,
     const int seq = int(task / chunks);
     const int c_begin = int(task % chunks) * kConvChannelsPerTask;
     const int c_end = std::min(channels, c_begin + kConvChannelsPerTask);
-    float* history = states.conv(s.seq_slot[seq], state_layer);
+    const int slot = s.seq_slot[seq];
+    float* history = states.conv(slot, state_layer);
     for (int e = s.seq_begin[seq]; e < s.seq_begin[seq + 1]; ++e) {
       const size_t t = size_t(s.seq_entries[e]);
       DeltaNetConvStep(s.conv_taps[size_t(state_layer)].data(), d.conv_kernel, channels, c_begin,
                        c_end, history, &s.qkv[t * channels], &s.mixed[t * channels]);
+      if (int32_t(t) != s.seq_checkpoint[seq]) continue;
+      float* saved = states.checkpoint_conv(slot, state_layer);
+      for (int i = 0; i + 1 < d.conv_kernel; ++i) {
+        const size_t row = size_t(i) * channels;
+        std::copy(history + row + c_begin, history + row + c_end, saved + row + c_begin);
+      }
     }
   });
 
@@ -191,7 +203,8 @@ void RunDeltaNet(const LayerWeights& w, const DeltaNetShape& d, float rms_eps,
     const int seq = int(task / d.n_v_heads);
     const int h = int(task % d.n_v_heads);
     const int kh = h % d.n_k_heads;
-    float* state = states.state(s.seq_slot[seq], state_layer) + size_t(h) * state_floats;
+    const int slot = s.seq_slot[seq];
+    float* state = states.state(slot, state_layer) + size_t(h) * state_floats;
     for (int e = s.seq_begin[seq]; e < s.seq_begin[seq + 1]; ++e) {
       const size_t t = size_t(s.seq_entries[e]);
       const float* row = &s.mixed[t * channels];
@@ -201,6 +214,10 @@ void RunDeltaNet(const LayerWeights& w, const DeltaNetShape& d, float rms_eps,
       DeltaNetRecurrenceStep(state, d.head_dim_k, d.head_dim_v, q, k, v,
                              s.alpha[t * d.n_v_heads + h], s.beta[t * d.n_v_heads + h],
                              &s.o[t * d.value_dim() + size_t(h) * d.head_dim_v]);
+      if (int32_t(t) == s.seq_checkpoint[seq]) {
+        std::copy(state, state + state_floats,
+                  states.checkpoint_state(slot, state_layer) + size_t(h) * state_floats);
+      }
     }
   });
 

@@ -16,7 +16,8 @@
 // start; prefill is batched where it pays: the five projections are matmuls over the whole
 // batch, and the recurrence is one task per (sequence, v head).
 //
-// Non-goals: where the state lives between batches (kv/recurrent_state.h), checkpoints.
+// Non-goals: where the state lives between batches and where checkpoints go
+// (kv/recurrent_state.h).
 //
 // Thread safety: one call at a time per DeltaNetScratch; uses the ThreadPool internally.
 #pragma once
@@ -40,8 +41,10 @@ struct DeltaNetScratch {
   // The next recurrent layer's conv kernel, taps-major (every call adds one layer, in order).
   void AddLayer(const DeltaNetShape& shape, const NormWeight& conv1d);
   // The batch's entries grouped by sequence, each group in batch (= position) order:
-  // seq_entries[seq_begin[s] .. seq_begin[s + 1]) are sequence s's batch indices.
-  void GroupSequences(std::span<const BatchEntry> batch);
+  // seq_entries[seq_begin[s] .. seq_begin[s + 1]) are sequence s's batch indices; and per
+  // sequence the batch index after which its state is checkpointed (the last entry that ends
+  // a page of page_tokens positions), or -1.
+  void GroupSequences(std::span<const BatchEntry> batch, int page_tokens);
 
   std::vector<float> qkv;    // [B][conv_channels]: projections, then conv outputs
   std::vector<float> mixed;  // [B][conv_channels]: the conv's SiLU outputs (q | k | v)
@@ -56,11 +59,13 @@ struct DeltaNetScratch {
   std::vector<int32_t> seq_entries;
   std::vector<int32_t> seq_begin;
   std::vector<int32_t> seq_slot;
+  std::vector<int32_t> seq_checkpoint;
 };
 
 // One DeltaNet layer over the batch: xn [n][n_embd] is the normed input; out [n][n_embd]
 // receives ssm_out's rows. `states` holds every slot's state of this layer as
-// `state_layer`; the caller has reset the slots whose sequences start in this batch.
+// `state_layer`; the caller has reset the slots whose sequences start in this batch. The state
+// after each sequence's checkpoint entry is copied into its slot's checkpoint.
 void RunDeltaNet(const LayerWeights& w, const DeltaNetShape& shape, float rms_eps,
                  std::span<const BatchEntry> batch, const float* xn, RecurrentStates& states,
                  int state_layer, DeltaNetScratch& scratch, ThreadPool& threads,

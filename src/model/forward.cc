@@ -163,6 +163,29 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
 
 ForwardPass::~ForwardPass() = default;
 
+size_t ForwardPass::state_bytes() const { return act_->states ? act_->states->slot_bytes() : 0; }
+
+Status ForwardPass::ExportState(int slot, int32_t position, std::span<uint8_t> dst) const {
+  if (!act_->states) return InvalidArgument("the stage has no recurrent layers");
+  if (dst.size() != state_bytes()) {
+    return InvalidArgument("a state of {} bytes does not fit {}", state_bytes(), dst.size());
+  }
+  const std::span<const uint8_t> bytes = act_->states->BytesAt(slot, position);
+  if (bytes.empty()) {
+    return NotFound("slot {} holds no recurrent state at position {}", slot, position);
+  }
+  std::memcpy(dst.data(), bytes.data(), bytes.size());
+  return Status::Ok();
+}
+
+Status ForwardPass::ImportState(int slot, int32_t position, std::span<const uint8_t> src) {
+  if (!act_->states) return InvalidArgument("the stage has no recurrent layers");
+  constexpr int kMaxSlots = 1 << 16;
+  if (slot < 0 || slot >= kMaxSlots) return InvalidArgument("slot {} is out of range", slot);
+  act_->states->EnsureSlots(slot + 1);
+  return act_->states->Restore(slot, src, position);
+}
+
 Status ForwardPass::Validate(std::span<const BatchEntry> batch,
                              std::span<const PageList> pages_by_slot, const float* hidden_in,
                              const float* out) {
@@ -302,7 +325,7 @@ Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
     for (const BatchEntry& e : batch) {
       if (e.position == 0) act_->states->Reset(e.slot);
     }
-    act_->delta_net.GroupSequences(batch);
+    act_->delta_net.GroupSequences(batch, pool_.page_tokens());
   }
   Embed(batch, hidden_in);
   BuildTiles(batch);
@@ -321,6 +344,12 @@ Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
   if (act_->states) {
     for (size_t slot = 0; slot < act_->slot_next.size(); ++slot) {
       if (act_->slot_next[slot] >= 0) act_->states->set_position(int(slot), act_->slot_next[slot]);
+    }
+    const DeltaNetScratch& grouped = act_->delta_net;
+    for (size_t seq = 0; seq < grouped.seq_slot.size(); ++seq) {
+      const int32_t t = grouped.seq_checkpoint[seq];
+      if (t >= 0)
+        act_->states->set_checkpoint_position(grouped.seq_slot[seq], batch[t].position + 1);
     }
   }
   if (model_.is_last_stage()) {

@@ -95,6 +95,14 @@ class ForwardPass {
   Status RunPooled(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
                    const PooledKv& pooled, const float* hidden_in, float* out);
 
+  // Recurrent layers (kv/recurrent_state.h): the bytes of one slot's state in this stage (0
+  // when the stage has none); the slot's state at `position`, its live state or its last
+  // page-boundary checkpoint, into dst (NotFound when it holds neither: the position is gone);
+  // and a state at `position` into the slot, which its next batch continues. Between batches.
+  size_t state_bytes() const;
+  Status ExportState(int slot, int32_t position, std::span<uint8_t> dst) const;
+  Status ImportState(int slot, int32_t position, std::span<const uint8_t> src);
+
  private:
   struct Activations;
   struct Tile {

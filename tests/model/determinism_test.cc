@@ -334,6 +334,35 @@ TEST_P(DeterminismTest, RewriteFromEarlierPositionEqualsFreshRun) {
   ExpectBitwise(got, Slice(want, 20, tokens_.size(), h->n_vocab()), "rewrite vs fresh");
 }
 
+// A recurrent state resumes from the checkpoint its slot took at the last page boundary: rewound
+// to it (pages truncated, the checkpoint imported as the live state), the sequence continues
+// bitwise as a fresh run. A stage without recurrent layers has no state to export.
+TEST_P(DeterminismTest, RecurrentStateResumesFromItsPageBoundaryCheckpoint) {
+  auto h = Open(2);
+  std::vector<float> want = OneBatch(*h);
+  std::vector<uint8_t> state(h->forward->state_bytes());
+  if (!Recurrent()) {
+    EXPECT_EQ(state.size(), 0u);
+    EXPECT_EQ(h->forward->ExportState(0, 16, state).code(), StatusCode::kInvalidArgument);
+    return;
+  }
+  ASSERT_GT(state.size(), 0u);
+  BlockTable table = h->NewTable();
+  const int page = h->allocator->page_tokens();
+  std::vector<int32_t> head(tokens_.begin(), tokens_.begin() + 2 * page + 5);
+  h->Run(table, head, 0, false);
+  // The live state (at 2 pages + 5) and the checkpoint (at 2 pages) export; nothing else does.
+  EXPECT_TRUE(h->forward->ExportState(0, int32_t(head.size()), state).ok());
+  EXPECT_EQ(h->forward->ExportState(0, page, state).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(h->forward->ExportState(0, 2 * page, state).ok());
+  table.Truncate(2 * page);
+  ASSERT_TRUE(h->forward->ImportState(0, 2 * page, state).ok());
+  std::vector<int32_t> rest(tokens_.begin() + 2 * page, tokens_.end());
+  std::vector<float> got = h->Run(table, rest, 2 * page, true);
+  ExpectBitwise(got, Slice(want, size_t(2 * page), tokens_.size(), h->n_vocab()),
+                "resumed from the checkpoint vs fresh");
+}
+
 TEST_P(DeterminismTest, Q8_0KvIsThreadInvariantAndDecodeEqualsPrefill) {
   if (!Q8_0Fits()) GTEST_SKIP() << "head_dim is not a multiple of 32: no q8_0 KV cache";
   auto h1 = Open(1, kAllLayers, KvType::kQ8_0);
