@@ -164,6 +164,10 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(LoadedModel loaded,
 
 namespace {
 
+// Recurrent states the prefix cache keeps per slot (each a whole sequence's state: megabytes
+// on a real model), the least recently used out first.
+constexpr int kRecurrentStatesPerSlot = 4;
+
 // The widest window of the model's windowed layers (0: none).
 int WidestWindow(const ModelConfig& config) {
   int widest = 0;
@@ -184,16 +188,6 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
     std::fprintf(stderr, "scheduler: --kv-tail %d raised to %d, the model's attention window\n",
                  options_.kv_pool.tail_tokens, window);
     options_.kv_pool.tail_tokens = window;
-  }
-  // Recurrent layers keep one state per sequence, at its last position: a request can resume
-  // cached pages only with that state as it was at the cached position, and no such state is
-  // kept yet, so every request of such a model computes its prompt from the start.
-  const ModelConfig& model_config = pipeline->config();
-  if (options_.prefix_cache && model_config.HasDeltaNet(0, model_config.n_layers)) {
-    std::fprintf(stderr,
-                 "scheduler: prefix cache off: the model's recurrent layers cannot resume from "
-                 "cached pages yet\n");
-    options_.prefix_cache = false;
   }
   auto state = std::make_unique<State>();
   state->pipeline = std::move(pipeline);
@@ -216,9 +210,13 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
         [pager = state->pager.get()](PageId page) { pager->OnPageFreed(page); });
     state->attended_by_slot.resize(options_.n_parallel);
   }
+  // Recurrent states kept beside the cache: a few per slot (a conversation's latest turns).
+  state->recurrent = std::make_unique<RecurrentCheckpoints>(
+      state->pipeline.get(), options_.page_tokens, kRecurrentStatesPerSlot * options_.n_parallel);
   state->prefix_cache = std::make_unique<SchedulerPrefixCache>(
       options_.prefix_cache, &state->pipeline->allocator(), options_.n_parallel,
-      options_.page_tokens, fingerprint, state->disk_cache.get(), state->pager.get());
+      options_.page_tokens, fingerprint, state->disk_cache.get(), state->pager.get(),
+      state->recurrent.get());
   config_ = state->pipeline->config();
   state->slots.resize(options_.n_parallel);
   for (SchedulerSlot& slot : state->slots) {
@@ -639,6 +637,7 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
     slot.table->Clear();
   } else {
     s.prefix_cache->RememberSelection(slot_idx);
+    s.prefix_cache->RememberState(slot_idx);
     RetainSequence(slot, *request);
   }
   s.prefix_cache->EndSlot(slot_idx);

@@ -91,7 +91,9 @@ struct Scheduler::State {
   std::unique_ptr<Pipeline> pipeline;
   // Bounded KV pool only. The allocator's free hook calls it: it goes after every table.
   std::unique_ptr<Pager> pager;
-  std::unique_ptr<SchedulerDiskCache> disk_cache;      // null without options.kv_cache_dir
+  std::unique_ptr<SchedulerDiskCache> disk_cache;  // null without options.kv_cache_dir
+  // Declared before the prefix cache, which refers to it.
+  std::unique_ptr<RecurrentCheckpoints> recurrent;     // disabled without recurrent layers
   std::unique_ptr<SchedulerPrefixCache> prefix_cache;  // a null object when disabled
   std::vector<SchedulerSlot> slots;
   std::vector<PageList> pages_by_slot;                 // [slot] → its pages, per batch

@@ -11,10 +11,12 @@ namespace shardlm {
 
 SchedulerPrefixCache::SchedulerPrefixCache(bool enabled, PageAllocator* allocator, int n_slots,
                                            int page_tokens, const Fingerprint128& fingerprint,
-                                           SchedulerDiskCache* disk, Pager* pager)
+                                           SchedulerDiskCache* disk, Pager* pager,
+                                           RecurrentCheckpoints* recurrent)
     : allocator_(allocator),
       disk_(enabled ? disk : nullptr),
       pager_(pager),
+      recurrent_(recurrent != nullptr && recurrent->enabled() ? recurrent : nullptr),
       fingerprint_(fingerprint),
       page_tokens_(page_tokens),
       chains_(size_t(n_slots)) {
@@ -70,10 +72,18 @@ void SchedulerPrefixCache::Admit(int slot, ActiveRequest& request, BlockTable& t
   if (!chain.loading) FinishAdmit(slot, request, table);
 }
 
-void SchedulerPrefixCache::FinishAdmit(int slot, ActiveRequest& request, const BlockTable& table) {
+void SchedulerPrefixCache::FinishAdmit(int slot, ActiveRequest& request, BlockTable& table) {
   Chain& chain = chains_[slot];
   chain.loading = false;
   const int last = request.n_prompt() - 1;
+  if (recurrent_ != nullptr) {
+    // Whole blocks short of the last prompt token: the state resumes exactly at their end.
+    const int usable = std::min(table.n_tokens(), last) / page_tokens_;
+    const int resumed = recurrent_->Resume(slot, chain.hashes, usable);
+    table.Truncate(resumed * page_tokens_);
+    chain.n_published = std::min(chain.n_published, resumed);
+    chain.memory_blocks = std::min(chain.memory_blocks, resumed);
+  }
   const int cached = std::min(table.n_tokens(), last);
   const int memory = std::min(chain.memory_blocks * page_tokens_, last);
   request.SetCached(cached, cached - memory);
@@ -225,8 +235,15 @@ void SchedulerPrefixCache::ForgetPages(const std::function<bool(PageId)>& drop) 
   std::erase_if(selections_, [&](const auto& kept) { return !index_->Contains(kept.first); });
 }
 
+void SchedulerPrefixCache::RememberState(int slot) {
+  const Chain& chain = chains_[slot];
+  if (!enabled() || recurrent_ == nullptr || chain.n_published == 0) return;
+  recurrent_->Remember(slot, chain.hashes[size_t(chain.n_published - 1)], chain.n_published);
+}
+
 void SchedulerPrefixCache::Clear() {
   if (!enabled()) return;
+  if (recurrent_ != nullptr) recurrent_->Clear();
   if (disk_) disk_->Clear();
   index_->Clear();
   selections_.clear();

@@ -33,6 +33,9 @@
 //    of its prefix that has one, so its first resident pages depend on the tokens it
 //    continues, not on its slot or a restart. The first selection kept for a block stays;
 //    it goes when its block leaves the memory cache (the disk keeps its own).
+//  - Recurrent state (a model with recurrent layers, scheduler_recurrent_states.h): cached
+//    pages resume a sequence only with its recurrent state at their end, so a hit is cut to
+//    the deepest block whose state was kept when an earlier sequence ended there.
 //  - Counters: skipped prompt tokens (from memory, from disk), lookups, hits, evictions,
 //    cached pages.
 //  - Disabled (options.prefix_cache off) it is a null object: nothing is mapped, published
@@ -58,6 +61,7 @@
 #include "cache/prefix_index.h"
 #include "engine/engine.h"
 #include "engine/scheduler_disk_cache.h"
+#include "engine/scheduler_recurrent_states.h"
 #include "gguf/fingerprint.h"
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
@@ -73,9 +77,10 @@ class SchedulerPrefixCache {
   // enabled false: the null object. n_slots: the slot indices passed in are [0, n_slots).
   // disk: the disk tier, or null (ignored when disabled). pager: the bounded KV pool's, or
   // null.
+  // recurrent: the recurrent state kept per block (a model with recurrent layers), or null.
   SchedulerPrefixCache(bool enabled, PageAllocator* allocator, int n_slots, int page_tokens,
                        const Fingerprint128& fingerprint, SchedulerDiskCache* disk = nullptr,
-                       Pager* pager = nullptr);
+                       Pager* pager = nullptr, RecurrentCheckpoints* recurrent = nullptr);
   ~SchedulerPrefixCache();
   SchedulerPrefixCache(const SchedulerPrefixCache&) = delete;
   SchedulerPrefixCache& operator=(const SchedulerPrefixCache&) = delete;
@@ -102,6 +107,9 @@ class SchedulerPrefixCache {
   // Keeps the pager's selection of the slot's published pages for its last published block
   // (a bounded pool; no-op otherwise).
   void RememberSelection(int slot);
+  // A model with recurrent layers: the slot's sequence ended; keeps its recurrent state at its
+  // last published block (no-op otherwise).
+  void RememberState(int slot);
   // A restored sequence (`tokens`, held in `pages`, one per block, the caller holding a
   // reference on each) joins the cache: each full block that is cached already has its page
   // swapped for the cached one (reference moved: the restored copy is released); the others
@@ -144,8 +152,10 @@ class SchedulerPrefixCache {
     uint64_t fence = 0;
   };
 
-  // Ends admission: the request skips the table's tokens (but its last prompt token).
-  void FinishAdmit(int slot, ActiveRequest& request, const BlockTable& table);
+  // Ends admission: the request skips the table's tokens (but its last prompt token); with
+  // recurrent layers, only the blocks up to the deepest one whose state is kept (the table
+  // is cut there and the state imported into the slot).
+  void FinishAdmit(int slot, ActiveRequest& request, BlockTable& table);
   void ReleasePending(Chain& chain);
   // Persists a block published under `hash` in `page`, behind the backlog.
   void PersistBlock(const BlockHash& hash, const BlockHash& parent, PageId page);
@@ -159,6 +169,7 @@ class SchedulerPrefixCache {
   PageAllocator* allocator_;
   SchedulerDiskCache* disk_;                                 // null: no disk tier
   Pager* pager_;                                             // null: unbounded KV
+  RecurrentCheckpoints* recurrent_;                          // null: no recurrent layers
   std::unordered_map<BlockHash, PageSelection> selections_;  // by a cached block's hash
   // (hash, parent) of published blocks the disk queue had no room for, in publishing order.
   std::deque<std::pair<BlockHash, BlockHash>> unpersisted_;

@@ -113,6 +113,7 @@ Status LocalStage::ApplyCopies(std::span<const PageCopy> copies) {
 }
 
 Status LocalStage::Run(const StageBatch& batch, const float* hidden_in, float* out) {
+  std::lock_guard<std::mutex> lock(run_mu_);
   const auto start = std::chrono::steady_clock::now();
   if (residency_ != nullptr) {
     SHARDLM_TRY(RunPooled(batch, hidden_in, out));
@@ -222,6 +223,18 @@ Status LocalStage::ImportPages(std::span<const PageId> pages, const uint8_t* src
     std::memcpy(pool_->page_data(pages[i]), src + i * bytes, bytes);
   }
   return Status::Ok();
+}
+
+Status LocalStage::ExportState(int32_t slot, int32_t position, uint8_t* dst) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  Status status = forward_->ExportState(slot, position, {dst, state_bytes()});
+  return status.ok() ? status : status.WithContext("stage " + std::to_string(info_.index));
+}
+
+Status LocalStage::ImportState(int32_t slot, int32_t position, const uint8_t* src) {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  Status status = forward_->ImportState(slot, position, {src, state_bytes()});
+  return status.ok() ? status : status.WithContext("stage " + std::to_string(info_.index));
 }
 
 }  // namespace shardlm

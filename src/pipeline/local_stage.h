@@ -83,6 +83,9 @@ class LocalStage final : public Stage {
   size_t page_bytes() const override;
   Status ExportPages(std::span<const PageId> pages, uint8_t* dst) override;
   Status ImportPages(std::span<const PageId> pages, const uint8_t* src) override;
+  size_t state_bytes() const override { return forward_->state_bytes(); }
+  Status ExportState(int32_t slot, int32_t position, uint8_t* dst) override;
+  Status ImportState(int32_t slot, int32_t position, const uint8_t* src) override;
 
   const Model& model() const { return *model_; }
   // The stage's page storage (prefix cache export/import, the shard daemon).
@@ -111,6 +114,9 @@ class LocalStage final : public Stage {
   std::vector<PageList> frame_lists_;
   StageInfo info_;
 
+  // Held by Run and by the recurrent state's export and import: the engine thread moves a
+  // slot's state while the pipeline's worker may run another slot's batch.
+  std::mutex run_mu_;
   mutable std::mutex stats_mu_;
   StageStats stats_;  // guarded by stats_mu_
 };

@@ -414,4 +414,36 @@ Status Pipeline::ImportPages(std::span<const PageId> pages,
   return Status::Ok();
 }
 
+size_t Pipeline::state_bytes() const {
+  size_t bytes = 0;
+  for (const auto& stage : stages_) bytes += stage->state_bytes();
+  return bytes;
+}
+
+Status Pipeline::ExportState(int32_t slot, int32_t position, std::span<uint8_t> dst) {
+  if (dst.size() != state_bytes()) {
+    return InvalidArgument("ExportState: {} bytes for a state of {}", dst.size(), state_bytes());
+  }
+  size_t offset = 0;
+  for (const auto& stage : stages_) {
+    if (stage->state_bytes() == 0) continue;
+    SHARDLM_TRY(stage->ExportState(slot, position, dst.data() + offset));
+    offset += stage->state_bytes();
+  }
+  return Status::Ok();
+}
+
+Status Pipeline::ImportState(int32_t slot, int32_t position, std::span<const uint8_t> src) {
+  if (src.size() != state_bytes()) {
+    return InvalidArgument("ImportState: {} bytes for a state of {}", src.size(), state_bytes());
+  }
+  size_t offset = 0;
+  for (const auto& stage : stages_) {
+    if (stage->state_bytes() == 0) continue;
+    SHARDLM_TRY(stage->ImportState(slot, position, src.data() + offset));
+    offset += stage->state_bytes();
+  }
+  return Status::Ok();
+}
+
 }  // namespace shardlm

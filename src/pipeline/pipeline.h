@@ -151,6 +151,11 @@ class Pipeline {
   // reads. Errors: a wrong number of buffers (InvalidArgument), the first failing stage's.
   Status ExportPages(std::span<const PageId> pages, std::span<uint8_t* const> dst_by_stage);
   Status ImportPages(std::span<const PageId> pages, std::span<const uint8_t* const> src_by_stage);
+  // Recurrent state through every stage (Stage::ExportState): one slot's state is every
+  // stage's bytes in stage order, state_bytes() in all (0: no recurrent layers anywhere).
+  size_t state_bytes() const;
+  Status ExportState(int32_t slot, int32_t position, std::span<uint8_t> dst);
+  Status ImportState(int32_t slot, int32_t position, std::span<const uint8_t> src);
 
  private:
   struct Job;

@@ -109,6 +109,20 @@ class Stage {
   // lost remote stage.
   virtual Status ExportPages(std::span<const PageId> pages, uint8_t* dst) = 0;
   virtual Status ImportPages(std::span<const PageId> pages, const uint8_t* src) = 0;
+
+  // Recurrent state (the stage's recurrent layers, kv/recurrent_state.h): what a prefix of
+  // whole pages resumes from besides its pages. state_bytes(): one slot's state in this stage
+  // (0: the stage has no recurrent layer). ExportState copies the slot's state at `position`
+  // (its live state, or its checkpoint at the last page boundary) into dst; NotFound when the
+  // slot holds neither. ImportState makes src, a state at `position`, the slot's live state.
+  // Called between the slot's batches (a local stage serializes them with Run).
+  virtual size_t state_bytes() const { return 0; }
+  virtual Status ExportState(int32_t /*slot*/, int32_t /*position*/, uint8_t* /*dst*/) {
+    return InvalidArgument("stage {} has no recurrent layers", info().index);
+  }
+  virtual Status ImportState(int32_t /*slot*/, int32_t /*position*/, const uint8_t* /*src*/) {
+    return InvalidArgument("stage {} has no recurrent layers", info().index);
+  }
 };
 
 }  // namespace shardlm

@@ -39,6 +39,7 @@ namespace shardlm::scheduler_test_util {
 
 inline const char kStories[] = "stories260K.gguf";
 inline const char kQwen[] = "qwen3-tiny-f32.gguf";
+inline const char kQwen35[] = "qwen35-tiny.gguf";  // gated DeltaNet layers
 
 inline const char kLongText[] =
     "Once upon a time, there was a little dog named Max. He liked to run in the park with "

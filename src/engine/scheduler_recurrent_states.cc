@@ -1,0 +1,47 @@
+// RecurrentCheckpoints: recurrent state kept beside the prefix cache (see
+// scheduler_recurrent_states.h).
+#include "engine/scheduler_recurrent_states.h"
+
+#include <algorithm>
+
+namespace shardlm {
+
+RecurrentCheckpoints::RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int capacity)
+    : pipeline_(pipeline),
+      page_tokens_(page_tokens),
+      capacity_(std::max(capacity, 1)),
+      state_bytes_(pipeline != nullptr ? pipeline->state_bytes() : 0) {}
+
+void RecurrentCheckpoints::Remember(int slot, const BlockHash& hash, int n_blocks) {
+  if (!enabled() || n_blocks <= 0 || states_.contains(hash)) return;
+  std::vector<uint8_t> bytes(state_bytes_);
+  // NotFound: the slot's state moved past that block (its last batch crossed another page
+  // boundary) or never reached it; the block simply keeps no state.
+  if (!pipeline_->ExportState(slot, n_blocks * page_tokens_, bytes).ok()) return;
+  if (int(states_.size()) >= capacity_) {
+    states_.erase(recency_.back());
+    recency_.pop_back();
+  }
+  recency_.push_front(hash);
+  states_.emplace(hash, Kept{std::move(bytes), recency_.begin()});
+}
+
+int RecurrentCheckpoints::Resume(int slot, std::span<const BlockHash> hashes, int max_blocks) {
+  if (!enabled()) return 0;
+  for (int n = std::min(max_blocks, int(hashes.size())); n > 0; --n) {
+    auto kept = states_.find(hashes[size_t(n - 1)]);
+    if (kept == states_.end()) continue;
+    if (!pipeline_->ImportState(slot, n * page_tokens_, kept->second.bytes).ok()) return 0;
+    recency_.splice(recency_.begin(), recency_, kept->second.recency);
+    ++resumed_;
+    return n;
+  }
+  return 0;
+}
+
+void RecurrentCheckpoints::Clear() {
+  states_.clear();
+  recency_.clear();
+}
+
+}  // namespace shardlm

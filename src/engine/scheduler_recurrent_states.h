@@ -1,0 +1,61 @@
+// RecurrentCheckpoints: the prefix cache's memory of recurrent state (a model with recurrent
+// layers: qwen35's gated DeltaNet). Cached pages alone do not resume such a sequence: its
+// recurrent layers need their state as it was after the cached prefix. So when a sequence ends,
+// its state at its last published block (the stages' page-boundary checkpoint) is kept under
+// that block's chain hash, and a request whose prompt continues a cached chain resumes at the
+// deepest block of the chain that has a kept state: the state is imported into its slot in
+// every stage, and the cached pages after that block are recomputed.
+//
+// Goals: a next turn of a conversation skips every whole page its previous turn published, with
+// the text of a cold run (the state resumes bitwise); bounded memory (the most recent `capacity`
+// states, least recently used out first).
+// Non-goals: states on disk or in slot files (a restarted server recomputes the prompt);
+// choosing which blocks to record (the caller names the block).
+//
+// Thread safety: the engine thread only. Lifetime: references the Pipeline.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/block_hash.h"
+#include "pipeline/pipeline.h"
+
+namespace shardlm {
+
+class RecurrentCheckpoints {
+ public:
+  // pipeline: null or a model without recurrent layers gives a disabled object.
+  RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int capacity);
+
+  bool enabled() const { return state_bytes_ > 0; }
+  // Keeps the slot's state after n_blocks whole pages under `hash`, the chain hash of block
+  // n_blocks − 1, unless one is kept already or the slot no longer holds that position.
+  void Remember(int slot, const BlockHash& hash, int n_blocks);
+  // How many leading blocks of `hashes` (at most max_blocks) the slot resumes: the deepest with
+  // a kept state, which is imported into the slot in every stage; 0 when there is none or the
+  // import failed.
+  int Resume(int slot, std::span<const BlockHash> hashes, int max_blocks);
+  void Clear();
+
+  int count() const { return int(states_.size()); }
+  uint64_t resumed() const { return resumed_; }
+
+ private:
+  struct Kept {
+    std::vector<uint8_t> bytes;
+    std::list<BlockHash>::iterator recency;
+  };
+  Pipeline* pipeline_;
+  int page_tokens_;
+  int capacity_;
+  size_t state_bytes_ = 0;
+  std::unordered_map<BlockHash, Kept> states_;
+  std::list<BlockHash> recency_;  // most recent first
+  uint64_t resumed_ = 0;
+};
+
+}  // namespace shardlm

@@ -1,0 +1,107 @@
+// The prefix cache on a model with recurrent layers (qwen35-tiny: three gated DeltaNet layers,
+// one attention layer). Cached pages resume such a sequence only with its recurrent state at
+// their end: a next turn continues from the state its previous turn left at its last whole
+// page, skipping those tokens, with bitwise the output of a cold scheduler, in one stage and
+// split over two (each stage keeps its own layers' state); a prompt that shares pages but no
+// kept state is computed from the start, and still answers as cold.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/scheduler_test_util.h"
+
+namespace shardlm {
+namespace recurrent_prefix_cache_test {
+
+using scheduler_test_util::Concat;
+using scheduler_test_util::Encode;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kPageTokens;
+using scheduler_test_util::kQwen35;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::StoryTokens;
+
+SchedulerOptions Options(bool prefix_cache, bool split) {
+  SchedulerOptions options = scheduler_test_util::TestOptions(2, 256);
+  options.prefix_cache = prefix_cache;
+  if (split) {
+    // Stage 0 holds one DeltaNet layer and no KV at all; stage 1 the rest.
+    options.placement.devices.assign(2, DeviceSpec{});
+    options.placement.layer_split = {1, 3};
+    options.threads = 1;
+  }
+  return options;
+}
+
+void ConversationCase(bool split) {
+  auto cold = MakeScheduler(kQwen35, Options(false, false));
+  auto warm = MakeScheduler(kQwen35, Options(true, split));
+  ASSERT_TRUE(cold && warm);
+  std::vector<TokenId> history = StoryTokens(kQwen35, 37, kLongText);
+  for (int turn = 0; turn < 3; ++turn) {
+    SCOPED_TRACE(turn);
+    auto got = RunOne(*warm, Request(history, 20));
+    auto want = RunOne(*cold, Request(history, 20));
+    ExpectSameOutput(*got, *want);
+    if (turn > 0) {
+      // The previous turn wrote its prompt and every reply token but the last: its state was
+      // kept at the last whole page of that.
+      EXPECT_GT(got->finish.usage.cached_tokens, 0);
+      EXPECT_EQ(got->finish.usage.cached_tokens % kPageTokens, 0);
+    }
+    history = Concat(Concat(history, got->ids), Encode(kQwen35, " And then?", false));
+  }
+}
+
+TEST(RecurrentPrefixCacheTest, NextTurnsResumeTheStateAndAnswerAsCold) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ConversationCase(/*split=*/false);
+}
+
+TEST(RecurrentPrefixCacheTest, ASplitResumesEachStagesState) {
+  SHARDLM_REQUIRE_FIXTURES();
+  ConversationCase(/*split=*/true);
+}
+
+// The exact count: a turn of 37 prompt tokens and 30 generated wrote 66 positions; the state
+// passed its last page boundary at 64, so the next turn skips 64.
+TEST(RecurrentPrefixCacheTest, ANextTurnSkipsThePreviousTurnsWholePages) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto warm = MakeScheduler(kQwen35, Options(true, false));
+  ASSERT_TRUE(warm);
+  const std::vector<TokenId> turn1 = StoryTokens(kQwen35, 37, kLongText);
+  auto reply = RunOne(*warm, Request(turn1, 30));
+  ASSERT_EQ(reply->ids.size(), 30u);
+  const std::vector<TokenId> turn2 =
+      Concat(Concat(turn1, reply->ids), Encode(kQwen35, " Then they went home.", false));
+  auto got = RunOne(*warm, Request(turn2, 10));
+  const int written = int(turn1.size()) + 30 - 1;
+  EXPECT_EQ(got->finish.usage.cached_tokens, written / kPageTokens * kPageTokens);
+}
+
+// Pages shared with an earlier request, but no state kept where they end (the earlier one
+// went on past them): nothing is skipped, and the answer is the cold one.
+TEST(RecurrentPrefixCacheTest, SharedPagesWithoutAKeptStateAreComputed) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto cold = MakeScheduler(kQwen35, Options(false, false));
+  auto warm = MakeScheduler(kQwen35, Options(true, false));
+  ASSERT_TRUE(cold && warm);
+  const std::vector<TokenId> first = StoryTokens(kQwen35, 90, kLongText);
+  const std::vector<TokenId> second =
+      Concat(std::vector<TokenId>(first.begin(), first.begin() + 53),
+             Encode(kQwen35, " The cat sat on the mat.", false));
+  RunOne(*warm, Request(first, 4));
+  auto got = RunOne(*warm, Request(second, 12));
+  auto want = RunOne(*cold, Request(second, 12));
+  EXPECT_EQ(got->finish.usage.cached_tokens, 0);
+  ExpectSameOutput(*got, *want);
+}
+
+}  // namespace recurrent_prefix_cache_test
+}  // namespace shardlm
