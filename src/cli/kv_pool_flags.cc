@@ -60,7 +60,8 @@ Result<ParsedKvPool> ParseKvPoolFlags(const KvPoolFlags& flags, int n_parallel, 
   if (flags.pool == "auto") {
     const ModelConfig& config = model.config();
     SHARDLM_TRY(CheckKvRows(kv_type, config.head_dim));
-    const size_t bytes_per_position = size_t(config.n_layers) * 2 * size_t(config.n_head_kv) *
+    const size_t bytes_per_position = size_t(config.KvLayers(0, config.n_layers)) * 2 *
+                                      size_t(config.n_head_kv) *
                                       KvRowBytes(kv_type, size_t(config.head_dim));
     const uint64_t available = AvailableMemory();
     const uint64_t per_sequence =

@@ -126,6 +126,17 @@ constexpr auto kPagesReplyFields = [](auto& v, auto& m) {
   v("page_bytes", m.page_bytes);
 };
 
+constexpr auto kStateFields = [](auto& v, auto& m) {
+  v("slot", m.slot);
+  v("position", m.position);
+};
+
+constexpr auto kStateReplyFields = [](auto& v, auto& m) {
+  v.Enum("status_code", m.status_code, kStatusSentinel);
+  v("error", m.error);
+  v("state_bytes", m.state_bytes);
+};
+
 constexpr auto kStatsReplyFields = [](auto& v, auto& m) {
   v("batches", m.batches);
   v("tokens", m.tokens);
@@ -171,13 +182,19 @@ const char* ShardMessageTypeName(ShardMessageType type) {
       return "StatsReply";
     case ShardMessageType::kWorking:
       return "Working";
+    case ShardMessageType::kExportState:
+      return "ExportState";
+    case ShardMessageType::kImportState:
+      return "ImportState";
+    case ShardMessageType::kStateReply:
+      return "StateReply";
   }
   return "unknown";
 }
 
 bool ShardMessageTypeValid(uint32_t type) {
   return type >= static_cast<uint32_t>(ShardMessageType::kHello) &&
-         type <= static_cast<uint32_t>(ShardMessageType::kWorking);
+         type <= static_cast<uint32_t>(ShardMessageType::kStateReply);
 }
 
 void EncodeHello(const ShardHello& m, std::vector<uint8_t>& out) {
@@ -236,8 +253,24 @@ Result<ShardStatsReply> DecodeStatsReply(std::span<const uint8_t> payload) {
   return DecodeFields<ShardStatsReply>(kStatsReplyFields, payload, "StatsReply");
 }
 
+void EncodeState(const ShardState& m, std::vector<uint8_t>& out) {
+  EncodeFields(kStateFields, m, out);
+}
+
+Result<ShardState> DecodeState(std::span<const uint8_t> payload) {
+  return DecodeFields<ShardState>(kStateFields, payload, "State");
+}
+
+void EncodeStateReply(const ShardStateReply& m, std::vector<uint8_t>& out) {
+  EncodeFields(kStateReplyFields, m, out);
+}
+
+Result<ShardStateReply> DecodeStateReply(std::span<const uint8_t> payload) {
+  return DecodeFields<ShardStateReply>(kStateReplyFields, payload, "StateReply");
+}
+
 ShardRegionLayout ComputeRegionLayout(const ShardHello& hello, size_t page_bytes,
-                                      int pages_per_transfer) {
+                                      int pages_per_transfer, size_t state_bytes) {
   size_t hidden = 0, logits = 0, embeddings = 0, pages = 0;
   if (!FloatRows(hello.max_batch_tokens, hello.n_embd, hidden) ||
       !FloatRows(hello.max_logit_rows, hello.n_vocab, logits) ||
@@ -247,8 +280,8 @@ ShardRegionLayout ComputeRegionLayout(const ShardHello& hello, size_t page_bytes
     return {};
   }
   ShardRegionLayout layout;
-  if (!AlignUp(std::max(hidden, pages), layout.input_bytes) ||
-      !AlignUp(std::max({hidden, logits + embeddings, pages}), layout.output_bytes) ||
+  if (!AlignUp(std::max({hidden, pages, state_bytes}), layout.input_bytes) ||
+      !AlignUp(std::max({hidden, logits + embeddings, pages, state_bytes}), layout.output_bytes) ||
       layout.output_bytes > SIZE_MAX - layout.input_bytes) {
     return {};
   }

@@ -11,6 +11,8 @@
 //                                   its output area
 //   ExportPages     → PagesReply    page contents written to the output area
 //   ImportPages     → PagesReply    page contents read from the input area
+//   ExportState     → StateReply    a slot's recurrent state written to the output area
+//   ImportState     → StateReply    a slot's recurrent state read from the input area
 //   StatsRequest    → StatsReply
 // While a request runs longer than the Hello's heartbeat_ms, the daemon sends Working (empty
 // payload) every heartbeat_ms before the reply, so the server tells a long batch from a hung
@@ -52,7 +54,10 @@ namespace shardlm {
 // 6: RunReply lost pages (a tier failure loses pages, not the batch).
 // 7: RunBatch paging ops without `reset` (after a failed batch they free every page), and an
 //    imported page forgets what it held before.
-inline constexpr uint32_t kShardProtocolVersion = 7;
+// 8: recurrent layers: ExportState / ImportState / StateReply; pages hold only the layers with
+//    KV (a stage of recurrent layers only has pages of 0 bytes); the region's areas also fit
+//    one slot's recurrent state.
+inline constexpr uint32_t kShardProtocolVersion = 8;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -69,6 +74,9 @@ enum class ShardMessageType : uint32_t {
   kStatsRequest = 8,
   kStatsReply = 9,
   kWorking = 10,  // daemon → server, empty: still computing the current request
+  kExportState = 11,
+  kImportState = 12,
+  kStateReply = 13,
 };
 const char* ShardMessageTypeName(ShardMessageType type);
 // True when `type` is one of the values above (a frame's type field is checked with it).
@@ -163,6 +171,19 @@ struct ShardPagesReply {
   uint64_t page_bytes = 0;
 };
 
+// Server → daemon: copy the slot's recurrent state at `position` to the output area (export),
+// or make the input area's bytes its state at `position` (import); Stage::ExportState.
+struct ShardState {
+  int32_t slot = 0;
+  int32_t position = 0;
+};
+
+struct ShardStateReply {
+  uint32_t status_code = 0;
+  std::string error;
+  uint64_t state_bytes = 0;
+};
+
 struct ShardStatsReply {
   uint64_t batches = 0;
   uint64_t tokens = 0;
@@ -179,6 +200,8 @@ void EncodeRunReply(const ShardRunReply& m, std::vector<uint8_t>& out);
 void EncodePages(const ShardPages& m, std::vector<uint8_t>& out);
 void EncodePagesReply(const ShardPagesReply& m, std::vector<uint8_t>& out);
 void EncodeStatsReply(const ShardStatsReply& m, std::vector<uint8_t>& out);
+void EncodeState(const ShardState& m, std::vector<uint8_t>& out);
+void EncodeStateReply(const ShardStateReply& m, std::vector<uint8_t>& out);
 
 Result<ShardHello> DecodeHello(std::span<const uint8_t> payload);
 Result<ShardHelloReply> DecodeHelloReply(std::span<const uint8_t> payload);
@@ -187,11 +210,14 @@ Result<ShardRunReply> DecodeRunReply(std::span<const uint8_t> payload);
 Result<ShardPages> DecodePages(std::span<const uint8_t> payload);
 Result<ShardPagesReply> DecodePagesReply(std::span<const uint8_t> payload);
 Result<ShardStatsReply> DecodeStatsReply(std::span<const uint8_t> payload);
+Result<ShardState> DecodeState(std::span<const uint8_t> payload);
+Result<ShardStateReply> DecodeStateReply(std::span<const uint8_t> payload);
 
 // Layout of the shared region, [input area | output area], both 64-byte aligned:
-// input  = max(max_batch_tokens × n_embd floats, import pages), output = max(max_batch_tokens
-// × n_embd floats, max_logit_rows × n_vocab + max_embedding_rows × n_embd floats, export
-// pages). Both sides compute it from the Hello, so neither trusts offsets sent by the other.
+// input  = max(max_batch_tokens × n_embd floats, import pages, one recurrent state), output =
+// max(max_batch_tokens × n_embd floats, max_logit_rows × n_vocab + max_embedding_rows × n_embd
+// floats, export pages, one recurrent state). Both sides compute it from the Hello and the
+// model, so neither trusts offsets sent by the other.
 struct ShardRegionLayout {
   size_t input_offset = 0;
   size_t input_bytes = 0;
@@ -200,11 +226,12 @@ struct ShardRegionLayout {
   size_t total_bytes = 0;
 };
 // page_bytes: one page of the stage's storage; pages_per_transfer: most pages moved by one
-// ExportPages/ImportPages. input_bytes/output_bytes are rounded up to 64, so
+// ExportPages/ImportPages; state_bytes: one slot's recurrent state in the stage (0: none).
+// input_bytes/output_bytes are rounded up to 64, so
 // total_bytes = input_bytes + output_bytes. Sizes that are negative or would overflow
 // size_t (a hostile or corrupt Hello) give an all-zero layout: total_bytes == 0 means
 // "refuse this Hello".
 ShardRegionLayout ComputeRegionLayout(const ShardHello& hello, size_t page_bytes,
-                                      int pages_per_transfer);
+                                      int pages_per_transfer, size_t state_bytes = 0);
 
 }  // namespace shardlm

@@ -202,6 +202,16 @@ bool ModelConfig::HasDeltaNet(int begin, int end) const {
   return false;
 }
 
+size_t ModelConfig::RecurrentStateBytes(int begin, int end) const {
+  size_t layers_with_state = 0;
+  for (int i = begin; i < end; ++i) {
+    layers_with_state += layers[size_t(i)].mixer == LayerMixer::kDeltaNet ? 1 : 0;
+  }
+  const size_t floats =
+      size_t(delta_net.conv_state_floats()) + size_t(delta_net.ssm_state_floats());
+  return layers_with_state * floats * sizeof(float);
+}
+
 const char* ArchName(Arch arch) {
   switch (arch) {
     case Arch::kLlama:

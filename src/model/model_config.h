@@ -155,6 +155,8 @@ struct ModelConfig {
   // Layers of [begin, end) with KV pages of their own (attention layers that write KV).
   int KvLayers(int begin, int end) const;
   bool HasDeltaNet(int begin, int end) const;
+  // Bytes of one sequence's recurrent state in layers [begin, end) (RecurrentStates' slot).
+  size_t RecurrentStateBytes(int begin, int end) const;
 
   int q_dim() const { return n_head * head_dim; }       // columns of q
   int kv_dim() const { return n_head_kv * head_dim; }   // columns of k and v

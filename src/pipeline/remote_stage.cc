@@ -104,12 +104,15 @@ Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOption
   const std::string name = fmt::format("stage {} (unix:{})", options.index, options.socket_path);
   SHARDLM_TRY(ValidateShardGeometry(hello).WithContext(name));
   SHARDLM_TRY(CheckKvRows(options.kv.kv_type, options.config.head_dim).WithContext(name));
-  const size_t page_bytes = ShardPageBytes(options.config, options.layers.size(),
-                                           options.kv.page_tokens, options.kv.kv_type);
-  Result<ShardRegionLayout> layout = ShardLayout(hello, page_bytes);
+  const size_t page_bytes =
+      ShardPageBytes(options.config, options.layers, options.kv.page_tokens, options.kv.kv_type);
+  const size_t state_bytes =
+      options.config.RecurrentStateBytes(options.layers.begin, options.layers.end);
+  Result<ShardRegionLayout> layout = ShardLayout(hello, page_bytes, state_bytes);
   if (!layout.ok()) return layout.status().WithContext(name);
   hello.shm_bytes = layout->total_bytes;
   std::unique_ptr<RemoteStage> stage(new RemoteStage(options, hello, page_bytes, *layout));
+  stage->state_bytes_ = state_bytes;
   Result<std::unique_ptr<ShmRegion>> region =
       ShmRegion::Create(fmt::format("shardlm-stage{}", options.index), layout->total_bytes);
   if (!region.ok()) return region.status().WithContext(name);
@@ -358,6 +361,37 @@ Status RemoteStage::TransferPages(ShardMessageType type, std::span<const PageId>
     if (dst) std::memcpy(dst + done * page_bytes_, region_->data() + layout_.output_offset, bytes);
     done += n;
   }
+  return Status::Ok();
+}
+
+Status RemoteStage::ExportState(int32_t slot, int32_t position, uint8_t* dst) {
+  return TransferState(ShardMessageType::kExportState, slot, position, dst, nullptr);
+}
+
+Status RemoteStage::ImportState(int32_t slot, int32_t position, const uint8_t* src) {
+  return TransferState(ShardMessageType::kImportState, slot, position, nullptr, src);
+}
+
+Status RemoteStage::TransferState(ShardMessageType type, int32_t slot, int32_t position,
+                                  uint8_t* dst, const uint8_t* src) {
+  if (state_bytes_ == 0) return InvalidArgument("{} has no recurrent layers", Name());
+  std::lock_guard<std::mutex> lock(io_mu_);
+  if (src) std::memcpy(region_->data() + layout_.input_offset, src, state_bytes_);
+  scratch_.clear();
+  EncodeState(ShardState{slot, position}, scratch_);
+  SHARDLM_ASSIGN_OR_RETURN(
+      ReceivedMessage message,
+      RoundTrip(type, scratch_, ShardMessageType::kStateReply, options_.run_timeout_ms));
+  Result<ShardStateReply> reply = DecodeStateReply(message.payload);
+  if (!reply.ok()) return MarkDown(reply.status());
+  if (reply->status_code != static_cast<uint32_t>(StatusCode::kOk)) {
+    return Status(static_cast<StatusCode>(reply->status_code), Name() + ": " + reply->error);
+  }
+  if (reply->state_bytes != state_bytes_) {
+    return MarkDown(
+        InvalidData("a state of {} bytes, expected {}", reply->state_bytes, state_bytes_));
+  }
+  if (dst) std::memcpy(dst, region_->data() + layout_.output_offset, state_bytes_);
   return Status::Ok();
 }
 

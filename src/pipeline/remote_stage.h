@@ -13,7 +13,8 @@
 // Non-goals: pipelining several batches in flight (one request at a time, as the protocol
 // says), reconnecting by itself (the caller decides when: Reconnect), TCP.
 //
-// Thread safety: Run, ExportPages, ImportPages and Reconnect are serialized by an internal
+// Thread safety: Run, ExportPages, ImportPages, ExportState, ImportState and Reconnect are
+// serialized by an internal
 // lock (one request on the socket at a time); info, Health and Stats may be called from any
 // thread and never wait for a request in flight. Lifetime: owns the connection and the
 // region; the daemon frees the session's pages when it is destroyed.
@@ -81,6 +82,9 @@ class RemoteStage : public Stage {
   // Run (one connection), so an export waits for the batch the daemon is computing.
   Status ExportPages(std::span<const PageId> pages, uint8_t* dst) override;
   Status ImportPages(std::span<const PageId> pages, const uint8_t* src) override;
+  size_t state_bytes() const override { return state_bytes_; }
+  Status ExportState(int32_t slot, int32_t position, uint8_t* dst) override;
+  Status ImportState(int32_t slot, int32_t position, const uint8_t* src) override;
   // The daemon's own statistics (its batches, busy time, resident set).
   Result<ShardStatsReply> DaemonStats();
   // The daemon's answer to the last accepted Hello (device, threads, bytes, RSS). Not to be
@@ -98,12 +102,15 @@ class RemoteStage : public Stage {
                                     ShardMessageType reply_type, int timeout_ms);
   Status MarkDown(const Status& cause);  // returns the kUnavailable Status
   Status CheckUp() const;
+  Status TransferState(ShardMessageType type, int32_t slot, int32_t position, uint8_t* dst,
+                       const uint8_t* src);
   Status TransferPages(ShardMessageType type, std::span<const PageId> pages, uint8_t* dst,
                        const uint8_t* src);
 
   RemoteStageOptions options_;
   ShardHello hello_;
   size_t page_bytes_ = 0;
+  size_t state_bytes_ = 0;  // one slot's recurrent state in the stage's layers
   ShardRegionLayout layout_;
   StageInfo info_;
 

@@ -24,10 +24,10 @@ size_t PhysicalMemoryBytes() {
 
 }  // namespace
 
-size_t ShardPageBytes(const ModelConfig& config, int n_stage_layers, int page_tokens,
+size_t ShardPageBytes(const ModelConfig& config, LayerRange layers, int page_tokens,
                       KvType kv_type) {
   const size_t row_bytes = size_t(config.n_head_kv) * KvRowBytes(kv_type, size_t(config.head_dim));
-  return row_bytes * size_t(page_tokens) * size_t(n_stage_layers) * 2;
+  return row_bytes * size_t(page_tokens) * size_t(config.KvLayers(layers.begin, layers.end)) * 2;
 }
 
 Status ValidateShardGeometry(const ShardHello& hello) {
@@ -73,7 +73,8 @@ Status ValidateShardGeometry(const ShardHello& hello) {
   return Status::Ok();
 }
 
-Result<ShardRegionLayout> ShardLayout(const ShardHello& hello, size_t page_bytes) {
+Result<ShardRegionLayout> ShardLayout(const ShardHello& hello, size_t page_bytes,
+                                      size_t state_bytes) {
   SHARDLM_TRY(ValidateShardGeometry(hello));
   const size_t memory = PhysicalMemoryBytes();
   // page_bytes and n_pages are bounded (ValidateShardGeometry, the file's config), so the
@@ -81,11 +82,12 @@ Result<ShardRegionLayout> ShardLayout(const ShardHello& hello, size_t page_bytes
   // its frames; the tier holds the rest.
   const int resident_pages = hello.n_frames > 0 ? hello.n_frames : hello.n_pages;
   const double pool_bytes = double(page_bytes) * double(resident_pages);
-  if (page_bytes == 0 || pool_bytes > double(memory)) {
+  if (pool_bytes > double(memory)) {
     return OutOfRange("KV pool of {} pages × {} bytes exceeds this machine's {} bytes of memory",
                       resident_pages, page_bytes, memory);
   }
-  const ShardRegionLayout layout = ComputeRegionLayout(hello, page_bytes, kShardPagesPerTransfer);
+  const ShardRegionLayout layout =
+      ComputeRegionLayout(hello, page_bytes, kShardPagesPerTransfer, state_bytes);
   if (layout.total_bytes == 0 || layout.total_bytes > memory) {
     return OutOfRange(
         "shared region of {} bytes (max_batch_tokens {}, max_logit_rows {}) exceeds this "

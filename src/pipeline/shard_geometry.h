@@ -36,9 +36,9 @@ inline constexpr int kShardMaxBatchTokens = 1 << 16;
 inline constexpr int kShardMaxLogitRows = kShardMaxBatchTokens;
 inline constexpr int kShardMaxThreads = 1024;
 
-// Bytes of one page of a stage with `n_stage_layers` layers (PagePool's layout: K and V
-// rows of n_head_kv × head_dim elements per position per layer).
-size_t ShardPageBytes(const ModelConfig& config, int n_stage_layers, int page_tokens,
+// Bytes of one page of the stage of `layers` (PagePool's layout: K and V rows of n_head_kv ×
+// head_dim elements per position per layer with KV; 0 for a stage of recurrent layers only).
+size_t ShardPageBytes(const ModelConfig& config, LayerRange layers, int page_tokens,
                       KvType kv_type);
 
 // Checks the Hello's own fields: magic, every size positive and within the bounds above,
@@ -47,10 +47,11 @@ size_t ShardPageBytes(const ModelConfig& config, int n_stage_layers, int page_to
 // InvalidArgument naming the field, its value and the bound.
 Status ValidateShardGeometry(const ShardHello& hello);
 
-// The region layout for `hello` (ComputeRegionLayout with kShardPagesPerTransfer), refused
-// (OutOfRange) when the region or the KV pool (n_pages × page_bytes) would exceed this
-// machine's physical memory.
-Result<ShardRegionLayout> ShardLayout(const ShardHello& hello, size_t page_bytes);
+// The region layout for `hello` (ComputeRegionLayout with kShardPagesPerTransfer and the
+// stage's recurrent state), refused (OutOfRange) when the region or the KV pool (n_pages ×
+// page_bytes) would exceed this machine's physical memory.
+Result<ShardRegionLayout> ShardLayout(const ShardHello& hello, size_t page_bytes,
+                                      size_t state_bytes);
 
 // Resident set of this process, from /proc/self/statm (0 when unreadable).
 size_t ProcessRssBytes();

@@ -237,10 +237,11 @@ class ShardService::HelloCheck {
     const LayerRange range{hello_.layer_begin, hello_.layer_end};
     const auto kv_type = static_cast<KvType>(hello_.kv_type);
     SHARDLM_TRY(CheckKvRows(kv_type, model->config.head_dim));
-    const size_t page_bytes =
-        ShardPageBytes(model->config, range.size(), hello_.page_tokens, kv_type);
+    const size_t page_bytes = ShardPageBytes(model->config, range, hello_.page_tokens, kv_type);
     AcceptedHello accepted;
-    SHARDLM_ASSIGN_OR_RETURN(accepted.layout, ShardLayout(hello_, page_bytes));
+    SHARDLM_ASSIGN_OR_RETURN(
+        accepted.layout,
+        ShardLayout(hello_, page_bytes, model->config.RecurrentStateBytes(range.begin, range.end)));
     if (hello_.shm_bytes != accepted.layout.total_bytes) {
       return InvalidArgument("shared region of {} bytes, the geometry needs {}", hello_.shm_bytes,
                              accepted.layout.total_bytes);

@@ -59,6 +59,10 @@ Status ShardSession::Serve() {
       case ShardMessageType::kImportPages:
         SHARDLM_TRY(HandlePages(message->type, payload));
         break;
+      case ShardMessageType::kExportState:
+      case ShardMessageType::kImportState:
+        SHARDLM_TRY(HandleState(message->type, payload));
+        break;
       case ShardMessageType::kStatsRequest:
         if (!payload.empty()) return InvalidData("StatsRequest with a payload");
         SHARDLM_TRY(HandleStats());
@@ -204,6 +208,31 @@ Status ShardSession::HandlePages(ShardMessageType type, std::span<const uint8_t>
   scratch_.clear();
   EncodePagesReply(reply, scratch_);
   return Reply(ShardMessageType::kPagesReply, scratch_);
+}
+
+Status ShardSession::HandleState(ShardMessageType type, std::span<const uint8_t> payload) {
+  SHARDLM_ASSIGN_OR_RETURN(ShardState request, DecodeState(payload));
+  const size_t state_bytes = stage_->state_bytes();
+  const bool is_export = type == ShardMessageType::kExportState;
+  const size_t area = is_export ? layout_.output_offset : layout_.input_offset;
+  const size_t area_bytes = is_export ? layout_.output_bytes : layout_.input_bytes;
+  Result<std::span<uint8_t>> span = region_->Span(area, area_bytes);
+  Status status = span.status();
+  if (status.ok() && state_bytes > span->size()) {
+    status = OutOfRange("a state of {} bytes does not fit the region's {} bytes", state_bytes,
+                        span->size());
+  }
+  if (status.ok()) {
+    status = is_export ? stage_->ExportState(request.slot, request.position, span->data())
+                       : stage_->ImportState(request.slot, request.position, span->data());
+  }
+  ShardStateReply reply;
+  reply.status_code = static_cast<uint32_t>(status.code());
+  reply.error = status.message();
+  reply.state_bytes = state_bytes;
+  scratch_.clear();
+  EncodeStateReply(reply, scratch_);
+  return Reply(ShardMessageType::kStateReply, scratch_);
 }
 
 Status ShardSession::HandleStats() {

@@ -53,6 +53,7 @@ class ShardSession {
  private:
   Status HandleRun(std::span<const uint8_t> payload);
   Status HandlePages(ShardMessageType type, std::span<const uint8_t> payload);
+  Status HandleState(ShardMessageType type, std::span<const uint8_t> payload);
   Status HandleStats();
   // Ok, or why the batch may not run (sizes beyond the Hello, page ids beyond the pool).
   Status CheckBatch(const ShardRunBatch& batch, BatchOutputRows& rows) const;

@@ -2,7 +2,8 @@
 // one attention layer). Cached pages resume such a sequence only with its recurrent state at
 // their end: a next turn continues from the state its previous turn left at its last whole
 // page, skipping those tokens, with bitwise the output of a cold scheduler, in one stage and
-// split over two (each stage keeps its own layers' state); a prompt that shares pages but no
+// split over two (each stage keeps its own layers' state), also when the second is a shard
+// daemon; a prompt that shares pages but no
 // kept state is computed from the start, and still answers as cold.
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 
 #include "engine/scheduler.h"
 #include "engine/scheduler_test_util.h"
+#include "support/temp_dir.h"
 
 namespace shardlm {
 namespace recurrent_prefix_cache_test {
@@ -26,6 +28,7 @@ using scheduler_test_util::MakeScheduler;
 using scheduler_test_util::Request;
 using scheduler_test_util::RunOne;
 using scheduler_test_util::StoryTokens;
+using testing_util::TempDir;
 
 SchedulerOptions Options(bool prefix_cache, bool split) {
   SchedulerOptions options = scheduler_test_util::TestOptions(2, 256);
@@ -39,9 +42,9 @@ SchedulerOptions Options(bool prefix_cache, bool split) {
   return options;
 }
 
-void ConversationCase(bool split) {
+void ConversationCase(const SchedulerOptions& warm_options) {
   auto cold = MakeScheduler(kQwen35, Options(false, false));
-  auto warm = MakeScheduler(kQwen35, Options(true, split));
+  auto warm = MakeScheduler(kQwen35, warm_options);
   ASSERT_TRUE(cold && warm);
   std::vector<TokenId> history = StoryTokens(kQwen35, 37, kLongText);
   for (int turn = 0; turn < 3; ++turn) {
@@ -61,12 +64,25 @@ void ConversationCase(bool split) {
 
 TEST(RecurrentPrefixCacheTest, NextTurnsResumeTheStateAndAnswerAsCold) {
   SHARDLM_REQUIRE_FIXTURES();
-  ConversationCase(/*split=*/false);
+  ConversationCase(Options(true, /*split=*/false));
 }
 
 TEST(RecurrentPrefixCacheTest, ASplitResumesEachStagesState) {
   SHARDLM_REQUIRE_FIXTURES();
-  ConversationCase(/*split=*/true);
+  ConversationCase(Options(true, /*split=*/true));
+}
+
+// A shard daemon's stage keeps its layers' state, exports it and imports it over the shard
+// protocol.
+TEST(RecurrentPrefixCacheTest, ARemoteStageMovesItsStateOverTheProtocol) {
+  SHARDLM_REQUIRE_FIXTURES();
+  TempDir dir("recurrent_remote");
+  const std::string socket = dir.File("stage1.sock");
+  scheduler_test_util::ServiceThread daemon(socket);
+  ASSERT_TRUE(daemon.ok());
+  SchedulerOptions options = scheduler_test_util::WithRemoteStage(Options(true, false), socket);
+  options.placement.layer_split = {1, 3};
+  ConversationCase(options);
 }
 
 // The exact count: a turn of 37 prompt tokens and 30 generated wrote 66 positions; the state

@@ -100,7 +100,7 @@ TEST(ShardProtocol, HelloRoundTrip) {
 TEST(ShardProtocol, WorkingIsAValidType) {
   EXPECT_TRUE(ShardMessageTypeValid(uint32_t(ShardMessageType::kWorking)));
   EXPECT_STREQ(ShardMessageTypeName(ShardMessageType::kWorking), "Working");
-  EXPECT_FALSE(ShardMessageTypeValid(uint32_t(ShardMessageType::kWorking) + 1));
+  EXPECT_TRUE(ShardMessageTypeValid(uint32_t(ShardMessageType::kWorking) + 1));  // ExportState
 }
 
 TEST(ShardProtocol, HelloReplyRoundTrip) {
@@ -218,6 +218,23 @@ TEST(ShardProtocol, PagesReplyRoundTrip) {
   EXPECT_EQ(out->page_bytes, in.page_bytes);
 }
 
+TEST(ShardProtocol, StateAndStateReplyRoundTrip) {
+  auto state = DecodeState(Encoded(ShardState{.slot = 3, .position = 4096}, EncodeState));
+  ASSERT_TRUE(state.ok()) << state.status().message();
+  EXPECT_EQ(state->slot, 3);
+  EXPECT_EQ(state->position, 4096);
+  ShardStateReply in{.status_code = static_cast<uint32_t>(StatusCode::kNotFound),
+                     .error = "slot 3 holds no recurrent state at position 4096",
+                     .state_bytes = 20u << 20};
+  auto out = DecodeStateReply(Encoded(in, EncodeStateReply));
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->status_code, in.status_code);
+  EXPECT_EQ(out->error, in.error);
+  EXPECT_EQ(out->state_bytes, in.state_bytes);
+  EXPECT_TRUE(ShardMessageTypeValid(uint32_t(ShardMessageType::kStateReply)));
+  EXPECT_FALSE(ShardMessageTypeValid(uint32_t(ShardMessageType::kStateReply) + 1));
+}
+
 TEST(ShardProtocol, StatsReplyRoundTrip) {
   ShardStatsReply in{.batches = 5, .tokens = 1ull << 33, .busy_seconds = 1e-300, .rss_bytes = 7};
   auto out = DecodeStatsReply(Encoded(in, EncodeStatsReply));
@@ -316,6 +333,9 @@ std::vector<std::pair<std::vector<uint8_t>, Decoder>> ValidEncodings() {
       {Encoded(ShardStatsReply{.batches = 1, .tokens = 2, .busy_seconds = 3, .rss_bytes = 4},
                EncodeStatsReply),
        ok(DecodeStatsReply)},
+      {Encoded(ShardState{.slot = 1, .position = 32}, EncodeState), ok(DecodeState)},
+      {Encoded(ShardStateReply{.status_code = 0, .error = "e", .state_bytes = 8}, EncodeStateReply),
+       ok(DecodeStateReply)},
   };
 }
 
@@ -371,6 +391,10 @@ TEST(ShardRegionLayout, AreasAreAlignedAndLargeEnough) {
   EXPECT_EQ(layout.total_bytes, layout.output_offset + layout.output_bytes);
   // Pages dominate when transfers are big.
   EXPECT_GE(ComputeRegionLayout(hello, 1u << 20, 16).output_bytes, 16u << 20);
+  // Both areas hold one slot's recurrent state, for export and import.
+  const ShardRegionLayout with_state = ComputeRegionLayout(hello, 100000, 3, 40u << 20);
+  EXPECT_GE(with_state.input_bytes, 40u << 20);
+  EXPECT_GE(with_state.output_bytes, 40u << 20);
 }
 
 // The last stage writes its logits rows and then its embedding rows: the output area holds
