@@ -230,7 +230,6 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
     case SectionKind::kRecurrentState:
       if (n_layers == 0) return InvalidData("recurrent_state with no layers");
       if (s.dtype == SnapshotDType::kQ8_0) return InvalidData("recurrent_state of q8_0");
-      factor = n_layers;
       break;
     case SectionKind::kLogits:
       if (s.dtype != SnapshotDType::kF32) return InvalidData("logits must be f32");

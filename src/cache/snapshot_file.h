@@ -25,7 +25,8 @@
 //                    × layers × dims product; the payload is n_pages of the stage's pages
 //                    (page_pool.h: head-major, [n_kv_heads][page_tokens][head_dim] per
 //                    layer and K/V) back to back (a cache block has one)
-//   recurrent_state: elements = layers × dims product (hybrid models, later)
+//   recurrent_state: elements = dims product: one sequence's state in the stage's recurrent
+//                    layers (kv/recurrent_state.h's slot layout); layers: the stage's range
 //   logits:          dims {n_vocab}; elements = dims product; dtype f32
 //   tokens:          dims {n_tokens}; elements = dims product; dtype i32 (token ids)
 //   page_selection:  dims {n_pages, 2}; elements = dims product; dtype f32: the bounded KV

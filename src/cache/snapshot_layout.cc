@@ -24,6 +24,11 @@ Fingerprint128 LayoutFingerprint(const SnapshotLayout& layout) {
   for (const StageLayers& stage : layout.stages) {
     AppendLe(bytes, static_cast<int32_t>(stage.layer_begin));
     AppendLe(bytes, static_cast<int32_t>(stage.layer_end));
+    // Only where it differs from the range, so the files of models whose every layer has KV
+    // keep their fingerprint.
+    if (stage.n_kv_layers() != stage.layer_end - stage.layer_begin) {
+      AppendLe(bytes, static_cast<int32_t>(stage.n_kv_layers()));
+    }
   }
   AppendLe(bytes, static_cast<int32_t>(layout.page_tokens));
   AppendLe(bytes, static_cast<int32_t>(layout.n_kv_heads));
@@ -55,8 +60,10 @@ SnapshotSection KvPageSection(const SnapshotLayout& layout, int stage_idx,
   SnapshotSection s;
   s.kind = SectionKind::kKvPage;
   s.stage_idx = stage_idx;
+  // The section counts the stage's layers with KV from its first layer (their K and V in
+  // layer order, as the stage's pages hold them).
   s.layer_begin = layout.stages[stage_idx].layer_begin;
-  s.layer_end = layout.stages[stage_idx].layer_end;
+  s.layer_end = s.layer_begin + layout.stages[stage_idx].n_kv_layers();
   s.dtype = SnapshotDTypeOf(layout.kv_type);
   s.dims = {static_cast<uint32_t>(layout.page_tokens), static_cast<uint32_t>(layout.n_kv_heads),
             static_cast<uint32_t>(layout.head_dim), static_cast<uint32_t>(n_pages)};

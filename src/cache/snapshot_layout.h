@@ -27,6 +27,10 @@ namespace shardlm {
 struct StageLayers {
   int layer_begin = 0;
   int layer_end = 0;
+  // Layers of the range with KV pages (a model with recurrent layers has fewer; a stage of
+  // recurrent layers only has none and writes no kv_page section); -1: every layer.
+  int kv_layers = -1;
+  int n_kv_layers() const { return kv_layers < 0 ? layer_end - layer_begin : kv_layers; }
   friend bool operator==(const StageLayers&, const StageLayers&) = default;
 };
 

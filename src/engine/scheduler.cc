@@ -212,7 +212,8 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
   }
   // Recurrent states kept beside the cache: a few per slot (a conversation's latest turns).
   state->recurrent = std::make_unique<RecurrentCheckpoints>(
-      state->pipeline.get(), options_.page_tokens, kRecurrentStatesPerSlot * options_.n_parallel);
+      state->pipeline.get(), options_.page_tokens, kRecurrentStatesPerSlot * options_.n_parallel,
+      options_.prefix_cache ? state->disk_cache.get() : nullptr);
   state->prefix_cache = std::make_unique<SchedulerPrefixCache>(
       options_.prefix_cache, &state->pipeline->allocator(), options_.n_parallel,
       options_.page_tokens, fingerprint, state->disk_cache.get(), state->pager.get(),

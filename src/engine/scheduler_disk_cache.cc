@@ -15,7 +15,8 @@ SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprin
   SnapshotLayout layout;
   layout.model = model;
   for (const StageInfo& stage : pipeline.placement()) {
-    layout.stages.push_back({stage.layers.begin, stage.layers.end});
+    layout.stages.push_back({stage.layers.begin, stage.layers.end,
+                             pipeline.config().KvLayers(stage.layers.begin, stage.layers.end)});
   }
   layout.page_tokens = pipeline.allocator().page_tokens();
   layout.n_kv_heads = pipeline.config().n_head_kv;
@@ -164,7 +165,9 @@ void SchedulerDiskCache::ExportOne(const Export& job) {
     return;
   }
   std::vector<SnapshotSection> sections;
-  for (int s = 0; s < n_stages; ++s) sections.push_back(KvPageSection(layout_, s, pages[s]));
+  for (int s = 0; s < n_stages; ++s) {
+    if (page_bytes_[s] > 0) sections.push_back(KvPageSection(layout_, s, pages[s]));
+  }
   SnapshotHeader header;
   header.layout = layout_fingerprint_;
   header.block_hash = job.hash;
@@ -212,7 +215,9 @@ Status SchedulerDiskCache::LoadChecked(const BlockHash& hash, PageId page) {
     }
     src[s] = section.bytes.data();
   }
+  static const uint8_t kNoBytes = 0;  // a stage whose pages hold nothing (no KV layers)
   for (int s = 0; s < n_stages; ++s) {
+    if (page_bytes_[s] == 0) src[s] = &kNoBytes;
     if (src[s] == nullptr) {
       Status missing = InvalidData("the file has no kv_page section for stage {}", s);
       store_->Discard(hash, missing.message(), loaded.generation);
@@ -257,6 +262,79 @@ Result<PageSelection> SchedulerDiskCache::LoadSelection(const BlockHash& hash) {
                                  "a page selection file with {} sections", sections.size()));
   if (!selection.ok()) store_->Discard(key, selection.status().message(), loaded.generation);
   return selection;
+}
+
+// Two steps of no tokens from the block: neither a real block (those have tokens) nor the
+// selection's key (one step).
+BlockHash SchedulerDiskCache::StateKeyOf(const BlockHash& hash) const {
+  return ChainBlockHash(SelectionKeyOf(hash), {}, layout_fingerprint_);
+}
+
+bool SchedulerDiskCache::ContainsState(const BlockHash& hash) const {
+  return store_->Contains(StateKeyOf(hash));
+}
+
+void SchedulerDiskCache::PersistState(const BlockHash& hash, int n_tokens,
+                                      std::span<const uint8_t> state) {
+  const std::vector<size_t> stage_bytes = pipeline_->stage_state_bytes();
+  std::vector<SnapshotSection> sections;
+  size_t offset = 0;
+  for (size_t s = 0; s < stage_bytes.size() && s < layout_.stages.size(); ++s) {
+    if (stage_bytes[s] == 0) continue;
+    SnapshotSection section;
+    section.kind = SectionKind::kRecurrentState;
+    section.stage_idx = int(s);
+    section.layer_begin = layout_.stages[s].layer_begin;
+    section.layer_end = layout_.stages[s].layer_end;
+    section.dtype = SnapshotDType::kF32;
+    section.dims = {uint32_t(stage_bytes[s] / sizeof(float)), 1, 1, 1};
+    section.bytes = state.subspan(offset, stage_bytes[s]);
+    offset += stage_bytes[s];
+    sections.push_back(section);
+  }
+  SnapshotHeader header;
+  header.layout = layout_fingerprint_;
+  header.block_hash = StateKeyOf(hash);
+  header.parent_hash = hash;
+  header.n_tokens = n_tokens;
+  Result<std::vector<uint8_t>> bytes =
+      offset == state.size() ? EncodeSnapshot(header, sections)
+                             : Result<std::vector<uint8_t>>(InvalidArgument(
+                                   "{} state bytes, the stages hold {}", state.size(), offset));
+  if (!bytes.ok()) {
+    Log("recurrent state of block " + hash.ToHex() + " not persisted: " + bytes.status().message());
+    return;
+  }
+  (void)store_->Put(header.block_hash, std::move(bytes).value());
+}
+
+Result<std::vector<uint8_t>> SchedulerDiskCache::LoadState(const BlockHash& hash) {
+  const BlockHash key = StateKeyOf(hash);
+  SHARDLM_ASSIGN_OR_RETURN(LoadedSnapshot loaded, store_->Get(key));
+  const std::vector<size_t> stage_bytes = pipeline_->stage_state_bytes();
+  std::vector<uint8_t> state;
+  Status status = Status::Ok();
+  size_t next = 0;  // the next section to read
+  for (size_t s = 0; s < stage_bytes.size() && status.ok(); ++s) {
+    if (stage_bytes[s] == 0) continue;
+    const std::vector<SnapshotSection>& sections = loaded.snapshot.sections;
+    if (next >= sections.size() || sections[next].kind != SectionKind::kRecurrentState ||
+        sections[next].stage_idx != int(s) || sections[next].bytes.size() != stage_bytes[s]) {
+      status = InvalidData("stage {}'s recurrent state is missing or of another size", s);
+      break;
+    }
+    state.insert(state.end(), sections[next].bytes.begin(), sections[next].bytes.end());
+    ++next;
+  }
+  if (status.ok() && next != loaded.snapshot.sections.size()) {
+    status = InvalidData("a recurrent state file with {} sections, {} expected",
+                         loaded.snapshot.sections.size(), next);
+  }
+  if (!status.ok()) {
+    store_->Discard(key, status.message(), loaded.generation);
+    return status;
+  }
+  return state;
 }
 
 void SchedulerDiskCache::FillStats(EngineStats& stats) const {

@@ -34,8 +34,10 @@
 //   caller (SchedulerPrefixCache) runs a prompt's disk chain as a resumable task, at most
 //   kLoadPagesPerStep pages per engine step, so running streams keep decoding while a
 //   long prefix is read.
-// Page selections (a bounded KV pool's choice of resident pages for a cached chain) are
-//   files of their own beside the blocks (PersistSelection, LoadSelection).
+// Page selections (a bounded KV pool's choice of resident pages for a cached chain) and
+//   recurrent states (what a cached chain resumes a model with recurrent layers from) are
+//   files of their own beside the blocks (PersistSelection / LoadSelection, PersistState /
+//   LoadState).
 // Layout: the folder is keyed by LayoutFingerprint over the model fingerprint, each stage's
 //   layer range, page geometry and KV type, so files of another model, split or page size
 //   are never opened.
@@ -138,6 +140,16 @@ class SchedulerDiskCache {
   // Reads and validates it (a file that fails is deleted). NotFound when absent.
   Result<PageSelection> LoadSelection(const BlockHash& hash);
 
+  // Recurrent state (a model with recurrent layers): a sequence's state after block `hash`
+  // (Pipeline::ExportState's bytes: every stage's part in order, one recurrent_state section
+  // per stage that has any) in its own file, keyed and parented like a selection (under a key
+  // of its own). Engine thread.
+  bool ContainsState(const BlockHash& hash) const;
+  void PersistState(const BlockHash& hash, int n_tokens, std::span<const uint8_t> state);
+  // Reads and validates it (every stage's section, of its size; a file that fails is
+  // deleted). NotFound when absent.
+  Result<std::vector<uint8_t>> LoadState(const BlockHash& hash);
+
   // Blocks until every queued page is exported and written (tests, shutdown).
   void Flush();
   // Any thread: the kv_disk_* counters.
@@ -160,6 +172,7 @@ class SchedulerDiskCache {
   void ExportOne(const Export& job);
   Status LoadChecked(const BlockHash& hash, PageId page);
   BlockHash SelectionKeyOf(const BlockHash& hash) const;
+  BlockHash StateKeyOf(const BlockHash& hash) const;
 
   Pipeline* pipeline_;
   const SnapshotLayout layout_;

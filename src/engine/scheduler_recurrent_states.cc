@@ -6,8 +6,10 @@
 
 namespace shardlm {
 
-RecurrentCheckpoints::RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int capacity)
+RecurrentCheckpoints::RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int capacity,
+                                           SchedulerDiskCache* disk)
     : pipeline_(pipeline),
+      disk_(disk),
       page_tokens_(page_tokens),
       capacity_(std::max(capacity, 1)),
       state_bytes_(pipeline != nullptr ? pipeline->state_bytes() : 0) {}
@@ -18,6 +20,13 @@ void RecurrentCheckpoints::Remember(int slot, const BlockHash& hash, int n_block
   // NotFound: the slot's state moved past that block (its last batch crossed another page
   // boundary) or never reached it; the block simply keeps no state.
   if (!pipeline_->ExportState(slot, n_blocks * page_tokens_, bytes).ok()) return;
+  if (disk_ != nullptr && !disk_->ContainsState(hash)) {
+    disk_->PersistState(hash, n_blocks * page_tokens_, bytes);
+  }
+  Keep(hash, std::move(bytes));
+}
+
+void RecurrentCheckpoints::Keep(const BlockHash& hash, std::vector<uint8_t> bytes) {
   if (int(states_.size()) >= capacity_) {
     states_.erase(recency_.back());
     recency_.pop_back();
@@ -29,7 +38,14 @@ void RecurrentCheckpoints::Remember(int slot, const BlockHash& hash, int n_block
 int RecurrentCheckpoints::Resume(int slot, std::span<const BlockHash> hashes, int max_blocks) {
   if (!enabled()) return 0;
   for (int n = std::min(max_blocks, int(hashes.size())); n > 0; --n) {
-    auto kept = states_.find(hashes[size_t(n - 1)]);
+    const BlockHash& hash = hashes[size_t(n - 1)];
+    auto kept = states_.find(hash);
+    if (kept == states_.end() && disk_ != nullptr && disk_->ContainsState(hash)) {
+      Result<std::vector<uint8_t>> loaded = disk_->LoadState(hash);
+      if (!loaded.ok() || loaded->size() != state_bytes_) continue;
+      Keep(hash, std::move(loaded).value());
+      kept = states_.find(hash);
+    }
     if (kept == states_.end()) continue;
     if (!pipeline_->ImportState(slot, n * page_tokens_, kept->second.bytes).ok()) return 0;
     recency_.splice(recency_.begin(), recency_, kept->second.recency);

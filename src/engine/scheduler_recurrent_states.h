@@ -9,8 +9,9 @@
 // Goals: a next turn of a conversation skips every whole page its previous turn published, with
 // the text of a cold run (the state resumes bitwise); bounded memory (the most recent `capacity`
 // states, least recently used out first).
-// Non-goals: states on disk or in slot files (a restarted server recomputes the prompt);
-// choosing which blocks to record (the caller names the block).
+// With a disk tier each kept state is also persisted beside its block, so a restarted server
+// resumes a conversation from disk: a block whose state is not in memory is looked up there.
+// Non-goals: states in slot files; choosing which blocks to record (the caller names them).
 //
 // Thread safety: the engine thread only. Lifetime: references the Pipeline.
 #pragma once
@@ -22,14 +23,17 @@
 #include <vector>
 
 #include "cache/block_hash.h"
+#include "engine/scheduler_disk_cache.h"
 #include "pipeline/pipeline.h"
 
 namespace shardlm {
 
 class RecurrentCheckpoints {
  public:
-  // pipeline: null or a model without recurrent layers gives a disabled object.
-  RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int capacity);
+  // pipeline: null or a model without recurrent layers gives a disabled object. disk: the
+  // disk tier, or null.
+  RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int capacity,
+                       SchedulerDiskCache* disk = nullptr);
 
   bool enabled() const { return state_bytes_ > 0; }
   // Keeps the slot's state after n_blocks whole pages under `hash`, the chain hash of block
@@ -39,6 +43,7 @@ class RecurrentCheckpoints {
   // a kept state, which is imported into the slot in every stage; 0 when there is none or the
   // import failed.
   int Resume(int slot, std::span<const BlockHash> hashes, int max_blocks);
+  // Forgets the states in memory (the disk keeps its own).
   void Clear();
 
   int count() const { return int(states_.size()); }
@@ -49,7 +54,11 @@ class RecurrentCheckpoints {
     std::vector<uint8_t> bytes;
     std::list<BlockHash>::iterator recency;
   };
+  // Keeps `bytes` as the state of `hash` (the least recently used goes past capacity).
+  void Keep(const BlockHash& hash, std::vector<uint8_t> bytes);
+
   Pipeline* pipeline_;
+  SchedulerDiskCache* disk_;
   int page_tokens_;
   int capacity_;
   size_t state_bytes_ = 0;

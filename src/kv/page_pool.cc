@@ -106,7 +106,7 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
 
 void PagePool::CopyPage(PageId src, PageId dst) {
   SHARDLM_CHECK(src >= 0 && src < config_.n_pages && dst >= 0 && dst < config_.n_pages);
-  if (src == dst) return;
+  if (src == dst || page_bytes_ == 0) return;
   std::memcpy(page_data(dst), page_data(src), page_bytes_);
 }
 

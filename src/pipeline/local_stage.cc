@@ -209,6 +209,7 @@ Status LocalStage::ExportPages(std::span<const PageId> pages, uint8_t* dst) {
   if (residency_ != nullptr) return residency_->Export(pages, dst);
   SHARDLM_TRY(CheckPages(pages));
   const size_t bytes = pool_->page_bytes();
+  if (bytes == 0) return Status::Ok();  // no KV layers: the pages hold nothing
   for (size_t i = 0; i < pages.size(); ++i) {
     std::memcpy(dst + i * bytes, pool_->page_data(pages[i]), bytes);
   }
@@ -219,6 +220,7 @@ Status LocalStage::ImportPages(std::span<const PageId> pages, const uint8_t* src
   if (residency_ != nullptr) return residency_->Import(pages, src);
   SHARDLM_TRY(CheckPages(pages));
   const size_t bytes = pool_->page_bytes();
+  if (bytes == 0) return Status::Ok();
   for (size_t i = 0; i < pages.size(); ++i) {
     std::memcpy(pool_->page_data(pages[i]), src + i * bytes, bytes);
   }

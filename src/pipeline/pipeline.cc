@@ -420,6 +420,12 @@ size_t Pipeline::state_bytes() const {
   return bytes;
 }
 
+std::vector<size_t> Pipeline::stage_state_bytes() const {
+  std::vector<size_t> bytes;
+  for (const auto& stage : stages_) bytes.push_back(stage->state_bytes());
+  return bytes;
+}
+
 Status Pipeline::ExportState(int32_t slot, int32_t position, std::span<uint8_t> dst) {
   if (dst.size() != state_bytes()) {
     return InvalidArgument("ExportState: {} bytes for a state of {}", dst.size(), state_bytes());

@@ -154,6 +154,7 @@ class Pipeline {
   // Recurrent state through every stage (Stage::ExportState): one slot's state is every
   // stage's bytes in stage order, state_bytes() in all (0: no recurrent layers anywhere).
   size_t state_bytes() const;
+  std::vector<size_t> stage_state_bytes() const;  // [stage]
   Status ExportState(int32_t slot, int32_t position, std::span<uint8_t> dst);
   Status ImportState(int32_t slot, int32_t position, std::span<const uint8_t> src);
 

@@ -31,6 +31,7 @@ using scheduler_test_util::ExpectSameOutput;
 using scheduler_test_util::kLongText;
 using scheduler_test_util::kPageTokens;
 using scheduler_test_util::kQwen;
+using scheduler_test_util::kQwen35;
 using scheduler_test_util::kStories;
 using scheduler_test_util::MakeScheduler;
 using scheduler_test_util::Request;
@@ -137,32 +138,36 @@ TEST(DiskCacheSchedulerTest, RestartedSchedulerHitsDiskAndIsBitwiseCold) {
   }
 }
 
+// On qwen35 too: its recurrent state after the last whole page is on disk beside the page.
 TEST(DiskCacheSchedulerTest, MultiTurnConversationComputesOnlyPastTheLastPageBoundary) {
   SHARDLM_REQUIRE_FIXTURES();
-  const fs::path dir = TempDir("multiturn");
-  const std::string file = kQwen;
-  auto cold = MakeScheduler(file, Options(fs::path()));
-  ASSERT_TRUE(cold);
-  std::vector<TokenId> conversation = StoryTokens(file, 37, kLongText);
-  int expect_cached = 0;
-  for (int turn = 0; turn < 3; ++turn) {
-    SCOPED_TRACE(turn);
-    // A new scheduler every turn: a server restarted between turns.
-    auto warm = MakeScheduler(file, Options(dir));
-    ASSERT_TRUE(warm);
-    auto got = RunOne(*warm, Request(conversation, 20));
-    auto want = RunOne(*cold, Request(conversation, 20));
-    ExpectSameOutput(*got, *want);
-    EXPECT_EQ(got->finish.usage.cached_tokens, expect_cached);
-    EXPECT_EQ(got->finish.usage.cached_disk_tokens, expect_cached);
-    EXPECT_EQ(warm->Stats().prompt_tokens_computed, int64_t(conversation.size()) - expect_cached);
-    // This turn wrote its prompt and every reply token but the last (never fed): the next
-    // turn finds every full page of that.
-    const int written = int(conversation.size()) + int(got->ids.size()) - 1;
-    expect_cached = written / kPageTokens * kPageTokens;
-    conversation.insert(conversation.end(), got->ids.begin(), got->ids.end());
-    const std::vector<TokenId> next = Encode(file, " Then they went home.", false);
-    conversation.insert(conversation.end(), next.begin(), next.end());
+  for (const char* file : {kQwen, kQwen35}) {
+    SCOPED_TRACE(file);
+    const fs::path dir = TempDir(std::string("multiturn_") + file);
+    auto cold = MakeScheduler(file, Options(fs::path()));
+    ASSERT_TRUE(cold);
+    std::vector<TokenId> conversation = StoryTokens(file, 37, kLongText);
+    int expect_cached = 0;
+    for (int turn = 0; turn < 3; ++turn) {
+      SCOPED_TRACE(turn);
+      // A new scheduler every turn: a server restarted between turns.
+      auto warm = MakeScheduler(file, Options(dir));
+      ASSERT_TRUE(warm);
+      auto got = RunOne(*warm, Request(conversation, 20));
+      auto want = RunOne(*cold, Request(conversation, 20));
+      ExpectSameOutput(*got, *want);
+      EXPECT_EQ(got->finish.usage.cached_tokens, expect_cached);
+      EXPECT_EQ(got->finish.usage.cached_disk_tokens, expect_cached);
+      EXPECT_EQ(warm->Stats().prompt_tokens_computed,
+                int64_t(conversation.size()) - expect_cached);
+      // This turn wrote its prompt and every reply token but the last (never fed): the next
+      // turn finds every full page of that.
+      const int written = int(conversation.size()) + int(got->ids.size()) - 1;
+      expect_cached = written / kPageTokens * kPageTokens;
+      conversation.insert(conversation.end(), got->ids.begin(), got->ids.end());
+      const std::vector<TokenId> next = Encode(file, " Then they went home.", false);
+      conversation.insert(conversation.end(), next.begin(), next.end());
+    }
   }
 }
 

@@ -85,6 +85,32 @@ TEST(RecurrentPrefixCacheTest, ARemoteStageMovesItsStateOverTheProtocol) {
   ConversationCase(options);
 }
 
+// A server restarted between turns, split so that stage 0 holds a DeltaNet layer and no KV
+// (its pages hold nothing, its state is a section of its own): each turn resumes from the disk
+// tier's pages and state with the cold text.
+TEST(RecurrentPrefixCacheTest, ARestartedSplitResumesFromTheDiskTier) {
+  SHARDLM_REQUIRE_FIXTURES();
+  TempDir dir("recurrent_disk");
+  auto cold = MakeScheduler(kQwen35, Options(false, false));
+  ASSERT_TRUE(cold);
+  SchedulerOptions options = Options(true, /*split=*/true);
+  options.kv_cache_dir = dir.path().string();
+  std::vector<TokenId> history = StoryTokens(kQwen35, 37, kLongText);
+  for (int turn = 0; turn < 3; ++turn) {
+    SCOPED_TRACE(turn);
+    auto warm = MakeScheduler(kQwen35, options);
+    ASSERT_TRUE(warm);
+    auto got = RunOne(*warm, Request(history, 20));
+    auto want = RunOne(*cold, Request(history, 20));
+    ExpectSameOutput(*got, *want);
+    if (turn > 0) {
+      EXPECT_GT(got->finish.usage.cached_disk_tokens, 0);
+      EXPECT_EQ(got->finish.usage.cached_disk_tokens, got->finish.usage.cached_tokens);
+    }
+    history = Concat(Concat(history, got->ids), Encode(kQwen35, " And then?", false));
+  }
+}
+
 // The exact count: a turn of 37 prompt tokens and 30 generated wrote 66 positions; the state
 // passed its last page boundary at 64, so the next turn skips 64.
 TEST(RecurrentPrefixCacheTest, ANextTurnSkipsThePreviousTurnsWholePages) {
