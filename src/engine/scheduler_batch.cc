@@ -223,13 +223,16 @@ bool Scheduler::CollectAction() {
     if (slot.request && slot.request->id() == scored.request)
       s.pager->SetScores(scored.slot, scores);
   }
-  // A prompt past a bounded pool is prefilled: what the pool chose for it (with the scores
-  // of its last position) is kept with its cached pages for the turns that continue it.
+  // A prompt is prefilled: what a bounded pool chose for it (with the scores of its last
+  // position) and a recurrent model's state at its last whole page are kept with its cached
+  // pages for the requests that continue it (an edited or regenerated turn shares the prompt,
+  // not the reply).
   for (const InFlight::Written& written : record.written) {
     const SchedulerSlot& slot = s.slots[written.slot];
-    if (s.pager != nullptr && slot.request && slot.request->id() == written.request &&
+    if (slot.request && slot.request->id() == written.request &&
         written.end == slot.request->n_prompt()) {
-      s.prefix_cache->RememberSelection(written.slot);
+      if (s.pager != nullptr) s.prefix_cache->RememberSelection(written.slot);
+      s.prefix_cache->RememberState(written.slot);
     }
   }
   ProcessOutputs(record, *outputs);

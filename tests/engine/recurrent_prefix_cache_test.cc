@@ -4,7 +4,8 @@
 // page, skipping those tokens, with bitwise the output of a cold scheduler, in one stage and
 // split over two (each stage keeps its own layers' state), also when the second is a shard
 // daemon; a prompt that shares pages but no
-// kept state is computed from the start, and still answers as cold.
+// kept state is computed from the start, and still answers as cold; an edited turn resumes
+// from the state kept when the earlier prompt was prefilled.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -125,6 +126,22 @@ TEST(RecurrentPrefixCacheTest, ANextTurnSkipsThePreviousTurnsWholePages) {
   auto got = RunOne(*warm, Request(turn2, 10));
   const int written = int(turn1.size()) + 30 - 1;
   EXPECT_EQ(got->finish.usage.cached_tokens, written / kPageTokens * kPageTokens);
+}
+
+// An edited turn shares the earlier prompt but not its reply: the state kept when that prompt
+// was prefilled (at its last whole page) resumes it.
+TEST(RecurrentPrefixCacheTest, AnEditedTurnResumesFromThePromptsLastWholePage) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto cold = MakeScheduler(kQwen35, Options(false, false));
+  auto warm = MakeScheduler(kQwen35, Options(true, false));
+  ASSERT_TRUE(cold && warm);
+  const std::vector<TokenId> first = StoryTokens(kQwen35, 70, kLongText);
+  const std::vector<TokenId> edited = Concat(first, Encode(kQwen35, " Say it again.", false));
+  RunOne(*warm, Request(first, 30));  // its reply ends past 96 positions
+  auto got = RunOne(*warm, Request(edited, 12));
+  auto want = RunOne(*cold, Request(edited, 12));
+  EXPECT_EQ(got->finish.usage.cached_tokens, 70 / kPageTokens * kPageTokens);
+  ExpectSameOutput(*got, *want);
 }
 
 // Pages shared with an earlier request, but no state kept where they end (the earlier one
