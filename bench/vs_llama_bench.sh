@@ -7,8 +7,9 @@
 #
 # Usage: bench/vs_llama_bench.sh MODEL
 # Environment: SHARDLM (build/shardlm), LLAMA_BENCH (../shared/oracle/llama-bench), ROUNDS (3),
-# PP (512), TG (128), REPS (3), THREADS (2), DEPTH (0: none; else also decode TG tokens after
-# DEPTH positions of context: shardlm's --depth, llama-bench's -d).
+# PP (512), TG (128), REPS (3), THREADS (2), DEPTH (0: none; else the decode test runs after
+# DEPTH positions of context: shardlm's --depth, llama-bench's -d), KV_TYPE (f16, llama-bench's
+# default cache type; both engines use it).
 # Prints one JSON line per test on stdout: {"test", "ratio_median", "ratios", "shardlm_ts",
 # "llama_cpp_ts"} (per-round figures in order); the raw lines go to stderr.
 set -euo pipefail
@@ -27,6 +28,7 @@ TG=${TG:-128}
 REPS=${REPS:-3}
 THREADS=${THREADS:-2}
 DEPTH=${DEPTH:-0}
+KV_TYPE=${KV_TYPE:-f16}
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -35,6 +37,7 @@ run_shardlm() {  # $1 = round
   local depth_args=()
   [[ $DEPTH -gt 0 ]] && depth_args=(--depth "$DEPTH")
   "$SHARDLM" bench -m "$model" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" --json \
+    --kv-type "$KV_TYPE" \
     "${depth_args[@]}" 2>/dev/null |
     jq -c --argjson r "$1" '{round: $r, engine: "shardlm", test: .test, ts: .median_ts}'
 }
@@ -43,6 +46,7 @@ run_llama() {  # $1 = round
   local depth_args=()
   [[ $DEPTH -gt 0 ]] && depth_args=(-d "$DEPTH")
   "$LLAMA_BENCH" -m "$model" -t "$THREADS" -p "$PP" -n "$TG" -r "$REPS" -o jsonl \
+    -ctk "$KV_TYPE" -ctv "$KV_TYPE" \
     "${depth_args[@]}" 2>/dev/null |
     jq -c --argjson r "$1" '{round: $r, engine: "llama.cpp",
       test: ((if .n_prompt > 0 then "pp\(.n_prompt)" else "tg\(.n_gen)" end)
