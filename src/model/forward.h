@@ -2,6 +2,10 @@
 //
 // Per layer (the paper's order): x += Wo·Attn(Rope(Wq·n), Rope(Wk·n), Wv·n) with
 // n = RMSNorm(x)·attn_norm; x += Wdown·(SiLU(Wgate·m) ⊙ Wup·m) with m = RMSNorm(x)·ffn_norm.
+// A recurrent layer (qwen35's gated DeltaNet, model/delta_net.h) mixes positions through its
+// slot's state (kv/recurrent_state.h) instead of attention: a sequence starts at position 0
+// (the state is reset) or continues exactly where its slot's state is, and the state at each
+// sequence's last page boundary is kept as a checkpoint (ExportState / ImportState).
 // Stage 0 embeds token ids; the last stage applies output_norm and the LM head to the rows
 // that want logits, and output_norm alone to the rows that want their embedding (the final
 // hidden state a pooled embedding is made of). Other stages take and give hidden rows

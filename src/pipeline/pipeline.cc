@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -426,30 +427,32 @@ std::vector<size_t> Pipeline::stage_state_bytes() const {
   return bytes;
 }
 
-Status Pipeline::ExportState(int32_t slot, int32_t position, std::span<uint8_t> dst) {
-  if (dst.size() != state_bytes()) {
-    return InvalidArgument("ExportState: {} bytes for a state of {}", dst.size(), state_bytes());
+// Moves one slot's state through every stage that has one: `move(stage, offset)` handles the
+// stage's part at `offset` of the whole state, `total` bytes long.
+Status Pipeline::ForEachStateStage(size_t total, const char* what,
+                                   const std::function<Status(Stage&, size_t)>& move) {
+  if (total != state_bytes()) {
+    return InvalidArgument("{}: {} bytes for a state of {}", what, total, state_bytes());
   }
   size_t offset = 0;
   for (const auto& stage : stages_) {
     if (stage->state_bytes() == 0) continue;
-    SHARDLM_TRY(stage->ExportState(slot, position, dst.data() + offset));
+    SHARDLM_TRY(move(*stage, offset));
     offset += stage->state_bytes();
   }
   return Status::Ok();
 }
 
+Status Pipeline::ExportState(int32_t slot, int32_t position, std::span<uint8_t> dst) {
+  return ForEachStateStage(dst.size(), "ExportState", [&](Stage& stage, size_t offset) {
+    return stage.ExportState(slot, position, dst.data() + offset);
+  });
+}
+
 Status Pipeline::ImportState(int32_t slot, int32_t position, std::span<const uint8_t> src) {
-  if (src.size() != state_bytes()) {
-    return InvalidArgument("ImportState: {} bytes for a state of {}", src.size(), state_bytes());
-  }
-  size_t offset = 0;
-  for (const auto& stage : stages_) {
-    if (stage->state_bytes() == 0) continue;
-    SHARDLM_TRY(stage->ImportState(slot, position, src.data() + offset));
-    offset += stage->state_bytes();
-  }
-  return Status::Ok();
+  return ForEachStateStage(src.size(), "ImportState", [&](Stage& stage, size_t offset) {
+    return stage.ImportState(slot, position, src.data() + offset);
+  });
 }
 
 }  // namespace shardlm

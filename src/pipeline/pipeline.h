@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -159,6 +160,8 @@ class Pipeline {
   Status ImportState(int32_t slot, int32_t position, std::span<const uint8_t> src);
 
  private:
+  Status ForEachStateStage(size_t total, const char* what,
+                           const std::function<Status(Stage&, size_t)>& move);
   struct Job;
   Pipeline(std::vector<std::unique_ptr<Stage>> stages, const ModelConfig& config,
            const PipelineOptions& options);

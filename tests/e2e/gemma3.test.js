@@ -2,10 +2,9 @@
 // a window of 16 positions, one global layer) through `shardlm serve` and the official
 // `openai` client.
 //
-// Goals: what a user of such a model sees is what a qwen3 user sees: a local split and a
-// remote stage (a `shardlm shard` daemon) answer with the unsplit text, long past the window;
-// a restarted server on its `--kv-cache-dir` and a slot restored from `--slot-save-path`
-// serve the next turn from the cached pages with the text of a server without cache.
+// Goals: what a user of such a model sees is what a qwen3 user sees: a restarted server on its
+// `--kv-cache-dir` and a slot restored from `--slot-save-path` serve the next turn from the
+// cached pages with the text of a server without cache (splits: families.test.js).
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
@@ -15,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { complete, saveBusiest, slotAction, story } from './client.js';
 import { floorPage, kServeArgs, kTestTimeout, stop, turns } from './disk_tier.js';
-import { binary, cleanUp, fixtures, skipReason, startServer, startShard } from './harness.js';
+import { binary, cleanUp, fixtures, skipReason, startServer } from './harness.js';
 
 const gemmaModel = path.join(fixtures, 'gemma3-tiny.gguf');
 const skip = skipReason('gemma3', [gemmaModel]);
@@ -34,25 +33,6 @@ before(async () => {
 });
 
 after(() => cleanUp(tmp));
-
-test('windowed layers: a local split and a remote stage give the unsplit text',
-  { skip, timeout: kTestTimeout }, async () => {
-    const { t2 } = await turns(cold, kTurnText);
-    const want = await complete(cold, t2, kAnswerTokens);
-    const local = await startServer(binary, gemmaModel,
-      [...kServeArgs, '--devices', 'cpu,cpu', '--layer-split', '3,3']);
-    const socket = path.join(tmp, 'g.sock');
-    const shard = await startShard(binary, socket, 1);
-    const remote = await startServer(binary, gemmaModel,
-      [...kServeArgs, '--devices', `cpu,unix:${socket}`, '--layer-split', '4,2']);
-    try {
-      assert.equal((await complete(local, t2, kAnswerTokens)).text, want.text);
-      assert.equal((await complete(remote, t2, kAnswerTokens)).text, want.text);
-    } finally {
-      await Promise.all([local.kill(), stop(remote)]);
-      await shard.kill();
-    }
-  });
 
 test('a restart on the disk cache and a restored slot serve the next turn from cached pages',
   { skip, timeout: kTestTimeout }, async () => {

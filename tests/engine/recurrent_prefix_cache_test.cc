@@ -43,13 +43,18 @@ SchedulerOptions Options(bool prefix_cache, bool split) {
   return options;
 }
 
-void ConversationCase(const SchedulerOptions& warm_options) {
+// Three turns of one conversation, each continuing the last with its reply: every turn after
+// the first skips whole pages and answers as a cold scheduler. `restart`: a new scheduler each
+// turn (a restarted server), which finds the pages and the state on its disk tier.
+void ConversationCase(const SchedulerOptions& warm_options, bool restart = false) {
   auto cold = MakeScheduler(kQwen35, Options(false, false));
-  auto warm = MakeScheduler(kQwen35, warm_options);
-  ASSERT_TRUE(cold && warm);
+  ASSERT_TRUE(cold);
+  std::unique_ptr<Scheduler> warm;
   std::vector<TokenId> history = StoryTokens(kQwen35, 37, kLongText);
   for (int turn = 0; turn < 3; ++turn) {
     SCOPED_TRACE(turn);
+    if (!warm || restart) warm = MakeScheduler(kQwen35, warm_options);
+    ASSERT_TRUE(warm);
     auto got = RunOne(*warm, Request(history, 20));
     auto want = RunOne(*cold, Request(history, 20));
     ExpectSameOutput(*got, *want);
@@ -58,6 +63,9 @@ void ConversationCase(const SchedulerOptions& warm_options) {
       // kept at the last whole page of that.
       EXPECT_GT(got->finish.usage.cached_tokens, 0);
       EXPECT_EQ(got->finish.usage.cached_tokens % kPageTokens, 0);
+      if (restart) {
+        EXPECT_EQ(got->finish.usage.cached_disk_tokens, got->finish.usage.cached_tokens);
+      }
     }
     history = Concat(Concat(history, got->ids), Encode(kQwen35, " And then?", false));
   }
@@ -92,24 +100,9 @@ TEST(RecurrentPrefixCacheTest, ARemoteStageMovesItsStateOverTheProtocol) {
 TEST(RecurrentPrefixCacheTest, ARestartedSplitResumesFromTheDiskTier) {
   SHARDLM_REQUIRE_FIXTURES();
   TempDir dir("recurrent_disk");
-  auto cold = MakeScheduler(kQwen35, Options(false, false));
-  ASSERT_TRUE(cold);
   SchedulerOptions options = Options(true, /*split=*/true);
   options.kv_cache_dir = dir.path().string();
-  std::vector<TokenId> history = StoryTokens(kQwen35, 37, kLongText);
-  for (int turn = 0; turn < 3; ++turn) {
-    SCOPED_TRACE(turn);
-    auto warm = MakeScheduler(kQwen35, options);
-    ASSERT_TRUE(warm);
-    auto got = RunOne(*warm, Request(history, 20));
-    auto want = RunOne(*cold, Request(history, 20));
-    ExpectSameOutput(*got, *want);
-    if (turn > 0) {
-      EXPECT_GT(got->finish.usage.cached_disk_tokens, 0);
-      EXPECT_EQ(got->finish.usage.cached_disk_tokens, got->finish.usage.cached_tokens);
-    }
-    history = Concat(Concat(history, got->ids), Encode(kQwen35, " And then?", false));
-  }
+  ConversationCase(options, /*restart=*/true);
 }
 
 // The exact count: a turn of 37 prompt tokens and 30 generated wrote 66 positions; the state

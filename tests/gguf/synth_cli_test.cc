@@ -28,6 +28,25 @@ struct RunResult {
   std::string err;  // stderr
 };
 
+// The synth file has exactly the fixture's tensor names, each with the fixture's shape (and
+// type, with `types`).
+void ExpectTheFixturesTensors(const GgufFile& synth, const std::string& fixture,
+                              bool types = false) {
+  auto ref = GgufFile::Open(testing::FixturePath(fixture));
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  ASSERT_EQ(synth.tensors().size(), (*ref)->tensors().size());
+  for (const GgufTensorInfo& t : (*ref)->tensors()) {
+    const GgufTensorInfo* s = synth.FindTensor(t.name);
+    ASSERT_NE(s, nullptr) << t.name;
+    EXPECT_EQ(s->ne, t.ne) << t.name;
+    if (types) {
+      EXPECT_EQ(GgmlTypeName(static_cast<uint32_t>(s->type)),
+                GgmlTypeName(static_cast<uint32_t>(t.type)))
+          << t.name;
+    }
+  }
+}
+
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -62,17 +81,9 @@ class SynthCliTest : public ::testing::Test {
 
 // Same tensor names, types and shapes as the fixture, and the same hparams/tokenizer keys.
 void ExpectLikeFixture(const GgufFile& synth, const std::string& fixture) {
+  ExpectTheFixturesTensors(synth, fixture, /*types=*/true);
   auto ref = GgufFile::Open(testing::FixturePath(fixture));
   ASSERT_TRUE(ref.ok()) << ref.status().message();
-  ASSERT_EQ(synth.tensors().size(), (*ref)->tensors().size());
-  for (const GgufTensorInfo& t : (*ref)->tensors()) {
-    const GgufTensorInfo* s = synth.FindTensor(t.name);
-    ASSERT_NE(s, nullptr) << t.name;
-    EXPECT_EQ(s->ne, t.ne) << t.name;
-    EXPECT_EQ(GgmlTypeName(static_cast<uint32_t>(s->type)),
-              GgmlTypeName(static_cast<uint32_t>(t.type)))
-        << t.name;
-  }
   for (const GgufKeyValue& kv : (*ref)->metadata()) {
     if (kv.key == "general.name" || kv.key == "tokenizer.ggml.eos_token_id") continue;
     const GgufValue* v = synth.Find(kv.key);
@@ -105,14 +116,7 @@ TEST_F(SynthCliTest, TinyGemma3HasTheFixtureTensorsAndRuns) {
                      "--arch gemma3 --preset tiny --layers 6 --heads 4 --kv-heads 1 "
                      "--head-dim 128 --vocab 260");
   ASSERT_NE(synth, nullptr);
-  auto ref = GgufFile::Open(testing::FixturePath("gemma3-tiny.gguf"));
-  ASSERT_TRUE(ref.ok()) << ref.status().message();
-  ASSERT_EQ(synth->tensors().size(), (*ref)->tensors().size());
-  for (const GgufTensorInfo& t : (*ref)->tensors()) {
-    const GgufTensorInfo* s = synth->FindTensor(t.name);
-    ASSERT_NE(s, nullptr) << t.name;
-    EXPECT_EQ(s->ne, t.ne) << t.name;
-  }
+  ExpectTheFixturesTensors(*synth, "gemma3-tiny.gguf");
   auto window = synth->GetUint("gemma3.attention.sliding_window");
   ASSERT_TRUE(window.ok());
   EXPECT_EQ(*window, 16u);
@@ -126,14 +130,7 @@ TEST_F(SynthCliTest, TinyQwen35HasTheFixtureTensorsAndRuns) {
   SHARDLM_REQUIRE_FIXTURES();
   auto synth = Synth("q35.gguf", "--arch qwen35 --preset tiny");
   ASSERT_NE(synth, nullptr);
-  auto ref = GgufFile::Open(testing::FixturePath("qwen35-tiny.gguf"));
-  ASSERT_TRUE(ref.ok()) << ref.status().message();
-  ASSERT_EQ(synth->tensors().size(), (*ref)->tensors().size());
-  for (const GgufTensorInfo& t : (*ref)->tensors()) {
-    const GgufTensorInfo* s = synth->FindTensor(t.name);
-    ASSERT_NE(s, nullptr) << t.name;
-    EXPECT_EQ(s->ne, t.ne) << t.name;
-  }
+  ExpectTheFixturesTensors(*synth, "qwen35-tiny.gguf");
   const GgufTensorInfo* a = synth->FindTensor("blk.0.ssm_a");
   ASSERT_NE(a, nullptr);
   for (int i = 0; i < 4; ++i) EXPECT_LT(reinterpret_cast<const float*>(a->data)[i], 0.0f);
