@@ -67,7 +67,12 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
   std::unique_ptr<LocalStage> stage(new LocalStage());
   stage->owned_model_ = std::move(owned);
   stage->model_ = &model;
-  auto pool = PagePool::Create(model.KvPoolConfig(options.kv));
+  // A stage without KV layers (recurrent layers only) has pages of no bytes: nothing to
+  // bound or move, so every logical page is "resident" in its pool and paging ops pass it by.
+  const bool holds_kv = model.n_kv_layers() > 0;
+  KvGeometry kv = options.kv;
+  if (!holds_kv) kv.n_frames = 0;
+  auto pool = PagePool::Create(model.KvPoolConfig(kv));
   if (!pool.ok()) return pool.status().WithContext("stage " + std::to_string(options.index));
   stage->pool_ = std::move(pool).value();
   stage->threads_ = threads != nullptr
@@ -75,7 +80,7 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
                         : std::make_unique<ThreadPool>(ThreadCount(options), options.device.cores);
   stage->forward_ = std::make_unique<ForwardPass>(model, *stage->pool_, *stage->threads_,
                                                   options.kv.max_batch_tokens);
-  if (options.kv.bounded()) {
+  if (options.kv.bounded() && holds_kv) {
     const std::string where = "stage " + std::to_string(options.index);
     auto tier = CreateKvTier(options.kv.tier, options.kv.n_pages, stage->pool_->page_bytes(),
                              "stage" + std::to_string(options.index));
@@ -118,7 +123,7 @@ Status LocalStage::Run(const StageBatch& batch, const float* hidden_in, float* o
   if (residency_ != nullptr) {
     SHARDLM_TRY(RunPooled(batch, hidden_in, out));
   } else {
-    if (batch.paging != nullptr && !batch.paging->empty()) {
+    if (batch.paging != nullptr && !batch.paging->empty() && pool_->page_bytes() > 0) {
       return InvalidArgument("stage {}: paging ops for a stage without a bounded KV pool",
                              info_.index);
     }
