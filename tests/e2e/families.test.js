@@ -9,17 +9,15 @@ import { test, before, after } from 'node:test';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { complete, story } from './client.js';
+import { complete } from './client.js';
 import { kServeArgs, kTestTimeout, turns } from './disk_tier.js';
-import { expectSplitsGiveUnsplitText } from './families.js';
+import { expectSplitsGiveUnsplitText, kAnswerTokens, kTurnText } from './families.js';
 import { binary, cleanUp, fixtures, skipReason, startServer } from './harness.js';
 
 const kFamilies = [
   { name: 'gemma3', file: 'gemma3-tiny.gguf', localSplit: '3,3', remoteSplit: '4,2' },
   { name: 'qwen35', file: 'qwen35-tiny.gguf', localSplit: '1,3', remoteSplit: '2,2' },
 ];
-const kTurnText = `${story} ${story} ${story}`;
-const kAnswerTokens = 64;
 
 let tmp;
 before(() => {

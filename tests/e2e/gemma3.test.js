@@ -7,37 +7,21 @@
 // cached pages with the text of a server without cache (splits: families.test.js).
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { complete, saveBusiest, slotAction, story } from './client.js';
-import { floorPage, kServeArgs, kTestTimeout, stop, turns } from './disk_tier.js';
-import { binary, cleanUp, fixtures, skipReason, startServer } from './harness.js';
+import { complete, saveBusiest, slotAction } from './client.js';
+import { floorPage, kServeArgs, kTestTimeout, stop } from './disk_tier.js';
+import { binary, startServer } from './harness.js';
+import { coldTurns, familySetup, kAnswerTokens } from './families.js';
 
-const gemmaModel = path.join(fixtures, 'gemma3-tiny.gguf');
-const skip = skipReason('gemma3', [gemmaModel]);
-
-// Several windows of prompt and of answer.
-const kTurnText = `${story} ${story} ${story}`;
-const kAnswerTokens = 64;
-
-let tmp;
-let cold;
-
-before(async () => {
-  if (skip) return;
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shardlm-gemma3-'));
-  cold = await startServer(binary, gemmaModel, [...kServeArgs, '--no-prefix-cache']);
-});
-
-after(() => cleanUp(tmp));
+const family = familySetup('gemma3', 'gemma3-tiny.gguf');
+const { model: gemmaModel, skip } = family;
 
 test('a restart on the disk cache and a restored slot serve the next turn from cached pages',
   { skip, timeout: kTestTimeout }, async () => {
-    const { t1, t2, cached2 } = await turns(cold, kTurnText);
-    const want = await complete(cold, t2, kAnswerTokens);
+    const { t1, t2, cached2, want } = await coldTurns(family);
+    const { tmp } = family;
     const cacheDir = path.join(tmp, 'cache');
     const slotDir = path.join(tmp, 'slots');
     const args = [...kServeArgs, '--kv-cache-dir', cacheDir, '--slot-save-path', slotDir];

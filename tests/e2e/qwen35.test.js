@@ -7,36 +7,21 @@
 // recurrent state yet: a save is refused with a clear error, and serving goes on.
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { complete, slotAction, story } from './client.js';
-import { floorPage, kServeArgs, kTestTimeout, stop, turns } from './disk_tier.js';
-import { binary, cleanUp, fixtures, skipReason, startServer } from './harness.js';
+import { complete, slotAction } from './client.js';
+import { floorPage, kServeArgs, kTestTimeout, stop } from './disk_tier.js';
+import { binary, startServer } from './harness.js';
+import { coldTurns, familySetup, kAnswerTokens } from './families.js';
 
-const qwen35Model = path.join(fixtures, 'qwen35-tiny.gguf');
-const skip = skipReason('qwen35', [qwen35Model]);
-
-const kTurnText = `${story} ${story} ${story}`;
-const kAnswerTokens = 64;
-
-let tmp;
-let cold;
-
-before(async () => {
-  if (skip) return;
-  tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'shardlm-qwen35-'));
-  cold = await startServer(binary, qwen35Model, [...kServeArgs, '--no-prefix-cache']);
-});
-
-after(() => cleanUp(tmp));
+const family = familySetup('qwen35', 'qwen35-tiny.gguf');
+const { model: qwen35Model, skip } = family;
 
 test('a next turn and a restart on the disk cache resume from the cached pages and state',
   { skip, timeout: kTestTimeout }, async () => {
-    const { t1, t2, cached2 } = await turns(cold, kTurnText);
-    const want = await complete(cold, t2, kAnswerTokens);
+    const { t1, t2, cached2, want } = await coldTurns(family);
+    const { tmp } = family;
     const cacheDir = path.join(tmp, 'cache');
     const args = [...kServeArgs, '--kv-cache-dir', cacheDir, '--slot-save-path',
       path.join(tmp, 'slots')];
