@@ -394,13 +394,8 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
     AttentionSublayer(layer_idx, batch, pages_by_slot);
   }
   threads_.ParallelFor(n, [&](size_t t, size_t) {
-    float* x = &act_->x[t * n_embd];
-    float* proj = &act_->proj[t * n_embd];
-    if (w.attn_post_norm.data != nullptr) {
-      RmsNorm(proj, w.attn_post_norm.data, n_embd, config_.rms_eps, proj);
-    }
-    for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
-    RmsNorm(x, w.ffn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
+    AddToResidual(t, w.attn_post_norm);
+    RmsNorm(&act_->x[t * n_embd], w.ffn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
   });
   Ffn(w, n);
 }
@@ -620,19 +615,21 @@ void ForwardPass::FinishScores(std::span<const BatchEntry> batch) {
 // x += W_down · (act(W_gate · xn) ⊙ W_up · xn), xn the FFN's normed input, act SiLU or GELU;
 // the result normed first when the layer has an FFN output norm (gemma3).
 void ForwardPass::Ffn(const LayerWeights& w, int n_tokens) {
-  const size_t n_embd = config_.n_embd;
   const RowCombine act = config_.ffn_activation == FfnActivation::kGelu ? &GeGlu : &SwiGlu;
   MatMulGated(w.ffn_gate, w.ffn_up, act_->xn.data(), n_tokens, act_->gate.data(), act_->up.data(),
               act, threads_, act_->scratch);
   MatMul(w.ffn_down, act_->gate.data(), n_tokens, act_->proj.data(), threads_, act_->scratch);
-  threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
-    float* x = &act_->x[t * n_embd];
-    float* proj = &act_->proj[t * n_embd];
-    if (w.ffn_post_norm.data != nullptr) {
-      RmsNorm(proj, w.ffn_post_norm.data, n_embd, config_.rms_eps, proj);
-    }
-    for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
-  });
+  threads_.ParallelFor(n_tokens, [&](size_t t, size_t) { AddToResidual(t, w.ffn_post_norm); });
+}
+
+// x[t] += proj[t], the sublayer's result, normed first where the layer norms its outputs
+// (gemma3's post norms; post_norm.data null: no norm).
+void ForwardPass::AddToResidual(size_t t, const NormWeight& post_norm) {
+  const size_t n_embd = config_.n_embd;
+  float* x = &act_->x[t * n_embd];
+  float* proj = &act_->proj[t * n_embd];
+  if (post_norm.data != nullptr) RmsNorm(proj, post_norm.data, n_embd, config_.rms_eps, proj);
+  for (size_t i = 0; i < n_embd; ++i) x[i] = proj[i] + x[i];
 }
 
 // logits rows = output · RMSNorm(x)·output_norm, for the entries that want logits; then
