@@ -162,28 +162,11 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(LoadedModel loaded,
   return scheduler;
 }
 
-namespace {
-
-// Recurrent states the prefix cache keeps per slot (each a whole sequence's state: megabytes
-// on a real model), the least recently used out first.
-constexpr int kRecurrentStatesPerSlot = 4;
-
-// The widest window of the model's windowed layers (0: none).
-int WidestWindow(const ModelConfig& config) {
-  int widest = 0;
-  for (const LayerConfig& layer : config.layers) {
-    if (layer.attention == AttentionKind::kSliding) widest = std::max(widest, layer.window);
-  }
-  return widest;
-}
-
-}  // namespace
-
 Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
                        std::optional<Fingerprint128> model_fingerprint) {
   // A windowed layer reads every position of its window: under a bounded pool they stay
   // resident because the tail (never evicted) covers the widest window.
-  const int window = WidestWindow(pipeline->config());
+  const int window = pipeline->config().WidestWindow();
   if (options_.bounded_kv() && window > options_.kv_pool.tail_tokens) {
     std::fprintf(stderr, "scheduler: --kv-tail %d raised to %d, the model's attention window\n",
                  options_.kv_pool.tail_tokens, window);
@@ -210,9 +193,8 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
         [pager = state->pager.get()](PageId page) { pager->OnPageFreed(page); });
     state->attended_by_slot.resize(options_.n_parallel);
   }
-  // Recurrent states kept beside the cache: a few per slot (a conversation's latest turns).
   state->recurrent = std::make_unique<RecurrentCheckpoints>(
-      state->pipeline.get(), options_.page_tokens, kRecurrentStatesPerSlot * options_.n_parallel,
+      state->pipeline.get(), options_.page_tokens, options_.n_parallel,
       options_.prefix_cache ? state->disk_cache.get() : nullptr);
   state->prefix_cache = std::make_unique<SchedulerPrefixCache>(
       options_.prefix_cache, &state->pipeline->allocator(), options_.n_parallel,
@@ -637,8 +619,7 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   if (reason == FinishReason::kError) {
     slot.table->Clear();
   } else {
-    s.prefix_cache->RememberSelection(slot_idx);
-    s.prefix_cache->RememberState(slot_idx);
+    s.prefix_cache->RememberSequence(slot_idx);
     RetainSequence(slot, *request);
   }
   s.prefix_cache->EndSlot(slot_idx);

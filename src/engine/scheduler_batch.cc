@@ -231,8 +231,7 @@ bool Scheduler::CollectAction() {
     const SchedulerSlot& slot = s.slots[written.slot];
     if (slot.request && slot.request->id() == written.request &&
         written.end == slot.request->n_prompt()) {
-      if (s.pager != nullptr) s.prefix_cache->RememberSelection(written.slot);
-      s.prefix_cache->RememberState(written.slot);
+      s.prefix_cache->RememberSequence(written.slot);
     }
   }
   ProcessOutputs(record, *outputs);

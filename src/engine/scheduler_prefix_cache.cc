@@ -108,10 +108,12 @@ void SchedulerPrefixCache::AdoptSelection(int slot, std::span<const BlockHash> h
   pager_->BeginSequence(slot, nullptr, n_blocks);
 }
 
-void SchedulerPrefixCache::RememberSelection(int slot) {
+void SchedulerPrefixCache::RememberSequence(int slot) {
   const Chain& chain = chains_[slot];
-  if (!enabled() || pager_ == nullptr || chain.n_published == 0) return;
-  KeepSelection(chain.hashes[chain.n_published - 1], pager_->Record(slot, chain.n_published));
+  if (!enabled() || chain.n_published == 0) return;
+  const BlockHash& last = chain.hashes[size_t(chain.n_published - 1)];
+  if (pager_ != nullptr) KeepSelection(last, pager_->Record(slot, chain.n_published));
+  if (recurrent_ != nullptr) recurrent_->Remember(slot, last, chain.n_published);
 }
 
 void SchedulerPrefixCache::KeepSelection(const BlockHash& hash, PageSelection selection) {
@@ -233,12 +235,6 @@ void SchedulerPrefixCache::ForgetPages(const std::function<bool(PageId)>& drop) 
   if (!enabled()) return;
   index_->ErasePages(drop);
   std::erase_if(selections_, [&](const auto& kept) { return !index_->Contains(kept.first); });
-}
-
-void SchedulerPrefixCache::RememberState(int slot) {
-  const Chain& chain = chains_[slot];
-  if (!enabled() || recurrent_ == nullptr || chain.n_published == 0) return;
-  recurrent_->Remember(slot, chain.hashes[size_t(chain.n_published - 1)], chain.n_published);
 }
 
 void SchedulerPrefixCache::Clear() {

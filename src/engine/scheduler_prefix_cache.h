@@ -104,12 +104,11 @@ class SchedulerPrefixCache {
   // full pages among them, in chain order.
   void PublishFullPages(int slot, const ActiveRequest& request, const BlockTable& table,
                         int written_end);
-  // Keeps the pager's selection of the slot's published pages for its last published block
-  // (a bounded pool; no-op otherwise).
-  void RememberSelection(int slot);
-  // A model with recurrent layers: the slot's sequence ended; keeps its recurrent state at its
-  // last published block (no-op otherwise).
-  void RememberState(int slot);
+  // Keeps, for the slot's last published block, what a sequence resuming there needs besides
+  // the pages: the pager's selection of them (a bounded pool) and the recurrent state (a model
+  // with recurrent layers); no-op for whichever the engine does not have. When a prompt is
+  // prefilled and when a sequence ends.
+  void RememberSequence(int slot);
   // A restored sequence (`tokens`, held in `pages`, one per block, the caller holding a
   // reference on each) joins the cache: each full block that is cached already has its page
   // swapped for the cached one (reference moved: the restored copy is released); the others

@@ -6,12 +6,12 @@
 
 namespace shardlm {
 
-RecurrentCheckpoints::RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int capacity,
+RecurrentCheckpoints::RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int n_slots,
                                            SchedulerDiskCache* disk)
     : pipeline_(pipeline),
       disk_(disk),
       page_tokens_(page_tokens),
-      capacity_(std::max(capacity, 1)),
+      capacity_(kStatesPerSlot * std::max(n_slots, 1)),
       state_bytes_(pipeline != nullptr ? pipeline->state_bytes() : 0) {}
 
 void RecurrentCheckpoints::Remember(int slot, const BlockHash& hash, int n_blocks) {

@@ -7,8 +7,8 @@
 // every stage, and the cached pages after that block are recomputed.
 //
 // Goals: a next turn of a conversation skips every whole page its previous turn published, with
-// the text of a cold run (the state resumes bitwise); bounded memory (the most recent `capacity`
-// states, least recently used out first).
+// the text of a cold run (the state resumes bitwise); bounded memory (the most recent
+// kStatesPerSlot per slot, least recently used out first).
 // With a disk tier each kept state is also persisted beside its block, so a restarted server
 // resumes a conversation from disk: a block whose state is not in memory is looked up there.
 // Non-goals: states in slot files; choosing which blocks to record (the caller names them).
@@ -30,9 +30,12 @@ namespace shardlm {
 
 class RecurrentCheckpoints {
  public:
-  // pipeline: null or a model without recurrent layers gives a disabled object. disk: the
-  // disk tier, or null.
-  RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int capacity,
+  // States kept per slot (each a whole sequence's state: megabytes on a real model): a
+  // conversation's latest turns.
+  static constexpr int kStatesPerSlot = 4;
+  // pipeline: null or a model without recurrent layers gives a disabled object; it keeps
+  // kStatesPerSlot × n_slots states. disk: the disk tier, or null.
+  RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, int n_slots,
                        SchedulerDiskCache* disk = nullptr);
 
   bool enabled() const { return state_bytes_ > 0; }

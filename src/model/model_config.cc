@@ -202,6 +202,14 @@ bool ModelConfig::HasDeltaNet(int begin, int end) const {
   return false;
 }
 
+int ModelConfig::WidestWindow() const {
+  int widest = 0;
+  for (const LayerConfig& layer : layers) {
+    if (layer.attention == AttentionKind::kSliding) widest = std::max(widest, layer.window);
+  }
+  return widest;
+}
+
 size_t ModelConfig::RecurrentStateBytes(int begin, int end) const {
   size_t layers_with_state = 0;
   for (int i = begin; i < end; ++i) {

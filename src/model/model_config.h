@@ -155,6 +155,8 @@ struct ModelConfig {
   // Layers of [begin, end) with KV pages of their own (attention layers that write KV).
   int KvLayers(int begin, int end) const;
   bool HasDeltaNet(int begin, int end) const;
+  // The widest window of the model's windowed layers (0: none).
+  int WidestWindow() const;
   // Bytes of one sequence's recurrent state in layers [begin, end) (RecurrentStates' slot).
   size_t RecurrentStateBytes(int begin, int end) const;
 

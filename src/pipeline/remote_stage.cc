@@ -75,8 +75,12 @@ Status HangUpBeforeReply(const Status& cause) {
 }  // namespace
 
 RemoteStage::RemoteStage(const RemoteStageOptions& options, const ShardHello& hello,
-                         size_t page_bytes, const ShardRegionLayout& layout)
-    : options_(options), hello_(hello), page_bytes_(page_bytes), layout_(layout) {
+                         size_t page_bytes, size_t state_bytes, const ShardRegionLayout& layout)
+    : options_(options),
+      hello_(hello),
+      page_bytes_(page_bytes),
+      state_bytes_(state_bytes),
+      layout_(layout) {
   info_.index = options.index;
   info_.layers = options.layers;
   info_.first = options.layers.begin == 0;
@@ -111,8 +115,8 @@ Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOption
   Result<ShardRegionLayout> layout = ShardLayout(hello, page_bytes, state_bytes);
   if (!layout.ok()) return layout.status().WithContext(name);
   hello.shm_bytes = layout->total_bytes;
-  std::unique_ptr<RemoteStage> stage(new RemoteStage(options, hello, page_bytes, *layout));
-  stage->state_bytes_ = state_bytes;
+  std::unique_ptr<RemoteStage> stage(
+      new RemoteStage(options, hello, page_bytes, state_bytes, *layout));
   Result<std::unique_ptr<ShmRegion>> region =
       ShmRegion::Create(fmt::format("shardlm-stage{}", options.index), layout->total_bytes);
   if (!region.ok()) return region.status().WithContext(name);

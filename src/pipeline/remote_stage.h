@@ -93,7 +93,7 @@ class RemoteStage : public Stage {
 
  private:
   RemoteStage(const RemoteStageOptions& options, const ShardHello& hello, size_t page_bytes,
-              const ShardRegionLayout& layout);
+              size_t state_bytes, const ShardRegionLayout& layout);
   std::string Name() const;  // "stage N (unix:PATH)"
   Status Handshake();        // connect + Hello + reply; requires io_mu_
   // Sends one request and waits for its reply of `reply_type`; a transport failure marks
