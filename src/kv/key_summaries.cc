@@ -45,6 +45,12 @@ Result<std::unique_ptr<KeySummaries>> KeySummaries::Create(const PagePoolConfig&
     return InvalidArgument("key summaries: bad shape ({} pages, {} layers, {} heads, dim {})",
                            n_pages, frames.n_layers, frames.n_kv_heads, frames.head_dim);
   }
+  // One box shape per pool: layers of their own shapes (gemma4) would need one per layer.
+  if (!frames.uniform()) {
+    return Unsupported(
+        "`qk` page selection needs KV layers of one shape; this model's differ (use "
+        "--kv-select lru)");
+  }
   std::unique_ptr<KeySummaries> summaries(new KeySummaries(frames, n_pages));
   const size_t boxes = size_t(n_pages) * frames.n_layers * frames.n_kv_heads;
   summaries->counts_.assign(boxes, 0);

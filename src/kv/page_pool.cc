@@ -64,6 +64,23 @@ Status CheckKvRows(KvType type, int head_dim) {
 
 PagePool::PagePool(const PagePoolConfig& config) : config_(config) {}
 
+bool PagePoolConfig::uniform() const {
+  for (const KvLayerShape& shape : layer_shapes) {
+    if (shape != KvLayerShape{n_kv_heads, head_dim}) return false;
+  }
+  return true;
+}
+
+size_t KvPageBytes(const PagePoolConfig& config) {
+  size_t bytes = 0;
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    const KvLayerShape shape = config.layer_shape(layer);
+    bytes += KvRowBytes(config.kv_type, size_t(shape.head_dim)) * size_t(shape.n_kv_heads) *
+             size_t(config.page_tokens) * 2;
+  }
+  return bytes;
+}
+
 Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config) {
   if (config.n_pages <= 0 || config.page_tokens <= 0 || config.n_layers < 0 ||
       config.n_kv_heads <= 0 || config.head_dim <= 0) {
@@ -73,9 +90,22 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
         "n_kv_heads {}, head_dim {})",
         config.n_pages, config.page_tokens, config.n_layers, config.n_kv_heads, config.head_dim);
   }
+  if (!config.layer_shapes.empty() && config.layer_shapes.size() != size_t(config.n_layers)) {
+    return InvalidArgument("KV pool: {} layer shapes for {} layers", config.layer_shapes.size(),
+                           config.n_layers);
+  }
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    const KvLayerShape shape = config.layer_shape(layer);
+    if (shape.n_kv_heads <= 0 || shape.n_kv_heads > config.n_kv_heads || shape.head_dim <= 0 ||
+        shape.head_dim > config.head_dim) {
+      return InvalidArgument("KV pool: layer {} has {} kv heads of {} (at most {} of {})", layer,
+                             shape.n_kv_heads, shape.head_dim, config.n_kv_heads, config.head_dim);
+    }
+    SHARDLM_TRY(CheckKvRows(config.kv_type, shape.head_dim).WithContext("KV pool"));
+  }
   SHARDLM_TRY(CheckKvRows(config.kv_type, config.head_dim).WithContext("KV pool"));
   // Every product below stays far from overflow when the total is bounded this way (4 bytes
-  // per element bounds every type).
+  // per element bounds every type; the widest shape bounds every layer's).
   constexpr double kMaxPoolBytes = double(std::numeric_limits<int64_t>::max()) / 4;
   const double total = double(config.n_pages) * config.page_tokens * config.n_layers * 2 *
                        config.n_kv_heads * config.head_dim * 4;
@@ -84,10 +114,15 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
                            total);
   }
   std::unique_ptr<PagePool> pool(new PagePool(config));
-  pool->row_elements_ = size_t(config.n_kv_heads) * config.head_dim;
-  pool->head_row_bytes_ = KvRowBytes(config.kv_type, size_t(config.head_dim));
-  pool->page_bytes_ =
-      pool->head_row_bytes_ * size_t(config.n_kv_heads) * config.page_tokens * config.n_layers * 2;
+  size_t offset = 0;
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    const KvLayerShape shape = config.layer_shape(layer);
+    const size_t row_bytes = KvRowBytes(config.kv_type, size_t(shape.head_dim));
+    pool->layers_.push_back({offset, shape, row_bytes});
+    offset += row_bytes * size_t(shape.n_kv_heads) * size_t(config.page_tokens) * 2;
+  }
+  pool->page_bytes_ = offset;
+  SHARDLM_CHECK(pool->page_bytes_ == KvPageBytes(config));
   const size_t total_bytes = pool->page_bytes_ * size_t(config.n_pages);
   // A stage whose layers keep no KV (recurrent layers only) has pages of no bytes: its
   // pages exist in the block tables like every stage's, and hold nothing here.
@@ -121,11 +156,12 @@ const uint8_t* PagePool::page_data(PageId page) const {
 
 size_t PagePool::RowOffset(int layer_idx, int kv, int kv_head, int offset) const {
   SHARDLM_DCHECK(layer_idx >= 0 && layer_idx < config_.n_layers);
-  SHARDLM_DCHECK(kv_head >= 0 && kv_head < config_.n_kv_heads);
+  const LayerRows& layer = layers_[size_t(layer_idx)];
+  SHARDLM_DCHECK(kv_head >= 0 && kv_head < layer.shape.n_kv_heads);
   SHARDLM_DCHECK(offset >= 0 && offset < config_.page_tokens);
   const size_t row =
-      ((size_t(layer_idx) * 2 + kv) * config_.n_kv_heads + kv_head) * config_.page_tokens + offset;
-  return row * head_row_bytes_;
+      (size_t(kv) * layer.shape.n_kv_heads + kv_head) * config_.page_tokens + size_t(offset);
+  return layer.offset + row * layer.head_row_bytes;
 }
 
 void* PagePool::RowPtr(PageId page, int layer_idx, int kv, int kv_head, int offset) {

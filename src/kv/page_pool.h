@@ -5,6 +5,8 @@
 //   for layer_idx in [0, n_layers):            (stage-local layer index)
 //     K: [n_kv_heads][page_tokens][head_dim]
 //     V: [n_kv_heads][page_tokens][head_dim]
+// with each layer's own n_kv_heads and head_dim where the layers differ (gemma4's windowed
+// and global layers: PagePoolConfig::layer_shapes).
 // Head-major: attention reads one kv head over a run of positions, and those rows are one
 // contiguous stretch (16 KiB for 64 F16 positions of head_dim 128) that the hardware
 // prefetcher streams; position-major rows of a head sat n_kv_heads × head_dim elements
@@ -33,6 +35,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/huge_pages.h"
 #include "base/status.h"
@@ -104,14 +107,34 @@ struct KvGeometry {
   int frames() const { return bounded() ? n_frames : n_pages; }
 };
 
+// The KV row shape of one layer: kv heads of head_dim elements each (keys and values alike).
+struct KvLayerShape {
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  friend bool operator==(const KvLayerShape&, const KvLayerShape&) = default;
+};
+
 struct PagePoolConfig {
   int n_pages = 0;
   int page_tokens = kDefaultPageTokens;
   int n_layers = 0;  // the stage's layers with KV of their own (0: a stage of recurrent layers)
+  // Every layer's shape, unless layer_shapes gives one per layer ([n_layers]; then these two
+  // are the widest, which bound the attention scratch).
   int n_kv_heads = 0;
   int head_dim = 0;
   KvType kv_type = KvType::kF32;
+  std::vector<KvLayerShape> layer_shapes;
+
+  KvLayerShape layer_shape(int layer_idx) const {
+    return layer_shapes.empty() ? KvLayerShape{n_kv_heads, head_dim}
+                                : layer_shapes[size_t(layer_idx)];
+  }
+  // Whether the layers differ in shape (disk snapshots describe only uniform pages so far).
+  bool uniform() const;
 };
+
+// Bytes of one page of `config` (K and V of every layer, page_tokens positions).
+size_t KvPageBytes(const PagePoolConfig& config);
 
 class PagePool {
  public:
@@ -124,8 +147,7 @@ class PagePool {
   int page_tokens() const { return config_.page_tokens; }
   int n_pages() const { return config_.n_pages; }
   size_t page_bytes() const { return page_bytes_; }
-  size_t row_elements() const { return row_elements_; }      // n_kv_heads × head_dim
-  size_t head_row_bytes() const { return head_row_bytes_; }  // head_dim elements
+  KvLayerShape layer_shape(int layer_idx) const { return layers_[size_t(layer_idx)].shape; }
 
   // Copies the contents of `src` into `dst` (copy-on-write of a shared page).
   void CopyPage(PageId src, PageId dst);
@@ -157,9 +179,14 @@ class PagePool {
   explicit PagePool(const PagePoolConfig& config);
   void* RowPtr(PageId page, int layer_idx, int kv, int kv_head, int offset);
 
+  // Where each layer's rows start inside a page, its shape and the bytes of one head's row.
+  struct LayerRows {
+    size_t offset = 0;
+    KvLayerShape shape;
+    size_t head_row_bytes = 0;
+  };
   PagePoolConfig config_;
-  size_t row_elements_ = 0;    // n_kv_heads × head_dim
-  size_t head_row_bytes_ = 0;  // head_dim elements
+  std::vector<LayerRows> layers_;  // [n_layers]
   size_t page_bytes_ = 0;
   HugePageBuffer storage_;  // [n_pages][page_bytes], on huge pages where the kernel allows
 };

@@ -232,13 +232,13 @@ void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const 
   SHARDLM_DCHECK(size_t(position / page_tokens) < pages.size());
   const PageId page = pages[position / page_tokens];
   const int offset = position % page_tokens;
-  const PagePoolConfig& config = pool.config();
-  const int64_t head_dim = config.head_dim;
+  const KvLayerShape shape = pool.layer_shape(layer_idx);
+  const int64_t head_dim = shape.head_dim;
   // Rows are stored as activations of the element type are converted for a matmul (a copy for
   // F32; the same bytes on every ISA, tensor/type_traits.h).
-  const TypeTraits& element = *GetTypeTraits(KvElementType(config.kv_type));
+  const TypeTraits& element = *GetTypeTraits(KvElementType(pool.config().kv_type));
   auto store = [&](const float* src, void* dst) { element.quantize_act(src, dst, head_dim); };
-  for (int h = 0; h < config.n_kv_heads; ++h) {
+  for (int h = 0; h < shape.n_kv_heads; ++h) {
     store(k + h * head_dim, pool.KeyRow(page, layer_idx, h, offset));
     store(v + h * head_dim, pool.ValueRow(page, layer_idx, h, offset));
   }

@@ -75,7 +75,8 @@ size_t AttendTileScratch(int max_queries, size_t max_ctx, int head_dim);
 void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_dim,
                 const AttentionTile& tile, float* scratch);
 
-// Stores k, v ([n_kv_heads][head_dim] each) at `position` of `pages` in layer `layer_idx`.
+// Stores k, v ([n_kv_heads][head_dim] each, the layer's shape in the pool) at `position` of
+// `pages` in layer `layer_idx`.
 // The page must be private to the writer (BlockTable::PrepareWrite, copies applied).
 void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const float* k,
              const float* v);

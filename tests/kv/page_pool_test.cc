@@ -32,13 +32,12 @@ TEST(PagePool, RejectsBadConfig) {
 
 TEST(PagePool, LayoutAndSizes) {
   auto pool = MakePool(3);
-  EXPECT_EQ(pool->row_elements(), 16u);
+  EXPECT_EQ(pool->layer_shape(1), (KvLayerShape{2, 8}));
   EXPECT_EQ(pool->page_bytes(), 16u * 4 * 4 * 2 * 2);  // row × tokens × f32 × K,V × layers
   const PageId page = 1;
   auto* k0 = static_cast<uint8_t*>(pool->KeyRow(page, 0, 0, 0));
   EXPECT_EQ(k0, pool->page_data(page));
   EXPECT_EQ(pool->page_data(page) - pool->page_data(0), std::ptrdiff_t(pool->page_bytes()));
-  EXPECT_EQ(pool->head_row_bytes(), 32u);  // head_dim 8 × f32
   // Head-major: a head's positions follow each other, then the next head, then V.
   EXPECT_EQ(static_cast<uint8_t*>(pool->KeyRow(page, 0, 0, 1)) - k0, 32);
   EXPECT_EQ(static_cast<uint8_t*>(pool->KeyRow(page, 0, 1, 0)) - k0, 32 * 4);
@@ -47,6 +46,40 @@ TEST(PagePool, LayoutAndSizes) {
   // The last row of a page ends where the page does.
   EXPECT_EQ(static_cast<uint8_t*>(pool->ValueRow(page, 1, 1, 3)) + 32,
             pool->page_data(page) + pool->page_bytes());
+}
+
+// Layers of different shapes (gemma4's windowed 2 × 16 and global 1 × 32 heads) each keep
+// their own head-major rows, one after the other.
+TEST(PagePool, LayersOfTheirOwnShape) {
+  PagePoolConfig c = SmallConfig(2);
+  c.n_layers = 3;
+  c.n_kv_heads = 2;
+  c.head_dim = 32;
+  c.layer_shapes = {{2, 16}, {1, 32}, {2, 8}};
+  auto made = PagePool::Create(c);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  PagePool& pool = **made;
+  const size_t tokens = size_t(c.page_tokens);
+  const size_t layer0 = 2 * tokens * 16 * 4 * 2;  // heads × tokens × dim × f32 × K,V
+  const size_t layer1 = 1 * tokens * 32 * 4 * 2;
+  const size_t layer2 = 2 * tokens * 8 * 4 * 2;
+  EXPECT_EQ(pool.page_bytes(), layer0 + layer1 + layer2);
+  EXPECT_EQ(KvPageBytes(c), pool.page_bytes());
+  EXPECT_FALSE(c.uniform());
+  EXPECT_EQ(pool.layer_shape(0), (KvLayerShape{2, 16}));
+  auto* page = pool.page_data(1);
+  EXPECT_EQ(static_cast<uint8_t*>(pool.KeyRow(1, 0, 1, 0)) - page, std::ptrdiff_t(tokens * 64));
+  EXPECT_EQ(static_cast<uint8_t*>(pool.ValueRow(1, 0, 0, 0)) - page,
+            std::ptrdiff_t(2 * tokens * 64));
+  EXPECT_EQ(static_cast<uint8_t*>(pool.KeyRow(1, 1, 0, 1)) - page, std::ptrdiff_t(layer0 + 128));
+  EXPECT_EQ(static_cast<uint8_t*>(pool.ValueRow(1, 2, 1, tokens - 1)) + 32,
+            page + pool.page_bytes());
+  // A layer wider than the pool's widest shape, or shapes that do not count the layers,
+  // are refused.
+  c.layer_shapes = {{2, 16}, {1, 64}, {2, 8}};
+  EXPECT_EQ(PagePool::Create(c).status().code(), StatusCode::kInvalidArgument);
+  c.layer_shapes = {{2, 16}};
+  EXPECT_EQ(PagePool::Create(c).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(PagePool, CopyPageCopiesTheWholePageOnly) {
@@ -80,7 +113,6 @@ TEST(PagePool, Q8_0RowsAreWholeBlocks) {
   c.head_dim = 64;
   auto pool = PagePool::Create(c);
   ASSERT_TRUE(pool.ok()) << pool.status().message();
-  EXPECT_EQ((*pool)->head_row_bytes(), 68u);
   EXPECT_EQ((*pool)->page_bytes(), 68u * c.n_kv_heads * c.page_tokens * c.n_layers * 2);
   EXPECT_EQ(static_cast<uint8_t*>((*pool)->KeyRow(1, 0, 0, 1)) -
                 static_cast<uint8_t*>((*pool)->KeyRow(1, 0, 0, 0)),
