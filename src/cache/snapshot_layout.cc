@@ -34,6 +34,11 @@ Fingerprint128 LayoutFingerprint(const SnapshotLayout& layout) {
   AppendLe(bytes, static_cast<int32_t>(layout.n_kv_heads));
   AppendLe(bytes, static_cast<int32_t>(layout.head_dim));
   AppendLe(bytes, static_cast<int32_t>(layout.kv_type));
+  // Only when given, so the files of models with one KV shape keep their fingerprint.
+  for (const KvLayerShape& shape : layout.layer_shapes) {
+    AppendLe(bytes, static_cast<int32_t>(shape.n_kv_heads));
+    AppendLe(bytes, static_cast<int32_t>(shape.head_dim));
+  }
   const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
   return Fingerprint128{h.high64, h.low64};
 }

@@ -38,9 +38,16 @@ struct SnapshotLayout {
   Fingerprint128 model;
   std::vector<StageLayers> stages;  // in pipeline order
   int page_tokens = kDefaultPageTokens;
+  // The rows of every KV layer. A model whose KV layers differ in shape but not in elements
+  // per position (gemma4's 2 × 16 and 1 × 32 heads) has rows of 1 × those elements here and
+  // its layers' own shapes in layer_shapes (in model order, fingerprinted); a model whose
+  // layers differ in elements has n_kv_heads 0: no page of it can be described yet.
   int n_kv_heads = 0;
   int head_dim = 0;
   KvType kv_type = KvType::kF32;
+  std::vector<KvLayerShape> layer_shapes;  // empty: every layer n_kv_heads × head_dim
+
+  bool describable() const { return n_kv_heads > 0 && head_dim > 0; }
 };
 
 // xxh3-128 over a format tag and every field above (little-endian, stages in order).

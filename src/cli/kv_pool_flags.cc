@@ -59,10 +59,9 @@ Result<ParsedKvPool> ParseKvPoolFlags(const KvPoolFlags& flags, int n_parallel, 
   if (flags.pool.empty()) return parsed;
   if (flags.pool == "auto") {
     const ModelConfig& config = model.config();
-    SHARDLM_TRY(CheckKvRows(kv_type, config.head_dim));
-    const size_t bytes_per_position = size_t(config.KvLayers(0, config.n_layers)) * 2 *
-                                      size_t(config.n_head_kv) *
-                                      KvRowBytes(kv_type, size_t(config.head_dim));
+    SHARDLM_TRY(CheckModelKvRows(config, kv_type));
+    const size_t bytes_per_position =
+        KvPageBytes(StageKvPoolConfig(config, {0, config.n_layers}, 1, 1, kv_type));
     const uint64_t available = AvailableMemory();
     const uint64_t per_sequence =
         available / 4 / uint64_t(std::max(1, n_parallel)) / std::max<size_t>(1, bytes_per_position);

@@ -8,6 +8,7 @@
 
 #include "base/thread_name.h"
 #include "cache/snapshot_file.h"
+#include "model/model.h"
 
 namespace shardlm {
 SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprint128& model,
@@ -19,9 +20,21 @@ SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprin
                              pipeline.config().KvLayers(stage.layers.begin, stage.layers.end)});
   }
   layout.page_tokens = pipeline.allocator().page_tokens();
-  layout.n_kv_heads = pipeline.config().n_head_kv;
-  layout.head_dim = pipeline.config().head_dim;
   layout.kv_type = kv_type;
+  const ModelConfig& config = pipeline.config();
+  const PagePoolConfig pool = StageKvPoolConfig(config, {0, config.n_layers}, 1, 1, kv_type);
+  if (pool.uniform()) {
+    layout.n_kv_heads = config.n_head_kv;
+    layout.head_dim = config.head_dim;
+    return layout;
+  }
+  layout.layer_shapes = pool.layer_shapes;
+  const int elements = pool.layer_shapes[0].n_kv_heads * pool.layer_shapes[0].head_dim;
+  for (const KvLayerShape& shape : pool.layer_shapes) {
+    if (shape.n_kv_heads * shape.head_dim != elements) return layout;  // not describable
+  }
+  layout.n_kv_heads = 1;
+  layout.head_dim = elements;
   return layout;
 }
 
@@ -36,6 +49,11 @@ SchedulerDiskCache::SchedulerDiskCache(Pipeline* pipeline, SnapshotLayout layout
 Result<std::unique_ptr<SchedulerDiskCache>> SchedulerDiskCache::Open(
     Pipeline* pipeline, SchedulerDiskCacheOptions options) {
   SnapshotLayout layout = PipelineSnapshotLayout(*pipeline, options.model, options.kv_type);
+  if (!layout.describable()) {
+    return Unsupported(
+        "the disk KV cache cannot store this model's pages yet: its KV layers hold different "
+        "numbers of elements per position");
+  }
   DiskStoreOptions store_options;
   store_options.dir = options.dir;
   store_options.budget_bytes = options.budget_bytes;

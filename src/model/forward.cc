@@ -15,6 +15,18 @@
 
 namespace shardlm {
 
+namespace {
+// What the rope angles of a layer depend on.
+struct RopeVariant {
+  float base = 0.0f;
+  float freq_scale = 1.0f;
+  int n_rot = 0;
+  bool freq_factors = false;
+  friend bool operator==(const RopeVariant&, const RopeVariant&) = default;
+};
+
+}  // namespace
+
 // Every buffer is sized once for max_batch_tokens (B) rows; a batch uses its first rows.
 struct ForwardPass::Activations {
   std::vector<float> x;   // [B][n_embd] residual stream
@@ -30,16 +42,20 @@ struct ForwardPass::Activations {
   std::vector<float> proj;       // [B][n_embd] attn_output / ffn_down result
   std::vector<float> gate;       // [B][n_ff] gate projection, then SiLU(gate)·up
   std::vector<float> up;         // [B][n_ff]
-  // [rope variant][B][n_rot] (cos, sin) per rotated pair: one variant per distinct
-  // (base, freq_scale) among the stage's layers.
+  // [rope variant][B][n_rot] (cos, sin) per rotated pair: one variant per distinct rope
+  // (RopeVariant) among the stage's layers.
   std::vector<float> rope;
-  std::vector<std::pair<float, float>> rope_variants;  // (base, freq_scale)
-  std::vector<int> rope_variant_of;                    // [stage-local layer]
-  std::vector<float> scores;       // [n_threads][scores_per_worker] AttendTile scratch
-  std::vector<int32_t> head_rows;  // [B] batch index of each logits row
-  std::vector<int32_t> embd_rows;  // [B] batch index of each embedding row
-  std::vector<int32_t> slot_next;  // [n_slots] last position + 1 (−1: slot unused)
-  std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
+  std::vector<RopeVariant> rope_variants;
+  std::vector<int> rope_variant_of;  // [stage-local layer]
+  // Per-layer inputs (gemma4): [B][n_layers × n_embd_per_layer] for every model layer (the
+  // stage reads its own), and one token's per_layer_token_embd row per worker.
+  std::vector<float> per_layer;
+  std::vector<float> per_layer_row;  // [n_threads][n_layers × n_embd_per_layer]
+  std::vector<float> scores;         // [n_threads][scores_per_worker] AttendTile scratch
+  std::vector<int32_t> head_rows;    // [B] batch index of each logits row
+  std::vector<int32_t> embd_rows;    // [B] batch index of each embedding row
+  std::vector<int32_t> slot_next;    // [n_slots] last position + 1 (−1: slot unused)
+  std::vector<Tile> tiles;           // [<= B] attention tiles of the batch
   // Bounded pool with scores: per scoring entry, its slot's pages × kv heads of partial
   // scores ([entry][kv head][page]), where each entry's block starts, and its page count.
   std::vector<float> score_partial;
@@ -67,8 +83,9 @@ struct AttentionRows {
   size_t scores_per_worker = 0;
 };
 
-AttentionRows StageAttentionRows(const ModelConfig& config, LayerRange layers,
-                                 const PagePoolConfig& kv, size_t max_ctx) {
+AttentionRows StageAttentionRows(const Model& model, const PagePoolConfig& kv, size_t max_ctx) {
+  const ModelConfig& config = model.config();
+  const LayerRange layers = model.layers();
   AttentionRows rows;
   for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
     const LayerConfig& layer = config.layers[layer_idx];
@@ -77,14 +94,14 @@ AttentionRows StageAttentionRows(const ModelConfig& config, LayerRange layers,
       continue;
     }
     // The layer steps this forward pass computes: pre-norm attention (full or windowed) and
-    // FFN over its own KV.
-    SHARDLM_CHECK_MSG((layer.attention == AttentionKind::kFull ||
-                       (layer.attention == AttentionKind::kSliding && layer.window > 0)) &&
-                          layer.attn_norm && layer.ffn_norm && layer.kv_layer == layer_idx &&
-                          layer.n_head_kv == kv.n_kv_heads && layer.head_dim_k == kv.head_dim &&
-                          layer.head_dim_v == kv.head_dim,
-                      "layer %d has a kind or KV shape the forward pass does not compute",
-                      layer_idx);
+    // FFN over KV of the pool's shape for the layer (its own or the layer it shares).
+    const KvLayerShape shape = kv.layer_shape(model.kv_index(layer_idx - layers.begin));
+    SHARDLM_CHECK_MSG(
+        (layer.attention == AttentionKind::kFull ||
+         (layer.attention == AttentionKind::kSliding && layer.window > 0)) &&
+            layer.attn_norm && layer.ffn_norm && layer.n_head_kv == shape.n_kv_heads &&
+            layer.head_dim_k == shape.head_dim && layer.head_dim_v == shape.head_dim,
+        "layer %d has a kind or KV shape the forward pass does not compute", layer_idx);
     rows.q_dim = std::max(rows.q_dim, layer.q_dim());
     rows.k_dim = std::max(rows.k_dim, layer.k_dim());
     rows.v_dim = std::max(rows.v_dim, layer.v_dim());
@@ -94,7 +111,7 @@ AttentionRows StageAttentionRows(const ModelConfig& config, LayerRange layers,
   }
   for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
     const LayerConfig& layer = config.layers[layer_idx];
-    if (!layer.has_kv()) continue;
+    if (!layer.attends()) continue;
     rows.scores_per_worker = std::max(
         rows.scores_per_worker,
         AttendTileScratch(rows.tile_tokens * layer.gqa_group(), max_ctx, layer.head_dim_k));
@@ -119,7 +136,7 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
                     "page pool shape does not match the stage (use Model::KvPoolConfig)");
   const size_t b = size_t(max_batch_tokens);
   act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
-  const AttentionRows rows = StageAttentionRows(config_, model.layers(), kv, act_->max_ctx);
+  const AttentionRows rows = StageAttentionRows(model, kv, act_->max_ctx);
   act_->tile_tokens = rows.tile_tokens;
   act_->scores_per_worker = rows.scores_per_worker;
   act_->x.resize(b * config_.n_embd);
@@ -144,17 +161,24 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
     }
   }
   act_->proj.resize(b * config_.n_embd);
-  act_->gate.resize(b * config_.n_ff);
+  // The gate rows also hold the per-layer inputs' gate (n_embd_per_layer wide).
+  act_->gate.resize(b * size_t(std::max(config_.n_ff, config_.n_embd_per_layer)));
   act_->up.resize(b * config_.n_ff);
   for (int layer_idx = model.layers().begin; layer_idx < model.layers().end; ++layer_idx) {
     const LayerConfig& layer = config_.layers[layer_idx];
-    const std::pair<float, float> variant{layer.rope_base, layer.rope_freq_scale};
+    const RopeVariant variant{layer.rope_base, layer.rope_freq_scale, layer.n_rot,
+                              layer.rope_freqs && model.weights().rope_freqs.data != nullptr};
     auto& variants = act_->rope_variants;
     auto found = std::find(variants.begin(), variants.end(), variant);
     if (found == variants.end()) found = variants.insert(variants.end(), variant);
     act_->rope_variant_of.push_back(int(found - variants.begin()));
   }
   act_->rope.resize(act_->rope_variants.size() * b * config_.n_rot);
+  if (config_.n_embd_per_layer > 0) {
+    const size_t all_layers = size_t(config_.n_layers) * config_.n_embd_per_layer;
+    act_->per_layer.resize(b * all_layers);
+    act_->per_layer_row.resize(size_t(threads.size()) * all_layers);
+  }
   act_->tiles.reserve(b);
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
@@ -329,12 +353,13 @@ Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
   }
   Embed(batch, hidden_in);
   BuildTiles(batch);
+  if (config_.n_embd_per_layer > 0) PerLayerInputs(batch);
   const size_t variant_floats = size_t(max_batch_tokens_) * config_.n_rot;
   for (size_t v = 0; v < act_->rope_variants.size(); ++v) {
-    const auto [base, freq_scale] = act_->rope_variants[v];
+    const RopeVariant& rope = act_->rope_variants[v];
+    const float* freq_factors = rope.freq_factors ? model_.weights().rope_freqs.data : nullptr;
     for (int t = 0; t < n_tokens; ++t) {
-      RopeAngles(batch[t].position, config_.n_rot, base, freq_scale,
-                 model_.weights().rope_freqs.data,
+      RopeAngles(batch[t].position, rope.n_rot, rope.base, rope.freq_scale, freq_factors,
                  &act_->rope[v * variant_floats + size_t(t) * config_.n_rot]);
     }
   }
@@ -398,6 +423,70 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
     RmsNorm(&act_->x[t * n_embd], w.ffn_norm.data, n_embd, config_.rms_eps, &act_->xn[t * n_embd]);
   });
   Ffn(w, n);
+  const LayerConfig& layer = LayerConfigOf(layer_idx);
+  if (layer.per_layer_input) PerLayerInput(layer_idx, n);
+  if (layer.output_scale) {
+    const float scale = w.layer_output_scale.data[0];
+    threads_.ParallelFor(n, [&](size_t t, size_t) {
+      float* x = &act_->x[t * n_embd];
+      for (size_t i = 0; i < n_embd; ++i) x[i] *= scale;
+    });
+  }
+}
+
+// gemma4's per-layer inputs of every model layer, for each token: the scaled embedding
+// projected (per_layer_model_proj / sqrt(n_embd)), RMS-normed per layer, plus the token's
+// per_layer_token_embd row × sqrt(n_embd_per_layer), all × 1/sqrt(2), in llama.cpp's order.
+// A later stage embeds the token again for it (its rows come from stage 0 already mixed).
+void ForwardPass::PerLayerInputs(std::span<const BatchEntry> batch) {
+  const StageWeights& w = model_.weights();
+  const size_t n_embd = config_.n_embd;
+  const size_t width = config_.n_embd_per_layer;
+  const size_t all_layers = size_t(config_.n_layers) * width;
+  const float* embedded = act_->x.data();
+  if (!model_.is_first_stage()) {
+    threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
+      float* x = &act_->xn[t * n_embd];
+      DequantizeRow(w.token_embd, batch[t].token, x);
+      for (size_t i = 0; i < n_embd; ++i) x[i] *= config_.embedding_scale;
+    });
+    embedded = act_->xn.data();
+  }
+  MatMul(w.per_layer_model_proj, embedded, int64_t(batch.size()), act_->per_layer.data(), threads_,
+         act_->scratch);
+  const float proj_scale = 1.0f / sqrtf(float(n_embd));
+  const float token_scale = sqrtf(float(width));
+  const float input_scale = 1.0f / sqrtf(2.0f);
+  threads_.ParallelFor(batch.size(), [&](size_t t, size_t worker) {
+    float* inputs = &act_->per_layer[t * all_layers];
+    float* token_row = &act_->per_layer_row[worker * all_layers];
+    DequantizeRow(w.per_layer_token_embd, batch[t].token, token_row);
+    for (size_t i = 0; i < all_layers; ++i) inputs[i] *= proj_scale;
+    for (size_t l = 0; l < size_t(config_.n_layers); ++l) {
+      float* slice = inputs + l * width;
+      RmsNorm(slice, w.per_layer_proj_norm.data, int64_t(width), config_.rms_eps, slice);
+    }
+    for (size_t i = 0; i < all_layers; ++i) {
+      inputs[i] = (inputs[i] + token_row[i] * token_scale) * input_scale;
+    }
+  });
+}
+
+// x += post_norm(proj · (GELU(inp_gate · x) ⊙ the layer's per-layer input)).
+void ForwardPass::PerLayerInput(int layer_idx, int n_tokens) {
+  const LayerWeights& w = model_.weights().blocks[layer_idx];
+  const size_t width = config_.n_embd_per_layer;
+  const size_t all_layers = size_t(config_.n_layers) * width;
+  const size_t model_layer = size_t(model_.layers().begin + layer_idx);
+  MatMul(w.per_layer_inp_gate, act_->x.data(), n_tokens, act_->gate.data(), threads_,
+         act_->scratch);
+  threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
+    float* gate = &act_->gate[t * width];
+    GeGlu(gate, &act_->per_layer[t * all_layers + model_layer * width], int64_t(width), gate);
+  });
+  MatMul(w.per_layer_proj, act_->gate.data(), n_tokens, act_->proj.data(), threads_, act_->scratch);
+  threads_.ParallelFor(n_tokens,
+                       [&](size_t t, size_t) { AddToResidual(t, w.per_layer_post_norm); });
 }
 
 // The attention sublayer up to attn_output's rows in proj: q, k, v projections (q with its
@@ -408,12 +497,18 @@ void ForwardPass::AttentionSublayer(int layer_idx, std::span<const BatchEntry> b
   const LayerConfig& layer = LayerConfigOf(layer_idx);
   const int n = int(batch.size());
   float* q_out = layer.attn_output_gate ? act_->q_gated.data() : act_->q.data();
-  const MatMulOutput qkv[] = {
-      {w.attn_q, q_out}, {w.attn_k, act_->k.data()}, {w.attn_v, act_->v.data()}};
-  MatMulMany(qkv, act_->xn.data(), n, threads_, act_->scratch);
+  // A layer reading shared KV projects only q; one taking v from k copies k's rows.
+  MatMulOutput qkv[3] = {{w.attn_q, q_out}};
+  size_t n_outputs = 1;
+  if (layer.has_kv()) qkv[n_outputs++] = {w.attn_k, act_->k.data()};
+  if (layer.has_kv() && !layer.v_from_k) qkv[n_outputs++] = {w.attn_v, act_->v.data()};
+  MatMulMany(std::span(qkv, n_outputs), act_->xn.data(), n, threads_, act_->scratch);
+  if (layer.v_from_k) {
+    std::memcpy(act_->v.data(), act_->k.data(), sizeof(float) * size_t(n) * layer.k_dim());
+  }
   if (layer.attn_output_gate) SplitQueryGate(layer, n);
   RopeAndStoreKv(layer_idx, batch, pages_by_slot);
-  if (pooled_ != nullptr && pooled_->summaries != nullptr) {
+  if (pooled_ != nullptr && pooled_->summaries != nullptr && layer.has_kv()) {
     SummarizeAndScore(layer_idx, batch, pages_by_slot);
   }
   Attention(layer_idx, batch, pages_by_slot);
@@ -441,8 +536,8 @@ void ForwardPass::SplitQueryGate(const LayerConfig& layer, int n_tokens) {
   });
 }
 
-// q/k per-head norm (qwen3, gemma3), rope, q's scale (gemma3), then K and V rows into the
-// sequence's pages.
+// q/k per-head norm (qwen3, gemma3), v's (gemma4), rope, q's scale (gemma3), then K and V
+// rows into the sequence's pages (a layer reading shared KV has only its queries).
 void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
                                  std::span<const PageList> pages_by_slot) {
   const LayerWeights& w = model_.weights().blocks[layer_idx];
@@ -450,26 +545,32 @@ void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batc
   const int head_dim = layer.head_dim_k;
   const int kv_layer = model_.kv_index(layer_idx);
   const int variant = act_->rope_variant_of[layer_idx];
+  const float eps = config_.rms_eps;
   threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
     float* q = &act_->q[t * layer.q_dim()];
     float* k = &act_->k[t * layer.k_dim()];
+    float* v = &act_->v[t * layer.v_dim()];
+    const bool writes = layer.has_kv();
     if (layer.qk_norm) {
       for (int h = 0; h < layer.n_head; ++h) {
-        RmsNorm(q + h * head_dim, w.attn_q_norm.data, head_dim, config_.rms_eps, q + h * head_dim);
+        RmsNorm(q + h * head_dim, w.attn_q_norm.data, head_dim, eps, q + h * head_dim);
       }
-      for (int h = 0; h < layer.n_head_kv; ++h) {
-        RmsNorm(k + h * head_dim, w.attn_k_norm.data, head_dim, config_.rms_eps, k + h * head_dim);
+      for (int h = 0; writes && h < layer.n_head_kv; ++h) {
+        RmsNorm(k + h * head_dim, w.attn_k_norm.data, head_dim, eps, k + h * head_dim);
       }
     }
+    for (int h = 0; writes && layer.v_norm && h < layer.n_head_kv; ++h) {
+      RmsNorm(v + h * layer.head_dim_v, nullptr, layer.head_dim_v, eps, v + h * layer.head_dim_v);
+    }
     const float* rope = &act_->rope[(size_t(variant) * max_batch_tokens_ + t) * config_.n_rot];
-    ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, layer.n_head, q);
-    ApplyRope(config_.rope_type, rope, config_.n_rot, head_dim, layer.n_head_kv, k);
+    ApplyRope(config_.rope_type, rope, layer.n_rot, head_dim, layer.n_head, q);
     if (layer.q_scale != 1.0f) {
       for (int i = 0; i < layer.q_dim(); ++i) q[i] *= layer.q_scale;
     }
+    if (!writes) return;
+    ApplyRope(config_.rope_type, rope, layer.n_rot, head_dim, layer.n_head_kv, k);
     const BatchEntry& e = batch[t];
-    shardlm::WriteKv(pool_, pages_by_slot[e.slot], kv_layer, e.position, k,
-                     &act_->v[t * layer.v_dim()]);
+    shardlm::WriteKv(pool_, pages_by_slot[e.slot], kv_layer, e.position, k, v);
   });
 }
 

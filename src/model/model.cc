@@ -22,9 +22,9 @@ Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file,
     const LayerConfig& lc = model->config_.layers[size_t(layer)];
     int kv = -1;
     int recurrent = -1;
-    if (!lc.has_kv()) {
+    if (!lc.attends()) {
       recurrent = model->n_recurrent_layers_++;
-    } else if (lc.kv_layer == layer) {
+    } else if (lc.has_kv()) {
       kv = model->n_kv_layers_++;
     } else if (lc.kv_layer >= range.begin && lc.kv_layer < layer) {
       kv = model->kv_index_[size_t(lc.kv_layer - range.begin)];
@@ -50,15 +50,33 @@ Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file,
   return model;
 }
 
-PagePoolConfig Model::KvPoolConfig(int n_pages, int page_tokens, KvType kv_type) const {
+PagePoolConfig StageKvPoolConfig(const ModelConfig& config, LayerRange layers, int n_pages,
+                                 int page_tokens, KvType kv_type) {
   PagePoolConfig pool;
   pool.n_pages = n_pages;
   pool.page_tokens = page_tokens;
-  pool.n_layers = n_kv_layers_;
-  pool.n_kv_heads = config_.n_head_kv;
-  pool.head_dim = config_.head_dim;
+  pool.n_layers = config.KvLayers(layers.begin, layers.end);
+  pool.n_kv_heads = config.n_head_kv;
+  pool.head_dim = config.head_dim;
   pool.kv_type = kv_type;
+  for (int layer = layers.begin; layer < layers.end; ++layer) {
+    const LayerConfig& lc = config.layers[size_t(layer)];
+    if (lc.has_kv()) pool.layer_shapes.push_back({lc.n_head_kv, lc.head_dim_k});
+  }
+  // Models whose layers share one shape keep the short form (and their snapshot layout).
+  if (pool.uniform()) pool.layer_shapes.clear();
   return pool;
+}
+
+Status CheckModelKvRows(const ModelConfig& config, KvType kv_type) {
+  for (const LayerConfig& layer : config.layers) {
+    if (layer.has_kv()) SHARDLM_TRY(CheckKvRows(kv_type, layer.head_dim_k));
+  }
+  return Status::Ok();
+}
+
+PagePoolConfig Model::KvPoolConfig(int n_pages, int page_tokens, KvType kv_type) const {
+  return StageKvPoolConfig(config_, layers(), n_pages, page_tokens, kv_type);
 }
 
 }  // namespace shardlm

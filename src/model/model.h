@@ -23,6 +23,13 @@ namespace shardlm {
 // A range meaning "every layer of the model", resolved by Model::Load.
 inline constexpr LayerRange kAllLayers{0, -1};
 
+// The page pool shape of a stage of `layers`: its layers with KV of their own, each with its
+// kv heads and head_dim (one shape for all when they agree).
+PagePoolConfig StageKvPoolConfig(const ModelConfig& config, LayerRange layers, int n_pages,
+                                 int page_tokens, KvType kv_type);
+// Whether every KV layer's rows can be stored as `kv_type` (CheckKvRows of its head_dim).
+Status CheckModelKvRows(const ModelConfig& config, KvType kv_type);
+
 class Model {
  public:
   // Errors: unknown architecture, bad metadata, missing/mis-shaped tensors, a range outside

@@ -9,7 +9,7 @@
 // model may alternate windowed and full attention, or norm the attention and FFN outputs
 // too. Errors name the key.
 // Non-goals: tokenizer metadata (tokenizer/); the layer kinds of architectures not
-// supported yet (shared KV): each comes with the architecture that exercises it.
+// supported yet (mixture of experts): each comes with the architecture that exercises it.
 //
 // Keys read (`<arch>` = general.architecture): <arch>.block_count, .embedding_length,
 // .feed_forward_length, .attention.head_count, .attention.head_count_kv (default head_count),
@@ -18,8 +18,11 @@
 // .context_length, .rope.scaling.type (none | linear) and .rope.scaling.factor; gemma3 also
 // .attention.sliding_window and .final_logit_softcapping; qwen35 also .full_attention_interval
 // (default 4: every fourth layer attends, the others are gated DeltaNet) and .ssm.conv_kernel,
-// .ssm.state_size, .ssm.group_count, .ssm.time_step_rank, .ssm.inner_size; n_vocab = rows of
-// token_embd.weight.
+// .ssm.state_size, .ssm.group_count, .ssm.time_step_rank, .ssm.inner_size; gemma4 also
+// .attention.sliding_window_pattern (one bool per layer), .attention.key_length_swa,
+// .rope.freq_base_swa, .rope.dimension_count_swa, .attention.shared_kv_layers and
+// .embedding_length_per_layer_input. feed_forward_length, head_count and head_count_kv may be
+// one value per layer (arrays). n_vocab = rows of token_embd.weight.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +34,7 @@
 
 namespace shardlm {
 
-enum class Arch { kLlama = 0, kQwen3 = 1, kGemma3 = 2, kQwen35 = 3, kSentinel = 4 };
+enum class Arch { kLlama = 0, kQwen3 = 1, kGemma3 = 2, kQwen35 = 3, kGemma4 = 4, kSentinel = 5 };
 const char* ArchName(Arch arch);
 
 // How rotary embedding pairs dimensions inside a head (llama.cpp's rope modes).
@@ -88,6 +91,7 @@ struct LayerConfig {
   int n_head_kv = 0;
   int head_dim_k = 0;  // of q and k (key_length)
   int head_dim_v = 0;  // of v and of each head's attention output (value_length)
+  int n_ff = 0;        // the FFN's hidden width
   // The RMS norms the layer applies, each with its weight tensor ("blk.N.<name>.weight"):
   bool attn_norm = true;  // attn_norm: the input of q, k and v
   bool qk_norm = false;   // attn_q_norm, attn_k_norm: per head, before rope (qwen3)
@@ -100,20 +104,37 @@ struct LayerConfig {
   // Norms of the sublayer outputs before they join the residual (gemma3):
   bool attn_post_norm = false;  // post_attention_norm: of attn_output's result
   bool ffn_post_norm = false;   // post_ffw_norm: of ffn_down's result
-  // Rope of this layer: angles position · freq_scale · base^(−2i/n_rot) (gemma3's windowed
-  // and global layers use different bases; linear rope scaling reaches only global ones).
+  // gemma4: v is RMS-normed per head without a weight; a layer without attn_v takes its v
+  // from attn_k's rows (before k's norm and rope).
+  bool v_norm = false;
+  bool v_from_k = false;
+  // gemma4's per-layer input (ModelConfig::n_embd_per_layer): after the FFN,
+  // x += post_norm(proj · (GELU(inp_gate · x) ⊙ the layer's input slice)).
+  bool per_layer_input = false;
+  // gemma4: the layer's output is multiplied by one scalar (layer_output_scale).
+  bool output_scale = false;
+  // Rope of this layer: the first n_rot dims of each head rotate, by angles
+  // position · freq_scale · base^(−2i/n_rot), divided by rope_freqs where the layer uses them
+  // (gemma3's windowed and global layers use different bases; linear rope scaling reaches only
+  // global ones; gemma4's windowed layers rotate fewer dims and skip rope_freqs).
+  int n_rot = 0;
   float rope_base = 10000.0f;
   float rope_freq_scale = 1.0f;
+  bool rope_freqs = true;
   // Attention scaling: q is multiplied by q_scale after rope (gemma3's query_pre_attn_scalar,
   // as llama.cpp does it), and the scores by kq_scale inside the softmax (1/sqrt(head_dim)
   // for llama and qwen3). Where the scale goes changes the rounding, so it follows llama.cpp.
   float q_scale = 1.0f;
   float kq_scale = 1.0f;
-  // The model layer whose K/V this layer writes and attends: its own index in every
-  // architecture so far (a model that shares an earlier layer's KV points at that layer).
+  // The model layer whose K/V this layer attends: its own index, where it also writes them,
+  // or (shared_kv) an earlier layer's, whose KV it reads and never writes (gemma4's last
+  // layers: no attn_k / attn_v of their own).
   int kv_layer = 0;
+  bool shared_kv = false;
 
-  bool has_kv() const { return mixer == LayerMixer::kAttention; }
+  bool attends() const { return mixer == LayerMixer::kAttention; }
+  // Keeps KV of its own in the page pool.
+  bool has_kv() const { return attends() && !shared_kv; }
   int q_dim() const { return n_head * head_dim_k; }         // columns of q
   int k_dim() const { return n_head_kv * head_dim_k; }      // columns of k
   int v_dim() const { return n_head_kv * head_dim_v; }      // columns of v
@@ -125,14 +146,15 @@ struct ModelConfig {
   Arch arch = Arch::kSentinel;
   int n_layers = 0;
   int n_embd = 0;
-  // The attention shape the metadata gives; every layer's is the same today, and n_head_kv
-  // and head_dim are the KV cache's row shape (the page pool's, for every layer).
+  // The widest attention shape of the layers (most heads, most kv heads, the largest
+  // head_dim: key_length == value_length, other shapes are Unsupported); each layer has its
+  // own (LayerConfig), and the page pool stores each KV layer's rows in its own shape.
   int n_head = 0;
   int n_head_kv = 0;
-  int head_dim = 0;  // key_length (== value_length; other shapes are Unsupported)
-  int n_ff = 0;
+  int head_dim = 0;
+  int n_ff = 0;  // the widest FFN
   int n_vocab = 0;
-  int n_rot = 0;  // rotated dims per head (rope.dimension_count), even, <= head_dim
+  int n_rot = 0;  // the most rotated dims per head (rope.dimension_count), even, <= head_dim
   RopeType rope_type = RopeType::kNorm;
   float rope_freq_base = 10000.0f;
   float rms_eps = 1e-5f;
@@ -150,6 +172,9 @@ struct ModelConfig {
   // gated DeltaNet of shape delta_net (0 and zero for the other architectures).
   int full_attention_interval = 0;
   DeltaNetShape delta_net;
+  // gemma4's per-layer inputs: n_embd_per_layer values per token and layer, made from the
+  // token (per_layer_token_embd) and its scaled embedding (per_layer_model_proj); 0: none.
+  int n_embd_per_layer = 0;
   std::vector<LayerConfig> layers;  // [n_layers]
 
   // Layers of [begin, end) with KV pages of their own (attention layers that write KV).
@@ -160,9 +185,11 @@ struct ModelConfig {
   // Bytes of one sequence's recurrent state in layers [begin, end) (RecurrentStates' slot).
   size_t RecurrentStateBytes(int begin, int end) const;
 
-  int q_dim() const { return n_head * head_dim; }       // columns of q
-  int kv_dim() const { return n_head_kv * head_dim; }   // columns of k and v
-  int gqa_group() const { return n_head / n_head_kv; }  // q heads per kv head
+  // Where layer `layer` reads its KV from: itself, or the source of a shared-KV layer. A
+  // stage that holds a shared-KV layer must hold its source too.
+  int KvSource(int layer) const { return layers[size_t(layer)].kv_layer; }
+  // Whether a stage boundary before `layer` separates a shared-KV layer from its source.
+  bool SplitsSharedKv(int layer) const;
 };
 
 // Half-open range of model layers a stage computes: [begin, end).
@@ -173,12 +200,26 @@ struct LayerRange {
 };
 
 // Reads and validates the config (positive sizes, n_head % n_head_kv == 0, ...). An
-// architecture other than llama/qwen3/gemma3/qwen35 is Unsupported, naming it.
+// architecture other than llama/qwen3/gemma3/qwen35/gemma4 is Unsupported, naming it.
 Result<ModelConfig> ReadModelConfig(const GgufFile& file);
 
+// The per-layer values of an architecture whose layers differ (gemma4): which layers are
+// windowed, and the shape of the windowed ones. Empty vectors: every layer the model-wide one.
+struct LayerPattern {
+  std::vector<int> n_ff;       // [n_layers]
+  std::vector<int> n_head;     // [n_layers]
+  std::vector<int> n_head_kv;  // [n_layers]
+  std::vector<bool> sliding;   // [n_layers]
+  std::vector<bool> v_from_k;  // [n_layers]
+  int head_dim_swa = 0;        // 0: head_dim
+  int n_rot_swa = 0;           // 0: n_rot
+  float rope_base_swa = 10000.0f;
+  int shared_kv_layers = 0;  // the last layers that read an earlier layer's KV
+};
+
 // Fills config.layers from the model-wide fields (arch, n_layers, n_head, n_head_kv,
-// head_dim, rope and window settings) as the architecture lays its layers out; also what
-// `gguf synth` writes a model of an architecture from.
-void SetLayerConfigs(ModelConfig& config);
+// head_dim, rope and window settings) and the pattern, as the architecture lays its layers
+// out; also what `gguf synth` writes a model of an architecture from.
+void SetLayerConfigs(ModelConfig& config, const LayerPattern& pattern = {});
 
 }  // namespace shardlm

@@ -39,12 +39,13 @@ void ReleaseFilePages(const void* data, size_t bytes) {
 constexpr size_t kMatrixAlign = 64;
 
 // The matrices of the stage a repack may copy: every matrix of the tensor list but the
-// embedding, and the head (the embedding's rows when tied).
+// embeddings (looked up by row), and the head (the embedding's rows when tied).
 std::vector<WeightView*> StageMatrices(const ModelConfig& config, StageWeights* weights) {
   std::vector<WeightView*> views;
   if (weights->has_head) views.push_back(&weights->output);
   ForEachStageTensor(config, weights->layers, [&](const TensorSpec& spec) {
-    if (!spec.matrix() || spec.role == TensorRole::kTokenEmbd || spec.role == TensorRole::kOutput) {
+    if (!spec.matrix() || spec.role == TensorRole::kTokenEmbd ||
+        spec.role == TensorRole::kPerLayerTokenEmbd || spec.role == TensorRole::kOutput) {
       return;
     }
     views.push_back(SlotOf(*weights, spec.role, spec.layer).matrix);
@@ -96,10 +97,12 @@ Result<PanelStore> RepackPanels(const ModelConfig& config, StageWeights* weights
     }
   }
   // The file's rows of a copied matrix go back at once, unless they are the embedding
-  // (looked up by row later).
+  // (looked up by row later: on stage 0, and on every stage where layers take per-layer
+  // inputs).
+  const bool embeds = weights->has_embedding || config.n_embd_per_layer > 0;
   auto release = [&](size_t m) {
     const WeightView& src = sources[m];
-    const bool looked_up = weights->has_embedding && src.data == weights->token_embd.data;
+    const bool looked_up = embeds && src.data == weights->token_embd.data;
     if (!looked_up) ReleaseFilePages(src.data, size_t(src.row_bytes * src.rows));
   };
   // The pool hands the items out through its atomic counter, so uneven matrices balance.
@@ -117,7 +120,7 @@ Result<PanelStore> RepackPanels(const ModelConfig& config, StageWeights* weights
     view.panel_bytes = PanelStrideBytes(view.type, view.cols);
   }
   // A last stage binds a tied embedding only as its head, which is now the panels.
-  if (!weights->has_embedding && weights->output.panel_bytes != 0) weights->token_embd = {};
+  if (!embeds && weights->output.panel_bytes != 0) weights->token_embd = {};
   return store;
 }
 

@@ -36,14 +36,17 @@ void ForEachLayerTensor(const ModelConfig& config, int layer_idx,
     vector("ssm_norm.weight", TensorRole::kSsmNorm, d.head_dim_v);
     matrix("ssm_out.weight", TensorRole::kSsmOut, n_embd, d.value_dim());
   } else {
+    // A layer that reads shared KV projects only its queries.
     const int q_rows = layer.attn_output_gate ? 2 * layer.q_dim() : layer.q_dim();
     matrix("attn_q.weight", TensorRole::kAttnQ, q_rows, n_embd);
-    matrix("attn_k.weight", TensorRole::kAttnK, layer.k_dim(), n_embd);
-    matrix("attn_v.weight", TensorRole::kAttnV, layer.v_dim(), n_embd);
+    if (layer.has_kv()) matrix("attn_k.weight", TensorRole::kAttnK, layer.k_dim(), n_embd);
+    if (layer.has_kv() && !layer.v_from_k) {
+      matrix("attn_v.weight", TensorRole::kAttnV, layer.v_dim(), n_embd);
+    }
     matrix("attn_output.weight", TensorRole::kAttnOutput, n_embd, layer.attn_out_dim());
     if (layer.qk_norm) {
       vector("attn_q_norm.weight", TensorRole::kAttnQNorm, layer.head_dim_k);
-      vector("attn_k_norm.weight", TensorRole::kAttnKNorm, layer.head_dim_k);
+      if (layer.has_kv()) vector("attn_k_norm.weight", TensorRole::kAttnKNorm, layer.head_dim_k);
     }
   }
   if (layer.attn_post_norm) {
@@ -52,10 +55,17 @@ void ForEachLayerTensor(const ModelConfig& config, int layer_idx,
   if (layer.ffn_norm) {
     vector((std::string(layer.ffn_norm_name) + ".weight").c_str(), TensorRole::kFfnNorm, n_embd);
   }
-  matrix("ffn_gate.weight", TensorRole::kFfnGate, config.n_ff, n_embd);
-  matrix("ffn_up.weight", TensorRole::kFfnUp, config.n_ff, n_embd);
-  matrix("ffn_down.weight", TensorRole::kFfnDown, n_embd, config.n_ff);
+  matrix("ffn_gate.weight", TensorRole::kFfnGate, layer.n_ff, n_embd);
+  matrix("ffn_up.weight", TensorRole::kFfnUp, layer.n_ff, n_embd);
+  matrix("ffn_down.weight", TensorRole::kFfnDown, n_embd, layer.n_ff);
   if (layer.ffn_post_norm) vector("post_ffw_norm.weight", TensorRole::kFfnPostNorm, n_embd);
+  if (layer.per_layer_input) {
+    const int64_t width = config.n_embd_per_layer;
+    matrix("inp_gate.weight", TensorRole::kPerLayerInpGate, width, n_embd);
+    matrix("proj.weight", TensorRole::kPerLayerProj, n_embd, width);
+    vector("post_norm.weight", TensorRole::kPerLayerPostNorm, n_embd);
+  }
+  if (layer.output_scale) vector("layer_output_scale.weight", TensorRole::kLayerOutputScale, 1);
 }
 
 }  // namespace
@@ -68,8 +78,20 @@ void ForEachStageTensor(const ModelConfig& config, LayerRange layers,
   const bool last = layers.end == config.n_layers;
   const int64_t n_embd = config.n_embd;
   const int64_t n_vocab = config.n_vocab;
-  if (first || (last && config.tied_output)) {
+  const bool per_layer_inputs = config.n_embd_per_layer > 0;
+  if (first || (last && config.tied_output) || per_layer_inputs) {
     fn(TensorSpec{"token_embd.weight", TensorRole::kTokenEmbd, -1, {n_embd, n_vocab}, true});
+  }
+  if (per_layer_inputs) {
+    const int64_t all_layers = int64_t(config.n_layers) * config.n_embd_per_layer;
+    fn(TensorSpec{
+        "per_layer_token_embd.weight", TensorRole::kPerLayerTokenEmbd, -1, {all_layers, n_vocab}});
+    fn(TensorSpec{
+        "per_layer_model_proj.weight", TensorRole::kPerLayerModelProj, -1, {n_embd, all_layers}});
+    fn(TensorSpec{"per_layer_proj_norm.weight",
+                  TensorRole::kPerLayerProjNorm,
+                  -1,
+                  {int64_t(config.n_embd_per_layer)}});
   }
   for (int layer_idx = layers.begin; layer_idx < layers.end; ++layer_idx) {
     ForEachLayerTensor(config, layer_idx, fn);

@@ -50,6 +50,14 @@ enum class TensorRole {
   kSsmAlpha,   // [n_v_heads][n_embd]
   kSsmNorm,    // [head_dim_v]
   kSsmOut,     // [n_embd][value_dim]
+  // gemma4's per-layer inputs (ModelConfig::n_embd_per_layer = P, L layers):
+  kPerLayerTokenEmbd,  // [n_vocab][L × P]: each token's inputs of every layer
+  kPerLayerModelProj,  // [L × P][n_embd]: from the scaled token embedding
+  kPerLayerProjNorm,   // [P]
+  kPerLayerInpGate,    // [P][n_embd], per layer
+  kPerLayerProj,       // [n_embd][P], per layer
+  kPerLayerPostNorm,   // [n_embd], per layer
+  kLayerOutputScale,   // [1], per layer
   kOutputNorm,
   kOutput,     // the LM head
   kRopeFreqs,  // rope frequency divisors (llama 3.x), optional
@@ -71,7 +79,8 @@ struct TensorSpec {
 };
 
 // Calls fn for every tensor a stage of layers `layers` reads: the embedding on the first
-// stage (and on the last when the head is tied to it), the tensors of each of its layers,
+// stage (and on the last when the head is tied to it; on every stage where layers take
+// per-layer inputs, which are made from it), the tensors of each of its layers,
 // and the output norm, the head (unless tied) on the last stage; rope frequencies on every
 // stage (optional). layers must be a non-empty part of [0, config.n_layers).
 void ForEachStageTensor(const ModelConfig& config, LayerRange layers,

@@ -167,6 +167,12 @@ TensorSlot SlotOf(StageWeights& w, TensorRole role, int layer) {
         return matrix(&w.output);
       case TensorRole::kRopeFreqs:
         return vector(&w.rope_freqs);
+      case TensorRole::kPerLayerTokenEmbd:
+        return matrix(&w.per_layer_token_embd);
+      case TensorRole::kPerLayerModelProj:
+        return matrix(&w.per_layer_model_proj);
+      case TensorRole::kPerLayerProjNorm:
+        return vector(&w.per_layer_proj_norm);
       default:
         return {};
     }
@@ -216,6 +222,14 @@ TensorSlot SlotOf(StageWeights& w, TensorRole role, int layer) {
       return vector(&b->ssm_norm);
     case TensorRole::kSsmOut:
       return matrix(&b->ssm_out);
+    case TensorRole::kPerLayerInpGate:
+      return matrix(&b->per_layer_inp_gate);
+    case TensorRole::kPerLayerProj:
+      return matrix(&b->per_layer_proj);
+    case TensorRole::kPerLayerPostNorm:
+      return vector(&b->per_layer_post_norm);
+    case TensorRole::kLayerOutputScale:
+      return vector(&b->layer_output_scale);
     default:
       return {};
   }

@@ -55,13 +55,23 @@ struct LayerWeights {
   WeightView ssm_alpha;
   NormWeight ssm_norm;
   WeightView ssm_out;
+  // Per-layer inputs and output scale (gemma4):
+  WeightView per_layer_inp_gate;  // [n_embd_per_layer][n_embd]
+  WeightView per_layer_proj;      // [n_embd][n_embd_per_layer]
+  NormWeight per_layer_post_norm;
+  NormWeight layer_output_scale;  // [1]
 };
 
 struct StageWeights {
   LayerRange layers;
-  bool has_embedding = false;        // stage 0
-  bool has_head = false;             // last stage
-  WeightView token_embd;             // [n_vocab][n_embd], stage 0 (also the head when tied)
+  bool has_embedding = false;  // stage 0
+  bool has_head = false;       // last stage
+  // [n_vocab][n_embd], stage 0 (also the head when tied; on every stage of a model with
+  // per-layer inputs, which are made from the scaled embedding)
+  WeightView token_embd;
+  WeightView per_layer_token_embd;   // gemma4: [n_vocab][n_layers × n_embd_per_layer]
+  WeightView per_layer_model_proj;   // gemma4: [n_layers × n_embd_per_layer][n_embd]
+  NormWeight per_layer_proj_norm;    // gemma4: [n_embd_per_layer]
   NormWeight output_norm;            // [n_embd], last stage
   WeightView output;                 // [n_vocab][n_embd], last stage (token_embd when tied)
   NormWeight rope_freqs;             // [n_rot / 2] rope frequency divisors, optional (llama 3.x)

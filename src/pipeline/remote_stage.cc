@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "ipc/socket_dir.h"
+#include "model/model.h"
 #include "pipeline/shard_geometry.h"
 
 namespace shardlm {
@@ -107,7 +108,7 @@ Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOption
   if (!ec) hello.model_path = absolute.lexically_normal().string();
   const std::string name = fmt::format("stage {} (unix:{})", options.index, options.socket_path);
   SHARDLM_TRY(ValidateShardGeometry(hello).WithContext(name));
-  SHARDLM_TRY(CheckKvRows(options.kv.kv_type, options.config.head_dim).WithContext(name));
+  SHARDLM_TRY(CheckModelKvRows(options.config, options.kv.kv_type).WithContext(name));
   const size_t page_bytes =
       ShardPageBytes(options.config, options.layers, options.kv.page_tokens, options.kv.kv_type);
   const size_t state_bytes =

@@ -5,6 +5,8 @@
 
 #include <cstdio>
 
+#include "model/model.h"
+
 namespace shardlm {
 namespace {
 
@@ -26,8 +28,7 @@ size_t PhysicalMemoryBytes() {
 
 size_t ShardPageBytes(const ModelConfig& config, LayerRange layers, int page_tokens,
                       KvType kv_type) {
-  const size_t row_bytes = size_t(config.n_head_kv) * KvRowBytes(kv_type, size_t(config.head_dim));
-  return row_bytes * size_t(page_tokens) * size_t(config.KvLayers(layers.begin, layers.end)) * 2;
+  return KvPageBytes(StageKvPoolConfig(config, layers, 1, page_tokens, kv_type));
 }
 
 Status ValidateShardGeometry(const ShardHello& hello) {

@@ -15,6 +15,7 @@
 #include "gguf/fingerprint.h"
 #include "ipc/shm_region.h"
 #include "ipc/socket_dir.h"
+#include "model/model.h"
 #include "model/model_config.h"
 #include "pipeline/local_stage.h"
 #include "pipeline/shard_geometry.h"
@@ -236,7 +237,7 @@ class ShardService::HelloCheck {
     SHARDLM_TRY(CheckShape(hello_, model->config));
     const LayerRange range{hello_.layer_begin, hello_.layer_end};
     const auto kv_type = static_cast<KvType>(hello_.kv_type);
-    SHARDLM_TRY(CheckKvRows(kv_type, model->config.head_dim));
+    SHARDLM_TRY(CheckModelKvRows(model->config, kv_type));
     const size_t page_bytes = ShardPageBytes(model->config, range, hello_.page_tokens, kv_type);
     AcceptedHello accepted;
     SHARDLM_ASSIGN_OR_RETURN(

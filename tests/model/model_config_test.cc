@@ -170,13 +170,71 @@ TEST(ModelConfig, Qwen35LaysOutDeltaNetAndAttentionLayers) {
   EXPECT_FALSE(config->HasDeltaNet(3, 4));
 }
 
+// gemma4 as llama.cpp lays it out: the file names the windowed layers; they have heads of 16
+// and rope base 1e4 without rope_freqs, the global ones heads of 32 with rope_freqs; kv heads
+// and FFN widths per layer; the global layers take v from k; the last two layers read the KV
+// of the last earlier layer of their kind and keep none, so a stage boundary between them and
+// their source splits shared KV.
+TEST(ModelConfig, Gemma4LaysOutLayerShapesAndSharedKv) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto config = ReadModelConfig(*OpenFixture("gemma4-tiny.gguf"));
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->arch, Arch::kGemma4);
+  EXPECT_EQ(config->head_dim, 32);
+  EXPECT_EQ(config->n_head_kv, 2);
+  EXPECT_EQ(config->n_ff, 128);
+  EXPECT_EQ(config->n_rot, 32);
+  EXPECT_EQ(config->n_embd_per_layer, 16);
+  EXPECT_FLOAT_EQ(config->final_logit_softcap, 30.0f);
+  EXPECT_FLOAT_EQ(config->embedding_scale, sqrtf(128.0f));
+  ASSERT_EQ(config->layers.size(), 5u);
+  const bool sliding[] = {true, true, false, true, false};
+  const int kv_heads[] = {2, 2, 1, 2, 1};
+  const int n_ff[] = {64, 64, 64, 128, 128};
+  const int kv_source[] = {0, 1, 2, 1, 2};
+  for (int i = 0; i < 5; ++i) {
+    SCOPED_TRACE(i);
+    const LayerConfig& layer = config->layers[i];
+    EXPECT_EQ(layer.attention, sliding[i] ? AttentionKind::kSliding : AttentionKind::kFull);
+    EXPECT_EQ(layer.window, sliding[i] ? 32 : 0);
+    EXPECT_EQ(layer.head_dim_k, sliding[i] ? 16 : 32);
+    EXPECT_EQ(layer.n_rot, sliding[i] ? 16 : 32);
+    EXPECT_FLOAT_EQ(layer.rope_base, sliding[i] ? 1e4f : 1e6f);
+    EXPECT_EQ(layer.rope_freqs, !sliding[i]);
+    EXPECT_EQ(layer.n_head_kv, kv_heads[i]);
+    EXPECT_EQ(layer.n_ff, n_ff[i]);
+    EXPECT_EQ(layer.kv_layer, kv_source[i]);
+    EXPECT_EQ(layer.shared_kv, i >= 3);
+    EXPECT_EQ(layer.has_kv(), i < 3);
+    EXPECT_EQ(layer.v_from_k, i == 2);  // the global layer with KV of its own
+    EXPECT_TRUE(layer.v_norm && layer.per_layer_input && layer.output_scale);
+    EXPECT_FLOAT_EQ(layer.kq_scale, 1.0f);
+  }
+  EXPECT_EQ(config->KvLayers(0, 5), 3);
+  EXPECT_FALSE(config->SplitsSharedKv(1));
+  EXPECT_TRUE(config->SplitsSharedKv(2));
+  EXPECT_TRUE(config->SplitsSharedKv(3));
+  EXPECT_TRUE(config->SplitsSharedKv(4));
+  // A stage holding a shared-KV layer without its source is refused, naming both.
+  auto model = Model::Load(OpenFixture("gemma4-tiny.gguf"), {3, 5});
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("layer 3 reads the KV of layer 1"), std::string::npos)
+      << model.status().message();
+  // Its pool keeps each KV layer in its own shape.
+  auto stage = Model::Load(OpenFixture("gemma4-tiny.gguf"), {1, 5});
+  ASSERT_TRUE(stage.ok()) << stage.status().message();
+  const PagePoolConfig pool = (*stage)->KvPoolConfig(4);
+  EXPECT_EQ(pool.n_layers, 2);
+  EXPECT_EQ(pool.layer_shapes, (std::vector<KvLayerShape>{{2, 16}, {1, 32}}));
+}
+
 // The tensor list of the whole model names exactly the fixture's tensors, each once, with
 // their shapes (the optional rope frequencies are not in these files).
 TEST(TensorSpecs, ListTheFixtureTensorsExactly) {
   SHARDLM_REQUIRE_FIXTURES();
   for (const char* name :
        {"stories260K.gguf", "qwen3-tiny-f32.gguf", "qwen3-tiny-qwenvocab-q8_0.gguf",
-        "gemma3-tiny.gguf", "qwen35-tiny.gguf"}) {
+        "gemma3-tiny.gguf", "qwen35-tiny.gguf", "gemma4-tiny.gguf"}) {
     SCOPED_TRACE(name);
     auto file = OpenFixture(name);
     auto config = ReadModelConfig(*file);
@@ -199,7 +257,7 @@ TEST(TensorSpecs, ListTheFixtureTensorsExactly) {
 
 TEST(ModelConfig, UnknownArchitectureIsUnsupportedAndNamed) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* name : {"gemma4-tiny.gguf", "laguna-tiny.gguf"}) {
+  for (const char* name : {"laguna-tiny.gguf", "qwen3moe-tiny.gguf"}) {
     auto model = Model::Load(OpenFixture(name));
     ASSERT_FALSE(model.ok());
     EXPECT_EQ(model.status().code(), StatusCode::kUnsupported);

@@ -247,7 +247,8 @@ TEST(PlanLayerRangesTest, ImpossibleSplitsAreErrors) {
 // Weight elements of one layer from the config alone.
 size_t LayerElements(const ModelConfig& c) {
   const size_t norms = 2 * size_t(c.n_embd) + (c.layers[0].qk_norm ? 2 * size_t(c.head_dim) : 0);
-  const size_t attn = 2 * size_t(c.q_dim()) * c.n_embd + 2 * size_t(c.kv_dim()) * c.n_embd;
+  const size_t attn =
+      2 * size_t(c.layers[0].q_dim()) * c.n_embd + 2 * size_t(c.layers[0].k_dim()) * c.n_embd;
   const size_t ffn = 3 * size_t(c.n_ff) * c.n_embd;
   return norms + attn + ffn;
 }

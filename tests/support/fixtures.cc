@@ -61,8 +61,8 @@ const std::vector<std::string>& ModelsWithUnreadableWeightTypes() {
 }
 
 const std::vector<std::string>& ModelsOfArchitecturesToCome() {
-  static const std::vector<std::string> models = {
-      "gemma4-tiny.gguf", "laguna-tiny.gguf", "qwen3moe-tiny.gguf", "qwen3moe-tiny-q4_k_m.gguf"};
+  static const std::vector<std::string> models = {"laguna-tiny.gguf", "qwen3moe-tiny.gguf",
+                                                  "qwen3moe-tiny-q4_k_m.gguf"};
   return models;
 }
 
@@ -86,7 +86,8 @@ std::vector<nlohmann::json> RunnableGoldenEntries() {
   const nlohmann::json golden = ReadJsonFile(FixturePath("golden.json"));
   for (const nlohmann::json& e : golden["entries"]) {
     const std::string arch = e["arch"];
-    if ((arch == "llama" || arch == "qwen3" || arch == "gemma3" || arch == "qwen35") &&
+    if ((arch == "llama" || arch == "qwen3" || arch == "gemma3" || arch == "qwen35" ||
+         arch == "gemma4") &&
         !EngineCannotRunYet(e["model"])) {
       entries.push_back(e);
     }

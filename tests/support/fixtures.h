@@ -24,7 +24,7 @@ std::vector<float> ReadF32File(const std::string& path);
 nlohmann::json ReadJsonFile(const std::string& path);
 std::string ReadTextFile(const std::string& path);
 // Fixture models of capabilities still to come. The fixtures hold acceptance tests of later
-// work too: architectures the engine does not run yet (gemma4, qwen35, qwen3moe, laguna) and weight
+// work too: architectures the engine does not run yet (qwen3moe, laguna) and weight
 // types it cannot read yet (IQ*, TQ*, MXFP4: the GGUF reader refuses their tensors). Tests over
 // golden.json and models.json leave these models out; the FixtureCoverage tests check that each is
 // still refused as unsupported, so an entry must leave these lists, and its goldens start running,
