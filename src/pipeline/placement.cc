@@ -2,6 +2,8 @@
 // elements), and the greedy cut of cumulative layer costs at the weights' cumulative shares.
 #include "pipeline/placement.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -231,6 +233,38 @@ Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer
   }
   ranges.push_back(LayerRange{begin, int(n_layers)});
   return ranges;
+}
+
+Result<std::vector<std::string>> KeepSharedKvInOneStage(const ModelConfig& config,
+                                                        std::vector<LayerRange>& ranges) {
+  std::vector<std::string> moved;
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    int boundary = ranges[i].begin;
+    // The earliest source read across the boundary; moving there may bring a new layer's
+    // source across, so repeat until none is.
+    while (config.SplitsSharedKv(boundary)) {
+      int source = boundary;
+      for (int layer = boundary; layer < config.n_layers; ++layer) {
+        if (config.layers[size_t(layer)].shared_kv)
+          source = std::min(source, config.KvSource(layer));
+      }
+      boundary = source;
+    }
+    if (boundary == ranges[i].begin) continue;
+    if (boundary <= ranges[i - 1].begin) {
+      return InvalidArgument(
+          "stage {} would start at layer {}, but layers from {} read the KV of layer {}: a stage "
+          "boundary cannot separate them, and moving it leaves stage {} without layers (use "
+          "fewer devices)",
+          i, ranges[i].begin, ranges[i].begin, boundary, i - 1);
+    }
+    moved.push_back(fmt::format(
+        "stage {} starts at layer {} instead of {}: layers from there read the KV of layer {}", i,
+        boundary, ranges[i].begin, boundary));
+    ranges[i - 1].end = boundary;
+    ranges[i].begin = boundary;
+  }
+  return moved;
 }
 
 }  // namespace shardlm

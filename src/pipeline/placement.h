@@ -83,4 +83,11 @@ Result<std::vector<LayerRange>> PlanLayerRanges(const std::vector<size_t>& layer
                                                 size_t n_stages, const std::vector<double>& weights,
                                                 size_t head_cost = 0);
 
+// Moves every boundary of `ranges` that would separate a layer reading shared KV from the
+// layer it reads (gemma4's last layers) down to that source layer, so both run in one stage;
+// returns one line per moved boundary (for the startup log). InvalidArgument when a moved
+// boundary leaves a stage without layers (too many stages for where the model shares KV).
+Result<std::vector<std::string>> KeepSharedKvInOneStage(const ModelConfig& config,
+                                                        std::vector<LayerRange>& ranges);
+
 }  // namespace shardlm

@@ -2,6 +2,7 @@
 #include "pipeline/stage_factory.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "gguf/fingerprint.h"
@@ -70,6 +71,9 @@ Result<std::vector<std::unique_ptr<Stage>>> BuildStages(const Model& model,
   SHARDLM_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges,
                            PlanLayerRanges(LayerCosts(model.file(), model.config()), devices.size(),
                                            options.placement.layer_split, HeadCost(model.file())));
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<std::string> moved,
+                           KeepSharedKvInOneStage(model.config(), ranges));
+  for (const std::string& line : moved) std::fprintf(stderr, "shardlm: %s\n", line.c_str());
   std::vector<std::unique_ptr<Stage>> stages;
   for (size_t i = 0; i < devices.size(); ++i) {
     const StagePlan plan{int(i), devices[i], ranges[i], devices.size() == 1};

@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 using scheduler_test_util::Collector;
 using scheduler_test_util::Encode;
 using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::kGemma4;
 using scheduler_test_util::kLongText;
 using scheduler_test_util::kPageTokens;
 using scheduler_test_util::kQwen;
@@ -138,10 +139,11 @@ TEST(DiskCacheSchedulerTest, RestartedSchedulerHitsDiskAndIsBitwiseCold) {
   }
 }
 
-// On qwen35 too: its recurrent state after the last whole page is on disk beside the page.
+// On qwen35 too: its recurrent state after the last whole page is on disk beside the page;
+// and on gemma4, whose pages hold layers of two head shapes.
 TEST(DiskCacheSchedulerTest, MultiTurnConversationComputesOnlyPastTheLastPageBoundary) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* file : {kQwen, kQwen35}) {
+  for (const char* file : {kQwen, kQwen35, kGemma4}) {
     SCOPED_TRACE(file);
     const fs::path dir = TempDir(std::string("multiturn_") + file);
     auto cold = MakeScheduler(file, Options(fs::path()));
@@ -158,8 +160,7 @@ TEST(DiskCacheSchedulerTest, MultiTurnConversationComputesOnlyPastTheLastPageBou
       ExpectSameOutput(*got, *want);
       EXPECT_EQ(got->finish.usage.cached_tokens, expect_cached);
       EXPECT_EQ(got->finish.usage.cached_disk_tokens, expect_cached);
-      EXPECT_EQ(warm->Stats().prompt_tokens_computed,
-                int64_t(conversation.size()) - expect_cached);
+      EXPECT_EQ(warm->Stats().prompt_tokens_computed, int64_t(conversation.size()) - expect_cached);
       // This turn wrote its prompt and every reply token but the last (never fed): the next
       // turn finds every full page of that.
       const int written = int(conversation.size()) + int(got->ids.size()) - 1;
@@ -173,7 +174,7 @@ TEST(DiskCacheSchedulerTest, MultiTurnConversationComputesOnlyPastTheLastPageBou
 
 TEST(DiskCacheSchedulerTest, LocalPlusRemoteSplitRestoresAfterTheDaemonRestarts) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* file : {kStories, kQwen}) {
+  for (const char* file : {kStories, kQwen, kGemma4}) {
     SCOPED_TRACE(file);
     const fs::path dir = TempDir("split");
     const std::string socket = (dir / "stage1.sock").string();

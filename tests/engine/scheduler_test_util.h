@@ -40,6 +40,8 @@ namespace shardlm::scheduler_test_util {
 inline const char kStories[] = "stories260K.gguf";
 inline const char kQwen[] = "qwen3-tiny-f32.gguf";
 inline const char kQwen35[] = "qwen35-tiny.gguf";  // gated DeltaNet layers
+// Layers of two head shapes, the last two reading earlier layers' KV, per-layer inputs.
+inline const char kGemma4[] = "gemma4-tiny.gguf";
 
 inline const char kLongText[] =
     "Once upon a time, there was a little dog named Max. He liked to run in the park with "

@@ -71,7 +71,7 @@ class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
   // Whether the model's K/V rows are whole Q8_0 blocks.
   bool Q8_0Fits() {
     auto h = Open(1);
-    return h != nullptr && h->model->config().head_dim % kQK == 0;
+    return h != nullptr && CheckModelKvRows(h->model->config(), KvType::kQ8_0).ok();
   }
   // All-position logits of the whole token list in one batch.
   std::vector<float> OneBatch(Harness& h) {
@@ -390,8 +390,13 @@ TEST_P(DeterminismTest, F16KvCacheStaysClose) {
   auto h16 = Open(2, kAllLayers, KvType::kF16);
   std::vector<float> want = OneBatch(*h32);
   std::vector<float> got = OneBatch(*h16);
-  // F16 keys/values carry ~5e-4 relative error into the attention.
-  ExpectClose(got.data(), want.data(), want.size(), 0.25, 0.05, "F16 KV vs F32 KV");
+  // F16 keys/values carry ~5e-4 relative error into the attention. gemma4-tiny's 16-wide
+  // per-layer inputs pass the fp16 GELU table and an RMS norm, which turn such errors into
+  // logit jumps: a float64 reference of it moves by up to 0.19 (rms 0.021) when its K and V
+  // are rounded to fp16; the bound on single logits is wider for it, the rms the same.
+  const bool sensitive = GetParam().file == std::string("gemma4-tiny.gguf");
+  ExpectClose(got.data(), want.data(), want.size(), sensitive ? 1.0 : 0.25, 0.05,
+              "F16 KV vs F32 KV");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DeterminismTest,
@@ -406,7 +411,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DeterminismTest,
                                            ModelCase{"gemma3-tiny.gguf", "gemma3-tiny.p3"},
                                            // recurrent layers; the split's first stage has
                                            // DeltaNet layers only (no KV)
-                                           ModelCase{"qwen35-tiny.gguf", "qwen35-tiny.p3"}),
+                                           ModelCase{"qwen35-tiny.gguf", "qwen35-tiny.p3"},
+                                           // layers of two head shapes, shared KV, per-layer
+                                           // inputs; the split's second stage holds the
+                                           // layers that share KV with their sources
+                                           ModelCase{"gemma4-tiny.gguf", "gemma4-tiny.p3"}),
                          [](const auto& info) { return FixtureTestName(info.param.file); });
 
 }  // namespace

@@ -295,5 +295,44 @@ TEST(LayerCostsTest, AQuantizedMixCostsByElementsNotBytes) {
   EXPECT_EQ(costs[0], LayerElements(config.value()));
 }
 
+// gemma4-tiny's last two layers read the KV of layers 1 and 2: a boundary at 2, 3 or 4 moves
+// to 1 (and says so); one already at 1 stays; three stages cannot all keep a layer.
+TEST(KeepSharedKvInOneStageTest, BoundariesMoveToTheSourceLayer) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto file = GgufFile::Open(FixturePath("gemma4-tiny.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto config = ReadModelConfig(**file);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  for (int boundary = 1; boundary < 5; ++boundary) {
+    SCOPED_TRACE(boundary);
+    std::vector<LayerRange> ranges = {{0, boundary}, {boundary, 5}};
+    auto moved = KeepSharedKvInOneStage(*config, ranges);
+    ASSERT_TRUE(moved.ok()) << moved.status().message();
+    EXPECT_EQ(ranges[0].end, 1);
+    EXPECT_EQ(ranges[1].begin, 1);
+    EXPECT_EQ(moved->size(), boundary == 1 ? 0u : 1u);
+    if (boundary > 1) {
+      EXPECT_NE(
+          (*moved)[0].find("stage 1 starts at layer 1 instead of " + std::to_string(boundary)),
+          std::string::npos)
+          << (*moved)[0];
+    }
+  }
+  std::vector<LayerRange> three = {{0, 1}, {1, 3}, {3, 5}};
+  auto refused = KeepSharedKvInOneStage(*config, three);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("use fewer devices"), std::string::npos);
+  // Models without shared KV keep every boundary.
+  auto qwen = GgufFile::Open(FixturePath("qwen3-tiny-f32.gguf"));
+  ASSERT_TRUE(qwen.ok());
+  auto qwen_config = ReadModelConfig(**qwen);
+  ASSERT_TRUE(qwen_config.ok());
+  std::vector<LayerRange> halves = {{0, 1}, {1, 2}};
+  auto kept = KeepSharedKvInOneStage(*qwen_config, halves);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->empty());
+  EXPECT_EQ(halves[1].begin, 1);
+}
+
 }  // namespace placement_test
 }  // namespace shardlm
