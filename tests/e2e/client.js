@@ -1,5 +1,5 @@
 // Requests the end-to-end tests send through the official openai client (and plain fetch for
-// shardlm's own routes), shared by the kv-cache, slots and gemma3 tests.
+// shardlm's own routes), shared by the kv-cache, slots and model-family tests.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 

@@ -2,7 +2,7 @@
 // `openai` client: a local split and a remote stage (a `shardlm shard` daemon) answer with the
 // text of the unsplit server, on a prompt long enough for each family's point (past gemma3's
 // window of 16; through qwen35's recurrent state, with a local stage that holds a DeltaNet
-// layer and no KV at all).
+// layer and no KV at all; gemma4's shared-KV layers kept with the layers they read).
 // Fixtures: SHARDLM_FIXTURES or ../../../shared/fixtures; missing → skip (fail under CI).
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
@@ -17,6 +17,8 @@ import { binary, cleanUp, fixtures, skipReason, startServer } from './harness.js
 const kFamilies = [
   { name: 'gemma3', file: 'gemma3-tiny.gguf', localSplit: '3,3', remoteSplit: '4,2' },
   { name: 'qwen35', file: 'qwen35-tiny.gguf', localSplit: '1,3', remoteSplit: '2,2' },
+  // Both splits ask for a boundary inside the layers that share KV: it moves to layer 1.
+  { name: 'gemma4', file: 'gemma4-tiny.gguf', localSplit: '3,2', remoteSplit: '2,3' },
 ];
 
 let tmp;
