@@ -108,12 +108,37 @@ Role QuantRole(TensorRole role, bool tied) {
   }
 }
 
+// gemma4's per-layer shapes from the spec (SynthSpec's comment), as the metadata writes them.
+LayerPattern Gemma4Pattern(const SynthSpec& s, ModelConfig& config) {
+  LayerPattern p;
+  const int64_t first_shared = s.n_layers - s.shared_kv_layers;
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    const bool global = (i + 1) % s.global_period == 0 || i + 1 == s.n_layers;
+    p.sliding.push_back(!global);
+    p.v_from_k.push_back(global);
+    p.n_head.push_back(int(s.n_head));
+    p.n_head_kv.push_back(int(global ? s.n_head_kv_global : s.n_head_kv));
+    p.n_ff.push_back(int(i >= first_shared ? 2 * s.n_ff : s.n_ff));
+  }
+  p.head_dim_swa = int(s.head_dim_swa);
+  p.n_rot_swa = int(s.head_dim_swa);
+  p.rope_base_swa = 1e4f;
+  p.shared_kv_layers = int(s.shared_kv_layers);
+  config.n_embd_per_layer = int(s.n_embd_per_layer);
+  config.n_head_kv = *std::max_element(p.n_head_kv.begin(), p.n_head_kv.end());
+  config.n_ff = *std::max_element(p.n_ff.begin(), p.n_ff.end());
+  config.head_dim = int(std::max(s.head_dim, s.head_dim_swa));
+  config.n_rot = int(s.head_dim);
+  return p;
+}
+
 // The config a model of `s` reads back as (the shapes the tensor list needs).
 ModelConfig SynthModelConfig(const SynthSpec& s) {
   ModelConfig config;
   config.arch = s.arch == "llama"    ? Arch::kLlama
                 : s.arch == "gemma3" ? Arch::kGemma3
                 : s.arch == "qwen35" ? Arch::kQwen35
+                : s.arch == "gemma4" ? Arch::kGemma4
                                      : Arch::kQwen3;
   config.rope_freq_base = float(s.rope_base);
   config.sliding_window = int(s.sliding_window);
@@ -134,7 +159,9 @@ ModelConfig SynthModelConfig(const SynthSpec& s) {
                         .head_dim_k = int(s.ssm_state),
                         .head_dim_v = int(s.ssm_state)};
   }
-  SetLayerConfigs(config);
+  LayerPattern pattern;
+  if (config.arch == Arch::kGemma4) pattern = Gemma4Pattern(s, config);
+  SetLayerConfigs(config, pattern);
   return config;
 }
 
@@ -202,6 +229,9 @@ void FillRow(const SynthTensor& t, uint64_t tensor_seed, int64_t row, float* out
         break;
       case SynthTensor::Init::kDecayRate:
         out[i] = -(1.0f + kNormStd * z);
+        break;
+      case SynthTensor::Init::kProportionalRope:
+        out[i] = 4 * i < t.ne[0] ? 1.0f : 1e30f;
         break;
     }
   }
@@ -298,6 +328,32 @@ Status SetQwen35Hparams(const SynthSpec& spec, GgufWriter& w) {
   return Status::Ok();
 }
 
+// gemma4's per-layer shapes (arrays where layers differ), windowed layers and shared KV.
+Status SetGemma4Hparams(const SynthSpec& spec, GgufWriter& w) {
+  const std::string& a = spec.arch;
+  auto u32 = [](int64_t v) { return static_cast<uint32_t>(v); };
+  ModelConfig config;
+  const LayerPattern p = Gemma4Pattern(spec, config);
+  const auto ints = [](const auto& values) {
+    return std::vector<int64_t>(values.begin(), values.end());
+  };
+  SHARDLM_TRY(w.SetIntArray(a + ".feed_forward_length", GgufValueType::kUint32, ints(p.n_ff)));
+  SHARDLM_TRY(
+      w.SetIntArray(a + ".attention.head_count_kv", GgufValueType::kUint32, ints(p.n_head_kv)));
+  SHARDLM_TRY(w.SetIntArray(a + ".attention.sliding_window_pattern", GgufValueType::kBool,
+                            ints(p.sliding)));
+  w.SetUint32(a + ".attention.key_length_swa", u32(spec.head_dim_swa));
+  w.SetUint32(a + ".attention.value_length_swa", u32(spec.head_dim_swa));
+  w.SetUint32(a + ".rope.dimension_count", u32(spec.head_dim));
+  w.SetUint32(a + ".rope.dimension_count_swa", u32(spec.head_dim_swa));
+  w.SetFloat32(a + ".rope.freq_base_swa", 1e4f);
+  w.SetUint32(a + ".attention.sliding_window", u32(spec.sliding_window));
+  w.SetUint32(a + ".attention.shared_kv_layers", u32(spec.shared_kv_layers));
+  w.SetUint32(a + ".embedding_length_per_layer_input", u32(spec.n_embd_per_layer));
+  w.SetFloat32(a + ".final_logit_softcapping", 30.0f);
+  return Status::Ok();
+}
+
 Status SetHparams(const SynthSpec& spec, GgufWriter& w) {
   SHARDLM_ASSIGN_OR_RETURN(uint32_t file_type, SynthFileType(spec.type));
   const std::string& a = spec.arch;
@@ -309,9 +365,13 @@ Status SetHparams(const SynthSpec& spec, GgufWriter& w) {
   w.SetUint32(a + ".block_count", u32(spec.n_layers));
   w.SetUint32(a + ".context_length", u32(spec.n_ctx));
   w.SetUint32(a + ".embedding_length", u32(spec.n_embd));
-  w.SetUint32(a + ".feed_forward_length", u32(spec.n_ff));
+  if (a == "gemma4") {
+    SHARDLM_TRY(SetGemma4Hparams(spec, w));
+  } else {
+    w.SetUint32(a + ".feed_forward_length", u32(spec.n_ff));
+    w.SetUint32(a + ".attention.head_count_kv", u32(spec.n_head_kv));
+  }
   w.SetUint32(a + ".attention.head_count", u32(spec.n_head));
-  w.SetUint32(a + ".attention.head_count_kv", u32(spec.n_head_kv));
   w.SetUint32(a + ".attention.key_length", u32(spec.head_dim));
   w.SetUint32(a + ".attention.value_length", u32(spec.head_dim));
   if (a == "llama") {
@@ -337,6 +397,26 @@ std::string ByteToken(uint8_t b) {
 }
 
 namespace {
+
+// Gemma 4's layout at the 0.6B class (synth_model.h).
+SynthSpec Gemma4SmallPreset(SynthSpec spec) {
+  spec.n_layers = 24;
+  spec.n_embd = 1024;
+  spec.n_ff = 4096;
+  spec.n_head = 8;
+  spec.n_head_kv = 1;
+  spec.n_head_kv_global = 1;
+  spec.head_dim = 512;
+  spec.head_dim_swa = 256;
+  spec.global_period = 5;
+  spec.shared_kv_layers =
+      9;  // from layer 15: the last earlier layer (14) is global, as llama.cpp expects
+  spec.n_embd_per_layer = 64;
+  spec.sliding_window = 512;
+  spec.n_vocab = kQwen3VocabSize;
+  spec.n_ctx = 32768;
+  return spec;
+}
 
 // Qwen3.5-0.8B's shape (the 0.6B class of qwen35).
 SynthSpec Qwen35SmallPreset(SynthSpec spec) {
@@ -373,8 +453,22 @@ Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset
     spec.rope_base = 1e7;
     spec.n_rot = 16;
     if (preset == "0.6b") return Qwen35SmallPreset(spec);
+  } else if (arch == "gemma4") {
+    // The fixture's shape: layers [swa, swa, global, swa, global], the last two sharing KV.
+    spec.tied = true;
+    spec.n_layers = 5;
+    spec.n_embd = 128;
+    spec.n_ff = 64;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.head_dim = 32;
+    spec.sliding_window = 32;
+    spec.n_vocab = 260;  // the fixture's rows: 256 bytes and Gemma's four specials
+    if (preset == "0.6b") return Gemma4SmallPreset(spec);
+    if (preset != "tiny") return InvalidArgument("--preset {}: expected tiny or 0.6b", preset);
+    return spec;
   } else if (arch != "qwen3") {
-    return InvalidArgument("--arch {}: expected llama, qwen3, gemma3 or qwen35", arch);
+    return InvalidArgument("--arch {}: expected llama, qwen3, gemma3, qwen35 or gemma4", arch);
   }
   if (preset == "tiny") return spec;
   if (preset != "0.6b" && preset != "1.7b") {
@@ -393,8 +487,17 @@ Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset
 }
 
 Status ValidateSynthSpec(const SynthSpec& s) {
-  if (s.arch != "llama" && s.arch != "qwen3" && s.arch != "gemma3" && s.arch != "qwen35") {
-    return InvalidArgument("--arch {}: expected llama, qwen3, gemma3 or qwen35", s.arch);
+  if (s.arch != "llama" && s.arch != "qwen3" && s.arch != "gemma3" && s.arch != "qwen35" &&
+      s.arch != "gemma4") {
+    return InvalidArgument("--arch {}: expected llama, qwen3, gemma3, qwen35 or gemma4", s.arch);
+  }
+  const int64_t gemma4[] = {s.global_period, s.head_dim_swa, s.n_head_kv_global, s.n_embd_per_layer,
+                            s.sliding_window};
+  if (s.arch == "gemma4" &&
+      (std::ranges::any_of(gemma4, [](int64_t v) { return v < 1 || v > 4096; }) ||
+       s.shared_kv_layers < 0 || s.shared_kv_layers >= s.n_layers - 1 ||
+       s.n_head % s.n_head_kv_global != 0)) {
+    return InvalidArgument("gemma4 layer layout out of range");
   }
   if (s.n_rot < 0 || s.n_rot > s.head_dim || s.n_rot % 2 != 0) {
     return InvalidArgument("rotated dims {}: expected an even count up to the head dim {}", s.n_rot,
@@ -441,6 +544,12 @@ Result<std::vector<SynthTensor>> PlanSynthTensors(const SynthSpec& s) {
   std::vector<SynthTensor> out;
   // The tensors a model of the architecture binds, in file order; optional ones are left out.
   ForEachStageTensor(config, {0, config.n_layers}, [&](const TensorSpec& spec) {
+    // gemma4's global layers rotate a quarter of their pairs (rope_freqs); other models' rope
+    // frequencies are optional and left out.
+    if (spec.role == TensorRole::kRopeFreqs && config.arch == Arch::kGemma4) {
+      out.push_back({spec.name, spec.ne, GgmlType::kF32, SynthTensor::Init::kProportionalRope});
+      return;
+    }
     if (!spec.required) return;
     if (!spec.matrix()) {
       out.push_back({spec.name, spec.ne, GgmlType::kF32,

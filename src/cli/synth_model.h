@@ -1,12 +1,13 @@
 // Synthetic models for `shardlm gguf synth`: shape presets, llama.cpp-style quantization
 // mixes, seeded random weights and a byte-level tokenizer, written through GgufWriter.
 //
-// Goals: files llama.cpp can load (standard tensor names and keys for llama/qwen3/gemma3/qwen35:
+// Goals: files llama.cpp can load (standard tensor names and keys for llama/qwen3/gemma3/qwen35/
+// gemma4:
 // the tensors are the list shardlm binds, model/tensor_specs.h, so what synth writes loads; a GPT-2
 // byte vocab with ChatML specials and a chat template); deterministic for a seed whatever the
 // thread count (every row has its own PRNG stream); big presets (Qwen3-0.6B/1.7B shapes with
 // the real 151936-token vocab size) written tensor by tensor, quantized in parallel.
-// Non-goals: trained weights, other architectures (gemma4), imatrix quantization.
+// Non-goals: trained weights, other architectures (mixtures of experts), imatrix quantization.
 //
 // Thread safety: the functions are reentrant. Lifetime: the writer returned by
 // BuildSynthModel holds callbacks that own copies of everything they need.
@@ -24,7 +25,7 @@
 namespace shardlm::cli {
 
 struct SynthSpec {
-  std::string arch = "qwen3";  // llama | qwen3 | gemma3 | qwen35
+  std::string arch = "qwen3";  // llama | qwen3 | gemma3 | qwen35 | gemma4
   std::string preset = "tiny";
   std::string type = "f32";  // a plain type (f32, q8_0, q4_k, ...) or a mix (q4_k_m, ...)
   uint64_t seed = 42;
@@ -48,12 +49,24 @@ struct SynthSpec {
   int64_t ssm_state = 32;
   int64_t ssm_k_heads = 2;
   int64_t ssm_v_heads = 4;
+  // gemma4: layer i is global iff (i + 1) % global_period == 0 or it is the last, windowed
+  // otherwise (heads of head_dim_swa; head_dim is the global layers'); global layers have
+  // n_head_kv_global kv heads and take v from k; the last shared_kv_layers layers read
+  // earlier layers' KV and have an FFN twice as wide; per-layer inputs of n_embd_per_layer.
+  int64_t global_period = 3;
+  int64_t head_dim_swa = 16;
+  int64_t n_head_kv_global = 1;
+  int64_t shared_kv_layers = 2;
+  int64_t n_embd_per_layer = 16;
 };
 
 // The shapes of a preset: tiny | 0.6b | 1.7b (Qwen3 shapes, for llama and gemma3 too; gemma3
 // gets a window of 16 positions in tiny, 512 in the others, as Gemma 3 1B has). qwen35's tiny
 // is the fixture's shape, its 0.6b the 0.6B-class Qwen3.5-0.8B (24 layers of 1024, 18 of them
 // DeltaNet with 16 heads of 128, attention 8/2 heads of 256 roped on 64, its 248320 vocab).
+// gemma4's tiny is the fixture's shape; its 0.6b has Gemma 4's layout at the 0.6B class (24
+// layers of 1024, a global layer in five, windowed heads of 256 and global of 512, one kv head,
+// the last 9 layers sharing KV, per-layer inputs of 64, the Qwen3 vocab size).
 Result<SynthSpec> SynthPreset(const std::string& arch, const std::string& preset);
 // Checks arch, type and that the shapes are consistent and positive.
 Status ValidateSynthSpec(const SynthSpec& spec);
@@ -64,7 +77,9 @@ struct SynthTensor {
   std::vector<int64_t> ne;
   GgmlType type;
   // kDecayRate: −(1 + small noise), a DeltaNet decay rate (ssm_a), so states shrink per token.
-  enum class Init { kWeight, kNorm, kDecayRate } init = Init::kWeight;
+  // kProportionalRope: rope_freqs of gemma4's global layers: 1 for the first quarter of the
+  // pairs, 1e30 (standing still) for the rest.
+  enum class Init { kWeight, kNorm, kDecayRate, kProportionalRope } init = Init::kWeight;
 };
 
 // Every tensor of the model, in file order, with the type the mix assigns it.

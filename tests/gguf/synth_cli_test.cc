@@ -142,6 +142,34 @@ TEST_F(SynthCliTest, TinyQwen35HasTheFixtureTensorsAndRuns) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// gemma4 in the fixture's shape: the same tensors (per-layer inputs, no k/v on the layers that
+// share KV, no v on the global layers), the fixture's layer layout read back, and a model `run`
+// computes.
+TEST_F(SynthCliTest, TinyGemma4HasTheFixtureTensorsAndLayoutAndRuns) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto synth = Synth("g4.gguf", "--arch gemma4 --preset tiny");
+  ASSERT_NE(synth, nullptr);
+  ExpectTheFixturesTensors(*synth, "gemma4-tiny.gguf");
+  auto fixture = GgufFile::Open(testing::FixturePath("gemma4-tiny.gguf"));
+  ASSERT_TRUE(fixture.ok()) << fixture.status().message();
+  for (const char* key :
+       {"gemma4.feed_forward_length", "gemma4.attention.head_count_kv",
+        "gemma4.attention.sliding_window_pattern", "gemma4.attention.shared_kv_layers",
+        "gemma4.attention.sliding_window", "gemma4.attention.key_length",
+        "gemma4.attention.key_length_swa", "gemma4.rope.dimension_count_swa",
+        "gemma4.embedding_length_per_layer_input"}) {
+    SCOPED_TRACE(key);
+    const GgufValue* got = synth->Find(key);
+    const GgufValue* want = (*fixture)->Find(key);
+    ASSERT_TRUE(got != nullptr && want != nullptr);
+    EXPECT_EQ(got->ints, want->ints);
+    if (got->type != GgufValueType::kArray)
+      EXPECT_EQ(synth->GetUint(key).value(), (*fixture)->GetUint(key).value());
+  }
+  RunResult r = Run("run -m " + dir_ + "/g4.gguf -p 'Once upon a time' -n 24 --temp 0");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(SynthCliTest, WeightsLookLikeAModelAndTheVocabIsChatReady) {
   auto f = Synth("m.gguf", "--type f32 --seed 3");
   ASSERT_NE(f, nullptr);
