@@ -45,12 +45,7 @@ Result<std::unique_ptr<KeySummaries>> KeySummaries::Create(const PagePoolConfig&
     return InvalidArgument("key summaries: bad shape ({} pages, {} layers, {} heads, dim {})",
                            n_pages, frames.n_layers, frames.n_kv_heads, frames.head_dim);
   }
-  // One box shape per pool: layers of their own shapes (gemma4) would need one per layer.
-  if (!frames.uniform()) {
-    return Unsupported(
-        "`qk` page selection needs KV layers of one shape; this model's differ (use "
-        "--kv-select lru)");
-  }
+
   std::unique_ptr<KeySummaries> summaries(new KeySummaries(frames, n_pages));
   const size_t boxes = size_t(n_pages) * frames.n_layers * frames.n_kv_heads;
   summaries->counts_.assign(boxes, 0);
@@ -68,17 +63,19 @@ KeySummaries::KeySummaries(const PagePoolConfig& shape, int n_pages)
       n_layers_(shape.n_layers),
       n_kv_heads_(shape.n_kv_heads),
       head_dim_(shape.head_dim),
-      kv_type_(shape.kv_type) {}
+      kv_type_(shape.kv_type) {
+  for (int layer = 0; layer < n_layers_; ++layer) layers_.push_back(shape.layer_shape(layer));
+}
 
-void KeySummaries::AddRow(size_t index, const float* row, bool first) {
+void KeySummaries::AddRow(size_t index, const float* row, int head_dim, bool first) {
   float* lo = Box(index);
   float* hi = lo + head_dim_;
   if (first) {
-    std::memcpy(lo, row, sizeof(float) * size_t(head_dim_));
-    std::memcpy(hi, row, sizeof(float) * size_t(head_dim_));
+    std::memcpy(lo, row, sizeof(float) * size_t(head_dim));
+    std::memcpy(hi, row, sizeof(float) * size_t(head_dim));
     return;
   }
-  for (int c = 0; c < head_dim_; ++c) {
+  for (int c = 0; c < head_dim; ++c) {
     lo[c] = std::min(lo[c], row[c]);
     hi[c] = std::max(hi[c], row[c]);
   }
@@ -92,16 +89,17 @@ void KeySummaries::Update(PageId page, const uint8_t* bytes, const PagePool& lay
   float row[512];
   // Not the continuation of the summarized rows: start over from the stored rows.
   const int from = counts_[index] == offset ? offset : 0;
+  const int head_dim = layers_[size_t(layer)].head_dim;
   for (int o = from; o <= offset; ++o) {
-    element.dequantize_row(bytes + layout.RowOffset(layer, 0, head, o), row, head_dim_);
-    AddRow(index, row, o == 0);
+    element.dequantize_row(bytes + layout.RowOffset(layer, 0, head, o), row, head_dim);
+    AddRow(index, row, head_dim, o == 0);
   }
   counts_[index] = uint16_t(offset + 1);
 }
 
 void KeySummaries::Rebuild(PageId page, const uint8_t* bytes, const PagePool& layout, int n_valid) {
   for (int layer = 0; layer < n_layers_; ++layer) {
-    for (int head = 0; head < n_kv_heads_; ++head) {
+    for (int head = 0; head < layers_[size_t(layer)].n_kv_heads; ++head) {
       counts_[Index(page, layer, head)] = 0;
       if (n_valid > 0) Update(page, bytes, layout, layer, head, n_valid - 1);
     }
@@ -124,7 +122,7 @@ float KeySummaries::UpperBound(PageId page, int layer, int head, const float* q)
   const size_t index = Index(page, layer, head);
   if (counts_[index] == 0) return -std::numeric_limits<float>::infinity();
   const float* lo = Box(index);
-  return BoxBound(q, lo, lo + head_dim_, head_dim_);
+  return BoxBound(q, lo, lo + head_dim_, layers_[size_t(layer)].head_dim);
 }
 
 }  // namespace shardlm

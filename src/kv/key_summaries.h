@@ -77,15 +77,16 @@ class KeySummaries {
   const float* Box(size_t index) const {
     return reinterpret_cast<const float*>(boxes_.get()) + index * 2 * head_dim_;
   }
-  void AddRow(size_t index, const float* row, bool first);
+  void AddRow(size_t index, const float* row, int head_dim, bool first);
 
   int n_pages_;
   int n_layers_;
-  int n_kv_heads_;
+  int n_kv_heads_;  // the widest layer's: boxes are laid out for it
   int head_dim_;
   KvType kv_type_;
-  HugePageBuffer boxes_;          // [page][layer][head] → min[head_dim], max[head_dim]
-  std::vector<uint16_t> counts_;  // [page][layer][head] → positions summarized
+  std::vector<KvLayerShape> layers_;  // each layer's own heads and dims (a prefix of a box)
+  HugePageBuffer boxes_;              // [page][layer][head] → min[head_dim], max[head_dim]
+  std::vector<uint16_t> counts_;      // [page][layer][head] → positions summarized
 };
 
 }  // namespace shardlm

@@ -66,12 +66,13 @@ std::unique_ptr<util::Collector> Generate(const std::string& file, const Schedul
 
 // gemma3's windowed layers (window 16) under a pool: the tail keeps their window resident.
 // qwen35's recurrent layers have no pages: only its attention layer's pages are pooled, and
-// its state is never paged.
+// its state is never paged. gemma4's layers keep KV of two head shapes (the qk summaries bound
+// each layer in its own), and its last layers read earlier layers' pages.
 constexpr char kGemma3[] = "gemma3-tiny.gguf";
 
 TEST(KvPoolSchedulerTest, AContextInsideThePoolIsBitwiseTheUnboundedOne) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* file : {util::kStories, util::kQwen, kGemma3, util::kQwen35}) {
+  for (const char* file : {util::kStories, util::kQwen, kGemma3, util::kQwen35, util::kGemma4}) {
     for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
       for (uint64_t seed : {0, 5}) {
         SCOPED_TRACE(std::string(file) + " " + PageSelectName(select) + " seed " +
@@ -93,7 +94,7 @@ TEST(KvPoolSchedulerTest, AContextInsideThePoolIsBitwiseTheUnboundedOne) {
 TEST(KvPoolSchedulerTest, ABoundedPoolGivesTheSameOutputOnEveryThreadCountSplitAndTier) {
   SHARDLM_REQUIRE_FIXTURES();
   TempDir tier_dir("kv_pool_tier");
-  for (const char* file : {util::kStories, util::kQwen, kGemma3, util::kQwen35}) {
+  for (const char* file : {util::kStories, util::kQwen, kGemma3, util::kQwen35, util::kGemma4}) {
     for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
       SCOPED_TRACE(std::string(file) + " " + PageSelectName(select));
       const SchedulerOptions base = PoolOptions(128, select);
