@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/check.h"
 #include "tensor/quant_blocks.h"
 
 namespace shardlm {
@@ -143,7 +144,11 @@ std::array<uint8_t, kSnapshotHeaderBytes> EncodeSnapshotHeader(const SnapshotHea
   std::array<uint8_t, kSnapshotHeaderBytes> out{};
   uint8_t* h = out.data();
   std::memcpy(h, MagicOf(header.kind), sizeof(kBlockMagic));
-  PutU32(h + 8, kSnapshotFormatVersion);
+  const uint32_t current = SnapshotFormatVersion(header.kind);
+  const uint32_t version = header.format_version == 0 ? current : header.format_version;
+  SHARDLM_CHECK_MSG(version <= current, "format version %u of a %s (this build writes %u)", version,
+                    SnapshotFileKindName(header.kind), current);
+  PutU32(h + 8, version);
   PutU32(h + 12, kSnapshotHeaderBytes);
   PutU64(h + 16, header.layout.hi);
   PutU64(h + 24, header.layout.lo);
@@ -155,6 +160,11 @@ std::array<uint8_t, kSnapshotHeaderBytes> EncodeSnapshotHeader(const SnapshotHea
   PutU32(h + 68, n_sections);
   PutU64(h + 72, XXH3_64bits(h, 72));
   return out;
+}
+
+uint32_t SnapshotFormatVersion(SnapshotFileKind kind) {
+  // Slot files: 2 since they carry the recurrent state of models with recurrent layers.
+  return kind == SnapshotFileKind::kSlot ? 2 : 1;
 }
 
 const char* SnapshotFileKindName(SnapshotFileKind kind) {
@@ -299,9 +309,11 @@ Result<SnapshotHeader> DecodeSnapshotHeader(std::span<const uint8_t> bytes) {
     return InvalidData("not a snapshot (magic)");
   }
   const uint32_t version = GetU32(h + 8);
-  if (version != kSnapshotFormatVersion) {
-    return InvalidData("format version {}, this build reads {}", version, kSnapshotFormatVersion);
+  if (version == 0 || version > SnapshotFormatVersion(header.kind)) {
+    return InvalidData("format version {} of a {}; this build reads versions 1 to {}", version,
+                       SnapshotFileKindName(header.kind), SnapshotFormatVersion(header.kind));
   }
+  header.format_version = version;
   const uint32_t header_bytes = GetU32(h + 12);
   if (header_bytes != kSnapshotHeaderBytes) {
     return InvalidData("header of {} bytes, version {} has {}", header_bytes, version,

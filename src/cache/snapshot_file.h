@@ -2,9 +2,10 @@
 // the container of a slot file (a whole saved sequence, slot_file.h).
 //
 // Byte layout (all integers little-endian; every offset a multiple of 8):
-//   header, kSnapshotHeaderBytes (80) in format version 1:
+//   header, kSnapshotHeaderBytes (80):
 //     0  char[8] magic: "SHLMSNAP" (a cache block) or "SHLMSLOT" (a slot file)
-//     8  u32 format_version (1)      12 u32 header_bytes (80; later versions only append)
+//     8  u32 format_version (per kind: SnapshotFormatVersion)
+//     12 u32 header_bytes (80; later versions only append)
 //     16 u64 layout.hi, u64 layout.lo          (LayoutFingerprint, snapshot_layout.h)
 //     32 u64 block_hash.hi, u64 block_hash.lo
 //     48 u64 parent_hash.hi, u64 parent_hash.lo (kRootBlockHash for block 0)
@@ -61,7 +62,6 @@ namespace shardlm {
 
 inline constexpr size_t kSnapshotHeaderBytes = 80;
 inline constexpr size_t kSectionDescriptorBytes = 64;
-inline constexpr uint32_t kSnapshotFormatVersion = 1;
 // A bound on untrusted counts: a pipeline has a handful of stages, each with at most three
 // sections; 4096 leaves room without letting a hostile count drive allocation.
 inline constexpr uint32_t kMaxSnapshotSections = 4096;
@@ -69,6 +69,11 @@ inline constexpr uint32_t kMaxSnapshotSections = 4096;
 // What a file holds; each kind has its own magic, so neither is ever read as the other.
 enum class SnapshotFileKind : uint32_t { kBlock = 0, kSlot = 1, kSentinel };
 const char* SnapshotFileKindName(SnapshotFileKind kind);
+
+// The format version this build writes files of `kind` in, and the newest it reads (it reads
+// every older one too). Each kind counts its own: a change to what one kind holds leaves the
+// other's files current. Cache blocks: 1. Slot files: 2 (slot_file.h "Versions").
+uint32_t SnapshotFormatVersion(SnapshotFileKind kind);
 
 // The section kinds described above (their numbers are on disk).
 enum class SectionKind : uint32_t {
@@ -102,6 +107,9 @@ struct SnapshotHeader {
   BlockHash parent_hash;
   int n_tokens = 0;
   int n_sections = 0;  // filled by Decode; Encode uses the sections it is given
+  // Decode: the file's. Encode: 0 writes the kind's current version; an older one writes the
+  // header as that version did (the sections are the caller's), so tests can make old files.
+  uint32_t format_version = 0;
 };
 
 struct Snapshot {

@@ -100,6 +100,54 @@ Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
   return Status::Ok();
 }
 
+bool HasRecurrentState(const SnapshotLayout& layout) {
+  for (const StageLayers& stage : layout.stages) {
+    if (stage.state_floats > 0) return true;
+  }
+  return false;
+}
+
+SnapshotSection RecurrentStateSection(const SnapshotLayout& layout, int stage_idx,
+                                      std::span<const uint8_t> state) {
+  SHARDLM_CHECK(stage_idx >= 0 && stage_idx < static_cast<int>(layout.stages.size()));
+  const StageLayers& stage = layout.stages[size_t(stage_idx)];
+  SHARDLM_CHECK_MSG(
+      stage.state_floats > 0 && stage.state_floats <= std::numeric_limits<uint32_t>::max(),
+      "stage %d: a recurrent state of %llu floats", stage_idx,
+      static_cast<unsigned long long>(stage.state_floats));
+  SnapshotSection s;
+  s.kind = SectionKind::kRecurrentState;
+  s.stage_idx = stage_idx;
+  s.layer_begin = stage.layer_begin;
+  s.layer_end = stage.layer_end;
+  s.dtype = SnapshotDType::kF32;
+  s.dims = {static_cast<uint32_t>(stage.state_floats), 1, 1, 1};
+  s.bytes = state;
+  return s;
+}
+
+Status CheckRecurrentStateSection(const SnapshotLayout& layout, int stage_idx,
+                                  const SnapshotSection& section) {
+  SHARDLM_CHECK(stage_idx >= 0 && stage_idx < static_cast<int>(layout.stages.size()));
+  const SnapshotSection want = RecurrentStateSection(layout, stage_idx, {});
+  if (section.kind != want.kind) {
+    return InvalidData("stage {}: a {} section where a recurrent_state was expected", stage_idx,
+                       SectionKindName(section.kind));
+  }
+  if (section.stage_idx != stage_idx || section.layer_begin != want.layer_begin ||
+      section.layer_end != want.layer_end) {
+    return InvalidData(
+        "recurrent_state of stage {} layers [{}, {}), expected stage {} layers [{}, {})",
+        section.stage_idx, section.layer_begin, section.layer_end, stage_idx, want.layer_begin,
+        want.layer_end);
+  }
+  if (section.dtype != want.dtype || section.dims != want.dims) {
+    return InvalidData("stage {}: a recurrent state of {} floats, this server's holds {}",
+                       stage_idx, section.dims[0], want.dims[0]);
+  }
+  return Status::Ok();
+}
+
 SnapshotSection PageSelectionSection(const PageSelection& selection,
                                      std::vector<uint8_t>* storage) {
   const size_t n = size_t(selection.n_pages());

@@ -4,9 +4,10 @@
 //
 // Goals: one fingerprint that changes whenever any of those inputs changes, so a file
 // written for another model, split, page size or KV type is never used;
-// one helper that describes a stage's KV page as a snapshot section (and one for the bounded
-// pool's page selection).
-// Non-goals: describing recurrent state or logits geometry (the model does, later).
+// one helper that describes a stage's KV page as a snapshot section, one for a stage's
+// recurrent state (the disk tier's state files and slot files hold the same section), and one
+// for the bounded pool's page selection.
+// Non-goals: logits geometry.
 //
 // Thread safety: pure functions and value types. Lifetime: sections are views; the bytes
 // they point to must outlive them.
@@ -30,7 +31,11 @@ struct StageLayers {
   // Layers of the range with KV pages (a model with recurrent layers has fewer; a stage of
   // recurrent layers only has none and writes no kv_page section); -1: every layer.
   int kv_layers = -1;
+  // Floats of one sequence's state in the range's recurrent layers (kv/recurrent_state.h's slot
+  // layout); 0: none. Not part of the fingerprint: the model and the range fix it.
+  uint64_t state_floats = 0;
   int n_kv_layers() const { return kv_layers < 0 ? layer_end - layer_begin : kv_layers; }
+  uint64_t state_bytes() const { return state_floats * sizeof(float); }
   friend bool operator==(const StageLayers&, const StageLayers&) = default;
 };
 
@@ -67,6 +72,20 @@ SnapshotSection KvPageSection(const SnapshotLayout& layout, int stage_idx,
 // otherwise.
 Status CheckKvPageSection(const SnapshotLayout& layout, int stage_idx,
                           const SnapshotSection& section, int n_pages = 1);
+
+// Whether any stage has recurrent layers (a sequence then needs its state besides its pages).
+bool HasRecurrentState(const SnapshotLayout& layout);
+
+// The recurrent_state section of stage `stage_idx` (which has recurrent layers): `state` is one
+// sequence's state in the stage's layers, its state_bytes() long; layers the stage's range;
+// dims {state_floats}, f32.
+SnapshotSection RecurrentStateSection(const SnapshotLayout& layout, int stage_idx,
+                                      std::span<const uint8_t> state);
+
+// Checks that a decoded section is stage `stage_idx`'s recurrent state under `layout` (kind,
+// stage, layer range, dtype, size). InvalidData naming the field otherwise.
+Status CheckRecurrentStateSection(const SnapshotLayout& layout, int stage_idx,
+                                  const SnapshotSection& section);
 
 // The page_selection section of `selection` (its bytes, n_pages scores then n_pages ranks,
 // are written into *storage, which the section views).

@@ -191,7 +191,8 @@ struct EngineInfo {
 
 // Slots (`/slots`, llama.cpp's shape): each of the n_parallel slots runs one request at a
 // time. Once its request ends, a slot keeps the sequence it computed (its retained sequence:
-// tokens and KV) until it takes its next request, so the sequence can be saved to a file;
+// tokens and KV, and a model with recurrent layers' state at its last whole page) until it
+// takes its next request, so the sequence can be saved to a file;
 // a restore fills an idle slot from such a file and offers the sequence's full pages to the
 // prefix cache, so the next prompt that starts with those tokens does not compute them.
 enum class SlotState { kIdle, kProcessing, kSaving, kRestoring, kSentinel };
@@ -236,7 +237,9 @@ class Engine {
   // folder's byte budget (kQuotaExceeded), nothing to save (kInvalidArgument), a missing
   // file (kNotFound), a corrupt, truncated or foreign file (kInvalidData), too few free KV
   // pages (kOutOfRange), a stage down (kUnavailable), a write that failed (kIoError); an
-  // engine without slots: kUnsupported. A restore that fails changes nothing in the slot.
+  // engine without slots, or a slot whose recurrent state at its last whole page is gone (a
+  // cancelled request's last batch ran on): kUnsupported. A restore that fails changes nothing
+  // in the slot.
   virtual std::vector<SlotInfo> Slots() const { return {}; }
   virtual Result<SlotSaveResult> SaveSlot(int32_t slot, const std::filesystem::path& file);
   virtual Result<SlotRestoreResult> RestoreSlot(int32_t slot, const std::filesystem::path& file);

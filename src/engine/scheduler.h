@@ -44,7 +44,10 @@
 //    slot_file.h) off the engine thread; restore streams a file back, checking it as it
 //    goes, into fresh pages, and only once every byte checked out makes them the slot's
 //    retained sequence, publishing the full pages in the prefix cache, so any prompt that
-//    starts with those tokens hits them. Both move a few pages per engine step while the
+//    starts with those tokens hits them. A model with recurrent layers also saves each
+//    stage's state at the sequence's last whole page, and a restore keeps it for that block
+//    (as a finished sequence's is kept), so such a prompt resumes there; the tokens after
+//    it are recomputed. Both move a few pages per engine step while the
 //    slot is held: a slot that runs a request, or is being saved or restored, answers
 //    kConflict before the file is touched (a save never races with the KV it reads). One
 //    save or restore runs at a time; another waits up to options.slot_io_wait, then gets
@@ -94,6 +97,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -258,12 +262,13 @@ class Scheduler : public Engine {
   Result<SlotJobResult> RunSlotJob(SlotJob::Op op, int32_t slot);
   // The one save or restore at a time: waits up to options_.slot_io_wait.
   Result<std::unique_lock<std::timed_mutex>> TakeSlotIoTurn();
-  Status CheckSlotFilesCarryTheModel() const;
   Result<SlotSaveResult> StreamSave(int32_t slot, const std::filesystem::path& file,
                                     const SlotJobResult& begun);
   Result<RestoredSlotFile> StreamRestore(int32_t slot, const std::filesystem::path& file);
-  // Moves pages [first, first + n) of the slot's transfer through `buffers` (kCopy).
-  Status CopySlotPages(int32_t slot, int first, int n, const std::vector<uint8_t*>& buffers);
+  // Moves pages [first, first + n) of the slot's transfer through `buffers` (kCopy); a save
+  // also exports the recurrent state into `state` (when not empty).
+  Status CopySlotPages(int32_t slot, int first, int n, const std::vector<uint8_t*>& buffers,
+                       std::span<uint8_t> state = {});
 
   // Engine thread.
   void Loop();
@@ -288,9 +293,9 @@ class Scheduler : public Engine {
   Result<SlotJobResult> EndTransfer(SchedulerSlot& slot, SlotJob& job);
   bool SlotTaskAction();  // bounded work; never ends the step
   Status StepSlotCopy(SlotCopyTask& task, int& budget);
+  Status ExportRetainedState(int slot_idx, std::span<uint8_t> dst);
   void LosePages(const PagingLoss& loss);
-  void CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens,
-                     std::optional<PageSelection> selection);
+  Status CommitRestore(SchedulerSlot& slot, SlotJob& job);
   void ReleaseTransferPages(SlotTransfer& transfer);
   void RetainSequence(SchedulerSlot& slot, const ActiveRequest& request);
   void DropRetained(SchedulerSlot& slot);

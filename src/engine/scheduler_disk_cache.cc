@@ -15,9 +15,13 @@ SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprin
                                       KvType kv_type) {
   SnapshotLayout layout;
   layout.model = model;
-  for (const StageInfo& stage : pipeline.placement()) {
+  const std::vector<StageInfo> placement = pipeline.placement();
+  const std::vector<size_t> state_bytes = pipeline.stage_state_bytes();
+  for (size_t s = 0; s < placement.size(); ++s) {
+    const StageInfo& stage = placement[s];
     layout.stages.push_back({stage.layers.begin, stage.layers.end,
-                             pipeline.config().KvLayers(stage.layers.begin, stage.layers.end)});
+                             pipeline.config().KvLayers(stage.layers.begin, stage.layers.end),
+                             s < state_bytes.size() ? state_bytes[s] / sizeof(float) : 0});
   }
   layout.page_tokens = pipeline.allocator().page_tokens();
   layout.kv_type = kv_type;
@@ -294,21 +298,14 @@ bool SchedulerDiskCache::ContainsState(const BlockHash& hash) const {
 
 void SchedulerDiskCache::PersistState(const BlockHash& hash, int n_tokens,
                                       std::span<const uint8_t> state) {
-  const std::vector<size_t> stage_bytes = pipeline_->stage_state_bytes();
   std::vector<SnapshotSection> sections;
   size_t offset = 0;
-  for (size_t s = 0; s < stage_bytes.size() && s < layout_.stages.size(); ++s) {
-    if (stage_bytes[s] == 0) continue;
-    SnapshotSection section;
-    section.kind = SectionKind::kRecurrentState;
-    section.stage_idx = int(s);
-    section.layer_begin = layout_.stages[s].layer_begin;
-    section.layer_end = layout_.stages[s].layer_end;
-    section.dtype = SnapshotDType::kF32;
-    section.dims = {uint32_t(stage_bytes[s] / sizeof(float)), 1, 1, 1};
-    section.bytes = state.subspan(offset, stage_bytes[s]);
-    offset += stage_bytes[s];
-    sections.push_back(section);
+  for (size_t s = 0; s < layout_.stages.size(); ++s) {
+    const size_t bytes = layout_.stages[s].state_bytes();
+    if (bytes == 0) continue;
+    if (offset + bytes > state.size()) break;  // refused below
+    sections.push_back(RecurrentStateSection(layout_, int(s), state.subspan(offset, bytes)));
+    offset += bytes;
   }
   SnapshotHeader header;
   header.layout = layout_fingerprint_;
@@ -316,9 +313,10 @@ void SchedulerDiskCache::PersistState(const BlockHash& hash, int n_tokens,
   header.parent_hash = hash;
   header.n_tokens = n_tokens;
   Result<std::vector<uint8_t>> bytes =
-      offset == state.size() ? EncodeSnapshot(header, sections)
-                             : Result<std::vector<uint8_t>>(InvalidArgument(
-                                   "{} state bytes, the stages hold {}", state.size(), offset));
+      offset == state.size() && state.size() == pipeline_->state_bytes()
+          ? EncodeSnapshot(header, sections)
+          : Result<std::vector<uint8_t>>(InvalidArgument("{} state bytes, the stages hold {}",
+                                                         state.size(), pipeline_->state_bytes()));
   if (!bytes.ok()) {
     Log("recurrent state of block " + hash.ToHex() + " not persisted: " + bytes.status().message());
     return;
@@ -329,24 +327,21 @@ void SchedulerDiskCache::PersistState(const BlockHash& hash, int n_tokens,
 Result<std::vector<uint8_t>> SchedulerDiskCache::LoadState(const BlockHash& hash) {
   const BlockHash key = StateKeyOf(hash);
   SHARDLM_ASSIGN_OR_RETURN(LoadedSnapshot loaded, store_->Get(key));
-  const std::vector<size_t> stage_bytes = pipeline_->stage_state_bytes();
+  const std::vector<SnapshotSection>& sections = loaded.snapshot.sections;
   std::vector<uint8_t> state;
   Status status = Status::Ok();
   size_t next = 0;  // the next section to read
-  for (size_t s = 0; s < stage_bytes.size() && status.ok(); ++s) {
-    if (stage_bytes[s] == 0) continue;
-    const std::vector<SnapshotSection>& sections = loaded.snapshot.sections;
-    if (next >= sections.size() || sections[next].kind != SectionKind::kRecurrentState ||
-        sections[next].stage_idx != int(s) || sections[next].bytes.size() != stage_bytes[s]) {
-      status = InvalidData("stage {}'s recurrent state is missing or of another size", s);
-      break;
-    }
+  for (size_t s = 0; s < layout_.stages.size() && status.ok(); ++s) {
+    if (layout_.stages[s].state_bytes() == 0) continue;
+    status = next < sections.size() ? CheckRecurrentStateSection(layout_, int(s), sections[next])
+                                    : InvalidData("stage {}'s recurrent state is missing", s);
+    if (!status.ok()) break;
     state.insert(state.end(), sections[next].bytes.begin(), sections[next].bytes.end());
     ++next;
   }
-  if (status.ok() && next != loaded.snapshot.sections.size()) {
-    status = InvalidData("a recurrent state file with {} sections, {} expected",
-                         loaded.snapshot.sections.size(), next);
+  if (status.ok() && next != sections.size()) {
+    status =
+        InvalidData("a recurrent state file with {} sections, {} expected", sections.size(), next);
   }
   if (!status.ok()) {
     store_->Discard(key, status.message(), loaded.generation);

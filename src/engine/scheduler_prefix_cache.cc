@@ -196,8 +196,8 @@ void SchedulerPrefixCache::PublishFullPages(int slot, const ActiveRequest& reque
 }
 
 void SchedulerPrefixCache::AdoptRestored(std::span<const TokenId> tokens,
-                                         std::vector<PageId>& pages,
-                                         const PageSelection* selection) {
+                                         std::vector<PageId>& pages, const PageSelection* selection,
+                                         std::span<const uint8_t> state) {
   if (!enabled()) return;
   if (disk_) disk_->ReleaseExported();
   const std::vector<BlockHash> hashes = ChainBlockHashes(tokens, page_tokens_, fingerprint_);
@@ -221,6 +221,9 @@ void SchedulerPrefixCache::AdoptRestored(std::span<const TokenId> tokens,
     PageSelection kept = *selection;
     kept.Truncate(int(hashes.size()));
     KeepSelection(hashes.back(), std::move(kept));
+  }
+  if (recurrent_ != nullptr && !state.empty() && !hashes.empty()) {
+    recurrent_->Adopt(hashes.back(), int(hashes.size()), state);
   }
 }
 

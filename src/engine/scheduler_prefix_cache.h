@@ -35,7 +35,8 @@
 //    it goes when its block leaves the memory cache (the disk keeps its own).
 //  - Recurrent state (a model with recurrent layers, scheduler_recurrent_states.h): cached
 //    pages resume a sequence only with its recurrent state at their end, so a hit is cut to
-//    the deepest block whose state was kept when an earlier sequence ended there.
+//    the deepest block whose state was kept when an earlier sequence ended there (or a slot
+//    file restored there).
 //  - Counters: skipped prompt tokens (from memory, from disk), lookups, hits, evictions,
 //    cached pages.
 //  - Disabled (options.prefix_cache off) it is a null object: nothing is mapped, published
@@ -114,8 +115,10 @@ class SchedulerPrefixCache {
   // swapped for the cached one (reference moved: the restored copy is released); the others
   // are published in chain order (and persisted with the disk tier). No-op when disabled.
   // `selection` (may be null): the restored sequence's, kept for its last full block.
+  // `state` (may be empty): the restored sequence's recurrent state after its last full
+  // block, kept for that block (and persisted with the disk tier) as a finished sequence's is.
   void AdoptRestored(std::span<const TokenId> tokens, std::vector<PageId>& pages,
-                     const PageSelection* selection = nullptr);
+                     const PageSelection* selection = nullptr, std::span<const uint8_t> state = {});
   // Offers the disk the blocks it had no room for, oldest first, while its queue has room
   // (a block no longer cached is skipped). True while some wait.
   bool CatchUpPersist();

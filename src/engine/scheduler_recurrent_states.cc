@@ -20,10 +20,27 @@ void RecurrentCheckpoints::Remember(int slot, const BlockHash& hash, int n_block
   // NotFound: the slot's state moved past that block (its last batch crossed another page
   // boundary) or never reached it; the block simply keeps no state.
   if (!pipeline_->ExportState(slot, n_blocks * page_tokens_, bytes).ok()) return;
+  Persist(hash, n_blocks, bytes);
+  Keep(hash, std::move(bytes));
+}
+
+void RecurrentCheckpoints::Adopt(const BlockHash& hash, int n_blocks,
+                                 std::span<const uint8_t> state) {
+  if (!enabled() || n_blocks <= 0 || state.size() != state_bytes_) return;
+  Persist(hash, n_blocks, state);
+  auto kept = states_.find(hash);
+  if (kept != states_.end()) {
+    recency_.splice(recency_.begin(), recency_, kept->second.recency);
+    return;
+  }
+  Keep(hash, std::vector<uint8_t>(state.begin(), state.end()));
+}
+
+void RecurrentCheckpoints::Persist(const BlockHash& hash, int n_blocks,
+                                   std::span<const uint8_t> bytes) {
   if (disk_ != nullptr && !disk_->ContainsState(hash)) {
     disk_->PersistState(hash, n_blocks * page_tokens_, bytes);
   }
-  Keep(hash, std::move(bytes));
 }
 
 void RecurrentCheckpoints::Keep(const BlockHash& hash, std::vector<uint8_t> bytes) {

@@ -11,7 +11,10 @@
 // kStatesPerSlot per slot, least recently used out first).
 // With a disk tier each kept state is also persisted beside its block, so a restarted server
 // resumes a conversation from disk: a block whose state is not in memory is looked up there.
-// Non-goals: states in slot files; choosing which blocks to record (the caller names them).
+// A restored slot file's state (its sequence's at its last whole page) is kept the same way,
+// so the next turn of a restored conversation resumes like that of one that ran here.
+// Non-goals: the slot file format (cache/slot_file.h); choosing which blocks to record (the
+// caller names them).
 //
 // Thread safety: the engine thread only. Lifetime: references the Pipeline.
 #pragma once
@@ -42,6 +45,10 @@ class RecurrentCheckpoints {
   // Keeps the slot's state after n_blocks whole pages under `hash`, the chain hash of block
   // n_blocks − 1, unless one is kept already or the slot no longer holds that position.
   void Remember(int slot, const BlockHash& hash, int n_blocks);
+  // Keeps `state`, a sequence's state after n_blocks whole pages (a restored slot file's),
+  // under `hash` as Remember would: the state of the same tokens is the same, so one kept
+  // already stays. A state of another size is ignored.
+  void Adopt(const BlockHash& hash, int n_blocks, std::span<const uint8_t> state);
   // How many leading blocks of `hashes` (at most max_blocks) the slot resumes: the deepest with
   // a kept state, which is imported into the slot in every stage; 0 when there is none or the
   // import failed.
@@ -59,6 +66,8 @@ class RecurrentCheckpoints {
   };
   // Keeps `bytes` as the state of `hash` (the least recently used goes past capacity).
   void Keep(const BlockHash& hash, std::vector<uint8_t> bytes);
+  // Persists `bytes` (the state after n_blocks) with the disk tier, unless it holds it.
+  void Persist(const BlockHash& hash, int n_blocks, std::span<const uint8_t> bytes);
 
   Pipeline* pipeline_;
   SchedulerDiskCache* disk_;

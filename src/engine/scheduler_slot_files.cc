@@ -1,13 +1,15 @@
 // Scheduler slots, caller side: the Engine's slot methods (engine.h "Slots"). They check
 // the slot id, take the one slot I/O turn, and drive a transfer with slot jobs
 // (scheduler_slots.h): a save streams the pages the engine thread exports, a chunk at a
-// time, through cache/slot_file.h's writer into a temp file that is fsynced and renamed; a
-// restore streams a file through the reader, a chunk at a time, into fresh pages the engine
-// thread imports, and commits them only once the reader's Finish has checked every
+// time, and the recurrent state it exports with the first chunk, through cache/slot_file.h's
+// writer into a temp file that is fsynced and renamed; a restore streams a file through the
+// reader, a chunk at a time, into fresh pages the engine thread imports, and commits them
+// (with the file's recurrent state) only once the reader's Finish has checked every
 // checksum. File I/O never runs on the engine thread.
 //
 // Goals: a busy slot answers before the file is opened; memory bounded by the chunk
-// buffers (kSlotChunkPages pages of every stage) whatever the sequence's length; nothing a
+// buffers (kSlotChunkPages pages of every stage) and one recurrent state (a size the model
+// fixes) whatever the sequence's length; nothing a
 // file says sizes an allocation before it is checked against a slot's capacity; a save
 // never takes the folder's slot files past the budget, and never evicts one.
 // Non-goals: folders (the caller confines names and creates the folder privately:
@@ -123,13 +125,14 @@ Result<std::unique_lock<std::timed_mutex>> Scheduler::TakeSlotIoTurn() {
 }
 
 Status Scheduler::CopySlotPages(int32_t slot, int first, int n,
-                                const std::vector<uint8_t*>& buffers) {
+                                const std::vector<uint8_t*>& buffers, std::span<uint8_t> state) {
   auto job = std::make_shared<SlotJob>();
   job->op = SlotJob::Op::kCopy;
   job->slot = slot;
   job->first_page = first;
   job->n_pages = n;
   job->stage_buffers = buffers;
+  job->state_buffer = state;
   return RunSlotJob(std::move(job)).status();
 }
 
@@ -144,21 +147,8 @@ Result<int32_t> Scheduler::EraseSlot(int32_t slot) {
   return int32_t(erased.n_tokens);
 }
 
-// A slot file holds pages and tokens: enough for attention layers, not for a recurrent layer,
-// whose state at the saved position it would need too.
-Status Scheduler::CheckSlotFilesCarryTheModel() const {
-  if (config_.HasDeltaNet(0, config_.n_layers)) {
-    return Unsupported(
-        "slot files do not carry the state of the model's recurrent layers yet: {} cannot be "
-        "saved or restored",
-        ArchName(config_.arch));
-  }
-  return Status::Ok();
-}
-
 Result<SlotSaveResult> Scheduler::SaveSlot(int32_t slot, const fs::path& file) {
   SHARDLM_TRY(CheckSlot(slot));
-  SHARDLM_TRY(CheckSlotFilesCarryTheModel());
   if (!slot_layout_) {
     return Unsupported(
         "slot files need the model file's fingerprint: create the scheduler "
@@ -189,13 +179,17 @@ Result<SlotSaveResult> Scheduler::StreamSave(int32_t slot, const fs::path& file,
       SlotFileWriter::Start(*slot_layout_, begun.tokens, write_at, selection);
   if (!writer.ok()) return writer.status().WithContext(name);
   ChunkBuffers chunk(state_->pipeline->page_bytes());
+  // The state at the last whole page (none before one, or without recurrent layers).
+  std::vector<uint8_t> state(size_t(geometry.total_state_bytes()));
   for (int first = 0; first < geometry.n_pages; first += kSlotChunkPages) {
     const int n = std::min(kSlotChunkPages, geometry.n_pages - first);
-    SHARDLM_TRY(CopySlotPages(slot, first, n, chunk.stages));
+    SHARDLM_TRY(CopySlotPages(slot, first, n, chunk.stages,
+                              first == 0 ? std::span<uint8_t>(state) : std::span<uint8_t>()));
     Status written = writer->WritePages(n, chunk.stages);
     if (!written.ok()) return written.WithContext(name);
   }
-  Status finished = writer->Finish();
+  Status finished = state.empty() ? Status::Ok() : writer->WriteState(state);
+  if (finished.ok()) finished = writer->Finish();
   if (finished.ok()) finished = out->Commit();
   if (!finished.ok()) return finished.WithContext(name);
   return SlotSaveResult{.n_saved = begun.n_tokens, .n_written = geometry.file_bytes};
@@ -203,7 +197,6 @@ Result<SlotSaveResult> Scheduler::StreamSave(int32_t slot, const fs::path& file,
 
 Result<SlotRestoreResult> Scheduler::RestoreSlot(int32_t slot, const fs::path& file) {
   SHARDLM_TRY(CheckSlot(slot));
-  SHARDLM_TRY(CheckSlotFilesCarryTheModel());
   if (!slot_layout_) {
     return Unsupported(
         "slot files need the model file's fingerprint: create the scheduler "
@@ -224,6 +217,7 @@ Result<SlotRestoreResult> Scheduler::RestoreSlot(int32_t slot, const fs::path& f
   if (streamed.ok()) {
     end->tokens = streamed->tokens;
     end->selection = streamed->selection;
+    end->state = std::move(streamed->state);
   }
   Result<SlotJobResult> ended = RunSlotJob(std::move(end));
   if (!streamed.ok()) return streamed.status();
@@ -251,11 +245,17 @@ Result<RestoredSlotFile> Scheduler::StreamRestore(int32_t slot, const fs::path& 
     }
   }
   const std::vector<size_t> page_bytes = state_->pipeline->page_bytes();
+  const std::vector<size_t> state_bytes = state_->pipeline->stage_state_bytes();
   const SlotFileGeometry& geometry = reader->geometry();
   for (size_t st = 0; st < page_bytes.size(); ++st) {
     if (geometry.page_bytes[st] != page_bytes[st]) {
       return InvalidData("{}: stage {}'s pages are {} bytes, this server's {}", name, st,
                          geometry.page_bytes[st], page_bytes[st]);
+    }
+    // A sequence without a whole page carries no state (the empty one is position 0's).
+    if (geometry.state_position > 0 && geometry.state_bytes[st] != state_bytes[st]) {
+      return InvalidData("{}: stage {}'s recurrent state is {} bytes, this server's {}", name, st,
+                         geometry.state_bytes[st], state_bytes[st]);
     }
   }
   auto allocate = std::make_shared<SlotJob>();
@@ -276,7 +276,7 @@ Result<RestoredSlotFile> Scheduler::StreamRestore(int32_t slot, const fs::path& 
   Status checked = reader->Finish();
   if (!checked.ok()) return checked.WithContext(name);
   return RestoredSlotFile{std::vector<TokenId>(tokens.begin(), tokens.end()), reader->selection(),
-                          in->size()};
+                          in->size(), reader->state()};
 }
 
 }  // namespace shardlm

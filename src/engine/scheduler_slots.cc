@@ -102,7 +102,8 @@ void Scheduler::StartSlotJob(std::shared_ptr<SlotJob> job) {
       if (!slot.transfer.failed.ok()) return Answer(j, slot.transfer.failed);
       if (j.first_page < 0 || j.n_pages < 1 || j.n_pages > kSlotChunkPages ||
           j.first_page > int(slot.transfer.pages.size()) - j.n_pages ||
-          j.stage_buffers.size() != s.pipeline->page_bytes().size()) {
+          j.stage_buffers.size() != s.pipeline->page_bytes().size() ||
+          (!j.state_buffer.empty() && slot.task != SlotState::kSaving)) {
         return Answer(j, Status(StatusCode::kInternal,
                                 fmt::format("slot {}: a copy of pages [{}, +{}) out of {}", j.slot,
                                             j.first_page, j.n_pages, slot.transfer.pages.size())));
@@ -175,7 +176,7 @@ Result<SlotJobResult> Scheduler::EndTransfer(SchedulerSlot& slot, SlotJob& job) 
           Status(StatusCode::kInternal, fmt::format("{} tokens to commit over {} restored pages",
                                                     job.tokens.size(), slot.transfer.pages.size()));
     } else {
-      CommitRestore(slot, std::move(job.tokens), std::move(job.selection));
+      status = CommitRestore(slot, job);
       ended.n_tokens = int(slot.retained_tokens.size());
     }
   }
@@ -231,6 +232,9 @@ Status Scheduler::StepSlotCopy(SlotCopyTask& task, int& budget) {
   }
   const std::span<const PageId> pages(first, size_t(n));
   const std::vector<size_t> page_bytes = pipeline.page_bytes();
+  if (!job.state_buffer.empty() && task.n_copied == 0) {
+    SHARDLM_TRY(ExportRetainedState(job.slot, job.state_buffer));
+  }
   budget -= n;
   std::vector<uint8_t*> buffers;
   for (size_t st = 0; st < page_bytes.size(); ++st) {
@@ -246,22 +250,57 @@ Status Scheduler::StepSlotCopy(SlotCopyTask& task, int& budget) {
   return Status::Ok();
 }
 
+// The slot's recurrent state after its retained sequence's last whole page: the export
+// RememberSequence makes when a sequence ends, so a restored file resumes where the sequence
+// would have. The slot's state stays its retained sequence's until the slot takes another
+// request (a restore imports the file's), and the copy runs once the batches in flight at
+// the sequence's end are collected, so the state is still there unless a cancelled
+// request's last batch ran on past the next page boundary.
+Status Scheduler::ExportRetainedState(int slot_idx, std::span<uint8_t> dst) {
+  Pipeline& pipeline = *state_->pipeline;
+  const SchedulerSlot& slot = state_->slots[size_t(slot_idx)];
+  const int page_tokens = pipeline.allocator().page_tokens();
+  const int32_t position = int32_t(slot.retained_tokens.size()) / page_tokens * page_tokens;
+  const Status exported = pipeline.ExportState(slot_idx, position, dst);
+  if (exported.code() != StatusCode::kNotFound) return exported;
+  return Unsupported(
+      "slot {} no longer holds its recurrent state at its last whole page (position {}; a "
+      "cancelled request's last batch may have run past it), so its sequence cannot be saved: "
+      "{}",
+      slot_idx, position, exported.message());
+}
+
 // The imported pages become the slot's retained sequence; its full pages join the prefix
-// cache (or are swapped for the cached copy of their block).
-void Scheduler::CommitRestore(SchedulerSlot& slot, std::vector<TokenId> tokens,
-                              std::optional<PageSelection> selection) {
+// cache (or are swapped for the cached copy of their block). The file's recurrent state goes
+// two ways: into the prefix cache, kept for the last full block exactly as a finished
+// sequence's is, because the next turn may be admitted into any slot and resumes a recurrent
+// model only from a kept state; and into the slot itself, because the slot's state must stay
+// its retained sequence's for a later save of the slot to export it.
+Status Scheduler::CommitRestore(SchedulerSlot& slot, SlotJob& job) {
   State& s = *state_;
+  const int slot_idx = int(&slot - s.slots.data());
+  const int page_tokens = s.pipeline->allocator().page_tokens();
+  if (!job.state.empty()) {
+    const int32_t position = int32_t(job.tokens.size()) / page_tokens * page_tokens;
+    const Status imported = s.pipeline->ImportState(slot_idx, position, job.state);
+    if (!imported.ok()) {
+      // Some stages may hold the file's state now: the retained sequence is no longer theirs.
+      DropRetained(slot);
+      return imported.WithContext("importing the slot file's recurrent state");
+    }
+  }
   DropRetained(slot);
   std::vector<PageId>& pages = slot.transfer.pages;
-  s.prefix_cache->AdoptRestored(tokens, pages, selection ? &*selection : nullptr);
-  const int page_tokens = s.pipeline->allocator().page_tokens();
+  s.prefix_cache->AdoptRestored(job.tokens, pages, job.selection ? &*job.selection : nullptr,
+                                job.state);
   for (size_t i = 0; i < pages.size(); ++i) {
-    const int n = std::min(page_tokens, int(tokens.size()) - int(i) * page_tokens);
+    const int n = std::min(page_tokens, int(job.tokens.size()) - int(i) * page_tokens);
     slot.retained->AppendPage(pages[i], n);
   }
-  slot.retained_tokens = std::move(tokens);
-  slot.retained_selection = std::move(selection);
+  slot.retained_tokens = std::move(job.tokens);
+  slot.retained_selection = std::move(job.selection);
   slot.retained_fence = 0;  // nothing in flight writes the imported pages
+  return Status::Ok();
 }
 
 void Scheduler::ReleaseTransferPages(SlotTransfer& transfer) {

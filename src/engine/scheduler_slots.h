@@ -5,7 +5,8 @@
 // (scheduler_slot_files.cc), and the engine thread, which owns the slot and every KV page
 // (scheduler_slots.cc). The caller drives it with jobs, each queued as an instruction and
 // answered through its promise:
-//   save:    kSaveBegin, kCopy per chunk (pages exported into the caller's buffers), kEnd
+//   save:    kSaveBegin, kCopy per chunk (pages exported into the caller's buffers; the first
+//            also exports the recurrent state at the sequence's last whole page), kEnd
 //   restore: kRestoreBegin, kRestoreAllocate, kCopy per chunk (pages imported), kEnd
 //   erase:   kErase
 //  - A begin holds the slot (SlotState kSaving / kRestoring: admission skips it, and every
@@ -23,7 +24,9 @@
 //    collected (the transfer's fence).
 //  - kEnd releases the transfer's pages, or, for a restore with `commit`, makes them the
 //    slot's retained sequence (dropping the one before), offering each full page to the
-//    prefix cache (the cached page is used when the block is cached already).
+//    prefix cache (the cached page is used when the block is cached already). A model with
+//    recurrent layers also gets the file's state at the last whole page: kept for that block
+//    (scheduler_recurrent_states.h) and imported into the slot.
 //  - A failed batch or a lost stage releases every transfer's pages at once and fails the
 //    transfer: its later jobs answer that error, and the slot stays held until the
 //    caller's kEnd, which the caller always sends.
@@ -38,6 +41,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -68,12 +72,16 @@ struct SlotJob {
   enum class Op { kErase, kSaveBegin, kRestoreBegin, kRestoreAllocate, kCopy, kEnd };
   Op op = Op::kErase;
   int slot = 0;
-  int n_pages = 0;                         // kRestoreAllocate: all; kCopy: this chunk's
-  int first_page = 0;                      // kCopy
-  std::vector<uint8_t*> stage_buffers;     // kCopy: [stage] n_pages pages, back to back
+  int n_pages = 0;                      // kRestoreAllocate: all; kCopy: this chunk's
+  int first_page = 0;                   // kCopy
+  std::vector<uint8_t*> stage_buffers;  // kCopy: [stage] n_pages pages, back to back
+  // kCopy of a save's first chunk, for a sequence with a whole page of a model with recurrent
+  // layers: the state at its last whole page goes here (Pipeline::state_bytes()).
+  std::span<uint8_t> state_buffer;
   bool commit = false;                     // kEnd of a restore: keep the imported sequence
   std::vector<TokenId> tokens;             // kEnd with commit: the restored tokens
   std::optional<PageSelection> selection;  // kEnd with commit: the file's, if any
+  std::vector<uint8_t> state;              // kEnd with commit: the file's, if any
   std::promise<Result<SlotJobResult>> done;
 };
 
@@ -89,6 +97,7 @@ struct RestoredSlotFile {
   std::vector<TokenId> tokens;
   std::optional<PageSelection> selection;
   uint64_t n_bytes = 0;
+  std::vector<uint8_t> state;  // at the last whole page; empty: none
 };
 
 // A kCopy in progress (engine thread).

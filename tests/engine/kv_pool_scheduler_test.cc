@@ -303,10 +303,12 @@ SchedulerOptions ConversationOptions(const std::filesystem::path& cache_dir, Pag
 // The pool's choice of pages is kept with the cached prefix (memory, disk and slot files),
 // so turn 2 starts from the same resident pages whichever way turn 1 reached it. Without
 // that a restarted server would begin turn 2 from no choice at all and answer differently.
+// qwen35's recurrent state travels the same ways (its slot file holds a selection and a
+// state; its remote split puts two recurrent layers and no KV in stage 0).
 TEST(KvPoolSchedulerTest, ANextTurnPastThePoolIsTheSameAfterARestartOrASlotRestore) {
   SHARDLM_REQUIRE_FIXTURES();
   TempDir dir("kv_pool_turns");
-  for (const char* file : {util::kStories, util::kQwen}) {
+  for (const char* file : {util::kStories, util::kQwen, util::kQwen35}) {
     for (PageSelect select : {PageSelect::kQk, PageSelect::kLru}) {
       for (bool remote : {false, true}) {
         SCOPED_TRACE(std::string(file) + " " + PageSelectName(select) +
