@@ -256,6 +256,8 @@ class Scheduler : public Engine {
 
   // Slots, caller side (scheduler_slot_files.cc).
   Status CheckSlot(int32_t slot) const;
+  // A layout the slot files can describe: made from the model file, pages of one row size.
+  Status CheckSlotFilesDescribeTheModel() const;
   // Queues `job` for the engine thread and waits for its answer.
   Result<SlotJobResult> RunSlotJob(std::shared_ptr<SlotJob> job);
   // Runs a slot job of `op` with nothing else to say.

@@ -147,13 +147,23 @@ Result<int32_t> Scheduler::EraseSlot(int32_t slot) {
   return int32_t(erased.n_tokens);
 }
 
-Result<SlotSaveResult> Scheduler::SaveSlot(int32_t slot, const fs::path& file) {
-  SHARDLM_TRY(CheckSlot(slot));
+Status Scheduler::CheckSlotFilesDescribeTheModel() const {
   if (!slot_layout_) {
     return Unsupported(
         "slot files need the model file's fingerprint: create the scheduler "
         "from the model");
   }
+  if (!slot_layout_->describable()) {
+    return Unsupported(
+        "slot files cannot hold this model's pages yet: its KV layers hold different numbers "
+        "of elements per position");
+  }
+  return Status::Ok();
+}
+
+Result<SlotSaveResult> Scheduler::SaveSlot(int32_t slot, const fs::path& file) {
+  SHARDLM_TRY(CheckSlot(slot));
+  SHARDLM_TRY(CheckSlotFilesDescribeTheModel());
   SHARDLM_ASSIGN_OR_RETURN(std::unique_lock<std::timed_mutex> turn, TakeSlotIoTurn());
   SHARDLM_ASSIGN_OR_RETURN(SlotJobResult begun, RunSlotJob(SlotJob::Op::kSaveBegin, slot));
   Result<SlotSaveResult> saved = StreamSave(slot, file, begun);
@@ -197,11 +207,7 @@ Result<SlotSaveResult> Scheduler::StreamSave(int32_t slot, const fs::path& file,
 
 Result<SlotRestoreResult> Scheduler::RestoreSlot(int32_t slot, const fs::path& file) {
   SHARDLM_TRY(CheckSlot(slot));
-  if (!slot_layout_) {
-    return Unsupported(
-        "slot files need the model file's fingerprint: create the scheduler "
-        "from the model");
-  }
+  SHARDLM_TRY(CheckSlotFilesDescribeTheModel());
   if (!options_.prefix_cache) {
     return Unsupported(
         "restoring a slot needs the prefix cache (the restored pages are "
