@@ -139,8 +139,9 @@ TEST(JsonLimits, TemplateInputIsBounded) {
   ASSERT_TRUE(formatter.ok());
   Json tools = Json::array();
   Json props = Json::object();
-  for (int i = 0; i < 100000; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
-  for (int i = 0; i < 3; ++i) {
+  // 2 × 70000 properties of 2 values each: just past the 2^18 values a render takes.
+  for (int i = 0; i < 70000; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
+  for (int i = 0; i < 2; ++i) {
     tools.push_back({{"type", "function"},
                      {"function", {{"name", "f" + std::to_string(i)}, {"parameters", props}}}});
   }
