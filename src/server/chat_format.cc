@@ -39,12 +39,13 @@ constexpr char kProbeMessages[] = R"([{"role": "user", "content": "call it"},
 // The syntax in which the template writes the call of the probe conversation, when an
 // OutputParser reads it back as the same call; kNone for a template that fails on it or
 // writes the call in a syntax we cannot read.
-ToolCallSyntax ProbeToolCallSyntax(const ChatTemplate& tmpl, ReasoningTags tags) {
+ToolCallSyntax ProbeToolCallSyntax(const ChatTemplate& tmpl, ReasoningTags tags,
+                                   ToolCallTags tool_tags) {
   Result<std::string> text =
       tmpl.Render(Json::parse(kProbeMessages), Json::parse(kProbeTools), true);
   if (!text.ok()) return ToolCallSyntax::kNone;
   OutputParser parser(/*in_reasoning=*/false, /*parse_tools=*/true, "", tags,
-                      Json::parse(kProbeTools));
+                      Json::parse(kProbeTools), tool_tags);
   std::vector<ToolCall> calls = parser.Push(text.value()).tool_calls;
   for (ToolCall& call : parser.Finish().tool_calls) calls.push_back(std::move(call));
   const bool read_back = std::any_of(calls.begin(), calls.end(), [](const ToolCall& call) {
@@ -62,12 +63,22 @@ ReasoningTags TemplateReasoningTags(const std::string& source) {
   return channel ? kThoughtChannelTags : kThinkTags;
 }
 
+// Gemma 4's templates write its own tool-call tags; every other template we know writes
+// <tool_call> or none.
+ToolCallTags TemplateToolCallTags(const std::string& source) {
+  const bool gemma = source.find(kGemmaToolCallTags.open) != std::string::npos &&
+                     source.find(kGemmaToolCallTags.close) != std::string::npos;
+  return gemma ? kGemmaToolCallTags : kToolCallTags;
+}
+
 }  // namespace
 
-ChatFormatter::ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags)
+ChatFormatter::ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags,
+                             ToolCallTags tool_call_tags)
     : template_(std::move(tmpl)),
       reasoning_tags_(reasoning_tags),
-      tool_call_syntax_(ProbeToolCallSyntax(template_, reasoning_tags_)) {}
+      tool_call_tags_(tool_call_tags),
+      tool_call_syntax_(ProbeToolCallSyntax(template_, reasoning_tags_, tool_call_tags_)) {}
 
 Result<ChatFormatter> ChatFormatter::Create(const std::string& template_source,
                                             const Tokenizer& tokenizer, bool* used_chatml) {
@@ -76,10 +87,11 @@ Result<ChatFormatter> ChatFormatter::Create(const std::string& template_source,
   if (used_chatml) *used_chatml = template_source.empty();
   if (template_source.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::ChatMl(bos, eos));
-    return ChatFormatter(std::move(tmpl), kThinkTags);
+    return ChatFormatter(std::move(tmpl), kThinkTags, kToolCallTags);
   }
   SHARDLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(template_source, bos, eos));
-  return ChatFormatter(std::move(tmpl), TemplateReasoningTags(template_source));
+  return ChatFormatter(std::move(tmpl), TemplateReasoningTags(template_source),
+                       TemplateToolCallTags(template_source));
 }
 
 Result<std::string> ChatFormatter::Render(const ChatCompletionRequest& request) const {
@@ -147,8 +159,9 @@ bool PromptOpensReasoning(const std::string& prompt, ReasoningTags tags) {
 }
 
 OutputParser::OutputParser(bool in_reasoning, bool parse_tools, std::string id_prefix,
-                           ReasoningTags tags, Json tools)
+                           ReasoningTags tags, Json tools, ToolCallTags tool_tags)
     : tags_(tags),
+      tool_tags_(tool_tags),
       tools_(std::move(tools)),
       state_(in_reasoning ? State::kReasoning : State::kContent),
       parse_tools_(parse_tools),
@@ -184,8 +197,8 @@ void OutputParser::EndToolCall(const std::string& body, bool closed, OutputDelta
   if (!call) {
     // Not a call we can read: the client gets the text the model wrote.
     state_ = State::kContent;
-    std::string text = std::string(kToolCallOpen) + body;
-    if (closed) text += kToolCallClose;
+    std::string text = std::string(tool_tags_.open) + body;
+    if (closed) text += tool_tags_.close;
     Emit(text, out);
     return;
   }
@@ -200,16 +213,16 @@ void OutputParser::EndToolCall(const std::string& body, bool closed, OutputDelta
 }
 
 void OutputParser::Drain(bool final, OutputDelta& out) {
-  // An output that ends right after <tool_call> still has that tag to hand back.
+  // An output that ends right after the opening tag still has that tag to hand back.
   while (!buffer_.empty() || (final && state_ == State::kToolCall)) {
     if (state_ == State::kToolCall) {
-      size_t end = FindToolCallEnd(buffer_);
+      size_t end = FindToolCallEnd(buffer_, tool_tags_.close);
       if (end == std::string::npos) {
         if (final) EndToolCall(buffer_, /*closed=*/false, out), buffer_.clear();
         return;
       }
       std::string body = buffer_.substr(0, end);
-      buffer_.erase(0, end + kToolCallClose.size());
+      buffer_.erase(0, end + tool_tags_.close.size());
       state_ = State::kContent;
       EndToolCall(body, /*closed=*/true, out);
       continue;
@@ -219,7 +232,8 @@ void OutputParser::Drain(bool final, OutputDelta& out) {
       tags = {tags_.close};
     } else {
       tags = {tags_.open};
-      if (parse_tools_) tags.push_back(kToolCallOpen);
+      if (parse_tools_) tags.push_back(tool_tags_.open);
+      if (tags_.drop_stray_close) tags.push_back(tags_.close);
     }
     size_t best = std::string::npos;
     std::string_view best_tag;
@@ -230,9 +244,10 @@ void OutputParser::Drain(bool final, OutputDelta& out) {
     if (best != std::string::npos) {
       Emit(buffer_.substr(0, best), out);
       buffer_.erase(0, best + best_tag.size());
-      state_ = best_tag == tags_.open      ? State::kReasoning
-               : best_tag == kToolCallOpen ? State::kToolCall
-                                           : State::kContent;
+      // A stray closing tag (outside the reasoning) is dropped: the state stays.
+      state_ = best_tag == tags_.open        ? State::kReasoning
+               : best_tag == tool_tags_.open ? State::kToolCall
+                                             : State::kContent;
       continue;
     }
     size_t hold = 0;

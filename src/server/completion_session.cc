@@ -104,7 +104,7 @@ CompletionSession::CompletionSession(Engine& engine, PreparedRequest request,
       start_(std::chrono::steady_clock::now()),
       parser_(request_.in_reasoning, request_.parse_tools,
               request_.tool_call_prefix + IdTail(formatter_->meta().id) + "_",
-              request_.reasoning_tags, request_.tools) {}
+              request_.reasoning_tags, request_.tools, request_.tool_call_tags) {}
 
 std::shared_ptr<CompletionSession> CompletionSession::Start(
     Engine& engine, PreparedRequest request, std::unique_ptr<OutputFormatter> formatter, LogFn log,

@@ -1,0 +1,373 @@
+// Gemma 4's tool calls (<|tool_call>call:NAME{ARGS}<tool_call|>, ARGS in Gemma's notation):
+// the parser reads them whole and split at every byte, values of every kind, calls beside
+// the thought channel; malformed and truncated calls come back as content and random ones
+// never crash; a Gemma-style template is told apart by its tags and its calls come back out
+// of the parser as the calls that went in.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "server/chat_format.h"
+#include "server/mock_engine.h"
+#include "server/tool_template.h"
+
+namespace shardlm::server {
+namespace gemma4_tool_calls_test {
+
+// The same JSON text, keys in any order (Gemma's template sorts them).
+bool SameJson(const std::string& a, const Json& b) {
+  return nlohmann::json::parse(a) == nlohmann::json::parse(b.dump());
+}
+
+OutputDelta& Add(OutputDelta& all, OutputDelta d) {
+  all.content += d.content;
+  all.reasoning += d.reasoning;
+  for (ToolCall& call : d.tool_calls) all.tool_calls.push_back(std::move(call));
+  return all;
+}
+
+OutputParser Parser(bool in_reasoning = false) {
+  return OutputParser(in_reasoning, /*parse_tools=*/true, "call_", kThoughtChannelTags, Json(),
+                      kGemmaToolCallTags);
+}
+
+// Everything a parser gives for `text`, pushed in pieces of `step` bytes (0: at once).
+OutputDelta ParseAll(const std::string& text, size_t step, bool in_reasoning = false) {
+  OutputParser parser = Parser(in_reasoning);
+  OutputDelta all;
+  if (step == 0) step = text.size() + 1;
+  for (size_t i = 0; i < text.size(); i += step) Add(all, parser.Push(text.substr(i, step)));
+  return Add(all, parser.Finish());
+}
+
+// `text` pushed as two pieces split at `at`.
+OutputDelta ParseSplit(const std::string& text, size_t at) {
+  OutputParser parser = Parser();
+  OutputDelta all;
+  Add(all, parser.Push(text.substr(0, at)));
+  Add(all, parser.Push(text.substr(at)));
+  return Add(all, parser.Finish());
+}
+
+std::string Call(const std::string& name, const std::string& args) {
+  return "<|tool_call>call:" + name + args + "<tool_call|>";
+}
+
+const std::string kWeather = Call("get_weather", R"({city:<|"|>New York<|"|>,days:3})");
+
+TEST(Gemma4ToolCalls, ParsedWholeAndSplitAtEveryByte) {
+  const std::string text = "Let me check." + kWeather;
+  for (size_t at = 0; at <= text.size(); ++at) {
+    SCOPED_TRACE(at);
+    OutputDelta all = ParseSplit(text, at);
+    EXPECT_EQ(all.content, "Let me check.");
+    ASSERT_EQ(all.tool_calls.size(), 1u);
+    EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(all.tool_calls[0].arguments, R"({"city":"New York","days":3})");
+    EXPECT_EQ(all.tool_calls[0].id, "call_0");
+  }
+  OutputDelta bytes = ParseAll(text, 1);
+  ASSERT_EQ(bytes.tool_calls.size(), 1u);
+  EXPECT_EQ(bytes.content, "Let me check.");
+}
+
+// A delta never ends inside a tag or a call: text that may begin one is held back.
+TEST(Gemma4ToolCalls, NoDeltaSplitsATagOrACall) {
+  OutputParser parser = Parser();
+  EXPECT_EQ(parser.Push("ok <|tool_").content, "ok ");
+  OutputDelta d = parser.Push("call>call:f{a:<|\"|>x<tool_call|>y<|");
+  EXPECT_TRUE(d.empty());
+  d = parser.Push("\"|>}<tool_call|>done");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].arguments, R"({"a":"x<tool_call|>y"})");
+  EXPECT_EQ(d.content, "done");
+}
+
+TEST(Gemma4ToolCalls, ValuesOfEveryKind) {
+  const std::string args =
+      R"({s:<|"|>two "quoted"\n{lines}, [a,b]: c<tool_call|><|"|>,)"
+      R"(n:-2.5,e:1e-05,z:0,big:12345678901,t:true,f:false,none:None,nul:null,)"
+      R"(o:{k:[1,<|"|>x<|"|>,{deep:[]}],empty:{}},list:[],)"
+      R"(json:"a\"b\u00e9",<|"|>quoted key<|"|>:1,"json key":2})";
+  for (size_t step : {size_t{0}, size_t{1}, size_t{5}}) {
+    SCOPED_TRACE(step);
+    OutputDelta all = ParseAll(Call("f", args), step);
+    ASSERT_EQ(all.tool_calls.size(), 1u) << all.content;
+    EXPECT_TRUE(SameJson(all.tool_calls[0].arguments, Json::parse(R"({
+        "s":"two \"quoted\"\\n{lines}, [a,b]: c<tool_call|>","n":-2.5,"e":1e-05,"z":0,
+        "big":12345678901,"t":true,"f":false,"none":null,"nul":null,
+        "o":{"k":[1,"x",{"deep":[]}],"empty":{}},"list":[],"json":"a\"bé",
+        "quoted key":1,"json key":2})")))
+        << all.tool_calls[0].arguments;
+  }
+  // A string's text is raw: a real newline stays one, and nothing is unescaped.
+  OutputDelta raw = ParseAll(Call("f", "{s:<|\"|>a\nb\\n<|\"|>}"), 1);
+  ASSERT_EQ(raw.tool_calls.size(), 1u);
+  EXPECT_EQ(Json::parse(raw.tool_calls[0].arguments)["s"], "a\nb\\n");
+}
+
+// Blanks a model may put between tokens are read past; keys keep their order.
+TEST(Gemma4ToolCalls, BlanksBetweenTokens) {
+  OutputDelta all = ParseAll(Call(" f ", "{ b : 1 ,\n a : [ 2 , { c : true } ] }\n"), 1);
+  ASSERT_EQ(all.tool_calls.size(), 1u) << all.content;
+  EXPECT_EQ(all.tool_calls[0].name, "f");
+  EXPECT_EQ(all.tool_calls[0].arguments, R"({"b":1,"a":[2,{"c":true}]})");
+}
+
+TEST(Gemma4ToolCalls, CallsBackToBackAndBetweenText) {
+  const std::string text = "A." + Call("now", "{}") + Call("add", "{a:1,b:2}") + "\nB." +
+                           Call("echo", R"({t:<|"|><|"|>})");
+  for (size_t step : {size_t{0}, size_t{1}, size_t{4}}) {
+    OutputDelta all = ParseAll(text, step);
+    EXPECT_EQ(all.content, "A.B.");  // blanks right after a call start no content
+    ASSERT_EQ(all.tool_calls.size(), 3u);
+    EXPECT_EQ(all.tool_calls[0].arguments, "{}");
+    EXPECT_EQ(all.tool_calls[1].arguments, R"({"a":1,"b":2})");
+    EXPECT_EQ(all.tool_calls[2].arguments, R"({"t":""})");
+    EXPECT_EQ(all.tool_calls[2].id, "call_2");
+  }
+}
+
+// Thinking, then content, then a call: each goes to its own field; a stray closing channel
+// tag (the model closes an empty channel it never opened) is dropped, not shown.
+TEST(Gemma4ToolCalls, BesideTheThoughtChannel) {
+  const std::string text =
+      "<|channel>thought\nThe user wants weather.<channel|>Checking.<channel|>" + kWeather;
+  for (size_t step : {size_t{0}, size_t{1}, size_t{3}}) {
+    OutputDelta all = ParseAll(text, step);
+    EXPECT_EQ(all.reasoning, "The user wants weather.");
+    EXPECT_EQ(all.content, "Checking.");
+    ASSERT_EQ(all.tool_calls.size(), 1u);
+  }
+  // The prompt opened the channel.
+  OutputDelta all = ParseAll("Plan.<channel|>" + kWeather, 1, /*in_reasoning=*/true);
+  EXPECT_EQ(all.reasoning, "Plan.");
+  EXPECT_EQ(all.content, "");
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  // Without tools offered a call is content, as the model wrote it.
+  OutputParser no_tools(false, /*parse_tools=*/false, "c", kThoughtChannelTags, Json(),
+                        kGemmaToolCallTags);
+  OutputDelta text_only = no_tools.Push(kWeather);
+  Add(text_only, no_tools.Finish());
+  EXPECT_EQ(text_only.content, kWeather);
+  EXPECT_TRUE(text_only.tool_calls.empty());
+}
+
+// Whatever is not a well-formed call is handed back as the model wrote it.
+TEST(Gemma4ToolCalls, MalformedCallsAreContent) {
+  for (const std::string body : {
+           "call:f{a:1",                       // no closing brace
+           "call:f{a:<|\"|>x}",                // unterminated string
+           "call:f{a}",                        // key without value
+           "call:f{a:}",                       // no value
+           "call:f{:1}",                       // empty key
+           "call:f{a:1,}",                     // trailing comma
+           "call:f{a:1,a:2}",                  // the same key twice
+           "call:f{a:Paris}",                  // a bare word
+           "call:f{a:True}",                   // Python's spelling of a boolean
+           "call:f{a:1.}",                     // not a number
+           "call:f{a:+1}",                     // not a number either
+           "call:f{a:[1,2}",                   // unclosed list
+           "call:f{a:1} trailing",             // text after the arguments
+           "call:f{a:1}{b:2}",                 // two argument objects
+           "call:f[1]",                        // arguments that are not an object
+           "call:{a:1}",                       // no name
+           "call:my tool{a:1}",                // a blank in the name
+           "call:f",                           // no arguments at all
+           "f{a:1}",                           // no call: prefix
+           "call:f{a:\"x}",                    // unterminated JSON string
+           "call:f{<|\"|>k<|\"|><|\"|>:1}",    // a marker inside a key
+           "call:f{a:1}<|tool_call>call:g{}",  // nested call
+       }) {
+    SCOPED_TRACE(body);
+    const std::string text = "<|tool_call>" + body + "<tool_call|>";
+    OutputDelta all = ParseAll(text, 1);
+    EXPECT_TRUE(all.tool_calls.empty());
+    EXPECT_EQ(all.content, text);
+  }
+}
+
+// Output that ends inside a call: the call when it is complete but for <tool_call|>,
+// otherwise the text, without a closing tag the model never wrote.
+TEST(Gemma4ToolCalls, OutputEndingInsideACall) {
+  OutputDelta all = ParseAll("<|tool_call>call:f{a:1}", 1);
+  ASSERT_EQ(all.tool_calls.size(), 1u);
+  EXPECT_EQ(all.tool_calls[0].arguments, R"({"a":1})");
+  for (const std::string text : {"<|tool_call>", "<|tool_call>call:f{a:<|\"|>hal",
+                                 "<|tool_call>call:f{a:<|\"|>x<|\"|>,b:"}) {
+    all = ParseAll(text, 1);
+    EXPECT_TRUE(all.tool_calls.empty());
+    EXPECT_EQ(all.content, text);
+  }
+}
+
+// Nesting is bounded like any JSON the server reads: 64 levels are read, deeper is content,
+// and a runaway depth neither crashes nor takes long.
+TEST(Gemma4ToolCalls, NestingIsBounded) {
+  auto deep = [](int levels) {
+    std::string args;
+    for (int i = 0; i < levels - 1; ++i) args += "{a:";
+    args += "{}" + std::string(size_t(levels - 1), '}');
+    return Call("f", args);
+  };
+  EXPECT_EQ(ParseAll(deep(64), 0).tool_calls.size(), 1u);
+  OutputDelta too_deep = ParseAll(deep(65), 0);
+  EXPECT_TRUE(too_deep.tool_calls.empty());
+  EXPECT_EQ(too_deep.content, deep(65));
+  EXPECT_TRUE(ParseAll(deep(100000), 0).tool_calls.empty());
+  std::string lists = Call("f", "{a:" + std::string(100000, '[') + "}");
+  EXPECT_EQ(ParseAll(lists, 0).content, lists);
+}
+
+// The notation of a JSON value as Gemma's template writes it (keys in the value's order).
+std::string Gemma(const Json& v) {
+  if (v.is_string()) return "<|\"|>" + v.get<std::string>() + "<|\"|>";
+  if (v.is_null()) return "None";
+  if (v.is_object()) {
+    std::vector<std::string> keys;
+    for (const auto& [k, unused] : v.items()) keys.push_back(k);
+    std::string out = "{";
+    for (const std::string& k : keys) out += (out.size() > 1 ? "," : "") + k + ":" + Gemma(v[k]);
+    return out + "}";
+  }
+  if (v.is_array()) {
+    std::string out = "[";
+    for (const Json& item : v) out += (out.size() > 1 ? "," : "") + Gemma(item);
+    return out + "]";
+  }
+  return v.dump();
+}
+
+// A random value: strings of tricky pieces (never the <|"|> marker), keys of word bytes.
+Json RandomValue(std::mt19937& rng, int depth) {
+  const std::vector<std::string> pieces = {"a", " ", "<", ">",  "|",  "\"", "\\", "{",  "}",   "[",
+                                           "]", ",", ":", "\n", "\t", "é",  "<|", "|>", "None"};
+  switch (rng() % (depth < 4 ? 7 : 4)) {
+    case 0: {
+      std::string s;
+      for (int n = int(rng() % 8); n > 0; --n) s += pieces[rng() % pieces.size()];
+      if (s.find(kGemmaQuote) != std::string::npos) s = "ok";
+      return s;
+    }
+    case 1:
+      return int64_t(rng() % 2000) - 1000;
+    case 2:
+      return double(int(rng() % 2000) - 1000) / 8;
+    case 3:
+      return rng() % 3 == 0 ? Json(nullptr) : Json(rng() % 2 == 0);
+    case 4:
+    case 5: {
+      Json object = Json::object();
+      for (int n = int(rng() % 4); n > 0; --n) {
+        object["k" + std::to_string(rng() % 10) + "_x"] = RandomValue(rng, depth + 1);
+      }
+      return object;
+    }
+    default: {
+      Json array = Json::array();
+      for (int n = int(rng() % 4); n > 0; --n) array.push_back(RandomValue(rng, depth + 1));
+      return array;
+    }
+  }
+}
+
+// Random arguments written in Gemma's notation come back as the same JSON, whole and split.
+TEST(Gemma4ToolCalls, RandomArgumentsRoundTrip) {
+  std::mt19937 rng(11);
+  for (int iter = 0; iter < 400; ++iter) {
+    Json arguments = Json::object();
+    for (int n = int(rng() % 5); n > 0; --n) {
+      arguments["p" + std::to_string(rng() % 20)] = RandomValue(rng, 1);
+    }
+    const std::string text = "x" + Call("f", Gemma(arguments)) + "y";
+    SCOPED_TRACE(text);
+    OutputDelta all = iter % 2 ? ParseSplit(text, rng() % text.size()) : ParseAll(text, 1);
+    ASSERT_EQ(all.tool_calls.size(), 1u) << all.content;
+    EXPECT_TRUE(SameJson(all.tool_calls[0].arguments, arguments)) << all.tool_calls[0].arguments;
+    EXPECT_EQ(all.content, "xy");
+  }
+}
+
+// Truncations and byte flips of calls never crash and never lose text: what is not a call
+// comes back as content.
+TEST(Gemma4ToolCalls, MutatedCallsNeverCrash) {
+  const std::string call = Call("f", R"({a:<|"|>x, y<|"|>,b:[1,{c:None}],d:-3.5e2})") + "tail";
+  std::mt19937 rng(7);
+  const std::string flips = "<>|\"{}[],:\n xN0";
+  for (int iter = 0; iter < 5000; ++iter) {
+    std::string text = call.substr(0, rng() % (call.size() + 1));
+    for (int n = int(rng() % 3); n > 0 && !text.empty(); --n) {
+      text[rng() % text.size()] = flips[rng() % flips.size()];
+    }
+    OutputDelta all = ParseAll(text, 1 + rng() % 6);
+    if (all.tool_calls.empty()) {
+      EXPECT_FALSE(all.content.empty() && text.find_first_not_of(" \n") != std::string::npos)
+          << text;
+    }
+  }
+}
+
+ChatCompletionRequest Request(const std::string& body) {
+  Result<ChatCompletionRequest> r = ChatCompletionRequestFromJSON(Json::parse(body));
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? std::move(r).value() : ChatCompletionRequest{};
+}
+
+ChatFormatter GemmaFormatter(const Tokenizer& tokenizer) {
+  Result<ChatFormatter> formatter = ChatFormatter::Create(kGemmaToolTemplate, tokenizer);
+  EXPECT_TRUE(formatter.ok()) << formatter.status().message();
+  return std::move(formatter).value();
+}
+
+TEST(Gemma4ToolCalls, TheTemplateTellsTheSyntax) {
+  MockTokenizer tokenizer;
+  ChatFormatter formatter = GemmaFormatter(tokenizer);
+  EXPECT_EQ(formatter.tool_call_syntax(), ToolCallSyntax::kGemma);
+  EXPECT_TRUE(formatter.writes_tool_calls());
+  EXPECT_EQ(formatter.tool_call_tags().open, "<|tool_call>");
+  EXPECT_EQ(formatter.reasoning_tags().open, "<|channel>thought");
+}
+
+// The calls the template writes for an assistant turn, values of every JSON type, come back
+// out of the parser as the same calls.
+TEST(Gemma4ToolCalls, RenderThenParseRoundTrips) {
+  MockTokenizer tokenizer;
+  ChatFormatter formatter = GemmaFormatter(tokenizer);
+  const Json arguments[] = {
+      Json::parse(R"({"city":"Paris","days":3})"),
+      Json::parse(R"({"text":"two\nlines, \"quoted\"","ratio":0.25,"on":true,"off":false,
+          "none":null})"),
+      Json::parse(R"({"list":[1,"a",{"b":null}],"map":{"k":"v","Z":[]},"empty":""})"),
+      Json::object(),
+  };
+  Json calls = Json::array();
+  for (size_t i = 0; i < std::size(arguments); ++i) {
+    calls.push_back(
+        {{"id", "c" + std::to_string(i)},
+         {"type", "function"},
+         {"function", {{"name", "f" + std::to_string(i)}, {"arguments", arguments[i]}}}});
+  }
+  Json body = {
+      {"messages",
+       Json::array({{{"role", "user"}, {"content", "go"}},
+                    {{"role", "assistant"}, {"content", "Calling."}, {"tool_calls", calls}}})},
+      {"tools", Json::parse(R"([{"type":"function","function":{"name":"f0"}}])")}};
+  Result<std::string> rendered = formatter.Render(Request(body.dump()));
+  ASSERT_TRUE(rendered.ok()) << rendered.status().message();
+  const size_t begin = rendered->find("<|turn>model\n");
+  const size_t end = rendered->find("<turn|>", begin);
+  ASSERT_NE(end, std::string::npos) << *rendered;
+  const std::string turn = rendered->substr(begin + 13, end - begin - 13);
+  for (size_t step : {0, 1}) {
+    OutputDelta all = ParseAll(turn, step);
+    EXPECT_EQ(all.content, "Calling.") << turn;
+    ASSERT_EQ(all.tool_calls.size(), std::size(arguments)) << turn;
+    for (size_t i = 0; i < std::size(arguments); ++i) {
+      EXPECT_EQ(all.tool_calls[i].name, "f" + std::to_string(i));
+      EXPECT_TRUE(SameJson(all.tool_calls[i].arguments, arguments[i])) << turn;
+    }
+  }
+}
+
+}  // namespace gemma4_tool_calls_test
+}  // namespace shardlm::server
