@@ -71,14 +71,33 @@ ToolCallTags TemplateToolCallTags(const std::string& source) {
   return gemma ? kGemmaToolCallTags : kToolCallTags;
 }
 
+// The CONTROL tokens that spell any of the tags OutputParser reads (see markup_tokens()).
+std::vector<TokenId> MarkupTokens(const Tokenizer& tokenizer, ReasoningTags reasoning,
+                                  ToolCallTags tool_call) {
+  std::vector<TokenId> ids;
+  for (std::string_view tag :
+       {reasoning.open, reasoning.close, tool_call.open, tool_call.close, kFunctionOpen,
+        kFunctionClose, kParameterOpen, kParameterClose, kGemmaQuote}) {
+    for (TokenId id : tokenizer.Encode(tag, /*add_special=*/false, /*parse_special=*/true)) {
+      if (tokenizer.IsControl(id) && !tokenizer.IsEog(id) && id != tokenizer.bos()) {
+        ids.push_back(id);
+      }
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 }  // namespace
 
 ChatFormatter::ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags,
-                             ToolCallTags tool_call_tags)
+                             ToolCallTags tool_call_tags, const Tokenizer& tokenizer)
     : template_(std::move(tmpl)),
       reasoning_tags_(reasoning_tags),
       tool_call_tags_(tool_call_tags),
-      tool_call_syntax_(ProbeToolCallSyntax(template_, reasoning_tags_, tool_call_tags_)) {}
+      tool_call_syntax_(ProbeToolCallSyntax(template_, reasoning_tags_, tool_call_tags_)),
+      markup_tokens_(MarkupTokens(tokenizer, reasoning_tags_, tool_call_tags_)) {}
 
 Result<ChatFormatter> ChatFormatter::Create(const std::string& template_source,
                                             const Tokenizer& tokenizer, bool* used_chatml) {
@@ -87,11 +106,11 @@ Result<ChatFormatter> ChatFormatter::Create(const std::string& template_source,
   if (used_chatml) *used_chatml = template_source.empty();
   if (template_source.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::ChatMl(bos, eos));
-    return ChatFormatter(std::move(tmpl), kThinkTags, kToolCallTags);
+    return ChatFormatter(std::move(tmpl), kThinkTags, kToolCallTags, tokenizer);
   }
   SHARDLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(template_source, bos, eos));
   return ChatFormatter(std::move(tmpl), TemplateReasoningTags(template_source),
-                       TemplateToolCallTags(template_source));
+                       TemplateToolCallTags(template_source), tokenizer);
 }
 
 Result<std::string> ChatFormatter::Render(const ChatCompletionRequest& request) const {

@@ -62,13 +62,21 @@ class ChatFormatter {
   ReasoningTags reasoning_tags() const { return reasoning_tags_; }
   // The tags around a tool call: Gemma 4's when the template writes them, else <tool_call>.
   ToolCallTags tool_call_tags() const { return tool_call_tags_; }
+  // The CONTROL tokens of the vocabulary that spell the output's markup (the reasoning and
+  // tool-call tags, the tags of a call's body, Gemma's string marker), sorted: a chat's
+  // output shows them (EngineRequest::rendered_specials) so that OutputParser reads them.
+  // Gemma 4's vocabulary makes <|channel>, <|tool_call>, <|"|> and the like special tokens,
+  // which would otherwise give no text. End-of-generation tokens and BOS are never here.
+  const std::vector<TokenId>& markup_tokens() const { return markup_tokens_; }
 
  private:
-  ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags, ToolCallTags tool_call_tags);
+  ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags, ToolCallTags tool_call_tags,
+                const Tokenizer& tokenizer);
   ChatTemplate template_;
   ReasoningTags reasoning_tags_;
   ToolCallTags tool_call_tags_;
   ToolCallSyntax tool_call_syntax_ = ToolCallSyntax::kNone;
+  std::vector<TokenId> markup_tokens_;
 };
 
 // What one piece of output adds to the reply.

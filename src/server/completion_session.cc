@@ -124,6 +124,7 @@ std::shared_ptr<CompletionSession> CompletionSession::Start(
   er.logit_bias = o.logit_bias;
   er.pins = o.pins;
   er.pin_prefix = s->request_.pin_prefix;
+  er.rendered_specials = s->request_.rendered_specials;
   er.grammar = s->request_.constraint;
   RequestCallbacks cb;
   cb.on_token = [s](const TokenEvent& ev) { return s->OnToken(ev); };

@@ -372,6 +372,7 @@ std::optional<PreparedRequest> HttpServer::Impl::PrepareChat(const ChatCompletio
   prep.parse_tools = !chat.tools.is_null();
   prep.reasoning_tags = formatter->reasoning_tags();
   prep.tool_call_tags = formatter->tool_call_tags();
+  prep.rendered_specials = formatter->markup_tokens();
   prep.tools = chat.tools;
   // Agents resend their system prompt and tools every turn: a bounded pool keeps them.
   if (engine.info().kv_pool > 0) {
