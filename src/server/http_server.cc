@@ -388,6 +388,7 @@ bool HttpServer::Impl::Constrain(const ChatCompletionRequest& chat, PreparedRequ
   context.in_reasoning = prep.in_reasoning;
   context.reasoning_tags = prep.reasoning_tags;
   context.tool_call_syntax = formatter->tool_call_syntax();
+  context.tool_call_tags = formatter->tool_call_tags();
   std::string param;
   Result<OutputGrammar> constraint = ChatOutputConstraint(chat, context, &param);
   if (!constraint.ok()) {

@@ -2,17 +2,23 @@
 // the parser reads them whole and split at every byte, values of every kind, calls beside
 // the thought channel; malformed and truncated calls come back as content and random ones
 // never crash; a Gemma-style template is told apart by its tags and its calls come back out
-// of the parser as the calls that went in.
+// of the parser as the calls that went in; a forced call is written in this syntax, and
+// what its grammar accepts the parser reads.
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "grammar/grammar_test_util.h"
 #include "server/chat_format.h"
 #include "server/mock_engine.h"
+#include "server/output_constraint.h"
 #include "server/tool_template.h"
 
 namespace shardlm::server {
 namespace gemma4_tool_calls_test {
+
+using grammar::testing::Accepts;
+using grammar::testing::AcceptsPrefix;
 
 // The same JSON text, keys in any order (Gemma's template sorts them).
 bool SameJson(const std::string& a, const Json& b) {
@@ -367,6 +373,139 @@ TEST(Gemma4ToolCalls, RenderThenParseRoundTrips) {
       EXPECT_TRUE(SameJson(all.tool_calls[i].arguments, arguments[i])) << turn;
     }
   }
+}
+
+constexpr char kTools[] = R"([
+  {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+    "properties":{"city":{"type":"string"},"days":{"type":"integer"},
+    "unit":{"type":"string","enum":["C","F"]},"Flags":{"type":"object","properties":{
+      "fast":{"type":"boolean"}}}},
+    "required":["city"]}}},
+  {"type":"function","function":{"name":"now"}}])";
+
+OutputGrammar ForcedGrammar(const std::string& choice, bool in_reasoning = false,
+                            const char* tools = kTools) {
+  ConstraintContext context;
+  context.tool_call_syntax = ToolCallSyntax::kGemma;
+  context.tool_call_tags = kGemmaToolCallTags;
+  context.reasoning_tags = kThoughtChannelTags;
+  context.in_reasoning = in_reasoning;
+  std::string param;
+  Result<OutputGrammar> g = ChatOutputConstraint(
+      Request(std::string(R"({"messages":[{"role":"user","content":"hi"}],"tools":)") + tools +
+              R"(,"tool_choice":)" + choice + "}"),
+      context, &param);
+  EXPECT_TRUE(g.ok()) << g.status().message();
+  return g.ok() ? std::move(g).value() : nullptr;
+}
+
+TEST(Gemma4ToolCalls, AForcedCallIsWrittenInThisSyntax) {
+  OutputGrammar g = ForcedGrammar(R"({"type":"function","function":{"name":"get_weather"}})");
+  ASSERT_NE(g, nullptr);
+  const std::string full =
+      Call("get_weather",
+           "{city:<|\"|>São Paulo, \"SP\"\nor {Rio}<|\"|>,days:2,Flags:{fast:true},"
+           "unit:<|\"|>C<|\"|>}");
+  EXPECT_TRUE(Accepts(*g, full));
+  EXPECT_TRUE(Accepts(*g, Call("get_weather", "{city:<|\"|><|\"|>}")));
+  // city is required, keys come sorted and bare with no blanks, unit is one of its values,
+  // days an integer, the JSON form is not this template's, and the named tool is the only one.
+  for (const std::string& bad : {
+           Call("get_weather", "{}"),
+           Call("get_weather", "{days:2,city:<|\"|>x<|\"|>}"),
+           Call("get_weather", "{city:<|\"|>x<|\"|>, days:2}"),
+           Call("get_weather", "{\"city\":\"x\"}"),
+           Call("get_weather", "{city:<|\"|>x<|\"|>,unit:<|\"|>K<|\"|>}"),
+           Call("get_weather", "{city:<|\"|>x<|\"|>,days:two}"),
+           Call("now", "{}"),
+       }) {
+    EXPECT_FALSE(Accepts(*g, bad)) << bad;
+  }
+  // A string never holds the marker or the closing tag.
+  EXPECT_FALSE(AcceptsPrefix(*g, "<|tool_call>call:get_weather{city:<|\"|>a<tool_call|>"));
+
+  // What the grammar accepts, the parser reads as the call.
+  OutputDelta all = ParseAll(full, 1);
+  ASSERT_EQ(all.tool_calls.size(), 1u) << all.content;
+  EXPECT_EQ(all.tool_calls[0].name, "get_weather");
+  EXPECT_TRUE(SameJson(all.tool_calls[0].arguments,
+                       Json::parse(R"({"city":"São Paulo, \"SP\"\nor {Rio}","days":2,
+                           "unit":"C","Flags":{"fast":true}})")))
+      << all.tool_calls[0].arguments;
+}
+
+TEST(Gemma4ToolCalls, RequiredIsAnyToolAfterTheThoughtChannel) {
+  OutputGrammar g = ForcedGrammar(R"("required")", /*in_reasoning=*/true);
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Accepts(*g, "Time.<channel|>\n" + Call("now", "{}")));
+  EXPECT_TRUE(Accepts(*g, "x<channel|>" + Call("get_weather", "{city:<|\"|>y<|\"|>}")));
+  EXPECT_FALSE(Accepts(*g, Call("now", "{}")));
+  EXPECT_FALSE(Accepts(*g, "x<channel|>" + Call("now", "{a:1}")));
+}
+
+// The calls the template writes, the grammar accepts: forcing writes what the model knows.
+TEST(Gemma4ToolCalls, TheGrammarAcceptsWhatTheTemplateWrites) {
+  MockTokenizer tokenizer;
+  ChatFormatter formatter = GemmaFormatter(tokenizer);
+  Json body = {{"messages", Json::parse(R"([{"role":"user","content":"go"},{"role":"assistant",
+        "content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather",
+        "arguments":{"unit":"F","city":"Oslo, \"NO\"","days":2,"Flags":{"fast":false}}}}]}])")},
+               {"tools", Json::parse(kTools)}};
+  Result<std::string> rendered = formatter.Render(Request(body.dump()));
+  ASSERT_TRUE(rendered.ok()) << rendered.status().message();
+  const size_t begin = rendered->rfind("<|tool_call>");
+  const size_t end = rendered->find("<tool_call|>", begin);
+  ASSERT_NE(end, std::string::npos) << *rendered;
+  const std::string written = rendered->substr(begin, end + 12 - begin);
+  OutputGrammar g = ForcedGrammar(R"("required")");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Accepts(*g, written)) << written;
+}
+
+// Tools this syntax cannot carry are refused by name, not forced into text the parser
+// would not read.
+TEST(Gemma4ToolCalls, ToolsTheSyntaxCannotCarryAreRefused) {
+  ConstraintContext context;
+  context.tool_call_syntax = ToolCallSyntax::kGemma;
+  for (const auto& [tools, where] : std::vector<std::pair<const char*, const char*>>{
+           {R"([{"type":"function","function":{"name":"a{b"}}])", "tools[0].function.parameters"},
+           {R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+               "properties":{"a:b":{"type":"string"}}}}}])",
+            "tools[0].function.parameters.properties.a:b"},
+           {R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+               "properties":{"o":{"type":"object","properties":{"has space":{}}}}}}}])",
+            "properties.o.properties.has space"},
+           {R"([{"type":"function","function":{"name":"f","parameters":{"anyOf":[
+               {"type":"object"}]}}}])",
+            "tools[0].function.parameters"},
+       }) {
+    std::string param;
+    Result<OutputGrammar> g = ChatOutputConstraint(
+        Request(std::string(R"({"messages":[{"role":"user","content":"hi"}],"tools":)") + tools +
+                R"(,"tool_choice":"required"})"),
+        context, &param);
+    ASSERT_FALSE(g.ok()) << tools;
+    EXPECT_EQ(param, "tools");
+    EXPECT_NE(g.status().message().find(where), std::string::npos) << g.status().message();
+  }
+}
+
+// Content constrained by a response_format while tools are offered never holds Gemma's
+// tool-call tag, which the parser would take for a call.
+TEST(Gemma4ToolCalls, AFormatsStringsAvoidTheCallTag) {
+  ConstraintContext context;
+  context.tool_call_syntax = ToolCallSyntax::kGemma;
+  context.tool_call_tags = kGemmaToolCallTags;
+  context.reasoning_tags = kThoughtChannelTags;
+  std::string param;
+  Result<OutputGrammar> g = ChatOutputConstraint(
+      Request(std::string(R"({"messages":[{"role":"user","content":"hi"}],"tools":)") + kTools +
+              R"(,"response_format":{"type":"json_object"}})"),
+      context, &param);
+  ASSERT_TRUE(g.ok() && *g) << g.status().message();
+  EXPECT_TRUE(Accepts(**g, R"({"a": "<tool_call> is fine"})"));
+  EXPECT_FALSE(AcceptsPrefix(**g, R"({"a": "<|tool_call>)"));
+  EXPECT_FALSE(AcceptsPrefix(**g, R"({"a": "<|channel>thought)"));
 }
 
 }  // namespace gemma4_tool_calls_test
