@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "server/json_limits.h"
 #include "server/output_syntax.h"
 
 namespace shardlm::server {
@@ -71,6 +72,73 @@ ToolCallTags TemplateToolCallTags(const std::string& source) {
   return gemma ? kGemmaToolCallTags : kToolCallTags;
 }
 
+// Whether `message` is the assistant's answer after its calls' results: text, no calls.
+bool IsPlainAnswer(const Json& message) {
+  const auto calls = message.find("tool_calls");
+  const auto content = message.find("content");
+  return message.value("role", "") == "assistant" &&
+         (calls == message.end() || !calls->is_array() || calls->empty()) &&
+         content != message.end() && content->is_string() && !content->get<std::string>().empty();
+}
+
+// The function name of a tool call ("" when it has none).
+std::string CallName(const Json& call) {
+  const auto function = call.find("function");
+  if (function == call.end() || !function->is_object()) return "";
+  const auto name = function->find("name");
+  return name != function->end() && name->is_string() ? name->get<std::string>() : "";
+}
+
+// The tool_responses entry of tool message `result`, an answer to one of `calls`: the one
+// its tool_call_id names, else the first not answered yet (`answered` marks them).
+Json ToolResponse(const Json& result, const Json& calls, std::vector<bool>& answered) {
+  const std::string id = result.value("tool_call_id", "");
+  size_t index = calls.size();
+  for (size_t i = 0; i < calls.size() && !id.empty(); ++i) {
+    if (calls[i].is_object() && calls[i].value("id", "") == id) index = i;
+  }
+  for (size_t i = 0; i < calls.size() && index == calls.size(); ++i) {
+    if (!answered[i]) index = i;
+  }
+  std::string name = index < calls.size() ? CallName(calls[index]) : "";
+  if (index < calls.size()) answered[index] = true;
+  if (name.empty()) name = result.value("name", id);
+  const std::string text = result.value("content", "");
+  Result<Json> value = ParseJsonWithLimits(text, "", JsonLimits{});
+  return {{"name", name}, {"response", value.ok() ? std::move(value).value() : Json(text)}};
+}
+
+// Gemma 4's templates have no tool role: a model turn's calls are answered inside that turn,
+// from its message's tool_responses ({name, response}), and the turn goes on with what the
+// model wrote after them. OpenAI's shape (an assistant message with tool_calls, one tool
+// message per result, then the assistant's answer) becomes that one message; text the
+// assistant wrote before its calls is left out, as the format has no place for it. A
+// result's response is its content as JSON when it parses (an object is written key by
+// key), else its text; its name is that of the call it answers (ToolResponse).
+Json GemmaToolTurns(const Json& messages) {
+  Json out = Json::array();
+  for (size_t i = 0; i < messages.size();) {
+    Json message = messages[i++];
+    const auto calls = message.find("tool_calls");
+    const bool calling = message.value("role", "") == "assistant" && calls != message.end() &&
+                         calls->is_array() && !calls->empty();
+    if (!calling || i == messages.size() || messages[i].value("role", "") != "tool") {
+      out.push_back(std::move(message));
+      continue;
+    }
+    Json responses = Json::array();
+    std::vector<bool> answered(calls->size());
+    while (i < messages.size() && messages[i].value("role", "") == "tool") {
+      responses.push_back(ToolResponse(messages[i++], *calls, answered));
+    }
+    message["tool_responses"] = std::move(responses);
+    message["content"] =
+        i < messages.size() && IsPlainAnswer(messages[i]) ? messages[i++]["content"] : Json("");
+    out.push_back(std::move(message));
+  }
+  return out;
+}
+
 // The CONTROL tokens that spell any of the tags OutputParser reads (see markup_tokens()).
 std::vector<TokenId> MarkupTokens(const Tokenizer& tokenizer, ReasoningTags reasoning,
                                   ToolCallTags tool_call) {
@@ -92,10 +160,12 @@ std::vector<TokenId> MarkupTokens(const Tokenizer& tokenizer, ReasoningTags reas
 }  // namespace
 
 ChatFormatter::ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags,
-                             ToolCallTags tool_call_tags, const Tokenizer& tokenizer)
+                             ToolCallTags tool_call_tags, bool tool_responses,
+                             const Tokenizer& tokenizer)
     : template_(std::move(tmpl)),
       reasoning_tags_(reasoning_tags),
       tool_call_tags_(tool_call_tags),
+      tool_responses_(tool_responses),
       tool_call_syntax_(ProbeToolCallSyntax(template_, reasoning_tags_, tool_call_tags_)),
       markup_tokens_(MarkupTokens(tokenizer, reasoning_tags_, tool_call_tags_)) {}
 
@@ -106,17 +176,21 @@ Result<ChatFormatter> ChatFormatter::Create(const std::string& template_source,
   if (used_chatml) *used_chatml = template_source.empty();
   if (template_source.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::ChatMl(bos, eos));
-    return ChatFormatter(std::move(tmpl), kThinkTags, kToolCallTags, tokenizer);
+    return ChatFormatter(std::move(tmpl), kThinkTags, kToolCallTags, false, tokenizer);
   }
   SHARDLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Create(template_source, bos, eos));
-  return ChatFormatter(std::move(tmpl), TemplateReasoningTags(template_source),
-                       TemplateToolCallTags(template_source), tokenizer);
+  const ToolCallTags tool_call_tags = TemplateToolCallTags(template_source);
+  // Gemma 4's templates read a turn's tool results from its tool_responses.
+  const bool tool_responses = tool_call_tags.open == kGemmaToolCallTags.open &&
+                              template_source.find("tool_responses") != std::string::npos;
+  return ChatFormatter(std::move(tmpl), TemplateReasoningTags(template_source), tool_call_tags,
+                       tool_responses, tokenizer);
 }
 
 Result<std::string> ChatFormatter::Render(const ChatCompletionRequest& request) const {
-  Result<std::string> text =
-      template_.RenderWith(request.messages, request.tools, /*add_generation_prompt=*/true,
-                           request.chat_template_kwargs);
+  Result<std::string> text = template_.RenderWith(
+      tool_responses_ ? GemmaToolTurns(request.messages) : request.messages, request.tools,
+      /*add_generation_prompt=*/true, request.chat_template_kwargs);
   if (!text.ok()) {
     return InvalidArgument("the chat template failed on these messages: {}",
                            text.status().message());

@@ -43,7 +43,9 @@ class ChatFormatter {
   static Result<ChatFormatter> Create(const std::string& template_source,
                                       const Tokenizer& tokenizer, bool* used_chatml = nullptr);
   // The prompt text for a request (add_generation_prompt on). kInvalidArgument errors are
-  // the template's own (raise_exception) or a render failure.
+  // the template's own (raise_exception) or a render failure. For a template that writes
+  // tool results inside the model's turn (Gemma 4's), the tool messages that answer a
+  // turn's calls become that turn's tool_responses first.
   Result<std::string> Render(const ChatCompletionRequest& request) const;
   // Render, then tokenize (special tokens parsed, the BOS the model wants added once).
   Result<ChatPrompt> Tokenize(const ChatCompletionRequest& request,
@@ -71,10 +73,13 @@ class ChatFormatter {
 
  private:
   ChatFormatter(ChatTemplate tmpl, ReasoningTags reasoning_tags, ToolCallTags tool_call_tags,
-                const Tokenizer& tokenizer);
+                bool tool_responses, const Tokenizer& tokenizer);
   ChatTemplate template_;
   ReasoningTags reasoning_tags_;
   ToolCallTags tool_call_tags_;
+  // The template reads tool results from the calling message's tool_responses (Gemma 4's):
+  // Render moves them there.
+  bool tool_responses_ = false;
   ToolCallSyntax tool_call_syntax_ = ToolCallSyntax::kNone;
   std::vector<TokenId> markup_tokens_;
 };

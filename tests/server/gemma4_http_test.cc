@@ -2,7 +2,8 @@
 // tool calls are markup its vocabulary makes CONTROL tokens (the mock's tokenizer has them
 // so), which a chat request has the engine render, so they come back as reasoning_content
 // and tool_calls (chat, streamed and not), as function_call items (Responses) and tool_use
-// blocks (Messages). Turn markers stay hidden, and a raw completion shows no markup.
+// blocks (Messages). Turn markers stay hidden, and a raw completion shows no markup. A
+// call and its result go back into the next prompt the way Gemma's template writes them.
 #include <gtest/gtest.h>
 
 #include "server/server_harness.h"
@@ -149,8 +150,8 @@ TEST_F(Gemma4HttpTest, ResponsesAndMessagesGetTheCallToo) {
   EXPECT_EQ(stop_reason, "tool_use");
 }
 
-// A call the model made comes back into the next prompt in Gemma's notation, its markers
-// the special tokens the model knows.
+// A call the model made comes back into the next prompt in Gemma's notation, its result in
+// the same turn, which the model goes on with.
 TEST_F(Gemma4HttpTest, APreviousCallIsRenderedInGemmasNotation) {
   Start();
   engine_->SetReply("It is sunny.");
@@ -164,8 +165,10 @@ TEST_F(Gemma4HttpTest, APreviousCallIsRenderedInGemmasNotation) {
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(json::parse(r->body)["choices"][0]["message"]["content"], "It is sunny.");
   const std::string prompt = engine_->LastPromptText();
-  EXPECT_NE(prompt.find("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:2}<tool_call|>"),
-            std::string::npos)
+  EXPECT_TRUE(prompt.ends_with(
+      "<|turn>model\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,days:2}<tool_call|>"
+      "<|tool_response>response:get_weather{value:<|\"|>sunny<|\"|>}<tool_response|>"
+      "<|channel>thought\n<channel|>"))
       << prompt;
 }
 

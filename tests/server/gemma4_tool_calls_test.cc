@@ -375,6 +375,33 @@ TEST(Gemma4ToolCalls, RenderThenParseRoundTrips) {
   }
 }
 
+// OpenAI's tool messages become the results Gemma's template writes inside the calling
+// turn: matched to their calls by id (else the first not answered), JSON objects key by key
+// and other
+// text as a value; the answer after them continues that turn, the next question opens one.
+TEST(Gemma4ToolCalls, ToolResultsGoInsideTheCallingTurn) {
+  MockTokenizer tokenizer;
+  ChatFormatter formatter = GemmaFormatter(tokenizer);
+  Result<std::string> rendered = formatter.Render(Request(R"({"messages":[
+    {"role":"user","content":"Weather and time?"},
+    {"role":"assistant","content":"Checking.","tool_calls":[
+      {"id":"a","type":"function","function":{"name":"weather","arguments":{"city":"Oslo"}}},
+      {"id":"b","type":"function","function":{"name":"clock","arguments":{}}}]},
+    {"role":"tool","tool_call_id":"b","content":"{\"time\":\"9:00\",\"tz\":null}"},
+    {"role":"tool","content":"rain, 4 \"C\""},
+    {"role":"assistant","content":"Rainy at nine."},
+    {"role":"user","content":"Thanks"}]})"));
+  ASSERT_TRUE(rendered.ok()) << rendered.status().message();
+  EXPECT_EQ(*rendered,
+            "<|turn>user\nWeather and time?<turn|>\n"
+            "<|turn>model\n<|tool_call>call:weather{city:<|\"|>Oslo<|\"|>}<tool_call|>"
+            "<|tool_call>call:clock{}<tool_call|>"
+            "<|tool_response>response:clock{time:<|\"|>9:00<|\"|>,tz:None}<tool_response|>"
+            "<|tool_response>response:weather{value:<|\"|>rain, 4 \"C\"<|\"|>}<tool_response|>"
+            "Rainy at nine.<turn|>\n"
+            "<|turn>user\nThanks<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
+}
+
 constexpr char kTools[] = R"([
   {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
     "properties":{"city":{"type":"string"},"days":{"type":"integer"},
