@@ -72,38 +72,47 @@ ToolCallTags TemplateToolCallTags(const std::string& source) {
   return gemma ? kGemmaToolCallTags : kToolCallTags;
 }
 
+// The string `object[key]`, or "" when it is missing or not a string (a client's id may be
+// anything).
+std::string StringField(const Json& object, const char* key) {
+  if (!object.is_object()) return "";
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+bool HasToolCalls(const Json& message) {
+  const auto calls = message.find("tool_calls");
+  return calls != message.end() && calls->is_array() && !calls->empty();
+}
+
 // Whether `message` is the assistant's answer after its calls' results: text, no calls.
 bool IsPlainAnswer(const Json& message) {
-  const auto calls = message.find("tool_calls");
-  const auto content = message.find("content");
-  return message.value("role", "") == "assistant" &&
-         (calls == message.end() || !calls->is_array() || calls->empty()) &&
-         content != message.end() && content->is_string() && !content->get<std::string>().empty();
+  return StringField(message, "role") == "assistant" && !HasToolCalls(message) &&
+         !StringField(message, "content").empty();
 }
 
 // The function name of a tool call ("" when it has none).
 std::string CallName(const Json& call) {
-  const auto function = call.find("function");
-  if (function == call.end() || !function->is_object()) return "";
-  const auto name = function->find("name");
-  return name != function->end() && name->is_string() ? name->get<std::string>() : "";
+  const auto function = call.is_object() ? call.find("function") : call.end();
+  return function != call.end() ? StringField(*function, "name") : "";
 }
 
 // The tool_responses entry of tool message `result`, an answer to one of `calls`: the one
 // its tool_call_id names, else the first not answered yet (`answered` marks them).
 Json ToolResponse(const Json& result, const Json& calls, std::vector<bool>& answered) {
-  const std::string id = result.value("tool_call_id", "");
+  const std::string id = StringField(result, "tool_call_id");
   size_t index = calls.size();
   for (size_t i = 0; i < calls.size() && !id.empty(); ++i) {
-    if (calls[i].is_object() && calls[i].value("id", "") == id) index = i;
+    if (StringField(calls[i], "id") == id) index = i;
   }
   for (size_t i = 0; i < calls.size() && index == calls.size(); ++i) {
     if (!answered[i]) index = i;
   }
   std::string name = index < calls.size() ? CallName(calls[index]) : "";
   if (index < calls.size()) answered[index] = true;
-  if (name.empty()) name = result.value("name", id);
-  const std::string text = result.value("content", "");
+  if (name.empty()) name = StringField(result, "name");
+  if (name.empty()) name = id;
+  const std::string text = StringField(result, "content");
   Result<Json> value = ParseJsonWithLimits(text, "", JsonLimits{});
   return {{"name", name}, {"response", value.ok() ? std::move(value).value() : Json(text)}};
 }
@@ -119,17 +128,16 @@ Json GemmaToolTurns(const Json& messages) {
   Json out = Json::array();
   for (size_t i = 0; i < messages.size();) {
     Json message = messages[i++];
-    const auto calls = message.find("tool_calls");
-    const bool calling = message.value("role", "") == "assistant" && calls != message.end() &&
-                         calls->is_array() && !calls->empty();
-    if (!calling || i == messages.size() || messages[i].value("role", "") != "tool") {
+    const bool calling = StringField(message, "role") == "assistant" && HasToolCalls(message);
+    if (!calling || i == messages.size() || StringField(messages[i], "role") != "tool") {
       out.push_back(std::move(message));
       continue;
     }
+    const Json calls = message["tool_calls"];
     Json responses = Json::array();
-    std::vector<bool> answered(calls->size());
-    while (i < messages.size() && messages[i].value("role", "") == "tool") {
-      responses.push_back(ToolResponse(messages[i++], *calls, answered));
+    std::vector<bool> answered(calls.size());
+    while (i < messages.size() && StringField(messages[i], "role") == "tool") {
+      responses.push_back(ToolResponse(messages[i++], calls, answered));
     }
     message["tool_responses"] = std::move(responses);
     message["content"] =

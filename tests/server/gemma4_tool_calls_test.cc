@@ -400,6 +400,17 @@ TEST(Gemma4ToolCalls, ToolResultsGoInsideTheCallingTurn) {
             "<|tool_response>response:weather{value:<|\"|>rain, 4 \"C\"<|\"|>}<tool_response|>"
             "Rainy at nine.<turn|>\n"
             "<|turn>user\nThanks<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
+  // Ids of any type, results of calls never made, the model's turn still open.
+  rendered = formatter.Render(Request(R"({"messages":[{"role":"user","content":"Go"},
+    {"role":"assistant","tool_calls":[{"id":5,"type":"function","function":{"name":"f"}}]},
+    {"role":"tool","tool_call_id":"5","content":"[1,2]"},
+    {"role":"tool","tool_call_id":"9","name":"g","content":"7"}]})"));
+  ASSERT_TRUE(rendered.ok()) << rendered.status().message();
+  EXPECT_TRUE(rendered->ends_with(
+      "<|turn>model\n<|tool_call>call:f{}<tool_call|>"
+      "<|tool_response>response:f{value:[1,2]}<tool_response|>"
+      "<|tool_response>response:g{value:7}<tool_response|><|channel>thought\n<channel|>"))
+      << *rendered;
 }
 
 constexpr char kTools[] = R"([
