@@ -54,6 +54,11 @@ struct EngineRequest {
   // Token id → added to its logit before sampling (ids < n_vocab, finite biases; a
   // repeated id adds up). The reported logprobs stay the model's.
   std::vector<std::pair<TokenId, float>> logit_bias;
+  // CONTROL tokens whose text the output shows: the markup a chat's output parser reads,
+  // where the vocabulary made it special tokens (Gemma 4's <|channel>, <|tool_call>, <|"|>).
+  // Every other CONTROL token adds no text, as without it; an end-of-generation token that
+  // ends the request gives no event either way. A grammar sees the same text.
+  std::vector<TokenId> rendered_specials;
   // The output must be a sentence of this grammar (null: anything). Each token is drawn
   // from those the grammar allows next; an end-of-generation token only once the output
   // is complete, and the request finishes with kStop as soon as nothing may follow, or

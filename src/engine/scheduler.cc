@@ -281,6 +281,12 @@ Status Scheduler::CheckRequest(const EngineRequest& request) const {
     return InvalidArgument("max_tokens must be >= 0 (or -1 for no limit), got {}",
                            request.max_tokens);
   }
+  for (TokenId id : request.rendered_specials) {
+    if (id < 0 || id >= n_vocab) {
+      return InvalidArgument("rendered special token id {} is outside the vocabulary [0, {})", id,
+                             n_vocab);
+    }
+  }
   if (request.pin_prefix < 0) {
     return InvalidArgument("pin_prefix {} is negative", request.pin_prefix);
   }
@@ -335,19 +341,26 @@ Result<RequestId> Scheduler::Submit(EngineRequest request, RequestCallbacks call
   return ids.front();
 }
 
+std::shared_ptr<const grammar::TokenVocabulary> Scheduler::Vocabulary(
+    const std::vector<TokenId>& rendered_specials) {
+  std::vector<TokenId> key = rendered_specials;
+  std::sort(key.begin(), key.end());
+  key.erase(std::unique(key.begin(), key.end()), key.end());
+  std::lock_guard<std::mutex> lock(vocabulary_mu_);
+  std::shared_ptr<const grammar::TokenVocabulary>& vocabulary = vocabularies_[key];
+  // Tens of milliseconds for a 152k vocabulary: paid once, here rather than on the engine
+  // thread, where it would stall every running stream.
+  if (!vocabulary) vocabulary = grammar::TokenVocabulary::FromTokenizer(tokenizer_, key);
+  return vocabulary;
+}
+
 Result<std::vector<RequestId>> Scheduler::SubmitAll(
     std::vector<std::pair<EngineRequest, RequestCallbacks>> requests) {
-  bool constrained = false;
-  for (const auto& [request, callbacks] : requests) {
-    SHARDLM_TRY(CheckRequest(request));
-    constrained = constrained || request.grammar != nullptr;
-  }
+  for (const auto& [request, callbacks] : requests) SHARDLM_TRY(CheckRequest(request));
   SHARDLM_TRY(state_->pipeline->Health());
-  if (constrained) {
-    // Tens of milliseconds for a 152k vocabulary: paid once, here rather than on the
-    // engine thread, where it would stall every running stream.
-    std::call_once(vocabulary_once_,
-                   [this] { vocabulary_ = grammar::TokenVocabulary::FromTokenizer(tokenizer_); });
+  std::vector<std::shared_ptr<const grammar::TokenVocabulary>> vocabularies;
+  for (const auto& [request, callbacks] : requests) {
+    vocabularies.push_back(request.grammar ? Vocabulary(request.rendered_specials) : nullptr);
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return Status(StatusCode::kInternal, "the engine is shutting down");
@@ -357,12 +370,13 @@ Result<std::vector<RequestId>> Scheduler::SubmitAll(
     return OutOfRange("queue full ({} waiting)", std::max(0, pending_ - free_slots));
   }
   std::vector<RequestId> ids;
-  for (auto& [request, callbacks] : requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
     Instruction instruction;
     instruction.kind = Instruction::Kind::kSubmit;
     instruction.id = next_id_++;
-    instruction.request = std::move(request);
-    instruction.callbacks = std::move(callbacks);
+    instruction.request = std::move(requests[i].first);
+    instruction.callbacks = std::move(requests[i].second);
+    instruction.vocabulary = std::move(vocabularies[i]);
     instruction.submitted = SchedulerClock::now();
     ids.push_back(instruction.id);
     ++pending_;
@@ -457,9 +471,9 @@ void Scheduler::ApplyInstruction(Instruction& instruction) {
     s.prompt_tokens_total += int64_t(instruction.request.prompt.size());
     std::unique_ptr<grammar::TokenMatcher> matcher;
     if (instruction.request.grammar) {
-      if (!s.automata) s.automata = std::make_unique<grammar::AutomatonCache>(vocabulary_);
-      matcher =
-          std::make_unique<grammar::TokenMatcher>(s.automata->Get(instruction.request.grammar));
+      std::unique_ptr<grammar::AutomatonCache>& automata = s.automata[instruction.vocabulary.get()];
+      if (!automata) automata = std::make_unique<grammar::AutomatonCache>(instruction.vocabulary);
+      matcher = std::make_unique<grammar::TokenMatcher>(automata->Get(instruction.request.grammar));
     }
     s.waiting.push_back(std::make_unique<ActiveRequest>(
         instruction.id, std::move(instruction.request), std::move(instruction.callbacks),

@@ -94,6 +94,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -241,6 +242,8 @@ class Scheduler : public Engine {
     RequestId id = 0;
     EngineRequest request;       // kSubmit
     RequestCallbacks callbacks;  // kSubmit
+    // kSubmit with a grammar: the tokens its masks are over (Vocabulary).
+    std::shared_ptr<const grammar::TokenVocabulary> vocabulary;
     std::chrono::steady_clock::time_point submitted;
     std::shared_ptr<SlotJob> slot_job;  // kSlot
   };
@@ -314,10 +317,13 @@ class Scheduler : public Engine {
   std::optional<SnapshotLayout> slot_layout_;
   // Held by the one slot save or restore in progress (its file I/O and pool copies).
   std::timed_mutex slot_io_mu_;
-  // The tokenizer's tokens as a trie for grammar masks, built by the first constrained
-  // Submit; read by the engine thread only for requests submitted after that.
-  std::once_flag vocabulary_once_;
-  std::shared_ptr<const grammar::TokenVocabulary> vocabulary_;
+  // The tokenizer's tokens as tries for grammar masks, one per set of rendered specials
+  // that constrained requests asked for (in practice none, or the chat template's markup),
+  // each built by the first such Submit on its caller's thread and kept for good.
+  std::shared_ptr<const grammar::TokenVocabulary> Vocabulary(
+      const std::vector<TokenId>& rendered_specials);
+  std::mutex vocabulary_mu_;
+  std::map<std::vector<TokenId>, std::shared_ptr<const grammar::TokenVocabulary>> vocabularies_;
 
   // Shared with the submitting threads, guarded by mu_.
   mutable std::mutex mu_;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -113,8 +114,9 @@ struct Scheduler::State {
   int disk_page_budget = 0;         // disk page loads left in the batch being built
   int prompt_logit_budget = 0;      // prompt logits rows left in the batch being built
   std::vector<uint8_t> page_marks;  // [page id], scratch of CountRetainedOnly
-  // Token automata of the grammars requests ask for (made on the first constrained one).
-  std::unique_ptr<grammar::AutomatonCache> automata;
+  // Token automata of the grammars requests ask for, per vocabulary (Scheduler::Vocabulary
+  // keeps each alive; made on the first constrained request over it).
+  std::map<const grammar::TokenVocabulary*, std::unique_ptr<grammar::AutomatonCache>> automata;
 
   uint64_t collected() const { return batches_submitted - in_flight.size(); }
   // A request may be admitted into the slot: it runs nothing and no slot task holds it.

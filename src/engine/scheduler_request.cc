@@ -27,7 +27,7 @@ ActiveRequest::ActiveRequest(RequestId id, EngineRequest request, RequestCallbac
       tokenizer_(tokenizer),
       sampler_(request_.sampling, n_vocab),
       matcher_(std::move(matcher)),
-      decoder_(tokenizer),
+      decoder_(tokenizer, /*render_special=*/false, request_.rendered_specials),
       stop_(request_.stop),
       prompt_outputs_(request_),
       submitted_(submitted) {

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <deque>
 
 #include "base/check.h"
@@ -26,9 +28,16 @@ Status JsonGrammarOptions::Validate() const {
   if (max_depth < 0 || max_depth > 256) {
     return InvalidArgument("json grammar: max_depth {} is outside [0, 256]", max_depth);
   }
+  if (notation != Notation::kJson && notation != Notation::kGemma) {
+    return InvalidArgument("json grammar: unknown notation {}", int(notation));
+  }
+  // Gemma's strings have no escapes: a quote or backslash in a tag is matched as it is.
+  const bool escapes = notation == Notation::kJson;
   for (const std::string& tag : forbidden_in_strings) {
     bool ok = tag.size() >= 2 && tag[0] == '<';
-    for (char c : tag) ok = ok && uint8_t(c) >= 0x20 && uint8_t(c) < 0x80 && c != '"' && c != '\\';
+    for (char c : tag) {
+      ok = ok && uint8_t(c) >= 0x20 && uint8_t(c) < 0x80 && (!escapes || (c != '"' && c != '\\'));
+    }
     if (!ok) {
       return InvalidArgument(
           "json grammar: a forbidden tag must be ASCII, start with '<' and hold no quote or "
@@ -42,16 +51,22 @@ Status JsonGrammarOptions::Validate() const {
 JsonRules::JsonRules(GrammarBuilder& builder, JsonGrammarOptions options)
     : builder_(builder), options_(std::move(options)) {
   SHARDLM_CHECK(options_.Validate().ok());
+  // A Gemma string ends at its marker, so its text can never hold one.
+  if (options_.notation == Notation::kGemma) {
+    options_.forbidden_in_strings.emplace_back(kGemmaStringMarker);
+  }
   BuildTagAutomaton();
 }
 
 bool JsonRules::Define(const std::string& key, const std::string& name, RuleId* rule) {
-  if (std::optional<RuleId> known = builder_.Find(key)) {
+  // Rules of both notations may share a builder: their keys differ.
+  const std::string full = options_.notation == Notation::kGemma ? "gemma:" + key : key;
+  if (std::optional<RuleId> known = builder_.Find(full)) {
     *rule = *known;
     return false;
   }
   *rule = builder_.AddRule(name);
-  builder_.Remember(key, *rule);
+  builder_.Remember(full, *rule);
   return true;
 }
 
@@ -106,8 +121,9 @@ RuleId JsonRules::Whitespace() {
   RuleId ws;
   if (!Define("json:ws", "ws", &ws)) return ws;
   GrammarBuilder& b = builder_;
-  const RuleId indent = b.Repeat({b.Bytes(ByteSet::Chars(" \t"))}, {}, 0, kMaxIndent);
   b.AddAlternative(ws, {});
+  if (options_.notation == Notation::kGemma) return ws;
+  const RuleId indent = b.Repeat({b.Bytes(ByteSet::Chars(" \t"))}, {}, 0, kMaxIndent);
   b.AddAlternative(ws, {b.Byte(' ')});
   b.AddAlternative(ws, {b.Byte('\n'), GrammarBuilder::Ref(indent)});
   return ws;
@@ -152,6 +168,11 @@ RuleId JsonRules::String(int min_chars, int max_chars) {
   const std::string key = fmt::format("json:string:{}:{}", min_chars, max_chars);
   RuleId string;
   if (!Define(key, "string", &string)) return string;
+  return options_.notation == Notation::kGemma ? GemmaString(string, min_chars, max_chars)
+                                               : JsonString(string, min_chars, max_chars);
+}
+
+RuleId JsonRules::JsonString(RuleId string, int min_chars, int max_chars) {
   GrammarBuilder& b = builder_;
   const bool bounded = min_chars > 0 || max_chars >= 0;
   const bool tags = tag_next_.size() > 1;
@@ -200,6 +221,88 @@ RuleId JsonRules::String(int min_chars, int max_chars) {
   }
   b.AddAlternative(string, {b.Byte('"'), GrammarBuilder::Ref(chars[0]), b.Byte('"')});
   return string;
+}
+
+// <|"|>TEXT<|"|>: TEXT any well-formed UTF-8 but ASCII controls other than tab, newline and
+// carriage return, as it is (no escapes), never completing a tag (the marker among them).
+RuleId JsonRules::GemmaString(RuleId string, int min_chars, int max_chars) {
+  GrammarBuilder& b = builder_;
+  ByteSet plain = ByteSet::Range(0x20, 0x7f);
+  plain.Add('\t').Add('\n').Add('\r');
+  const Symbol utf8 = GrammarBuilder::Ref(Utf8Multibyte());
+  const Sequence marker = b.Literal(kGemmaStringMarker);
+  auto wrap = [&](RuleId chars) {
+    Sequence whole = marker;
+    whole.push_back(GrammarBuilder::Ref(chars));
+    whole.insert(whole.end(), marker.begin(), marker.end());
+    b.AddAlternative(string, std::move(whole));
+    return string;
+  };
+  if (min_chars > 0 || max_chars >= 0) {
+    // A bounded string leaves out '<' (every tag starts with it) rather than pay for one
+    // rule per (count, tag state), as JSON's does.
+    plain.Remove('<');
+    const int last = max_chars < 0 ? min_chars : max_chars;
+    std::vector<RuleId> chars(size_t(last) + 1);
+    for (RuleId& rule : chars) rule = b.AddRule("chars");
+    for (int k = 0; k <= last; ++k) {
+      const RuleId self = chars[size_t(k)];
+      if (k >= min_chars) b.AddAlternative(self, {});
+      if (max_chars >= 0 && k == max_chars) continue;
+      const Symbol next = GrammarBuilder::Ref(chars[size_t(std::min(k + 1, last))]);
+      b.AddAlternative(self, {b.Bytes(plain), next});
+      b.AddAlternative(self, {utf8, next});
+    }
+    return wrap(chars[0]);
+  }
+  // chars[q]: the text so far ends in tag state q; a multi-byte character holds no '<'.
+  std::vector<RuleId> chars(tag_next_.size());
+  for (RuleId& rule : chars) rule = b.AddRule("chars");
+  for (size_t q = 0; q < tag_next_.size(); ++q) {
+    b.AddAlternative(chars[q], {});
+    std::vector<ByteSet> by_target(tag_next_.size());
+    for (int c = 0; c < 128; ++c) {
+      const int32_t next = tag_next_[q][size_t(c)];
+      if (plain.Has(uint8_t(c)) && next >= 0) by_target[size_t(next)].Add(uint8_t(c));
+    }
+    for (size_t t = 0; t < by_target.size(); ++t) {
+      if (!by_target[t].empty()) {
+        b.AddAlternative(chars[q], {b.Bytes(by_target[t]), GrammarBuilder::Ref(chars[t])});
+      }
+    }
+    b.AddAlternative(chars[q], {utf8, GrammarBuilder::Ref(chars[0])});
+  }
+  return wrap(chars[0]);
+}
+
+Sequence JsonRules::Key(const std::string& name) {
+  if (options_.notation == Notation::kGemma) return builder_.Literal(name);
+  return Literal(Json(name));
+}
+
+RuleId JsonRules::AnyKey() {
+  if (options_.notation == Notation::kJson) return String();
+  RuleId key;
+  if (!Define("json:key", "key", &key)) return key;
+  const ByteSet word =
+      ByteSet::Range('a', 'z').AddRange('A', 'Z').AddRange('0', '9').Add('_').Add('.').Add('-');
+  builder_.AddAlternative(
+      key,
+      {GrammarBuilder::Ref(builder_.Repeat({builder_.Bytes(word)}, {}, 1, kMaxExpandedCount))});
+  return key;
+}
+
+std::vector<size_t> JsonRules::MemberOrder(const std::vector<std::string>& names) const {
+  std::vector<size_t> order(names.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (options_.notation != Notation::kGemma) return order;
+  auto lower = [](std::string text) {
+    for (char& c : text) c = char(std::tolower(uint8_t(c)));
+    return text;
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return lower(names[a]) < lower(names[b]); });
+  return order;
 }
 
 RuleId JsonRules::Digits(int min, int max) {
@@ -294,7 +397,7 @@ RuleId JsonRules::AnyObject(int depth) {
   GrammarBuilder& b = builder_;
   if (depth >= options_.max_depth) return object;  // no alternative: Build drops it
   const Symbol ws = GrammarBuilder::Ref(Whitespace());
-  const Sequence member = {GrammarBuilder::Ref(String()), ws, b.Byte(':'), ws,
+  const Sequence member = {GrammarBuilder::Ref(AnyKey()), ws, b.Byte(':'), ws,
                            GrammarBuilder::Ref(AnyValue(depth + 1))};
   const RuleId members = b.Repeat(member, {ws, b.Byte(','), ws}, 1, -1);
   b.AddAlternative(object, Wrap('{', members, '}'));
@@ -314,8 +417,27 @@ RuleId JsonRules::AnyArray(int depth) {
   return array;
 }
 
-Sequence JsonRules::Literal(const Json& value) {
-  return builder_.Literal(value.dump(-1, ' ', false, Json::error_handler_t::replace));
+Sequence JsonRules::Literal(const Json& value) { return builder_.Literal(Text(value)); }
+
+std::string JsonRules::Text(const Json& value) const {
+  if (options_.notation == Notation::kJson || !(value.is_structured() || value.is_string())) {
+    return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  if (value.is_string()) {
+    return std::string(kGemmaStringMarker) + value.get<std::string>() +
+           std::string(kGemmaStringMarker);
+  }
+  std::string text(1, value.is_object() ? '{' : '[');
+  if (value.is_array()) {
+    for (const Json& item : value) text += (text.size() > 1 ? "," : "") + Text(item);
+    return text + ']';
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, unused] : value.items()) names.push_back(name);
+  for (size_t i : MemberOrder(names)) {
+    text += (text.size() > 1 ? "," : "") + names[i] + ":" + Text(value.at(names[i]));
+  }
+  return text + '}';
 }
 
 }  // namespace shardlm::grammar

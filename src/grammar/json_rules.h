@@ -15,6 +15,14 @@
 // later parser of the output takes for markup (a "</tool_call>" inside an argument would
 // end the call early). Strings avoid every given tag byte for byte (an Aho-Corasick
 // automaton over the tags, run inside the string rules).
+// Gemma notation (Notation::kGemma): the same values in the notation Gemma 4's templates
+// write a tool call's arguments in (output_syntax.h): a string between two <|"|> markers
+// with its text raw (any character, newlines and quotes too, no escapes; never the marker,
+// which ends it, nor a forbidden tag), object keys bare (a key is its text: the schema's
+// property names, or word characters [A-Za-z0-9_.-] for keys no schema names), the members
+// of an object in the order Gemma's templates sort keys (case-insensitively, as Jinja's
+// dictsort), no whitespace between tokens (the templates write none); numbers, true, false
+// and null as in JSON.
 //
 // Thread safety: a plain helper over one builder, for one thread. Lifetime: references
 // the builder, which must outlive it.
@@ -22,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -37,17 +46,22 @@ using Json = nlohmann::ordered_json;
 inline constexpr int kDefaultMaxJsonDepth = 32;
 // Most spaces or tabs after a newline between two JSON tokens.
 inline constexpr int kMaxIndent = 20;
+// What a Gemma-notation string starts and ends with (a forbidden tag inside it).
+inline constexpr std::string_view kGemmaStringMarker = "<|\"|>";
 // The largest count a length or item bound expands to (each count is a grammar state).
 // A larger minimum is refused; a larger maximum is lowered to this (the output still
 // validates).
 inline constexpr int kMaxExpandedCount = 1024;
 
+enum class Notation { kJson, kGemma, kSentinel };
+
 struct JsonGrammarOptions {
-  // Byte strings no JSON string may contain. Each must be ASCII, start with '<' and hold
-  // no '"' or '\\' (the tags of chat formats), which is what keeps the avoidance exact
-  // across escapes and multi-byte characters.
+  // Byte strings no JSON string may contain. Each must be ASCII, start with '<' and (in
+  // JSON notation) hold no '"' or '\\' (the tags of chat formats), which is what keeps the
+  // avoidance exact across escapes and multi-byte characters.
   std::vector<std::string> forbidden_in_strings;
   int max_depth = kDefaultMaxJsonDepth;
+  Notation notation = Notation::kJson;
 
   Status Validate() const;
 };
@@ -63,6 +77,12 @@ class JsonRules {
   RuleId Whitespace();
   // A string of min..max characters (code points; max < 0: no bound).
   RuleId String(int min_chars = 0, int max_chars = -1);
+  // An object's key: `name` as the notation writes it, or any key.
+  Sequence Key(const std::string& name);
+  RuleId AnyKey();
+  // The order the notation writes an object's members in, given their names in the
+  // schema's order: indices into `names`.
+  std::vector<size_t> MemberOrder(const std::vector<std::string>& names) const;
   RuleId Integer();
   // An integer of at most `digits` digits (0: only 0), with a minus sign when `negative`.
   RuleId BoundedInteger(int digits, bool negative);
@@ -76,7 +96,7 @@ class JsonRules {
   RuleId AnyValue(int depth);
   RuleId AnyObject(int depth);
   RuleId AnyArray(int depth);
-  // The compact JSON text of `value`, as bytes to match.
+  // The compact text of `value` in the notation, as bytes to match.
   Sequence Literal(const Json& value);
   // "{" ws [members] ws "}" or "[" ... "]": the container around a rule of members.
   Sequence Wrap(char open, RuleId members, char close);
@@ -88,6 +108,10 @@ class JsonRules {
   RuleId Utf8Multibyte();
   RuleId Escape();
   RuleId Digits(int min, int max);
+  // The string rules: JSON's, and Gemma's between <|"|> markers.
+  RuleId JsonString(RuleId string, int min_chars, int max_chars);
+  RuleId GemmaString(RuleId string, int min_chars, int max_chars);
+  std::string Text(const Json& value) const;
   void BuildTagAutomaton();
 
   GrammarBuilder& builder_;

@@ -381,13 +381,18 @@ Result<RuleId> SchemaCompiler::CompileObject(const Json& schema, const std::stri
     members.push_back({name, value, true});
   }
 
+  std::vector<std::string> names;
+  for (const Member& member : members) names.push_back(member.name);
+  std::vector<Member> ordered;
+  for (size_t i : rules_.MemberOrder(names)) ordered.push_back(members[i]);
+  members = std::move(ordered);
   const size_t n = members.size();
   std::vector<RuleId> first(n + 1), rest(n + 1);
   first[n] = rest[n] = EmptyRule();
   for (size_t i = n; i-- > 0;) {
     first[i] = b().AddRule("members");
     rest[i] = b().AddRule("more-members");
-    Sequence kv = rules_.Literal(Json(members[i].name));
+    Sequence kv = rules_.Key(members[i].name);
     kv.insert(kv.end(), {Ws(), b().Byte(':'), Ws(), GrammarBuilder::Ref(members[i].value)});
     Sequence with_first = kv;
     with_first.push_back(GrammarBuilder::Ref(rest[i + 1]));
@@ -410,7 +415,7 @@ Result<RuleId> SchemaCompiler::CompileObject(const Json& schema, const std::stri
 Result<RuleId> SchemaCompiler::CompileMap(const Json& additional, const std::string& path,
                                           int depth) {
   SHARDLM_ASSIGN_OR_RETURN(RuleId value, Compile(additional, path, depth + 1));
-  const Sequence member = {GrammarBuilder::Ref(rules_.String()), Ws(), b().Byte(':'), Ws(),
+  const Sequence member = {GrammarBuilder::Ref(rules_.AnyKey()), Ws(), b().Byte(':'), Ws(),
                            GrammarBuilder::Ref(value)};
   const RuleId members = b().Repeat(member, {Ws(), b().Byte(','), Ws()}, 1, -1);
   const RuleId object = b().AddRule("map");

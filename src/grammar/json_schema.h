@@ -1,4 +1,5 @@
-// JSON Schema → grammar: the rules of the JSON texts valid against a schema.
+// JSON Schema → grammar: the rules of the JSON texts valid against a schema (or of the same
+// values in Gemma's notation, JsonGrammarOptions::notation).
 //
 // The subset (what OpenAI's strict structured outputs allow, and the same keywords in
 // non-strict schemas; strict and non-strict compile alike):
@@ -6,8 +7,9 @@
 //    without `type`, the type follows from the other keywords (properties → object,
 //    items → array, minLength → string), and a schema with none of them (`{}`, `true`)
 //    is any JSON value;
-//  - object: properties (written in the schema's order), required (others may be left
-//    out), additionalProperties: false, true, absent or a schema. Extra properties are
+//  - object: properties (written in the schema's order, or in the one the notation sorts
+//    keys in: json_rules.h), required (others may be left out), additionalProperties:
+//    false, true, absent or a schema. Extra properties are
 //    never written when `properties` is given: whatever additionalProperties says, an
 //    object with only declared properties validates. Without `properties`, false is `{}`,
 //    a schema is a map of string keys to it, and true or absent is any object. A required
@@ -15,7 +17,7 @@
 //    that is false);
 //  - array: items (a schema), minItems, maxItems;
 //  - string: minLength, maxLength (in characters);
-//  - enum, const (any JSON values; matched as their compact text);
+//  - enum, const (any JSON values; matched as their compact text in the notation);
 //  - anyOf; allOf with one schema (a common wrapper of $ref); $ref to "#", "#/$defs/…",
 //    "#/definitions/…" or any JSON pointer into the same document, recursive ones
 //    included;

@@ -9,7 +9,8 @@
 
 namespace shardlm::grammar {
 
-std::shared_ptr<const TokenVocabulary> TokenVocabulary::FromTokenizer(const Tokenizer& tokenizer) {
+std::shared_ptr<const TokenVocabulary> TokenVocabulary::FromTokenizer(
+    const Tokenizer& tokenizer, std::span<const TokenId> rendered) {
   std::vector<std::string> pieces(size_t(tokenizer.n_vocab()));
   std::vector<TokenId> eog;
   for (TokenId id = 0; id < tokenizer.n_vocab(); ++id) {
@@ -17,6 +18,11 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::FromTokenizer(const Toke
       eog.push_back(id);
     } else if (!tokenizer.IsControl(id)) {
       pieces[size_t(id)] = tokenizer.Piece(id, /*render_special=*/false);
+    }
+  }
+  for (TokenId id : rendered) {
+    if (id >= 0 && id < tokenizer.n_vocab() && !tokenizer.IsEog(id)) {
+      pieces[size_t(id)] = tokenizer.Piece(id, /*render_special=*/true);
     }
   }
   return FromPieces(std::move(pieces), std::move(eog));

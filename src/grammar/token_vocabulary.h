@@ -8,9 +8,10 @@
 // 151936 Qwen3 tokens make about 400k nodes (12 bytes each).
 //
 // What is in it: every token whose piece (Tokenizer::Piece without special rendering) is
-// non-empty and that is not a CONTROL token. End-of-generation tokens are kept apart
+// non-empty and that is not a CONTROL token, and the CONTROL tokens the output renders
+// (EngineRequest::rendered_specials) as their text. End-of-generation tokens are kept apart
 // (eog_ids): a matcher allows them only when the grammar may end. Everything else
-// (control, unused, unknown tokens; pieces that are empty) is never allowed.
+// (other control, unused, unknown tokens; pieces that are empty) is never allowed.
 //
 // Thread safety: immutable after construction. Lifetime: independent of the Tokenizer.
 #pragma once
@@ -34,7 +35,9 @@ class TokenVocabulary {
     int32_t subtree_end = 0;  // index of the first node after this one's descendants
   };
 
-  static std::shared_ptr<const TokenVocabulary> FromTokenizer(const Tokenizer& tokenizer);
+  // `rendered`: CONTROL tokens the output shows as their text (any order).
+  static std::shared_ptr<const TokenVocabulary> FromTokenizer(
+      const Tokenizer& tokenizer, std::span<const TokenId> rendered = {});
   // Tests: token i has the bytes pieces[i] (empty: never allowed); `eog` end generation.
   static std::shared_ptr<const TokenVocabulary> FromPieces(std::vector<std::string> pieces,
                                                            std::vector<TokenId> eog);

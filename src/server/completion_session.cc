@@ -104,7 +104,7 @@ CompletionSession::CompletionSession(Engine& engine, PreparedRequest request,
       start_(std::chrono::steady_clock::now()),
       parser_(request_.in_reasoning, request_.parse_tools,
               request_.tool_call_prefix + IdTail(formatter_->meta().id) + "_",
-              request_.reasoning_tags, request_.tools) {}
+              request_.reasoning_tags, request_.tools, request_.tool_call_tags) {}
 
 std::shared_ptr<CompletionSession> CompletionSession::Start(
     Engine& engine, PreparedRequest request, std::unique_ptr<OutputFormatter> formatter, LogFn log,
@@ -124,6 +124,7 @@ std::shared_ptr<CompletionSession> CompletionSession::Start(
   er.logit_bias = o.logit_bias;
   er.pins = o.pins;
   er.pin_prefix = s->request_.pin_prefix;
+  er.rendered_specials = s->request_.rendered_specials;
   er.grammar = s->request_.constraint;
   RequestCallbacks cb;
   cb.on_token = [s](const TokenEvent& ev) { return s->OnToken(ev); };

@@ -54,7 +54,10 @@ struct PreparedRequest {
   std::vector<TokenId> prompt;
   bool in_reasoning = false;  // the prompt opened the reasoning (not for completions)
   bool parse_tools = false;   // tools were offered
-  ReasoningTags reasoning_tags = kThinkTags;  // the model's, from its chat template
+  ReasoningTags reasoning_tags = kThinkTags;    // the model's, from its chat template
+  ToolCallTags tool_call_tags = kToolCallTags;  // the model's, from its chat template
+  // The special tokens whose text the output shows (ChatFormatter::markup_tokens).
+  std::vector<TokenId> rendered_specials;
   Json tools;  // the tools offered (their schemas type the arguments the output parser reads)
   // Bounded KV pool: the prompt's standing prefix (a chat's system prompt and tools), pinned
   // as far as the pool has room (EngineRequest::pin_prefix).

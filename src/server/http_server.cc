@@ -371,6 +371,8 @@ std::optional<PreparedRequest> HttpServer::Impl::PrepareChat(const ChatCompletio
   prep.in_reasoning = prompt->opens_reasoning;
   prep.parse_tools = !chat.tools.is_null();
   prep.reasoning_tags = formatter->reasoning_tags();
+  prep.tool_call_tags = formatter->tool_call_tags();
+  prep.rendered_specials = formatter->markup_tokens();
   prep.tools = chat.tools;
   // Agents resend their system prompt and tools every turn: a bounded pool keeps them.
   if (engine.info().kv_pool > 0) {
@@ -386,6 +388,7 @@ bool HttpServer::Impl::Constrain(const ChatCompletionRequest& chat, PreparedRequ
   context.in_reasoning = prep.in_reasoning;
   context.reasoning_tags = prep.reasoning_tags;
   context.tool_call_syntax = formatter->tool_call_syntax();
+  context.tool_call_tags = formatter->tool_call_tags();
   std::string param;
   Result<OutputGrammar> constraint = ChatOutputConstraint(chat, context, &param);
   if (!constraint.ok()) {

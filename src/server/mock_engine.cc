@@ -11,8 +11,9 @@
 namespace shardlm::server {
 
 MockTokenizer::MockTokenizer()
-    : specials_{"<|im_end|>", "<|im_start|>", "<think>",
-                "</think>",   "<tool_call>",  "</tool_call>"} {
+    : specials_{"<|im_end|>",   "<|im_start|>", "<think>",    "</think>",
+                "<tool_call>",  "</tool_call>", "<|channel>", "<channel|>",
+                "<|tool_call>", "<tool_call|>", "<|\"|>",     "<|turn>"} {
   for (int b = 0; b < 256; ++b) byte_text_[b] = std::string(1, static_cast<char>(b));
 }
 
@@ -23,8 +24,7 @@ std::vector<TokenId> MockTokenizer::Encode(std::string_view text, bool /*add_spe
   while (i < text.size()) {
     bool matched = false;
     for (size_t s = 0; s < specials_.size() && !matched; ++s) {
-      bool control = s < 2;
-      if (control && !parse_special) continue;
+      if (IsControl(256 + static_cast<TokenId>(s)) && !parse_special) continue;
       if (text.substr(i, specials_[s].size()) == specials_[s]) {
         ids.push_back(256 + static_cast<TokenId>(s));
         i += specials_[s].size();
@@ -288,6 +288,12 @@ void MockEngine::Run(Pending& p) {
     constraint = std::make_unique<grammar::ByteAutomaton>(req.grammar);
     state = constraint->initial();
   }
+  // The text of a token as the real engine gives it: CONTROL tokens only when asked for.
+  auto text = [&](TokenId t) {
+    const bool rendered = std::find(req.rendered_specials.begin(), req.rendered_specials.end(),
+                                    t) != req.rendered_specials.end();
+    return tokenizer_.Piece(t, rendered);
+  };
   for (TokenId t : tokens) {
     if (req.max_tokens >= 0 && fin.usage.completion_tokens >= req.max_tokens) {
       fin.reason = FinishReason::kLength;
@@ -303,7 +309,7 @@ void MockEngine::Run(Pending& p) {
       break;
     }
     if (constraint) {
-      state = constraint->Walk(state, tokenizer_.Piece(t));
+      state = constraint->Walk(state, text(t));
       if (state == grammar::ByteAutomaton::kDead) {
         fin.reason = FinishReason::kError;
         fin.error = InvalidArgument("mock: reply token {} breaks the output constraint",
@@ -313,7 +319,7 @@ void MockEngine::Run(Pending& p) {
     }
     TokenEvent ev;
     ev.token = t;
-    ev.text = tokenizer_.Piece(t);
+    ev.text = text(t);
     if (req.want_logprobs) {
       ev.logprob = -0.5f;
       for (int32_t k = 0; k < req.sampling.n_logprobs; ++k) {

@@ -12,7 +12,9 @@
 // (EngineRequest::grammar) checks the reply against it token by token: the reply ends
 // (stop) once the grammar is complete, and a token the grammar refuses ends it with kError,
 // so HTTP tests see that the constraint reached the engine.
-// MockTokenizer: bytes are tokens 0..255, plus ChatML/Qwen special tokens after them.
+// MockTokenizer: bytes are tokens 0..255, plus ChatML/Qwen special tokens after them, then
+// Gemma 4's markup as CONTROL tokens (as its vocabulary has them), which give text only
+// when a request asks for them (EngineRequest::rendered_specials), as in the real engine.
 //
 // Goals: deterministic behaviour that tests can steer (reply text, per-token delay).
 // Non-goals: sampling, batching, realistic timing.
@@ -45,12 +47,16 @@ class MockTokenizer : public Tokenizer {
   TokenId eos() const override { return kImEnd; }
   bool add_bos() const override { return false; }
   bool IsEog(TokenId id) const override { return id == kImEnd; }
-  bool IsControl(TokenId id) const override { return id == kImEnd || id == kImStart; }
+  bool IsControl(TokenId id) const override {
+    return id == kImEnd || id == kImStart || (id >= kChannelOpen && id < n_vocab());
+  }
   std::string_view TokenText(TokenId id) const override;
   TokenId FindToken(std::string_view text) const override;
 
   static constexpr TokenId kImEnd = 256;
   static constexpr TokenId kImStart = 257;
+  // Gemma 4's: <|channel>, then <channel|>, <|tool_call>, <tool_call|>, <|"|>, <|turn>.
+  static constexpr TokenId kChannelOpen = 262;
 
  private:
   std::vector<std::string> specials_;

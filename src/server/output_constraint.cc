@@ -215,24 +215,100 @@ Result<Sequence> XmlToolCall(grammar::JsonRules& rules, const Json& function,
   return call;
 }
 
+// A name or key Gemma's notation writes bare and reads back: no blanks, and none of the
+// characters that end or structure one.
+bool GemmaName(std::string_view name) {
+  return !name.empty() && name.find_first_of(" \t\r\n<>{}[]:,\"'") == std::string_view::npos;
+}
+
+// The first property name in `schema` (anywhere: nested objects, items, definitions) that
+// Gemma's notation cannot write bare, as its schema path; "" when there is none.
+std::string UnwritableGemmaKey(const Json& schema, const std::string& path) {
+  if (schema.is_array()) {
+    for (size_t i = 0; i < schema.size(); ++i) {
+      std::string bad = UnwritableGemmaKey(schema[i], fmt::format("{}.{}", path, i));
+      if (!bad.empty()) return bad;
+    }
+  }
+  if (!schema.is_object()) return "";
+  for (const auto& [key, value] : schema.items()) {
+    const std::string where = path + "." + key;
+    if (key == "properties" && value.is_object()) {
+      for (const auto& [name, unused] : value.items()) {
+        if (!GemmaName(name)) return where + "." + name;
+      }
+    }
+    std::string bad = UnwritableGemmaKey(value, where);
+    if (!bad.empty()) return bad;
+  }
+  return "";
+}
+
+// <|tool_call>call:NAME{ARGS}<tool_call|>, as Gemma 4's template writes a call: ARGS the
+// arguments in Gemma's notation (json_rules.h), keys in the order the template sorts them.
+Result<Sequence> GemmaToolCall(grammar::JsonRules& rules, const Json& function,
+                               const std::string& schema_path, std::string* param) {
+  GrammarBuilder& b = rules.builder();
+  const std::string name = function.at("name").get<std::string>();
+  const Json parameters = ParameterSchema(function);
+  const bool object =
+      parameters.is_object() && parameters.contains("type") && parameters.at("type") == "object";
+  if (!GemmaName(name) || !object) {
+    if (param) *param = "tools";
+    return InvalidArgument(
+        "{}: this model's tool-call syntax (call:NAME{{KEY:VALUE,…}}) can only be forced for a "
+        "tool whose name has no blanks, brackets, braces, colons, commas or quotes and whose "
+        "parameters are an object schema",
+        schema_path);
+  }
+  if (const std::string bad = UnwritableGemmaKey(parameters, schema_path); !bad.empty()) {
+    if (param) *param = "tools";
+    return InvalidArgument(
+        "{}: a property name with blanks, brackets, braces, colons, commas or quotes cannot be "
+        "written in this model's tool-call syntax",
+        bad);
+  }
+  Result<RuleId> args = grammar::AddJsonSchema(rules, parameters, /*depth=*/1);
+  if (!args.ok()) return Blame(args.status(), param, "tools", schema_path);
+  Sequence call = b.Literal(fmt::format("{}{}{}", kGemmaToolCallTags.open, kGemmaCallPrefix, name));
+  call.push_back(GrammarBuilder::Ref(*args));
+  Append(call, b.Literal(kGemmaToolCallTags.close));
+  return call;
+}
+
+// The tags a string of a forced call must not hold: the one that would end it early (in the
+// JSON syntax </tool_call>, in the XML one the </parameter> that ends the value it sits in;
+// in Gemma's its closing tag, which would end the call when the template renders it back).
+std::vector<std::string> CallStringTags(ToolCallSyntax syntax) {
+  switch (syntax) {
+    case ToolCallSyntax::kXml:
+      return {std::string(kParameterClose)};
+    case ToolCallSyntax::kGemma:
+      return {std::string(kGemmaToolCallTags.close)};
+    default:
+      return {std::string(kToolCallClose)};
+  }
+}
+
 Result<OutputGrammar> ToolCallConstraint(const ChatCompletionRequest& request,
                                          const ConstraintContext& context, std::string* param) {
   const ToolCallSyntax syntax = context.tool_call_syntax;
-  if (syntax != ToolCallSyntax::kJson && syntax != ToolCallSyntax::kXml) {
+  if (syntax != ToolCallSyntax::kJson && syntax != ToolCallSyntax::kXml &&
+      syntax != ToolCallSyntax::kGemma) {
     if (param) *param = "tool_choice";
     return InvalidArgument(
         "invalid 'tool_choice': a forced tool call cannot be enforced for this model: its chat "
         "template does not write tool calls as <tool_call>{{\"name\": …, \"arguments\": …}}"
-        "</tool_call> (as Qwen3's and Hermes' templates do) or as <tool_call><function=…>"
-        "</tool_call> (as Qwen3.5's does), the syntaxes this server constrains and parses; let "
-        "the model choose (auto) or send no tools");
+        "</tool_call> (as Qwen3's and Hermes' templates do), as <tool_call><function=…>"
+        "</tool_call> (as Qwen3.5's does) or as <|tool_call>call:NAME{{…}}<tool_call|> (as "
+        "Gemma 4's does), the syntaxes this server constrains and parses; let the model choose "
+        "(auto) or send no tools");
   }
-  // A string of the call never holds the tag that would end it early: in the JSON syntax
-  // </tool_call>, in the XML one the </parameter> that ends the value it sits in.
   GrammarBuilder builder;
   grammar::JsonRules rules(
-      builder, {.forbidden_in_strings = {std::string(
-                    syntax == ToolCallSyntax::kXml ? kParameterClose : kToolCallClose)}});
+      builder, {.forbidden_in_strings = CallStringTags(syntax),
+                .notation = syntax == ToolCallSyntax::kGemma ? grammar::Notation::kGemma
+                                                             : grammar::Notation::kJson});
   const RuleId call = builder.AddRule("tool-call");
   for (size_t i = 0; i < request.tools.size(); ++i) {
     const Json& function = request.tools[i].at("function");
@@ -240,11 +316,12 @@ Result<OutputGrammar> ToolCallConstraint(const ChatCompletionRequest& request,
                         function.at("name") == request.tool_choice.function;
     if (!chosen) continue;
     const std::string schema_path = ToolSchemaPath(context.endpoint, i);
-    SHARDLM_ASSIGN_OR_RETURN(Sequence alternative,
-                             syntax == ToolCallSyntax::kXml
-                                 ? XmlToolCall(rules, function, schema_path, param)
-                                 : JsonToolCall(rules, function, schema_path, param));
-    builder.AddAlternative(call, std::move(alternative));
+    Result<Sequence> alternative =
+        syntax == ToolCallSyntax::kXml     ? XmlToolCall(rules, function, schema_path, param)
+        : syntax == ToolCallSyntax::kGemma ? GemmaToolCall(rules, function, schema_path, param)
+                                           : JsonToolCall(rules, function, schema_path, param);
+    if (!alternative.ok()) return alternative.status();
+    builder.AddAlternative(call, std::move(alternative).value());
   }
   Result<OutputGrammar> g =
       Finish(builder, call, context.in_reasoning ? context.reasoning_tags.close : "");
@@ -261,7 +338,7 @@ Result<OutputGrammar> ChatOutputConstraint(const ChatCompletionRequest& request,
                                                         mode == ToolChoice::Mode::kFunction);
   if (forced_call) return ToolCallConstraint(request, context, param);
   std::vector<std::string> tags = {std::string(context.reasoning_tags.open)};
-  if (!request.tools.is_null()) tags.emplace_back(kToolCallOpen);
+  if (!request.tools.is_null()) tags.emplace_back(context.tool_call_tags.open);
   return ResponseFormatConstraint(request.options.response_format, context.endpoint,
                                   context.in_reasoning ? context.reasoning_tags.close : "",
                                   std::move(tags), param);

@@ -20,6 +20,11 @@
 //       is raw text for a string property (one of its enum values when it has them), JSON
 //       for any other. A tool whose name or property names hold blanks or brackets, or
 //       whose parameters are not an object schema, is refused: the syntax cannot say it.
+//     - Gemma (Gemma 4): "<|tool_call>call:NAME{ARGS}<tool_call|>", ARGS the arguments in
+//       Gemma's notation (json_rules.h: keys bare and sorted as the template sorts them,
+//       strings between <|"|> markers, no blanks). A tool whose name or property names
+//       (nested ones too) hold blanks, brackets, braces, colons, commas or quotes, or whose
+//       parameters are not an object schema, is refused.
 //    One call, not several: the request is answered by it, and a random or looping model
 //    cannot keep calling. When both are given, the tool call wins (response_format shapes
 //    content, and a forced call has none). A template that writes calls in another syntax
@@ -33,9 +38,10 @@
 //    block would share its first bytes with a tool call's, and a weak model that wandered
 //    into it might never leave).
 // Strings of the output never contain the tags OutputParser reacts to where it would
-// react (the reasoning's opening tag, and "<tool_call>" when tools were offered, in
-// content; "</tool_call>" inside a JSON call, "</parameter>" inside an XML one), so a
-// string value cannot break the parse.
+// react (the reasoning's opening tag, and the tool-call opening tag when tools were offered,
+// in content; "</tool_call>" inside a JSON call, "</parameter>" inside an XML one, the
+// <|"|> marker and "<tool_call|>" inside a Gemma one), so a string value cannot break the
+// parse.
 //
 // Errors: kInvalidArgument naming the field the client sent, in its API's terms
 // ("text.format.schema", "tools[1].input_schema") and the schema path inside it; `*param`
@@ -63,6 +69,7 @@ struct ConstraintContext {
   bool in_reasoning = false;            // the prompt opened the reasoning and did not close it
   ReasoningTags reasoning_tags = kThinkTags;                // ChatFormatter::reasoning_tags
   ToolCallSyntax tool_call_syntax = ToolCallSyntax::kNone;  // ChatFormatter::tool_call_syntax
+  ToolCallTags tool_call_tags = kToolCallTags;              // ChatFormatter::tool_call_tags
 };
 
 // The constraint of a chat-shaped request (null: none).

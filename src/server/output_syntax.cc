@@ -1,5 +1,7 @@
-// Tool-call bodies in their two syntaxes. See output_syntax.h.
+// Tool-call bodies in their three syntaxes. See output_syntax.h.
 #include "server/output_syntax.h"
+
+#include <cctype>
 
 namespace shardlm::server {
 namespace {
@@ -115,23 +117,185 @@ std::optional<ParsedToolCall> ParseXmlBody(std::string_view body, const Json& to
   return parsed;
 }
 
+// A name Gemma's call:NAME{ syntax can carry: a valid name that holds no brace, colon or
+// comma either (it ends at the brace).
+bool ValidGemmaName(std::string_view name) {
+  return ValidName(name) && name.find_first_of("{}:,\"") == std::string_view::npos;
+}
+
+// Reads Gemma 4's argument notation (see the header) into JSON. Every method reads one
+// token or value at pos_ and returns false on anything malformed; the limits are those of
+// JSON the server parses, so the result is as safe to walk as a request.
+class GemmaReader {
+ public:
+  explicit GemmaReader(std::string_view text) : text_(text) {}
+
+  // The object at the front of the text (after blanks), and nothing but blanks after it.
+  std::optional<Json> ReadArguments() {
+    Json arguments;
+    SkipBlanks();
+    if (!Peek('{') || !ReadValue(0, &arguments)) return std::nullopt;
+    SkipBlanks();
+    if (pos_ != text_.size()) return std::nullopt;
+    return arguments;
+  }
+
+ private:
+  bool Peek(char c) const { return pos_ < text_.size() && text_[pos_] == c; }
+  bool At(std::string_view token) const { return text_.substr(pos_).starts_with(token); }
+  void SkipBlanks() {
+    while (pos_ < text_.size() && IsSpace(text_[pos_])) ++pos_;
+  }
+  // Consumes `c` after blanks.
+  bool Take(char c) {
+    SkipBlanks();
+    if (!Peek(c)) return false;
+    ++pos_;
+    return true;
+  }
+
+  bool ReadValue(int depth, Json* out) {
+    if (++values_ > kMaxJsonValues) return false;
+    SkipBlanks();
+    if (Peek('{')) return depth < kMaxJsonDepth && ReadObject(depth + 1, out);
+    if (Peek('[')) return depth < kMaxJsonDepth && ReadArray(depth + 1, out);
+    if (At(kGemmaQuote) || Peek('"')) {
+      std::string text;
+      if (!ReadString(&text)) return false;
+      *out = std::move(text);
+      return true;
+    }
+    return ReadScalar(out);
+  }
+
+  bool ReadObject(int depth, Json* out) {
+    ++pos_;  // '{'
+    *out = Json::object();
+    if (Take('}')) return true;
+    do {
+      std::string key;
+      Json value;
+      if (!ReadKey(&key) || !Take(':') || !ReadValue(depth, &value)) return false;
+      if (out->contains(key)) return false;
+      (*out)[key] = std::move(value);
+    } while (Take(','));
+    return Take('}');
+  }
+
+  bool ReadArray(int depth, Json* out) {
+    ++pos_;  // '['
+    *out = Json::array();
+    if (Take(']')) return true;
+    do {
+      Json value;
+      if (!ReadValue(depth, &value)) return false;
+      out->push_back(std::move(value));
+    } while (Take(','));
+    return Take(']');
+  }
+
+  // <|"|>raw text<|"|>, or a JSON string as a model may fall back to.
+  bool ReadString(std::string* out) {
+    if (At(kGemmaQuote)) {
+      const size_t begin = pos_ + kGemmaQuote.size();
+      const size_t end = text_.find(kGemmaQuote, begin);
+      if (end == std::string_view::npos) return false;
+      *out = std::string(text_.substr(begin, end - begin));
+      pos_ = end + kGemmaQuote.size();
+      return true;
+    }
+    size_t end = pos_ + 1;
+    while (end < text_.size() && text_[end] != '"') end += text_[end] == '\\' ? 2 : 1;
+    if (end >= text_.size()) return false;
+    std::optional<Json> value = ParseJson(text_.substr(pos_, end + 1 - pos_));
+    if (!value || !value->is_string()) return false;
+    *out = value->get<std::string>();
+    pos_ = end + 1;
+    return true;
+  }
+
+  // A bare key runs up to the colon; a quoted one is a string.
+  bool ReadKey(std::string* out) {
+    SkipBlanks();
+    if (At(kGemmaQuote) || Peek('"')) return ReadString(out);
+    const size_t end = text_.find_first_of(":{}[],\n", pos_);
+    if (end == std::string_view::npos || text_[end] != ':') return false;
+    std::string_view key = TrimLeft(text_.substr(pos_, end - pos_));
+    while (!key.empty() && IsSpace(key.back())) key.remove_suffix(1);
+    if (key.empty() || key.find(kGemmaQuote) != std::string_view::npos) return false;
+    *out = std::string(key);
+    pos_ = end;
+    return true;
+  }
+
+  // A number as JSON writes it, true, false, null, or the template's None.
+  bool ReadScalar(Json* out) {
+    size_t end = pos_;
+    while (end < text_.size() && (std::isalnum(uint8_t(text_[end])) || text_[end] == '-' ||
+                                  text_[end] == '+' || text_[end] == '.')) {
+      ++end;
+    }
+    const std::string_view word = text_.substr(pos_, end - pos_);
+    pos_ = end;
+    if (word == "true" || word == "false") {
+      *out = word == "true";
+      return true;
+    }
+    if (word == "null" || word == "None") {
+      *out = nullptr;
+      return true;
+    }
+    if (word.empty() || !(word[0] == '-' || std::isdigit(uint8_t(word[0])))) return false;
+    std::optional<Json> number = ParseJson(word);
+    if (!number || !number->is_number()) return false;
+    *out = std::move(*number);
+    return true;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  size_t values_ = 0;
+};
+
+// call:NAME{ARGS}
+std::optional<ParsedToolCall> ParseGemmaBody(std::string_view body) {
+  body = TrimLeft(body);
+  if (!body.starts_with(kGemmaCallPrefix)) return std::nullopt;
+  body.remove_prefix(kGemmaCallPrefix.size());
+  const size_t brace = body.find('{');
+  if (brace == std::string_view::npos) return std::nullopt;
+  std::string_view name = TrimLeft(body.substr(0, brace));
+  while (!name.empty() && IsSpace(name.back())) name.remove_suffix(1);
+  if (!ValidGemmaName(name)) return std::nullopt;
+  std::optional<Json> arguments = GemmaReader(body.substr(brace)).ReadArguments();
+  if (!arguments) return std::nullopt;
+  return ParsedToolCall{std::string(name), DumpJson(*arguments), ToolCallSyntax::kGemma};
+}
+
 }  // namespace
 
 std::optional<ParsedToolCall> ParseToolCallBody(std::string_view body, const Json& tools) {
-  if (TrimLeft(body).starts_with(kFunctionOpen)) return ParseXmlBody(body, tools);
+  const std::string_view start = TrimLeft(body);
+  if (start.starts_with(kFunctionOpen)) return ParseXmlBody(body, tools);
+  if (start.starts_with(kGemmaCallPrefix)) return ParseGemmaBody(body);
   return ParseJsonBody(body);
 }
 
-size_t FindToolCallEnd(std::string_view text) {
-  if (!TrimLeft(text).starts_with(kFunctionOpen)) return text.find(kToolCallClose);
+size_t FindToolCallEnd(std::string_view text, std::string_view close_tag) {
+  const std::string_view start = TrimLeft(text);
+  const bool gemma = start.starts_with(kGemmaCallPrefix);
+  if (!gemma && !start.starts_with(kFunctionOpen)) return text.find(close_tag);
+  // The values whose text may hold the closing tag: a string, or a parameter's raw text.
+  const std::string_view value_open = gemma ? kGemmaQuote : kParameterOpen;
+  const std::string_view value_close = gemma ? kGemmaQuote : kParameterClose;
   size_t pos = 0;
   while (true) {
-    const size_t close = text.find(kToolCallClose, pos);
-    const size_t param = text.find(kParameterOpen, pos);
-    if (param == std::string_view::npos || param > close) return close;
-    const size_t end = text.find(kParameterClose, param);
+    const size_t close = text.find(close_tag, pos);
+    const size_t value = text.find(value_open, pos);
+    if (value == std::string_view::npos || value > close) return close;
+    const size_t end = text.find(value_close, value + value_open.size());
     if (end == std::string_view::npos) return std::string_view::npos;
-    pos = end + kParameterClose.size();
+    pos = end + value_close.size();
   }
 }
 

@@ -2,6 +2,7 @@
 // dispatch, pieces, and the stream decoder (see tokenizer.h).
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "tokenizer/merge_encoders.h"
@@ -226,8 +227,15 @@ std::string Tokenizer::Decode(const std::vector<TokenId>& ids, bool render_speci
   return text;
 }
 
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool render_special,
+                             std::vector<TokenId> rendered)
+    : tokenizer_(tokenizer), render_special_(render_special), rendered_(std::move(rendered)) {
+  std::sort(rendered_.begin(), rendered_.end());
+}
+
 std::string StreamDecoder::Push(TokenId id) {
-  pending_ += tokenizer_.Piece(id, render_special_);
+  const bool render = render_special_ || std::binary_search(rendered_.begin(), rendered_.end(), id);
+  pending_ += tokenizer_.Piece(id, render);
   const size_t complete = tokenizer_internal::CompleteUtf8Prefix(pending_);
   std::string out =
       tokenizer_internal::SanitizeUtf8(std::string_view(pending_).substr(0, complete));

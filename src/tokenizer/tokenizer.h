@@ -67,14 +67,17 @@ class Tokenizer {
 // Thread safety: one decoder per stream; not shared between threads.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer, bool render_special = false)
-      : tokenizer_(tokenizer), render_special_(render_special) {}
+  // `rendered`: CONTROL tokens whose text is given even without render_special (the markup
+  // a chat's output parser reads, where a vocabulary made it special tokens).
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool render_special = false,
+                         std::vector<TokenId> rendered = {});
   std::string Push(TokenId id);  // text that is complete so far (may be "")
   std::string Flush();           // whatever is held back, as is
 
  private:
   const Tokenizer& tokenizer_;
   bool render_special_;
+  std::vector<TokenId> rendered_;  // sorted
   std::string pending_;
 };
 

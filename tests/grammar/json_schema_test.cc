@@ -264,6 +264,37 @@ TEST(JsonSchema, StringsAvoidForbiddenTags) {
   EXPECT_FALSE(JsonSchemaGrammar(Json::parse(R"({"type":"string"})"), options).ok());
 }
 
+// The same schemas in Gemma 4's notation: bare keys in the order its templates sort them,
+// strings between <|"|> markers with raw text, no blanks; enum values in that notation.
+TEST(JsonSchema, GemmaNotation) {
+  JsonGrammarOptions gemma;
+  gemma.notation = Notation::kGemma;
+  const Grammar g = Compile(R"({"type":"object","properties":{
+      "b":{"type":"string"},"A":{"type":"integer"},"c":{"type":"array","items":{"type":"boolean"}},
+      "d":{"enum":["x y",{"k":1,"J":null},[2.5]]},"e":{"type":"object"}},"required":["b"]})",
+                            gemma);
+  ExpectSentences(
+      g,
+      {"{b:<|\"|><|\"|>}", "{A:-7,b:<|\"|>two \"lines\"\n\\ and {braces}, [a]: <b> é<|\"|>}",
+       "{A:1,b:<|\"|>x<|\"|>,c:[true,false],d:<|\"|>x y<|\"|>}", "{b:<|\"|>x<|\"|>,d:{J:null,k:1}}",
+       "{b:<|\"|>x<|\"|>,d:[2.5]}", "{b:<|\"|>x<|\"|>,e:{k_1:<|\"|>v<|\"|>,n:{x:[1,null,{}]}}}"},
+      {R"({"b":"x"})", "{b:\"x\"}", "{b:<|\"|>x<|\"|>,A:1}", "{A:1, b:<|\"|>x<|\"|>}",
+       "{ b:<|\"|>x<|\"|>}", "{b:<|\"|>x<|\"|>,d:{k:1,J:null}}", "{b:<|\"|>x<|\"|>,e:{\"k\":1}}",
+       "{A:1}"});
+  // The marker ends a string: the text never holds it.
+  EXPECT_FALSE(AcceptsPrefix(g, "{b:<|\"|>a<|\"|>b"));
+  EXPECT_TRUE(AcceptsPrefix(g, "{b:<|\"|>a<|\"|"));
+  // Other tags too, quotes and all, and bounded strings leave '<' out.
+  gemma.forbidden_in_strings = {"<tool_call|>"};
+  const Grammar tagged = Compile(R"({"type":"string"})", gemma);
+  EXPECT_TRUE(Accepts(tagged, "<|\"|>a<tool_call| <|\"|>"));
+  EXPECT_FALSE(AcceptsPrefix(tagged, "<|\"|>a<tool_call|>"));
+  const Grammar bounded = Compile(R"({"type":"string","maxLength":3})", gemma);
+  EXPECT_TRUE(Accepts(bounded, "<|\"|>a\"\n<|\"|>"));
+  EXPECT_FALSE(Accepts(bounded, "<|\"|>abcd<|\"|>"));
+  EXPECT_FALSE(AcceptsPrefix(bounded, "<|\"|>a<b"));
+}
+
 TEST(JsonSchema, TooLargeSchemasAreRefused) {
   Json schema = {{"type", "object"}, {"properties", Json::object()}};
   for (int i = 0; i < 2000; ++i) {

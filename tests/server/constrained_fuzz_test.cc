@@ -1,12 +1,11 @@
 // The server's constraints on a random-weight model with the real Qwen3 vocabulary: random
 // tool sets (parameters drawn from the whole schema subset) with a forced call, required or
-// named, and random response_format schemas with tools offered; temperature sampling,
-// random seeds. What a client would get is checked: the OutputParser reads back exactly one
-// call of an offered tool (the named one when named) whose arguments validate against its
-// parameters, or content that parses and validates, and nothing else.
-// A random model rarely closes a string of no maximum length or an object of any members:
-// requests with those get a logit_bias toward closing tokens (the quote most), so they end
-// within max_tokens too.
+// named, in the JSON syntax and in Gemma 4's, and random response_format schemas with tools
+// offered; temperature sampling, random seeds. What a client would get is checked: the OutputParser
+// reads back exactly one call of an offered tool (the named one when named) whose arguments
+// validate against its parameters, or content that parses and validates, and nothing else. A random
+// model rarely closes a string of no maximum length or an object of any members: requests with
+// those get a logit_bias toward closing tokens (the quote most), so they end within max_tokens too.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -98,11 +97,13 @@ Json ParametersOf(const ChatCompletionRequest& chat, const std::string& name) {
   return nullptr;
 }
 
-// What the client gets from `c`, checked against what it asked for.
-void Check(const Case& c) {
+// What the client gets from `c`, checked against what it asked for (`tags`: the tool-call
+// tags of the syntax that was forced).
+void Check(const Case& c, ToolCallTags tags = kToolCallTags) {
   SCOPED_TRACE(c.text);
   EXPECT_EQ(c.finish.reason, FinishReason::kStop);
-  OutputParser parser(/*in_reasoning=*/false, /*parse_tools=*/true, "call_");
+  OutputParser parser(/*in_reasoning=*/false, /*parse_tools=*/true, "call_", kThinkTags, Json(),
+                      tags);
   OutputDelta out = parser.Push(c.text);
   OutputDelta rest = parser.Finish();
   out.content += rest.content;
@@ -130,16 +131,49 @@ void Check(const Case& c) {
   EXPECT_EQ(Violation(arguments, parameters, parameters), "") << call.arguments;
 }
 
+// The engine, a scheduler over the real Qwen3 vocabulary, and its tokenizer.
+struct Engine {
+  std::unique_ptr<Scheduler> scheduler;
+  const Tokenizer* tokenizer = nullptr;
+};
+
+Engine MakeEngine() {
+  const SchedulerOptions options = scheduler_test_util::TestOptions(4, 2048, 512);
+  Engine engine;
+  engine.scheduler = scheduler_test_util::MakeScheduler(kQwenVocab, options);
+  engine.tokenizer = scheduler_test_util::Fixture(kQwenVocab).tokenizer.get();
+  return engine;
+}
+
+// A request of `c` under grammar `g`: temperature sampling over the whole distribution.
+void Prepare(Case& c, const Tokenizer& tokenizer, OutputGrammar g, uint64_t seed) {
+  c.request.prompt =
+      tokenizer.Encode("<|im_start|>user\nGo.<|im_end|>\n<|im_start|>assistant\n", false, true);
+  c.request.max_tokens = 1500;
+  c.request.sampling.temperature = 1.0f;
+  c.request.sampling.top_k = 0;
+  c.request.sampling.top_p = 1.0f;
+  c.request.sampling.min_p = 0.0f;
+  c.request.sampling.seed = seed;
+  c.request.grammar = std::move(g);
+}
+
+void RunCases(Scheduler& scheduler, std::vector<Case>& cases) {
+  for (Case& c : cases) {
+    Result<RequestId> id = scheduler.Submit(c.request, c.Callbacks());
+    ASSERT_TRUE(id.ok()) << id.status().message();
+  }
+  for (Case& c : cases) ASSERT_TRUE(c.Wait());
+}
+
 TEST(ConstrainedFuzz, ForcedCallsAndFormatsAlwaysReachTheClientValid) {
   SHARDLM_REQUIRE_FIXTURES();
-  const SchedulerOptions options = scheduler_test_util::TestOptions(4, 2048, 512);
-  auto scheduler = scheduler_test_util::MakeScheduler(kQwenVocab, options);
-  ASSERT_NE(scheduler, nullptr);
-  const Tokenizer& tokenizer = *scheduler_test_util::Fixture(kQwenVocab).tokenizer;
+  Engine engine = MakeEngine();
+  ASSERT_NE(engine.scheduler, nullptr);
   std::vector<std::pair<TokenId, float>> closers;
   for (const auto& [text, bias] :
        {std::pair<const char*, float>{"\"", 60.0f}, {"}", 50.0f}, {"]", 50.0f}}) {
-    closers.push_back({tokenizer.FindToken(text), bias});
+    closers.push_back({engine.tokenizer->FindToken(text), bias});
     ASSERT_GE(closers.back().first, 0) << text;
   }
   RandomSchemas schemas(77);
@@ -158,26 +192,37 @@ TEST(ConstrainedFuzz, ForcedCallsAndFormatsAlwaysReachTheClientValid) {
     c.chat = std::move(chat).value();
     Result<OutputGrammar> g = ChatOutputConstraint(c.chat, context, &param);
     ASSERT_TRUE(g.ok()) << g.status().message() << "\n" << body.dump();
-    c.request.prompt =
-        tokenizer.Encode("<|im_start|>user\nGo.<|im_end|>\n<|im_start|>assistant\n", false, true);
-    c.request.max_tokens = 1500;
-    c.request.sampling.temperature = 1.0f;
-    c.request.sampling.top_k = 0;
-    c.request.sampling.top_p = 1.0f;
-    c.request.sampling.min_p = 0.0f;
-    c.request.sampling.seed = rng();
+    Prepare(c, *engine.tokenizer, std::move(g).value(), rng());
     if (unbounded) c.request.logit_bias = closers;
-    c.request.grammar = std::move(g).value();
   }
-  for (int i = 0; i < kRequests; ++i) {
-    Result<RequestId> id =
-        scheduler->Submit(cases[size_t(i)].request, cases[size_t(i)].Callbacks());
-    ASSERT_TRUE(id.ok()) << id.status().message();
-  }
+  RunCases(*engine.scheduler, cases);
+  for (const Case& c : cases) Check(c);
+}
+
+// Gemma 4's syntax forced on the same random tool sets (bounded ones: a random model rarely
+// ends a raw string of no maximum length): the parser reads one valid call out of each.
+TEST(ConstrainedFuzz, ForcedGemmaCallsAlwaysReachTheClientValid) {
+  SHARDLM_REQUIRE_FIXTURES();
+  Engine engine = MakeEngine();
+  ASSERT_NE(engine.scheduler, nullptr);
+  RandomSchemas schemas(91);
+  std::mt19937_64 rng(17);
+  ConstraintContext context;
+  context.tool_call_syntax = ToolCallSyntax::kGemma;
+  context.tool_call_tags = kGemmaToolCallTags;
+  std::vector<Case> cases(kRequests / 2);
   for (Case& c : cases) {
-    ASSERT_TRUE(c.Wait());
-    Check(c);
+    const Json body = ToolCallBody(schemas, rng, /*unbounded=*/false);
+    std::string param;
+    Result<ChatCompletionRequest> chat = ChatCompletionRequestFromJSON(body, &param);
+    ASSERT_TRUE(chat.ok()) << chat.status().message();
+    c.chat = std::move(chat).value();
+    Result<OutputGrammar> g = ChatOutputConstraint(c.chat, context, &param);
+    ASSERT_TRUE(g.ok()) << g.status().message() << "\n" << body.dump();
+    Prepare(c, *engine.tokenizer, std::move(g).value(), rng());
   }
+  RunCases(*engine.scheduler, cases);
+  for (const Case& c : cases) Check(c, kGemmaToolCallTags);
 }
 
 }  // namespace constrained_fuzz_test

@@ -212,6 +212,33 @@ TEST(StreamDecoderTest, HoldsIncompleteUtf8) {
   EXPECT_EQ(broken.Push(0x80), "\xEF\xBF\xBD");
 }
 
+// A vocabulary whose markup is CONTROL tokens (Gemma 4's): the decoder gives the text of the
+// ones it is asked to render and no other control token's.
+TEST(StreamDecoderTest, RendersTheControlTokensAskedFor) {
+  VocabSpec spec = ByteVocab();
+  for (const char* marker : {"<|channel>", "<channel|>", "<|tool_call>", "<|\"|>", "<|turn>"}) {
+    AddToken(spec, marker, kControl);
+  }
+  AddToken(spec, "<turn|>", kControl);
+  Built built = Write(spec);
+  auto tok = Make(built);
+  ASSERT_NE(tok, nullptr);
+  const std::vector<TokenId> ids =
+      tok->Encode("<|turn><|channel>x<channel|><|tool_call>y<|\"|><turn|>", false, true);
+  ASSERT_EQ(ids, (std::vector<TokenId>{260, 256, 'x', 257, 258, 'y', 259, 261}));
+  EXPECT_TRUE(tok->IsEog(261));
+  auto decode = [&](StreamDecoder decoder) {
+    std::string text;
+    for (TokenId id : ids) text += decoder.Push(id);
+    return text + decoder.Flush();
+  };
+  EXPECT_EQ(decode(StreamDecoder(*tok)), "xy");
+  EXPECT_EQ(decode(StreamDecoder(*tok, false, {259, 257, 256, 258})),
+            "<|channel>x<channel|><|tool_call>y<|\"|>");
+  EXPECT_EQ(decode(StreamDecoder(*tok, true)),
+            "<|turn><|channel>x<channel|><|tool_call>y<|\"|><turn|>");
+}
+
 TEST(TokenizerLoadTest, DefaultsFollowLlamaCpp) {
   VocabSpec spec = ByteVocab();
   spec.pre = "llama-bpe";
