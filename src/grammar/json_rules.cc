@@ -13,6 +13,27 @@
 namespace shardlm::grammar {
 namespace {
 
+// The characters of a string of min_chars..max_chars characters (max_chars < 0: no upper
+// bound), one rule per count written so far (the count stops at min_chars without an upper
+// bound): each character a byte of `plain`, a multibyte UTF-8 sequence, or (escape given) a
+// backslash and an escape.
+RuleId CountedChars(GrammarBuilder& b, const ByteSet& plain, const Symbol* escape, Symbol utf8,
+                    int min_chars, int max_chars) {
+  const int last = max_chars < 0 ? min_chars : max_chars;
+  std::vector<RuleId> chars(size_t(last) + 1);
+  for (RuleId& rule : chars) rule = b.AddRule("chars");
+  for (int k = 0; k <= last; ++k) {
+    const RuleId self = chars[size_t(k)];
+    if (k >= min_chars) b.AddAlternative(self, {});
+    if (max_chars >= 0 && k == max_chars) continue;
+    const Symbol next = GrammarBuilder::Ref(chars[size_t(std::min(k + 1, last))]);
+    b.AddAlternative(self, {b.Bytes(plain), next});
+    if (escape != nullptr) b.AddAlternative(self, {b.Byte('\\'), *escape, next});
+    b.AddAlternative(self, {utf8, next});
+  }
+  return chars[0];
+}
+
 // Bytes a JSON string holds as they are: printable ASCII but the quote and the backslash.
 ByteSet PlainStringBytes() {
   ByteSet set = ByteSet::Range(0x20, 0x7f);
@@ -184,19 +205,8 @@ RuleId JsonRules::JsonString(RuleId string, int min_chars, int max_chars) {
     // one rule per (count, tag state).
     ByteSet plain = PlainStringBytes();
     if (tags) plain.Remove('<');
-    const int last = max_chars < 0 ? min_chars : max_chars;
-    std::vector<RuleId> chars(size_t(last) + 1);
-    for (RuleId& rule : chars) rule = b.AddRule("chars");
-    for (int k = 0; k <= last; ++k) {
-      const RuleId self = chars[size_t(k)];
-      if (k >= min_chars) b.AddAlternative(self, {});
-      if (max_chars >= 0 && k == max_chars) continue;
-      const Symbol next = GrammarBuilder::Ref(chars[size_t(std::min(k + 1, last))]);
-      b.AddAlternative(self, {b.Bytes(plain), next});
-      b.AddAlternative(self, {b.Byte('\\'), escape, next});
-      b.AddAlternative(self, {utf8, next});
-    }
-    b.AddAlternative(string, {b.Byte('"'), GrammarBuilder::Ref(chars[0]), b.Byte('"')});
+    const RuleId chars = CountedChars(b, plain, &escape, utf8, min_chars, max_chars);
+    b.AddAlternative(string, {b.Byte('"'), GrammarBuilder::Ref(chars), b.Byte('"')});
     return string;
   }
   // chars[q]: the text so far ends in tag state q. An escape or a multi-byte character
@@ -242,18 +252,7 @@ RuleId JsonRules::GemmaString(RuleId string, int min_chars, int max_chars) {
     // A bounded string leaves out '<' (every tag starts with it) rather than pay for one
     // rule per (count, tag state), as JSON's does.
     plain.Remove('<');
-    const int last = max_chars < 0 ? min_chars : max_chars;
-    std::vector<RuleId> chars(size_t(last) + 1);
-    for (RuleId& rule : chars) rule = b.AddRule("chars");
-    for (int k = 0; k <= last; ++k) {
-      const RuleId self = chars[size_t(k)];
-      if (k >= min_chars) b.AddAlternative(self, {});
-      if (max_chars >= 0 && k == max_chars) continue;
-      const Symbol next = GrammarBuilder::Ref(chars[size_t(std::min(k + 1, last))]);
-      b.AddAlternative(self, {b.Bytes(plain), next});
-      b.AddAlternative(self, {utf8, next});
-    }
-    return wrap(chars[0]);
+    return wrap(CountedChars(b, plain, nullptr, utf8, min_chars, max_chars));
   }
   // chars[q]: the text so far ends in tag state q; a multi-byte character holds no '<'.
   std::vector<RuleId> chars(tag_next_.size());
