@@ -11,6 +11,7 @@
 #include "model/attention.h"
 #include "model/delta_net.h"
 #include "model/ops.h"
+#include "model/per_layer_inputs.h"
 #include "tensor/matmul.h"
 
 namespace shardlm {
@@ -47,15 +48,13 @@ struct ForwardPass::Activations {
   std::vector<float> rope;
   std::vector<RopeVariant> rope_variants;
   std::vector<int> rope_variant_of;  // [stage-local layer]
-  // Per-layer inputs (gemma4): [B][n_layers × n_embd_per_layer] for every model layer (the
-  // stage reads its own), and one token's per_layer_token_embd row per worker.
-  std::vector<float> per_layer;
-  std::vector<float> per_layer_row;  // [n_threads][n_layers × n_embd_per_layer]
-  std::vector<float> scores;         // [n_threads][scores_per_worker] AttendTile scratch
-  std::vector<int32_t> head_rows;    // [B] batch index of each logits row
-  std::vector<int32_t> embd_rows;    // [B] batch index of each embedding row
-  std::vector<int32_t> slot_next;    // [n_slots] last position + 1 (−1: slot unused)
-  std::vector<Tile> tiles;           // [<= B] attention tiles of the batch
+  // Per-layer inputs (gemma4) of every model layer; the stage reads its own.
+  PerLayerInputs per_layer;
+  std::vector<float> scores;       // [n_threads][scores_per_worker] AttendTile scratch
+  std::vector<int32_t> head_rows;  // [B] batch index of each logits row
+  std::vector<int32_t> embd_rows;  // [B] batch index of each embedding row
+  std::vector<int32_t> slot_next;  // [n_slots] last position + 1 (−1: slot unused)
+  std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
   // Bounded pool with scores: per scoring entry, its slot's pages × kv heads of partial
   // scores ([entry][kv head][page]), where each entry's block starts, and its page count.
   std::vector<float> score_partial;
@@ -174,11 +173,8 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
     act_->rope_variant_of.push_back(int(found - variants.begin()));
   }
   act_->rope.resize(act_->rope_variants.size() * b * config_.n_rot);
-  if (config_.n_embd_per_layer > 0) {
-    const size_t all_layers = size_t(config_.n_layers) * config_.n_embd_per_layer;
-    act_->per_layer.resize(b * all_layers);
-    act_->per_layer_row.resize(size_t(threads.size()) * all_layers);
-  }
+  if (config_.n_embd_per_layer > 0)
+    act_->per_layer.Resize(config_, max_batch_tokens, threads.size());
   act_->tiles.reserve(b);
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
@@ -353,7 +349,11 @@ Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
   }
   Embed(batch, hidden_in);
   BuildTiles(batch);
-  if (config_.n_embd_per_layer > 0) PerLayerInputs(batch);
+  if (config_.n_embd_per_layer > 0) {
+    act_->per_layer.Compute(model_.weights(), config_, batch,
+                            model_.is_first_stage() ? act_->x.data() : nullptr, act_->xn.data(),
+                            threads_, act_->scratch);
+  }
   const size_t variant_floats = size_t(max_batch_tokens_) * config_.n_rot;
   for (size_t v = 0; v < act_->rope_variants.size(); ++v) {
     const RopeVariant& rope = act_->rope_variants[v];
@@ -424,7 +424,11 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
   });
   Ffn(w, n);
   const LayerConfig& layer = LayerConfigOf(layer_idx);
-  if (layer.per_layer_input) PerLayerInput(layer_idx, n);
+  if (layer.per_layer_input) {
+    act_->per_layer.Project(w, config_, model_.layers().begin + layer_idx, act_->x.data(), n,
+                            act_->gate.data(), act_->proj.data(), threads_, act_->scratch);
+    threads_.ParallelFor(n, [&](size_t t, size_t) { AddToResidual(t, w.per_layer_post_norm); });
+  }
   if (layer.output_scale) {
     const float scale = w.layer_output_scale.data[0];
     threads_.ParallelFor(n, [&](size_t t, size_t) {
@@ -432,61 +436,6 @@ void ForwardPass::Layer(int layer_idx, std::span<const BatchEntry> batch,
       for (size_t i = 0; i < n_embd; ++i) x[i] *= scale;
     });
   }
-}
-
-// gemma4's per-layer inputs of every model layer, for each token: the scaled embedding
-// projected (per_layer_model_proj / sqrt(n_embd)), RMS-normed per layer, plus the token's
-// per_layer_token_embd row × sqrt(n_embd_per_layer), all × 1/sqrt(2), in llama.cpp's order.
-// A later stage embeds the token again for it (its rows come from stage 0 already mixed).
-void ForwardPass::PerLayerInputs(std::span<const BatchEntry> batch) {
-  const StageWeights& w = model_.weights();
-  const size_t n_embd = config_.n_embd;
-  const size_t width = config_.n_embd_per_layer;
-  const size_t all_layers = size_t(config_.n_layers) * width;
-  const float* embedded = act_->x.data();
-  if (!model_.is_first_stage()) {
-    threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
-      float* x = &act_->xn[t * n_embd];
-      DequantizeRow(w.token_embd, batch[t].token, x);
-      for (size_t i = 0; i < n_embd; ++i) x[i] *= config_.embedding_scale;
-    });
-    embedded = act_->xn.data();
-  }
-  MatMul(w.per_layer_model_proj, embedded, int64_t(batch.size()), act_->per_layer.data(), threads_,
-         act_->scratch);
-  const float proj_scale = 1.0f / sqrtf(float(n_embd));
-  const float token_scale = sqrtf(float(width));
-  const float input_scale = 1.0f / sqrtf(2.0f);
-  threads_.ParallelFor(batch.size(), [&](size_t t, size_t worker) {
-    float* inputs = &act_->per_layer[t * all_layers];
-    float* token_row = &act_->per_layer_row[worker * all_layers];
-    DequantizeRow(w.per_layer_token_embd, batch[t].token, token_row);
-    for (size_t i = 0; i < all_layers; ++i) inputs[i] *= proj_scale;
-    for (size_t l = 0; l < size_t(config_.n_layers); ++l) {
-      float* slice = inputs + l * width;
-      RmsNorm(slice, w.per_layer_proj_norm.data, int64_t(width), config_.rms_eps, slice);
-    }
-    for (size_t i = 0; i < all_layers; ++i) {
-      inputs[i] = (inputs[i] + token_row[i] * token_scale) * input_scale;
-    }
-  });
-}
-
-// x += post_norm(proj · (GELU(inp_gate · x) ⊙ the layer's per-layer input)).
-void ForwardPass::PerLayerInput(int layer_idx, int n_tokens) {
-  const LayerWeights& w = model_.weights().blocks[layer_idx];
-  const size_t width = config_.n_embd_per_layer;
-  const size_t all_layers = size_t(config_.n_layers) * width;
-  const size_t model_layer = size_t(model_.layers().begin + layer_idx);
-  MatMul(w.per_layer_inp_gate, act_->x.data(), n_tokens, act_->gate.data(), threads_,
-         act_->scratch);
-  threads_.ParallelFor(n_tokens, [&](size_t t, size_t) {
-    float* gate = &act_->gate[t * width];
-    GeGlu(gate, &act_->per_layer[t * all_layers + model_layer * width], int64_t(width), gate);
-  });
-  MatMul(w.per_layer_proj, act_->gate.data(), n_tokens, act_->proj.data(), threads_, act_->scratch);
-  threads_.ParallelFor(n_tokens,
-                       [&](size_t t, size_t) { AddToResidual(t, w.per_layer_post_norm); });
 }
 
 // The attention sublayer up to attn_output's rows in proj: q, k, v projections (q with its

@@ -130,8 +130,6 @@ class ForwardPass {
   void RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batch,
                       std::span<const PageList> pages_by_slot);
   void Ffn(const LayerWeights& w, int n_tokens);
-  void PerLayerInputs(std::span<const BatchEntry> batch);
-  void PerLayerInput(int layer_idx, int n_tokens);
   void AddToResidual(size_t t, const NormWeight& post_norm);
   // Bounded pool with summaries: the layer's written keys into their summaries, and the
   // scoring entries' page scores (one task per kv head).
