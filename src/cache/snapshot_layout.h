@@ -28,11 +28,13 @@ namespace shardlm {
 struct StageLayers {
   int layer_begin = 0;
   int layer_end = 0;
-  // Layers of the range with KV pages (a model with recurrent layers has fewer; a stage of
-  // recurrent layers only has none and writes no kv_page section); -1: every layer.
+  // Layers of the range with KV pages (a model with recurrent layers, or windowed layers kept
+  // in rings, has fewer; a stage of those only has none and writes no kv_page section); -1:
+  // every layer.
   int kv_layers = -1;
-  // Floats of one sequence's state in the range's recurrent layers (kv/recurrent_state.h's slot
-  // layout); 0: none. Not part of the fingerprint: the model and the range fix it.
+  // One sequence's state in the range (ForwardPass::ExportState: recurrent layers' floats, then
+  // window rings' K and V rows), in 4-byte words; 0: none. Not part of the fingerprint: the
+  // model, the range, the KV type and kv_layers fix it.
   uint64_t state_floats = 0;
   int n_kv_layers() const { return kv_layers < 0 ? layer_end - layer_begin : kv_layers; }
   uint64_t state_bytes() const { return state_floats * sizeof(float); }

@@ -40,6 +40,7 @@ struct BenchFlags {
   int n_threads = 0;  // 0: every hardware thread
   int reps = 5;
   std::string kv_type = "f32";
+  std::string window_kv = "ring";
   bool json = false;
   PlacementFlags placement;
   PlacementFlags vs_placement;  // --vs-devices / --vs-layer-split; devices "" → none
@@ -65,6 +66,7 @@ void DeclareFlags(CLI::App& cmd, BenchFlags& f) {
       ->capture_default_str();
   cmd.add_option("-r,--repetitions", f.reps, "Timed repetitions per test")->capture_default_str();
   DeclareKvTypeFlag(cmd, f.kv_type);
+  DeclareWindowKvFlag(cmd, f.window_kv);
   DeclareKvPoolFlags(cmd, f.kv_pool);
   cmd.add_flag("--json", f.json, "Print one JSON object per test (JSON lines)");
   DeclarePlacementFlags(cmd, f.placement);
@@ -180,6 +182,7 @@ void PrintTableRow(const ModelFacts& facts, const std::string& backend, int n_th
 
 Status BenchCommand(const BenchFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(f.kv_type));
+  SHARDLM_ASSIGN_OR_RETURN(WindowKv window_kv, ParseWindowKvFlag(f.window_kv));
   if (f.n_prompt < 0 || f.n_gen < 0 || f.n_depth < 0) {
     return InvalidArgument("-p, -n and -d must be >= 0");
   }
@@ -218,9 +221,10 @@ Status BenchCommand(const BenchFlags& f) {
   BenchOptions options;
   options.reps = f.reps;
   options.kv_type = kv_type;
+  options.window_kv = window_kv;
   // A pool per sequence: every stream of a tg test has its own.
   SHARDLM_ASSIGN_OR_RETURN(ParsedKvPool kv_pool,
-                           ParseKvPoolFlags(f.kv_pool, 1, *loaded.model, kv_type));
+                           ParseKvPoolFlags(f.kv_pool, 1, *loaded.model, kv_type, window_kv));
   options.kv_pool = kv_pool.pool;
   options.kv_tier = kv_pool.tier;
   if (kv_pool.pool.bounded()) std::fprintf(stderr, "bench: %s\n", DescribeKvPool(kv_pool).c_str());

@@ -40,6 +40,7 @@ struct RunFlags {
   int n_ctx = 4096;
   int n_batch = 512;
   std::string kv_type = "f32";
+  std::string window_kv = "ring";
   KvPoolFlags kv_pool;
   bool no_parse_special = false;
   bool ignore_eos = false;
@@ -60,6 +61,7 @@ void DeclareFlags(CLI::App& cmd, RunFlags& f) {
   cmd.add_option("-b,--batch-size", f.n_batch, "Most prompt tokens per forward pass")
       ->capture_default_str();
   DeclareKvTypeFlag(cmd, f.kv_type);
+  DeclareWindowKvFlag(cmd, f.window_kv);
   DeclareKvPoolFlags(cmd, f.kv_pool);
   cmd.add_flag("--no-parse-special", f.no_parse_special,
                "Tokenize special-token text in the prompt as plain text");
@@ -163,6 +165,7 @@ SchedulerOptions OneRequestOptions(const RunFlags& f, int n_prompt, int n_thread
 
 Status RunCommand(RunFlags& f) {
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(f.kv_type));
+  SHARDLM_ASSIGN_OR_RETURN(WindowKv window_kv, ParseWindowKvFlag(f.window_kv));
   SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(f.placement));
   if (f.seed < 0) {
     f.sampling.seed = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
@@ -201,8 +204,9 @@ Status RunCommand(RunFlags& f) {
   request.ignore_eos = f.ignore_eos;
   SchedulerOptions options =
       OneRequestOptions(f, n_prompt, n_threads, kv_type, std::move(placement));
+  options.window_kv = window_kv;
   SHARDLM_ASSIGN_OR_RETURN(ParsedKvPool kv_pool,
-                           ParseKvPoolFlags(f.kv_pool, 1, *loaded.model, kv_type));
+                           ParseKvPoolFlags(f.kv_pool, 1, *loaded.model, kv_type, window_kv));
   options.kv_pool = kv_pool.pool;
   options.kv_tier = kv_pool.tier;
   if (options.bounded_kv()) std::fprintf(stderr, "%s\n", DescribeKvPool(kv_pool).c_str());

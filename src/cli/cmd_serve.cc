@@ -65,6 +65,7 @@ struct ServeFlags {
   std::string kv_cache_dir;
   std::string kv_cache_budget = "8GiB";
   std::string kv_type = "f16";
+  std::string window_kv = "ring";
   std::string slot_save_path;
   std::string slot_save_budget = "8GiB";
   bool embeddings = false;
@@ -116,6 +117,7 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "the least used are evicted")
       ->capture_default_str();
   DeclareKvTypeFlag(cmd, f.kv_type);
+  DeclareWindowKvFlag(cmd, f.window_kv);
   DeclareKvPoolFlags(cmd, f.kv_pool);
   cmd.add_option("--slot-save-path", f.slot_save_path,
                  "Folder of /slots save and restore files (created if missing; default: the "
@@ -244,6 +246,7 @@ void OnSignal(int) {
 Status RunServe(const ServeFlags& flags) {
   SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(flags.placement));
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(flags.kv_type));
+  SHARDLM_ASSIGN_OR_RETURN(WindowKv window_kv, ParseWindowKvFlag(flags.window_kv));
   Result<uint64_t> budget = ParseByteSize(flags.kv_cache_budget);
   if (!budget.ok()) return InvalidArgument("--kv-cache-budget: {}", budget.status().message());
   Result<uint64_t> slot_budget = ParseByteSize(flags.slot_save_budget);
@@ -273,8 +276,10 @@ Status RunServe(const ServeFlags& flags) {
   so.prefix_cache = !flags.no_prefix_cache;
   so.cache_pages = flags.cache_pages;
   so.kv_type = kv_type;
-  SHARDLM_ASSIGN_OR_RETURN(ParsedKvPool kv_pool, ParseKvPoolFlags(flags.kv_pool, flags.n_parallel,
-                                                                  *loaded.model, kv_type));
+  so.window_kv = window_kv;
+  SHARDLM_ASSIGN_OR_RETURN(
+      ParsedKvPool kv_pool,
+      ParseKvPoolFlags(flags.kv_pool, flags.n_parallel, *loaded.model, kv_type, window_kv));
   so.kv_pool = kv_pool.pool;
   so.kv_tier = kv_pool.tier;
   so.kv_cache_dir = kv_cache_dir;

@@ -48,7 +48,7 @@ void DeclareKvPoolFlags(CLI::App& cmd, KvPoolFlags& flags) {
 }
 
 Result<ParsedKvPool> ParseKvPoolFlags(const KvPoolFlags& flags, int n_parallel, const Model& model,
-                                      KvType kv_type) {
+                                      KvType kv_type, WindowKv window_kv) {
   ParsedKvPool parsed;
   KvPoolOptions& pool = parsed.pool;
   pool.sink_tokens = flags.sink;
@@ -61,7 +61,7 @@ Result<ParsedKvPool> ParseKvPoolFlags(const KvPoolFlags& flags, int n_parallel, 
     const ModelConfig& config = model.config();
     SHARDLM_TRY(CheckModelKvRows(config, kv_type));
     const size_t bytes_per_position =
-        KvPageBytes(StageKvPoolConfig(config, {0, config.n_layers}, 1, 1, kv_type));
+        KvPageBytes(StageKvPoolConfig(config, {0, config.n_layers}, 1, 1, kv_type, window_kv));
     const uint64_t available = AvailableMemory();
     const uint64_t per_sequence =
         available / 4 / uint64_t(std::max(1, n_parallel)) / std::max<size_t>(1, bytes_per_position);

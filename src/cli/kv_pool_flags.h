@@ -32,13 +32,13 @@ struct KvPoolFlags {
 void DeclareKvPoolFlags(CLI::App& cmd, KvPoolFlags& flags);
 
 // What the flags ask for. `auto` takes a quarter of the memory available now, shared by
-// n_parallel sequences, at every layer's K and V of one position of `model` in kv_type.
+// n_parallel sequences, at the K and V of one position of `model`'s paged layers in kv_type.
 struct ParsedKvPool {
   KvPoolOptions pool;
   KvTierSpec tier;
 };
 Result<ParsedKvPool> ParseKvPoolFlags(const KvPoolFlags& flags, int n_parallel, const Model& model,
-                                      KvType kv_type);
+                                      KvType kv_type, WindowKv window_kv);
 
 // "kv pool: 4096 positions per sequence, tier ram, qk selection, sink 64, tail 256, ..."
 std::string DescribeKvPool(const ParsedKvPool& parsed);

@@ -14,4 +14,18 @@ Result<KvType> ParseKvTypeFlag(const std::string& kv_type) {
   return type;
 }
 
+void DeclareWindowKvFlag(CLI::App& cmd, std::string& window_kv) {
+  cmd.add_option("--window-kv", window_kv,
+                 "KV of sliding-window layers: ring (each sequence keeps its window only; a "
+                 "cached prefix resumes where a state was kept) | full (every position kept; "
+                 "any cached prefix resumes)")
+      ->capture_default_str();
+}
+
+Result<WindowKv> ParseWindowKvFlag(const std::string& window_kv) {
+  Result<WindowKv> placement = ParseWindowKv(window_kv);
+  if (!placement.ok()) return InvalidArgument("--window-kv: {}", placement.status().message());
+  return placement;
+}
+
 }  // namespace shardlm::cli

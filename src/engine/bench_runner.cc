@@ -63,6 +63,7 @@ class BenchSubject {
     engine.max_queue = 0;
     engine.threads = n_threads;
     engine.kv_type = options.kv_type;
+    engine.window_kv = options.window_kv;
     engine.kv_pool = options.kv_pool;
     engine.kv_tier = options.kv_tier;
     engine.log_requests = false;

@@ -51,6 +51,7 @@ struct BenchTest {
 struct BenchOptions {
   int reps = 5;
   KvType kv_type = KvType::kF32;
+  WindowKv window_kv = WindowKv::kRing;
   uint64_t seed = 1234;  // random prompt tokens
   // Bounded KV residency (`--kv-pool` and its flags): a pool per sequence; unbounded by
   // default. A pool the test's context fits in is the unbounded engine.

@@ -69,6 +69,7 @@ KvGeometry SchedulerOptions::Kv() const {
   kv.n_pages = n_parallel * pages_per_seq + cache_pages;
   kv.page_tokens = page_tokens;
   kv.kv_type = kv_type;
+  kv.window_kv = window_kv;
   kv.max_batch_tokens = n_batch;
   if (bounded_kv()) {
     // Every slot's resident set in frames; the other pages in each stage's tier.
@@ -164,9 +165,10 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(LoadedModel loaded,
 
 Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_name,
                        std::optional<Fingerprint128> model_fingerprint) {
-  // A windowed layer reads every position of its window: under a bounded pool they stay
-  // resident because the tail (never evicted) covers the widest window.
-  const int window = pipeline->config().WidestWindow();
+  // A windowed layer whose KV is in the pages (WindowKv::kFull) reads every position of its
+  // window: under a bounded pool they stay resident because the tail (never evicted) covers
+  // the widest window. Rings (kRing) hold the windows outside the pool.
+  const int window = options_.window_kv == WindowKv::kFull ? pipeline->config().WidestWindow() : 0;
   if (options_.bounded_kv() && window > options_.kv_pool.tail_tokens) {
     std::fprintf(stderr, "scheduler: --kv-tail %d raised to %d, the model's attention window\n",
                  options_.kv_pool.tail_tokens, window);
@@ -176,7 +178,8 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
   state->pipeline = std::move(pipeline);
   const Fingerprint128 fingerprint = model_fingerprint.value_or(Fingerprint128{});
   if (model_fingerprint) {
-    slot_layout_ = PipelineSnapshotLayout(*state->pipeline, fingerprint, options_.kv_type);
+    slot_layout_ =
+        PipelineSnapshotLayout(*state->pipeline, fingerprint, options_.kv_type, options_.window_kv);
   }
   if (!options_.kv_cache_dir.empty()) {
     SchedulerDiskCacheOptions disk;
@@ -184,6 +187,7 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
     disk.budget_bytes = options_.kv_cache_budget;
     disk.model = fingerprint;
     disk.kv_type = options_.kv_type;
+    disk.window_kv = options_.window_kv;
     SHARDLM_ASSIGN_OR_RETURN(state->disk_cache,
                              SchedulerDiskCache::Open(state->pipeline.get(), std::move(disk)));
   }

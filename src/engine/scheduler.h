@@ -133,6 +133,9 @@ struct SchedulerOptions {
   int prefill_chunk = 0;
   int threads = 0;  // compute threads of an unpinned "cpu" stage; 0: every core
   KvType kv_type = KvType::kF32;
+  // Where windowed layers keep their KV (kv/page_pool.h): kRing keeps each sequence's window
+  // only, and its state at a page boundary resumes a cached prefix (as a recurrent layer's).
+  WindowKv window_kv = WindowKv::kRing;
   int page_tokens = kDefaultPageTokens;
   std::string model_name;           // what info().model_name reports; "": general.name or "model"
   bool log_requests = true;         // one line per finished request on stderr

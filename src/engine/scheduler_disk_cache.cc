@@ -6,27 +6,34 @@
 #include <cstdio>
 #include <utility>
 
+#include "base/check.h"
 #include "base/thread_name.h"
 #include "cache/snapshot_file.h"
 #include "model/model.h"
 
 namespace shardlm {
 SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprint128& model,
-                                      KvType kv_type) {
+                                      KvType kv_type, WindowKv window_kv) {
   SnapshotLayout layout;
   layout.model = model;
+  const ModelConfig& config = pipeline.config();
   const std::vector<StageInfo> placement = pipeline.placement();
   const std::vector<size_t> state_bytes = pipeline.stage_state_bytes();
   for (size_t s = 0; s < placement.size(); ++s) {
     const StageInfo& stage = placement[s];
-    layout.stages.push_back({stage.layers.begin, stage.layers.end,
-                             pipeline.config().KvLayers(stage.layers.begin, stage.layers.end),
-                             s < state_bytes.size() ? state_bytes[s] / sizeof(float) : 0});
+    // A state is whole 4-byte words (float32 recurrent state; K and V rows of a window ring
+    // are an even number of bytes each, and come in pairs).
+    const size_t bytes = s < state_bytes.size() ? state_bytes[s] : 0;
+    SHARDLM_CHECK(bytes % sizeof(float) == 0);
+    layout.stages.push_back(
+        {stage.layers.begin, stage.layers.end,
+         StageKvPoolConfig(config, stage.layers, 1, 1, kv_type, window_kv).n_layers,
+         bytes / sizeof(float)});
   }
   layout.page_tokens = pipeline.allocator().page_tokens();
   layout.kv_type = kv_type;
-  const ModelConfig& config = pipeline.config();
-  const PagePoolConfig pool = StageKvPoolConfig(config, {0, config.n_layers}, 1, 1, kv_type);
+  const PagePoolConfig pool =
+      StageKvPoolConfig(config, {0, config.n_layers}, 1, 1, kv_type, window_kv);
   if (pool.uniform()) {
     layout.n_kv_heads = config.n_head_kv;
     layout.head_dim = config.head_dim;
@@ -52,7 +59,8 @@ SchedulerDiskCache::SchedulerDiskCache(Pipeline* pipeline, SnapshotLayout layout
 
 Result<std::unique_ptr<SchedulerDiskCache>> SchedulerDiskCache::Open(
     Pipeline* pipeline, SchedulerDiskCacheOptions options) {
-  SnapshotLayout layout = PipelineSnapshotLayout(*pipeline, options.model, options.kv_type);
+  SnapshotLayout layout =
+      PipelineSnapshotLayout(*pipeline, options.model, options.kv_type, options.window_kv);
   if (!layout.describable()) {
     return Unsupported(
         "the disk KV cache cannot store this model's pages yet: its KV layers hold different "

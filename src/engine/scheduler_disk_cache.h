@@ -80,14 +80,16 @@ struct SchedulerDiskCacheOptions {
   uint64_t budget_bytes = 0;
   Fingerprint128 model;  // ModelFingerprint of the served file
   KvType kv_type = KvType::kF32;
+  WindowKv window_kv = WindowKv::kRing;
   // Where log lines go; stderr ("kv-cache: ...") when empty.
   std::function<void(const std::string&)> log;
 };
 
 // The snapshot layout of `pipeline`'s pages (cache blocks and slot files): the model's
-// fingerprint, each stage's layers, the page geometry and the KV type.
+// fingerprint, each stage's layers (those with KV in the pages, and the bytes of its state),
+// the page geometry and the KV type.
 SnapshotLayout PipelineSnapshotLayout(const Pipeline& pipeline, const Fingerprint128& model,
-                                      KvType kv_type);
+                                      KvType kv_type, WindowKv window_kv);
 
 class SchedulerDiskCache {
  public:

@@ -46,7 +46,8 @@ constexpr auto kHelloFields = [](auto& v, auto& m) {
   v("n_vocab", m.n_vocab);
   v("n_pages", m.n_pages);
   v("page_tokens", m.page_tokens);
-  v("kv_type", m.kv_type);  // range-checked by the daemon (KvType)
+  v("kv_type", m.kv_type);      // range-checked by the daemon (KvType)
+  v("window_kv", m.window_kv);  // range-checked by the daemon (WindowKv)
   v("threads", m.threads);
   v("max_batch_tokens", m.max_batch_tokens);
   v("max_logit_rows", m.max_logit_rows);

@@ -57,7 +57,9 @@ namespace shardlm {
 // 8: recurrent layers: ExportState / ImportState / StateReply; pages hold only the layers with
 //    KV (a stage of recurrent layers only has pages of 0 bytes); the region's areas also fit
 //    one slot's recurrent state.
-inline constexpr uint32_t kShardProtocolVersion = 8;
+// 9: Hello.window_kv: windowed layers in rings (pages hold only the other layers; the state
+//    holds the rings' last window).
+inline constexpr uint32_t kShardProtocolVersion = 9;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -97,8 +99,9 @@ struct ShardHello {
   // Page geometry: the daemon's pool has n_pages pages of page_tokens positions.
   int32_t n_pages = 0;
   int32_t page_tokens = 0;
-  uint32_t kv_type = 0;  // KvType
-  int32_t threads = 0;   // 0: the daemon's own --cores
+  uint32_t kv_type = 0;    // KvType
+  uint32_t window_kv = 0;  // WindowKv
+  int32_t threads = 0;     // 0: the daemon's own --cores
   int32_t max_batch_tokens = 0;
   int32_t max_logit_rows = 0;  // most rows wanting logits in one batch (last stage)
   uint64_t shm_bytes = 0;      // size of the attached region

@@ -29,6 +29,24 @@ Result<KvType> ParseKvType(const std::string& name) {
   return InvalidArgument("unknown KV cache type '{}' (use f32, f16 or q8_0)", name);
 }
 
+const char* WindowKvName(WindowKv window_kv) {
+  switch (window_kv) {
+    case WindowKv::kRing:
+      return "ring";
+    case WindowKv::kFull:
+      return "full";
+    case WindowKv::kSentinel:
+      break;
+  }
+  return "invalid";
+}
+
+Result<WindowKv> ParseWindowKv(const std::string& name) {
+  if (name == "ring") return WindowKv::kRing;
+  if (name == "full") return WindowKv::kFull;
+  return InvalidArgument("unknown window KV placement '{}' (use ring or full)", name);
+}
+
 GgmlType KvElementType(KvType type) {
   switch (type) {
     case KvType::kF32:

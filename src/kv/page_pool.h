@@ -75,6 +75,17 @@ size_t KvRowBytes(KvType type, size_t n);
 // blocks.
 Status CheckKvRows(KvType type, int head_dim);
 
+// Where windowed layers (gemma3, gemma4) keep their KV (`--window-kv`).
+//  - kRing: only each sequence's window, in a ring of pages per sequence that the forward pass
+//    owns (kv/window_ring.h); the page pool holds the other layers alone, so a long context
+//    costs a fraction of the memory. The window is part of the sequence's state (like a
+//    recurrent layer's): a cached prefix resumes only where a state was kept.
+//  - kFull: every position in the page pool, as for a global layer: any cached prefix of
+//    whole pages resumes, at the cost of storing what no token reads any more.
+enum class WindowKv { kRing = 0, kFull = 1, kSentinel = 2 };
+const char* WindowKvName(WindowKv window_kv);
+Result<WindowKv> ParseWindowKv(const std::string& name);  // "ring" | "full"
+
 // Default positions per page: large enough that the per-page bookkeeping (block table
 // entries, prefix hashes) is negligible, small enough that a short sequence wastes little.
 inline constexpr int kDefaultPageTokens = 64;
@@ -99,6 +110,7 @@ struct KvGeometry {
   int n_pages = 0;
   int page_tokens = kDefaultPageTokens;
   KvType kv_type = KvType::kF32;
+  WindowKv window_kv = WindowKv::kRing;
   int max_batch_tokens = 512;
   int n_frames = 0;  // 0: unbounded, every page resident (n_pages frames)
   KvTierSpec tier = {};
@@ -117,13 +129,17 @@ struct KvLayerShape {
 struct PagePoolConfig {
   int n_pages = 0;
   int page_tokens = kDefaultPageTokens;
-  int n_layers = 0;  // the stage's layers with KV of their own (0: a stage of recurrent layers)
+  // The stage's layers with KV of their own in this pool (0: a stage of recurrent layers, or of
+  // windowed layers whose KV is in rings).
+  int n_layers = 0;
   // Every layer's shape, unless layer_shapes gives one per layer ([n_layers]; then these two
   // are the widest, which bound the attention scratch).
   int n_kv_heads = 0;
   int head_dim = 0;
   KvType kv_type = KvType::kF32;
   std::vector<KvLayerShape> layer_shapes;
+  // kRing: the stage's windowed layers are not in this pool (the forward pass rings them).
+  WindowKv window_kv = WindowKv::kRing;
 
   KvLayerShape layer_shape(int layer_idx) const {
     return layer_shapes.empty() ? KvLayerShape{n_kv_heads, head_dim}

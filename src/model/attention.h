@@ -5,8 +5,10 @@
 // depends only on the values stored for positions 0..n_ctx-1, never on which batch wrote
 // them or how many threads run. Numerics as llama.cpp with -fa off: s_j = (q·k_j)·scale,
 // p = softmax(s), out = Σ_j p_j v_j accumulated in position order.
-// Non-goals: flash-style online softmax (it would change the rounding vs llama.cpp),
-// sliding windows (gemma3, later). Row kernels (dot, axpy) live in attention_kernels.h.
+// A windowed layer's token reads only the last `window` positions (AttentionTile::window).
+// Non-goals: flash-style online softmax (it would change the rounding vs llama.cpp), where a
+// window's KV lives (a page pool or a ring, kv/window_ring.h). Row kernels (dot, axpy) live in
+// attention_kernels.h.
 //
 // A sequence's pages come as a PageList (logical page index → page id in the stage's pool);
 // these functions never allocate, copy or check refcounts: the caller's block table made

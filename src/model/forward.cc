@@ -26,6 +26,37 @@ struct RopeVariant {
   friend bool operator==(const RopeVariant&, const RopeVariant&) = default;
 };
 
+// Where a layer's KV is: the page pool or the window rings, and its layer index there (-1: the
+// layer has none).
+struct KvPlace {
+  bool ring = false;
+  int index = -1;
+};
+
+// Each stage-local layer's KV place: a layer with KV of its own takes the next index of its
+// store, a layer sharing another's KV reads that layer's place.
+std::vector<KvPlace> PlaceStageKv(const Model& model, WindowKv window_kv) {
+  std::vector<KvPlace> by_kv;  // [Model::kv_index]
+  std::vector<KvPlace> places;
+  int n_pool = 0;
+  int n_ring = 0;
+  for (int layer_idx = 0; layer_idx < model.layers().size(); ++layer_idx) {
+    const LayerConfig& layer = model.config().layers[size_t(model.layers().begin + layer_idx)];
+    const int kv = model.kv_index(layer_idx);
+    if (kv < 0) {
+      places.push_back({});
+      continue;
+    }
+    if (layer.has_kv()) {
+      SHARDLM_CHECK(size_t(kv) == by_kv.size());
+      const bool ring = KvInWindowRing(layer, window_kv);
+      by_kv.push_back({ring, ring ? n_ring++ : n_pool++});
+    }
+    places.push_back(by_kv[size_t(kv)]);
+  }
+  return places;
+}
+
 }  // namespace
 
 // Every buffer is sized once for max_batch_tokens (B) rows; a batch uses its first rows.
@@ -65,6 +96,9 @@ struct ForwardPass::Activations {
   MatMulScratch scratch;
   // Recurrent layers: their state per slot and their buffers (stages without one: null).
   std::unique_ptr<RecurrentStates> states;
+  // Windowed layers under WindowKv::kRing: their KV per slot (stages without one: null).
+  std::unique_ptr<WindowRings> rings;
+  std::vector<KvPlace> kv_place;  // [stage-local layer]
   DeltaNetScratch delta_net;
   size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
   int tile_tokens = 1;           // TileTokensFor(gqa_group), for the largest group
@@ -82,7 +116,9 @@ struct AttentionRows {
   size_t scores_per_worker = 0;
 };
 
-AttentionRows StageAttentionRows(const Model& model, const PagePoolConfig& kv, size_t max_ctx) {
+AttentionRows StageAttentionRows(const Model& model, const PagePoolConfig& kv,
+                                 std::span<const KvPlace> places,
+                                 std::span<const WindowRingLayer> ring_layers, size_t max_ctx) {
   const ModelConfig& config = model.config();
   const LayerRange layers = model.layers();
   AttentionRows rows;
@@ -93,8 +129,10 @@ AttentionRows StageAttentionRows(const Model& model, const PagePoolConfig& kv, s
       continue;
     }
     // The layer steps this forward pass computes: pre-norm attention (full or windowed) and
-    // FFN over KV of the pool's shape for the layer (its own or the layer it shares).
-    const KvLayerShape shape = kv.layer_shape(model.kv_index(layer_idx - layers.begin));
+    // FFN over KV of the pool's or ring's shape for the layer (its own or the layer it shares).
+    const KvPlace place = places[size_t(layer_idx - layers.begin)];
+    const KvLayerShape shape =
+        place.ring ? ring_layers[size_t(place.index)].shape : kv.layer_shape(place.index);
     SHARDLM_CHECK_MSG(
         (layer.attention == AttentionKind::kFull ||
          (layer.attention == AttentionKind::kSliding && layer.window > 0)) &&
@@ -130,12 +168,20 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
       act_(std::make_unique<Activations>()) {
   SHARDLM_CHECK(max_batch_tokens > 0);
   const PagePoolConfig& kv = pool.config();
-  SHARDLM_CHECK_MSG(kv.n_layers == model.n_kv_layers() && kv.n_kv_heads == config_.n_head_kv &&
-                        kv.head_dim == config_.head_dim,
+  SHARDLM_CHECK_MSG(kv.n_layers == model.KvPoolConfig(1, 1, kv.kv_type, kv.window_kv).n_layers &&
+                        kv.n_kv_heads == config_.n_head_kv && kv.head_dim == config_.head_dim,
                     "page pool shape does not match the stage (use Model::KvPoolConfig)");
   const size_t b = size_t(max_batch_tokens);
   act_->max_ctx = size_t(kv.n_pages) * kv.page_tokens;
-  const AttentionRows rows = StageAttentionRows(model, kv, act_->max_ctx);
+  act_->kv_place = PlaceStageKv(model, kv.window_kv);
+  std::vector<WindowRingLayer> ring_layers =
+      StageWindowRingLayers(config_, model.layers(), kv.window_kv);
+  const AttentionRows rows =
+      StageAttentionRows(model, kv, act_->kv_place, ring_layers, act_->max_ctx);
+  if (!ring_layers.empty()) {
+    act_->rings = std::make_unique<WindowRings>(std::move(ring_layers), kv.page_tokens, kv.kv_type,
+                                                max_batch_tokens);
+  }
   act_->tile_tokens = rows.tile_tokens;
   act_->scores_per_worker = rows.scores_per_worker;
   act_->x.resize(b * config_.n_embd);
@@ -179,31 +225,51 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
   act_->scores.resize(size_t(threads.size()) * act_->scores_per_worker);
   act_->head_rows.resize(b);
   act_->embd_rows.resize(b);
+  SHARDLM_CHECK(state_bytes() ==
+                StageStateBytes(config_, model.layers(), kv.kv_type, kv.window_kv));
 }
 
 ForwardPass::~ForwardPass() = default;
 
-size_t ForwardPass::state_bytes() const { return act_->states ? act_->states->slot_bytes() : 0; }
+size_t ForwardPass::state_bytes() const {
+  return (act_->states ? act_->states->slot_bytes() : 0) +
+         (act_->rings ? act_->rings->state_bytes() : 0);
+}
 
+// A slot's state: its recurrent layers' bytes, then its window rings'.
 Status ForwardPass::ExportState(int slot, int32_t position, std::span<uint8_t> dst) const {
-  if (!act_->states) return InvalidArgument("the stage has no recurrent layers");
+  if (state_bytes() == 0) return InvalidArgument("the stage keeps no state per sequence");
   if (dst.size() != state_bytes()) {
     return InvalidArgument("a state of {} bytes does not fit {}", state_bytes(), dst.size());
   }
-  const std::span<const uint8_t> bytes = act_->states->BytesAt(slot, position);
-  if (bytes.empty()) {
-    return NotFound("slot {} holds no recurrent state at position {}", slot, position);
+  size_t recurrent = 0;
+  if (act_->states) {
+    const std::span<const uint8_t> bytes = act_->states->BytesAt(slot, position);
+    if (bytes.empty()) {
+      return NotFound("slot {} holds no recurrent state at position {}", slot, position);
+    }
+    std::memcpy(dst.data(), bytes.data(), bytes.size());
+    recurrent = bytes.size();
   }
-  std::memcpy(dst.data(), bytes.data(), bytes.size());
+  if (act_->rings) return act_->rings->Export(slot, position, dst.subspan(recurrent));
   return Status::Ok();
 }
 
 Status ForwardPass::ImportState(int slot, int32_t position, std::span<const uint8_t> src) {
-  if (!act_->states) return InvalidArgument("the stage has no recurrent layers");
+  if (state_bytes() == 0) return InvalidArgument("the stage keeps no state per sequence");
   constexpr int kMaxSlots = 1 << 16;
   if (slot < 0 || slot >= kMaxSlots) return InvalidArgument("slot {} is out of range", slot);
-  act_->states->EnsureSlots(slot + 1);
-  return act_->states->Restore(slot, src, position);
+  if (src.size() != state_bytes()) {
+    return InvalidArgument("a state of {} bytes does not fit {}", src.size(), state_bytes());
+  }
+  size_t recurrent = 0;
+  if (act_->states) {
+    recurrent = act_->states->slot_bytes();
+    act_->states->EnsureSlots(slot + 1);
+    SHARDLM_TRY(act_->states->Restore(slot, src.first(recurrent), position));
+  }
+  if (act_->rings) return act_->rings->Import(slot, position, src.subspan(recurrent));
+  return Status::Ok();
 }
 
 Status ForwardPass::Validate(std::span<const BatchEntry> batch,
@@ -243,12 +309,21 @@ Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<const PageList>
     return InvalidArgument("slot {}: position {} does not continue the sequence (expected {})",
                            e.slot, e.position, first ? 0 : next);
   }
-  // A recurrent state cannot be rewound or shared: a sequence starts at 0 or continues where
-  // its slot's state is.
+  // A recurrent state or a window ring cannot be rewound or shared: a sequence starts at 0 or
+  // continues where its slot's state is.
   if (first && act_->states && e.position != 0 && act_->states->position(e.slot) != e.position) {
     return InvalidArgument(
         "slot {}: position {} does not continue the recurrent state, which holds {} positions",
         e.slot, e.position, act_->states->position(e.slot));
+  }
+  if (first && act_->rings) {
+    SHARDLM_TRY(act_->rings->EnsureSlot(e.slot));
+    act_->rings->EnsurePages(pages.size());
+    if (e.position != 0 && act_->rings->position(e.slot) != e.position) {
+      return InvalidArgument(
+          "slot {}: position {} does not continue the window state, which holds {} positions",
+          e.slot, e.position, act_->rings->position(e.slot));
+    }
   }
   if (pooled_ == nullptr && size_t(e.position) >= act_->max_ctx) {
     return OutOfRange("slot {}: position {} exceeds the KV pool capacity of {} positions", e.slot,
@@ -366,6 +441,11 @@ Status ForwardPass::RunLayers(std::span<const BatchEntry> batch,
   for (int layer_idx = 0; layer_idx < model_.layers().size(); ++layer_idx) {
     Layer(layer_idx, batch, pages_by_slot);
   }
+  if (act_->rings) {
+    for (size_t slot = 0; slot < act_->slot_next.size(); ++slot) {
+      if (act_->slot_next[slot] >= 0) act_->rings->set_position(int(slot), act_->slot_next[slot]);
+    }
+  }
   if (act_->states) {
     for (size_t slot = 0; slot < act_->slot_next.size(); ++slot) {
       if (act_->slot_next[slot] >= 0) act_->states->set_position(int(slot), act_->slot_next[slot]);
@@ -457,7 +537,8 @@ void ForwardPass::AttentionSublayer(int layer_idx, std::span<const BatchEntry> b
   }
   if (layer.attn_output_gate) SplitQueryGate(layer, n);
   RopeAndStoreKv(layer_idx, batch, pages_by_slot);
-  if (pooled_ != nullptr && pooled_->summaries != nullptr && layer.has_kv()) {
+  if (pooled_ != nullptr && pooled_->summaries != nullptr && layer.has_kv() &&
+      !act_->kv_place[size_t(layer_idx)].ring) {
     SummarizeAndScore(layer_idx, batch, pages_by_slot);
   }
   Attention(layer_idx, batch, pages_by_slot);
@@ -492,7 +573,7 @@ void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batc
   const LayerWeights& w = model_.weights().blocks[layer_idx];
   const LayerConfig& layer = LayerConfigOf(layer_idx);
   const int head_dim = layer.head_dim_k;
-  const int kv_layer = model_.kv_index(layer_idx);
+  const KvPlace place = act_->kv_place[size_t(layer_idx)];
   const int variant = act_->rope_variant_of[layer_idx];
   const float eps = config_.rms_eps;
   threads_.ParallelFor(batch.size(), [&](size_t t, size_t) {
@@ -519,7 +600,12 @@ void ForwardPass::RopeAndStoreKv(int layer_idx, std::span<const BatchEntry> batc
     if (!writes) return;
     ApplyRope(config_.rope_type, rope, layer.n_rot, head_dim, layer.n_head_kv, k);
     const BatchEntry& e = batch[t];
-    shardlm::WriteKv(pool_, pages_by_slot[e.slot], kv_layer, e.position, k, v);
+    if (place.ring) {
+      shardlm::WriteKv(act_->rings->pool(e.slot), act_->rings->pages(), place.index, e.position, k,
+                       v);
+    } else {
+      shardlm::WriteKv(pool_, pages_by_slot[e.slot], place.index, e.position, k, v);
+    }
   });
 }
 
@@ -548,7 +634,7 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
   const LayerConfig& layer = LayerConfigOf(layer_idx);
   const int n_head_kv = layer.n_head_kv;
   const int head_dim = layer.head_dim_k;
-  const int kv_layer = model_.kv_index(layer_idx);
+  const KvPlace place = act_->kv_place[size_t(layer_idx)];
   const size_t group_dim = size_t(layer.gqa_group()) * head_dim;
   threads_.ParallelFor(act_->tiles.size() * n_head_kv, [&](size_t task, size_t worker) {
     const Tile& tile = act_->tiles[task / n_head_kv];
@@ -565,11 +651,16 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
     query.kv_head = g;
     query.scale = layer.kq_scale;
     query.window = layer.attention == AttentionKind::kSliding ? layer.window : 0;
+    float* scratch = &act_->scores[worker * act_->scores_per_worker];
+    if (place.ring) {
+      AttendTile(act_->rings->pool(e.slot), act_->rings->pages(), place.index, head_dim, query,
+                 scratch);
+      return;
+    }
     if (pooled_ != nullptr && size_t(e.slot) < pooled_->attended_by_slot.size()) {
       query.read_pages = pooled_->attended_by_slot[e.slot];
     }
-    AttendTile(pool_, pages_by_slot[e.slot], kv_layer, head_dim, query,
-               &act_->scores[worker * act_->scores_per_worker]);
+    AttendTile(pool_, pages_by_slot[e.slot], place.index, head_dim, query, scratch);
   });
 }
 
@@ -613,7 +704,7 @@ void ForwardPass::SummarizeAndScore(int layer_idx, std::span<const BatchEntry> b
                                     std::span<const PageList> pages_by_slot) {
   const LayerConfig& layer = LayerConfigOf(layer_idx);
   const int head_dim = layer.head_dim_k;
-  const int kv_layer = model_.kv_index(layer_idx);
+  const int kv_layer = act_->kv_place[size_t(layer_idx)].index;
   const int page_tokens = pool_.page_tokens();
   const float scale = layer.kq_scale;
   KeySummaries& summaries = *pooled_->summaries;

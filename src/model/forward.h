@@ -19,6 +19,8 @@
 // Numerics follow llama.cpp's CPU backend (RMSNorm sum in double, rope angles by repeated
 // float multiplication, softmax with max subtraction, SiLU as x/(1+e^-x)).
 //
+// Windowed layers under WindowKv::kRing keep their KV in per-slot rings the forward pass owns
+// (kv/window_ring.h): like a recurrent state, a slot's ring continues only its own sequence.
 // KV: the forward pass reads and writes the stage's PagePool through the page lists it is
 // given and never allocates, frees or copies pages. The caller (the scheduler, a
 // stage) keeps the block tables: before a batch it makes the written positions private
@@ -99,10 +101,12 @@ class ForwardPass {
   Status RunPooled(std::span<const BatchEntry> batch, std::span<const PageList> pages_by_slot,
                    const PooledKv& pooled, const float* hidden_in, float* out);
 
-  // Recurrent layers (kv/recurrent_state.h): the bytes of one slot's state in this stage (0
-  // when the stage has none); the slot's state at `position`, its live state or its last
-  // page-boundary checkpoint, into dst (NotFound when it holds neither: the position is gone);
-  // and a state at `position` into the slot, which its next batch continues. Between batches.
+  // A sequence's state in this stage: its recurrent layers' (kv/recurrent_state.h), then its
+  // windowed layers' last positions under WindowKv::kRing (kv/window_ring.h). The bytes of one
+  // slot's state (0 when the stage keeps none); the slot's state at page boundary `position`
+  // into dst (the live recurrent state or its last page-boundary checkpoint; NotFound when the
+  // slot no longer holds it); and a state at `position` into the slot, which its next batch
+  // continues. Between batches.
   size_t state_bytes() const;
   Status ExportState(int slot, int32_t position, std::span<uint8_t> dst) const;
   Status ImportState(int slot, int32_t position, std::span<const uint8_t> src);

@@ -50,22 +50,45 @@ Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file,
   return model;
 }
 
+bool KvInWindowRing(const LayerConfig& layer, WindowKv window_kv) {
+  return window_kv == WindowKv::kRing && layer.attention == AttentionKind::kSliding &&
+         layer.has_kv();
+}
+
 PagePoolConfig StageKvPoolConfig(const ModelConfig& config, LayerRange layers, int n_pages,
-                                 int page_tokens, KvType kv_type) {
+                                 int page_tokens, KvType kv_type, WindowKv window_kv) {
   PagePoolConfig pool;
   pool.n_pages = n_pages;
   pool.page_tokens = page_tokens;
-  pool.n_layers = config.KvLayers(layers.begin, layers.end);
   pool.n_kv_heads = config.n_head_kv;
   pool.head_dim = config.head_dim;
   pool.kv_type = kv_type;
+  pool.window_kv = window_kv;
   for (int layer = layers.begin; layer < layers.end; ++layer) {
     const LayerConfig& lc = config.layers[size_t(layer)];
-    if (lc.has_kv()) pool.layer_shapes.push_back({lc.n_head_kv, lc.head_dim_k});
+    if (!lc.has_kv() || KvInWindowRing(lc, window_kv)) continue;
+    pool.layer_shapes.push_back({lc.n_head_kv, lc.head_dim_k});
+    ++pool.n_layers;
   }
   // Models whose layers share one shape keep the short form (and their snapshot layout).
   if (pool.uniform()) pool.layer_shapes.clear();
   return pool;
+}
+
+std::vector<WindowRingLayer> StageWindowRingLayers(const ModelConfig& config, LayerRange layers,
+                                                   WindowKv window_kv) {
+  std::vector<WindowRingLayer> ring;
+  for (int layer = layers.begin; layer < layers.end; ++layer) {
+    const LayerConfig& lc = config.layers[size_t(layer)];
+    if (KvInWindowRing(lc, window_kv)) ring.push_back({{lc.n_head_kv, lc.head_dim_k}, lc.window});
+  }
+  return ring;
+}
+
+size_t StageStateBytes(const ModelConfig& config, LayerRange layers, KvType kv_type,
+                       WindowKv window_kv) {
+  return config.RecurrentStateBytes(layers.begin, layers.end) +
+         WindowRings::StateBytes(StageWindowRingLayers(config, layers, window_kv), kv_type);
 }
 
 Status CheckModelKvRows(const ModelConfig& config, KvType kv_type) {
@@ -75,8 +98,9 @@ Status CheckModelKvRows(const ModelConfig& config, KvType kv_type) {
   return Status::Ok();
 }
 
-PagePoolConfig Model::KvPoolConfig(int n_pages, int page_tokens, KvType kv_type) const {
-  return StageKvPoolConfig(config_, layers(), n_pages, page_tokens, kv_type);
+PagePoolConfig Model::KvPoolConfig(int n_pages, int page_tokens, KvType kv_type,
+                                   WindowKv window_kv) const {
+  return StageKvPoolConfig(config_, layers(), n_pages, page_tokens, kv_type, window_kv);
 }
 
 }  // namespace shardlm

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "gguf/gguf_file.h"
 #include "kv/page_pool.h"
+#include "kv/window_ring.h"
 #include "model/model_config.h"
 #include "model/panel_repack.h"
 #include "model/weights.h"
@@ -23,10 +24,21 @@ namespace shardlm {
 // A range meaning "every layer of the model", resolved by Model::Load.
 inline constexpr LayerRange kAllLayers{0, -1};
 
-// The page pool shape of a stage of `layers`: its layers with KV of their own, each with its
-// kv heads and head_dim (one shape for all when they agree).
+// Whether `layer` keeps its KV in a window ring (kv/window_ring.h): a windowed layer with KV of
+// its own, under WindowKv::kRing.
+bool KvInWindowRing(const LayerConfig& layer, WindowKv window_kv);
+// The page pool shape of a stage of `layers`: its layers with KV of their own in the pool (all
+// but the ringed windowed ones), each with its kv heads and head_dim (one shape for all when
+// they agree).
 PagePoolConfig StageKvPoolConfig(const ModelConfig& config, LayerRange layers, int n_pages,
-                                 int page_tokens, KvType kv_type);
+                                 int page_tokens, KvType kv_type, WindowKv window_kv);
+// The stage's layers whose KV is in window rings, in layer order (none under kFull).
+std::vector<WindowRingLayer> StageWindowRingLayers(const ModelConfig& config, LayerRange layers,
+                                                   WindowKv window_kv);
+// Bytes of one sequence's state in a stage of `layers`: its recurrent layers' state, then its
+// window rings' (what ForwardPass::ExportState copies; 0: the stage keeps none).
+size_t StageStateBytes(const ModelConfig& config, LayerRange layers, KvType kv_type,
+                       WindowKv window_kv);
 // Whether every KV layer's rows can be stored as `kv_type` (CheckKvRows of its head_dim).
 Status CheckModelKvRows(const ModelConfig& config, KvType kv_type);
 
@@ -54,19 +66,21 @@ class Model {
   // The file, shared: what a stage that binds another layer range of it keeps alive.
   const std::shared_ptr<const GgufFile>& shared_file() const { return file_; }
 
-  // Where stage-local layer `layer_idx` keeps its KV in the stage's page pool (the pool holds
-  // only the layers with KV of their own), or -1 for a layer without KV (a recurrent layer).
+  // Which of the stage's layers with KV of their own holds stage-local layer `layer_idx`'s KV
+  // (its own, or the one it shares), or -1 for a layer without KV (a recurrent layer). The
+  // forward pass places each of them in the page pool or a window ring.
   int kv_index(int layer_idx) const { return kv_index_[size_t(layer_idx)]; }
   // Index of stage-local layer `layer_idx` among the stage's recurrent layers, or -1.
   int recurrent_index(int layer_idx) const { return recurrent_index_[size_t(layer_idx)]; }
   int n_kv_layers() const { return n_kv_layers_; }
   int n_recurrent_layers() const { return n_recurrent_layers_; }
 
-  // The page pool shape this stage needs (its layers with KV, kv heads, head_dim).
+  // The page pool shape this stage needs (its layers with KV in the pool, kv heads, head_dim).
   PagePoolConfig KvPoolConfig(int n_pages, int page_tokens = kDefaultPageTokens,
-                              KvType kv_type = KvType::kF32) const;
+                              KvType kv_type = KvType::kF32,
+                              WindowKv window_kv = WindowKv::kRing) const;
   PagePoolConfig KvPoolConfig(const KvGeometry& kv) const {
-    return KvPoolConfig(kv.frames(), kv.page_tokens, kv.kv_type);
+    return KvPoolConfig(kv.frames(), kv.page_tokens, kv.kv_type, kv.window_kv);
   }
 
  private:

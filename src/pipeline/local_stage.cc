@@ -67,9 +67,10 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
   std::unique_ptr<LocalStage> stage(new LocalStage());
   stage->owned_model_ = std::move(owned);
   stage->model_ = &model;
-  // A stage without KV layers (recurrent layers only) has pages of no bytes: nothing to
-  // bound or move, so every logical page is "resident" in its pool and paging ops pass it by.
-  const bool holds_kv = model.n_kv_layers() > 0;
+  // A stage without KV layers in its pool (recurrent layers, or windowed layers kept in rings,
+  // only) has pages of no bytes: nothing to bound or move, so every logical page is
+  // "resident" in its pool and paging ops pass it by.
+  const bool holds_kv = model.KvPoolConfig(options.kv).n_layers > 0;
   KvGeometry kv = options.kv;
   if (!holds_kv) kv.n_frames = 0;
   auto pool = PagePool::Create(model.KvPoolConfig(kv));

@@ -47,6 +47,7 @@ ShardHello MakeHello(const RemoteStageOptions& o) {
   hello.n_pages = o.kv.n_pages;
   hello.page_tokens = o.kv.page_tokens;
   hello.kv_type = static_cast<uint32_t>(o.kv.kv_type);
+  hello.window_kv = static_cast<uint32_t>(o.kv.window_kv);
   hello.threads = o.threads;
   hello.heartbeat_ms = o.heartbeat_timeout_ms > 0 ? uint32_t(o.heartbeat_timeout_ms / 4) : 0;
   hello.max_batch_tokens = o.kv.max_batch_tokens;
@@ -109,10 +110,8 @@ Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOption
   const std::string name = fmt::format("stage {} (unix:{})", options.index, options.socket_path);
   SHARDLM_TRY(ValidateShardGeometry(hello).WithContext(name));
   SHARDLM_TRY(CheckModelKvRows(options.config, options.kv.kv_type).WithContext(name));
-  const size_t page_bytes =
-      ShardPageBytes(options.config, options.layers, options.kv.page_tokens, options.kv.kv_type);
-  const size_t state_bytes =
-      options.config.RecurrentStateBytes(options.layers.begin, options.layers.end);
+  const size_t page_bytes = ShardPageBytes(options.config, hello);
+  const size_t state_bytes = ShardStateBytes(options.config, hello);
   Result<ShardRegionLayout> layout = ShardLayout(hello, page_bytes, state_bytes);
   if (!layout.ok()) return layout.status().WithContext(name);
   hello.shm_bytes = layout->total_bytes;

@@ -26,9 +26,16 @@ size_t PhysicalMemoryBytes() {
 
 }  // namespace
 
-size_t ShardPageBytes(const ModelConfig& config, LayerRange layers, int page_tokens,
-                      KvType kv_type) {
-  return KvPageBytes(StageKvPoolConfig(config, layers, 1, page_tokens, kv_type));
+size_t ShardPageBytes(const ModelConfig& config, const ShardHello& hello) {
+  return KvPageBytes(StageKvPoolConfig(config, {hello.layer_begin, hello.layer_end}, 1,
+                                       hello.page_tokens, static_cast<KvType>(hello.kv_type),
+                                       static_cast<WindowKv>(hello.window_kv)));
+}
+
+size_t ShardStateBytes(const ModelConfig& config, const ShardHello& hello) {
+  return StageStateBytes(config, {hello.layer_begin, hello.layer_end},
+                         static_cast<KvType>(hello.kv_type),
+                         static_cast<WindowKv>(hello.window_kv));
 }
 
 Status ValidateShardGeometry(const ShardHello& hello) {
@@ -55,6 +62,9 @@ Status ValidateShardGeometry(const ShardHello& hello) {
   }
   if (hello.kv_type >= static_cast<uint32_t>(KvType::kSentinel)) {
     return InvalidArgument("kv_type {} is not a KV cache type", hello.kv_type);
+  }
+  if (hello.window_kv >= static_cast<uint32_t>(WindowKv::kSentinel)) {
+    return InvalidArgument("window_kv {} is not a window KV placement", hello.window_kv);
   }
   if (hello.n_frames < 0 || hello.n_frames > hello.n_pages) {
     return InvalidArgument("n_frames {} is out of range (0..n_pages {})", hello.n_frames,

@@ -36,10 +36,13 @@ inline constexpr int kShardMaxBatchTokens = 1 << 16;
 inline constexpr int kShardMaxLogitRows = kShardMaxBatchTokens;
 inline constexpr int kShardMaxThreads = 1024;
 
-// Bytes of one page of the stage of `layers` (PagePool's layout: K and V rows of n_head_kv ×
-// head_dim elements per position per layer with KV; 0 for a stage of recurrent layers only).
-size_t ShardPageBytes(const ModelConfig& config, LayerRange layers, int page_tokens,
-                      KvType kv_type);
+// Bytes of one page of the Hello's stage (PagePool's layout: K and V rows of n_head_kv ×
+// head_dim elements per position per layer with KV in the pool; 0 for a stage of recurrent
+// layers, or of windowed layers kept in rings, only).
+size_t ShardPageBytes(const ModelConfig& config, const ShardHello& hello);
+// Bytes of one sequence's state in the Hello's stage (StageStateBytes: recurrent layers and
+// window rings; 0: none).
+size_t ShardStateBytes(const ModelConfig& config, const ShardHello& hello);
 
 // Checks the Hello's own fields: magic, every size positive and within the bounds above,
 // kv_type valid, max_logit_rows <= max_batch_tokens, 0 <= max_embedding_rows <=

@@ -238,11 +238,10 @@ class ShardService::HelloCheck {
     const LayerRange range{hello_.layer_begin, hello_.layer_end};
     const auto kv_type = static_cast<KvType>(hello_.kv_type);
     SHARDLM_TRY(CheckModelKvRows(model->config, kv_type));
-    const size_t page_bytes = ShardPageBytes(model->config, range, hello_.page_tokens, kv_type);
+    const size_t page_bytes = ShardPageBytes(model->config, hello_);
     AcceptedHello accepted;
     SHARDLM_ASSIGN_OR_RETURN(
-        accepted.layout,
-        ShardLayout(hello_, page_bytes, model->config.RecurrentStateBytes(range.begin, range.end)));
+        accepted.layout, ShardLayout(hello_, page_bytes, ShardStateBytes(model->config, hello_)));
     if (hello_.shm_bytes != accepted.layout.total_bytes) {
       return InvalidArgument("shared region of {} bytes, the geometry needs {}", hello_.shm_bytes,
                              accepted.layout.total_bytes);
@@ -304,6 +303,7 @@ class ShardService::HelloCheck {
     options.kv.n_pages = hello_.n_pages;
     options.kv.page_tokens = hello_.page_tokens;
     options.kv.kv_type = kv_type;
+    options.kv.window_kv = static_cast<WindowKv>(hello_.window_kv);
     options.kv.max_batch_tokens = hello_.max_batch_tokens;
     options.kv.n_frames = hello_.n_frames;
     options.kv.tier.kind = static_cast<KvTierSpec::Kind>(hello_.tier_kind);

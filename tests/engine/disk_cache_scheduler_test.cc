@@ -140,10 +140,11 @@ TEST(DiskCacheSchedulerTest, RestartedSchedulerHitsDiskAndIsBitwiseCold) {
 }
 
 // On qwen35 too: its recurrent state after the last whole page is on disk beside the page;
-// and on gemma4, whose pages hold layers of two head shapes.
+// and on gemma3 and gemma4, whose windows (in rings) are such a state beside the pages of
+// their global layers.
 TEST(DiskCacheSchedulerTest, MultiTurnConversationComputesOnlyPastTheLastPageBoundary) {
   SHARDLM_REQUIRE_FIXTURES();
-  for (const char* file : {kQwen, kQwen35, kGemma4}) {
+  for (const char* file : {kQwen, kQwen35, "gemma3-tiny.gguf", kGemma4}) {
     SCOPED_TRACE(file);
     const fs::path dir = TempDir(std::string("multiturn_") + file);
     auto cold = MakeScheduler(file, Options(fs::path()));
@@ -172,13 +173,17 @@ TEST(DiskCacheSchedulerTest, MultiTurnConversationComputesOnlyPastTheLastPageBou
   }
 }
 
+// Turn 2 edits turn 1 after 53 tokens: its first 3 pages resume from pages alone, so gemma4's
+// windows are kept in pages here (in rings, a window state is kept only where a prompt or a
+// sequence ended; the multi-turn test above resumes those).
 TEST(DiskCacheSchedulerTest, LocalPlusRemoteSplitRestoresAfterTheDaemonRestarts) {
   SHARDLM_REQUIRE_FIXTURES();
   for (const char* file : {kStories, kQwen, kGemma4}) {
     SCOPED_TRACE(file);
     const fs::path dir = TempDir("split");
     const std::string socket = (dir / "stage1.sock").string();
-    const SchedulerOptions options = WithRemoteStage(Options(dir), socket);
+    SchedulerOptions options = WithRemoteStage(Options(dir), socket);
+    options.window_kv = WindowKv::kFull;
     auto want = ColdTurn2(file, 0);
     ASSERT_TRUE(want);
     {

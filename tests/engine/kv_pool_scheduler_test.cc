@@ -180,12 +180,17 @@ TEST(KvPoolSchedulerTest, APoolBelowItsFloorIsRefusedNamingTheSizes) {
       << scheduler.status().message();
   // A pool that holds the whole context bounds nothing: the unbounded engine.
   EXPECT_FALSE(PoolOptions(4096, PageSelect::kQk).bounded_kv());
-  // A tail shorter than a windowed layer's window is raised to it (the tail keeps the window
-  // resident); a pool with no room for the raised tail is refused naming the sizes.
+  // Windows kept in pages: a tail shorter than a windowed layer's window is raised to it (the
+  // tail keeps the window resident); a pool with no room for the raised tail is refused naming
+  // the sizes. Windows kept in rings are outside the pool: the tail stays as asked.
   const LoadedModel& gemma = util::Fixture(kGemma3);
   ASSERT_TRUE(gemma.model);
   SchedulerOptions short_tail = PoolOptions(128, PageSelect::kQk);
   short_tail.kv_pool.tail_tokens = 8;
+  scheduler = Scheduler::Create(*gemma.model, *gemma.tokenizer, short_tail);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status().message();
+  EXPECT_EQ((*scheduler)->options().kv_pool.tail_tokens, 8);
+  short_tail.window_kv = WindowKv::kFull;
   scheduler = Scheduler::Create(*gemma.model, *gemma.tokenizer, short_tail);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status().message();
   EXPECT_EQ((*scheduler)->options().kv_pool.tail_tokens, 16);

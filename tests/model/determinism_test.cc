@@ -48,6 +48,7 @@ void ExpectBranchesAsFresh(
 struct ModelCase {
   const char* file;
   const char* entry;
+  WindowKv window_kv = WindowKv::kRing;  // where windowed layers keep their KV
 };
 
 class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
@@ -63,6 +64,7 @@ class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
     options.n_threads = n_threads;
     options.layers = layers;
     options.kv_type = kv_type;
+    options.window_kv = GetParam().window_kv;
     return Harness::Open(FixturePath(GetParam().file), options);
   }
   // Splits the model in two stages ([0, 1) and [1, n_layers)) with `kv_type` pages and
@@ -88,18 +90,23 @@ class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
     }
     return decode;
   }
-  // Recurrent layers (qwen35) hold one state per sequence, which cannot be shared or
-  // rewound: a fork or a rewrite is refused, naming the state, instead of computed.
+  // Recurrent layers (qwen35) and windowed layers kept in rings hold one state per sequence,
+  // which cannot be shared or rewound: a fork or a rewrite is refused, naming the state,
+  // instead of computed.
+  bool KeepsState() {
+    auto h = Open(1);
+    return h != nullptr && h->forward->state_bytes() > 0;
+  }
   bool Recurrent() {
     auto h = Open(1);
     return h != nullptr && h->model->n_recurrent_layers() > 0;
   }
-  static void ExpectRecurrentRefusal(Harness& h, BlockTable& table,
-                                     const std::vector<int32_t>& tokens, int start) {
+  static void ExpectStateRefusal(Harness& h, BlockTable& table, const std::vector<int32_t>& tokens,
+                                 int start) {
     std::vector<float> logits;
     Status st = h.TryRun(table, tokens, start, false, &logits);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.message();
-    EXPECT_NE(st.message().find("recurrent state"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("does not continue the"), std::string::npos) << st.message();
   }
   std::vector<int32_t> tokens_;
 };
@@ -248,8 +255,9 @@ void DeterminismTest::ExpectSplitEqualsWhole(KvType kv_type) {
   TwoStages split;
   split.first = Open(2, {0, 1}, kv_type);
   ASSERT_TRUE(split.first);
-  split.second =
-      Harness::Open("", HarnessOptions{2, 128, 16, 16, kv_type, {1, n_layers}}, split.first->file);
+  split.second = Harness::Open(
+      "", HarnessOptions{2, 128, 16, 16, kv_type, {1, n_layers}, GetParam().window_kv},
+      split.first->file);
   ASSERT_TRUE(split.second);
   EXPECT_TRUE(split.first->model->is_first_stage() && !split.first->model->is_last_stage());
   BlockTable table = split.first->NewTable();
@@ -272,8 +280,9 @@ TEST_P(DeterminismTest, TwoStagesShareOneAllocatorThroughCopyOnWrite) {
   TwoStages split;
   split.first = Open(2, {0, 1});
   ASSERT_TRUE(split.first);
-  split.second = Harness::Open("", HarnessOptions{2, 128, 16, 16, KvType::kF32, {1, n_layers}},
-                               split.first->file);
+  split.second = Harness::Open(
+      "", HarnessOptions{2, 128, 16, 16, KvType::kF32, {1, n_layers}, GetParam().window_kv},
+      split.first->file);
   ASSERT_TRUE(split.second);
   const size_t prefix = 37;  // not a page boundary: the last shared page is partial
   std::vector<int32_t> head(tokens_.begin(), tokens_.begin() + prefix);
@@ -283,9 +292,9 @@ TEST_P(DeterminismTest, TwoStagesShareOneAllocatorThroughCopyOnWrite) {
   BlockTable base = split.first->NewTable();
   split.Run(base, head, 0);
   BlockTable fork = base.Fork();
-  if (Recurrent()) {
+  if (KeepsState()) {
     split.Run(fork, branch_b, int(prefix));
-    return ExpectRecurrentRefusal(*split.first, base, branch_a, int(prefix));
+    return ExpectStateRefusal(*split.first, base, branch_a, int(prefix));
   }
   std::vector<float> b = split.Run(fork, branch_b, int(prefix));  // fork copies first
   std::vector<float> a = split.Run(base, branch_a, int(prefix));
@@ -309,9 +318,9 @@ TEST_P(DeterminismTest, ForkedPrefixEqualsFreshRun) {
   const int free_before = h->allocator->n_free();
   BlockTable fork = base.Fork();
   EXPECT_EQ(h->allocator->n_free(), free_before);  // sharing costs no pages
-  if (Recurrent()) {
+  if (KeepsState()) {
     h->Run(base, branch_a, int(prefix), true);
-    return ExpectRecurrentRefusal(*h, fork, branch_b, int(prefix));
+    return ExpectStateRefusal(*h, fork, branch_b, int(prefix));
   }
   std::vector<float> a = h->Run(base, branch_a, int(prefix), true);
   std::vector<float> b = h->Run(fork, branch_b, int(prefix), true);
@@ -328,20 +337,21 @@ TEST_P(DeterminismTest, RewriteFromEarlierPositionEqualsFreshRun) {
   for (size_t i = 20; i < 30; ++i) wrong[i] = (wrong[i] + 1) % h->n_vocab();
   h->Run(table, wrong, 0, false);
   std::vector<int32_t> rest(tokens_.begin() + 20, tokens_.end());
-  if (Recurrent()) return ExpectRecurrentRefusal(*h, table, rest, 20);
+  if (KeepsState()) return ExpectStateRefusal(*h, table, rest, 20);
   std::vector<float> got = h->Run(table, rest, 20, true);
   EXPECT_EQ(table.n_tokens(), int(tokens_.size()));
   ExpectBitwise(got, Slice(want, 20, tokens_.size(), h->n_vocab()), "rewrite vs fresh");
 }
 
-// A recurrent state resumes from the checkpoint its slot took at the last page boundary: rewound
-// to it (pages truncated, the checkpoint imported as the live state), the sequence continues
-// bitwise as a fresh run. A stage without recurrent layers has no state to export.
-TEST_P(DeterminismTest, RecurrentStateResumesFromItsPageBoundaryCheckpoint) {
+// A recurrent state resumes from the checkpoint its slot took at the last page boundary, a
+// window ring from the window it still holds: rewound to it (pages truncated, the state
+// imported), the sequence continues bitwise as a fresh run. A stage that keeps no state per
+// sequence has none to export.
+TEST_P(DeterminismTest, StateResumesAtAPageBoundary) {
   auto h = Open(2);
   std::vector<float> want = OneBatch(*h);
   std::vector<uint8_t> state(h->forward->state_bytes());
-  if (!Recurrent()) {
+  if (!KeepsState()) {
     EXPECT_EQ(state.size(), 0u);
     EXPECT_EQ(h->forward->ExportState(0, 16, state).code(), StatusCode::kInvalidArgument);
     return;
@@ -351,9 +361,12 @@ TEST_P(DeterminismTest, RecurrentStateResumesFromItsPageBoundaryCheckpoint) {
   const int page = h->allocator->page_tokens();
   std::vector<int32_t> head(tokens_.begin(), tokens_.begin() + 2 * page + 5);
   h->Run(table, head, 0, false);
-  // The live state (at 2 pages + 5) and the checkpoint (at 2 pages) export; nothing else does.
+  // The live state (at 2 pages + 5) and the checkpoint (at 2 pages) export; a recurrent state
+  // has nothing else (a ring still holds every window of this short sequence).
   EXPECT_TRUE(h->forward->ExportState(0, int32_t(head.size()), state).ok());
-  EXPECT_EQ(h->forward->ExportState(0, page, state).code(), StatusCode::kNotFound);
+  if (Recurrent()) {
+    EXPECT_EQ(h->forward->ExportState(0, page, state).code(), StatusCode::kNotFound);
+  }
   ASSERT_TRUE(h->forward->ExportState(0, 2 * page, state).ok());
   table.Truncate(2 * page);
   ASSERT_TRUE(h->forward->ImportState(0, 2 * page, state).ok());
@@ -361,6 +374,58 @@ TEST_P(DeterminismTest, RecurrentStateResumesFromItsPageBoundaryCheckpoint) {
   std::vector<float> got = h->Run(table, rest, 2 * page, true);
   ExpectBitwise(got, Slice(want, size_t(2 * page), tokens_.size(), h->n_vocab()),
                 "resumed from the checkpoint vs fresh");
+}
+
+// Windowed layers kept in rings read the same K/V rows in the same order as kept in pages:
+// logits are bitwise the same, prefilled in chunks or token by token, with batches of 8 so
+// the rings (3 pages of 16) wrap several times. A window the ring overwrote no longer
+// exports; imported back, the sequence continues from it bitwise.
+TEST_P(DeterminismTest, WindowRingEqualsWindowInPages) {
+  auto probe = Open(1);
+  ASSERT_NE(probe, nullptr);
+  if (probe->model->config().WidestWindow() == 0) GTEST_SKIP() << "no windowed layers";
+  HarnessOptions options;
+  options.n_threads = 2;
+  options.max_batch = 8;
+  options.window_kv = WindowKv::kFull;
+  auto full = Harness::Open("", options, probe->file);
+  options.window_kv = WindowKv::kRing;
+  auto ring = Harness::Open("", options, probe->file);
+  ASSERT_TRUE(full && ring);
+  auto chunked = [&](Harness& h, BlockTable& table, size_t begin, size_t end) {
+    std::vector<float> logits;
+    for (size_t b = begin; b < end; b += 8) {
+      std::vector<int32_t> chunk(tokens_.begin() + b, tokens_.begin() + std::min(b + 8, end));
+      std::vector<float> rows = h.Run(table, chunk, int(b), true);
+      logits.insert(logits.end(), rows.begin(), rows.end());
+    }
+    return logits;
+  };
+  BlockTable full_table = full->NewTable();
+  const std::vector<float> want = chunked(*full, full_table, 0, tokens_.size());
+  ASSERT_EQ(
+      ring->pool->config().n_layers,
+      full->pool->config().n_layers -
+          int(StageWindowRingLayers(ring->model->config(), ring->model->layers(), WindowKv::kRing)
+                  .size()));
+  BlockTable table = ring->NewTable();
+  ExpectBitwise(chunked(*ring, table, 0, tokens_.size()), want, "ring vs pages, chunks of 8");
+  ExpectBitwise(TokenByToken(*ring), want, "ring vs pages, token by token");
+
+  // The state at 2 pages, exported before the ring moves on, resumes the sequence there.
+  const int page = ring->allocator->page_tokens();
+  std::vector<uint8_t> state(ring->forward->state_bytes());
+  BlockTable resumed = ring->NewTable();
+  chunked(*ring, resumed, 0, size_t(2 * page + 5));
+  ASSERT_TRUE(ring->forward->ExportState(0, 2 * page, state).ok());
+  chunked(*ring, resumed, size_t(2 * page + 5), tokens_.size());
+  std::vector<uint8_t> gone(state.size());
+  EXPECT_EQ(ring->forward->ExportState(0, 2 * page, gone).code(), StatusCode::kNotFound);
+  resumed.Truncate(2 * page);
+  ASSERT_TRUE(ring->forward->ImportState(0, 2 * page, state).ok());
+  ExpectBitwise(chunked(*ring, resumed, size_t(2 * page), tokens_.size()),
+                Slice(want, size_t(2 * page), tokens_.size(), ring->n_vocab()),
+                "resumed from an imported window vs pages");
 }
 
 TEST_P(DeterminismTest, Q8_0KvIsThreadInvariantAndDecodeEqualsPrefill) {
@@ -399,24 +464,29 @@ TEST_P(DeterminismTest, F16KvCacheStaysClose) {
               "F16 KV vs F32 KV");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DeterminismTest,
-                         ::testing::Values(ModelCase{"qwen3-tiny-f32.gguf", "qwen3-tiny-f32.p3"},
-                                           ModelCase{"stories260K.gguf", "stories260K.p3"},
-                                           ModelCase{"qwen3-tiny-q8_0.gguf", "qwen3-tiny-q8_0.p3"},
-                                           ModelCase{"qwen3-tiny-q4_k_m.gguf",
-                                                     "qwen3-tiny-q4_k_m.p3"},
-                                           ModelCase{"llama-tiny-spm.gguf", "llama-tiny-spm.p3"},
-                                           // windowed layers: the 59-token prompt passes the
-                                           // window of 16
-                                           ModelCase{"gemma3-tiny.gguf", "gemma3-tiny.p3"},
-                                           // recurrent layers; the split's first stage has
-                                           // DeltaNet layers only (no KV)
-                                           ModelCase{"qwen35-tiny.gguf", "qwen35-tiny.p3"},
-                                           // layers of two head shapes, shared KV, per-layer
-                                           // inputs; the split's second stage holds the
-                                           // layers that share KV with their sources
-                                           ModelCase{"gemma4-tiny.gguf", "gemma4-tiny.p3"}),
-                         [](const auto& info) { return FixtureTestName(info.param.file); });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, DeterminismTest,
+    ::testing::Values(ModelCase{"qwen3-tiny-f32.gguf", "qwen3-tiny-f32.p3"},
+                      ModelCase{"stories260K.gguf", "stories260K.p3"},
+                      ModelCase{"qwen3-tiny-q8_0.gguf", "qwen3-tiny-q8_0.p3"},
+                      ModelCase{"qwen3-tiny-q4_k_m.gguf", "qwen3-tiny-q4_k_m.p3"},
+                      ModelCase{"llama-tiny-spm.gguf", "llama-tiny-spm.p3"},
+                      // windowed layers: the 59-token prompt passes the
+                      // window of 16
+                      ModelCase{"gemma3-tiny.gguf", "gemma3-tiny.p3"},
+                      ModelCase{"gemma3-tiny.gguf", "gemma3-tiny.p3", WindowKv::kFull},
+                      // recurrent layers; the split's first stage has
+                      // DeltaNet layers only (no KV)
+                      ModelCase{"qwen35-tiny.gguf", "qwen35-tiny.p3"},
+                      // layers of two head shapes, shared KV, per-layer
+                      // inputs; the split's second stage holds the
+                      // layers that share KV with their sources
+                      ModelCase{"gemma4-tiny.gguf", "gemma4-tiny.p3"},
+                      ModelCase{"gemma4-tiny.gguf", "gemma4-tiny.p3", WindowKv::kFull}),
+    [](const auto& info) {
+      return FixtureTestName(info.param.file) +
+             (info.param.window_kv == WindowKv::kFull ? "_window_in_pages" : "");
+    });
 
 }  // namespace
 }  // namespace shardlm::testing

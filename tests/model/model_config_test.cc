@@ -220,12 +220,23 @@ TEST(ModelConfig, Gemma4LaysOutLayerShapesAndSharedKv) {
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("layer 3 reads the KV of layer 1"), std::string::npos)
       << model.status().message();
-  // Its pool keeps each KV layer in its own shape.
+  // With windows in the pages, its pool keeps each KV layer in its own shape.
   auto stage = Model::Load(OpenFixture("gemma4-tiny.gguf"), {1, 5});
   ASSERT_TRUE(stage.ok()) << stage.status().message();
-  const PagePoolConfig pool = (*stage)->KvPoolConfig(4);
+  const PagePoolConfig pool = (*stage)->KvPoolConfig(4, 16, KvType::kF32, WindowKv::kFull);
   EXPECT_EQ(pool.n_layers, 2);
   EXPECT_EQ(pool.layer_shapes, (std::vector<KvLayerShape>{{2, 16}, {1, 32}}));
+  // With windows in rings, the pool holds the global layer (one shape), the ring the windowed
+  // one, and a sequence's state is the window's 31 positions of K and V.
+  const PagePoolConfig paged = (*stage)->KvPoolConfig(4, 16, KvType::kF32, WindowKv::kRing);
+  EXPECT_EQ(paged.n_layers, 1);
+  EXPECT_EQ(paged.layer_shapes, (std::vector<KvLayerShape>{{1, 32}}));
+  EXPECT_EQ(StageWindowRingLayers(*config, {1, 5}, WindowKv::kRing),
+            (std::vector<WindowRingLayer>{{{2, 16}, 32}}));
+  EXPECT_TRUE(StageWindowRingLayers(*config, {1, 5}, WindowKv::kFull).empty());
+  EXPECT_EQ(StageStateBytes(*config, {1, 5}, KvType::kF16, WindowKv::kRing),
+            2u * 2 * 31 * 16 * sizeof(uint16_t));
+  EXPECT_EQ(StageStateBytes(*config, {1, 5}, KvType::kF16, WindowKv::kFull), 0u);
 }
 
 // The tensor list of the whole model names exactly the fixture's tensors, each once, with

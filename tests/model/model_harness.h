@@ -27,6 +27,7 @@ struct HarnessOptions {
   int page_tokens = 16;  // small pages so the fixtures' prompts span several
   KvType kv_type = KvType::kF32;
   LayerRange layers = kAllLayers;
+  WindowKv window_kv = WindowKv::kRing;
 };
 
 // One stage of a model. Owns everything; the block tables it hands out use its allocator.
@@ -50,8 +51,8 @@ class Harness {
     }
     h->file = shared_file;
     h->model = std::move(model).value();
-    auto pool = PagePool::Create(
-        h->model->KvPoolConfig(options.n_pages, options.page_tokens, options.kv_type));
+    auto pool = PagePool::Create(h->model->KvPoolConfig(options.n_pages, options.page_tokens,
+                                                        options.kv_type, options.window_kv));
     if (!pool.ok()) {
       ADD_FAILURE() << pool.status().message();
       return nullptr;
