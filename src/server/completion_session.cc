@@ -96,11 +96,13 @@ ApiError ErrorFromStatus(const Status& status, const std::string& param) {
 }
 
 CompletionSession::CompletionSession(Engine& engine, PreparedRequest request,
-                                     std::unique_ptr<OutputFormatter> formatter, LogFn log)
+                                     std::unique_ptr<OutputFormatter> formatter, LogFn log,
+                                     LatencyHistograms* latency)
     : engine_(engine),
       request_(std::move(request)),
       formatter_(std::move(formatter)),
       log_(std::move(log)),
+      latency_(latency),
       start_(std::chrono::steady_clock::now()),
       parser_(request_.in_reasoning, request_.parse_tools,
               request_.tool_call_prefix + IdTail(formatter_->meta().id) + "_",
@@ -108,9 +110,9 @@ CompletionSession::CompletionSession(Engine& engine, PreparedRequest request,
 
 std::shared_ptr<CompletionSession> CompletionSession::Start(
     Engine& engine, PreparedRequest request, std::unique_ptr<OutputFormatter> formatter, LogFn log,
-    ApiError* error) {
-  std::shared_ptr<CompletionSession> s(
-      new CompletionSession(engine, std::move(request), std::move(formatter), std::move(log)));
+    LatencyHistograms* latency, ApiError* error) {
+  std::shared_ptr<CompletionSession> s(new CompletionSession(
+      engine, std::move(request), std::move(formatter), std::move(log), latency));
   const GenerationOptions& o = s->request_.options;
   EngineRequest er;
   er.prompt = s->request_.prompt;
@@ -147,7 +149,20 @@ std::shared_ptr<CompletionSession> CompletionSession::Start(
 bool CompletionSession::OnToken(const TokenEvent& ev) {
   std::lock_guard<std::mutex> lock(mu_);
   if (cancelled_) return false;
-  if (first_token_ms_ < 0) first_token_ms_ = MsSince(start_);
+  const auto now = std::chrono::steady_clock::now();
+  const bool first = first_token_ms_ < 0;
+  if (first) first_token_ms_ = MsSince(start_);
+  if (latency_ != nullptr) {
+    const std::string_view endpoint = EndpointName(request_.endpoint);
+    if (first) {
+      latency_->Observe(LatencyHistograms::Kind::kTimeToFirstToken, endpoint,
+                        std::chrono::duration<double>(now - start_).count());
+    } else {
+      latency_->Observe(LatencyHistograms::Kind::kInterToken, endpoint,
+                        std::chrono::duration<double>(now - last_token_).count());
+    }
+  }
+  last_token_ = now;
   events_.push_back(Event{EventKind::kToken, ev, {}, {}});
   cv_.notify_all();
   return true;
@@ -163,6 +178,10 @@ bool CompletionSession::OnPromptLogprobs(const std::vector<TokenEvent>& events) 
 
 void CompletionSession::OnFinish(const FinishEvent& fin) {
   LogFinish(fin);
+  if (latency_ != nullptr) {
+    latency_->Observe(LatencyHistograms::Kind::kRequest, EndpointName(request_.endpoint),
+                      MsSince(start_) / 1000.0);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   engine_done_ = true;
   events_.push_back(Event{EventKind::kFinish, {}, fin, {}});

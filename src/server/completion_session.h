@@ -35,6 +35,7 @@
 #include "engine/engine.h"
 #include "grammar/grammar.h"
 #include "server/chat_format.h"
+#include "server/latency_histograms.h"
 #include "server/openai_types.h"
 #include "server/output_formatter.h"
 
@@ -85,11 +86,13 @@ ApiError EngineError(const Status& status);
 
 class CompletionSession : public std::enable_shared_from_this<CompletionSession> {
  public:
-  // Submits to the engine; `formatter` writes the output. Errors (queue full, context
-  // exceeded) come back as ApiError.
+  // Submits to the engine; `formatter` writes the output; `latency` (null: none) observes
+  // its time to first token, the time between its tokens and its duration. Errors (queue
+  // full, context exceeded) come back as ApiError.
   static std::shared_ptr<CompletionSession> Start(Engine& engine, PreparedRequest request,
                                                   std::unique_ptr<OutputFormatter> formatter,
-                                                  LogFn log, ApiError* error);
+                                                  LogFn log, LatencyHistograms* latency,
+                                                  ApiError* error);
 
   enum class Poll { kData, kTimeout, kDone };
   // Streaming: the next SSE events, waiting up to `wait`. kDone once everything including
@@ -107,7 +110,8 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
 
  private:
   CompletionSession(Engine& engine, PreparedRequest request,
-                    std::unique_ptr<OutputFormatter> formatter, LogFn log);
+                    std::unique_ptr<OutputFormatter> formatter, LogFn log,
+                    LatencyHistograms* latency);
   enum class EventKind { kToken, kPrompt, kFinish, kSentinel };
   struct Event {
     EventKind kind = EventKind::kToken;
@@ -133,8 +137,10 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   PreparedRequest request_;
   std::unique_ptr<OutputFormatter> formatter_;
   LogFn log_;
+  LatencyHistograms* latency_;
   RequestId id_ = 0;
   std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_token_;  // under mu_
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

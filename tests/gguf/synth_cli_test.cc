@@ -163,8 +163,9 @@ TEST_F(SynthCliTest, TinyGemma4HasTheFixtureTensorsAndLayoutAndRuns) {
     const GgufValue* want = (*fixture)->Find(key);
     ASSERT_TRUE(got != nullptr && want != nullptr);
     EXPECT_EQ(got->ints, want->ints);
-    if (got->type != GgufValueType::kArray)
+    if (got->type != GgufValueType::kArray) {
       EXPECT_EQ(synth->GetUint(key).value(), (*fixture)->GetUint(key).value());
+    }
   }
   RunResult r = Run("run -m " + dir_ + "/g4.gguf -p 'Once upon a time' -n 24 --temp 0");
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -39,8 +39,8 @@ std::shared_ptr<CompletionSession> Start(MockEngine& engine, PreparedRequest pre
                                          const ResponseMeta& meta, const std::string& echo) {
   ApiError error;
   auto output = FormatterFor(prep, meta, echo);
-  auto session =
-      CompletionSession::Start(engine, std::move(prep), std::move(output), nullptr, &error);
+  auto session = CompletionSession::Start(engine, std::move(prep), std::move(output), nullptr,
+                                          nullptr, &error);
   EXPECT_NE(session, nullptr) << error.message;
   return session;
 }

@@ -277,6 +277,34 @@ TEST_F(ServerTest, Metrics) {
   }
 }
 
+// /metrics carries histograms of the time to first token, the time between tokens and the
+// request time, per endpoint: a reply of n tokens with 20 ms before each gives 1, n − 1 and 1
+// observations, none of them under 20 ms.
+TEST_F(ServerTest, MetricsHaveLatencyHistogramsPerEndpoint) {
+  StartServer();
+  engine_->SetReply("abcd");
+  engine_->SetTokenDelayMs(20);
+  auto chat = Post("/v1/chat/completions", kChat);
+  ASSERT_TRUE(chat);
+  const int n = json::parse(chat->body)["usage"]["completion_tokens"].get<int>();
+  ASSERT_GE(n, 3);
+  Post("/v1/completions", R"({"prompt":"x"})");
+  auto r = client_->Get("/metrics");
+  ASSERT_TRUE(r);
+  const std::string itl = "shardlm_inter_token_latency_seconds";
+  for (const std::string& line : std::vector<std::string>{
+           "# TYPE shardlm_time_to_first_token_seconds histogram",
+           "shardlm_time_to_first_token_seconds_count{endpoint=\"chat\"} 1",
+           "shardlm_time_to_first_token_seconds_bucket{endpoint=\"chat\",le=\"0.01\"} 0",
+           itl + "_count{endpoint=\"chat\"} " + std::to_string(n - 1),
+           itl + "_bucket{endpoint=\"chat\",le=\"0.015\"} 0",
+           itl + "_bucket{endpoint=\"chat\",le=\"+Inf\"} " + std::to_string(n - 1),
+           "shardlm_request_duration_seconds_count{endpoint=\"chat\"} 1",
+           "shardlm_request_duration_seconds_count{endpoint=\"completions\"} 1"}) {
+    EXPECT_NE(r->body.find(line + "\n"), std::string::npos) << line << "\n" << r->body;
+  }
+}
+
 TEST_F(ServerTest, DisconnectMidStreamCancels) {
   StartServer();
   engine_->SetReply(std::string(200, 'z'));
