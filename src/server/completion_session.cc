@@ -97,12 +97,12 @@ ApiError ErrorFromStatus(const Status& status, const std::string& param) {
 
 CompletionSession::CompletionSession(Engine& engine, PreparedRequest request,
                                      std::unique_ptr<OutputFormatter> formatter, LogFn log,
-                                     LatencyHistograms* latency)
+                                     std::shared_ptr<LatencyHistograms> latency)
     : engine_(engine),
       request_(std::move(request)),
       formatter_(std::move(formatter)),
       log_(std::move(log)),
-      latency_(latency),
+      latency_(std::move(latency)),
       start_(std::chrono::steady_clock::now()),
       parser_(request_.in_reasoning, request_.parse_tools,
               request_.tool_call_prefix + IdTail(formatter_->meta().id) + "_",
@@ -110,9 +110,9 @@ CompletionSession::CompletionSession(Engine& engine, PreparedRequest request,
 
 std::shared_ptr<CompletionSession> CompletionSession::Start(
     Engine& engine, PreparedRequest request, std::unique_ptr<OutputFormatter> formatter, LogFn log,
-    LatencyHistograms* latency, ApiError* error) {
+    std::shared_ptr<LatencyHistograms> latency, ApiError* error) {
   std::shared_ptr<CompletionSession> s(new CompletionSession(
-      engine, std::move(request), std::move(formatter), std::move(log), latency));
+      engine, std::move(request), std::move(formatter), std::move(log), std::move(latency)));
   const GenerationOptions& o = s->request_.options;
   EngineRequest er;
   er.prompt = s->request_.prompt;

@@ -87,11 +87,13 @@ ApiError EngineError(const Status& status);
 class CompletionSession : public std::enable_shared_from_this<CompletionSession> {
  public:
   // Submits to the engine; `formatter` writes the output; `latency` (null: none) observes
-  // its time to first token, the time between its tokens and its duration. Errors (queue
+  // its time to first token, the time between its tokens and its duration (shared: the
+  // engine may finish a request after the server that started it is gone). Errors (queue
   // full, context exceeded) come back as ApiError.
   static std::shared_ptr<CompletionSession> Start(Engine& engine, PreparedRequest request,
                                                   std::unique_ptr<OutputFormatter> formatter,
-                                                  LogFn log, LatencyHistograms* latency,
+                                                  LogFn log,
+                                                  std::shared_ptr<LatencyHistograms> latency,
                                                   ApiError* error);
 
   enum class Poll { kData, kTimeout, kDone };
@@ -111,7 +113,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
  private:
   CompletionSession(Engine& engine, PreparedRequest request,
                     std::unique_ptr<OutputFormatter> formatter, LogFn log,
-                    LatencyHistograms* latency);
+                    std::shared_ptr<LatencyHistograms> latency);
   enum class EventKind { kToken, kPrompt, kFinish, kSentinel };
   struct Event {
     EventKind kind = EventKind::kToken;
@@ -137,7 +139,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   PreparedRequest request_;
   std::unique_ptr<OutputFormatter> formatter_;
   LogFn log_;
-  LatencyHistograms* latency_;
+  std::shared_ptr<LatencyHistograms> latency_;
   RequestId id_ = 0;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_token_;  // under mu_

@@ -150,7 +150,9 @@ struct HttpServer::Impl : HttpService {
   uint64_t id_salt = std::random_device{}();
   std::mutex counts_mu;
   std::map<int, int64_t> responses_by_status;
-  LatencyHistograms latency;     // time to first token, between tokens, per request
+  // Time to first token, between tokens, per request; shared with the sessions, which the
+  // engine may finish after this server is gone.
+  std::shared_ptr<LatencyHistograms> latency = std::make_shared<LatencyHistograms>();
   ResponseStore response_store;  // previous_response_id and item_reference of /v1/responses
 
   Impl(Engine& e, ServerOptions o) : engine(e), options(std::move(o)) {}
@@ -314,7 +316,7 @@ void HttpServer::Impl::Respond(PreparedRequest prep, std::unique_ptr<OutputForma
   bool stream = prep.options.stream;
   ApiError error;
   auto session = CompletionSession::Start(engine, std::move(prep), std::move(output), options.log,
-                                          &latency, &error);
+                                          latency, &error);
   if (!session) return res.Error(error);
   if (stream) return Stream(session, res);
   auto result = session->Wait(kClientPoll, [&res] { return res.writer.ClientGone(); });
@@ -589,7 +591,7 @@ void HttpServer::Impl::HandleMetrics(Reply& res) {
   metric("kv_disk_dropped_writes_total", "counter",
          "Pages not persisted (write queue full, disk full, stage down).",
          s.kv_disk_dropped_writes + s.kv_disk_export_errors);
-  out += latency.Text();
+  out += latency->Text();
   if (options.metrics_extra) out += options.metrics_extra();
   out +=
       "# HELP shardlm_http_responses_total HTTP responses by status.\n"

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -303,6 +304,40 @@ TEST_F(ServerTest, MetricsHaveLatencyHistogramsPerEndpoint) {
            "shardlm_request_duration_seconds_count{endpoint=\"completions\"} 1"}) {
     EXPECT_NE(r->body.find(line + "\n"), std::string::npos) << line << "\n" << r->body;
   }
+}
+
+// A server that stops and is destroyed while the engine still runs its requests: the engine
+// finishes them afterwards (cancelled), and what they report (the log line, the latency
+// histograms) must still be alive, not the stopped server's memory.
+TEST_F(ServerTest, TheEngineFinishesRequestsAfterTheServerIsGone) {
+  StartServer();
+  engine_->SetReply(std::string(400, 'z'));
+  engine_->SetTokenDelayMs(10);
+  std::atomic<int> received{0};
+  std::thread client([this, &received] {
+    httplib::Client c("127.0.0.1", server_->port());
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt":"x","stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      ++received;
+      return true;
+    };
+    (void)c.send(req);
+  });
+  for (int i = 0; i < 500 && received < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(received.load(), 3);
+  server_->Stop();
+  thread_.join();
+  server_.reset();
+  client.join();
+  // The engine notices the cancellation at its next token and finishes the request now.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(engine_->cancelled_count(), 1);
 }
 
 TEST_F(ServerTest, DisconnectMidStreamCancels) {
