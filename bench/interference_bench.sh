@@ -6,8 +6,9 @@
 # JSON line on stdout. Logs go to stderr; the server's log to $SERVER_LOG.
 #
 # Environment: SHARDLM (binary, default build/shardlm), MODEL (default
-# /tmp/shardlm-qwen3-0.6b-q4_k_m.gguf), STREAMS (4), LONG_TOKENS (8192), EVERY_S (5),
-# QUIET_S (20), LOAD_S (60), THREADS (0 = every core), PORT (default: a free one),
+# /tmp/shardlm-qwen3-0.6b-q4_k_m.gguf), STREAMS (4), LONG_TOKENS (8192), EVERY_S (30: longer than one such prefill
+# takes on 2 cores, or the prompts queue without bound),
+# QUIET_S (20), LOAD_S (90), THREADS (0 = every core), PORT (default: a free one),
 # SERVER_LOG (default a temp file), SERVE_ARGS (extra flags for serve, e.g. --prefill-chunk
 # 64).
 #
@@ -21,9 +22,9 @@ BENCH_NAME=interference_bench
 source "$here/bench_lib.sh"
 STREAMS=${STREAMS:-4}
 LONG_TOKENS=${LONG_TOKENS:-8192}
-EVERY_S=${EVERY_S:-5}
+EVERY_S=${EVERY_S:-30}
 QUIET_S=${QUIET_S:-20}
-LOAD_S=${LOAD_S:-60}
+LOAD_S=${LOAD_S:-90}
 THREADS=${THREADS:-0}
 SERVER_LOG=${SERVER_LOG:-$(mktemp /tmp/shardlm-interference.XXXXXX.log)}
 # Room for a long prompt (and the chat template around it) in every sequence; the streams
