@@ -99,7 +99,7 @@ size_t KvPageBytes(const PagePoolConfig& config) {
   return bytes;
 }
 
-Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config) {
+Result<std::unique_ptr<PagePool>> PagePool::Layout(const PagePoolConfig& config) {
   if (config.n_pages <= 0 || config.page_tokens <= 0 || config.n_layers < 0 ||
       config.n_kv_heads <= 0 || config.head_dim <= 0) {
     return InvalidArgument(
@@ -141,6 +141,11 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
   }
   pool->page_bytes_ = offset;
   SHARDLM_CHECK(pool->page_bytes_ == KvPageBytes(config));
+  return pool;
+}
+
+Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config) {
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<PagePool> pool, Layout(config));
   const size_t total_bytes = pool->page_bytes_ * size_t(config.n_pages);
   // A stage whose layers keep no KV (recurrent layers only) has pages of no bytes: its
   // pages exist in the block tables like every stage's, and hold nothing here.
@@ -152,8 +157,23 @@ Result<std::unique_ptr<PagePool>> PagePool::Create(const PagePoolConfig& config)
     return OutOfRange("KV pool: cannot allocate {} bytes for {} pages (reduce --kv-pages)",
                       total_bytes, config.n_pages);
   }
+  pool->base_ = pool->storage_.get();
   // Not zeroed: a position is read only after it was written, and untouched pages of a
   // large pool stay uncommitted until used.
+  return pool;
+}
+
+Result<std::unique_ptr<PagePool>> PagePool::CreateOn(const PagePoolConfig& config,
+                                                     std::span<uint8_t> memory,
+                                                     std::shared_ptr<void> owner) {
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<PagePool> pool, Layout(config));
+  const size_t total_bytes = pool->page_bytes_ * size_t(config.n_pages);
+  if (memory.size() < total_bytes || (total_bytes > 0 && memory.data() == nullptr)) {
+    return InvalidArgument("KV pool: {} bytes of memory for {} pages of {} bytes", memory.size(),
+                           config.n_pages, pool->page_bytes_);
+  }
+  pool->base_ = total_bytes > 0 ? memory.data() : nullptr;
+  pool->owner_ = std::move(owner);
   return pool;
 }
 
@@ -165,7 +185,7 @@ void PagePool::CopyPage(PageId src, PageId dst) {
 
 uint8_t* PagePool::page_data(PageId page) {
   SHARDLM_CHECK(page >= 0 && page < config_.n_pages);
-  return storage_.get() + size_t(page) * page_bytes_;
+  return base_ + size_t(page) * page_bytes_;
 }
 
 const uint8_t* PagePool::page_data(PageId page) const {
@@ -184,7 +204,7 @@ size_t PagePool::RowOffset(int layer_idx, int kv, int kv_head, int offset) const
 
 void* PagePool::RowPtr(PageId page, int layer_idx, int kv, int kv_head, int offset) {
   SHARDLM_DCHECK(page >= 0 && page < config_.n_pages);
-  return storage_.get() + size_t(page) * page_bytes_ + RowOffset(layer_idx, kv, kv_head, offset);
+  return base_ + size_t(page) * page_bytes_ + RowOffset(layer_idx, kv, kv_head, offset);
 }
 
 }  // namespace shardlm

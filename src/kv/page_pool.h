@@ -156,6 +156,13 @@ class PagePool {
  public:
   // Validates the config (positive sizes, no overflow) and allocates all pages up front.
   static Result<std::unique_ptr<PagePool>> Create(const PagePoolConfig& config);
+  // The same pool over memory the caller provides, at least n_pages × page_bytes long: a
+  // shared-memory region another process maps too, so that a page one process writes is the
+  // page the other reads, with nothing copied. `owner` keeps that memory alive (the pool
+  // holds it). Errors: Create's, and InvalidArgument when the memory is too short.
+  static Result<std::unique_ptr<PagePool>> CreateOn(const PagePoolConfig& config,
+                                                    std::span<uint8_t> memory,
+                                                    std::shared_ptr<void> owner);
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
@@ -193,6 +200,8 @@ class PagePool {
 
  private:
   explicit PagePool(const PagePoolConfig& config);
+  // A pool of `config`'s layout (validated), without memory yet.
+  static Result<std::unique_ptr<PagePool>> Layout(const PagePoolConfig& config);
   void* RowPtr(PageId page, int layer_idx, int kv, int kv_head, int offset);
 
   // Where each layer's rows start inside a page, its shape and the bytes of one head's row.
@@ -204,7 +213,9 @@ class PagePool {
   PagePoolConfig config_;
   std::vector<LayerRows> layers_;  // [n_layers]
   size_t page_bytes_ = 0;
-  HugePageBuffer storage_;  // [n_pages][page_bytes], on huge pages where the kernel allows
+  HugePageBuffer storage_;       // Create's memory, on huge pages where the kernel allows
+  std::shared_ptr<void> owner_;  // CreateOn's memory
+  uint8_t* base_ = nullptr;      // [n_pages][page_bytes]: either of them
 };
 
 }  // namespace shardlm
