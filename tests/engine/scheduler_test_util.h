@@ -43,6 +43,19 @@ inline const char kQwen35[] = "qwen35-tiny.gguf";  // gated DeltaNet layers
 // Layers of two head shapes, the last two reading earlier layers' KV, per-layer inputs.
 inline const char kGemma4[] = "gemma4-tiny.gguf";
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+// The models a long test runs on: `all`, or under a sanitizer, where every step is many times
+// slower, `sanitized` (a few that still reach every kind of layer the test exercises; the
+// Release run covers them all).
+inline std::vector<const char*> ModelsUnlessSanitized(std::vector<const char*> all,
+                                                      std::vector<const char*> sanitized) {
+  return kSanitizedBuild ? sanitized : all;
+}
+
 inline const char kLongText[] =
     "Once upon a time, there was a little dog named Max. He liked to run in the park with "
     "his friend Lily. One day they found a big red ball under a tree.";
