@@ -49,10 +49,14 @@ Result<PlacementOptions> ParsePlacement(const PlacementFlags& flags) {
 std::vector<std::string> DescribePlacement(const std::vector<StageInfo>& stages) {
   std::vector<std::string> lines;
   for (const StageInfo& s : stages) {
-    lines.push_back(
+    std::string line =
         fmt::format("stage {}: layers [{}, {}) on {} ({}{} thread{}), weights {}, KV {}", s.index,
                     s.layers.begin, s.layers.end, s.device, s.remote ? "remote, " : "", s.threads,
-                    s.threads == 1 ? "" : "s", MiB(s.weight_bytes), MiB(s.kv_bytes)));
+                    s.threads == 1 ? "" : "s", MiB(s.weight_bytes), MiB(s.kv_bytes));
+    if (s.ring_bytes_per_sequence > 0) {
+      line += fmt::format(" + window rings {} per sequence", MiB(s.ring_bytes_per_sequence));
+    }
+    lines.push_back(std::move(line));
   }
   return lines;
 }

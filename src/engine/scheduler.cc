@@ -250,7 +250,9 @@ Scheduler::~Scheduler() {
 
 size_t Scheduler::kv_bytes() const {
   size_t bytes = 0;
-  for (const StageInfo& stage : info_.stages) bytes += stage.kv_bytes;
+  for (const StageInfo& stage : info_.stages) {
+    bytes += stage.kv_bytes + stage.ring_bytes_per_sequence * size_t(options_.n_parallel);
+  }
   return bytes;
 }
 

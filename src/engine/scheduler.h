@@ -232,7 +232,9 @@ class Scheduler : public Engine {
   Result<int32_t> EraseSlot(int32_t slot) override;
 
   const SchedulerOptions& options() const { return options_; }
-  size_t kv_bytes() const;  // every stage's page storage (reserved; touched as pages fill)
+  // Every stage's page storage and, for each slot, its window rings (reserved; touched as
+  // sequences fill them).
+  size_t kv_bytes() const;
   // The pipeline's counters (max_in_flight > 1 shows pipelining at work).
   PipelineCounters pipeline_counters() const;
   // Per stage, in pipeline order: batches, tokens, busy time, activation bytes.

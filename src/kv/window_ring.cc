@@ -26,19 +26,54 @@ size_t WindowRings::StateBytes(std::span<const WindowRingLayer> layers, KvType k
   return bytes;
 }
 
+int WindowRings::RingPages(std::span<const WindowRingLayer> layers, int page_tokens,
+                           int max_batch_tokens, int max_sequence_pages) {
+  int widest = 1;
+  for (const WindowRingLayer& layer : layers) widest = std::max(widest, layer.window);
+  const int span = widest - 1 + std::max(max_batch_tokens, page_tokens);
+  const int pages = (span + page_tokens - 1) / page_tokens + 1;
+  return max_sequence_pages > 0 ? std::min(pages, max_sequence_pages) : pages;
+}
+
+namespace {
+
+// The page pool of one slot's ring: its layers in their shapes, R pages.
+PagePoolConfig RingPoolConfig(std::span<const WindowRingLayer> layers, int ring_pages,
+                              int page_tokens, KvType kv_type) {
+  PagePoolConfig config;
+  config.n_pages = ring_pages;
+  config.page_tokens = page_tokens;
+  config.n_layers = int(layers.size());
+  config.kv_type = kv_type;
+  for (const WindowRingLayer& layer : layers) {
+    config.layer_shapes.push_back(layer.shape);
+    config.n_kv_heads = std::max(config.n_kv_heads, layer.shape.n_kv_heads);
+    config.head_dim = std::max(config.head_dim, layer.shape.head_dim);
+  }
+  return config;
+}
+
+}  // namespace
+
+size_t WindowRings::SlotBytes(std::span<const WindowRingLayer> layers, int page_tokens,
+                              KvType kv_type, int max_batch_tokens, int max_sequence_pages) {
+  if (layers.empty()) return 0;
+  const int ring_pages = RingPages(layers, page_tokens, max_batch_tokens, max_sequence_pages);
+  return KvPageBytes(RingPoolConfig(layers, ring_pages, page_tokens, kv_type)) * size_t(ring_pages);
+}
+
 WindowRings::WindowRings(std::vector<WindowRingLayer> layers, int page_tokens, KvType kv_type,
-                         int max_batch_tokens)
+                         int max_batch_tokens, int max_sequence_pages)
     : layers_(std::move(layers)),
       page_tokens_(page_tokens),
       kv_type_(kv_type),
+      ring_pages_(RingPages(layers_, page_tokens, max_batch_tokens, max_sequence_pages)),
       state_bytes_(StateBytes(layers_, kv_type)) {
   SHARDLM_CHECK(page_tokens > 0 && max_batch_tokens > 0);
   for (const WindowRingLayer& layer : layers_) {
     SHARDLM_CHECK(layer.window >= 1);
     widest_ = std::max(widest_, layer.window);
   }
-  const int span = widest_ - 1 + std::max(max_batch_tokens, page_tokens);
-  ring_pages_ = (span + page_tokens - 1) / page_tokens + 1;
 }
 
 Status WindowRings::EnsureSlot(int slot) {
@@ -48,16 +83,7 @@ Status WindowRings::EnsureSlot(int slot) {
     positions_.resize(size_t(slot) + 1, 0);
   }
   if (rings_[size_t(slot)] != nullptr) return Status::Ok();
-  PagePoolConfig config;
-  config.n_pages = ring_pages_;
-  config.page_tokens = page_tokens_;
-  config.n_layers = n_layers();
-  config.kv_type = kv_type_;
-  for (const WindowRingLayer& layer : layers_) {
-    config.layer_shapes.push_back(layer.shape);
-    config.n_kv_heads = std::max(config.n_kv_heads, layer.shape.n_kv_heads);
-    config.head_dim = std::max(config.head_dim, layer.shape.head_dim);
-  }
+  const PagePoolConfig config = RingPoolConfig(layers_, ring_pages_, page_tokens_, kv_type_);
   Result<std::unique_ptr<PagePool>> pool = PagePool::Create(config);
   if (!pool.ok()) return pool.status().WithContext("window ring of slot " + std::to_string(slot));
   rings_[size_t(slot)] = std::move(pool).value();

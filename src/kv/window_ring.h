@@ -47,10 +47,17 @@ class WindowRings {
  public:
   // Bytes of one sequence's state in these layers (the layout above).
   static size_t StateBytes(std::span<const WindowRingLayer> layers, KvType kv_type);
+  // Pages in one slot's ring (R above), and the bytes of that ring.
+  // With max_sequence_pages (0: no bound), a sequence can have no more pages: a ring that
+  // large never wraps, so it needs no more.
+  static int RingPages(std::span<const WindowRingLayer> layers, int page_tokens,
+                       int max_batch_tokens, int max_sequence_pages = 0);
+  static size_t SlotBytes(std::span<const WindowRingLayer> layers, int page_tokens, KvType kv_type,
+                          int max_batch_tokens, int max_sequence_pages = 0);
 
   // layers: the stage's windowed layers with KV of their own, in layer order (each window ≥ 1).
   WindowRings(std::vector<WindowRingLayer> layers, int page_tokens, KvType kv_type,
-              int max_batch_tokens);
+              int max_batch_tokens, int max_sequence_pages = 0);
 
   int n_layers() const { return int(layers_.size()); }
   int ring_pages() const { return ring_pages_; }

@@ -159,7 +159,7 @@ AttentionRows StageAttentionRows(const Model& model, const PagePoolConfig& kv,
 }  // namespace
 
 ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads,
-                         int max_batch_tokens)
+                         int max_batch_tokens, int max_sequence_pages)
     : model_(model),
       config_(model.config()),
       pool_(pool),
@@ -180,7 +180,7 @@ ForwardPass::ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads
       StageAttentionRows(model, kv, act_->kv_place, ring_layers, act_->max_ctx);
   if (!ring_layers.empty()) {
     act_->rings = std::make_unique<WindowRings>(std::move(ring_layers), kv.page_tokens, kv.kv_type,
-                                                max_batch_tokens);
+                                                max_batch_tokens, max_sequence_pages);
   }
   act_->tile_tokens = rows.tile_tokens;
   act_->scores_per_worker = rows.scores_per_worker;

@@ -66,7 +66,10 @@ struct PooledKv {
 class ForwardPass {
  public:
   // max_batch_tokens bounds every batch; all activations are allocated here once.
-  ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads, int max_batch_tokens);
+  // max_sequence_pages (0: no bound): the most pages one sequence may have, which bounds a
+  // window ring (a ring never needs more pages than its sequence can fill).
+  ForwardPass(const Model& model, PagePool& pool, ThreadPool& threads, int max_batch_tokens,
+              int max_sequence_pages = 0);
   ~ForwardPass();
   ForwardPass(const ForwardPass&) = delete;
   ForwardPass& operator=(const ForwardPass&) = delete;

@@ -85,6 +85,11 @@ std::vector<WindowRingLayer> StageWindowRingLayers(const ModelConfig& config, La
   return ring;
 }
 
+size_t StageWindowRingBytes(const ModelConfig& config, LayerRange layers, const KvGeometry& kv) {
+  return WindowRings::SlotBytes(StageWindowRingLayers(config, layers, kv.window_kv), kv.page_tokens,
+                                kv.kv_type, kv.max_batch_tokens, kv.n_pages);
+}
+
 size_t StageStateBytes(const ModelConfig& config, LayerRange layers, KvType kv_type,
                        WindowKv window_kv) {
   return config.RecurrentStateBytes(layers.begin, layers.end) +

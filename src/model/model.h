@@ -35,6 +35,8 @@ PagePoolConfig StageKvPoolConfig(const ModelConfig& config, LayerRange layers, i
 // The stage's layers whose KV is in window rings, in layer order (none under kFull).
 std::vector<WindowRingLayer> StageWindowRingLayers(const ModelConfig& config, LayerRange layers,
                                                    WindowKv window_kv);
+// Bytes of one sequence's window rings in a stage of `layers` (0: none).
+size_t StageWindowRingBytes(const ModelConfig& config, LayerRange layers, const KvGeometry& kv);
 // Bytes of one sequence's state in a stage of `layers`: its recurrent layers' state, then its
 // window rings' (what ForwardPass::ExportState copies; 0: the stage keeps none).
 size_t StageStateBytes(const ModelConfig& config, LayerRange layers, KvType kv_type,

@@ -80,7 +80,7 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
                         ? std::move(threads)
                         : std::make_unique<ThreadPool>(ThreadCount(options), options.device.cores);
   stage->forward_ = std::make_unique<ForwardPass>(model, *stage->pool_, *stage->threads_,
-                                                  options.kv.max_batch_tokens);
+                                                  options.kv.max_batch_tokens, options.kv.n_pages);
   if (options.kv.bounded() && holds_kv) {
     const std::string where = "stage " + std::to_string(options.index);
     auto tier = CreateKvTier(options.kv.tier, options.kv.n_pages, stage->pool_->page_bytes(),
@@ -101,6 +101,7 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
   info.threads = stage->threads_->size();
   info.weight_bytes = StageWeightBytes(model.weights());
   info.kv_bytes = size_t(stage->pool_->n_pages()) * stage->pool_->page_bytes();
+  info.ring_bytes_per_sequence = StageWindowRingBytes(model.config(), model.layers(), options.kv);
   return stage;
 }
 

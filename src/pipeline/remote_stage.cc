@@ -89,6 +89,7 @@ RemoteStage::RemoteStage(const RemoteStageOptions& options, const ShardHello& he
   info_.last = options.layers.end == options.config.n_layers;
   info_.device = "unix:" + options.socket_path;
   info_.remote = true;
+  info_.ring_bytes_per_sequence = StageWindowRingBytes(options.config, options.layers, options.kv);
 }
 
 RemoteStage::~RemoteStage() = default;

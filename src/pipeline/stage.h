@@ -62,6 +62,9 @@ struct StageInfo {
   int threads = 0;
   size_t weight_bytes = 0;  // bytes of the tensors the stage computes with
   size_t kv_bytes = 0;      // its page storage
+  // Its windowed layers' rings (kv/window_ring.h), per sequence that uses them: allocated when a
+  // slot first runs, beside the page storage.
+  size_t ring_bytes_per_sequence = 0;
 };
 
 struct StageStats {

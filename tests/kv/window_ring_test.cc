@@ -45,6 +45,13 @@ TEST(WindowRingsTest, RingHoldsTheWindowAndABatchPastIt) {
   // Widest window 5, batches of 6, pages of 4: ceil((4 + 6) / 4) + 1 = 4 pages.
   WindowRings rings(Layers(), 4, KvType::kF32, 6);
   EXPECT_EQ(rings.ring_pages(), 4);
+  EXPECT_EQ(WindowRings::RingPages(Layers(), 4, 6), 4);
+  // A page of both layers: (2 heads × 4 + 1 head × 8) floats × 4 positions × K and V.
+  EXPECT_EQ(WindowRings::SlotBytes(Layers(), 4, KvType::kF32, 6), 4 * (16 * 4 * 2 * 4u));
+  EXPECT_EQ(WindowRings::SlotBytes({}, 4, KvType::kF32, 6), 0u);
+  // A sequence of at most 2 pages never wraps a ring of 2.
+  EXPECT_EQ(WindowRings::RingPages(Layers(), 4, 6, 2), 2);
+  EXPECT_EQ(WindowRings::RingPages(Layers(), 4, 6, 100), 4);
   rings.EnsurePages(10);
   ASSERT_GE(rings.pages().size(), 10u);
   for (size_t j = 0; j < 10; ++j) EXPECT_EQ(rings.pages()[j], PageId(j % 4));
