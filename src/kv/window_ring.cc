@@ -26,11 +26,20 @@ size_t WindowRings::StateBytes(std::span<const WindowRingLayer> layers, KvType k
   return bytes;
 }
 
-int WindowRings::RingPages(std::span<const WindowRingLayer> layers, int page_tokens,
-                           int max_batch_tokens, int max_sequence_pages) {
+namespace {
+
+// The widest window of `layers` (1 when there are none).
+int WidestWindow(std::span<const WindowRingLayer> layers) {
   int widest = 1;
   for (const WindowRingLayer& layer : layers) widest = std::max(widest, layer.window);
-  const int span = widest - 1 + std::max(max_batch_tokens, page_tokens);
+  return widest;
+}
+
+}  // namespace
+
+int WindowRings::RingPages(std::span<const WindowRingLayer> layers, int page_tokens,
+                           int max_batch_tokens, int max_sequence_pages) {
+  const int span = WidestWindow(layers) - 1 + std::max(max_batch_tokens, page_tokens);
   const int pages = (span + page_tokens - 1) / page_tokens + 1;
   return max_sequence_pages > 0 ? std::min(pages, max_sequence_pages) : pages;
 }
@@ -67,13 +76,11 @@ WindowRings::WindowRings(std::vector<WindowRingLayer> layers, int page_tokens, K
     : layers_(std::move(layers)),
       page_tokens_(page_tokens),
       kv_type_(kv_type),
+      widest_(WidestWindow(layers_)),
       ring_pages_(RingPages(layers_, page_tokens, max_batch_tokens, max_sequence_pages)),
       state_bytes_(StateBytes(layers_, kv_type)) {
   SHARDLM_CHECK(page_tokens > 0 && max_batch_tokens > 0);
-  for (const WindowRingLayer& layer : layers_) {
-    SHARDLM_CHECK(layer.window >= 1);
-    widest_ = std::max(widest_, layer.window);
-  }
+  for (const WindowRingLayer& layer : layers_) SHARDLM_CHECK(layer.window >= 1);
 }
 
 Status WindowRings::EnsureSlot(int slot) {

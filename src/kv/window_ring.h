@@ -97,7 +97,7 @@ class WindowRings {
   std::vector<WindowRingLayer> layers_;
   int page_tokens_;
   KvType kv_type_;
-  int widest_ = 1;  // the widest window
+  int widest_;  // the widest window
   int ring_pages_;
   size_t state_bytes_;
   std::vector<std::unique_ptr<PagePool>> rings_;  // [slot], null until first used

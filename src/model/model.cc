@@ -18,6 +18,7 @@ Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file,
   if (!weights.ok()) return weights.status().WithContext(file->name());
   model->weights_ = std::move(weights).value();
   // A layer that reads another's KV (kv_layer) uses that layer's index.
+  int n_kv_layers = 0;
   for (int layer = range.begin; layer < range.end; ++layer) {
     const LayerConfig& lc = model->config_.layers[size_t(layer)];
     int kv = -1;
@@ -25,7 +26,7 @@ Result<std::unique_ptr<Model>> Model::Load(std::shared_ptr<const GgufFile> file,
     if (!lc.attends()) {
       recurrent = model->n_recurrent_layers_++;
     } else if (lc.has_kv()) {
-      kv = model->n_kv_layers_++;
+      kv = n_kv_layers++;
     } else if (lc.kv_layer >= range.begin && lc.kv_layer < layer) {
       kv = model->kv_index_[size_t(lc.kv_layer - range.begin)];
     } else {

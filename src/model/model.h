@@ -74,7 +74,6 @@ class Model {
   int kv_index(int layer_idx) const { return kv_index_[size_t(layer_idx)]; }
   // Index of stage-local layer `layer_idx` among the stage's recurrent layers, or -1.
   int recurrent_index(int layer_idx) const { return recurrent_index_[size_t(layer_idx)]; }
-  int n_kv_layers() const { return n_kv_layers_; }
   int n_recurrent_layers() const { return n_recurrent_layers_; }
 
   // The page pool shape this stage needs (its layers with KV in the pool, kv heads, head_dim).
@@ -93,7 +92,6 @@ class Model {
   PanelStore panels_;                 // what repacked views point into
   std::vector<int> kv_index_;         // [stage-local layer]
   std::vector<int> recurrent_index_;  // [stage-local layer]
-  int n_kv_layers_ = 0;
   int n_recurrent_layers_ = 0;
 };
 

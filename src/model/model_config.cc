@@ -317,12 +317,6 @@ void SetQwen35Layer(const ModelConfig& config, int layer_idx, LayerConfig& layer
 
 }  // namespace
 
-int ModelConfig::KvLayers(int begin, int end) const {
-  int n = 0;
-  for (int i = begin; i < end; ++i) n += layers[size_t(i)].has_kv() ? 1 : 0;
-  return n;
-}
-
 bool ModelConfig::HasDeltaNet(int begin, int end) const {
   for (int i = begin; i < end; ++i) {
     if (layers[size_t(i)].mixer == LayerMixer::kDeltaNet) return true;

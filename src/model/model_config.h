@@ -177,8 +177,7 @@ struct ModelConfig {
   int n_embd_per_layer = 0;
   std::vector<LayerConfig> layers;  // [n_layers]
 
-  // Layers of [begin, end) with KV pages of their own (attention layers that write KV).
-  int KvLayers(int begin, int end) const;
+  // Whether [begin, end) holds a gated DeltaNet layer.
   bool HasDeltaNet(int begin, int end) const;
   // The widest window of the model's windowed layers (0: none).
   int WidestWindow() const;

@@ -17,6 +17,18 @@
 namespace shardlm::testing {
 namespace {
 
+namespace model_config_test {
+
+// Layers of `layers` with KV pages of their own (attention layers that write KV), windows
+// included.
+int KvPoolLayers(const ModelConfig& config, LayerRange layers) {
+  return StageKvPoolConfig(config, layers, 1, 1, KvType::kF32, WindowKv::kFull).n_layers;
+}
+
+}  // namespace model_config_test
+
+using model_config_test::KvPoolLayers;
+
 std::shared_ptr<const GgufFile> OpenFixture(const std::string& name) {
   auto file = GgufFile::Open(FixturePath(name));
   EXPECT_TRUE(file.ok()) << file.status().message();
@@ -164,8 +176,8 @@ TEST(ModelConfig, Qwen35LaysOutDeltaNetAndAttentionLayers) {
     EXPECT_EQ(layer.attn_output_gate, i == 3);
     EXPECT_STREQ(layer.ffn_norm_name, "post_attention_norm");
   }
-  EXPECT_EQ(config->KvLayers(0, 4), 1);
-  EXPECT_EQ(config->KvLayers(0, 3), 0);
+  EXPECT_EQ(KvPoolLayers(*config, {0, 4}), 1);
+  EXPECT_EQ(KvPoolLayers(*config, {0, 3}), 0);
   EXPECT_TRUE(config->HasDeltaNet(0, 1));
   EXPECT_FALSE(config->HasDeltaNet(3, 4));
 }
@@ -210,7 +222,7 @@ TEST(ModelConfig, Gemma4LaysOutLayerShapesAndSharedKv) {
     EXPECT_TRUE(layer.v_norm && layer.per_layer_input && layer.output_scale);
     EXPECT_FLOAT_EQ(layer.kq_scale, 1.0f);
   }
-  EXPECT_EQ(config->KvLayers(0, 5), 3);
+  EXPECT_EQ(KvPoolLayers(*config, {0, 5}), 3);
   EXPECT_FALSE(config->SplitsSharedKv(1));
   EXPECT_TRUE(config->SplitsSharedKv(2));
   EXPECT_TRUE(config->SplitsSharedKv(3));
