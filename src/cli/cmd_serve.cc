@@ -30,6 +30,7 @@
 #include "cli/kv_pool_flags.h"
 #include "cli/kv_type_flag.h"
 #include "cli/placement_flags.h"
+#include "cli/prefill_worker_process.h"
 #include "cli/synth_model.h"
 #include "engine/scheduler.h"
 #include "pipeline/model_loader.h"
@@ -70,6 +71,9 @@ struct ServeFlags {
   std::string slot_save_budget = "8GiB";
   bool embeddings = false;
   PlacementFlags placement;
+  std::string prefill_worker;
+  std::string disagg;
+  int disagg_min_tokens = 256;
 };
 
 void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
@@ -130,6 +134,16 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                "Serve POST /v1/embeddings: the mean over the input's positions of the final "
                "hidden state after the output norm, L2-normalised");
   DeclarePlacementFlags(cmd, f.placement);
+  cmd.add_option("--prefill-worker", f.prefill_worker,
+                 "Prefill long prompts on this worker (`shardlm worker --role prefill --listen "
+                 "unix:NAME`), into the KV pages this server decodes from, while the running "
+                 "streams go on decoding here");
+  cmd.add_option("--disagg", f.disagg,
+                 "prefill=cpu:A-B,decode=cpu:C-D: start a prefill worker on cores A-B and decode "
+                 "on C-D (the same as --prefill-worker with a worker started by hand)");
+  cmd.add_option("--disagg-min-tokens", f.disagg_min_tokens,
+                 "Prompts with fewer uncached tokens prefill here (cheaper than the worker)")
+      ->capture_default_str();
 }
 
 void Log(const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); }
@@ -243,7 +257,27 @@ void OnSignal(int) {
   if (g_server) g_server->Stop();
 }
 
-Status RunServe(const ServeFlags& flags) {
+Status RunServe(const ServeFlags& given) {
+  ServeFlags flags = given;
+  // --disagg: this server decodes on the decode cores; a child worker prefills on the others.
+  std::unique_ptr<PrefillWorkerProcess> worker_process;
+  if (!flags.disagg.empty()) {
+    if (!flags.prefill_worker.empty() || !flags.placement.devices.empty()) {
+      return InvalidArgument(
+          "--disagg names the devices and the worker: drop --prefill-worker "
+          "and --devices");
+    }
+    SHARDLM_ASSIGN_OR_RETURN(DisaggSpec spec, ParseDisaggSpec(flags.disagg));
+    flags.placement.devices = spec.decode_devices;
+    SHARDLM_ASSIGN_OR_RETURN(worker_process, PrefillWorkerProcess::Start(spec.prefill_cores));
+    flags.prefill_worker = worker_process->socket();
+    Log(fmt::format("prefill worker started on cores {} ({})", spec.prefill_cores,
+                    flags.prefill_worker));
+  }
+  if (!flags.prefill_worker.empty() && flags.prefill_worker.rfind("unix:", 0) != 0) {
+    return InvalidArgument("--prefill-worker '{}': expected unix:NAME or unix:PATH",
+                           flags.prefill_worker);
+  }
   SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(flags.placement));
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(flags.kv_type));
   SHARDLM_ASSIGN_OR_RETURN(WindowKv window_kv, ParseWindowKvFlag(flags.window_kv));
@@ -289,6 +323,8 @@ Status RunServe(const ServeFlags& flags) {
   so.log_requests = false;  // the server logs one line per request, with its id
   so.placement = std::move(placement);
   so.placement.model_path = model_path;
+  if (!flags.prefill_worker.empty()) so.prefill_worker = flags.prefill_worker.substr(5);
+  so.disagg_min_tokens = flags.disagg_min_tokens;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
                            Scheduler::Create(std::move(loaded), so));
   for (const std::string& line : DescribePlacement(engine->info().stages)) Log(line);

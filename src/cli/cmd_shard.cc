@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -24,10 +25,12 @@ namespace shardlm::cli {
 namespace {
 
 struct ShardFlags {
+  std::string role;  // `worker` only: what the daemon is for ("prefill")
   std::string listen;
   std::string cores;
   int threads = 0;
   std::vector<uid_t> allow_uids;
+  int batch_delay_ms = 0;  // hidden, for tests: a slow stage
 };
 
 void DeclareFlags(CLI::App& cmd, ShardFlags& f) {
@@ -46,6 +49,10 @@ void DeclareFlags(CLI::App& cmd, ShardFlags& f) {
   cmd.add_option("-t,--threads", f.threads,
                  "Compute threads when --cores is not a core range (0: every core)")
       ->capture_default_str();
+  // Tests use it to have a batch in flight long enough to kill the daemon under it.
+  cmd.add_option("--debug-batch-delay-ms", f.batch_delay_ms,
+                 "Wait this long before computing each batch (testing only)")
+      ->group("");
 }
 
 Result<std::string> SocketName(const std::string& listen) {
@@ -104,16 +111,17 @@ Status ParseCores(const ShardFlags& f, ShardServiceOptions& options) {
 // SIGINT/SIGTERM are blocked in every thread and taken by one waiting thread, which stops the
 // service outside of signal context (Stop takes a lock). SIGUSR1 ends that thread when the service
 // stopped for another reason.
-Status ServeUntilSignal(ShardService& service) {
+Status ServeUntilSignal(ShardService& service, const std::string& name) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGUSR1);
-  std::thread waiter([&service, set] {
+  std::thread waiter([&service, set, name] {
     int sig = 0;
     if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) {
-      std::fprintf(stderr, "shard: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      std::fprintf(stderr, "%s: %s: stopping\n", name.c_str(),
+                   sig == SIGINT ? "SIGINT" : "SIGTERM");
       service.Stop();
     }
   });
@@ -130,10 +138,15 @@ std::string PinnedSuffix(const ShardService& service) {
   return ", pinned to " + device.substr(0, device.find(' '));
 }
 
-Status RunShard(const ShardFlags& f) {
+// `name`: the command, which prefixes every line ("shard" or "worker").
+Status RunShard(const ShardFlags& f, const std::string& name) {
   ShardServiceOptions options;
   SHARDLM_ASSIGN_OR_RETURN(options.socket_path, SocketName(f.listen));
+  options.log = [name](const std::string& line) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), line.c_str());
+  };
   options.allowed_uids = f.allow_uids;
+  options.run_delay_for_test = std::chrono::milliseconds(std::max(0, f.batch_delay_ms));
   SHARDLM_TRY(ParseCores(f, options));
   sigset_t set;
   sigemptyset(&set);
@@ -146,12 +159,13 @@ Status RunShard(const ShardFlags& f) {
                            ShardService::Create(std::move(options)));
   const int threads = service->threads();
   const std::string pinned = PinnedSuffix(*service);
-  std::fprintf(stderr, "shard: listening on unix:%s (%d thread%s%s)\n",
-               service->socket_path().c_str(), threads, threads == 1 ? "" : "s", pinned.c_str());
+  std::fprintf(stderr, "%s: listening on unix:%s (%s%d thread%s%s)\n", name.c_str(),
+               service->socket_path().c_str(), f.role.empty() ? "" : (f.role + ", ").c_str(),
+               threads, threads == 1 ? "" : "s", pinned.c_str());
   std::fflush(stderr);
-  Status status = ServeUntilSignal(*service);
+  Status status = ServeUntilSignal(*service, name);
   service.reset();  // removes the socket file
-  if (status.ok()) std::fprintf(stderr, "shard: stopped\n");
+  if (status.ok()) std::fprintf(stderr, "%s: stopped\n", name.c_str());
   return status;
 }
 
@@ -163,7 +177,22 @@ void AddShardCommand(CLI::App& app, Action& action) {
                                      "a Unix socket (remote stage daemon)");
   auto flags = std::make_shared<ShardFlags>();
   DeclareFlags(*cmd, *flags);
-  cmd->callback([&action, flags] { action = [flags] { return RunShard(*flags); }; });
+  cmd->callback([&action, flags] { action = [flags] { return RunShard(*flags, "shard"); }; });
+}
+
+// A prefill worker is a shard daemon that a server asks for every layer, with its pages laid over
+// the server's own (shard_protocol.h SharedKv): the server sends it the long prompts.
+void AddWorkerCommand(CLI::App& app, Action& action) {
+  CLI::App* cmd = app.add_subcommand(
+      "worker",
+      "Prefill long prompts for a server (serve --prefill-worker unix:NAME) into the KV pages it "
+      "decodes from, on cores of its own");
+  auto flags = std::make_shared<ShardFlags>();
+  cmd->add_option("--role", flags->role, "What the worker does: prefill")
+      ->required()
+      ->check(CLI::IsMember({"prefill"}));
+  DeclareFlags(*cmd, *flags);
+  cmd->callback([&action, flags] { action = [flags] { return RunShard(*flags, "worker"); }; });
 }
 
 }  // namespace shardlm::cli

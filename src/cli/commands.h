@@ -18,6 +18,7 @@ void AddRunCommand(CLI::App& app, Action& action);
 void AddBenchCommand(CLI::App& app, Action& action);
 void AddServeCommand(CLI::App& app, Action& action);
 void AddShardCommand(CLI::App& app, Action& action);
+void AddWorkerCommand(CLI::App& app, Action& action);
 // `gguf synth`, registered by AddGgufCommand under its `gguf` subcommand.
 void AddGgufSynthCommand(CLI::App& gguf, Action& action);
 

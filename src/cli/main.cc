@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   shardlm::cli::AddBenchCommand(app, action);
   shardlm::cli::AddServeCommand(app, action);
   shardlm::cli::AddShardCommand(app, action);
+  shardlm::cli::AddWorkerCommand(app, action);
   CLI11_PARSE(app, argc, argv);
   if (!action) return 0;
   shardlm::Status status = action();

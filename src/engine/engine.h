@@ -100,6 +100,10 @@ struct RequestUsage {
   double queue_ms = 0;    // submit → first scheduled
   double prefill_ms = 0;  // first scheduled → first token
   double decode_ms = 0;   // first token → finish
+  // Its prompt was prefilled by the prefill worker; handoff_ms: the state transfer to the
+  // decode stage (0 for a model without recurrent or windowed layers: nothing moves).
+  bool prefill_worker = false;
+  double handoff_ms = 0;
 };
 
 struct FinishEvent {
@@ -172,6 +176,15 @@ struct EngineStats {
   int64_t kv_disk_write_errors = 0;
   int64_t kv_disk_dropped_writes = 0;
   int64_t kv_disk_export_errors = 0;
+  // Prefill worker (zero without one): prompts it prefilled and handed over, their prompt
+  // tokens it computed, the state bytes copied at handoffs (recurrent and windowed layers; the
+  // KV itself is never copied: it lies in shared pages), requests failed by its loss, and
+  // whether it is up now.
+  int64_t prefill_worker_handoffs = 0;
+  int64_t prefill_worker_tokens = 0;
+  int64_t prefill_worker_state_bytes = 0;
+  int64_t prefill_worker_failed_requests = 0;
+  int32_t prefill_worker_up = 0;
 };
 
 struct EngineInfo {

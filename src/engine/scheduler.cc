@@ -46,6 +46,12 @@ Status SchedulerOptions::Validate() const {
     return InvalidArgument("--kv-pool {} must be positive", kv_pool.pool_tokens);
   }
   if (bounded_kv()) SHARDLM_TRY(Pager().Validate());
+  if (!prefill_worker.empty() && bounded_kv()) {
+    return InvalidArgument("a prefill worker needs an unbounded KV pool: drop --kv-pool");
+  }
+  if (disagg_min_tokens < 1) {
+    return InvalidArgument("--disagg-min-tokens {} must be at least 1", disagg_min_tokens);
+  }
   return Status::Ok();
 }
 
@@ -88,6 +94,7 @@ PipelineOptions SchedulerOptions::ToPipelineOptions() const {
   // One row to sample per running sequence, plus the prompt rows of prompt logprobs.
   pipeline.max_logit_rows = n_parallel + prompt_logit_rows;
   pipeline.max_embedding_rows = embeddings ? n_batch : 0;
+  pipeline.share_kv = !prefill_worker.empty();
   return pipeline;
 }
 
@@ -235,6 +242,14 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
   for (int i = 0; i < options_.n_parallel; ++i) slot_infos_.push_back(SlotInfo{.id = i});
 
   state_ = std::move(state);
+  if (!options_.prefill_worker.empty()) {
+    if (!model_fingerprint) {
+      return InvalidArgument(
+          "a prefill worker needs the model file (its fingerprint and path): create the "
+          "scheduler from the model");
+    }
+    SHARDLM_TRY(ConnectPrefillWorker(*model_fingerprint));
+  }
   thread_ = std::thread(&Scheduler::Loop, this);
   return Status::Ok();
 }
@@ -246,6 +261,8 @@ Scheduler::~Scheduler() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Before mu_ and cv_ go: a prefill worker's pipeline calls back into them until it is joined.
+  state_.reset();
 }
 
 size_t Scheduler::kv_bytes() const {
@@ -425,8 +442,8 @@ void Scheduler::Loop() {
   SetThreadName("engine");
   using Action = bool (Scheduler::*)();
   static constexpr Action kActions[] = {&Scheduler::RecoverAction, &Scheduler::SlotTaskAction,
-                                        &Scheduler::AdmitAction, &Scheduler::SubmitAction,
-                                        &Scheduler::CollectAction};
+                                        &Scheduler::AdmitAction,   &Scheduler::PrefillWorkerAction,
+                                        &Scheduler::SubmitAction,  &Scheduler::CollectAction};
   while (TakeInstructions()) {
     state_->prefix_cache->CatchUpPersist();
     for (Action action : kActions) {
@@ -437,6 +454,7 @@ void Scheduler::Loop() {
     (void)state_->pipeline->WaitOldest();
     state_->in_flight.pop_front();
   }
+  if (state_->worker != nullptr) DrainPrefillWorker();
   CancelEverything();
 }
 
@@ -447,9 +465,11 @@ bool Scheduler::TakeInstructions() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     const bool has_work = s.HasWork();
-    const auto ready = [&] { return stopping_ || !inbox_.empty(); };
+    const auto ready = [&] { return stopping_ || !inbox_.empty() || worker_batch_done_; };
     if (!lost_.ok()) {
       cv_.wait_until(lock, s.last_reconnect + kReconnectInterval, ready);
+    } else if (!has_work && !s.worker_lost.ok()) {
+      cv_.wait_until(lock, s.worker_last_reconnect + kReconnectInterval, ready);
     } else if (!has_work && s.prefix_cache->persist_backlog()) {
       // Blocks wait for the disk's export queue: offer them again shortly.
       cv_.wait_for(lock, kPersistRetry, ready);
@@ -464,9 +484,12 @@ bool Scheduler::TakeInstructions() {
 }
 
 bool Scheduler::State::HasWork() const {
-  return !waiting.empty() || !in_flight.empty() || !slot_tasks.empty() ||
-         std::any_of(slots.begin(), slots.end(),
-                     [](const SchedulerSlot& slot) { return slot.request != nullptr; });
+  if (!waiting.empty() || !in_flight.empty() || !slot_tasks.empty()) return true;
+  // A prompt on the prefill worker is waited for through worker_batch_done_ instead.
+  for (int i = 0; i < int(slots.size()); ++i) {
+    if (slots[i].request != nullptr && !WaitsForWorker(i)) return true;
+  }
+  return false;
 }
 
 void Scheduler::ApplyInstruction(Instruction& instruction) {
@@ -545,6 +568,7 @@ bool Scheduler::AdmitAction() {
     }
     slot.admit_seq = s.admit_counter++;
     slot.awaiting_logits = false;
+    slot.route = PrefillRoute::kUndecided;
     slot.n_committed = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -568,6 +592,7 @@ bool Scheduler::AdmitAction() {
 void Scheduler::FailEverything(const Status& error) {
   State& s = *state_;
   std::fprintf(stderr, "scheduler: batch failed: %s\n", error.message().c_str());
+  if (s.worker != nullptr) DrainPrefillWorker();
   while (!s.in_flight.empty()) {
     (void)s.pipeline->WaitOldest();
     s.in_flight.pop_front();
@@ -636,7 +661,9 @@ void Scheduler::FinishSlot(int slot_idx, FinishReason reason, Status error) {
   // committed positions, which the slot retains. A batch still in flight may write them:
   // every later batch that reuses them runs after it in every stage (a save waits for it).
   if (s.pager != nullptr) request->SetPageIns(int64_t(s.pager->page_ins(slot_idx)));
-  if (reason == FinishReason::kError) {
+  if (HoldBackWorkerPages(slot)) {
+    // A worker batch may still write its pages: no retention, released once it is collected.
+  } else if (reason == FinishReason::kError) {
     slot.table->Clear();
   } else {
     s.prefix_cache->RememberSequence(slot_idx);
@@ -696,6 +723,11 @@ void Scheduler::PublishStats() {
     info.n_tokens = slot.request ? slot.table->n_tokens() : int(slot.retained_tokens.size());
   }
   stats_.prompt_tokens_computed = s.prompt_tokens_computed;
+  stats_.prefill_worker_handoffs = s.worker_handoffs;
+  stats_.prefill_worker_tokens = s.worker_tokens;
+  stats_.prefill_worker_state_bytes = s.worker_state_bytes;
+  stats_.prefill_worker_failed_requests = s.worker_failed_requests;
+  stats_.prefill_worker_up = s.worker != nullptr && s.worker_lost.ok();
   s.prefix_cache->FillStats(stats_);
   if (s.pager != nullptr) {
     const PagerStats pager = s.pager->Stats();

@@ -80,6 +80,19 @@
 //    RequestCallbacks::on_logits and on_prefill record logits rows and show progress) and
 //    `bench` (its tests are requests: bench_runner.h).
 //  - One key=value log line per finished request on stderr (options.log_requests).
+//  - Prefill worker (options.prefill_worker; scheduler_prefill_worker.cc): the stage's pages live
+//    in a sealed memfd that a worker process (a shard daemon serving every layer) maps as its own
+//    pool. A prompt with at least disagg_min_tokens tokens left to compute prefills there, in
+//    batches of a second, asynchronous pipeline that share this engine's page allocator and block
+//    tables, while the streams go on decoding here; the worker writes the KV into the very pages
+//    the stage then decodes from, so the handoff copies no KV byte: the first token is sampled
+//    here from the worker's last logits row, and only a recurrent or windowed model's state (a few
+//    MB) moves (ExportState/ImportState). Output is bitwise the same as colocated. The page
+//    allocator stays here, so no refcount crosses processes: a page freed while a worker batch
+//    may still write it is held back until that batch is collected (or, once the worker is lost,
+//    until it reconnects: its old session has then ended). A lost worker fails only the requests
+//    it was prefilling (kUnavailable); later prompts prefill here until a reconnect, retried
+//    every kReconnectInterval, succeeds.
 // Non-goals (later issues): preemption or swapping, priorities.
 //
 // Thread safety: Submit, SubmitAll, Cancel, Stats, info, tokenizer, Health, pipeline_counters,
@@ -172,6 +185,12 @@ struct SchedulerOptions {
   // or holds n_ctx.
   KvPoolOptions kv_pool = {};
   KvTierSpec kv_tier = {};
+  // Disaggregation (see "Prefill worker" above): the socket of a `shardlm worker --role prefill`
+  // that computes the prompts of at least disagg_min_tokens uncached tokens into this engine's
+  // pages ("": every prompt prefills here). Needs the model-based Create, one local stage and an
+  // unbounded pool.
+  std::string prefill_worker = {};
+  int disagg_min_tokens = 256;
 
   Status Validate() const;
   // Whether the pool bounds anything: set and smaller than a sequence's context.
@@ -290,12 +309,30 @@ class Scheduler : public Engine {
   bool CollectAction();
   void BuildBatch(InFlight& record);
   Status PrepareTables(InFlight& record);
+  // What a collected batch gave: commits and publishes its pages, keeps its prompts' states
+  // (read from `state_source`: the pipeline that computed them) and hands each request its rows.
+  void ApplyCollected(const InFlight& record, const PipelineOutputs& outputs,
+                      Pipeline& state_source);
   void ProcessOutputs(const InFlight& record, const PipelineOutputs& outputs);
   void FailEverything(const Status& error);
   void FinishSlot(int slot, FinishReason reason, Status error = Status::Ok());
   void FinishWaiting(size_t index, FinishReason reason, Status error = Status::Ok());
   void CancelEverything();
   void PublishStats();
+  // Prefill worker, engine thread (scheduler_prefill_worker.cc).
+  Status ConnectPrefillWorker(const Fingerprint128& fingerprint);
+  bool PrefillWorkerAction();  // reconnect, collect a finished worker batch, or submit one
+  void BuildWorkerBatch(InFlight& record);
+  void CollectWorkerBatch();
+  // The prompt's last chunk is collected: its state moves to the local stage (recurrent and
+  // windowed layers; its KV is already in the shared pages).
+  void HandOff(int slot_idx);
+  void FailPrefillWorker(const Status& error);
+  void DrainPrefillWorker();  // waits for every worker batch in flight
+  // Whether a worker batch may still write the slot's pages: then its table is held back (the
+  // slot gets a fresh one) until that batch is collected or the worker reconnects.
+  bool HoldBackWorkerPages(SchedulerSlot& slot);
+  void ReleaseHeldBackPages(bool reconnected);
   // Slots, engine thread (scheduler_slots.cc).
   void StartSlotJob(std::shared_ptr<SlotJob> job);
   Result<SlotJobResult> BeginSave(SchedulerSlot& slot, int slot_idx);
@@ -340,6 +377,7 @@ class Scheduler : public Engine {
   RequestId next_id_ = 1;
   EngineStats stats_;
   Status lost_;                       // a stage is down: why (set and cleared by the engine thread)
+  bool worker_batch_done_ = false;    // the prefill worker finished a batch (its pipeline's hook)
   std::vector<SlotInfo> slot_infos_;  // what Slots() answers, refreshed by PublishStats
 
   std::thread thread_;

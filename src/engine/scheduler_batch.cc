@@ -40,6 +40,8 @@ TaskState Scheduler::State::PrefillStep(int slot_idx, int& budget, InFlight& rec
                                                     disk_page_budget, batches_submitted, collected);
     // Waiting for the disk or for batches in flight does not hold back younger prompts.
     if (loaded != TaskState::kFinished) return TaskState::kNotFinished;
+    // Loaded: what is left may be for the prefill worker (the next step decides).
+    if (slot.route == PrefillRoute::kUndecided && worker != nullptr) return TaskState::kNotFinished;
   }
   if (budget <= 0) return TaskState::kBlocked;
   const PromptOutputs& wanted = request.prompt_outputs();
@@ -101,6 +103,12 @@ void Scheduler::BuildBatch(InFlight& record) {
     ActiveRequest* request = slot.request.get();
     if (!request || slot.awaiting_logits) continue;
     if (!request->prefill_done()) {
+      // A prompt for the prefill worker is not computed here (a disk load goes on here first).
+      if (slot.route == PrefillRoute::kWorker) continue;
+      if (slot.route == PrefillRoute::kUndecided && !s.prefix_cache->loading(i)) {
+        if (s.WorkerCandidate(i)) continue;
+        slot.route = PrefillRoute::kLocal;
+      }
       prefilling.push_back(i);
       continue;
     }
@@ -203,7 +211,14 @@ bool Scheduler::CollectAction() {
     FailEverything(outputs.status());
     return true;
   }
-  if (outputs->loss != nullptr && !outputs->loss->empty()) LosePages(*outputs->loss);
+  ApplyCollected(record, *outputs, *s.pipeline);
+  return true;
+}
+
+void Scheduler::ApplyCollected(const InFlight& record, const PipelineOutputs& outputs,
+                               Pipeline& state_source) {
+  State& s = *state_;
+  if (outputs.loss != nullptr && !outputs.loss->empty()) LosePages(*outputs.loss);
   // Every stage has written the batch's KV: it is committed, and its full pages may be
   // shared now.
   for (const InFlight::Written& written : record.written) {
@@ -217,7 +232,7 @@ bool Scheduler::CollectAction() {
   }
   size_t offset = 0;
   for (const InFlight::Scored& scored : record.scored) {
-    const std::span<const float> scores = outputs->page_scores.subspan(offset, scored.n_pages);
+    const std::span<const float> scores = outputs.page_scores.subspan(offset, scored.n_pages);
     offset += scored.n_pages;
     const SchedulerSlot& slot = s.slots[scored.slot];
     if (slot.request && slot.request->id() == scored.request)
@@ -231,12 +246,13 @@ bool Scheduler::CollectAction() {
     const SchedulerSlot& slot = s.slots[written.slot];
     if (slot.request && slot.request->id() == written.request &&
         written.end == slot.request->n_prompt()) {
-      s.prefix_cache->RememberSequence(written.slot);
+      Pipeline* source = &state_source == s.pipeline.get() ? nullptr : &state_source;
+      s.prefix_cache->RememberSequence(written.slot, source);
+      if (source != nullptr) HandOff(written.slot);
     }
   }
-  ProcessOutputs(record, *outputs);
+  ProcessOutputs(record, outputs);
   PublishStats();
-  return true;
 }
 
 // Hands each request its rows, in batch order: prompt rows first (the prompt's outputs are

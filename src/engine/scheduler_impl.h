@@ -25,11 +25,16 @@
 #include "grammar/automaton_cache.h"
 #include "kv/block_table.h"
 #include "kv/pager.h"
+#include "pipeline/remote_stage.h"
 
 namespace shardlm {
 
 // What a resumable task (a prompt's prefill) reports after being offered a step.
 enum class TaskState { kFinished, kNotFinished, kBlocked };
+
+// Where a prompt is prefilled (scheduler.h "Prefill worker"): decided when its first chunk is
+// scheduled, then kept until the slot takes its next request.
+enum class PrefillRoute { kUndecided, kLocal, kWorker };
 
 // One sequence slot: the batch's slot index is the index in State::slots.
 struct SchedulerSlot {
@@ -50,6 +55,9 @@ struct SchedulerSlot {
   uint64_t retained_fence = 0;        // batches [0, fence) may write retained pages until collected
   SlotState task = SlotState::kIdle;  // kSaving / kRestoring: a slot transfer holds the slot
   SlotTransfer transfer;              // while task is kSaving or kRestoring
+  PrefillRoute route = PrefillRoute::kUndecided;
+  // Worker batches [0, fence) may write the slot's pages until collected (State::worker_*).
+  uint64_t worker_fence = 0;
 };
 
 // A submitted batch: whose output rows it will give, in batch order. The request id guards
@@ -92,6 +100,31 @@ struct Scheduler::State {
   std::unique_ptr<Pipeline> pipeline;
   // Bounded KV pool only. The allocator's free hook calls it: it goes after every table.
   std::unique_ptr<Pager> pager;
+  // Prefill worker (null without one): one remote stage of every layer whose pool is laid over
+  // the local stage's pages (asynchronous; its own allocator is unused: pages come from
+  // pipeline's). Declared after `pipeline`, whose shared region it names, so it goes first;
+  // held-back tables go before the pager too.
+  std::unique_ptr<Pipeline> worker;
+  RemoteStage* worker_stage = nullptr;    // its one stage
+  std::deque<InFlight> worker_in_flight;  // submission order
+  uint64_t worker_submitted = 0;
+  uint64_t worker_collected = 0;
+  Status worker_lost;  // the worker is down: why (Ok while it serves)
+  std::chrono::steady_clock::time_point worker_last_reconnect;
+  // Tables of finished requests that a worker batch may still write: released once
+  // worker_collected reaches the fence (kUntilReconnect: once the worker is back).
+  struct HeldBack {
+    uint64_t fence = 0;
+    std::unique_ptr<BlockTable> table;
+  };
+  static constexpr uint64_t kUntilReconnect = UINT64_MAX;
+  std::deque<HeldBack> held_back;
+  std::vector<uint8_t> handoff_state;  // scratch: one slot's state on its way to the stage
+  int64_t worker_handoffs = 0;
+  int64_t worker_tokens = 0;
+  int64_t worker_state_bytes = 0;
+  int64_t worker_failed_requests = 0;
+  int worker_min_tokens = 0;                       // SchedulerOptions::disagg_min_tokens
   std::unique_ptr<SchedulerDiskCache> disk_cache;  // null without options.kv_cache_dir
   // Declared before the prefix cache, which refers to it.
   std::unique_ptr<RecurrentCheckpoints> recurrent;     // disabled without recurrent layers
@@ -125,6 +158,12 @@ struct Scheduler::State {
   }
   // Whether the engine thread has anything to do without a new instruction.
   bool HasWork() const;
+  // Whether the prompt in the slot should prefill on the worker: it is up, the request only
+  // samples (no prompt logits or embeddings), nothing loads from disk for it and at least
+  // worker_min_tokens of its prompt are left to compute.
+  bool WorkerCandidate(int slot_idx) const;
+  // The slot's prompt prefills (or will) on the worker and nothing can be sent for it now.
+  bool WaitsForWorker(int slot_idx) const;
 
   // Offers a prefilling request up to `budget` batch entries; appends its chunk.
   TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);

@@ -108,12 +108,12 @@ void SchedulerPrefixCache::AdoptSelection(int slot, std::span<const BlockHash> h
   pager_->BeginSequence(slot, nullptr, n_blocks);
 }
 
-void SchedulerPrefixCache::RememberSequence(int slot) {
+void SchedulerPrefixCache::RememberSequence(int slot, Pipeline* state_source) {
   const Chain& chain = chains_[slot];
   if (!enabled() || chain.n_published == 0) return;
   const BlockHash& last = chain.hashes[size_t(chain.n_published - 1)];
   if (pager_ != nullptr) KeepSelection(last, pager_->Record(slot, chain.n_published));
-  if (recurrent_ != nullptr) recurrent_->Remember(slot, last, chain.n_published);
+  if (recurrent_ != nullptr) recurrent_->Remember(slot, last, chain.n_published, state_source);
 }
 
 void SchedulerPrefixCache::KeepSelection(const BlockHash& hash, PageSelection selection) {

@@ -108,8 +108,9 @@ class SchedulerPrefixCache {
   // Keeps, for the slot's last published block, what a sequence resuming there needs besides
   // the pages: the pager's selection of them (a bounded pool) and the recurrent state (a model
   // with recurrent layers); no-op for whichever the engine does not have. When a prompt is
-  // prefilled and when a sequence ends.
-  void RememberSequence(int slot);
+  // prefilled and when a sequence ends. `state_source`: the pipeline that computed the state
+  // (a prefill worker), else the engine's.
+  void RememberSequence(int slot, Pipeline* state_source = nullptr);
   // A restored sequence (`tokens`, held in `pages`, one per block, the caller holding a
   // reference on each) joins the cache: each full block that is cached already has its page
   // swapped for the cached one (reference moved: the restored copy is released); the others

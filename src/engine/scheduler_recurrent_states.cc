@@ -14,12 +14,14 @@ RecurrentCheckpoints::RecurrentCheckpoints(Pipeline* pipeline, int page_tokens, 
       capacity_(kStatesPerSlot * std::max(n_slots, 1)),
       state_bytes_(pipeline != nullptr ? pipeline->state_bytes() : 0) {}
 
-void RecurrentCheckpoints::Remember(int slot, const BlockHash& hash, int n_blocks) {
+void RecurrentCheckpoints::Remember(int slot, const BlockHash& hash, int n_blocks,
+                                    Pipeline* source) {
   if (!enabled() || n_blocks <= 0 || states_.contains(hash)) return;
   std::vector<uint8_t> bytes(state_bytes_);
   // NotFound: the slot's state moved past that block (its last batch crossed another page
   // boundary) or never reached it; the block simply keeps no state.
-  if (!pipeline_->ExportState(slot, n_blocks * page_tokens_, bytes).ok()) return;
+  Pipeline& from = source != nullptr ? *source : *pipeline_;
+  if (!from.ExportState(slot, n_blocks * page_tokens_, bytes).ok()) return;
   Persist(hash, n_blocks, bytes);
   Keep(hash, std::move(bytes));
 }

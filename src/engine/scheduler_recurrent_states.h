@@ -43,8 +43,9 @@ class RecurrentCheckpoints {
 
   bool enabled() const { return state_bytes_ > 0; }
   // Keeps the slot's state after n_blocks whole pages under `hash`, the chain hash of block
-  // n_blocks − 1, unless one is kept already or the slot no longer holds that position.
-  void Remember(int slot, const BlockHash& hash, int n_blocks);
+  // n_blocks − 1, unless one is kept already or the slot no longer holds that position. The
+  // state is read from `source` (a prefill worker that computed it), else from the pipeline.
+  void Remember(int slot, const BlockHash& hash, int n_blocks, Pipeline* source = nullptr);
   // Keeps `state`, a sequence's state after n_blocks whole pages (a restored slot file's),
   // under `hash` as Remember would: the state of the same tokens is the same, so one kept
   // already stays. A state of another size is ignored.

@@ -155,6 +155,8 @@ RequestUsage ActiveRequest::Usage(SchedulerClock::time_point now) const {
   usage.cached_tokens = n_cached_;
   usage.cached_disk_tokens = n_cached_disk_;
   usage.kv_page_ins = page_ins_;
+  usage.prefill_worker = prefill_worker_;
+  usage.handoff_ms = handoff_ms_;
   usage.kv_pins = pins_;
   const SchedulerClock::time_point admitted = admitted_.value_or(now);
   usage.queue_ms = Ms(submitted_, admitted);
@@ -182,15 +184,18 @@ void ActiveRequest::Log(const FinishEvent& event) const {
   const double decode_tps = u.decode_ms > 0 && u.completion_tokens > 1
                                 ? (u.completion_tokens - 1) * 1000.0 / u.decode_ms
                                 : 0.0;
+  char handoff[64] = "";
+  if (u.prefill_worker)
+    std::snprintf(handoff, sizeof(handoff), " prefill=worker handoff_ms=%.2f", u.handoff_ms);
   std::fprintf(stderr,
                "request id=%" PRIu64
                " finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d"
                " cached_disk=%d kv_page_ins=%" PRId64
                " queue_ms=%.1f prefill_ms=%.1f decode_ms=%.1f ttft_ms=%.1f "
-               "decode_tok_s=%.2f%s%s%s\n",
+               "decode_tok_s=%.2f%s%s%s%s\n",
                id_, FinishReasonName(event.reason), u.prompt_tokens, u.completion_tokens,
                u.cached_tokens, u.cached_disk_tokens, u.kv_page_ins, u.queue_ms, u.prefill_ms,
-               u.decode_ms, ttft_ms, decode_tps, event.error.ok() ? "" : " error=\"",
+               u.decode_ms, ttft_ms, decode_tps, handoff, event.error.ok() ? "" : " error=\"",
                event.error.message().c_str(), event.error.ok() ? "" : "\"");
 }
 

@@ -80,6 +80,11 @@ class ActiveRequest {
   void SetCached(int n, int n_disk = 0);
   // Pages a bounded KV pool read back from its tier for this request (its usage).
   void SetPageIns(int64_t n) { page_ins_ = n; }
+  // Its prompt was prefilled by the prefill worker, and handed over in `ms`.
+  void SetHandoff(double ms) {
+    prefill_worker_ = true;
+    handoff_ms_ = ms;
+  }
   // The ranges the pool keeps resident for it (its usage).
   void SetPins(std::vector<std::pair<int32_t, int32_t>> pins) { pins_ = std::move(pins); }
 
@@ -125,6 +130,8 @@ class ActiveRequest {
   int n_cached_ = 0;
   int n_cached_disk_ = 0;
   int64_t page_ins_ = 0;
+  bool prefill_worker_ = false;
+  double handoff_ms_ = 0;
   std::vector<std::pair<int32_t, int32_t>> pins_;
   std::vector<TokenId> generated_;  // every sampled token, in order
   TokenId last_token_ = -1;

@@ -58,6 +58,7 @@ constexpr auto kHelloFields = [](auto& v, auto& m) {
   v("tier_kind", m.tier_kind);  // range-checked by the daemon (KvTierSpec::Kind)
   v("tier_dir", m.tier_dir);
   v("key_summaries", m.key_summaries);
+  v("shared_kv_bytes", m.shared_kv_bytes);
 };
 
 constexpr auto kHelloReplyFields = [](auto& v, auto& m) {
@@ -189,13 +190,15 @@ const char* ShardMessageTypeName(ShardMessageType type) {
       return "ImportState";
     case ShardMessageType::kStateReply:
       return "StateReply";
+    case ShardMessageType::kSharedKv:
+      return "SharedKv";
   }
   return "unknown";
 }
 
 bool ShardMessageTypeValid(uint32_t type) {
   return type >= static_cast<uint32_t>(ShardMessageType::kHello) &&
-         type <= static_cast<uint32_t>(ShardMessageType::kStateReply);
+         type <= static_cast<uint32_t>(ShardMessageType::kSharedKv);
 }
 
 void EncodeHello(const ShardHello& m, std::vector<uint8_t>& out) {

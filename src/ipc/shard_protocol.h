@@ -14,6 +14,10 @@
 //   ExportState     → StateReply    a slot's recurrent state written to the output area
 //   ImportState     → StateReply    a slot's recurrent state read from the input area
 //   StatsRequest    → StatsReply
+// A Hello with shared_kv_bytes > 0 is followed at once by SharedKv (no reply), which carries the
+// fd of a region of that many bytes: the daemon lays its stage's page pool over it instead of
+// allocating one, so the pages it writes are the server's pages (a prefill worker,
+// engine/scheduler.h "Disaggregation"). Such a session's end leaves the pages to the server.
 // While a request runs longer than the Hello's heartbeat_ms, the daemon sends Working (empty
 // payload) every heartbeat_ms before the reply, so the server tells a long batch from a hung
 // daemon: a server that hears neither within its timeout marks the stage down.
@@ -59,7 +63,9 @@ namespace shardlm {
 //    one slot's recurrent state.
 // 9: Hello.window_kv: windowed layers in rings (pages hold only the other layers; the state
 //    holds the rings' last window).
-inline constexpr uint32_t kShardProtocolVersion = 9;
+// 10: Hello.shared_kv_bytes and the SharedKv message: the stage's pages may lie in the server's
+//    own KV memory (a prefill worker writes the pages the server decodes from).
+inline constexpr uint32_t kShardProtocolVersion = 10;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -79,6 +85,7 @@ enum class ShardMessageType : uint32_t {
   kExportState = 11,
   kImportState = 12,
   kStateReply = 13,
+  kSharedKv = 14,  // server → daemon, empty, right after a Hello with shared_kv_bytes > 0
 };
 const char* ShardMessageTypeName(ShardMessageType type);
 // True when `type` is one of the values above (a frame's type field is checked with it).
@@ -114,6 +121,9 @@ struct ShardHello {
   uint32_t tier_kind = 0;
   std::string tier_dir = {};
   bool key_summaries = false;
+  // The page pool lives in a region of this many bytes that the server sends in SharedKv (at
+  // least n_pages × page bytes); 0: the daemon allocates its own.
+  uint64_t shared_kv_bytes = 0;
 };
 
 // Daemon → server.

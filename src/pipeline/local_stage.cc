@@ -2,6 +2,8 @@
 // Run = copy-on-write copies, then the forward pass over the stage's layers.
 #include "pipeline/local_stage.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -31,6 +33,28 @@ Status CheckOptions(const LocalStageOptions& options) {
                            options.kv.max_batch_tokens);
   }
   return Status::Ok();
+}
+
+// The stage's pages: its own memory, a new shared region (share_kv) or the server's region
+// (kv_region), which `region` then holds.
+Result<std::unique_ptr<PagePool>> MakePool(const Model& model, const PagePoolConfig& config,
+                                           const LocalStageOptions& options,
+                                           std::shared_ptr<ShmRegion>& region) {
+  if (!options.share_kv && options.kv_region == nullptr) return PagePool::Create(config);
+  // (Create checks the rows itself; the region's size needs them first.)
+  SHARDLM_TRY(CheckModelKvRows(model.config(), options.kv.kv_type));
+  const size_t bytes = KvPageBytes(config) * size_t(config.n_pages);
+  if (bytes == 0) return PagePool::Create(config);
+  if (options.kv.bounded()) {
+    return InvalidArgument("a bounded KV pool cannot live in shared memory");
+  }
+  region = options.kv_region;
+  if (region == nullptr) {
+    SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<ShmRegion> made,
+                             ShmRegion::Create(fmt::format("shardlm-kv{}", options.index), bytes));
+    region = std::move(made);
+  }
+  return PagePool::CreateOn(config, std::span<uint8_t>(region->data(), region->size()), region);
 }
 
 }  // namespace
@@ -73,7 +97,7 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
   const bool holds_kv = model.KvPoolConfig(options.kv).n_layers > 0;
   KvGeometry kv = options.kv;
   if (!holds_kv) kv.n_frames = 0;
-  auto pool = PagePool::Create(model.KvPoolConfig(kv));
+  auto pool = MakePool(model, model.KvPoolConfig(kv), options, stage->kv_region_);
   if (!pool.ok()) return pool.status().WithContext("stage " + std::to_string(options.index));
   stage->pool_ = std::move(pool).value();
   stage->threads_ = threads != nullptr

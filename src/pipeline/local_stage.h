@@ -39,6 +39,7 @@
 
 #include "base/status.h"
 #include "gguf/gguf_file.h"
+#include "ipc/shm_region.h"
 #include "kv/page_pool.h"
 #include "kv/page_residency.h"
 #include "model/forward.h"
@@ -58,6 +59,12 @@ struct LocalStageOptions {
   KvGeometry kv;
   bool prefault = true;        // Load only: page in the stage's tensors before returning
   bool show_progress = false;  // Load only: "loading <file> [a, b): NN%" on stderr
+  // Where the pages live (unbounded pools only): by default in this process's memory; with
+  // share_kv in a new sealed memfd region (shared_kv()) that a prefill worker maps to write the
+  // pages this stage reads; with kv_region inside that region, received from the server (the
+  // prefill worker's side). The region must hold n_pages × page bytes.
+  bool share_kv = false;
+  std::shared_ptr<ShmRegion> kv_region;
 };
 
 class LocalStage final : public Stage {
@@ -88,6 +95,8 @@ class LocalStage final : public Stage {
   Status ImportState(int32_t slot, int32_t position, const uint8_t* src) override;
 
   const Model& model() const { return *model_; }
+  // The region the pages live in (share_kv or kv_region), or null.
+  const ShmRegion* shared_kv() const override { return kv_region_.get(); }
   // The stage's page storage (prefix cache export/import, the shard daemon).
   PagePool& pool() { return *pool_; }
 
@@ -106,6 +115,7 @@ class LocalStage final : public Stage {
 
   std::unique_ptr<Model> owned_model_;  // Load only
   const Model* model_ = nullptr;
+  std::shared_ptr<ShmRegion> kv_region_;  // share_kv or kv_region; the pool holds it too
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<ThreadPool> threads_;
   std::unique_ptr<ForwardPass> forward_;

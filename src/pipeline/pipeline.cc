@@ -93,6 +93,7 @@ Result<std::unique_ptr<Pipeline>> Pipeline::FromStages(std::vector<std::unique_p
                            PageAllocator::Create(options.kv.n_pages, options.kv.page_tokens));
   std::unique_ptr<Pipeline> pipeline(new Pipeline(std::move(stages), config, options));
   pipeline->allocator_ = std::move(allocator);
+  pipeline->asynchronous_ = options.asynchronous;
   const size_t hidden_floats = size_t(options.kv.max_batch_tokens) * size_t(config.n_embd);
   for (int k = 0; k < pipeline->depth(); ++k) {
     auto job = std::make_unique<Job>();
@@ -106,7 +107,7 @@ Result<std::unique_ptr<Pipeline>> Pipeline::FromStages(std::vector<std::unique_p
     pipeline->free_jobs_.push_back(job.get());
     pipeline->jobs_.push_back(std::move(job));
   }
-  if (pipeline->n_stages() > 1) {
+  if (pipeline->threaded()) {
     for (int i = 0; i < pipeline->n_stages(); ++i) {
       pipeline->workers_.emplace_back(&Pipeline::Worker, pipeline.get(), i);
     }
@@ -132,6 +133,17 @@ std::vector<StageInfo> Pipeline::placement() const {
 int Pipeline::in_flight() const {
   std::lock_guard<std::mutex> lock(mu_);
   return int(in_flight_.size());
+}
+
+bool Pipeline::OldestDone() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !in_flight_.empty() && in_flight_.front()->done;
+}
+
+std::vector<const ShmRegion*> Pipeline::SharedKv() const {
+  std::vector<const ShmRegion*> regions;
+  for (const auto& stage : stages_) regions.push_back(stage->shared_kv());
+  return regions;
 }
 
 Status Pipeline::ValidateBatch(const PipelineBatch& batch) const {
@@ -225,7 +237,7 @@ Status Pipeline::Submit(const PipelineBatch& batch) {
     counters_.batches++;
     counters_.tokens += job->entries.size();
     counters_.max_in_flight = std::max(counters_.max_in_flight, int(in_flight_.size()));
-    if (n_stages() > 1) {
+    if (threaded()) {
       queues_[0].push_back(job);
       stage_cv_[0].notify_one();
       return Status::Ok();
@@ -299,6 +311,11 @@ void Pipeline::Worker(int stage_idx) {
     } else {
       job->done = true;
       done_cv_.notify_all();
+      if (on_done_) {
+        lock.unlock();
+        on_done_();
+        lock.lock();
+      }
     }
   }
 }

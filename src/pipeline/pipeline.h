@@ -7,8 +7,8 @@
 // split is not a serial relay. At most depth() = N batches are in flight; each owns a
 // hidden-row buffer pair and an output buffer (logits rows, then embedding rows) from a
 // pool of depth() buffers, allocated once. A one-stage pipeline runs each batch on the caller's
-// thread (no handoff latency). Between stages a token moves n_embd × 4 bytes (float32 hidden row),
-// counted in stats.
+// thread (no handoff latency) unless it is asynchronous. Between stages a token moves n_embd × 4
+// bytes (float32 hidden row), counted in stats.
 //
 // Ordering: every stage processes batches in submission order, so a batch may use KV that
 // an earlier batch still in flight writes (the next prompt chunk of a sequence).
@@ -58,6 +58,12 @@ struct PipelineOptions {
   KvGeometry kv;               // every stage's pages, and the most entries per batch
   int max_logit_rows = 1;      // most entries per batch that want logits
   int max_embedding_rows = 0;  // most entries per batch that want their embedding
+  // Local stages keep their pages in shared memory (LocalStageOptions::share_kv), for a prefill
+  // worker to write.
+  bool share_kv = false;
+  // A one-stage pipeline computes on a worker thread too, so that Submit returns at once (a
+  // prefill worker's pipeline, whose batches take seconds while the owner goes on decoding).
+  bool asynchronous = false;
 };
 
 // What the oldest batch gave (Pipeline::WaitOldestOutputs), in batch order.
@@ -129,6 +135,14 @@ class Pipeline {
   // The same wait, giving the batch's embedding rows too (same lifetime).
   Result<PipelineOutputs> WaitOldestOutputs();
   int in_flight() const;
+  // Whether the oldest batch in flight is done (WaitOldest would not wait); false when none is.
+  bool OldestDone() const;
+  // Called on the stage's worker thread each time a batch finishes (asynchronous pipelines and
+  // splits), without the pipeline's lock: an owner that waits on something else as well learns
+  // that WaitOldest would not block. Set before the first Submit.
+  void SetOnBatchDone(std::function<void()> on_done) { on_done_ = std::move(on_done); }
+  // The shared-memory region of each stage's pages ([stage]; null: private or remote).
+  std::vector<const ShmRegion*> SharedKv() const;
   // Submit + WaitOldest, copying the logits rows into *logits (resized). Requires nothing
   // else in flight.
   Status Run(const PipelineBatch& batch, std::vector<float>* logits);
@@ -165,6 +179,8 @@ class Pipeline {
   struct Job;
   Pipeline(std::vector<std::unique_ptr<Stage>> stages, const ModelConfig& config,
            const PipelineOptions& options);
+  // Stages run on worker threads (a split, or an asynchronous pipeline).
+  bool threaded() const { return n_stages() > 1 || asynchronous_; }
   Status ValidateBatch(const PipelineBatch& batch) const;
   Status CheckAccepting() const;  // under mu_
   void CopyIn(const PipelineBatch& batch, Job& job) const;
@@ -195,7 +211,9 @@ class Pipeline {
   std::vector<StageStats> stats_;
   PipelineCounters counters_;
   bool stopping_ = false;
-  std::vector<std::thread> workers_;  // one per stage when n_stages() > 1
+  bool asynchronous_ = false;  // worker threads even for one stage
+  std::function<void()> on_done_;
+  std::vector<std::thread> workers_;  // one per stage when threaded()
 };
 
 }  // namespace shardlm

@@ -2,6 +2,7 @@
 #include "pipeline/remote_stage.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,6 +58,7 @@ ShardHello MakeHello(const RemoteStageOptions& o) {
   hello.tier_kind = static_cast<uint32_t>(o.kv.tier.kind);
   hello.tier_dir = o.kv.tier.dir;
   hello.key_summaries = o.kv.key_summaries;
+  hello.shared_kv_bytes = o.shared_kv != nullptr ? o.shared_kv->size() : 0;
   return hello;
 }
 
@@ -148,6 +150,9 @@ Status RemoteStage::Handshake() {
   scratch_.clear();
   EncodeHello(hello_, scratch_);
   Status sent = (*channel)->Send(ShardMessageType::kHello, scratch_, region_->fd());
+  if (sent.ok() && options_.shared_kv != nullptr) {
+    sent = (*channel)->Send(ShardMessageType::kSharedKv, {}, options_.shared_kv->fd());
+  }
   if (!sent.ok()) return MarkDown(HangUpBeforeReply(sent));
   Result<ReceivedMessage> message =
       (*channel)->Receive(kMaxSmallReplyBytes, options_.hello_timeout_ms);
@@ -198,6 +203,17 @@ Status RemoteStage::Health() const {
   std::lock_guard<std::mutex> lock(state_mu_);
   if (down_reason_.empty()) return Status::Ok();
   return Unavailable("{} is down: {}", Name(), down_reason_);
+}
+
+Status RemoteStage::Probe() {
+  std::unique_lock<std::mutex> lock(io_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || channel_ == nullptr) return Health();
+  // Between requests the daemon sends nothing: a readable hang-up means it is gone.
+  pollfd pfd{.fd = channel_->fd(), .events = POLLRDHUP, .revents = 0};
+  if (::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) {
+    return MarkDown(Unavailable("the daemon closed the connection"));
+  }
+  return Health();
 }
 
 StageStats RemoteStage::Stats() const {

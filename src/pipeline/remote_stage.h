@@ -59,6 +59,10 @@ struct RemoteStageOptions {
   // stopped daemon); the daemon is asked for Working every heartbeat_timeout_ms / 4 while
   // it computes. 0: only run_timeout_ms applies.
   int heartbeat_timeout_ms = 10000;
+  // The server's own page memory (a local stage's shared_kv()), which the daemon's pool is laid
+  // over (a prefill worker): it writes the pages the server reads, and its session's end frees
+  // nothing. Must outlive the stage. Null: the daemon's pages are its own.
+  const ShmRegion* shared_kv = nullptr;
 };
 
 class RemoteStage : public Stage {
@@ -75,6 +79,10 @@ class RemoteStage : public Stage {
   Status Run(const StageBatch& batch, const float* hidden_in, float* out) override;
   Status Health() const override;
   Status Reconnect() override;
+  // Health, and between requests whether the daemon hung up (a dead daemon is otherwise only
+  // noticed by the next request): then the stage is down. A request in flight is not waited
+  // for (Health alone then).
+  Status Probe();
   StageStats Stats() const override;
 
   size_t page_bytes() const override { return page_bytes_; }

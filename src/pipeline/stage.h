@@ -23,6 +23,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "ipc/shm_region.h"
 #include "kv/page_pool.h"
 #include "kv/page_residency.h"
 #include "kv/paging.h"
@@ -99,6 +100,10 @@ class Stage {
   virtual Status Reconnect() = 0;
 
   virtual StageStats Stats() const = 0;
+
+  // The shared-memory region its pages live in (LocalStageOptions::share_kv), which a prefill
+  // worker maps to write them; null when they are private to the stage.
+  virtual const ShmRegion* shared_kv() const { return nullptr; }
 
   // KV page transfer: the prefix cache's disk tier and slot save/restore move a stage's
   // part of a page through these. A page's bytes are the stage's PagePool layout over its

@@ -27,6 +27,7 @@ Result<std::unique_ptr<Stage>> BuildLocal(const Model& model, const StagePlan& p
   local.device = plan.device;
   local.threads = options.threads;
   local.kv = options.kv;
+  local.share_kv = options.share_kv;
   local.show_progress = options.placement.show_progress;
   Result<std::unique_ptr<LocalStage>> stage =
       plan.whole_model ? LocalStage::Borrow(model, local)

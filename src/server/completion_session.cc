@@ -200,6 +200,7 @@ void CompletionSession::LogFinish(const FinishEvent& fin) {
            formatter_->meta().id, EndpointName(request_.endpoint), FinishReasonName(fin.reason),
            u.prompt_tokens, u.cached_tokens, u.cached_disk_tokens, u.kv_page_ins,
            u.completion_tokens, ttft, tps < 0 ? 0.0 : tps, MsSince(start_)) +
+       (u.prefill_worker ? fmt::format(" prefill=worker handoff_ms={:.2f}", u.handoff_ms) : "") +
        (fin.reason == FinishReason::kError ? " error=\"" + fin.error.message() + "\"" : ""));
 }
 

@@ -591,6 +591,20 @@ void HttpServer::Impl::HandleMetrics(Reply& res) {
   metric("kv_disk_dropped_writes_total", "counter",
          "Pages not persisted (write queue full, disk full, stage down).",
          s.kv_disk_dropped_writes + s.kv_disk_export_errors);
+  metric("prefill_worker_up", "gauge", "1 while the prefill worker serves (--prefill-worker).",
+         s.prefill_worker_up);
+  metric("prefill_worker_handoffs_total", "counter",
+         "Prompts the prefill worker computed and handed to the decode stage.",
+         s.prefill_worker_handoffs);
+  metric("prefill_worker_tokens_total", "counter", "Prompt tokens the prefill worker computed.",
+         s.prefill_worker_tokens);
+  metric("prefill_worker_state_bytes_total", "counter",
+         "Bytes of recurrent and window state copied at handoffs (KV pages are shared: never "
+         "copied).",
+         s.prefill_worker_state_bytes);
+  metric("prefill_worker_failed_requests_total", "counter",
+         "Requests that failed because the prefill worker was lost while computing them.",
+         s.prefill_worker_failed_requests);
   out += latency->Text();
   if (options.metrics_extra) out += options.metrics_extra();
   out +=

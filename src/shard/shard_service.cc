@@ -225,7 +225,8 @@ class ShardService::HelloCheck {
  public:
   HelloCheck(ShardService& service, const ShardHello& hello) : service_(service), hello_(hello) {}
 
-  Result<AcceptedHello> Accept(UniqueFd region_fd) {
+  // kv_fd: the SharedKv message's region (Hello.shared_kv_bytes > 0), else invalid.
+  Result<AcceptedHello> Accept(UniqueFd region_fd, UniqueFd kv_fd) {
     const auto start = std::chrono::steady_clock::now();
     SHARDLM_TRY(ValidateShardGeometry(hello_));
     SHARDLM_ASSIGN_OR_RETURN(std::shared_ptr<CachedModel> model, OpenModel());
@@ -249,7 +250,18 @@ class ShardService::HelloCheck {
     if (!region_fd.valid()) return InvalidArgument("Hello without a shared-memory region");
     SHARDLM_ASSIGN_OR_RETURN(accepted.region,
                              ShmRegion::Map(region_fd.release(), accepted.layout.total_bytes));
-    SHARDLM_ASSIGN_OR_RETURN(accepted.stage, MakeStage(model, range, kv_type));
+    std::shared_ptr<ShmRegion> kv_region;
+    if (hello_.shared_kv_bytes > 0) {
+      const size_t pool_bytes = page_bytes * size_t(hello_.n_pages);
+      if (hello_.n_frames > 0) return InvalidArgument("a bounded KV pool cannot be shared");
+      if (hello_.shared_kv_bytes < pool_bytes) {
+        return InvalidArgument("shared KV region of {} bytes, {} pages need {}",
+                               hello_.shared_kv_bytes, hello_.n_pages, pool_bytes);
+      }
+      if (!kv_fd.valid()) return InvalidArgument("SharedKv without a shared-memory region");
+      SHARDLM_ASSIGN_OR_RETURN(kv_region, ShmRegion::Map(kv_fd.release(), hello_.shared_kv_bytes));
+    }
+    SHARDLM_ASSIGN_OR_RETURN(accepted.stage, MakeStage(model, range, kv_type, kv_region));
     if (accepted.stage->pool().page_bytes() != page_bytes) {
       return Status(StatusCode::kInternal,
                     fmt::format("page bytes {} differ from the protocol's {}",
@@ -296,7 +308,8 @@ class ShardService::HelloCheck {
   }
 
   Result<std::unique_ptr<LocalStage>> MakeStage(const std::shared_ptr<CachedModel>& model,
-                                                LayerRange range, KvType kv_type) {
+                                                LayerRange range, KvType kv_type,
+                                                std::shared_ptr<ShmRegion> kv_region) {
     LocalStageOptions options;
     options.device = service_.options_.device;
     options.threads = StageThreads();
@@ -309,6 +322,7 @@ class ShardService::HelloCheck {
     options.kv.tier.kind = static_cast<KvTierSpec::Kind>(hello_.tier_kind);
     options.kv.tier.dir = hello_.tier_dir;
     options.kv.key_summaries = hello_.key_summaries;
+    options.kv_region = std::move(kv_region);
     return LocalStage::Load(model->file, range, options);
   }
 
@@ -348,8 +362,20 @@ Status ShardService::RunSession(MessageChannel& channel, const std::string& tag)
   Result<ShardHello> hello =
       version.ok() ? DecodeHello(message.payload) : Result<ShardHello>(version);
   if (!hello.ok() && hello.status().code() == StatusCode::kInvalidData) return hello.status();
+  // A shared page pool's region follows the Hello in its own message.
+  UniqueFd kv_fd;
+  if (hello.ok() && hello->shared_kv_bytes > 0) {
+    SHARDLM_ASSIGN_OR_RETURN(ReceivedMessage shared,
+                             channel.Receive(kMaxHelloBytes, options_.hello_timeout_ms));
+    if (shared.type != ShardMessageType::kSharedKv) {
+      return InvalidData("expected SharedKv after the Hello, got {}",
+                         ShardMessageTypeName(shared.type));
+    }
+    kv_fd = std::move(shared.fd);
+  }
   Result<AcceptedHello> accepted =
-      hello.ok() ? HelloCheck(*this, *hello).Accept(std::move(message.fd)) : hello.status();
+      hello.ok() ? HelloCheck(*this, *hello).Accept(std::move(message.fd), std::move(kv_fd))
+                 : hello.status();
   std::vector<uint8_t> payload;
   if (!accepted.ok()) {
     ShardHelloReply reply;
@@ -362,10 +388,11 @@ Status ShardService::RunSession(MessageChannel& channel, const std::string& tag)
   EncodeHelloReply(accepted->reply, payload);
   SHARDLM_TRY(channel.Send(ShardMessageType::kHelloReply, payload));
   Log(fmt::format(
-      "{}: serving layers [{}, {}) of {} on {}: weights {}, KV {}, "
+      "{}: serving layers [{}, {}) of {} on {}: weights {}, KV {}{}, "
       "ready in {:.2f} s",
       tag, hello->layer_begin, hello->layer_end, hello->model_path, accepted->reply.device,
-      Mib(accepted->reply.weight_bytes), Mib(accepted->reply.kv_bytes), accepted->load_seconds));
+      Mib(accepted->reply.weight_bytes), Mib(accepted->reply.kv_bytes),
+      hello->shared_kv_bytes > 0 ? " (the server's, shared)" : "", accepted->load_seconds));
   ShardSession session(channel, *hello, std::move(accepted->region), accepted->layout,
                        std::move(accepted->stage), options_.run_delay_for_test);
   const Status served = session.Serve();

@@ -6,7 +6,8 @@
 // the daemon checks the protocol version, opens the model file itself, verifies its fingerprint and
 // shape against the Hello, checks the geometry (shard_geometry.h), maps the region, builds a
 // LocalStage for the layer range on its cores and replies. Then it answers RunBatch / ExportPages /
-// ImportPages / StatsRequest until the server disconnects; the session's KV pages die with it.
+// ImportPages / StatsRequest until the server disconnects; the session's KV pages die with it
+// (unless they are the server's own, shared: shard_protocol.h SharedKv).
 //
 // Goals: a hostile or broken client costs one log line and its connection, never the daemon (every
 // count, page id and offset it sends is checked; a request the stage refuses — bad slot, bad

@@ -214,9 +214,12 @@ inline void ExpectSameOutput(const Collector& got, const Collector& want) {
 // A daemon on a thread of this process (like `shardlm shard`), restartable on one path.
 class ServiceThread {
  public:
-  explicit ServiceThread(const std::string& socket_path) {
+  // batch_delay: each batch waits this long first (a slow stage).
+  explicit ServiceThread(const std::string& socket_path,
+                         std::chrono::milliseconds batch_delay = {}) {
     ShardServiceOptions options;
     options.socket_path = socket_path;
+    options.run_delay_for_test = batch_delay;
     options.threads = 1;
     options.log = [](const std::string&) {};
     Result<std::unique_ptr<ShardService>> service = ShardService::Create(std::move(options));

@@ -168,7 +168,7 @@ TEST(MessageChannel, GarbageHeaderIsInvalidData) {
 }
 
 TEST(MessageChannel, UnknownTypeIsInvalidData) {
-  for (uint32_t type : {0u, uint32_t(ShardMessageType::kStateReply) + 1, 0xffffffffu}) {
+  for (uint32_t type : {0u, uint32_t(ShardMessageType::kSharedKv) + 1, 0xffffffffu}) {
     RawPair pair = MakeRawPair();
     WriteAll(pair.raw.get(), Header(kShardMagic, type, 0));
     auto message = pair.channel->Receive();

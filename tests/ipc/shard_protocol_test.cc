@@ -36,6 +36,7 @@ ShardHello SampleHello() {
   m.tier_kind = 1;
   m.tier_dir = "/var/tmp/kv tier";
   m.key_summaries = true;
+  m.shared_kv_bytes = 123456789;
   return m;
 }
 
@@ -95,6 +96,7 @@ TEST(ShardProtocol, HelloRoundTrip) {
   EXPECT_EQ(out->tier_kind, 1u);
   EXPECT_EQ(out->tier_dir, in.tier_dir);
   EXPECT_TRUE(out->key_summaries);
+  EXPECT_EQ(out->shared_kv_bytes, 123456789u);
 }
 
 TEST(ShardProtocol, WorkingIsAValidType) {
@@ -232,7 +234,7 @@ TEST(ShardProtocol, StateAndStateReplyRoundTrip) {
   EXPECT_EQ(out->error, in.error);
   EXPECT_EQ(out->state_bytes, in.state_bytes);
   EXPECT_TRUE(ShardMessageTypeValid(uint32_t(ShardMessageType::kStateReply)));
-  EXPECT_FALSE(ShardMessageTypeValid(uint32_t(ShardMessageType::kStateReply) + 1));
+  EXPECT_FALSE(ShardMessageTypeValid(uint32_t(ShardMessageType::kSharedKv) + 1));
 }
 
 TEST(ShardProtocol, StatsReplyRoundTrip) {

@@ -1,0 +1,278 @@
+// Scheduler, prefill worker (scheduler.h "Prefill worker"): connecting the worker over the local
+// stage's shared pages, routing long prompts to it, its batches beside the local ones, the
+// handoff of a prefilled prompt to the decode stage, and what its loss costs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/scheduler_impl.h"
+#include "engine/scheduler_request.h"
+#include "kv/block_table.h"
+#include "pipeline/remote_stage.h"
+
+namespace shardlm {
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+Status Scheduler::ConnectPrefillWorker(const Fingerprint128& fingerprint) {
+  State& s = *state_;
+  const Pipeline& local = *s.pipeline;
+  const std::vector<const ShmRegion*> shared = local.SharedKv();
+  if (local.n_stages() != 1 || local.placement()[0].remote) {
+    return InvalidArgument(
+        "a prefill worker needs one local decode stage (--devices cpu or cpu:A-B), not {} "
+        "stage(s)",
+        local.n_stages());
+  }
+  if (shared[0] == nullptr && local.page_bytes()[0] > 0) {
+    return Status(StatusCode::kInternal, "the decode stage's pages are not in shared memory");
+  }
+  RemoteStageOptions remote;
+  remote.index = 0;
+  remote.socket_path = options_.prefill_worker;
+  remote.model_path = options_.placement.model_path;
+  remote.fingerprint = fingerprint;
+  remote.config = config_;
+  remote.layers = LayerRange{0, config_.n_layers};
+  remote.kv = options_.Kv();
+  // A worker batch samples at most the first token of each prompt it ends.
+  remote.max_logit_rows = options_.n_parallel;
+  remote.shared_kv = shared[0];
+  Result<std::unique_ptr<RemoteStage>> stage = RemoteStage::Create(remote);
+  if (!stage.ok()) return stage.status().WithContext("prefill worker");
+  s.worker_stage = stage->get();
+  std::vector<std::unique_ptr<Stage>> stages;
+  stages.push_back(std::move(stage).value());
+  PipelineOptions options;
+  options.kv = options_.Kv();
+  options.max_logit_rows = options_.n_parallel;
+  options.asynchronous = true;
+  SHARDLM_ASSIGN_OR_RETURN(s.worker, Pipeline::FromStages(std::move(stages), config_, options));
+  s.worker->SetOnBatchDone([this] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      worker_batch_done_ = true;
+    }
+    cv_.notify_all();
+  });
+  s.worker_min_tokens = options_.disagg_min_tokens;
+  const StageInfo info = s.worker->placement()[0];
+  std::fprintf(stderr,
+               "scheduler: prefill worker %s: prompts of at least %d uncached tokens prefill "
+               "there, into this stage's shared pages\n",
+               info.device.c_str(), options_.disagg_min_tokens);
+  return Status::Ok();
+}
+
+bool Scheduler::State::WorkerCandidate(int slot_idx) const {
+  if (worker == nullptr || !worker_lost.ok()) return false;
+  const ActiveRequest* request = slots[slot_idx].request.get();
+  if (request == nullptr || request->prefill_done() || !request->samples() ||
+      request->prompt_outputs().any() || prefix_cache->loading(slot_idx)) {
+    return false;
+  }
+  return request->n_prompt() - request->n_prefilled() >= worker_min_tokens;
+}
+
+bool Scheduler::State::WaitsForWorker(int slot_idx) const {
+  const SchedulerSlot& slot = slots[slot_idx];
+  if (worker == nullptr || slot.request == nullptr) return false;
+  const bool for_worker = slot.route == PrefillRoute::kWorker ||
+                          (slot.route == PrefillRoute::kUndecided && WorkerCandidate(slot_idx));
+  if (!for_worker) return false;
+  return slot.awaiting_logits || int(worker_in_flight.size()) >= worker->depth();
+}
+
+bool Scheduler::PrefillWorkerAction() {
+  State& s = *state_;
+  if (s.worker == nullptr) return false;
+  if (!s.worker_lost.ok()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - s.worker_last_reconnect < kReconnectInterval) return false;
+    s.worker_last_reconnect = now;
+    if (!s.worker->Reconnect().ok()) return false;
+    std::fprintf(stderr, "scheduler: the prefill worker is back\n");
+    s.worker_lost = Status::Ok();
+    ReleaseHeldBackPages(/*reconnected=*/true);
+    PublishStats();
+    return true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    worker_batch_done_ = false;
+  }
+  if (!s.worker_in_flight.empty() && s.worker->OldestDone()) {
+    CollectWorkerBatch();
+    return true;
+  }
+  if (int(s.worker_in_flight.size()) >= s.worker->depth()) return false;
+  // A worker that died while idle: found out before a prompt goes to it, not by failing one.
+  if (Status up = s.worker_stage->Probe(); !up.ok()) {
+    FailPrefillWorker(up);
+    return true;
+  }
+  InFlight record;
+  BuildWorkerBatch(record);
+  if (s.batch.empty()) return false;
+  Status status = PrepareTables(record);
+  if (status.ok()) status = s.worker->Submit(PipelineBatch{s.batch, s.pages_by_slot, s.copies});
+  if (!status.ok()) {
+    if (status.code() == StatusCode::kUnavailable) {
+      FailPrefillWorker(status);
+    } else {
+      FailEverything(status);
+    }
+    return true;
+  }
+  ++s.worker_submitted;
+  for (const BatchEntry& entry : s.batch) s.slots[entry.slot].worker_fence = s.worker_submitted;
+  s.worker_tokens += int64_t(s.batch.size());
+  s.worker_in_flight.push_back(std::move(record));
+  return true;
+}
+
+// The worker's batch: prompt chunks only, oldest admission first, n_batch tokens (it delays no
+// stream, so no prefill_chunk cap). A prompt goes to the worker when its first chunk does.
+void Scheduler::BuildWorkerBatch(InFlight& record) {
+  State& s = *state_;
+  s.batch.clear();
+  std::vector<int> prefilling;
+  for (int i = 0; i < int(s.slots.size()); ++i) {
+    const SchedulerSlot& slot = s.slots[i];
+    if (!slot.request || slot.awaiting_logits || slot.request->prefill_done()) continue;
+    if (slot.route == PrefillRoute::kWorker ||
+        (slot.route == PrefillRoute::kUndecided && s.WorkerCandidate(i))) {
+      prefilling.push_back(i);
+    }
+  }
+  std::sort(prefilling.begin(), prefilling.end(),
+            [&](int a, int b) { return s.slots[a].admit_seq < s.slots[b].admit_seq; });
+  int budget = options_.n_batch;
+  s.disk_page_budget = 0;
+  s.prompt_logit_budget = options_.prompt_logit_rows;
+  for (int i : prefilling) {
+    SchedulerSlot& slot = s.slots[i];
+    if (slot.route == PrefillRoute::kUndecided) {
+      // A recurrent or windowed model resuming a cached prefix: the state it resumes from is in
+      // the local stage (the prefix cache imported it there); the worker continues from a copy.
+      const int start = slot.request->n_prefilled();
+      if (start > 0 && s.pipeline->state_bytes() > 0) {
+        s.handoff_state.resize(s.pipeline->state_bytes());
+        Status moved = s.pipeline->ExportState(i, start, s.handoff_state);
+        if (moved.ok()) moved = s.worker->ImportState(i, start, s.handoff_state);
+        if (!moved.ok()) {
+          slot.route = PrefillRoute::kLocal;
+          continue;
+        }
+        s.worker_state_bytes += int64_t(s.handoff_state.size());
+      }
+      slot.route = PrefillRoute::kWorker;
+    }
+    if (s.PrefillStep(i, budget, record) == TaskState::kBlocked) break;
+  }
+}
+
+void Scheduler::CollectWorkerBatch() {
+  State& s = *state_;
+  Result<PipelineOutputs> outputs = s.worker->WaitOldestOutputs();
+  InFlight record = std::move(s.worker_in_flight.front());
+  s.worker_in_flight.pop_front();
+  ++s.worker_collected;
+  if (!outputs.ok()) {
+    FailPrefillWorker(outputs.status());
+    return;
+  }
+  ApplyCollected(record, *outputs, *s.worker);
+  ReleaseHeldBackPages(/*reconnected=*/false);
+}
+
+void Scheduler::HandOff(int slot_idx) {
+  State& s = *state_;
+  SchedulerSlot& slot = s.slots[slot_idx];
+  ActiveRequest& request = *slot.request;
+  // Every worker batch of the prompt is collected: from here on it is a local sequence.
+  slot.route = PrefillRoute::kLocal;
+  const auto start = std::chrono::steady_clock::now();
+  const size_t bytes = s.pipeline->state_bytes();
+  if (bytes > 0) {
+    s.handoff_state.resize(bytes);
+    Status moved = s.worker->ExportState(slot_idx, request.n_prompt(), s.handoff_state);
+    if (moved.ok()) moved = s.pipeline->ImportState(slot_idx, request.n_prompt(), s.handoff_state);
+    if (!moved.ok()) {
+      FinishSlot(slot_idx, FinishReason::kError,
+                 moved.WithContext("handing the prompt's state from the prefill worker over"));
+      return;
+    }
+    s.worker_state_bytes += int64_t(bytes);
+  }
+  ++s.worker_handoffs;
+  request.SetHandoff(MsSince(start));
+}
+
+void Scheduler::FailPrefillWorker(const Status& error) {
+  State& s = *state_;
+  const bool lost = error.code() == StatusCode::kUnavailable;
+  std::fprintf(stderr, "scheduler: the prefill worker failed: %s; %s\n", error.message().c_str(),
+               lost ? "the prompts it was prefilling fail, later ones prefill here until it is back"
+                    : "the prompts it was prefilling fail");
+  if (lost) {
+    s.worker_lost = error;
+    s.worker_last_reconnect = std::chrono::steady_clock::now();
+  }
+  const Status failure(
+      error.code(),
+      fmt::format("the prefill worker failed while computing the prompt: {}", error.message()));
+  for (int i = 0; i < int(s.slots.size()); ++i) {
+    const SchedulerSlot& slot = s.slots[i];
+    if (!slot.request || slot.route != PrefillRoute::kWorker) continue;
+    ++s.worker_failed_requests;
+    FinishSlot(i, FinishReason::kError, failure);
+  }
+  // A lost worker may be hung rather than dead, still writing the pages of the batch it was
+  // computing: those stay held back until it reconnects, which its old session must end first.
+  if (lost) {
+    for (State::HeldBack& held : s.held_back) {
+      if (held.fence > s.worker_collected) held.fence = State::kUntilReconnect;
+    }
+  }
+  DrainPrefillWorker();
+  ReleaseHeldBackPages(/*reconnected=*/false);
+  PublishStats();
+}
+
+void Scheduler::DrainPrefillWorker() {
+  State& s = *state_;
+  while (!s.worker_in_flight.empty()) {
+    (void)s.worker->WaitOldest();
+    s.worker_in_flight.pop_front();
+    ++s.worker_collected;
+  }
+}
+
+bool Scheduler::HoldBackWorkerPages(SchedulerSlot& slot) {
+  State& s = *state_;
+  if (slot.route != PrefillRoute::kWorker || slot.worker_fence <= s.worker_collected) return false;
+  s.held_back.push_back({.fence = slot.worker_fence, .table = std::move(slot.table)});
+  slot.table = std::make_unique<BlockTable>(&s.pipeline->allocator());
+  return true;
+}
+
+void Scheduler::ReleaseHeldBackPages(bool reconnected) {
+  State& s = *state_;
+  std::erase_if(s.held_back, [&](const State::HeldBack& held) {
+    return held.fence <= s.worker_collected ||
+           (reconnected && held.fence == State::kUntilReconnect);
+  });
+}
+
+}  // namespace shardlm

@@ -1,0 +1,218 @@
+// Prefill worker (a shard daemon of every layer whose pool lies over the engine's own pages):
+// prompts of at least disagg_min_tokens uncached tokens prefill there, the others and every
+// decode step here, and each request's tokens and logprobs are bitwise those of a colocated
+// engine — greedy and seeded, on plain attention (qwen3), windowed layers in rings (gemma3) and
+// recurrent layers (qwen35), whose state crosses at the handoff — while the decode stage never
+// computes a token of those prompts (its KV is the worker's, read in place). A next turn
+// continues its cached prefix on the worker (a recurrent state crosses the other way first). A
+// worker that goes away fails only the prompt it held (kUnavailable) while the streams here
+// finish; long prompts then prefill here, and go back to the worker once it is up again.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/scheduler_test_util.h"
+
+namespace shardlm {
+namespace prefill_worker_scheduler_test {
+
+namespace fs = std::filesystem;
+using scheduler_test_util::Collector;
+using scheduler_test_util::Concat;
+using scheduler_test_util::ExpectSameOutput;
+using scheduler_test_util::kLongText;
+using scheduler_test_util::kQwen;
+using scheduler_test_util::kQwen35;
+using scheduler_test_util::MakeScheduler;
+using scheduler_test_util::Request;
+using scheduler_test_util::RunAll;
+using scheduler_test_util::RunOne;
+using scheduler_test_util::ServiceThread;
+using scheduler_test_util::StoryTokens;
+
+constexpr char kGemma3[] = "gemma3-tiny.gguf";
+constexpr int kMinTokens = 40;
+
+// `worker`: the worker's socket ("": colocated).
+SchedulerOptions Options(const std::string& worker) {
+  SchedulerOptions options = scheduler_test_util::TestOptions(3);
+  options.threads = 1;
+  options.prefill_worker = worker;
+  options.disagg_min_tokens = kMinTokens;
+  return options;
+}
+
+std::string Socket(const std::string& test, const std::string& model) {
+  return (testing_util::FreshDir("shardlm_prefill_worker", test + "_" + model) / "worker.sock")
+      .string();
+}
+
+// Decode entries the requests fed back (every sampled token but the last of each).
+uint64_t DecodeEntries(const std::vector<std::unique_ptr<Collector>>& results) {
+  uint64_t n = 0;
+  for (const auto& result : results) n += result->ids.size() - 1;
+  return n;
+}
+
+// A worker on a thread and two engines over the fixture `GetParam()`: one colocated, one with
+// the worker.
+class PrefillWorkerTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void Start(const std::string& test) {
+    const std::string socket = Socket(test, GetParam());
+    worker_ = std::make_unique<ServiceThread>(socket);
+    ASSERT_TRUE(worker_->ok());
+    colocated_ = MakeScheduler(GetParam(), Options(""));
+    disaggregated_ = MakeScheduler(GetParam(), Options(socket));
+    ASSERT_TRUE(colocated_ && disaggregated_);
+  }
+  std::unique_ptr<ServiceThread> worker_;
+  std::unique_ptr<Scheduler> colocated_;
+  std::unique_ptr<Scheduler> disaggregated_;
+};
+
+TEST_P(PrefillWorkerTest, OutputIsBitwiseTheColocatedOutput) {
+  const char* model = GetParam();
+  ASSERT_NO_FATAL_FAILURE(Start("bitwise"));
+  Scheduler& colocated = *colocated_;
+  Scheduler& disaggregated = *disaggregated_;
+  // Two prompts for the worker (one greedy, one seeded) and a short one that prefills here.
+  const std::vector<EngineRequest> requests = {
+      Request(StoryTokens(model, 150, kLongText), 12),
+      Request(StoryTokens(model, 20, kLongText), 24, /*seed=*/7),
+      Request(StoryTokens(model, 97, kLongText), 12, /*seed=*/11)};
+  auto want = RunAll<Collector>(colocated, requests);
+  auto got = RunAll<Collector>(disaggregated, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(got[i]->ids.size(), size_t(requests[i].max_tokens));
+    ExpectSameOutput(*got[i], *want[i]);
+  }
+  const EngineStats stats = disaggregated.Stats();
+  EXPECT_EQ(stats.prefill_worker_handoffs, 2);
+  EXPECT_EQ(stats.prefill_worker_tokens, 150 + 97);
+  EXPECT_EQ(stats.prefill_worker_failed_requests, 0);
+  EXPECT_EQ(stats.prefill_worker_up, 1);
+  // A model with recurrent or windowed layers moves one state per handoff; plain attention none.
+  EXPECT_EQ(stats.prefill_worker_state_bytes > 0, std::string(model) != kQwen);
+  // The decode stage computed the short prompt and the decode steps, never the long prompts:
+  // their KV, which every decode step read, is the worker's.
+  EXPECT_EQ(disaggregated.stage_stats()[0].tokens, 20 + DecodeEntries(got));
+  EXPECT_EQ(colocated.stage_stats()[0].tokens, 150 + 20 + 97 + DecodeEntries(want));
+}
+
+TEST_P(PrefillWorkerTest, ANextTurnContinuesItsCachedPrefixOnTheWorker) {
+  const char* model = GetParam();
+  ASSERT_NO_FATAL_FAILURE(Start("next_turn"));
+  Scheduler& colocated = *colocated_;
+  Scheduler& disaggregated = *disaggregated_;
+  const std::vector<TokenId> turn1 = StoryTokens(model, 90, kLongText);
+  auto reply1 = RunOne(colocated, Request(turn1, 8));
+  ExpectSameOutput(*RunOne(disaggregated, Request(turn1, 8)), *reply1);
+  // The next turn: the conversation so far and 60 more tokens.
+  const std::vector<TokenId> turn2 =
+      Concat(Concat(turn1, reply1->ids), StoryTokens(model, 61, kLongText));
+  auto want = RunOne(colocated, Request(turn2, 10, /*seed=*/5));
+  auto got = RunOne(disaggregated, Request(turn2, 10, /*seed=*/5));
+  ExpectSameOutput(*got, *want);
+  EXPECT_GT(got->finish.usage.cached_tokens, 0);
+  EXPECT_EQ(got->finish.usage.cached_tokens, want->finish.usage.cached_tokens);
+  EXPECT_TRUE(got->finish.usage.prefill_worker);
+  EXPECT_EQ(disaggregated.Stats().prefill_worker_handoffs, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, PrefillWorkerTest, ::testing::Values(kQwen, kGemma3, kQwen35),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           return name.substr(0, name.find('-'));
+                         });
+
+TEST(PrefillWorkerFaultTest, ALostWorkerFailsOnlyThePromptItHeld) {
+  const std::string socket = Socket("lost", kQwen);
+  // Each worker batch takes a while: the long prompt is on the worker when it goes away.
+  auto worker = std::make_unique<ServiceThread>(socket, std::chrono::milliseconds(400));
+  ASSERT_TRUE(worker->ok());
+  auto colocated = MakeScheduler(kQwen, Options(""));
+  auto disaggregated = MakeScheduler(kQwen, Options(socket));
+  ASSERT_TRUE(colocated && disaggregated);
+  const EngineRequest stream = Request(StoryTokens(kQwen, 20, kLongText), 48);
+  const EngineRequest long_prompt = Request(StoryTokens(kQwen, 120, kLongText), 8);
+
+  Collector on_worker;
+  Collector beside;
+  ASSERT_TRUE(disaggregated->Submit(long_prompt, on_worker.Callbacks()).ok());
+  ASSERT_TRUE(disaggregated->Submit(stream, beside.Callbacks()).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  worker.reset();  // the worker goes away under the prompt's first batch
+  ASSERT_TRUE(on_worker.Wait());
+  ASSERT_TRUE(beside.Wait());
+  EXPECT_EQ(on_worker.finish.reason, FinishReason::kError);
+  EXPECT_EQ(on_worker.finish.error.code(), StatusCode::kUnavailable)
+      << on_worker.finish.error.message();
+  EXPECT_NE(on_worker.finish.error.message().find("prefill worker"), std::string::npos);
+  ExpectSameOutput(beside, *RunOne(*colocated, stream));
+  EngineStats stats = disaggregated->Stats();
+  EXPECT_EQ(stats.prefill_worker_failed_requests, 1);
+  EXPECT_EQ(stats.prefill_worker_up, 0);
+  EXPECT_TRUE(disaggregated->Health().ok());
+
+  // Meanwhile long prompts prefill here, the same tokens.
+  auto here = RunOne(*disaggregated, long_prompt);
+  EXPECT_FALSE(here->finish.usage.prefill_worker);
+  ExpectSameOutput(*here, *RunOne(*colocated, long_prompt));
+
+  // Back: the engine reconnects on its own, and long prompts go to the worker again.
+  worker = std::make_unique<ServiceThread>(socket);
+  ASSERT_TRUE(worker->ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (disaggregated->Stats().prefill_worker_up == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(disaggregated->Stats().prefill_worker_up, 1);
+  // (A prompt not in the prefix cache: a cached one has nothing left to compute.)
+  const EngineRequest other_prompt =
+      Request(StoryTokens(kQwen, 110, "A cat sat by the window and watched the rain. "), 8);
+  auto again = RunOne(*disaggregated, other_prompt);
+  EXPECT_TRUE(again->finish.usage.prefill_worker);
+  ExpectSameOutput(*again, *RunOne(*colocated, other_prompt));
+  EXPECT_EQ(disaggregated->Stats().prefill_worker_handoffs, 1);
+
+  // A worker that dies while idle is found out before the next prompt is sent to it.
+  worker.reset();
+  const EngineRequest third_prompt =
+      Request(StoryTokens(kQwen, 100, "Tom built a boat from old wood and sailed it. "), 8);
+  auto after_idle_loss = RunOne(*disaggregated, third_prompt);
+  EXPECT_EQ(after_idle_loss->finish.reason, FinishReason::kLength);
+  EXPECT_FALSE(after_idle_loss->finish.usage.prefill_worker);
+  EXPECT_EQ(disaggregated->Stats().prefill_worker_failed_requests, 1);
+}
+
+TEST(PrefillWorkerFaultTest, OptionsItCannotServeAreRefused) {
+  SchedulerOptions bounded = Options("worker.sock");
+  bounded.kv_pool.pool_tokens = 64;
+  EXPECT_EQ(bounded.Validate().code(), StatusCode::kInvalidArgument);
+  SchedulerOptions split = Options("worker.sock");
+  split.placement.devices.assign(2, DeviceSpec{});
+  const LoadedModel& loaded = testing_util::Fixture(kQwen);
+  if (!loaded.model) return;
+  split.placement.model_path = testing::FixturePath(kQwen);
+  auto refused = Scheduler::Create(*loaded.model, *loaded.tokenizer, split);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("one local decode stage"), std::string::npos)
+      << refused.status().message();
+  SchedulerOptions nobody = Options(Socket("nobody", kQwen));
+  nobody.placement.model_path = split.placement.model_path;
+  auto unreachable = Scheduler::Create(*loaded.model, *loaded.tokenizer, nobody);
+  EXPECT_EQ(unreachable.status().code(), StatusCode::kUnavailable)
+      << unreachable.status().message();
+}
+
+}  // namespace prefill_worker_scheduler_test
+}  // namespace shardlm
