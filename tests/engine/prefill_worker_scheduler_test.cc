@@ -31,7 +31,6 @@ using scheduler_test_util::kQwen;
 using scheduler_test_util::kQwen35;
 using scheduler_test_util::MakeScheduler;
 using scheduler_test_util::Request;
-using scheduler_test_util::RunAll;
 using scheduler_test_util::RunOne;
 using scheduler_test_util::ServiceThread;
 using scheduler_test_util::StoryTokens;
@@ -58,6 +57,23 @@ uint64_t DecodeEntries(const std::vector<std::unique_ptr<Collector>>& results) {
   uint64_t n = 0;
   for (const auto& result : results) n += result->ids.size() - 1;
   return n;
+}
+
+// Submits the requests as one (SubmitAll: admitted in the same step, so none finds a prefix
+// another one publishes meanwhile) and waits for all of them.
+std::vector<std::unique_ptr<Collector>> RunTogether(Scheduler& scheduler,
+                                                    const std::vector<EngineRequest>& requests) {
+  std::vector<std::unique_ptr<Collector>> out;
+  std::vector<std::pair<EngineRequest, RequestCallbacks>> submitted;
+  for (const EngineRequest& request : requests) {
+    out.push_back(std::make_unique<Collector>());
+    submitted.emplace_back(request, out.back()->Callbacks());
+  }
+  auto ids = scheduler.SubmitAll(std::move(submitted));
+  EXPECT_TRUE(ids.ok()) << ids.status().message();
+  if (!ids.ok()) return {};
+  for (auto& c : out) EXPECT_TRUE(c->Wait());
+  return out;
 }
 
 // A worker on a thread and two engines over the fixture `GetParam()`: one colocated, one with
@@ -87,8 +103,10 @@ TEST_P(PrefillWorkerTest, OutputIsBitwiseTheColocatedOutput) {
       Request(StoryTokens(model, 150, kLongText), 12),
       Request(StoryTokens(model, 20, kLongText), 24, /*seed=*/7),
       Request(StoryTokens(model, 97, kLongText), 12, /*seed=*/11)};
-  auto want = RunAll<Collector>(colocated, requests);
-  auto got = RunAll<Collector>(disaggregated, requests);
+  auto want = RunTogether(colocated, requests);
+  auto got = RunTogether(disaggregated, requests);
+  ASSERT_EQ(got.size(), requests.size());
+  ASSERT_EQ(want.size(), requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(got[i]->ids.size(), size_t(requests[i].max_tokens));
