@@ -242,14 +242,7 @@ Status Scheduler::Init(std::unique_ptr<Pipeline> pipeline, std::string model_nam
   for (int i = 0; i < options_.n_parallel; ++i) slot_infos_.push_back(SlotInfo{.id = i});
 
   state_ = std::move(state);
-  if (!options_.prefill_worker.empty()) {
-    if (!model_fingerprint) {
-      return InvalidArgument(
-          "a prefill worker needs the model file (its fingerprint and path): create the "
-          "scheduler from the model");
-    }
-    SHARDLM_TRY(ConnectPrefillWorker(*model_fingerprint));
-  }
+  if (!options_.prefill_worker.empty()) SHARDLM_TRY(ConnectPrefillWorker(model_fingerprint));
   thread_ = std::thread(&Scheduler::Loop, this);
   return Status::Ok();
 }

@@ -310,9 +310,9 @@ class Scheduler : public Engine {
   void BuildBatch(InFlight& record);
   Status PrepareTables(InFlight& record);
   // What a collected batch gave: commits and publishes its pages, keeps its prompts' states
-  // (read from `state_source`: the pipeline that computed them) and hands each request its rows.
-  void ApplyCollected(const InFlight& record, const PipelineOutputs& outputs,
-                      Pipeline& state_source);
+  // (read from the pipeline that computed them), hands prompts the worker finished over
+  // (from_worker) and each request its rows.
+  void ApplyCollected(const InFlight& record, const PipelineOutputs& outputs, bool from_worker);
   void ProcessOutputs(const InFlight& record, const PipelineOutputs& outputs);
   void FailEverything(const Status& error);
   void FinishSlot(int slot, FinishReason reason, Status error = Status::Ok());
@@ -320,9 +320,11 @@ class Scheduler : public Engine {
   void CancelEverything();
   void PublishStats();
   // Prefill worker, engine thread (scheduler_prefill_worker.cc).
-  Status ConnectPrefillWorker(const Fingerprint128& fingerprint);
+  // fingerprint: the model file's (a worker needs it; InvalidArgument without).
+  Status ConnectPrefillWorker(std::optional<Fingerprint128> fingerprint);
   bool PrefillWorkerAction();  // reconnect, collect a finished worker batch, or submit one
-  void BuildWorkerBatch(InFlight& record);
+  // Errors: the worker found down (its Probe) when a prompt is ready for it.
+  Status BuildWorkerBatch(InFlight& record);
   void CollectWorkerBatch();
   // The prompt's last chunk is collected: its state moves to the local stage (recurrent and
   // windowed layers; its KV is already in the shared pages).

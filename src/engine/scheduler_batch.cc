@@ -211,12 +211,12 @@ bool Scheduler::CollectAction() {
     FailEverything(outputs.status());
     return true;
   }
-  ApplyCollected(record, *outputs, *s.pipeline);
+  ApplyCollected(record, *outputs, /*from_worker=*/false);
   return true;
 }
 
 void Scheduler::ApplyCollected(const InFlight& record, const PipelineOutputs& outputs,
-                               Pipeline& state_source) {
+                               bool from_worker) {
   State& s = *state_;
   if (outputs.loss != nullptr && !outputs.loss->empty()) LosePages(*outputs.loss);
   // Every stage has written the batch's KV: it is committed, and its full pages may be
@@ -246,9 +246,8 @@ void Scheduler::ApplyCollected(const InFlight& record, const PipelineOutputs& ou
     const SchedulerSlot& slot = s.slots[written.slot];
     if (slot.request && slot.request->id() == written.request &&
         written.end == slot.request->n_prompt()) {
-      Pipeline* source = &state_source == s.pipeline.get() ? nullptr : &state_source;
-      s.prefix_cache->RememberSequence(written.slot, source);
-      if (source != nullptr) HandOff(written.slot);
+      s.prefix_cache->RememberSequence(written.slot, from_worker ? s.worker.get() : nullptr);
+      if (from_worker) HandOff(written.slot);
     }
   }
   ProcessOutputs(record, outputs);

@@ -119,7 +119,7 @@ struct Scheduler::State {
   };
   static constexpr uint64_t kUntilReconnect = UINT64_MAX;
   std::deque<HeldBack> held_back;
-  std::vector<uint8_t> handoff_state;  // scratch: one slot's state on its way to the stage
+  std::vector<uint8_t> handoff_state;  // scratch of MoveState
   int64_t worker_handoffs = 0;
   int64_t worker_tokens = 0;
   int64_t worker_state_bytes = 0;
@@ -164,6 +164,9 @@ struct Scheduler::State {
   bool WorkerCandidate(int slot_idx) const;
   // The slot's prompt prefills (or will) on the worker and nothing can be sent for it now.
   bool WaitsForWorker(int slot_idx) const;
+  // Copies the slot's recurrent and window state at `position` from one pipeline to the other
+  // (the engine's and the worker's), counted in worker_state_bytes; Ok at once without state.
+  Status MoveState(Pipeline& from, Pipeline& to, int slot_idx, int position);
 
   // Offers a prefilling request up to `budget` batch entries; appends its chunk.
   TaskState PrefillStep(int slot_idx, int& budget, InFlight& record);

@@ -24,7 +24,12 @@ double MsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Status Scheduler::ConnectPrefillWorker(const Fingerprint128& fingerprint) {
+Status Scheduler::ConnectPrefillWorker(std::optional<Fingerprint128> fingerprint) {
+  if (!fingerprint) {
+    return InvalidArgument(
+        "a prefill worker needs the model file (its fingerprint and path): create the "
+        "scheduler from the model");
+  }
   State& s = *state_;
   const Pipeline& local = *s.pipeline;
   const std::vector<const ShmRegion*> shared = local.SharedKv();
@@ -41,7 +46,7 @@ Status Scheduler::ConnectPrefillWorker(const Fingerprint128& fingerprint) {
   remote.index = 0;
   remote.socket_path = options_.prefill_worker;
   remote.model_path = options_.placement.model_path;
-  remote.fingerprint = fingerprint;
+  remote.fingerprint = *fingerprint;
   remote.config = config_;
   remote.layers = LayerRange{0, config_.n_layers};
   remote.kv = options_.Kv();
@@ -116,13 +121,11 @@ bool Scheduler::PrefillWorkerAction() {
     return true;
   }
   if (int(s.worker_in_flight.size()) >= s.worker->depth()) return false;
-  // A worker that died while idle: found out before a prompt goes to it, not by failing one.
-  if (Status up = s.worker_stage->Probe(); !up.ok()) {
+  InFlight record;
+  if (Status up = BuildWorkerBatch(record); !up.ok()) {
     FailPrefillWorker(up);
     return true;
   }
-  InFlight record;
-  BuildWorkerBatch(record);
   if (s.batch.empty()) return false;
   Status status = PrepareTables(record);
   if (status.ok()) status = s.worker->Submit(PipelineBatch{s.batch, s.pages_by_slot, s.copies});
@@ -143,7 +146,7 @@ bool Scheduler::PrefillWorkerAction() {
 
 // The worker's batch: prompt chunks only, oldest admission first, n_batch tokens (it delays no
 // stream, so no prefill_chunk cap). A prompt goes to the worker when its first chunk does.
-void Scheduler::BuildWorkerBatch(InFlight& record) {
+Status Scheduler::BuildWorkerBatch(InFlight& record) {
   State& s = *state_;
   s.batch.clear();
   std::vector<int> prefilling;
@@ -155,6 +158,9 @@ void Scheduler::BuildWorkerBatch(InFlight& record) {
       prefilling.push_back(i);
     }
   }
+  if (prefilling.empty()) return Status::Ok();
+  // A worker that died while idle: found out before a prompt goes to it, not by failing one.
+  SHARDLM_TRY(s.worker_stage->Probe());
   std::sort(prefilling.begin(), prefilling.end(),
             [&](int a, int b) { return s.slots[a].admit_seq < s.slots[b].admit_seq; });
   int budget = options_.n_batch;
@@ -166,20 +172,25 @@ void Scheduler::BuildWorkerBatch(InFlight& record) {
       // A recurrent or windowed model resuming a cached prefix: the state it resumes from is in
       // the local stage (the prefix cache imported it there); the worker continues from a copy.
       const int start = slot.request->n_prefilled();
-      if (start > 0 && s.pipeline->state_bytes() > 0) {
-        s.handoff_state.resize(s.pipeline->state_bytes());
-        Status moved = s.pipeline->ExportState(i, start, s.handoff_state);
-        if (moved.ok()) moved = s.worker->ImportState(i, start, s.handoff_state);
-        if (!moved.ok()) {
-          slot.route = PrefillRoute::kLocal;
-          continue;
-        }
-        s.worker_state_bytes += int64_t(s.handoff_state.size());
+      if (start > 0 && !s.MoveState(*s.pipeline, *s.worker, i, start).ok()) {
+        slot.route = PrefillRoute::kLocal;
+        continue;
       }
       slot.route = PrefillRoute::kWorker;
     }
     if (s.PrefillStep(i, budget, record) == TaskState::kBlocked) break;
   }
+  return Status::Ok();
+}
+
+Status Scheduler::State::MoveState(Pipeline& from, Pipeline& to, int slot_idx, int position) {
+  const size_t bytes = pipeline->state_bytes();
+  if (bytes == 0) return Status::Ok();
+  handoff_state.resize(bytes);
+  SHARDLM_TRY(from.ExportState(slot_idx, position, handoff_state));
+  SHARDLM_TRY(to.ImportState(slot_idx, position, handoff_state));
+  worker_state_bytes += int64_t(bytes);
+  return Status::Ok();
 }
 
 void Scheduler::CollectWorkerBatch() {
@@ -192,7 +203,7 @@ void Scheduler::CollectWorkerBatch() {
     FailPrefillWorker(outputs.status());
     return;
   }
-  ApplyCollected(record, *outputs, *s.worker);
+  ApplyCollected(record, *outputs, /*from_worker=*/true);
   ReleaseHeldBackPages(/*reconnected=*/false);
 }
 
@@ -203,17 +214,11 @@ void Scheduler::HandOff(int slot_idx) {
   // Every worker batch of the prompt is collected: from here on it is a local sequence.
   slot.route = PrefillRoute::kLocal;
   const auto start = std::chrono::steady_clock::now();
-  const size_t bytes = s.pipeline->state_bytes();
-  if (bytes > 0) {
-    s.handoff_state.resize(bytes);
-    Status moved = s.worker->ExportState(slot_idx, request.n_prompt(), s.handoff_state);
-    if (moved.ok()) moved = s.pipeline->ImportState(slot_idx, request.n_prompt(), s.handoff_state);
-    if (!moved.ok()) {
-      FinishSlot(slot_idx, FinishReason::kError,
-                 moved.WithContext("handing the prompt's state from the prefill worker over"));
-      return;
-    }
-    s.worker_state_bytes += int64_t(bytes);
+  const Status moved = s.MoveState(*s.worker, *s.pipeline, slot_idx, request.n_prompt());
+  if (!moved.ok()) {
+    FinishSlot(slot_idx, FinishReason::kError,
+               moved.WithContext("handing the prompt's state from the prefill worker over"));
+    return;
   }
   ++s.worker_handoffs;
   request.SetHandoff(MsSince(start));

@@ -11,12 +11,11 @@
 // Binary: SHARDLM_BIN or ../../build/shardlm.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { binary, cleanUp, fixtures, skipReason, sleep, startServer } from './harness.js';
+import { binary, cleanUp, fixtures, skipReason, sleep, startServer, startWorker } from './harness.js';
 
 const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
 const kTestTimeout = 180_000;
@@ -44,22 +43,6 @@ async function metric(server, name) {
   return Number(new RegExp(`^shardlm_${name} ([\\d.e+-]+)$`, 'm').exec(text)?.[1]);
 }
 
-// `shardlm worker --role prefill --listen unix:socket ...extra`, ready once it says it listens.
-async function startWorker(socket, extra = []) {
-  const args = ['worker', '--role', 'prefill', '--listen', `unix:${socket}`, '--cores', '1',
-    ...extra];
-  const proc = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  const worker = { proc, log: '', exited: false };
-  proc.stderr.on('data', (d) => { worker.log += d.toString(); });
-  worker.exit = new Promise((resolve) => proc.on('exit', () => { worker.exited = true; resolve(); }));
-  const deadline = Date.now() + 30_000;
-  while (!worker.log.includes(`listening on unix:${socket}`)) {
-    if (worker.exited || Date.now() > deadline) throw new Error(`worker not ready:\n${worker.log}`);
-    await sleep(20);
-  }
-  return worker;
-}
-
 async function waitFor(what, predicate, timeoutMs = 20_000) {
   const deadline = Date.now() + timeoutMs;
   while (!(await predicate())) {
@@ -70,7 +53,6 @@ async function waitFor(what, predicate, timeoutMs = 20_000) {
 
 let tmp;
 let colocated;
-const workers = [];
 
 before(async () => {
   if (skip) return;
@@ -78,16 +60,12 @@ before(async () => {
   colocated = await startServer(binary, qwenModel, kServeArgs);
 });
 
-after(async () => {
-  for (const w of workers) if (!w.exited) w.proc.kill('SIGKILL');
-  await cleanUp(tmp);
-});
+after(() => cleanUp(tmp));
 
 test('a prompt prefilled by the worker gives the colocated text, and says so',
   { skip, timeout: kTestTimeout }, async () => {
     const socket = path.join(tmp, 'worker.sock');
-    const worker = await startWorker(socket);
-    workers.push(worker);
+    const worker = await startWorker(binary, socket, 1);
     const server = await startServer(binary, qwenModel,
       [...kServeArgs, '--prefill-worker', `unix:${socket}`]);
     try {
@@ -100,11 +78,9 @@ test('a prompt prefilled by the worker gives the colocated text, and says so',
       assert.equal(await metric(server, 'prefill_worker_up'), 1);
       assert.equal(await metric(server, 'prefill_worker_state_bytes_total'), 0);
       assert.match(server.log(), /prompt_tokens=\d{3,} .* prefill=worker handoff_ms=/);
-      assert.match(worker.log, /KV [\d.]+ MiB \(the server's, shared\)/);
+      assert.match(worker.log(), /KV [\d.]+ MiB \(the server's, shared\)/);
     } finally {
-      await server.kill();
-      worker.proc.kill('SIGTERM');
-      await worker.exit;
+      await Promise.all([server.kill(), worker.kill()]);
     }
   });
 
@@ -114,8 +90,7 @@ test('kill -9 of the worker mid-prompt: a 503 for that prompt, the stream beside
   // Each worker batch waits 1 s: the long prompt (several batches) is still on the worker when
   // it is killed.
   const slow = ['--debug-batch-delay-ms', '1000'];
-  let worker = await startWorker(socket, slow);
-  workers.push(worker);
+  let worker = await startWorker(binary, socket, 1, slow);
   const server = await startServer(binary, qwenModel,
     [...kServeArgs, '--prefill-worker', `unix:${socket}`]);
   try {
@@ -135,10 +110,10 @@ test('kill -9 of the worker mid-prompt: a 503 for that prompt, the stream beside
       return { text, finish };
     })();
     const interrupted = completion(server, longPrompt, 8).then(() => null, (e) => e);
-    await waitFor('the worker to compute a batch', () => worker.log.includes('session'));
+    await waitFor('the worker to compute a batch', () => worker.log().includes('session'));
     await sleep(1500);
     worker.proc.kill('SIGKILL');
-    await worker.exit;
+    await worker.exitPromise;
     const error = await interrupted;
     assert.ok(error, 'the interrupted prompt must fail');
     assert.equal(error.status, 503, String(error));
@@ -151,17 +126,14 @@ test('kill -9 of the worker mid-prompt: a 503 for that prompt, the stream beside
     assert.equal(await metric(server, 'prefill_worker_failed_requests_total'), 1);
     t.diagnostic(`interrupted prompt: ${error.message}`);
 
-    worker = await startWorker(socket);
-    workers.push(worker);
+    worker = await startWorker(binary, socket, 1);
     await waitFor('the server to reconnect', async () =>
       (await metric(server, 'prefill_worker_up')) === 1);
     assert.equal(await completion(server, longPrompt, 16),
       await completion(colocated, longPrompt, 16));
     assert.equal(await metric(server, 'prefill_worker_handoffs_total'), 1);
   } finally {
-    await server.kill();
-    worker.proc.kill('SIGTERM');
-    await worker.exit;
+    await Promise.all([server.kill(), worker.kill()]);
   }
 });
 

@@ -111,8 +111,18 @@ export function startServer(binary, model, extra = [], timeoutMs = 60_000) {
 }
 
 // `shardlm shard --listen unix:socketPath --cores cores`, ready once it logs that it listens.
-export async function startShard(binary, socketPath, cores, timeoutMs = 30_000) {
-  const args = ['shard', '--listen', `unix:${socketPath}`, '--cores', String(cores)];
+export function startShard(binary, socketPath, cores, timeoutMs = 30_000) {
+  return startListening(binary, ['shard'], socketPath, cores, [], timeoutMs);
+}
+
+// `shardlm worker --role prefill --listen unix:socketPath --cores cores ...extra`, the same way.
+export function startWorker(binary, socketPath, cores, extra = [], timeoutMs = 30_000) {
+  return startListening(binary, ['worker', '--role', 'prefill'], socketPath, cores, extra,
+    timeoutMs);
+}
+
+async function startListening(binary, command, socketPath, cores, extra, timeoutMs) {
+  const args = [...command, '--listen', `unix:${socketPath}`, '--cores', String(cores), ...extra];
   const child = launch(binary, args);
   await waitReady(child, `shardlm ${args.join(' ')}`,
     () => child.log().includes(`listening on unix:${socketPath}`), timeoutMs);
