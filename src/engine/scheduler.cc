@@ -535,6 +535,7 @@ bool Scheduler::RecoverAction() {
   s.last_reconnect = now;
   Status reconnected = s.pipeline->Reconnect();
   if (!reconnected.ok()) return true;
+  RemapPrefillWorker();
   std::fprintf(stderr, "scheduler: every stage is back; accepting requests again\n");
   std::lock_guard<std::mutex> lock(mu_);
   lost_ = Status::Ok();

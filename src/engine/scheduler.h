@@ -92,7 +92,9 @@
 //    may still write it is held back until that batch is collected (or, once the worker is lost,
 //    until it reconnects: its old session has then ended). A lost worker fails only the requests
 //    it was prefilling (kUnavailable); later prompts prefill here until a reconnect, retried
-//    every kReconnectInterval, succeeds.
+//    every kReconnectInterval, succeeds. A split decode side has one region per stage (a stage
+//    in a shard daemon shares its own and sends it back): the worker lays each stage's layers
+//    over that stage's region, and maps the new one when a decode daemon comes back.
 // Non-goals (later issues): preemption or swapping, priorities.
 //
 // Thread safety: Submit, SubmitAll, Cancel, Stats, info, tokenizer, Health, pipeline_counters,
@@ -187,8 +189,8 @@ struct SchedulerOptions {
   KvTierSpec kv_tier = {};
   // Disaggregation (see "Prefill worker" above): the socket of a `shardlm worker --role prefill`
   // that computes the prompts of at least disagg_min_tokens uncached tokens into this engine's
-  // pages ("": every prompt prefills here). Needs the model-based Create, one local stage and an
-  // unbounded pool.
+  // pages ("": every prompt prefills here). Needs the model-based Create and an unbounded pool;
+  // the decode stages may be split, local or in shard daemons.
   std::string prefill_worker = {};
   int disagg_min_tokens = 256;
 
@@ -331,6 +333,9 @@ class Scheduler : public Engine {
   void HandOff(int slot_idx);
   void FailPrefillWorker(const Status& error);
   void DrainPrefillWorker();  // waits for every worker batch in flight
+  // After a decode stage in a daemon came back: its pages are in a new region, so the worker's
+  // session ends and reconnects over the new one.
+  void RemapPrefillWorker();
   // Whether a worker batch may still write the slot's pages: then its table is held back (the
   // slot gets a fresh one) until that batch is collected or the worker reconnects.
   bool HoldBackWorkerPages(SchedulerSlot& slot);

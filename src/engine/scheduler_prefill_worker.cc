@@ -31,18 +31,19 @@ Status Scheduler::ConnectPrefillWorker(std::optional<Fingerprint128> fingerprint
         "scheduler from the model");
   }
   State& s = *state_;
-  const Pipeline& local = *s.pipeline;
-  const std::vector<const ShmRegion*> shared = local.SharedKv();
-  if (local.n_stages() != 1 || local.placement()[0].remote) {
-    return InvalidArgument(
-        "a prefill worker needs one local decode stage (--devices cpu or cpu:A-B), not {} "
-        "stage(s)",
-        local.n_stages());
-  }
-  if (shared[0] == nullptr && local.page_bytes()[0] > 0) {
-    return Status(StatusCode::kInternal, "the decode stage's pages are not in shared memory");
-  }
+  const Pipeline& decode = *s.pipeline;
+  const std::vector<const ShmRegion*> shared = decode.SharedKv();
   RemoteStageOptions remote;
+  for (int i = 0; i < decode.n_stages(); ++i) {
+    if (shared[i] == nullptr && decode.page_bytes()[i] > 0) {
+      return Status(StatusCode::kInternal,
+                    fmt::format("decode stage {}'s pages are not in shared memory", i));
+    }
+    // The worker lays each decode stage's layers over that stage's pages.
+    remote.shared_kv_layers.push_back(decode.placement()[i].layers);
+  }
+  // Asked at every handshake: a decode stage in a daemon that came back has a new region.
+  remote.shared_kv_regions = [&decode] { return decode.SharedKv(); };
   remote.index = 0;
   remote.socket_path = options_.prefill_worker;
   remote.model_path = options_.placement.model_path;
@@ -52,7 +53,6 @@ Status Scheduler::ConnectPrefillWorker(std::optional<Fingerprint128> fingerprint
   remote.kv = options_.Kv();
   // A worker batch samples at most the first token of each prompt it ends.
   remote.max_logit_rows = options_.n_parallel;
-  remote.shared_kv = shared[0];
   Result<std::unique_ptr<RemoteStage>> stage = RemoteStage::Create(remote);
   if (!stage.ok()) return stage.status().WithContext("prefill worker");
   s.worker_stage = stage->get();
@@ -77,6 +77,18 @@ Status Scheduler::ConnectPrefillWorker(std::optional<Fingerprint128> fingerprint
                "there, into this stage's shared pages\n",
                info.device.c_str(), options_.disagg_min_tokens);
   return Status::Ok();
+}
+
+void Scheduler::RemapPrefillWorker() {
+  State& s = *state_;
+  if (s.worker_stage == nullptr) return;
+  bool remote = false;
+  for (const StageInfo& info : s.pipeline->placement()) remote = remote || info.remote;
+  if (!remote) return;
+  const Status remap = Unavailable("a decode stage came back with new pages; the worker maps them");
+  s.worker_stage->Disconnect(remap);
+  s.worker_lost = remap;
+  s.worker_last_reconnect = {};
 }
 
 bool Scheduler::State::WorkerCandidate(int slot_idx) const {

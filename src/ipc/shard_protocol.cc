@@ -18,7 +18,8 @@ constexpr size_t kPageIdWireBytes = 4;
 constexpr size_t kPageCopyWireBytes = 2 * kPageIdWireBytes;
 constexpr size_t kPageFrameWireBytes = 2 * kPageIdWireBytes;
 constexpr size_t kFloatWireBytes = 4;
-constexpr size_t kCountWireBytes = 4;  // an empty array is its count alone
+constexpr size_t kCountWireBytes = 4;         // an empty array is its count alone
+constexpr size_t kSharedKvWireBytes = 4 + 8;  // layer_end, bytes
 static_assert(sizeof(PageId) == kPageIdWireBytes, "PageId travels as an i32");
 static_assert(static_cast<uint32_t>(StatusCode::kSentinel) < 64, "status codes fit a u32");
 
@@ -58,7 +59,11 @@ constexpr auto kHelloFields = [](auto& v, auto& m) {
   v("tier_kind", m.tier_kind);  // range-checked by the daemon (KvTierSpec::Kind)
   v("tier_dir", m.tier_dir);
   v("key_summaries", m.key_summaries);
-  v("shared_kv_bytes", m.shared_kv_bytes);
+  v.Array("shared_kv", m.shared_kv, kSharedKvWireBytes, [](auto& v, auto& region) {
+    v("shared_kv.layer_end", region.layer_end);
+    v("shared_kv.bytes", region.bytes);
+  });
+  v("share_kv", m.share_kv);
 };
 
 constexpr auto kHelloReplyFields = [](auto& v, auto& m) {

@@ -14,10 +14,15 @@
 //   ExportState     → StateReply    a slot's recurrent state written to the output area
 //   ImportState     → StateReply    a slot's recurrent state read from the input area
 //   StatsRequest    → StatsReply
-// A Hello with shared_kv_bytes > 0 is followed at once by SharedKv (no reply), which carries the
-// fd of a region of that many bytes: the daemon lays its stage's page pool over it instead of
-// allocating one, so the pages it writes are the server's pages (a prefill worker,
-// engine/scheduler.h "Disaggregation"). Such a session's end leaves the pages to the server.
+// Shared page memory (a prefill worker, engine/scheduler.h "Prefill worker"), two ways:
+//  - A Hello with shared_kv entries is followed at once by one SharedKv per entry of more
+//    than 0 bytes, in order (no reply), each carrying the fd of a region of the entry's bytes: the
+//    daemon lays the pages of the entry's layers over it instead of allocating them, so the pages
+//    it writes are the server's (one region per decode stage of a split server, each holding the
+//    pages of that stage's layers). Such a session's end leaves the pages to the server.
+//  - A Hello with share_kv asks the daemon to put its own pool in a new sealed region and,
+//    after an accepted HelloReply, send SharedKv carrying its fd (a decode stage in a daemon,
+//    whose pages the server hands on to a prefill worker).
 // While a request runs longer than the Hello's heartbeat_ms, the daemon sends Working (empty
 // payload) every heartbeat_ms before the reply, so the server tells a long batch from a hung
 // daemon: a server that hears neither within its timeout marks the stage down.
@@ -65,7 +70,9 @@ namespace shardlm {
 //    holds the rings' last window).
 // 10: Hello.shared_kv_bytes and the SharedKv message: the stage's pages may lie in the server's
 //    own KV memory (a prefill worker writes the pages the server decodes from).
-inline constexpr uint32_t kShardProtocolVersion = 10;
+// 11: Hello.shared_kv lists one region per layer range (a split decode side), replacing
+//    shared_kv_bytes; Hello.share_kv and the daemon's SharedKv after an accepted HelloReply.
+inline constexpr uint32_t kShardProtocolVersion = 11;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -85,11 +92,17 @@ enum class ShardMessageType : uint32_t {
   kExportState = 11,
   kImportState = 12,
   kStateReply = 13,
-  kSharedKv = 14,  // server → daemon, empty, right after a Hello with shared_kv_bytes > 0
+  kSharedKv = 14,  // empty, a region's fd attached: see "Shared page memory" above
 };
 const char* ShardMessageTypeName(ShardMessageType type);
 // True when `type` is one of the values above (a frame's type field is checked with it).
 bool ShardMessageTypeValid(uint32_t type);
+
+// One region of the server's page memory that a Hello lays some of its layers' pages over.
+struct ShardSharedKv {
+  int32_t layer_end = 0;
+  uint64_t bytes = 0;
+};
 
 // Server → daemon, first message; the shared-memory region's fd travels with it.
 struct ShardHello {
@@ -121,9 +134,14 @@ struct ShardHello {
   uint32_t tier_kind = 0;
   std::string tier_dir = {};
   bool key_summaries = false;
-  // The page pool lives in a region of this many bytes that the server sends in SharedKv (at
-  // least n_pages × page bytes); 0: the daemon allocates its own.
-  uint64_t shared_kv_bytes = 0;
+  // The pages lie in the server's regions, one per entry, sent in SharedKv messages after the
+  // Hello: entry i holds the pages of layers [previous entry's layer_end (layer_begin for the
+  // first), layer_end), at least n_pages × those layers' page bytes (0 bytes: layers without
+  // pages, no SharedKv for it). The last entry ends at layer_end. Empty: the daemon allocates
+  // its own pages.
+  std::vector<ShardSharedKv> shared_kv = {};
+  // The daemon puts its pool in a new shared region and sends it back (see above).
+  bool share_kv = false;
 };
 
 // Daemon → server.

@@ -32,6 +32,9 @@ Status CheckOptions(const RemoteStageOptions& o) {
     return InvalidArgument("remote stage {}: max_batch_tokens {} must be positive", o.index,
                            o.kv.max_batch_tokens);
   }
+  if (!o.shared_kv_layers.empty() && !o.shared_kv_regions) {
+    return InvalidArgument("remote stage {}: shared KV layers without their regions", o.index);
+  }
   return Status::Ok();
 }
 
@@ -58,7 +61,9 @@ ShardHello MakeHello(const RemoteStageOptions& o) {
   hello.tier_kind = static_cast<uint32_t>(o.kv.tier.kind);
   hello.tier_dir = o.kv.tier.dir;
   hello.key_summaries = o.kv.key_summaries;
-  hello.shared_kv_bytes = o.shared_kv != nullptr ? o.shared_kv->size() : 0;
+  // (Each region's bytes are set by Create once the geometry is checked.)
+  for (const LayerRange& layers : o.shared_kv_layers) hello.shared_kv.push_back({layers.end, 0});
+  hello.share_kv = o.share_kv;
   return hello;
 }
 
@@ -113,6 +118,11 @@ Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOption
   const std::string name = fmt::format("stage {} (unix:{})", options.index, options.socket_path);
   SHARDLM_TRY(ValidateShardGeometry(hello).WithContext(name));
   SHARDLM_TRY(CheckModelKvRows(options.config, options.kv.kv_type).WithContext(name));
+  const std::vector<LayerRange> kv_ranges = ShardKvRanges(hello);
+  for (size_t i = 0; i < hello.shared_kv.size(); ++i) {
+    hello.shared_kv[i].bytes =
+        ShardRangePageBytes(options.config, hello, kv_ranges[i]) * uint64_t(hello.n_pages);
+  }
   const size_t page_bytes = ShardPageBytes(options.config, hello);
   const size_t state_bytes = ShardStateBytes(options.config, hello);
   Result<ShardRegionLayout> layout = ShardLayout(hello, page_bytes, state_bytes);
@@ -149,9 +159,15 @@ Status RemoteStage::Handshake() {
   if (!channel.ok()) return MarkDown(channel.status());
   scratch_.clear();
   EncodeHello(hello_, scratch_);
+  std::vector<const ShmRegion*> shared;
+  if (!hello_.shared_kv.empty()) {
+    shared = options_.shared_kv_regions();
+    SHARDLM_TRY(CheckSharedKv(shared));
+  }
   Status sent = (*channel)->Send(ShardMessageType::kHello, scratch_, region_->fd());
-  if (sent.ok() && options_.shared_kv != nullptr) {
-    sent = (*channel)->Send(ShardMessageType::kSharedKv, {}, options_.shared_kv->fd());
+  for (size_t i = 0; sent.ok() && i < shared.size(); ++i) {
+    if (hello_.shared_kv[i].bytes == 0) continue;
+    sent = (*channel)->Send(ShardMessageType::kSharedKv, {}, shared[i]->fd());
   }
   if (!sent.ok()) return MarkDown(HangUpBeforeReply(sent));
   Result<ReceivedMessage> message =
@@ -173,6 +189,23 @@ Status RemoteStage::Handshake() {
     return refused;
   }
   hello_reply_ = std::move(reply).value();
+  if (hello_.share_kv) {
+    // The daemon's page region follows an accepted reply (none for pages of no bytes).
+    shared_kv_.reset();
+    const size_t pool_bytes = page_bytes_ * size_t(hello_.n_pages);
+    if (pool_bytes > 0) {
+      Result<ReceivedMessage> shared =
+          (*channel)->Receive(kMaxSmallReplyBytes, options_.hello_timeout_ms);
+      if (!shared.ok()) return MarkDown(shared.status());
+      if (shared->type != ShardMessageType::kSharedKv || !shared->fd.valid()) {
+        return MarkDown(InvalidData("expected SharedKv with a region after the HelloReply, got {}",
+                                    ShardMessageTypeName(shared->type)));
+      }
+      Result<std::unique_ptr<ShmRegion>> mapped = ShmRegion::Map(shared->fd.release(), pool_bytes);
+      if (!mapped.ok()) return MarkDown(mapped.status().WithContext("the daemon's page region"));
+      shared_kv_ = std::move(mapped).value();
+    }
+  }
   channel_ = std::move(channel).value();
   if (!connected_once_) {  // info() is read without a lock: it is set once, by Create
     info_.threads = hello_reply_.threads;
@@ -183,6 +216,26 @@ Status RemoteStage::Handshake() {
   std::lock_guard<std::mutex> lock(state_mu_);
   down_reason_.clear();
   return Status::Ok();
+}
+
+Status RemoteStage::CheckSharedKv(const std::vector<const ShmRegion*>& regions) const {
+  if (regions.size() != hello_.shared_kv.size()) {
+    return InvalidArgument("{}: {} shared KV regions for {} layer ranges", Name(), regions.size(),
+                           hello_.shared_kv.size());
+  }
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const uint64_t bytes = hello_.shared_kv[i].bytes;
+    if (bytes > 0 && (regions[i] == nullptr || regions[i]->size() < bytes)) {
+      return InvalidArgument("{}: shared KV region {} holds {} bytes, its pages need {}", Name(), i,
+                             regions[i] == nullptr ? 0 : regions[i]->size(), bytes);
+    }
+  }
+  return Status::Ok();
+}
+
+void RemoteStage::Disconnect(const Status& why) {
+  std::lock_guard<std::mutex> lock(io_mu_);
+  if (channel_ != nullptr) (void)MarkDown(why);
 }
 
 Status RemoteStage::MarkDown(const Status& cause) {

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -59,10 +60,17 @@ struct RemoteStageOptions {
   // stopped daemon); the daemon is asked for Working every heartbeat_timeout_ms / 4 while
   // it computes. 0: only run_timeout_ms applies.
   int heartbeat_timeout_ms = 10000;
-  // The server's own page memory (a local stage's shared_kv()), which the daemon's pool is laid
-  // over (a prefill worker): it writes the pages the server reads, and its session's end frees
-  // nothing. Must outlive the stage. Null: the daemon's pages are its own.
-  const ShmRegion* shared_kv = nullptr;
+  // A prefill worker: the daemon's pages lie in the server's own page memory, one region per
+  // decode stage, each holding the pages of that stage's layers (shared_kv_layers[i], in order,
+  // covering `layers`); it writes the pages the server reads, and its session's end frees
+  // nothing. shared_kv_regions gives the regions at every handshake (one per range; null for
+  // layers without pages), since a decode stage in a daemon that came back has new ones.
+  // Empty: the daemon's pages are its own.
+  std::vector<LayerRange> shared_kv_layers = {};
+  std::function<std::vector<const ShmRegion*>()> shared_kv_regions = {};
+  // A decode stage: the daemon keeps its pages in a region it shares (shared_kv()), for a
+  // prefill worker to write. Not with a bounded pool.
+  bool share_kv = false;
 };
 
 class RemoteStage : public Stage {
@@ -95,6 +103,14 @@ class RemoteStage : public Stage {
   Status ImportState(int32_t slot, int32_t position, const uint8_t* src) override;
   // The daemon's own statistics (its batches, busy time, resident set).
   Result<ShardStatsReply> DaemonStats();
+  // share_kv: the daemon's page region as of the last handshake (null: its pages have no
+  // bytes, or the stage never connected). Replaced by Reconnect: read it from the thread that
+  // reconnects.
+  const ShmRegion* shared_kv() const override { return shared_kv_.get(); }
+  // Ends the session as if the daemon had gone (Health is then kUnavailable with `why`) so the
+  // next Reconnect makes a new one: a prefill worker whose decode stage came back must map its
+  // new pages. Waits for a request in flight.
+  void Disconnect(const Status& why);
   // The daemon's answer to the last accepted Hello (device, threads, bytes, RSS). Not to be
   // read while another thread may call Reconnect.
   const ShardHelloReply& hello_reply() const { return hello_reply_; }
@@ -109,6 +125,9 @@ class RemoteStage : public Stage {
   Result<ReceivedMessage> RoundTrip(ShardMessageType type, const std::vector<uint8_t>& payload,
                                     ShardMessageType reply_type, int timeout_ms);
   Status MarkDown(const Status& cause);  // returns the kUnavailable Status
+  // InvalidArgument unless `regions` has one region per Hello.shared_kv entry, each at least
+  // that entry's bytes (null only for an entry of 0 bytes).
+  Status CheckSharedKv(const std::vector<const ShmRegion*>& regions) const;
   Status CheckUp() const;
   Status TransferState(ShardMessageType type, int32_t slot, int32_t position, uint8_t* dst,
                        const uint8_t* src);
@@ -125,6 +144,7 @@ class RemoteStage : public Stage {
   std::mutex io_mu_;  // one request at a time; guards the fields below
   std::unique_ptr<MessageChannel> channel_;
   std::unique_ptr<ShmRegion> region_;
+  std::unique_ptr<ShmRegion> shared_kv_;  // share_kv: the daemon's pages
   ShardHelloReply hello_reply_;
   bool connected_once_ = false;  // info_'s daemon figures are set
   uint64_t next_batch_id_ = 1;

@@ -24,12 +24,54 @@ size_t PhysicalMemoryBytes() {
   return size_t(pages) * size_t(page_size);
 }
 
+// Hello.shared_kv and share_kv (shard_geometry.h: ValidateShardGeometry).
+Status ValidateSharedKv(const ShardHello& hello) {
+  if (hello.shared_kv.empty() && !hello.share_kv) return Status::Ok();
+  if (hello.n_frames > 0) return InvalidArgument("a bounded KV pool cannot be shared");
+  if (hello.shared_kv.empty()) return Status::Ok();
+  if (hello.share_kv) {
+    return InvalidArgument("a Hello cannot both lay its pages over the server's and share its own");
+  }
+  int begin = hello.layer_begin;
+  for (const ShardSharedKv& region : hello.shared_kv) {
+    if (region.layer_end <= begin || region.layer_end > hello.layer_end) {
+      return InvalidArgument(
+          "shared KV region ending at layer {} ({} bytes) does not follow layer {} inside [{}, {})",
+          region.layer_end, region.bytes, begin, hello.layer_begin, hello.layer_end);
+    }
+    begin = region.layer_end;
+  }
+  if (begin != hello.layer_end) {
+    return InvalidArgument("the shared KV regions end at layer {}, the stage at {}", begin,
+                           hello.layer_end);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-size_t ShardPageBytes(const ModelConfig& config, const ShardHello& hello) {
-  return KvPageBytes(StageKvPoolConfig(config, {hello.layer_begin, hello.layer_end}, 1,
-                                       hello.page_tokens, static_cast<KvType>(hello.kv_type),
+std::vector<LayerRange> ShardKvRanges(const ShardHello& hello) {
+  if (hello.shared_kv.empty()) return {LayerRange{hello.layer_begin, hello.layer_end}};
+  std::vector<LayerRange> ranges;
+  int begin = hello.layer_begin;
+  for (const ShardSharedKv& region : hello.shared_kv) {
+    ranges.push_back({begin, region.layer_end});
+    begin = region.layer_end;
+  }
+  return ranges;
+}
+
+size_t ShardRangePageBytes(const ModelConfig& config, const ShardHello& hello, LayerRange layers) {
+  return KvPageBytes(StageKvPoolConfig(config, layers, 1, hello.page_tokens,
+                                       static_cast<KvType>(hello.kv_type),
                                        static_cast<WindowKv>(hello.window_kv)));
+}
+
+size_t ShardPageBytes(const ModelConfig& config, const ShardHello& hello) {
+  size_t bytes = 0;
+  for (LayerRange layers : ShardKvRanges(hello))
+    bytes += ShardRangePageBytes(config, hello, layers);
+  return bytes;
 }
 
 size_t ShardStateBytes(const ModelConfig& config, const ShardHello& hello) {
@@ -81,7 +123,7 @@ Status ValidateShardGeometry(const ShardHello& hello) {
     return InvalidArgument("layer range [{}, {}) is not inside the model's {} layers",
                            hello.layer_begin, hello.layer_end, hello.n_layers);
   }
-  return Status::Ok();
+  return ValidateSharedKv(hello);
 }
 
 Result<ShardRegionLayout> ShardLayout(const ShardHello& hello, size_t page_bytes,

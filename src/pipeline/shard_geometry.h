@@ -36,9 +36,16 @@ inline constexpr int kShardMaxBatchTokens = 1 << 16;
 inline constexpr int kShardMaxLogitRows = kShardMaxBatchTokens;
 inline constexpr int kShardMaxThreads = 1024;
 
-// Bytes of one page of the Hello's stage (PagePool's layout: K and V rows of n_head_kv ×
-// head_dim elements per position per layer with KV in the pool; 0 for a stage of recurrent
-// layers, or of windowed layers kept in rings, only).
+// The layer ranges of the Hello's stage whose pages lie in one pool each: one per
+// Hello.shared_kv entry (a stage over a split server's regions), else the whole range. Call
+// after ValidateShardGeometry.
+std::vector<LayerRange> ShardKvRanges(const ShardHello& hello);
+// Bytes of one page of `layers` under the Hello's geometry (PagePool's layout: K and V rows of
+// n_head_kv × head_dim elements per position per layer with KV in the pool; 0 for layers that
+// are all recurrent, or windowed and kept in rings).
+size_t ShardRangePageBytes(const ModelConfig& config, const ShardHello& hello, LayerRange layers);
+// Bytes of one page of the Hello's stage: the sum over its ShardKvRanges (a page exported from a
+// stage over several pools is their parts in layer order).
 size_t ShardPageBytes(const ModelConfig& config, const ShardHello& hello);
 // Bytes of one sequence's state in the Hello's stage (StageStateBytes: recurrent layers and
 // window rings; 0: none).
@@ -46,7 +53,8 @@ size_t ShardStateBytes(const ModelConfig& config, const ShardHello& hello);
 
 // Checks the Hello's own fields: magic, every size positive and within the bounds above,
 // kv_type valid, max_logit_rows <= max_batch_tokens, 0 <= max_embedding_rows <=
-// max_batch_tokens, 0 <= begin < end <= n_layers.
+// max_batch_tokens, 0 <= begin < end <= n_layers; shared_kv entries ending in increasing
+// order inside the range, the last at its end, not with share_kv nor with a bounded pool.
 // InvalidArgument naming the field, its value and the bound.
 Status ValidateShardGeometry(const ShardHello& hello);
 

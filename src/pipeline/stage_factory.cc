@@ -55,6 +55,7 @@ Result<std::unique_ptr<Stage>> BuildRemote(const Model& model, const StagePlan& 
   // A batch has no more logits rows than entries (a daemon refuses a Hello that says so).
   remote.max_logit_rows = std::min(options.max_logit_rows, options.kv.max_batch_tokens);
   remote.max_embedding_rows = options.max_embedding_rows;
+  remote.share_kv = options.share_kv;
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<RemoteStage> stage, RemoteStage::Create(remote));
   return std::unique_ptr<Stage>(std::move(stage));
 }

@@ -19,6 +19,7 @@
 #include "model/model_config.h"
 #include "pipeline/local_stage.h"
 #include "pipeline/shard_geometry.h"
+#include "pipeline/stage_chain.h"
 #include "shard/shard_session.h"
 
 namespace shardlm {
@@ -100,7 +101,10 @@ struct ShardService::CachedModel {
 struct AcceptedHello {
   std::unique_ptr<ShmRegion> region;
   ShardRegionLayout layout;
-  std::unique_ptr<LocalStage> stage;
+  std::unique_ptr<Stage> stage;
+  // Hello.share_kv: the region the stage's pages live in, sent back after the reply (null
+  // when its pages have no bytes).
+  const ShmRegion* shared_kv = nullptr;
   ShardHelloReply reply;
   double load_seconds = 0.0;
 };
@@ -225,8 +229,8 @@ class ShardService::HelloCheck {
  public:
   HelloCheck(ShardService& service, const ShardHello& hello) : service_(service), hello_(hello) {}
 
-  // kv_fd: the SharedKv message's region (Hello.shared_kv_bytes > 0), else invalid.
-  Result<AcceptedHello> Accept(UniqueFd region_fd, UniqueFd kv_fd) {
+  // kv_fds: the SharedKv messages' regions, one per Hello.shared_kv entry of more than 0 bytes.
+  Result<AcceptedHello> Accept(UniqueFd region_fd, std::vector<UniqueFd> kv_fds) {
     const auto start = std::chrono::steady_clock::now();
     SHARDLM_TRY(ValidateShardGeometry(hello_));
     SHARDLM_ASSIGN_OR_RETURN(std::shared_ptr<CachedModel> model, OpenModel());
@@ -236,7 +240,6 @@ class ShardService::HelloCheck {
                              hello_.model_path, model->fingerprint.ToHex(), expected.ToHex());
     }
     SHARDLM_TRY(CheckShape(hello_, model->config));
-    const LayerRange range{hello_.layer_begin, hello_.layer_end};
     const auto kv_type = static_cast<KvType>(hello_.kv_type);
     SHARDLM_TRY(CheckModelKvRows(model->config, kv_type));
     const size_t page_bytes = ShardPageBytes(model->config, hello_);
@@ -250,23 +253,13 @@ class ShardService::HelloCheck {
     if (!region_fd.valid()) return InvalidArgument("Hello without a shared-memory region");
     SHARDLM_ASSIGN_OR_RETURN(accepted.region,
                              ShmRegion::Map(region_fd.release(), accepted.layout.total_bytes));
-    std::shared_ptr<ShmRegion> kv_region;
-    if (hello_.shared_kv_bytes > 0) {
-      const size_t pool_bytes = page_bytes * size_t(hello_.n_pages);
-      if (hello_.n_frames > 0) return InvalidArgument("a bounded KV pool cannot be shared");
-      if (hello_.shared_kv_bytes < pool_bytes) {
-        return InvalidArgument("shared KV region of {} bytes, {} pages need {}",
-                               hello_.shared_kv_bytes, hello_.n_pages, pool_bytes);
-      }
-      if (!kv_fd.valid()) return InvalidArgument("SharedKv without a shared-memory region");
-      SHARDLM_ASSIGN_OR_RETURN(kv_region, ShmRegion::Map(kv_fd.release(), hello_.shared_kv_bytes));
-    }
-    SHARDLM_ASSIGN_OR_RETURN(accepted.stage, MakeStage(model, range, kv_type, kv_region));
-    if (accepted.stage->pool().page_bytes() != page_bytes) {
+    SHARDLM_ASSIGN_OR_RETURN(accepted.stage, MakeStage(model, kv_type, std::move(kv_fds)));
+    if (accepted.stage->page_bytes() != page_bytes) {
       return Status(StatusCode::kInternal,
                     fmt::format("page bytes {} differ from the protocol's {}",
-                                accepted.stage->pool().page_bytes(), page_bytes));
+                                accepted.stage->page_bytes(), page_bytes));
     }
+    if (hello_.share_kv) accepted.shared_kv = accepted.stage->shared_kv();
     const StageInfo& info = accepted.stage->info();
     accepted.reply.accepted = true;
     accepted.reply.device = fmt::format("{} ({} thread{})", service_.options_.device.ToString(),
@@ -307,9 +300,41 @@ class ShardService::HelloCheck {
     return service_.threads_;
   }
 
-  Result<std::unique_ptr<LocalStage>> MakeStage(const std::shared_ptr<CachedModel>& model,
-                                                LayerRange range, KvType kv_type,
-                                                std::shared_ptr<ShmRegion> kv_region) {
+  // One LocalStage, or one per shared_kv region chained (stage_chain.h).
+  Result<std::unique_ptr<Stage>> MakeStage(const std::shared_ptr<CachedModel>& model,
+                                           KvType kv_type, std::vector<UniqueFd> kv_fds) {
+    const std::vector<LayerRange> ranges = ShardKvRanges(hello_);
+    std::vector<std::unique_ptr<Stage>> stages;
+    size_t next_fd = 0;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      std::shared_ptr<ShmRegion> region;
+      if (!hello_.shared_kv.empty() && hello_.shared_kv[i].bytes > 0) {
+        const uint64_t bytes = hello_.shared_kv[i].bytes;
+        const size_t needed =
+            ShardRangePageBytes(model->config, hello_, ranges[i]) * size_t(hello_.n_pages);
+        if (bytes < needed) {
+          return InvalidArgument(
+              "shared KV region of {} bytes for layers [{}, {}): {} pages need {}", bytes,
+              ranges[i].begin, ranges[i].end, hello_.n_pages, needed);
+        }
+        if (next_fd == kv_fds.size() || !kv_fds[next_fd].valid()) {
+          return InvalidArgument("SharedKv without a shared-memory region");
+        }
+        SHARDLM_ASSIGN_OR_RETURN(region, ShmRegion::Map(kv_fds[next_fd++].release(), bytes));
+      }
+      SHARDLM_ASSIGN_OR_RETURN(
+          std::unique_ptr<LocalStage> stage,
+          LocalStage::Load(model->file, ranges[i], StageOptions(kv_type, region)));
+      stages.push_back(std::move(stage));
+    }
+    if (stages.size() == 1) return std::move(stages.front());
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::unique_ptr<StageChain> chain,
+        StageChain::Create(std::move(stages), hello_.max_batch_tokens, hello_.n_embd));
+    return std::unique_ptr<Stage>(std::move(chain));
+  }
+
+  LocalStageOptions StageOptions(KvType kv_type, std::shared_ptr<ShmRegion> kv_region) const {
     LocalStageOptions options;
     options.device = service_.options_.device;
     options.threads = StageThreads();
@@ -323,7 +348,8 @@ class ShardService::HelloCheck {
     options.kv.tier.dir = hello_.tier_dir;
     options.kv.key_summaries = hello_.key_summaries;
     options.kv_region = std::move(kv_region);
-    return LocalStage::Load(model->file, range, options);
+    options.share_kv = hello_.share_kv;
+    return options;
   }
 
   ShardService& service_;
@@ -362,19 +388,20 @@ Status ShardService::RunSession(MessageChannel& channel, const std::string& tag)
   Result<ShardHello> hello =
       version.ok() ? DecodeHello(message.payload) : Result<ShardHello>(version);
   if (!hello.ok() && hello.status().code() == StatusCode::kInvalidData) return hello.status();
-  // A shared page pool's region follows the Hello in its own message.
-  UniqueFd kv_fd;
-  if (hello.ok() && hello->shared_kv_bytes > 0) {
+  // The server's page regions follow the Hello, one message each.
+  std::vector<UniqueFd> kv_fds;
+  for (size_t i = 0; hello.ok() && i < hello->shared_kv.size(); ++i) {
+    if (hello->shared_kv[i].bytes == 0) continue;
     SHARDLM_ASSIGN_OR_RETURN(ReceivedMessage shared,
                              channel.Receive(kMaxHelloBytes, options_.hello_timeout_ms));
     if (shared.type != ShardMessageType::kSharedKv) {
       return InvalidData("expected SharedKv after the Hello, got {}",
                          ShardMessageTypeName(shared.type));
     }
-    kv_fd = std::move(shared.fd);
+    kv_fds.push_back(std::move(shared.fd));
   }
   Result<AcceptedHello> accepted =
-      hello.ok() ? HelloCheck(*this, *hello).Accept(std::move(message.fd), std::move(kv_fd))
+      hello.ok() ? HelloCheck(*this, *hello).Accept(std::move(message.fd), std::move(kv_fds))
                  : hello.status();
   std::vector<uint8_t> payload;
   if (!accepted.ok()) {
@@ -387,12 +414,19 @@ Status ShardService::RunSession(MessageChannel& channel, const std::string& tag)
   }
   EncodeHelloReply(accepted->reply, payload);
   SHARDLM_TRY(channel.Send(ShardMessageType::kHelloReply, payload));
+  // A stage of only recurrent or ring layers has no pages to share: nothing follows.
+  if (accepted->shared_kv != nullptr) {
+    SHARDLM_TRY(channel.Send(ShardMessageType::kSharedKv, {}, accepted->shared_kv->fd()));
+  }
   Log(fmt::format(
       "{}: serving layers [{}, {}) of {} on {}: weights {}, KV {}{}, "
       "ready in {:.2f} s",
       tag, hello->layer_begin, hello->layer_end, hello->model_path, accepted->reply.device,
       Mib(accepted->reply.weight_bytes), Mib(accepted->reply.kv_bytes),
-      hello->shared_kv_bytes > 0 ? " (the server's, shared)" : "", accepted->load_seconds));
+      !hello->shared_kv.empty()        ? " (the server's, shared)"
+      : accepted->shared_kv != nullptr ? " (shared with the server)"
+                                       : "",
+      accepted->load_seconds));
   ShardSession session(channel, *hello, std::move(accepted->region), accepted->layout,
                        std::move(accepted->stage), options_.run_delay_for_test);
   const Status served = session.Serve();

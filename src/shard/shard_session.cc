@@ -33,7 +33,7 @@ ShardRunReply ErrorReply(uint64_t batch_id, const Status& status) {
 
 ShardSession::ShardSession(MessageChannel& channel, const ShardHello& hello,
                            std::unique_ptr<ShmRegion> region, const ShardRegionLayout& layout,
-                           std::unique_ptr<LocalStage> stage, std::chrono::milliseconds run_delay)
+                           std::unique_ptr<Stage> stage, std::chrono::milliseconds run_delay)
     : channel_(channel),
       hello_(hello),
       region_(std::move(region)),

@@ -23,7 +23,7 @@
 #include "ipc/message_channel.h"
 #include "ipc/shard_protocol.h"
 #include "ipc/shm_region.h"
-#include "pipeline/local_stage.h"
+#include "pipeline/stage.h"
 #include "shard/shard_heartbeat.h"
 
 namespace shardlm {
@@ -42,7 +42,7 @@ class ShardSession {
  public:
   // run_delay: test hook, every batch waits this long before computing (a slow stage).
   ShardSession(MessageChannel& channel, const ShardHello& hello, std::unique_ptr<ShmRegion> region,
-               const ShardRegionLayout& layout, std::unique_ptr<LocalStage> stage,
+               const ShardRegionLayout& layout, std::unique_ptr<Stage> stage,
                std::chrono::milliseconds run_delay = std::chrono::milliseconds{0});
 
   // Serves until the session ends; returns why: kUnavailable when the peer closed or was shut down
@@ -64,7 +64,7 @@ class ShardSession {
   ShardHello hello_;
   std::unique_ptr<ShmRegion> region_;
   ShardRegionLayout layout_;
-  std::unique_ptr<LocalStage> stage_;
+  std::unique_ptr<Stage> stage_;
   ShardSessionStats stats_;
   std::vector<uint8_t> scratch_;  // encoded reply, reused
   std::chrono::milliseconds run_delay_;

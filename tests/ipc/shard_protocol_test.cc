@@ -36,7 +36,8 @@ ShardHello SampleHello() {
   m.tier_kind = 1;
   m.tier_dir = "/var/tmp/kv tier";
   m.key_summaries = true;
-  m.shared_kv_bytes = 123456789;
+  m.shared_kv = {{3, 123456789}, {7, 0}};
+  m.share_kv = true;
   return m;
 }
 
@@ -96,7 +97,12 @@ TEST(ShardProtocol, HelloRoundTrip) {
   EXPECT_EQ(out->tier_kind, 1u);
   EXPECT_EQ(out->tier_dir, in.tier_dir);
   EXPECT_TRUE(out->key_summaries);
-  EXPECT_EQ(out->shared_kv_bytes, 123456789u);
+  ASSERT_EQ(out->shared_kv.size(), 2u);
+  EXPECT_EQ(out->shared_kv[0].layer_end, 3);
+  EXPECT_EQ(out->shared_kv[0].bytes, 123456789u);
+  EXPECT_EQ(out->shared_kv[1].layer_end, 7);
+  EXPECT_EQ(out->shared_kv[1].bytes, 0u);
+  EXPECT_TRUE(out->share_kv);
 }
 
 TEST(ShardProtocol, WorkingIsAValidType) {

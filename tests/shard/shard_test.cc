@@ -577,6 +577,17 @@ TEST(ShardTest, VersionAndGeometryMismatchesAreRefused) {
   reply = RawHello(daemon.path(), hello);
   EXPECT_FALSE(reply.accepted);
   EXPECT_TRUE(Contains(reply.error, "shared region")) << reply.error;
+  // Regions of the server's pages that do not cover the stage's layers, or shared both ways.
+  hello.shm_bytes = 0;
+  hello.shared_kv = {{1, 0}};
+  reply = RawHello(daemon.path(), hello);
+  EXPECT_FALSE(reply.accepted);
+  EXPECT_TRUE(Contains(reply.error, "the shared KV regions end at layer 1")) << reply.error;
+  hello.shared_kv = {{m.config.n_layers, 0}};
+  hello.share_kv = true;
+  reply = RawHello(daemon.path(), hello);
+  EXPECT_FALSE(reply.accepted);
+  EXPECT_TRUE(Contains(reply.error, "both lay its pages")) << reply.error;
 }
 
 TEST(ShardTest, GarbageClientIsDroppedAndASecondServerIsRefused) {
