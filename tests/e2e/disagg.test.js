@@ -1,5 +1,6 @@
 // End-to-end tests of disaggregated prefill: `shardlm worker --role prefill` computing long
-// prompts into the KV pages of `shardlm serve --prefill-worker unix:PATH`, and the one-command
+// prompts into the KV pages of `shardlm serve --prefill-worker unix:PATH` (also of a split
+// server whose second stage is a `shardlm shard` daemon), and the one-command
 // form `serve --disagg prefill=cpu:A,decode=cpu:B` — driven by the official `openai` npm client.
 //
 // Goals: what a user sees: the same greedy text as a colocated server, the request's log line
@@ -15,7 +16,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { binary, cleanUp, fixtures, skipReason, sleep, startServer, startWorker } from './harness.js';
+import {
+  binary, cleanUp, fixtures, skipReason, sleep, startServer, startShard, startWorker,
+} from './harness.js';
 
 const qwenModel = path.join(fixtures, 'qwen3-tiny-f32.gguf');
 const kTestTimeout = 180_000;
@@ -81,6 +84,26 @@ test('a prompt prefilled by the worker gives the colocated text, and says so',
       assert.match(worker.log(), /KV [\d.]+ MiB \(the server's, shared\)/);
     } finally {
       await Promise.all([server.kill(), worker.kill()]);
+    }
+  });
+
+test('a split decode side, its second stage in a shard daemon, reads the pages the worker wrote',
+  { skip, timeout: kTestTimeout }, async () => {
+    const socket = path.join(tmp, 'split-worker.sock');
+    const stageSocket = path.join(tmp, 'split-stage.sock');
+    const [worker, stage] = await Promise.all([startWorker(binary, socket, 1),
+      startShard(binary, stageSocket, 1)]);
+    const server = await startServer(binary, qwenModel,
+      [...kServeArgs, '--devices', `cpu,unix:${stageSocket}`, '--prefill-worker', `unix:${socket}`]);
+    try {
+      const prompt = 'A young sailor kept a diary of every storm he crossed at sea. '.repeat(10);
+      assert.equal(await completion(server, prompt, 32), await completion(colocated, prompt, 32));
+      assert.equal(await metric(server, 'prefill_worker_handoffs_total'), 1);
+      // The daemon shares its pages with the server, which hands them on to the worker.
+      assert.match(stage.log(), /KV [\d.]+ MiB \(shared with the server\)/);
+      assert.match(worker.log(), /KV [\d.]+ MiB \(the server's, shared\)/);
+    } finally {
+      await Promise.all([server.kill(), worker.kill(), stage.kill()]);
     }
   });
 
