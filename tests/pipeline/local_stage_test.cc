@@ -1,7 +1,8 @@
 // LocalStage on the fixture models: chains of 2 and 3 owning stages give bitwise the logits
 // of one stage over the whole model (prefill of two prompts in one batch, then greedy
 // decode steps of both); copy-on-write copies are applied in every stage; info and stats;
-// a pinned stage runs with its calling thread on its core.
+// a pinned stage runs with its calling thread on its core; a StageChain of a split's stages
+// computes as they do, its pages theirs end to end.
 #include "pipeline/local_stage.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
+#include "pipeline/stage_chain.h"
 #include "support/fixtures.h"
 
 namespace shardlm {
@@ -71,12 +73,12 @@ std::vector<std::unique_ptr<LocalStage>> LoadSplit(std::shared_ptr<const GgufFil
 }
 
 // Runs one batch through the chain, stage by stage; returns the logits rows.
-std::vector<float> RunChain(const std::vector<LocalStage*>& stages, const StageBatch& batch) {
-  const ModelConfig& config = stages.front()->model().config();
+std::vector<float> RunChain(const std::vector<Stage*>& stages, const ModelConfig& config,
+                            const StageBatch& batch) {
   const size_t n_logit_rows = std::count_if(batch.entries.begin(), batch.entries.end(),
                                             [](const BatchEntry& e) { return e.wants_logits; });
   std::vector<float> hidden;
-  for (LocalStage* stage : stages) {
+  for (Stage* stage : stages) {
     std::vector<float> out(stage->info().last ? n_logit_rows * config.n_vocab
                                               : batch.entries.size() * config.n_embd);
     const Status status = stage->Run(batch, hidden.empty() ? nullptr : hidden.data(), out.data());
@@ -84,6 +86,11 @@ std::vector<float> RunChain(const std::vector<LocalStage*>& stages, const StageB
     hidden = std::move(out);
   }
   return hidden;
+}
+
+std::vector<float> RunChain(const std::vector<LocalStage*>& stages, const StageBatch& batch) {
+  return RunChain(std::vector<Stage*>(stages.begin(), stages.end()),
+                  stages.front()->model().config(), batch);
 }
 
 int32_t Argmax(const float* row, int n) { return int32_t(std::max_element(row, row + n) - row); }
@@ -130,10 +137,10 @@ struct Sequences {
 
 // Prefills both prompts in one batch (logits of every position), then decodes greedily
 // kDecodeSteps tokens of both sequences in one batch per step. Returns every logits row.
-std::vector<float> Generate(const std::vector<LocalStage*>& stages,
+std::vector<float> Generate(const std::vector<Stage*>& stages, const ModelConfig& config,
                             const std::vector<std::vector<int32_t>>& prompts,
                             std::vector<std::vector<int32_t>>* generated) {
-  const int n_vocab = stages.front()->model().config().n_vocab;
+  const int n_vocab = config.n_vocab;
   Sequences seqs(prompts.size());
   std::vector<float> all_logits;
   std::vector<BatchEntry> entries;
@@ -147,7 +154,7 @@ std::vector<float> Generate(const std::vector<LocalStage*>& stages,
   generated->assign(prompts.size(), {});
   for (int step = 0; step <= kDecodeSteps; ++step) {
     seqs.Prepare(writes);
-    const std::vector<float> logits = RunChain(stages, seqs.Batch(entries));
+    const std::vector<float> logits = RunChain(stages, config, seqs.Batch(entries));
     seqs.Finish(writes);
     all_logits.insert(all_logits.end(), logits.begin(), logits.end());
     // Next batch: the argmax after each sequence's last row, at the next position.
@@ -168,6 +175,12 @@ std::vector<float> Generate(const std::vector<LocalStage*>& stages,
 
 std::vector<LocalStage*> Raw(const std::vector<std::unique_ptr<LocalStage>>& stages) {
   std::vector<LocalStage*> raw;
+  for (const auto& stage : stages) raw.push_back(stage.get());
+  return raw;
+}
+
+std::vector<Stage*> Stages(const std::vector<std::unique_ptr<LocalStage>>& stages) {
+  std::vector<Stage*> raw;
   for (const auto& stage : stages) raw.push_back(stage.get());
   return raw;
 }
@@ -206,6 +219,7 @@ class LocalStageTest : public ::testing::TestWithParam<ModelCase> {
     golden_b_ = ReadGolden(GetParam().prompt_b);
   }
   std::vector<std::vector<int32_t>> Prompts() const { return {golden_a_.prompt, golden_b_.prompt}; }
+  const ModelConfig& Config() const { return model_->config(); }
 
   std::shared_ptr<const GgufFile> file_;
   std::unique_ptr<Model> model_;
@@ -215,7 +229,7 @@ class LocalStageTest : public ::testing::TestWithParam<ModelCase> {
 
 TEST_P(LocalStageTest, SplitChainsGiveTheWholeModelsLogitsBitwise) {
   std::vector<std::vector<int32_t>> want_tokens;
-  const std::vector<float> want = Generate({whole_.get()}, Prompts(), &want_tokens);
+  const std::vector<float> want = Generate({whole_.get()}, Config(), Prompts(), &want_tokens);
   // The harness drives the KV right: the whole model continues like llama.cpp.
   for (size_t i = 0; i < size_t(std::min(golden_a_.safe_prefix, kDecodeSteps)); ++i) {
     EXPECT_EQ(want_tokens[0][i], golden_a_.greedy[i]) << "step " << i;
@@ -226,12 +240,67 @@ TEST_P(LocalStageTest, SplitChainsGiveTheWholeModelsLogitsBitwise) {
       const auto stages = LoadSplit(file_, n_stages, threads);
       ASSERT_EQ(stages.size(), n_stages);
       std::vector<std::vector<int32_t>> tokens;
-      const std::vector<float> got = Generate(Raw(stages), Prompts(), &tokens);
+      const std::vector<float> got = Generate(Stages(stages), Config(), Prompts(), &tokens);
       ExpectBitwise(got, want,
                     std::to_string(n_stages) + " stages, " + std::to_string(threads) + " threads");
       EXPECT_EQ(tokens, want_tokens);
     }
   }
+}
+
+// A StageChain of a split's stages (what a prefill worker over a split server's pages runs)
+// computes as its stages do, and its pages are theirs laid end to end in layer order.
+TEST_P(LocalStageTest, AChainOfTheSplitsStagesGivesTheWholeModelsLogits) {
+  std::vector<std::vector<int32_t>> want_tokens;
+  const std::vector<float> want = Generate({whole_.get()}, Config(), Prompts(), &want_tokens);
+  auto split = LoadSplit(file_, 2, 1);
+  ASSERT_EQ(split.size(), 2u);
+  const std::vector<Stage*> parts = Stages(split);
+  std::vector<std::unique_ptr<Stage>> owned;
+  for (auto& stage : split) owned.push_back(std::move(stage));
+  auto chain = StageChain::Create(std::move(owned), 128, Config().n_embd);
+  ASSERT_TRUE(chain.ok()) << chain.status().message();
+  Stage& chained = **chain;
+  std::vector<std::vector<int32_t>> tokens;
+  ExpectBitwise(Generate({&chained}, Config(), Prompts(), &tokens), want, "a chain of 2 stages");
+  EXPECT_EQ(tokens, want_tokens);
+  EXPECT_EQ(chained.info().layers.begin, 0);
+  EXPECT_EQ(chained.info().layers.end, Config().n_layers);
+  EXPECT_TRUE(chained.info().first && chained.info().last);
+  EXPECT_EQ(chained.info().weight_bytes,
+            parts[0]->info().weight_bytes + parts[1]->info().weight_bytes);
+  EXPECT_EQ(chained.Stats().batches, uint64_t(kDecodeSteps + 1));
+
+  // Its pages: each part's page in layer order; an import lands in the parts.
+  const size_t page_bytes = chained.page_bytes();
+  ASSERT_EQ(page_bytes, parts[0]->page_bytes() + parts[1]->page_bytes());
+  const std::vector<PageId> written = {0, 1, 2};
+  std::vector<uint8_t> pages(written.size() * page_bytes);
+  ASSERT_TRUE(chained.ExportPages(written, pages.data()).ok());
+  for (size_t p = 0; p < written.size(); ++p) {
+    size_t offset = p * page_bytes;
+    for (Stage* part : parts) {
+      std::vector<uint8_t> own(part->page_bytes());
+      ASSERT_TRUE(part->ExportPages({&written[p], 1}, own.data()).ok());
+      EXPECT_EQ(std::memcmp(own.data(), pages.data() + offset, own.size()), 0) << "page " << p;
+      offset += own.size();
+    }
+  }
+  const std::vector<PageId> fresh = {40, 41, 42};
+  ASSERT_TRUE(chained.ImportPages(fresh, pages.data()).ok());
+  std::vector<uint8_t> again(pages.size());
+  ASSERT_TRUE(chained.ExportPages(fresh, again.data()).ok());
+  EXPECT_EQ(again, pages);
+  EXPECT_FALSE(chained.ExportPages(std::vector<PageId>{kPages}, again.data()).ok());
+
+  // Stages that do not follow each other are refused.
+  auto gap = LoadSplit(file_, 2, 1);
+  ASSERT_EQ(gap.size(), 2u);
+  std::vector<std::unique_ptr<Stage>> reversed;
+  reversed.push_back(std::move(gap[1]));
+  reversed.push_back(std::move(gap[0]));
+  EXPECT_EQ(StageChain::Create(std::move(reversed), 128, Config().n_embd).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_P(LocalStageTest, InfoDescribesTheSplit) {
@@ -269,7 +338,7 @@ TEST_P(LocalStageTest, StatsCountBatchesTokensAndBytes) {
   const auto stages = LoadSplit(file_, 2, 1);
   ASSERT_EQ(stages.size(), 2u);
   std::vector<std::vector<int32_t>> tokens;
-  Generate(Raw(stages), Prompts(), &tokens);
+  Generate(Stages(stages), Config(), Prompts(), &tokens);
   const ModelConfig& c = model_->config();
   const uint64_t prompt_tokens = golden_a_.prompt.size() + golden_b_.prompt.size();
   const uint64_t n_tokens = prompt_tokens + 2 * kDecodeSteps;
@@ -426,13 +495,14 @@ TEST(LocalStagePinnedTest, PinnedStageRunsOnItsCoreAndMatchesUnpinned) {
                                                      ReadGolden("stories260K.p1").prompt};
   std::vector<std::vector<int32_t>> want_tokens;
   const auto unpinned = LoadSplit(file, 2, 2);
-  const std::vector<float> want = Generate(Raw(unpinned), prompts, &want_tokens);
+  const std::vector<float> want =
+      Generate(Stages(unpinned), unpinned.front()->model().config(), prompts, &want_tokens);
   // Like the pipeline: the stages run from a thread of their own, which they pin.
   std::vector<float> got;
   std::vector<int> affinity;
   std::thread stage0_thread([&] {
     std::vector<std::vector<int32_t>> tokens;
-    got = Generate(Raw(pinned), prompts, &tokens);
+    got = Generate(Stages(pinned), unpinned.front()->model().config(), prompts, &tokens);
     affinity = CurrentAffinity();
   });
   stage0_thread.join();
