@@ -33,7 +33,8 @@ struct ShardFlags {
   int batch_delay_ms = 0;  // hidden, for tests: a slow stage
 };
 
-void DeclareFlags(CLI::App& cmd, ShardFlags& f) {
+// worker: `--cores` names cores (a worker runs on cores of its own), never a thread count.
+void DeclareFlags(CLI::App& cmd, ShardFlags& f, bool worker) {
   cmd.add_option("--listen", f.listen,
                  "Where to listen: unix:NAME, a socket in $XDG_RUNTIME_DIR/shardlm/ (else "
                  "/tmp/shardlm-$UID/), a folder made 0700; or unix:PATH with a '/', as given. "
@@ -43,11 +44,13 @@ void DeclareFlags(CLI::App& cmd, ShardFlags& f) {
                  "Also serve servers that run as this uid (repeatable; default: only servers of "
                  "the daemon's own uid)");
   cmd.add_option("--cores", f.cores,
-                 "Compute on: N = N threads, unpinned; A-B = cores A..B, one "
-                 "pinned thread "
-                 "each; A-A = core A alone (default: every core, unpinned)");
+                 worker ? "Compute on: A = core A alone; A-B = cores A..B, one pinned thread "
+                          "each (default: every core, unpinned)"
+                        : "Compute on: N = N threads, unpinned; A-B = cores A..B, one pinned "
+                          "thread each; A-A = core A alone (default: every core, unpinned)");
   cmd.add_option("-t,--threads", f.threads,
-                 "Compute threads when --cores is not a core range (0: every core)")
+                 worker ? "Compute threads, unpinned, without --cores (0: every core)"
+                        : "Compute threads when --cores is not a core range (0: every core)")
       ->capture_default_str();
   // Tests use it to have a batch in flight long enough to kill the daemon under it.
   cmd.add_option("--debug-batch-delay-ms", f.batch_delay_ms,
@@ -79,6 +82,12 @@ Status ParseCores(const ShardFlags& f, ShardServiceOptions& options) {
   options.threads = f.threads;
   if (f.cores.empty()) return Status::Ok();
   const size_t dash = f.cores.find('-');
+  // A worker's single number is a core: A is A-A.
+  if (dash == std::string::npos && !f.role.empty()) {
+    ShardFlags range = f;
+    range.cores = f.cores + "-" + f.cores;
+    return ParseCores(range, options);
+  }
   if (dash == std::string::npos) {
     const int n = ParseCount(f.cores);
     if (n <= 0) {
@@ -176,7 +185,7 @@ void AddShardCommand(CLI::App& app, Action& action) {
                                      "Serve one stage of a model to a server over "
                                      "a Unix socket (remote stage daemon)");
   auto flags = std::make_shared<ShardFlags>();
-  DeclareFlags(*cmd, *flags);
+  DeclareFlags(*cmd, *flags, /*worker=*/false);
   cmd->callback([&action, flags] { action = [flags] { return RunShard(*flags, "shard"); }; });
 }
 
@@ -191,7 +200,7 @@ void AddWorkerCommand(CLI::App& app, Action& action) {
   cmd->add_option("--role", flags->role, "What the worker does: prefill")
       ->required()
       ->check(CLI::IsMember({"prefill"}));
-  DeclareFlags(*cmd, *flags);
+  DeclareFlags(*cmd, *flags, /*worker=*/true);
   cmd->callback([&action, flags] { action = [flags] { return RunShard(*flags, "worker"); }; });
 }
 

@@ -68,7 +68,9 @@ after(() => cleanUp(tmp));
 test('a prompt prefilled by the worker gives the colocated text, and says so',
   { skip, timeout: kTestTimeout }, async () => {
     const socket = path.join(tmp, 'worker.sock');
-    const worker = await startWorker(binary, socket, 1);
+    const worker = await startWorker(binary, socket, 0);
+    // `--cores 0`: a worker's cores, here core 0 alone.
+    assert.match(worker.log(), /listening on unix:.* \(prefill, 1 thread, pinned to cpu:0\)/);
     const server = await startServer(binary, qwenModel,
       [...kServeArgs, '--prefill-worker', `unix:${socket}`]);
     try {
@@ -91,7 +93,7 @@ test('a split decode side, its second stage in a shard daemon, reads the pages t
   { skip, timeout: kTestTimeout }, async () => {
     const socket = path.join(tmp, 'split-worker.sock');
     const stageSocket = path.join(tmp, 'split-stage.sock');
-    const [worker, stage] = await Promise.all([startWorker(binary, socket, 1),
+    const [worker, stage] = await Promise.all([startWorker(binary, socket, 0),
       startShard(binary, stageSocket, 1)]);
     const server = await startServer(binary, qwenModel,
       [...kServeArgs, '--devices', `cpu,unix:${stageSocket}`, '--prefill-worker', `unix:${socket}`]);
@@ -113,7 +115,7 @@ test('kill -9 of the worker mid-prompt: a 503 for that prompt, the stream beside
   // Each worker batch waits 1 s: the long prompt (several batches) is still on the worker when
   // it is killed.
   const slow = ['--debug-batch-delay-ms', '1000'];
-  let worker = await startWorker(binary, socket, 1, slow);
+  let worker = await startWorker(binary, socket, 0, slow);
   const server = await startServer(binary, qwenModel,
     [...kServeArgs, '--prefill-worker', `unix:${socket}`]);
   try {
@@ -149,7 +151,7 @@ test('kill -9 of the worker mid-prompt: a 503 for that prompt, the stream beside
     assert.equal(await metric(server, 'prefill_worker_failed_requests_total'), 1);
     t.diagnostic(`interrupted prompt: ${error.message}`);
 
-    worker = await startWorker(binary, socket, 1);
+    worker = await startWorker(binary, socket, 0);
     await waitFor('the server to reconnect', async () =>
       (await metric(server, 'prefill_worker_up')) === 1);
     assert.equal(await completion(server, longPrompt, 16),
