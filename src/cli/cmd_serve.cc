@@ -325,6 +325,10 @@ Status RunServe(const ServeFlags& given) {
   so.placement.model_path = model_path;
   if (!flags.prefill_worker.empty()) so.prefill_worker = flags.prefill_worker.substr(5);
   so.disagg_min_tokens = flags.disagg_min_tokens;
+  if (worker_process != nullptr) {
+    // (The worker process outlives the engine: it was made first.)
+    so.on_prefill_worker_lost = [process = worker_process.get()](pid_t pid) { process->Kill(pid); };
+  }
   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> engine,
                            Scheduler::Create(std::move(loaded), so));
   for (const std::string& line : DescribePlacement(engine->info().stages)) Log(line);

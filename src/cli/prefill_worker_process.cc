@@ -20,6 +20,7 @@ namespace {
 
 constexpr auto kListenTimeout = std::chrono::seconds(60);
 constexpr auto kRestartDelay = std::chrono::seconds(1);
+constexpr auto kStopGrace = std::chrono::seconds(5);  // SIGTERM to SIGKILL when the server stops
 
 // "cpu:A" or "cpu:A-B" → "A-B".
 Result<std::string> CoreRange(std::string_view device) {
@@ -144,11 +145,34 @@ void PrefillWorkerProcess::Supervise() {
   }
 }
 
+void PrefillWorkerProcess::Kill(pid_t pid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pid <= 0 || pid != child_) return;
+  std::fprintf(stderr, "serve: the server lost the prefill worker (pid %d); ending it\n", int(pid));
+  ::kill(pid, SIGKILL);
+}
+
 PrefillWorkerProcess::~PrefillWorkerProcess() {
   stopping_.store(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (child_ > 0) ::kill(child_, SIGTERM);
+    if (child_ > 0) {
+      ::kill(child_, SIGTERM);
+      ::kill(child_, SIGCONT);  // a stopped child takes its SIGTERM only once it runs
+    }
+  }
+  // A child that does not end in time (hung) is killed: the server must be able to exit.
+  const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (child_ <= 0) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (child_ > 0) ::kill(child_, SIGKILL);
   }
   if (supervisor_.joinable()) supervisor_.join();
 }

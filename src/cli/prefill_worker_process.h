@@ -1,6 +1,7 @@
 // Prefill worker process: what `serve --disagg prefill=cpu:A-B,decode=cpu:C-D` starts beside the
 // server — a `shardlm worker --role prefill` child on its own cores, listening on a socket of the
-// private socket folder, restarted when it dies (the scheduler reconnects to it on its own).
+// private socket folder, restarted when it dies (the scheduler reconnects to it on its own), and
+// killed when the server loses it (a hung worker would never let a new session start).
 //
 // Goals: one command gives the same two processes as starting the worker by hand; the child dies
 // with the server (PR_SET_PDEATHSIG), even when the server is killed; a child that cannot start
@@ -8,7 +9,8 @@
 // Non-goals: the scheduler's side (engine/scheduler.h "Prefill worker"), other roles or hosts.
 //
 // Thread safety: Start and the destructor from one thread; a supervisor thread of its own.
-// Lifetime: the destructor stops the child (SIGTERM) and waits for it.
+// Lifetime: the destructor stops the child (SIGTERM, SIGKILL after a few seconds) and waits for
+// it.
 #pragma once
 
 #include <sys/types.h>
@@ -43,6 +45,11 @@ class PrefillWorkerProcess {
 
   // What serve --prefill-worker takes: unix:NAME.
   const std::string& socket() const { return socket_; }
+  // Ends the child `pid` at once (SIGKILL; the supervisor starts another): the server lost it,
+  // and a hung worker would otherwise keep its session, and the pages it may write, forever.
+  // Does not block; a no-op unless `pid` is the child running now (one that died by itself may
+  // already have been replaced).
+  void Kill(pid_t pid);
 
  private:
   PrefillWorkerProcess(std::string exe, std::string cores, std::string socket);

@@ -105,10 +105,13 @@
 // still queued or running (each gets on_finish with kCancelled) and joins the thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -193,6 +196,12 @@ struct SchedulerOptions {
   // the decode stages may be split, local or in shard daemons.
   std::string prefill_worker = {};
   int disagg_min_tokens = 256;
+  // Called on the engine thread (it must not block) when the worker is found lost (a failed or
+  // timed-out batch, a hang-up), with the pid of the worker process it lost (0: unknown). A
+  // worker that hung keeps the pages it may still write held back until a new session starts,
+  // which a hung daemon never allows: `serve --disagg` ends that child here, so that a new one
+  // starts and the pages come back.
+  std::function<void(pid_t)> on_prefill_worker_lost = {};
 
   Status Validate() const;
   // Whether the pool bounds anything: set and smaller than a sequence's context.

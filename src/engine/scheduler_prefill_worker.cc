@@ -210,11 +210,15 @@ void Scheduler::CollectWorkerBatch() {
   Result<PipelineOutputs> outputs = s.worker->WaitOldestOutputs();
   InFlight record = std::move(s.worker_in_flight.front());
   s.worker_in_flight.pop_front();
-  ++s.worker_collected;
   if (!outputs.ok()) {
+    // Counted as collected only after FailPrefillWorker held its pages back: a worker that timed
+    // out may be hung rather than dead, and still write them.
     FailPrefillWorker(outputs.status());
+    ++s.worker_collected;
+    ReleaseHeldBackPages(/*reconnected=*/false);
     return;
   }
+  ++s.worker_collected;
   ApplyCollected(record, *outputs, /*from_worker=*/true);
   ReleaseHeldBackPages(/*reconnected=*/false);
 }
@@ -245,6 +249,9 @@ void Scheduler::FailPrefillWorker(const Status& error) {
   if (lost) {
     s.worker_lost = error;
     s.worker_last_reconnect = std::chrono::steady_clock::now();
+    if (options_.on_prefill_worker_lost) {
+      options_.on_prefill_worker_lost(s.worker_stage->daemon_pid());
+    }
   }
   const Status failure(
       error.code(),
@@ -286,10 +293,19 @@ bool Scheduler::HoldBackWorkerPages(SchedulerSlot& slot) {
 
 void Scheduler::ReleaseHeldBackPages(bool reconnected) {
   State& s = *state_;
+  int after_loss = 0;
   std::erase_if(s.held_back, [&](const State::HeldBack& held) {
-    return held.fence <= s.worker_collected ||
-           (reconnected && held.fence == State::kUntilReconnect);
+    if (held.fence <= s.worker_collected) return true;
+    if (!reconnected || held.fence != State::kUntilReconnect) return false;
+    after_loss += held.table->n_pages();
+    return true;
   });
+  if (after_loss > 0) {
+    std::fprintf(stderr,
+                 "scheduler: %d pages the lost prefill worker may have been writing are free "
+                 "again (its session has ended)\n",
+                 after_loss);
+  }
 }
 
 }  // namespace shardlm

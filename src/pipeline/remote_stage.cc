@@ -157,6 +157,8 @@ Status RemoteStage::Handshake() {
     return InvalidArgument("{}: {}", Name(), reason);
   }
   if (!channel.ok()) return MarkDown(channel.status());
+  const Result<PeerCredentials> peer = ReadPeerCredentials((*channel)->fd());
+  daemon_pid_.store(peer.ok() ? peer->pid : 0);
   scratch_.clear();
   EncodeHello(hello_, scratch_);
   std::vector<const ShmRegion*> shared;

@@ -20,6 +20,9 @@
 // region; the daemon frees the session's pages when it is destroyed.
 #pragma once
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -111,6 +114,9 @@ class RemoteStage : public Stage {
   // next Reconnect makes a new one: a prefill worker whose decode stage came back must map its
   // new pages. Waits for a request in flight.
   void Disconnect(const Status& why);
+  // The process of the daemon the last connection reached (0: none yet, or unknown): what a
+  // supervisor that started the daemon stops when the stage is lost to a hang.
+  pid_t daemon_pid() const { return daemon_pid_.load(); }
   // The daemon's answer to the last accepted Hello (device, threads, bytes, RSS). Not to be
   // read while another thread may call Reconnect.
   const ShardHelloReply& hello_reply() const { return hello_reply_; }
@@ -150,6 +156,7 @@ class RemoteStage : public Stage {
   uint64_t next_batch_id_ = 1;
   std::vector<uint8_t> scratch_;
 
+  std::atomic<pid_t> daemon_pid_{0};
   mutable std::mutex state_mu_;  // guards the fields below
   std::string down_reason_;      // empty: healthy
   StageStats stats_;

@@ -162,6 +162,43 @@ test('kill -9 of the worker mid-prompt: a 503 for that prompt, the stream beside
   }
 });
 
+// The worker's child process, the one `serve --disagg` started (a restarted one is the child of
+// the server's supervising thread, so every thread's children are read).
+function workerPid(server) {
+  const tasks = `/proc/${server.proc.pid}/task`;
+  const children = fs.readdirSync(tasks)
+    .flatMap((task) => fs.readFileSync(`${tasks}/${task}/children`, 'utf8').trim().split(/\s+/))
+    .map(Number).filter(Boolean);
+  assert.equal(children.length, 1, 'one child process: the worker');
+  return children[0];
+}
+
+test('serve --disagg ends a hung worker: a 503 after the heartbeat timeout, a new worker, and ' +
+  'the pages the hung one could still write are free again', { skip, timeout: kTestTimeout },
+async () => {
+  const server = await startServer(binary, qwenModel,
+    [...kServeArgs, '--disagg', 'prefill=cpu:0,decode=cpu:1']);
+  try {
+    const hung = workerPid(server);
+    process.kill(hung, 'SIGSTOP');  // alive, holding its session, answering nothing
+    const error = await completion(server, longPrompt, 8).then(() => null, (e) => e);
+    assert.ok(error, 'the prompt on the hung worker must fail');
+    assert.equal(error.status, 503, String(error));
+    assert.match(error.message, /no heartbeat/);
+    await waitFor('the server to end the hung worker and reconnect to a new one',
+      () => server.log().includes('the prefill worker is back'), 30_000);
+    assert.equal(await metric(server, 'prefill_worker_up'), 1);
+    assert.notEqual(workerPid(server), hung);
+    assert.match(server.log(), new RegExp(`lost the prefill worker \\(pid ${hung}\\); ending it`));
+    assert.match(server.log(), /pages the lost prefill worker may have been writing are free again/);
+    const next = 'The baker rose before dawn and lit the old stone oven. '.repeat(10);
+    assert.equal(await completion(server, next, 16), await completion(colocated, next, 16));
+    assert.equal(await metric(server, 'prefill_worker_handoffs_total'), 1);
+  } finally {
+    await server.kill();
+  }
+});
+
 test('serve --disagg starts its own worker, restarts it, and stops it',
   { skip, timeout: kTestTimeout }, async () => {
     const server = await startServer(binary, qwenModel,
@@ -175,11 +212,7 @@ test('serve --disagg starts its own worker, restarts it, and stops it',
       assert.ok(server.log().includes('prefill worker started on cores 0-0'), server.log());
       // The worker dies: the server starts another and reconnects to it. (Each prompt below is
       // new: a cached one would have nothing left to prefill.)
-      const children = fs.readFileSync(
-        `/proc/${server.proc.pid}/task/${server.proc.pid}/children`, 'utf8')
-        .trim().split(/\s+/).map(Number).filter(Boolean);
-      assert.equal(children.length, 1, 'one child process: the worker');
-      process.kill(children[0], 'SIGKILL');
+      process.kill(workerPid(server), 'SIGKILL');
       await waitFor('the worker to be started again',
         () => server.log().includes('starting it again'));
       const second = 'The old lighthouse keeper counted the ships every night. '.repeat(10);
