@@ -12,11 +12,14 @@
 // save and restore in that folder, under `--slot-save-budget`; the cache and slot folders
 // are private (created 0700; another user's is refused before the model loads).
 // Non-goals: daemonizing, TLS, several models.
+#include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -147,6 +150,32 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
 }
 
 void Log(const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); }
+
+// --disagg: the threads this server starts from here on (the engine loop, HTTP, model loading)
+// run on the decode stages' cores, so none of them is scheduled beside the worker's compute: each
+// decode step waits for the engine thread, and a thread queued behind the worker on its core adds
+// a scheduler time slice to that step. (The worker's supervisor, started before, keeps every core;
+// a worker pins itself.) Nothing to confine when a decode stage is unpinned.
+void ConfineToDecodeCores(const PlacementOptions& placement) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::string cores;
+  for (const DeviceSpec& device : placement.devices) {
+    if (device.remote()) continue;
+    if (device.cores.empty()) return;
+    for (int core : device.cores) {
+      CPU_SET(core, &set);
+      cores += (cores.empty() ? "" : ",") + std::to_string(core);
+    }
+  }
+  if (cores.empty()) return;
+  if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+    Log(fmt::format("could not keep this server's threads on cores {}: {}", cores,
+                    std::strerror(errno)));
+    return;
+  }
+  Log(fmt::format("this server's threads run on the decode cores ({})", cores));
+}
 
 std::filesystem::path CacheDir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
@@ -279,6 +308,7 @@ Status RunServe(const ServeFlags& given) {
                            flags.prefill_worker);
   }
   SHARDLM_ASSIGN_OR_RETURN(PlacementOptions placement, ParsePlacement(flags.placement));
+  if (worker_process != nullptr) ConfineToDecodeCores(placement);
   SHARDLM_ASSIGN_OR_RETURN(KvType kv_type, ParseKvTypeFlag(flags.kv_type));
   SHARDLM_ASSIGN_OR_RETURN(WindowKv window_kv, ParseWindowKvFlag(flags.window_kv));
   Result<uint64_t> budget = ParseByteSize(flags.kv_cache_budget);

@@ -210,6 +210,9 @@ test('serve --disagg starts its own worker, restarts it, and stops it',
       const props = await (await fetch(`${server.base}/props`)).json();
       assert.equal(props.stages[0].device, 'cpu:1');
       assert.ok(server.log().includes('prefill worker started on cores 0-0'), server.log());
+      // The server's own threads stay off the worker's core.
+      const status = fs.readFileSync(`/proc/${server.proc.pid}/status`, 'utf8');
+      assert.equal(/Cpus_allowed_list:\s*(\S+)/.exec(status)?.[1], '1');
       // The worker dies: the server starts another and reconnects to it. (Each prompt below is
       // new: a cached one would have nothing left to prefill.)
       process.kill(workerPid(server), 'SIGKILL');
