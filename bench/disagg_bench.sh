@@ -9,8 +9,12 @@
 #   itl_p99_loaded_over_quiet (disaggregated; goal <= 1.5) and
 #   long_ttft_p50_disagg_over_colocated (goal <= 1.3).
 #
-# Environment: ROUNDS (2), DISAGG_MIN_TOKENS (256), and those of interference_bench.sh (STREAMS,
-# LONG_TOKENS, EVERY_S, QUIET_S, LOAD_S, SHARDLM, MODEL).
+# The streams decode at one depth in both phases: each starts STREAM_CONTEXT (2048) tokens deep,
+# from a cached head, and is sent again after STREAM_TOKENS (256) tokens, so the loaded phase's
+# ITL is not measured deeper in the context (more KV read per token) than the quiet one's.
+#
+# Environment: ROUNDS (2), DISAGG_MIN_TOKENS (256), STREAM_CONTEXT, STREAM_TOKENS, and those of
+# interference_bench.sh (STREAMS, LONG_TOKENS, EVERY_S, QUIET_S, LOAD_S, SHARDLM, MODEL).
 # On a shared machine run it in a session of its own with a higher autogroup priority:
 #   setsid bash -c 'echo -20 > /proc/self/autogroup; exec bench/disagg_bench.sh'
 set -euo pipefail
@@ -18,6 +22,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROUNDS=${ROUNDS:-2}
 DISAGG_MIN_TOKENS=${DISAGG_MIN_TOKENS:-256}
+export STREAM_CONTEXT=${STREAM_CONTEXT:-2048} STREAM_TOKENS=${STREAM_TOKENS:-256}
 results=$(mktemp /tmp/shardlm-disagg-bench.XXXXXX.jsonl)
 trap 'rm -f "$results"' EXIT
 

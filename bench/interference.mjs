@@ -4,7 +4,11 @@
 //
 // Starts nothing itself: point it at a running server. Keeps --streams streaming chat
 // requests decoding all along (short prompts, temperature 0, ignore_eos, logprobs so every
-// token makes a chunk), each re-sent when it ends. For --quiet-s seconds nothing else runs;
+// token makes a chunk), each re-sent when it ends after --stream-tokens tokens. With
+// --stream-context N every stream's prompt starts with the same N-token text, so the streams
+// decode between N and N + --stream-tokens positions deep in both phases (without it they
+// start empty and grow all run long: the loaded phase then decodes deeper than the quiet one,
+// and reads more KV per token). For --quiet-s seconds nothing else runs;
 // then for --load-s seconds a long prompt of about --long-tokens tokens (each with a distinct
 // head, so none hits the prefix cache) arrives every --every-s seconds, asking for one token.
 // Prints one JSON line:
@@ -20,6 +24,7 @@
 //
 // Usage: node bench/interference.mjs --url http://127.0.0.1:8080 [--streams 4]
 //   [--long-tokens 8192] [--every-s 5] [--quiet-s 20] [--load-s 60] [--stream-tokens 100000]
+//   [--stream-context 0]
 //   [--api-key KEY]
 // Needs only node >= 18 (global fetch). Connects only to 127.0.0.1 / localhost.
 
@@ -39,6 +44,7 @@ const everyMs = boundedInt(args['every-s'], 5, 1, 3600, '--every-s') * 1000;
 const quietMs = boundedInt(args['quiet-s'], 20, 1, 3600, '--quiet-s') * 1000;
 const loadMs = boundedInt(args['load-s'], 60, 1, 3600, '--load-s') * 1000;
 const streamTokens = boundedInt(args['stream-tokens'], 100000, 2, 1 << 20, '--stream-tokens');
+const streamContext = boundedInt(args['stream-context'], 0, 0, 1 << 20, '--stream-context');
 const apiKey = args['api-key'] ?? process.env.SHARDLM_API_KEY ?? '';
 const headers = { 'content-type': 'application/json' };
 if (apiKey) headers.authorization = `Bearer ${apiKey}`;
@@ -67,21 +73,23 @@ async function textOf(tokens) {
   return FILLER.repeat(Math.ceil((tokens * perToken) / FILLER.length) + 1).slice(0, Math.round(tokens * perToken));
 }
 
-const t0 = performance.now();
-const loadStart = t0 + quietMs;
-const end = loadStart + loadMs;
+// The phases' clock starts once the texts are made and the streams' shared head is cached.
+let loadStart = Infinity;
+let end = Infinity;
 const phaseOf = (t) => (t < loadStart ? 'quiet' : t < end ? 'loaded' : null);
 const itl = { quiet: [], loaded: [] };
 const streamTokensIn = { quiet: 0, loaded: 0 };
 const controllers = new Set();
 let serial = 0;
 
-// One streaming request; resolves when it ends (or is aborted at the end).
+// One streaming request; resolves when it ends (or is aborted at the end). With
+// --stream-context its prompt starts with the same text of about that many tokens (cached after
+// the first stream), so every stream decodes at the same depth in both phases.
 async function stream() {
   const ctrl = new AbortController();
   controllers.add(ctrl);
   const body = {
-    messages: [{ role: 'user', content: `[stream ${++serial}] Tell me a long story.` }],
+    messages: [{ role: 'user', content: `${streamHead}[stream ${++serial}] Tell me a long story.` }],
     max_tokens: streamTokens, temperature: 0, ignore_eos: true, stream: true,
     logprobs: true, top_logprobs: 0,
   };
@@ -143,6 +151,17 @@ async function longRequest(text) {
 }
 
 const longText = await textOf(longTokens);
+const streamHead = streamContext > 0 ? `${await textOf(streamContext)}\n` : '';
+if (streamHead) {
+  // Computed once before the clock starts: every stream then finds it in the prefix cache.
+  const res = await fetch(base + '/v1/chat/completions', {
+    method: 'POST', headers,
+    body: JSON.stringify({ messages: [{ role: 'user', content: `${streamHead}[warm-up]` }], max_tokens: 1 }),
+  });
+  if (!res.ok) fail(`warming the streams' head up: HTTP ${res.status}: ${(await res.text()).slice(0, 200)}`);
+}
+loadStart = performance.now() + quietMs;
+end = loadStart + loadMs;
 const streams = Array.from({ length: nStreams }, () => keepStreaming());
 const arrivals = [];
 await new Promise((r) => setTimeout(r, Math.max(0, loadStart - performance.now())));

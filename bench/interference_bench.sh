@@ -8,7 +8,10 @@
 # Environment: SHARDLM (binary, default build/shardlm), MODEL (default
 # /tmp/shardlm-qwen3-0.6b-q4_k_m.gguf), STREAMS (4), LONG_TOKENS (8192), EVERY_S (30: longer than one such prefill
 # takes on 2 cores, or the prompts queue without bound),
-# QUIET_S (20), LOAD_S (90), THREADS (0 = every core), PORT (default: a free one),
+# QUIET_S (20), LOAD_S (90), STREAM_CONTEXT (0: the streams start from a short prompt and grow
+# all run long; N: they start N tokens deep, from a shared cached head, see interference.mjs),
+# STREAM_TOKENS (tokens per stream request before it is sent again; default: until the context
+# is full), THREADS (0 = every core), PORT (default: a free one),
 # SERVER_LOG (default a temp file), SERVE_ARGS (extra flags for serve, e.g. --prefill-chunk
 # 64).
 #
@@ -41,7 +44,7 @@ trap 'bench_stop_server 5 || true' EXIT
 
 node "$here/interference.mjs" --url "http://127.0.0.1:$BENCH_PORT" --streams "$STREAMS" \
   --long-tokens "$LONG_TOKENS" --every-s "$EVERY_S" --quiet-s "$QUIET_S" --load-s "$LOAD_S" \
-  --stream-tokens $((CTX - 64))
+  --stream-tokens "${STREAM_TOKENS:-$((CTX - 64))}" --stream-context "${STREAM_CONTEXT:-0}"
 
 bench_stop_server 5 || true
 trap - EXIT
