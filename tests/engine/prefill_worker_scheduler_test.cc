@@ -71,6 +71,19 @@ uint64_t DecodeEntries(const std::vector<std::unique_ptr<Collector>>& results) {
   return n;
 }
 
+// Waits (up to 10 s) until every stage and the worker are up again: the engine reconnects on
+// its own.
+bool WaitUntilServing(Scheduler& scheduler) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto serving = [&] {
+    return scheduler.Health().ok() && scheduler.Stats().prefill_worker_up == 1;
+  };
+  while (!serving() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return serving();
+}
+
 // Submits the requests as one (SubmitAll: admitted in the same step, so none finds a prefix
 // another one publishes meanwhile) and waits for all of them.
 std::vector<std::unique_ptr<Collector>> RunTogether(Scheduler& scheduler,
@@ -234,12 +247,7 @@ TEST(PrefillWorkerFaultTest, ALostWorkerFailsOnlyThePromptItHeld) {
   // Back: the engine reconnects on its own, and long prompts go to the worker again.
   worker = std::make_unique<ServiceThread>(socket);
   ASSERT_TRUE(worker->ok());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (disaggregated->Stats().prefill_worker_up == 0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_EQ(disaggregated->Stats().prefill_worker_up, 1);
+  ASSERT_TRUE(WaitUntilServing(*disaggregated));
   // (A prompt not in the prefix cache: a cached one has nothing left to compute.)
   const EngineRequest other_prompt =
       Request(StoryTokens(kQwen, 110, "A cat sat by the window and watched the rain. "), 8);
@@ -278,13 +286,7 @@ TEST(PrefillWorkerFaultTest, TheWorkerMapsADecodeDaemonsNewPagesAfterItCameBack)
             FinishReason::kError);
   daemon = std::make_unique<ServiceThread>(daemon_socket);
   ASSERT_TRUE(daemon->ok());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while ((!split->Health().ok() || split->Stats().prefill_worker_up == 0) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(split->Health().ok());
-  ASSERT_EQ(split->Stats().prefill_worker_up, 1);
+  ASSERT_TRUE(WaitUntilServing(*split));
   const EngineRequest next =
       Request(StoryTokens(kQwen, 110, "A cat sat by the window and watched the rain. "), 8);
   auto got = RunOne(*split, next);
