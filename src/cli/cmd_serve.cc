@@ -143,7 +143,8 @@ void DeclareFlags(CLI::App& cmd, ServeFlags& f) {
                  "streams go on decoding here");
   cmd.add_option("--disagg", f.disagg,
                  "prefill=cpu:A-B,decode=cpu:C-D: start a prefill worker on cores A-B and decode "
-                 "on C-D (the same as --prefill-worker with a worker started by hand)");
+                 "on C-D (the same as --prefill-worker with a worker started by hand); without "
+                 "decode=, the decode side is --devices (e.g. a split)");
   cmd.add_option("--disagg-min-tokens", f.disagg_min_tokens,
                  "Prompts with fewer uncached tokens prefill here (cheaper than the worker)")
       ->capture_default_str();
@@ -291,13 +292,17 @@ Status RunServe(const ServeFlags& given) {
   // --disagg: this server decodes on the decode cores; a child worker prefills on the others.
   std::unique_ptr<PrefillWorkerProcess> worker_process;
   if (!flags.disagg.empty()) {
-    if (!flags.prefill_worker.empty() || !flags.placement.devices.empty()) {
-      return InvalidArgument(
-          "--disagg names the devices and the worker: drop --prefill-worker "
-          "and --devices");
+    if (!flags.prefill_worker.empty()) {
+      return InvalidArgument("--disagg starts its own worker: drop --prefill-worker");
     }
     SHARDLM_ASSIGN_OR_RETURN(DisaggSpec spec, ParseDisaggSpec(flags.disagg));
-    flags.placement.devices = spec.decode_devices;
+    // The decode side: decode=DEVICE, or --devices (a split), not both.
+    if (spec.decode_devices.empty() == flags.placement.devices.empty()) {
+      return InvalidArgument(
+          "--disagg: name the decode side once, as decode=cpu:C-D or with --devices (which may "
+          "list a split)");
+    }
+    if (!spec.decode_devices.empty()) flags.placement.devices = spec.decode_devices;
     SHARDLM_ASSIGN_OR_RETURN(worker_process, PrefillWorkerProcess::Start(spec.prefill_cores));
     flags.prefill_worker = worker_process->socket();
     Log(fmt::format("prefill worker started on cores {} ({})", spec.prefill_cores,

@@ -61,8 +61,8 @@ Result<DisaggSpec> ParseDisaggSpec(const std::string& text) {
     }
     begin = end + 1;
   }
-  if (spec.prefill_cores.empty() || spec.decode_devices.empty()) {
-    return InvalidArgument("--disagg '{}': name both prefill=cpu:A-B and decode=cpu:C-D", text);
+  if (spec.prefill_cores.empty()) {
+    return InvalidArgument("--disagg '{}': name the worker's cores, prefill=cpu:A-B", text);
   }
   return spec;
 }

@@ -26,8 +26,8 @@
 
 namespace shardlm::cli {
 
-// `--disagg prefill=cpu:A[-B],decode=DEVICE`: the worker's cores as `--cores` takes them (A-B)
-// and the server's own device list.
+// `--disagg prefill=cpu:A[-B][,decode=DEVICE]`: the worker's cores as `--cores` takes them (A-B)
+// and the server's own device (empty: the server's --devices, which may list a split).
 struct DisaggSpec {
   std::string prefill_cores;
   std::string decode_devices;

@@ -3,7 +3,8 @@
 // it; `run` over 2 and 3 local stages, over a local stage + a `shardlm shard` daemon (also
 // met by a bare socket name in the private socket folder), and over remote + remote + local,
 // prints the unsplit greedy text from bitwise the same logits; a daemon of another uid is
-// refused by the server, a server of another uid by the daemon, until each allows the other.
+// refused by the server, a server of another uid by the daemon, until each allows the other;
+// `serve --disagg` refuses a spec it cannot serve.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,6 +67,30 @@ TEST_F(PlacementCliTest, BadValuesExitNonZeroWithAMessage) {
       EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
       EXPECT_EQ(r.out, "");
     }
+  }
+}
+
+// `serve --disagg` refuses a spec it cannot serve before it starts a worker.
+TEST_F(PlacementCliTest, ADisaggSpecItCannotServeIsAClearError) {
+  const std::string model = FixturePath("stories260K.gguf");
+  const std::vector<BadFlags> cases = {
+      {{"--disagg", "decode=cpu:1"}, "name the worker's cores, prefill=cpu:A-B"},
+      {{"--disagg", "prefill=0,decode=cpu:1"}, "expected cpu:A or cpu:A-B"},
+      {{"--disagg", "prefill=cpu:0,gpu=1"}, "expected prefill=cpu:A-B,decode=cpu:C-D"},
+      {{"--disagg", "prefill=cpu:0"}, "name the decode side once"},
+      {{"--disagg", "prefill=cpu:0,decode=cpu:1", "--devices", "cpu:1"},
+       "name the decode side once"},
+      {{"--disagg", "prefill=cpu:0,decode=cpu:1", "--prefill-worker", "unix:w.sock"},
+       "drop --prefill-worker"},
+  };
+  for (const BadFlags& c : cases) {
+    std::vector<std::string> args = {"serve", "-m", model, "--port", "0"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    ProcessResult r = RunShardlm(args, std::chrono::seconds(60));
+    SCOPED_TRACE(c.flags[1]);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("prefill worker started"), std::string::npos) << r.err;
   }
 }
 
