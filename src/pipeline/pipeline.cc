@@ -451,13 +451,7 @@ Status Pipeline::ForEachStateStage(size_t total, const char* what,
   if (total != state_bytes()) {
     return InvalidArgument("{}: {} bytes for a state of {}", what, total, state_bytes());
   }
-  size_t offset = 0;
-  for (const auto& stage : stages_) {
-    if (stage->state_bytes() == 0) continue;
-    SHARDLM_TRY(move(*stage, offset));
-    offset += stage->state_bytes();
-  }
-  return Status::Ok();
+  return ForEachStageState(stages_, move);
 }
 
 Status Pipeline::ExportState(int32_t slot, int32_t position, std::span<uint8_t> dst) {

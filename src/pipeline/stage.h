@@ -19,6 +19,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -132,5 +134,19 @@ class Stage {
     return InvalidArgument("stage {} has no recurrent layers", info().index);
   }
 };
+
+// Calls move(stage, offset) for each of `stages` with a recurrent state, in order, offset being
+// where its part starts in the states laid end to end (how a pipeline and a StageChain lay out
+// one slot's state).
+inline Status ForEachStageState(std::span<const std::unique_ptr<Stage>> stages,
+                                const std::function<Status(Stage&, size_t)>& move) {
+  size_t offset = 0;
+  for (const auto& stage : stages) {
+    if (stage->state_bytes() == 0) continue;
+    SHARDLM_TRY(move(*stage, offset));
+    offset += stage->state_bytes();
+  }
+  return Status::Ok();
+}
 
 }  // namespace shardlm

@@ -2,7 +2,6 @@
 // concatenated in layer order.
 #include "pipeline/stage_chain.h"
 
-#include <functional>
 #include <utility>
 
 namespace shardlm {
@@ -103,24 +102,16 @@ size_t StageChain::state_bytes() const {
   return bytes;
 }
 
-Status StageChain::ForEachState(const std::function<Status(Stage&, size_t)>& move) {
-  size_t offset = 0;
-  for (const auto& stage : stages_) {
-    if (stage->state_bytes() == 0) continue;
-    SHARDLM_TRY(move(*stage, offset));
-    offset += stage->state_bytes();
-  }
-  return Status::Ok();
-}
-
 Status StageChain::ExportState(int32_t slot, int32_t position, uint8_t* dst) {
-  return ForEachState(
-      [&](Stage& stage, size_t offset) { return stage.ExportState(slot, position, dst + offset); });
+  return ForEachStageState(stages_, [&](Stage& stage, size_t offset) {
+    return stage.ExportState(slot, position, dst + offset);
+  });
 }
 
 Status StageChain::ImportState(int32_t slot, int32_t position, const uint8_t* src) {
-  return ForEachState(
-      [&](Stage& stage, size_t offset) { return stage.ImportState(slot, position, src + offset); });
+  return ForEachStageState(stages_, [&](Stage& stage, size_t offset) {
+    return stage.ImportState(slot, position, src + offset);
+  });
 }
 
 }  // namespace shardlm

@@ -16,7 +16,6 @@
 // Thread safety: as Stage (stage.h); Run and the page and state transfers run one at a time.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -49,8 +48,6 @@ class StageChain final : public Stage {
 
  private:
   StageChain() = default;
-  // Calls move(stage, offset) for each stage with a state, offset its part's start.
-  Status ForEachState(const std::function<Status(Stage&, size_t)>& move);
   // Moves each page's parts through the stages in order: exported into dst, or imported
   // from src.
   Status TransferPages(std::span<const PageId> pages, uint8_t* dst, const uint8_t* src);

@@ -84,6 +84,16 @@ bool WaitUntilServing(Scheduler& scheduler) {
   return serving();
 }
 
+// A long prompt no earlier test sent (a cached one has nothing left to compute) prefills on the
+// worker and gives the colocated output.
+void ExpectANewPromptThroughTheWorker(Scheduler& disaggregated, Scheduler& colocated) {
+  const EngineRequest prompt =
+      Request(StoryTokens(kQwen, 110, "A cat sat by the window and watched the rain. "), 8);
+  auto got = RunOne(disaggregated, prompt);
+  EXPECT_TRUE(got->finish.usage.prefill_worker);
+  ExpectSameOutput(*got, *RunOne(colocated, prompt));
+}
+
 // Submits the requests as one (SubmitAll: admitted in the same step, so none finds a prefix
 // another one publishes meanwhile) and waits for all of them.
 std::vector<std::unique_ptr<Collector>> RunTogether(Scheduler& scheduler,
@@ -248,12 +258,7 @@ TEST(PrefillWorkerFaultTest, ALostWorkerFailsOnlyThePromptItHeld) {
   worker = std::make_unique<ServiceThread>(socket);
   ASSERT_TRUE(worker->ok());
   ASSERT_TRUE(WaitUntilServing(*disaggregated));
-  // (A prompt not in the prefix cache: a cached one has nothing left to compute.)
-  const EngineRequest other_prompt =
-      Request(StoryTokens(kQwen, 110, "A cat sat by the window and watched the rain. "), 8);
-  auto again = RunOne(*disaggregated, other_prompt);
-  EXPECT_TRUE(again->finish.usage.prefill_worker);
-  ExpectSameOutput(*again, *RunOne(*colocated, other_prompt));
+  ExpectANewPromptThroughTheWorker(*disaggregated, *colocated);
   EXPECT_EQ(disaggregated->Stats().prefill_worker_handoffs, 1);
 
   // A worker that dies while idle is found out before the next prompt is sent to it.
@@ -287,11 +292,7 @@ TEST(PrefillWorkerFaultTest, TheWorkerMapsADecodeDaemonsNewPagesAfterItCameBack)
   daemon = std::make_unique<ServiceThread>(daemon_socket);
   ASSERT_TRUE(daemon->ok());
   ASSERT_TRUE(WaitUntilServing(*split));
-  const EngineRequest next =
-      Request(StoryTokens(kQwen, 110, "A cat sat by the window and watched the rain. "), 8);
-  auto got = RunOne(*split, next);
-  EXPECT_TRUE(got->finish.usage.prefill_worker);
-  ExpectSameOutput(*got, *RunOne(*colocated, next));
+  ExpectANewPromptThroughTheWorker(*split, *colocated);
 }
 
 TEST(PrefillWorkerFaultTest, OptionsItCannotServeAreRefused) {
