@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -36,6 +37,7 @@ using scheduler_test_util::Request;
 using scheduler_test_util::RunOne;
 using scheduler_test_util::ServiceThread;
 using scheduler_test_util::StoryTokens;
+using scheduler_test_util::WithRemoteStage;
 
 constexpr char kGemma3[] = "gemma3-tiny.gguf";
 constexpr int kMinTokens = 40;
@@ -51,11 +53,8 @@ SchedulerOptions Options(const std::string& worker) {
 
 // The decode side in two stages: the second in the shard daemon at `daemon`, or local ("").
 SchedulerOptions Split(SchedulerOptions options, const std::string& daemon) {
+  if (!daemon.empty()) return WithRemoteStage(std::move(options), daemon);
   options.placement.devices.assign(2, DeviceSpec{});
-  if (!daemon.empty()) {
-    options.placement.devices[1].kind = DeviceSpec::Kind::kUnix;
-    options.placement.devices[1].socket_path = daemon;
-  }
   return options;
 }
 
