@@ -300,31 +300,32 @@ class ShardService::HelloCheck {
     return service_.threads_;
   }
 
-  // One LocalStage, or one per shared_kv region chained (stage_chain.h).
+  // One LocalStage, or one per shared_kv region chained (stage_chain.h). Every region is checked
+  // and mapped before any stage loads.
   Result<std::unique_ptr<Stage>> MakeStage(const std::shared_ptr<CachedModel>& model,
                                            KvType kv_type, std::vector<UniqueFd> kv_fds) {
     const std::vector<LayerRange> ranges = ShardKvRanges(hello_);
-    std::vector<std::unique_ptr<Stage>> stages;
+    std::vector<std::shared_ptr<ShmRegion>> regions(ranges.size());
     size_t next_fd = 0;
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      std::shared_ptr<ShmRegion> region;
-      if (!hello_.shared_kv.empty() && hello_.shared_kv[i].bytes > 0) {
-        const uint64_t bytes = hello_.shared_kv[i].bytes;
-        const size_t needed =
-            ShardRangePageBytes(model->config, hello_, ranges[i]) * size_t(hello_.n_pages);
-        if (bytes < needed) {
-          return InvalidArgument(
-              "shared KV region of {} bytes for layers [{}, {}): {} pages need {}", bytes,
-              ranges[i].begin, ranges[i].end, hello_.n_pages, needed);
-        }
-        if (next_fd == kv_fds.size() || !kv_fds[next_fd].valid()) {
-          return InvalidArgument("SharedKv without a shared-memory region");
-        }
-        SHARDLM_ASSIGN_OR_RETURN(region, ShmRegion::Map(kv_fds[next_fd++].release(), bytes));
+    for (size_t i = 0; i < hello_.shared_kv.size(); ++i) {
+      const uint64_t bytes = hello_.shared_kv[i].bytes;
+      if (bytes == 0) continue;
+      const size_t needed =
+          ShardRangePageBytes(model->config, hello_, ranges[i]) * size_t(hello_.n_pages);
+      if (bytes < needed) {
+        return InvalidArgument("shared KV region of {} bytes for layers [{}, {}): {} pages need {}",
+                               bytes, ranges[i].begin, ranges[i].end, hello_.n_pages, needed);
       }
+      if (next_fd == kv_fds.size() || !kv_fds[next_fd].valid()) {
+        return InvalidArgument("SharedKv without a shared-memory region");
+      }
+      SHARDLM_ASSIGN_OR_RETURN(regions[i], ShmRegion::Map(kv_fds[next_fd++].release(), bytes));
+    }
+    std::vector<std::unique_ptr<Stage>> stages;
+    for (size_t i = 0; i < ranges.size(); ++i) {
       SHARDLM_ASSIGN_OR_RETURN(
           std::unique_ptr<LocalStage> stage,
-          LocalStage::Load(model->file, ranges[i], StageOptions(kv_type, region)));
+          LocalStage::Load(model->file, ranges[i], StageOptions(kv_type, regions[i])));
       stages.push_back(std::move(stage));
     }
     if (stages.size() == 1) return std::move(stages.front());
