@@ -46,9 +46,6 @@ Status SchedulerOptions::Validate() const {
     return InvalidArgument("--kv-pool {} must be positive", kv_pool.pool_tokens);
   }
   if (bounded_kv()) SHARDLM_TRY(Pager().Validate());
-  if (!prefill_worker.empty() && bounded_kv()) {
-    return InvalidArgument("a prefill worker needs an unbounded KV pool: drop --kv-pool");
-  }
   if (disagg_min_tokens < 1) {
     return InvalidArgument("--disagg-min-tokens {} must be at least 1", disagg_min_tokens);
   }
@@ -477,7 +474,8 @@ bool Scheduler::TakeInstructions() {
 }
 
 bool Scheduler::State::HasWork() const {
-  if (!waiting.empty() || !in_flight.empty() || !slot_tasks.empty()) return true;
+  // (A worker batch whose pages have moved goes to the worker next.)
+  if (!waiting.empty() || !in_flight.empty() || !slot_tasks.empty() || worker_moving) return true;
   // A prompt on the prefill worker is waited for through worker_batch_done_ instead.
   for (int i = 0; i < int(slots.size()); ++i) {
     if (slots[i].request != nullptr && !WaitsForWorker(i)) return true;
@@ -547,7 +545,7 @@ bool Scheduler::AdmitAction() {
   bool admitted = false;
   for (size_t i = 0; i < s.slots.size() && !s.waiting.empty(); ++i) {
     SchedulerSlot& slot = s.slots[i];
-    if (!State::Admissible(slot)) continue;
+    if (!State::Admissible(slot) || s.HoldsBack(int(i))) continue;
     DropRetained(slot);
     slot.request = std::move(s.waiting.front());
     s.waiting.pop_front();

@@ -94,7 +94,13 @@
 //    it was prefilling (kUnavailable); later prompts prefill here until a reconnect, retried
 //    every kReconnectInterval, succeeds. A split decode side has one region per stage (a stage
 //    in a shard daemon shares its own and sends it back): the worker lays each stage's layers
-//    over that stage's region, and maps the new one when a decode daemon comes back.
+//    over that stage's region, and maps the new one when a decode daemon comes back. Under a
+//    bounded pool the pager stays the only one to decide: the region holds the decode stages'
+//    frames and key summaries; a worker batch's moves (page-ins from the tier, evictions,
+//    copy-on-write) first go through the decode pipeline as a batch that moves pages and computes
+//    nothing (apply_only), then the worker computes over the frames the pager chose, summarizes
+//    the keys it writes and scores the pages at the prompt's end, as a decode stage would; one
+//    worker batch at a time, so no move overtakes a batch still reading its frames.
 // Non-goals (later issues): preemption or swapping, priorities.
 //
 // Thread safety: Submit, SubmitAll, Cancel, Stats, info, tokenizer, Health, pipeline_counters,
@@ -192,8 +198,8 @@ struct SchedulerOptions {
   KvTierSpec kv_tier = {};
   // Disaggregation (see "Prefill worker" above): the socket of a `shardlm worker --role prefill`
   // that computes the prompts of at least disagg_min_tokens uncached tokens into this engine's
-  // pages ("": every prompt prefills here). Needs the model-based Create and an unbounded pool;
-  // the decode stages may be split, local or in shard daemons.
+  // pages ("": every prompt prefills here). Needs the model-based Create; the decode stages may
+  // be split, local or in shard daemons, their pool bounded or not.
   std::string prefill_worker = {};
   int disagg_min_tokens = 256;
   // Called on the engine thread (it must not block) when the worker is found lost (a failed or
@@ -336,6 +342,11 @@ class Scheduler : public Engine {
   bool PrefillWorkerAction();  // reconnect, collect a finished worker batch, or submit one
   // Errors: the worker found down (its Probe) when a prompt is ready for it.
   Status BuildWorkerBatch(InFlight& record);
+  // Bounded pool: the worker batch just built goes to the decode pipeline to have its pages
+  // moved, and waits (State::worker_moving) until that batch is collected.
+  Status MoveWorkerBatchPages();
+  // A worker batch that could not go: the worker is lost (kUnavailable) or everything fails.
+  void FailWorkerSubmit(const Status& status);
   void CollectWorkerBatch();
   // The prompt's last chunk is collected: its state moves to the local stage (recurrent and
   // windowed layers; its KV is already in the shared pages).

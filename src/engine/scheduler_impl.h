@@ -10,11 +10,13 @@
 // Lifetime: State is owned by the Scheduler; see State for the destruction order.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -116,9 +118,21 @@ struct Scheduler::State {
   struct HeldBack {
     uint64_t fence = 0;
     std::unique_ptr<BlockTable> table;
+    int slot = 0;  // a bounded pool keeps the slot's frames too: no request is admitted there
   };
   static constexpr uint64_t kUntilReconnect = UINT64_MAX;
   std::deque<HeldBack> held_back;
+  // Bounded pool: the worker batch whose pages the decode pipeline is moving (its batch number
+  // `after`), sent to the worker once that batch is collected: its own copy of the batch, the
+  // frame of each page it reads or writes, as the pager placed them.
+  struct WorkerMoving {
+    uint64_t after = 0;
+    std::vector<BatchEntry> entries;
+    std::vector<std::vector<PageId>> pages;
+    std::vector<std::vector<PageId>> frames;
+    std::vector<std::vector<int32_t>> attended;
+  };
+  std::optional<WorkerMoving> worker_moving;
   std::vector<uint8_t> handoff_state;  // scratch of MoveState
   int64_t worker_handoffs = 0;
   int64_t worker_tokens = 0;
@@ -156,12 +170,20 @@ struct Scheduler::State {
   static bool Admissible(const SchedulerSlot& slot) {
     return !slot.request && slot.task == SlotState::kIdle;
   }
+  // Under a bounded pool a held-back table keeps its slot's frames in use (a worker batch may
+  // still write them), so the slot takes no request until it is released.
+  bool HoldsBack(int slot_idx) const {
+    return pager != nullptr && std::any_of(held_back.begin(), held_back.end(),
+                                           [&](const HeldBack& h) { return h.slot == slot_idx; });
+  }
   // Whether the engine thread has anything to do without a new instruction.
   bool HasWork() const;
   // Whether the prompt in the slot should prefill on the worker: it is up, the request only
   // samples (no prompt logits or embeddings), nothing loads from disk for it and at least
   // worker_min_tokens of its prompt are left to compute.
   bool WorkerCandidate(int slot_idx) const;
+  // Worker batches in flight at most.
+  int WorkerDepth() const;
   // The slot's prompt prefills (or will) on the worker and nothing can be sent for it now.
   bool WaitsForWorker(int slot_idx) const;
   // Copies the slot's recurrent and window state at `position` from one pipeline to the other

@@ -107,7 +107,13 @@ bool Scheduler::State::WaitsForWorker(int slot_idx) const {
   const bool for_worker = slot.route == PrefillRoute::kWorker ||
                           (slot.route == PrefillRoute::kUndecided && WorkerCandidate(slot_idx));
   if (!for_worker) return false;
-  return slot.awaiting_logits || int(worker_in_flight.size()) >= worker->depth();
+  return slot.awaiting_logits || int(worker_in_flight.size()) >= WorkerDepth();
+}
+
+int Scheduler::State::WorkerDepth() const {
+  // Under a bounded pool one worker batch at a time: the next one's moves could evict pages the
+  // last one still reads.
+  return pager != nullptr ? 1 : worker->depth();
 }
 
 bool Scheduler::PrefillWorkerAction() {
@@ -128,11 +134,28 @@ bool Scheduler::PrefillWorkerAction() {
     std::lock_guard<std::mutex> lock(mu_);
     worker_batch_done_ = false;
   }
+  if (s.worker_moving) {
+    // Its pages are in their frames once the decode pipeline has collected the moves.
+    if (s.collected() < s.worker_moving->after) return false;
+    State::WorkerMoving& moving = *s.worker_moving;
+    const std::vector<PageList> pages(moving.pages.begin(), moving.pages.end());
+    const std::vector<PageList> frames(moving.frames.begin(), moving.frames.end());
+    const std::vector<AttendedPages> attended(moving.attended.begin(), moving.attended.end());
+    PipelineBatch batch{moving.entries, pages, {}};
+    batch.attended_by_slot = attended;
+    batch.frames_by_slot = frames;
+    const Status sent = s.worker->Submit(batch);
+    s.worker_moving.reset();
+    if (!sent.ok()) FailWorkerSubmit(sent);
+    return true;
+  }
   if (!s.worker_in_flight.empty() && s.worker->OldestDone()) {
     CollectWorkerBatch();
     return true;
   }
-  if (int(s.worker_in_flight.size()) >= s.worker->depth()) return false;
+  if (int(s.worker_in_flight.size()) >= s.WorkerDepth()) return false;
+  // Under a bounded pool its moves go through the decode pipeline first: it needs room.
+  if (s.pager != nullptr && int(s.in_flight.size()) >= s.pipeline->depth()) return false;
   InFlight record;
   if (Status up = BuildWorkerBatch(record); !up.ok()) {
     FailPrefillWorker(up);
@@ -140,13 +163,13 @@ bool Scheduler::PrefillWorkerAction() {
   }
   if (s.batch.empty()) return false;
   Status status = PrepareTables(record);
-  if (status.ok()) status = s.worker->Submit(PipelineBatch{s.batch, s.pages_by_slot, s.copies});
+  if (status.ok()) {
+    status = s.pager != nullptr
+                 ? MoveWorkerBatchPages()
+                 : s.worker->Submit(PipelineBatch{s.batch, s.pages_by_slot, s.copies});
+  }
   if (!status.ok()) {
-    if (status.code() == StatusCode::kUnavailable) {
-      FailPrefillWorker(status);
-    } else {
-      FailEverything(status);
-    }
+    FailWorkerSubmit(status);
     return true;
   }
   ++s.worker_submitted;
@@ -154,6 +177,50 @@ bool Scheduler::PrefillWorkerAction() {
   s.worker_tokens += int64_t(s.batch.size());
   s.worker_in_flight.push_back(std::move(record));
   return true;
+}
+
+void Scheduler::FailWorkerSubmit(const Status& status) {
+  if (status.code() == StatusCode::kUnavailable) {
+    FailPrefillWorker(status);
+  } else {
+    FailEverything(status);
+  }
+}
+
+Status Scheduler::MoveWorkerBatchPages() {
+  State& s = *state_;
+  PipelineBatch moves{s.batch, s.pages_by_slot, s.copies};
+  moves.paging = &s.pager->pending();
+  moves.attended_by_slot = s.attended_by_slot;
+  moves.apply_only = true;
+  SHARDLM_TRY(s.pipeline->Submit(moves));
+  s.pager->ClearPending(s.batches_submitted + 1);
+  s.in_flight.push_back(InFlight());
+  ++s.batches_submitted;
+  State::WorkerMoving moving;
+  moving.after = s.batches_submitted;
+  moving.entries = s.batch;
+  moving.pages.resize(s.pages_by_slot.size());
+  moving.frames.resize(s.pages_by_slot.size());
+  moving.attended.resize(s.pages_by_slot.size());
+  for (const BatchEntry& entry : s.batch) {
+    const size_t slot = size_t(entry.slot);
+    if (!moving.pages[slot].empty()) continue;
+    const PageList pages = s.pages_by_slot[slot];
+    const AttendedPages attended = s.attended_by_slot[slot];
+    moving.pages[slot].assign(pages.begin(), pages.end());
+    moving.attended[slot].assign(attended.begin(), attended.end());
+    // The frame of every page the batch reads (all of them while the context fits the pool).
+    std::vector<PageId>& frames = moving.frames[slot];
+    frames.assign(pages.size(), kNoPage);
+    if (attended.empty()) {
+      for (size_t i = 0; i < pages.size(); ++i) frames[i] = s.pager->frame(pages[i]);
+    } else {
+      for (int32_t i : attended) frames[size_t(i)] = s.pager->frame(pages[size_t(i)]);
+    }
+  }
+  s.worker_moving = std::move(moving);
+  return Status::Ok();
 }
 
 // The worker's batch: prompt chunks only, oldest admission first, n_batch tokens (it delays no
@@ -276,8 +343,11 @@ void Scheduler::FailPrefillWorker(const Status& error) {
 
 void Scheduler::DrainPrefillWorker() {
   State& s = *state_;
+  // A batch still waiting for its moves never reached the worker (it is the newest).
+  const bool unsent = s.worker_moving.has_value();
+  s.worker_moving.reset();
   while (!s.worker_in_flight.empty()) {
-    (void)s.worker->WaitOldest();
+    if (!unsent || s.worker_in_flight.size() > 1) (void)s.worker->WaitOldest();
     s.worker_in_flight.pop_front();
     ++s.worker_collected;
   }
@@ -286,7 +356,9 @@ void Scheduler::DrainPrefillWorker() {
 bool Scheduler::HoldBackWorkerPages(SchedulerSlot& slot) {
   State& s = *state_;
   if (slot.route != PrefillRoute::kWorker || slot.worker_fence <= s.worker_collected) return false;
-  s.held_back.push_back({.fence = slot.worker_fence, .table = std::move(slot.table)});
+  s.held_back.push_back({.fence = slot.worker_fence,
+                         .table = std::move(slot.table),
+                         .slot = int(&slot - s.slots.data())});
   slot.table = std::make_unique<BlockTable>(&s.pipeline->allocator());
   return true;
 }

@@ -101,6 +101,9 @@ constexpr auto kRunBatchFields = [](auto& v, auto& m) {
   });
   v.Array("attended_by_slot", m.attended_by_slot, kCountWireBytes,
           [](auto& v, auto& pages) { PageIdFields(v, "attended_by_slot", pages); });
+  v("apply_only", m.apply_only);
+  v.Array("frames_by_slot", m.frames_by_slot, kCountWireBytes,
+          [](auto& v, auto& frames) { PageIdFields(v, "frames_by_slot", frames); });
 };
 
 constexpr uint32_t kStatusSentinel = static_cast<uint32_t>(StatusCode::kSentinel);

@@ -72,7 +72,10 @@ namespace shardlm {
 //    own KV memory (a prefill worker writes the pages the server decodes from).
 // 11: Hello.shared_kv lists one region per layer range (a split decode side), replacing
 //    shared_kv_bytes; Hello.share_kv and the daemon's SharedKv after an accepted HelloReply.
-inline constexpr uint32_t kShardProtocolVersion = 11;
+// 12: bounded KV pools with a prefill worker: RunBatch.apply_only (a decode stage moves the
+//    pages of a batch the worker computes) and RunBatch.frames_by_slot (the worker computes over
+//    those frames); a shared region holds a bounded pool's frames and its key summaries.
+inline constexpr uint32_t kShardProtocolVersion = 12;
 inline constexpr uint32_t kShardMagic = 0x4d4c4853;  // "SHLM"
 // Limits Decode enforces (a peer asking for more is refused, not trusted).
 inline constexpr uint32_t kMaxShardMessageBytes = 64u << 20;
@@ -166,6 +169,9 @@ struct ShardRunBatch {
   // Bounded KV pool: the paging ops (kv/paging.h) and each slot's attended pages.
   PagingOps paging = {};
   std::vector<std::vector<int32_t>> attended_by_slot = {};
+  // A prefill worker under a bounded pool (StageBatch::apply_only, StageBatch::frames_by_slot).
+  bool apply_only = false;
+  std::vector<std::vector<PageId>> frames_by_slot = {};
 };
 
 // Daemon → server. On success the output area holds n_out_rows rows (hidden rows of

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -38,23 +39,53 @@ __attribute__((target_clones("avx2", "default"))) float BoxBound(const float* __
 
 }  // namespace
 
-Result<std::unique_ptr<KeySummaries>> KeySummaries::Create(const PagePoolConfig& frames,
-                                                           int n_pages) {
+Status KeySummaries::CheckShape(const PagePoolConfig& frames, int n_pages) {
   if (n_pages <= 0 || frames.n_layers < 0 || frames.n_kv_heads <= 0 || frames.head_dim <= 0 ||
       frames.head_dim > 512 || frames.page_tokens > std::numeric_limits<uint16_t>::max()) {
     return InvalidArgument("key summaries: bad shape ({} pages, {} layers, {} heads, dim {})",
                            n_pages, frames.n_layers, frames.n_kv_heads, frames.head_dim);
   }
+  return Status::Ok();
+}
 
+Result<std::unique_ptr<KeySummaries>> KeySummaries::Create(const PagePoolConfig& frames,
+                                                           int n_pages) {
+  SHARDLM_TRY(CheckShape(frames, n_pages));
   std::unique_ptr<KeySummaries> summaries(new KeySummaries(frames, n_pages));
-  const size_t boxes = size_t(n_pages) * frames.n_layers * frames.n_kv_heads;
-  summaries->counts_.assign(boxes, 0);
+  const size_t boxes = summaries->n_boxes();
+  summaries->own_counts_.assign(boxes, 0);
+  summaries->counts_ = summaries->own_counts_.data();
   if (boxes == 0) return summaries;  // a stage without KV layers: nothing to summarize
-  summaries->boxes_ = AllocateHugePages(boxes * 2 * frames.head_dim * sizeof(float));
-  if (!summaries->boxes_) {
+  summaries->own_boxes_ = AllocateHugePages(boxes * 2 * frames.head_dim * sizeof(float));
+  if (!summaries->own_boxes_) {
     return ResourceExhausted("key summaries of {} pages ({} bytes): out of memory", n_pages,
                              boxes * 2 * frames.head_dim * sizeof(float));
   }
+  summaries->boxes_ = reinterpret_cast<float*>(summaries->own_boxes_.get());
+  return summaries;
+}
+
+// The boxes first (floats, kept at the memory's alignment), then the counts.
+size_t KeySummaries::Bytes(const PagePoolConfig& frames, int n_pages) {
+  const size_t boxes = size_t(std::max(n_pages, 0)) * size_t(std::max(frames.n_layers, 0)) *
+                       size_t(std::max(frames.n_kv_heads, 0));
+  return boxes * (2 * size_t(std::max(frames.head_dim, 0)) * sizeof(float) + sizeof(uint16_t));
+}
+
+Result<std::unique_ptr<KeySummaries>> KeySummaries::CreateOn(const PagePoolConfig& frames,
+                                                             int n_pages,
+                                                             std::span<uint8_t> memory) {
+  SHARDLM_TRY(CheckShape(frames, n_pages));
+  const size_t bytes = Bytes(frames, n_pages);
+  if (memory.size() < bytes || reinterpret_cast<uintptr_t>(memory.data()) % alignof(float) != 0) {
+    return InvalidArgument("key summaries of {} pages need {} aligned bytes, given {}", n_pages,
+                           bytes, memory.size());
+  }
+  std::unique_ptr<KeySummaries> summaries(new KeySummaries(frames, n_pages));
+  const size_t boxes = summaries->n_boxes();
+  summaries->boxes_ = reinterpret_cast<float*>(memory.data());
+  summaries->counts_ = reinterpret_cast<uint16_t*>(
+      memory.data() + boxes * 2 * size_t(frames.head_dim) * sizeof(float));
   return summaries;
 }
 
@@ -110,12 +141,11 @@ void KeySummaries::Copy(PageId src, PageId dst) {
   const size_t per_page = size_t(n_layers_) * n_kv_heads_;
   std::memcpy(Box(Index(dst, 0, 0)), Box(Index(src, 0, 0)),
               per_page * 2 * size_t(head_dim_) * sizeof(float));
-  std::copy_n(counts_.begin() + ptrdiff_t(Index(src, 0, 0)), per_page,
-              counts_.begin() + ptrdiff_t(Index(dst, 0, 0)));
+  std::copy_n(counts_ + Index(src, 0, 0), per_page, counts_ + Index(dst, 0, 0));
 }
 
 void KeySummaries::Forget(PageId page) {
-  std::fill_n(counts_.begin() + ptrdiff_t(Index(page, 0, 0)), size_t(n_layers_) * n_kv_heads_, 0);
+  std::fill_n(counts_ + Index(page, 0, 0), size_t(n_layers_) * n_kv_heads_, 0);
 }
 
 float KeySummaries::UpperBound(PageId page, int layer, int head, const float* q) const {

@@ -14,7 +14,8 @@
 //
 // Memory: 2 × head_dim floats per (page, layer, kv head), 1/(page_tokens) of the F32 keys
 // (1/32 of F16 K+V at 64 positions a page); reserved for every page id but committed only
-// where written.
+// where written. CreateOn lays them over memory the caller holds (a shared region that a
+// prefill worker maps: it summarizes the keys it writes, and the decode side reads them).
 //
 // Goals: a bound that is exact arithmetic on stored values (min, max, products summed in a
 // fixed order), so scores are the same on every thread count, split and machine.
@@ -22,12 +23,14 @@
 //
 // Thread safety: Update and UpperBound on distinct (page, layer, head) may run
 // concurrently (the forward pass gives each kv head its own task); the others are the
-// stage owner's, between batches.
+// stage owner's, between batches. Over shared memory, two processes update distinct pages
+// (a prefill worker's sequences' and the decode side's).
 // Lifetime: owned by the stage next to its pool.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/huge_pages.h"
@@ -40,6 +43,12 @@ class KeySummaries {
  public:
   // Summaries for pages [0, n_pages) of pools shaped like `frames` (layers, heads, dims).
   static Result<std::unique_ptr<KeySummaries>> Create(const PagePoolConfig& frames, int n_pages);
+  // Bytes CreateOn lays the summaries of n_pages pages shaped like `frames` over.
+  static size_t Bytes(const PagePoolConfig& frames, int n_pages);
+  // The same over `memory` (Bytes() long, zeroed when nothing was summarized in it yet),
+  // which the caller keeps alive and mapped as long as the summaries.
+  static Result<std::unique_ptr<KeySummaries>> CreateOn(const PagePoolConfig& frames, int n_pages,
+                                                        std::span<uint8_t> memory);
   KeySummaries(const KeySummaries&) = delete;
   KeySummaries& operator=(const KeySummaries&) = delete;
 
@@ -68,15 +77,13 @@ class KeySummaries {
 
  private:
   KeySummaries(const PagePoolConfig& shape, int n_pages);
+  static Status CheckShape(const PagePoolConfig& frames, int n_pages);
+  size_t n_boxes() const { return size_t(n_pages_) * n_layers_ * n_kv_heads_; }
   size_t Index(PageId page, int layer, int head) const {
     return (size_t(page) * n_layers_ + size_t(layer)) * n_kv_heads_ + size_t(head);
   }
-  float* Box(size_t index) {
-    return reinterpret_cast<float*>(boxes_.get()) + index * 2 * head_dim_;
-  }
-  const float* Box(size_t index) const {
-    return reinterpret_cast<const float*>(boxes_.get()) + index * 2 * head_dim_;
-  }
+  float* Box(size_t index) { return boxes_ + index * 2 * head_dim_; }
+  const float* Box(size_t index) const { return boxes_ + index * 2 * head_dim_; }
   void AddRow(size_t index, const float* row, int head_dim, bool first);
 
   int n_pages_;
@@ -85,8 +92,10 @@ class KeySummaries {
   int head_dim_;
   KvType kv_type_;
   std::vector<KvLayerShape> layers_;  // each layer's own heads and dims (a prefix of a box)
-  HugePageBuffer boxes_;              // [page][layer][head] → min[head_dim], max[head_dim]
-  std::vector<uint16_t> counts_;      // [page][layer][head] → positions summarized
+  float* boxes_ = nullptr;            // [page][layer][head] → min[head_dim], max[head_dim]
+  uint16_t* counts_ = nullptr;        // [page][layer][head] → positions summarized
+  HugePageBuffer own_boxes_;          // Create's memory (CreateOn's is the caller's)
+  std::vector<uint16_t> own_counts_;
 };
 
 }  // namespace shardlm

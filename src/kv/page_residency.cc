@@ -15,9 +15,9 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Result<std::unique_ptr<PageResidency>> PageResidency::Create(PagePool* frames, int n_pages,
-                                                             std::unique_ptr<KvTier> tier,
-                                                             bool summaries) {
+Result<std::unique_ptr<PageResidency>> PageResidency::Create(
+    PagePool* frames, int n_pages, std::unique_ptr<KvTier> tier,
+    std::unique_ptr<KeySummaries> summaries) {
   SHARDLM_CHECK(frames != nullptr && tier != nullptr);
   if (n_pages < frames->n_pages()) {
     return InvalidArgument("{} logical pages over {} frames: a pool larger than its pages", n_pages,
@@ -27,11 +27,11 @@ Result<std::unique_ptr<PageResidency>> PageResidency::Create(PagePool* frames, i
     return InvalidArgument("KV tier of {} pages of {} bytes for {} pages of {} bytes",
                            tier->n_pages(), tier->page_bytes(), n_pages, frames->page_bytes());
   }
-  std::unique_ptr<PageResidency> residency(new PageResidency(frames, n_pages, std::move(tier)));
-  if (summaries) {
-    SHARDLM_ASSIGN_OR_RETURN(residency->summaries_,
-                             KeySummaries::Create(frames->config(), n_pages));
+  if (summaries != nullptr && summaries->n_pages() != n_pages) {
+    return InvalidArgument("key summaries of {} pages for {} pages", summaries->n_pages(), n_pages);
   }
+  std::unique_ptr<PageResidency> residency(new PageResidency(frames, n_pages, std::move(tier)));
+  residency->summaries_ = std::move(summaries);
   return residency;
 }
 

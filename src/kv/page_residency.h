@@ -54,10 +54,11 @@ struct ResidencyStats {
 class PageResidency {
  public:
   // Logical pages [0, n_pages) over the frames of `frames`, the others in `tier` (which
-  // must have n_pages pages of frames->page_bytes()). summaries: with the `qk` selection.
+  // must have n_pages pages of frames->page_bytes()). summaries: of the n_pages pages, with
+  // the `qk` selection (null without).
   static Result<std::unique_ptr<PageResidency>> Create(PagePool* frames, int n_pages,
                                                        std::unique_ptr<KvTier> tier,
-                                                       bool summaries);
+                                                       std::unique_ptr<KeySummaries> summaries);
   PageResidency(const PageResidency&) = delete;
   PageResidency& operator=(const PageResidency&) = delete;
 

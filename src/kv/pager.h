@@ -130,6 +130,8 @@ class Pager {
   uint64_t page_ins(int slot) const { return slots_[slot].page_ins; }
   // Whether `page` sits in a frame (else the stages' tiers hold it, if anyone does).
   bool resident(PageId page) const { return frame_of_[page] != kNoPage; }
+  // The frame `page` sits in (every stage's), or kNoPage.
+  PageId frame(PageId page) const { return frame_of_[page]; }
   // The slot's attended logical pages (ascending), as of its last Prepare.
   AttendedPages attended(int slot) const { return slots_[slot].attended; }
   // Whether the slot's next entry, at a context of n_pages pages, should ask for page scores:

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "kv/shared_kv_layout.h"
 #include "model/prefault.h"
 #include "pipeline/model_loader.h"
 
@@ -43,18 +44,30 @@ Result<std::unique_ptr<PagePool>> MakePool(const Model& model, const PagePoolCon
   if (!options.share_kv && options.kv_region == nullptr) return PagePool::Create(config);
   // (Create checks the rows itself; the region's size needs them first.)
   SHARDLM_TRY(CheckModelKvRows(model.config(), options.kv.kv_type));
-  const size_t bytes = KvPageBytes(config) * size_t(config.n_pages);
-  if (bytes == 0) return PagePool::Create(config);
-  if (options.kv.bounded()) {
-    return InvalidArgument("a bounded KV pool cannot live in shared memory");
-  }
+  const size_t bytes = SharedKvRegionBytes(config, options.kv);
+  if (KvPageBytes(config) == 0) return PagePool::Create(config);
   region = options.kv_region;
   if (region == nullptr) {
     SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<ShmRegion> made,
                              ShmRegion::Create(fmt::format("shardlm-kv{}", options.index), bytes));
     region = std::move(made);
   }
+  if (region->size() < bytes) {
+    return InvalidArgument("shared KV region of {} bytes, the stage's pages need {}",
+                           region->size(), bytes);
+  }
   return PagePool::CreateOn(config, std::span<uint8_t>(region->data(), region->size()), region);
+}
+
+// The summaries of every logical page: in the stage's shared region when it has one.
+Result<std::unique_ptr<KeySummaries>> MakeSummaries(const PagePoolConfig& pool,
+                                                    const KvGeometry& kv, ShmRegion* region) {
+  if (!kv.key_summaries) return std::unique_ptr<KeySummaries>();
+  if (region == nullptr) return KeySummaries::Create(pool, kv.n_pages);
+  const size_t offset = SharedKvSummariesOffset(pool);
+  return KeySummaries::CreateOn(
+      pool, kv.n_pages,
+      std::span<uint8_t>(region->data() + offset, KeySummaries::Bytes(pool, kv.n_pages)));
 }
 
 }  // namespace
@@ -107,13 +120,21 @@ Result<std::unique_ptr<LocalStage>> LocalStage::Create(std::unique_ptr<Model> ow
                                                   options.kv.max_batch_tokens, options.kv.n_pages);
   if (options.kv.bounded() && holds_kv) {
     const std::string where = "stage " + std::to_string(options.index);
-    auto tier = CreateKvTier(options.kv.tier, options.kv.n_pages, stage->pool_->page_bytes(),
-                             "stage" + std::to_string(options.index));
-    if (!tier.ok()) return tier.status().WithContext(where);
-    auto residency = PageResidency::Create(stage->pool_.get(), options.kv.n_pages,
-                                           std::move(tier).value(), options.kv.key_summaries);
-    if (!residency.ok()) return residency.status().WithContext(where);
-    stage->residency_ = std::move(residency).value();
+    auto summaries = MakeSummaries(stage->pool_->config(), kv, stage->kv_region_.get());
+    if (!summaries.ok()) return summaries.status().WithContext(where);
+    if (options.kv_region != nullptr) {
+      // A prefill worker's stage: the decode stage that shared the region moves its pages.
+      stage->follower_ = true;
+      stage->follower_summaries_ = std::move(summaries).value();
+    } else {
+      auto tier = CreateKvTier(options.kv.tier, options.kv.n_pages, stage->pool_->page_bytes(),
+                               "stage" + std::to_string(options.index));
+      if (!tier.ok()) return tier.status().WithContext(where);
+      auto residency = PageResidency::Create(stage->pool_.get(), options.kv.n_pages,
+                                             std::move(tier).value(), std::move(summaries).value());
+      if (!residency.ok()) return residency.status().WithContext(where);
+      stage->residency_ = std::move(residency).value();
+    }
   }
   StageInfo& info = stage->info_;
   info.index = options.index;
@@ -146,8 +167,23 @@ Status LocalStage::ApplyCopies(std::span<const PageCopy> copies) {
 Status LocalStage::Run(const StageBatch& batch, const float* hidden_in, float* out) {
   std::lock_guard<std::mutex> lock(run_mu_);
   const auto start = std::chrono::steady_clock::now();
+  if (batch.apply_only) {
+    // Moves only: nothing is computed or counted. A stage without pages has none to move.
+    if (residency_ != nullptr) return RunPooled(batch, hidden_in, out);
+    if (follower_ || pool_->page_bytes() > 0) {
+      return InvalidArgument("stage {}: a batch to apply without a bounded KV pool of its own",
+                             info_.index);
+    }
+    return Status::Ok();
+  }
+  if (!batch.frames_by_slot.empty() && !follower_ && pool_->page_bytes() > 0) {
+    return InvalidArgument("stage {}: frames named for a stage that places its own pages",
+                           info_.index);
+  }
   if (residency_ != nullptr) {
     SHARDLM_TRY(RunPooled(batch, hidden_in, out));
+  } else if (follower_) {
+    SHARDLM_TRY(RunFollower(batch, hidden_in, out));
   } else {
     if (batch.paging != nullptr && !batch.paging->empty() && pool_->page_bytes() > 0) {
       return InvalidArgument("stage {}: paging ops for a stage without a bounded KV pool",
@@ -167,6 +203,21 @@ Status LocalStage::RunPooled(const StageBatch& batch, const float* hidden_in, fl
   if (batch.paging != nullptr) SHARDLM_TRY(residency_->Apply(*batch.paging, loss));
   for (const PageCopy& copy : batch.copies) {
     SHARDLM_TRY(residency_->Copy(copy.src, copy.dst, loss));
+  }
+  const int page_tokens = pool_->page_tokens();
+  if (batch.apply_only) {
+    // The worker writes them next: their next eviction must take them to the tier.
+    for (const BatchEntry& e : batch.entries) {
+      const size_t slot = size_t(e.slot);
+      const size_t page = size_t(e.position / page_tokens);
+      if (slot >= batch.pages_by_slot.size() || page >= batch.pages_by_slot[slot].size()) {
+        return InvalidArgument("stage {}: entry at position {} of slot {} has no page", info_.index,
+                               e.position, e.slot);
+      }
+      SHARDLM_TRY(CheckPages(batch.pages_by_slot[slot].subspan(page, 1), residency_->n_pages()));
+      residency_->MarkWritten(batch.pages_by_slot[slot][page]);
+    }
+    return Status::Ok();
   }
   const size_t n_slots = batch.pages_by_slot.size();
   if (frames_by_slot_.size() < n_slots) frames_by_slot_.resize(n_slots);
@@ -188,11 +239,34 @@ Status LocalStage::RunPooled(const StageBatch& batch, const float* hidden_in, fl
   pooled.page_scores = batch.page_scores;
   pooled.attended_by_slot = batch.attended_by_slot;
   SHARDLM_TRY(forward_->RunPooled(batch.entries, frame_lists_, pooled, hidden_in, out));
-  const int page_tokens = pool_->page_tokens();
   for (const BatchEntry& e : batch.entries) {
     residency_->MarkWritten(batch.pages_by_slot[e.slot][e.position / page_tokens]);
   }
   return Status::Ok();
+}
+
+Status LocalStage::RunFollower(const StageBatch& batch, const float* hidden_in, float* out) {
+  const std::string where = "stage " + std::to_string(info_.index);
+  if (batch.apply_only || !batch.copies.empty() ||
+      (batch.paging != nullptr && !batch.paging->empty())) {
+    return InvalidArgument("{}: a prefill worker's stage moves no pages (the decode side does)",
+                           where);
+  }
+  const int n_pages = follower_summaries_ != nullptr ? follower_summaries_->n_pages() : 0;
+  for (const BatchEntry& e : batch.entries) {
+    const size_t slot = size_t(e.slot);
+    if (slot >= batch.frames_by_slot.size() || slot >= batch.pages_by_slot.size() ||
+        batch.frames_by_slot[slot].size() != batch.pages_by_slot[slot].size()) {
+      return InvalidArgument("{}: slot {} has no frame for each of its pages", where, e.slot);
+    }
+    if (n_pages > 0) SHARDLM_TRY(CheckPages(batch.pages_by_slot[slot], n_pages));
+  }
+  PooledKv pooled;
+  pooled.summaries = follower_summaries_.get();
+  pooled.ids_by_slot = batch.pages_by_slot;
+  pooled.page_scores = batch.page_scores;
+  pooled.attended_by_slot = batch.attended_by_slot;
+  return forward_->RunPooled(batch.entries, batch.frames_by_slot, pooled, hidden_in, out);
 }
 
 void LocalStage::Count(const StageBatch& batch, bool has_hidden_in, double seconds) {
@@ -226,11 +300,11 @@ StageStats LocalStage::Stats() const {
 
 size_t LocalStage::page_bytes() const { return pool_->page_bytes(); }
 
-Status LocalStage::CheckPages(std::span<const PageId> pages) const {
+Status LocalStage::CheckPages(std::span<const PageId> pages, int n_pages) const {
   for (PageId page : pages) {
-    if (page < 0 || page >= pool_->n_pages()) {
+    if (page < 0 || page >= n_pages) {
       return InvalidArgument("stage {}: page {} is outside the pool ({} pages)", info_.index, page,
-                             pool_->n_pages());
+                             n_pages);
     }
   }
   return Status::Ok();
@@ -238,7 +312,8 @@ Status LocalStage::CheckPages(std::span<const PageId> pages) const {
 
 Status LocalStage::ExportPages(std::span<const PageId> pages, uint8_t* dst) {
   if (residency_ != nullptr) return residency_->Export(pages, dst);
-  SHARDLM_TRY(CheckPages(pages));
+  SHARDLM_TRY(CheckFollowerMovesNothing());
+  SHARDLM_TRY(CheckPages(pages, pool_->n_pages()));
   const size_t bytes = pool_->page_bytes();
   if (bytes == 0) return Status::Ok();  // no KV layers: the pages hold nothing
   for (size_t i = 0; i < pages.size(); ++i) {
@@ -249,13 +324,22 @@ Status LocalStage::ExportPages(std::span<const PageId> pages, uint8_t* dst) {
 
 Status LocalStage::ImportPages(std::span<const PageId> pages, const uint8_t* src) {
   if (residency_ != nullptr) return residency_->Import(pages, src);
-  SHARDLM_TRY(CheckPages(pages));
+  SHARDLM_TRY(CheckFollowerMovesNothing());
+  SHARDLM_TRY(CheckPages(pages, pool_->n_pages()));
   const size_t bytes = pool_->page_bytes();
   if (bytes == 0) return Status::Ok();
   for (size_t i = 0; i < pages.size(); ++i) {
     std::memcpy(pool_->page_data(pages[i]), src + i * bytes, bytes);
   }
   return Status::Ok();
+}
+
+Status LocalStage::CheckFollowerMovesNothing() const {
+  if (!follower_) return Status::Ok();
+  return InvalidArgument(
+      "stage {}: a prefill worker's pages are the decode side's frames: export and import them "
+      "there",
+      info_.index);
 }
 
 Status LocalStage::ExportState(int32_t slot, int32_t position, uint8_t* dst) {

@@ -13,7 +13,10 @@
 // only), its ThreadPool and its ForwardPass. Page ids come from the pipeline's
 // PageAllocator; the stage stores them and applies the batch's copy-on-write copies. With a
 // bounded pool (options.kv.bounded()) the pool holds n_frames frames and a PageResidency
-// keeps the other pages in the tier, applying the batch's paging ops first.
+// keeps the other pages in the tier, applying the batch's paging ops first. A bounded stage
+// over a region it was given (kv_region: a prefill worker's) follows instead: it computes over
+// the frames each batch names (StageBatch::frames_by_slot) and moves nothing, the decode
+// stage that owns the region and its tier having applied the moves.
 //
 // Device: `cpu` runs `threads` unpinned threads (0 = every core of the machine); `cpu:A-B`
 // runs one thread per core, each pinned, the calling thread (the pipeline's worker for this
@@ -59,10 +62,10 @@ struct LocalStageOptions {
   KvGeometry kv;
   bool prefault = true;        // Load only: page in the stage's tensors before returning
   bool show_progress = false;  // Load only: "loading <file> [a, b): NN%" on stderr
-  // Where the pages live (unbounded pools only): by default in this process's memory; with
-  // share_kv in a new sealed memfd region (shared_kv()) that a prefill worker maps to write the
-  // pages this stage reads; with kv_region inside that region, received from the server (the
-  // prefill worker's side). The region must hold n_pages × page bytes.
+  // Where the pages live: by default in this process's memory; with share_kv in a new sealed
+  // memfd region (shared_kv()) that a prefill worker maps to write the pages this stage reads;
+  // with kv_region inside that region, received from the server (the prefill worker's side).
+  // The region is laid out as kv/shared_kv_layout.h says.
   bool share_kv = false;
   std::shared_ptr<ShmRegion> kv_region;
 };
@@ -110,7 +113,12 @@ class LocalStage final : public Stage {
   Status ApplyCopies(std::span<const PageCopy> copies);
   // Bounded pool: moves, copies, frame lists, the forward pass, dirty pages.
   Status RunPooled(const StageBatch& batch, const float* hidden_in, float* out);
-  Status CheckPages(std::span<const PageId> pages) const;  // InvalidArgument: outside the pool
+  // Bounded pool over a region it was given: the forward pass over the batch's frames.
+  Status RunFollower(const StageBatch& batch, const float* hidden_in, float* out);
+  // InvalidArgument: a page outside [0, n_pages).
+  Status CheckPages(std::span<const PageId> pages, int n_pages) const;
+  // InvalidArgument for a follower, whose pages are logical only on the decode side.
+  Status CheckFollowerMovesNothing() const;
   void Count(const StageBatch& batch, bool has_hidden_in, double seconds);
 
   std::unique_ptr<Model> owned_model_;  // Load only
@@ -119,8 +127,10 @@ class LocalStage final : public Stage {
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<ThreadPool> threads_;
   std::unique_ptr<ForwardPass> forward_;
-  std::unique_ptr<PageResidency> residency_;         // bounded pool only
-  std::vector<std::vector<PageId>> frames_by_slot_;  // RunPooled's frame lists
+  std::unique_ptr<PageResidency> residency_;          // bounded pool only
+  std::unique_ptr<KeySummaries> follower_summaries_;  // a follower's, over the region
+  bool follower_ = false;                             // bounded, over a region it was given
+  std::vector<std::vector<PageId>> frames_by_slot_;   // RunPooled's frame lists
   std::vector<PageList> frame_lists_;
   StageInfo info_;
 

@@ -25,8 +25,11 @@ struct Pipeline::Job {
   std::vector<int32_t> attended_ids;            // every slot's attended pages, concatenated
   std::vector<AttendedPages> attended_by_slot;  // [slot] → a span of attended_ids
   std::vector<float> page_scores;
-  PagingLoss loss;               // filled by the stages in order
-  std::vector<float> hidden[2];  // [max_batch_tokens][n_embd] each; stage i reads i % 2
+  PagingLoss loss;  // filled by the stages in order
+  bool apply_only = false;
+  std::vector<PageId> frame_ids;         // a prefill worker's frame lists, concatenated
+  std::vector<PageList> frames_by_slot;  // [slot] → a span of frame_ids
+  std::vector<float> hidden[2];          // [max_batch_tokens][n_embd] each; stage i reads i % 2
   // [max_logit_rows][n_vocab] then [max_embedding_rows][n_embd]; a batch's embedding rows
   // follow its own logits rows (ForwardPass::Run's output).
   std::vector<float> outputs;
@@ -41,9 +44,29 @@ struct Pipeline::Job {
     batch.attended_by_slot = attended_by_slot;
     batch.page_scores = page_scores;
     batch.loss = has_paging ? &loss : nullptr;
+    batch.apply_only = apply_only;
+    batch.frames_by_slot = frames_by_slot;
     return batch;
   }
 };
+
+namespace {
+
+// Copies lists into one vector and spans over it (taken once the vector stopped growing).
+template <typename T>
+void Flatten(std::span<const std::span<const T>> lists, std::vector<T>& flat,
+             std::vector<std::span<const T>>& spans) {
+  flat.clear();
+  for (std::span<const T> list : lists) flat.insert(flat.end(), list.begin(), list.end());
+  spans.clear();
+  size_t offset = 0;
+  for (std::span<const T> list : lists) {
+    spans.emplace_back(flat.data() + offset, list.size());
+    offset += list.size();
+  }
+}
+
+}  // namespace
 
 Pipeline::Pipeline(std::vector<std::unique_ptr<Stage>> stages, const ModelConfig& config,
                    const PipelineOptions& options)
@@ -152,7 +175,8 @@ Status Pipeline::ValidateBatch(const PipelineBatch& batch) const {
     return InvalidArgument("a batch of {} entries exceeds the pipeline's {} tokens per batch",
                            batch.entries.size(), max_batch_tokens_);
   }
-  const BatchOutputRows rows = CountOutputRows(batch.entries);
+  const BatchOutputRows rows =
+      batch.apply_only ? BatchOutputRows() : CountOutputRows(batch.entries);
   if (rows.logits > max_logit_rows_) {
     return InvalidArgument("a batch wants {} logits rows but the pipeline holds {}", rows.logits,
                            max_logit_rows_);
@@ -184,29 +208,12 @@ Status Pipeline::CheckAccepting() const {
 void Pipeline::CopyIn(const PipelineBatch& batch, Job& job) const {
   job.entries.assign(batch.entries.begin(), batch.entries.end());
   job.copies.assign(batch.copies.begin(), batch.copies.end());
-  job.page_ids.clear();
-  for (PageList pages : batch.pages_by_slot) {
-    job.page_ids.insert(job.page_ids.end(), pages.begin(), pages.end());
-  }
-  // Spans are taken after page_ids stopped growing.
-  job.pages_by_slot.clear();
-  size_t offset = 0;
-  for (PageList pages : batch.pages_by_slot) {
-    job.pages_by_slot.emplace_back(job.page_ids.data() + offset, pages.size());
-    offset += pages.size();
-  }
+  Flatten(batch.pages_by_slot, job.page_ids, job.pages_by_slot);
   job.has_paging = batch.paging != nullptr;
   if (job.has_paging) job.paging = *batch.paging;
-  job.attended_ids.clear();
-  for (AttendedPages attended : batch.attended_by_slot) {
-    job.attended_ids.insert(job.attended_ids.end(), attended.begin(), attended.end());
-  }
-  job.attended_by_slot.clear();
-  offset = 0;
-  for (AttendedPages attended : batch.attended_by_slot) {
-    job.attended_by_slot.emplace_back(job.attended_ids.data() + offset, attended.size());
-    offset += attended.size();
-  }
+  Flatten(batch.attended_by_slot, job.attended_ids, job.attended_by_slot);
+  Flatten(batch.frames_by_slot, job.frame_ids, job.frames_by_slot);
+  job.apply_only = batch.apply_only;
   // Scores start at -infinity; each stage raises them (a maximum over stages).
   size_t n_scores = 0;
   for (const BatchEntry& e : batch.entries) {
@@ -214,7 +221,8 @@ void Pipeline::CopyIn(const PipelineBatch& batch, Job& job) const {
   }
   job.page_scores.assign(n_scores, -std::numeric_limits<float>::infinity());
   job.loss.clear();
-  job.rows = CountOutputRows(batch.entries);
+  // A batch applied only gives no rows.
+  job.rows = batch.apply_only ? BatchOutputRows() : CountOutputRows(batch.entries);
   job.status = Status::Ok();
   job.done = false;
 }
@@ -235,7 +243,7 @@ Status Pipeline::Submit(const PipelineBatch& batch) {
     job->seq = next_seq_++;
     in_flight_.push_back(job);
     counters_.batches++;
-    counters_.tokens += job->entries.size();
+    counters_.tokens += job->apply_only ? 0 : job->entries.size();
     counters_.max_in_flight = std::max(counters_.max_in_flight, int(in_flight_.size()));
     if (threaded()) {
       queues_[0].push_back(job);
@@ -266,7 +274,7 @@ void Pipeline::RunStage(int stage_idx, Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
   StageStats& stats = stats_[stage_idx];
   stats.busy_seconds += seconds;
-  if (!job.status.ok()) return;
+  if (!job.status.ok() || job.apply_only) return;
   stats.batches++;
   stats.tokens += job.entries.size();
   if (!first) stats.bytes_in += row_bytes * job.entries.size();

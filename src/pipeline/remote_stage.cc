@@ -120,8 +120,7 @@ Result<std::unique_ptr<RemoteStage>> RemoteStage::Create(const RemoteStageOption
   SHARDLM_TRY(CheckModelKvRows(options.config, options.kv.kv_type).WithContext(name));
   const std::vector<LayerRange> kv_ranges = ShardKvRanges(hello);
   for (size_t i = 0; i < hello.shared_kv.size(); ++i) {
-    hello.shared_kv[i].bytes =
-        ShardRangePageBytes(options.config, hello, kv_ranges[i]) * uint64_t(hello.n_pages);
+    hello.shared_kv[i].bytes = ShardSharedKvBytes(options.config, hello, kv_ranges[i]);
   }
   const size_t page_bytes = ShardPageBytes(options.config, hello);
   const size_t state_bytes = ShardStateBytes(options.config, hello);
@@ -194,7 +193,10 @@ Status RemoteStage::Handshake() {
   if (hello_.share_kv) {
     // The daemon's page region follows an accepted reply (none for pages of no bytes).
     shared_kv_.reset();
-    const size_t pool_bytes = page_bytes_ * size_t(hello_.n_pages);
+    const size_t pool_bytes =
+        page_bytes_ == 0
+            ? 0
+            : ShardSharedKvBytes(options_.config, hello_, {hello_.layer_begin, hello_.layer_end});
     if (pool_bytes > 0) {
       Result<ReceivedMessage> shared =
           (*channel)->Receive(kMaxSmallReplyBytes, options_.hello_timeout_ms);
@@ -325,7 +327,9 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   std::lock_guard<std::mutex> lock(io_mu_);
   SHARDLM_TRY(CheckUp());
   const size_t n_tokens = batch.entries.size();
-  const BatchOutputRows wanted = CountOutputRows(batch.entries);
+  // A batch applied only gives no rows.
+  const BatchOutputRows wanted =
+      batch.apply_only ? BatchOutputRows() : CountOutputRows(batch.entries);
   if (n_tokens == 0 || n_tokens > size_t(hello_.max_batch_tokens) ||
       (info_.last &&
        (wanted.logits > hello_.max_logit_rows || wanted.embeddings > hello_.max_embedding_rows))) {
@@ -338,7 +342,8 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
     return InvalidArgument("{}: hidden rows missing", Name());
   }
   if (out == nullptr) return InvalidArgument("{}: output buffer missing", Name());
-  const size_t in_bytes = info_.first ? 0 : n_tokens * size_t(hello_.n_embd) * sizeof(float);
+  const size_t in_bytes =
+      info_.first || batch.apply_only ? 0 : n_tokens * size_t(hello_.n_embd) * sizeof(float);
   if (in_bytes > 0) std::memcpy(region_->data() + layout_.input_offset, hidden_in, in_bytes);
 
   ShardRunBatch request;
@@ -351,6 +356,10 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   if (batch.paging != nullptr) request.paging = *batch.paging;
   for (AttendedPages attended : batch.attended_by_slot) {
     request.attended_by_slot.emplace_back(attended.begin(), attended.end());
+  }
+  request.apply_only = batch.apply_only;
+  for (PageList frames : batch.frames_by_slot) {
+    request.frames_by_slot.emplace_back(frames.begin(), frames.end());
   }
   scratch_.clear();
   EncodeRunBatch(request, scratch_);
@@ -366,7 +375,7 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   if (reply->status_code != static_cast<uint32_t>(StatusCode::kOk)) {
     return Status(static_cast<StatusCode>(reply->status_code), Name() + ": " + reply->error);
   }
-  const size_t rows = info_.last ? size_t(wanted.logits) : n_tokens;
+  const size_t rows = info_.last || batch.apply_only ? size_t(wanted.logits) : n_tokens;
   const size_t embedding_rows = info_.last ? size_t(wanted.embeddings) : 0;
   if (reply->n_out_rows < 0 || size_t(reply->n_out_rows) != rows || reply->n_embedding_rows < 0 ||
       size_t(reply->n_embedding_rows) != embedding_rows) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "kv/shared_kv_layout.h"
 #include "model/model.h"
 
 namespace shardlm {
@@ -27,7 +28,6 @@ size_t PhysicalMemoryBytes() {
 // Hello.shared_kv and share_kv (shard_geometry.h: ValidateShardGeometry).
 Status ValidateSharedKv(const ShardHello& hello) {
   if (hello.shared_kv.empty() && !hello.share_kv) return Status::Ok();
-  if (hello.n_frames > 0) return InvalidArgument("a bounded KV pool cannot be shared");
   if (hello.shared_kv.empty()) return Status::Ok();
   if (hello.share_kv) {
     return InvalidArgument("a Hello cannot both lay its pages over the server's and share its own");
@@ -65,6 +65,17 @@ size_t ShardRangePageBytes(const ModelConfig& config, const ShardHello& hello, L
   return KvPageBytes(StageKvPoolConfig(config, layers, 1, hello.page_tokens,
                                        static_cast<KvType>(hello.kv_type),
                                        static_cast<WindowKv>(hello.window_kv)));
+}
+
+size_t ShardSharedKvBytes(const ModelConfig& config, const ShardHello& hello, LayerRange layers) {
+  KvGeometry kv;
+  kv.n_pages = hello.n_pages;
+  kv.n_frames = hello.n_frames;
+  kv.key_summaries = hello.key_summaries;
+  const PagePoolConfig pool =
+      StageKvPoolConfig(config, layers, kv.frames(), hello.page_tokens,
+                        static_cast<KvType>(hello.kv_type), static_cast<WindowKv>(hello.window_kv));
+  return SharedKvRegionBytes(pool, kv);
 }
 
 size_t ShardPageBytes(const ModelConfig& config, const ShardHello& hello) {

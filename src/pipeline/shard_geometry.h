@@ -44,6 +44,9 @@ std::vector<LayerRange> ShardKvRanges(const ShardHello& hello);
 // n_head_kv × head_dim elements per position per layer with KV in the pool; 0 for layers that
 // are all recurrent, or windowed and kept in rings).
 size_t ShardRangePageBytes(const ModelConfig& config, const ShardHello& hello, LayerRange layers);
+// Bytes of the shared region that holds the pages of `layers` under the Hello's geometry
+// (SharedKvRegionBytes: every page, or a bounded pool's frames and key summaries).
+size_t ShardSharedKvBytes(const ModelConfig& config, const ShardHello& hello, LayerRange layers);
 // Bytes of one page of the Hello's stage: the sum over its ShardKvRanges (a page exported from a
 // stage over several pools is their parts in layer order).
 size_t ShardPageBytes(const ModelConfig& config, const ShardHello& hello);
@@ -54,7 +57,7 @@ size_t ShardStateBytes(const ModelConfig& config, const ShardHello& hello);
 // Checks the Hello's own fields: magic, every size positive and within the bounds above,
 // kv_type valid, max_logit_rows <= max_batch_tokens, 0 <= max_embedding_rows <=
 // max_batch_tokens, 0 <= begin < end <= n_layers; shared_kv entries ending in increasing
-// order inside the range, the last at its end, not with share_kv nor with a bounded pool.
+// order inside the range, the last at its end, not with share_kv.
 // InvalidArgument naming the field, its value and the bound.
 Status ValidateShardGeometry(const ShardHello& hello);
 

@@ -52,6 +52,13 @@ struct StageBatch {
   // Bounded KV pool: where the stage reports pages its tier failed to move (the batch still
   // runs; the engine ends the sequences that hold them). Null: no pool.
   PagingLoss* loss = nullptr;
+  // Bounded KV pool with a prefill worker, which computes over the decode stages' frames:
+  //  - apply_only (to a decode stage): apply the moves and copies and count the pages the
+  //    entries write as written, but compute nothing; the worker computes the batch next.
+  //  - frames_by_slot (to the worker's stage): [slot] → the frame of each of the slot's pages
+  //    (kNoPage: not read), as the decode stages' paging left them; the worker moves nothing.
+  bool apply_only = false;
+  std::span<const PageList> frames_by_slot = {};
 };
 
 // Where a stage computes and what it holds: what `GET /props` shows.

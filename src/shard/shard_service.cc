@@ -310,11 +310,11 @@ class ShardService::HelloCheck {
     for (size_t i = 0; i < hello_.shared_kv.size(); ++i) {
       const uint64_t bytes = hello_.shared_kv[i].bytes;
       if (bytes == 0) continue;
-      const size_t needed =
-          ShardRangePageBytes(model->config, hello_, ranges[i]) * size_t(hello_.n_pages);
+      const size_t needed = ShardSharedKvBytes(model->config, hello_, ranges[i]);
       if (bytes < needed) {
         return InvalidArgument("shared KV region of {} bytes for layers [{}, {}): {} pages need {}",
-                               bytes, ranges[i].begin, ranges[i].end, hello_.n_pages, needed);
+                               bytes, ranges[i].begin, ranges[i].end,
+                               hello_.n_frames > 0 ? hello_.n_frames : hello_.n_pages, needed);
       }
       if (next_fd == kv_fds.size() || !kv_fds[next_fd].valid()) {
         return InvalidArgument("SharedKv without a shared-memory region");

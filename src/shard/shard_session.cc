@@ -89,7 +89,7 @@ Status ShardSession::CheckBatch(const ShardRunBatch& batch, BatchOutputRows& row
     return InvalidArgument("batch of {} tokens (1..{} per batch, the session's max_batch_tokens)",
                            batch.entries.size(), hello_.max_batch_tokens);
   }
-  rows = CountOutputRows(batch.entries);
+  rows = batch.apply_only ? BatchOutputRows() : CountOutputRows(batch.entries);
   if (stage_->info().last && rows.logits > hello_.max_logit_rows) {
     return InvalidArgument(
         "{} rows want logits (at most {} per batch, the session's "
@@ -110,8 +110,17 @@ Status ShardSession::CheckBatch(const ShardRunBatch& batch, BatchOutputRows& row
       return InvalidArgument("a scoring entry names slot {} without pages", e.slot);
     }
   }
-  if (hello_.n_frames == 0 && (!batch.paging.empty() || !batch.attended_by_slot.empty())) {
+  if (hello_.n_frames == 0 && (!batch.paging.empty() || !batch.attended_by_slot.empty() ||
+                               batch.apply_only || !batch.frames_by_slot.empty())) {
     return InvalidArgument("paging ops for a session without a bounded KV pool");
+  }
+  // A prefill worker's frame lists (its stage checks them against its own pages' frames).
+  for (const std::vector<PageId>& frames : batch.frames_by_slot) {
+    for (PageId frame : frames) {
+      if (frame != kNoPage && (frame < 0 || frame >= hello_.n_frames)) {
+        return InvalidArgument("frame {} outside the pool's {} frames", frame, hello_.n_frames);
+      }
+    }
   }
   // Each copy gives a writer a private page: never more copies than pages.
   if (batch.copies.size() > size_t(hello_.n_pages)) {
@@ -136,6 +145,7 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
     std::vector<PageList> pages_by_slot(batch.pages_by_slot.begin(), batch.pages_by_slot.end());
     std::vector<AttendedPages> attended_by_slot(batch.attended_by_slot.begin(),
                                                 batch.attended_by_slot.end());
+    std::vector<PageList> frames_by_slot(batch.frames_by_slot.begin(), batch.frames_by_slot.end());
     // Scores start at -infinity; the server keeps the maximum over stages.
     size_t n_scores = 0;
     for (const BatchEntry& e : batch.entries) {
@@ -146,6 +156,8 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
     stage_batch.paging = &batch.paging;
     stage_batch.attended_by_slot = attended_by_slot;
     stage_batch.page_scores = reply.page_scores;
+    stage_batch.apply_only = batch.apply_only;
+    stage_batch.frames_by_slot = frames_by_slot;
     PagingLoss loss;
     stage_batch.loss = &loss;
     const StageInfo& info = stage_->info();
@@ -155,7 +167,8 @@ Status ShardSession::HandleRun(std::span<const uint8_t> payload) {
     float* out = reinterpret_cast<float*>(region_->data() + layout_.output_offset);
     if (run_delay_.count() > 0) std::this_thread::sleep_for(run_delay_);
     status = stage_->Run(stage_batch, hidden_in, out);
-    reply.n_out_rows = info.last ? rows.logits : static_cast<int32_t>(batch.entries.size());
+    reply.n_out_rows =
+        info.last || batch.apply_only ? rows.logits : static_cast<int32_t>(batch.entries.size());
     reply.n_embedding_rows = info.last ? rows.embeddings : 0;
     reply.lost_pages = loss.pages;
     reply.loss_code = static_cast<uint32_t>(loss.error.code());

@@ -9,6 +9,8 @@
 // finish; long prompts then prefill here, and go back to the worker once it is up again. A split
 // decode side (local stages, or one in a shard daemon) gets each stage's pages from the worker
 // the same way, and a decode daemon that comes back has its new pages mapped by the worker.
+// Under a bounded pool the worker computes in the frames the engine's pager chose.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -213,6 +215,90 @@ TEST_P(PrefillWorkerTest, ASplitDecodeSideReadsEachStagesPagesFromTheWorker) {
   }
 }
 
+// `options` with a bounded pool of 6 pages of 16 positions a sequence (a sink of one page, a
+// tail of two, a reselection every 8 tokens), the pages outside it in each stage's tier.
+SchedulerOptions Bounded(SchedulerOptions options, PageSelect select) {
+  options.n_ctx = 512;
+  options.kv_pool.pool_tokens = 96;
+  options.kv_pool.sink_tokens = 16;
+  options.kv_pool.tail_tokens = 32;
+  options.kv_pool.reselect_tokens = 8;
+  options.kv_pool.select = select;
+  return options;
+}
+
+// Under a bounded pool a prompt past the pool prefills on the worker through the frames the
+// pager chose (the decode stages page in and out for it first), the worker summarizes the keys it
+// writes and scores the pages at the prompt's end, and decoding goes on here from there: bitwise
+// the colocated bounded engine's output, on one decode stage or a split one (local or with a
+// daemon), with either page selection, and a next turn continues its cached pages and their
+// recorded selection on the worker. Each long prompt runs alone on both engines (a bounded
+// prompt's chunks decide what it attends, and a colocated prompt beside others is chunked by
+// what they leave it); a short one decodes here beside the first.
+TEST_P(PrefillWorkerTest, UnderABoundedPoolTheWorkerComputesInTheFramesThePagerChose) {
+  const char* model = GetParam();
+  ASSERT_NO_FATAL_FAILURE(Start("bounded"));
+  disaggregated_.reset();  // a worker serves one engine at a time
+  const std::string daemon_socket = Socket("bounded_daemon", model);
+  ServiceThread daemon(daemon_socket);
+  ASSERT_TRUE(daemon.ok());
+  const EngineRequest first = Request(StoryTokens(model, 300, kLongText), 24);
+  const EngineRequest beside =
+      Request(StoryTokens(model, 20, "A cat sat by the window and watched the rain. "), 40, 3);
+  const EngineRequest second =
+      Request(StoryTokens(model, 200, "The river ran past the mill all night long. "), 24, 9);
+  struct Case {
+    PageSelect select;
+    const char* daemon;  // null: one decode stage; "": two local ones
+  };
+  for (const Case& c : {Case{PageSelect::kQk, nullptr}, Case{PageSelect::kLru, nullptr},
+                        Case{PageSelect::kQk, ""}, Case{PageSelect::kQk, daemon_socket.c_str()}}) {
+    SCOPED_TRACE(fmt::format("{}, {}", PageSelectName(c.select),
+                             c.daemon == nullptr ? "one decode stage"
+                             : *c.daemon == '\0' ? "two local decode stages"
+                                                 : "the second decode stage in a daemon"));
+    SchedulerOptions colocated_options = Bounded(Options(""), c.select);
+    SchedulerOptions worker_options = Bounded(Options(worker_socket_), c.select);
+    if (c.daemon != nullptr) worker_options = Split(std::move(worker_options), c.daemon);
+    auto colocated = MakeScheduler(model, colocated_options);
+    auto disaggregated = MakeScheduler(model, worker_options);
+    ASSERT_TRUE(colocated && disaggregated);
+    std::vector<std::unique_ptr<Collector>> want;
+    for (const EngineRequest& request : {first, beside, second}) {
+      want.push_back(RunOne(*colocated, request));
+    }
+    auto got = RunTogether(*disaggregated, {first, beside});
+    got.push_back(RunOne(*disaggregated, second));
+    ASSERT_EQ(got.size(), 3u);
+    // The first conversation's next turn: its cached pages and their recorded selection, then
+    // 60 more tokens on the worker.
+    const EngineRequest next = Request(
+        Concat(Concat(first.prompt, want[0]->ids), StoryTokens(model, 60, kLongText)), 16, 5);
+    want.push_back(RunOne(*colocated, next));
+    got.push_back(RunOne(*disaggregated, next));
+    EXPECT_GT(got.back()->finish.usage.cached_tokens, 0);
+    EXPECT_EQ(got.back()->finish.usage.cached_tokens, want.back()->finish.usage.cached_tokens);
+    for (size_t i = 0; i < got.size(); ++i) {
+      SCOPED_TRACE(i);
+      ExpectSameOutput(*got[i], *want[i]);
+      EXPECT_EQ(got[i]->finish.usage.prefill_worker, i != 1);
+    }
+    const EngineStats stats = disaggregated->Stats();
+    EXPECT_EQ(stats.prefill_worker_handoffs, 3);
+    EXPECT_EQ(stats.prefill_worker_tokens,
+              300 + 200 + int64_t(next.prompt.size()) - got.back()->finish.usage.cached_tokens);
+    EXPECT_GT(stats.kv_pool_pages_evicted, 0);
+    uint64_t page_outs = 0;
+    for (const StageStats& stage : disaggregated->stage_stats()) {
+      // Only the short prompt and the decode steps were computed here ...
+      EXPECT_EQ(stage.tokens, 20 + DecodeEntries(got));
+      page_outs += stage.paging.page_outs;
+    }
+    // ... and the pages the worker wrote went to the tier when they left the pool.
+    EXPECT_GT(page_outs, 0u);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, PrefillWorkerTest, ::testing::Values(kQwen, kGemma3, kQwen35),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
@@ -294,10 +380,7 @@ TEST(PrefillWorkerFaultTest, TheWorkerMapsADecodeDaemonsNewPagesAfterItCameBack)
   ExpectANewPromptThroughTheWorker(*split, *colocated);
 }
 
-TEST(PrefillWorkerFaultTest, OptionsItCannotServeAreRefused) {
-  SchedulerOptions bounded = Options("worker.sock");
-  bounded.kv_pool.pool_tokens = 64;
-  EXPECT_EQ(bounded.Validate().code(), StatusCode::kInvalidArgument);
+TEST(PrefillWorkerFaultTest, AnUnreachableWorkerIsRefused) {
   const LoadedModel& loaded = testing_util::Fixture(kQwen);
   if (!loaded.model) return;
   SchedulerOptions nobody = Options(Socket("nobody", kQwen));

@@ -60,6 +60,8 @@ ShardRunBatch SampleRunBatch() {
   m.paging.evicts = {5};
   m.paging.maps = {{.page = 11, .frame = 0}, {.page = INT32_MAX, .frame = 7}};
   m.attended_by_slot = {{0, 2}, {}, {1}};
+  m.apply_only = true;
+  m.frames_by_slot = {{3, kNoPage, 0}, {}, {INT32_MAX}};
   return m;
 }
 
@@ -154,6 +156,8 @@ TEST(ShardProtocol, RunBatchRoundTrip) {
   EXPECT_EQ(out->paging.evicts, in.paging.evicts);
   EXPECT_EQ(out->paging.maps, in.paging.maps);
   EXPECT_EQ(out->attended_by_slot, in.attended_by_slot);
+  EXPECT_EQ(out->apply_only, in.apply_only);
+  EXPECT_EQ(out->frames_by_slot, in.frames_by_slot);
 }
 
 TEST(ShardProtocol, EmptyRunBatchRoundTrip) {

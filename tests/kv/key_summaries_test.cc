@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "pool_config.h"
@@ -112,6 +113,32 @@ TEST(KeySummaries, ARewriteFromAnEarlierPositionEqualsAFreshWrite) {
 // before the last 8 matches the query that comes later. The `qk` ranking keeps the best 4
 // pages (1/16 residency); `lru` keeps the 4 most recent. Over seeded trials the needle's
 // page must be among the qk pages at least 95% of the time.
+// Summaries laid over given memory (a region a prefill worker shares) are the same summaries:
+// two views of one memory see each other's updates, and a memory too small is refused.
+TEST(KeySummaries, SummariesOverGivenMemoryAreSharedByEveryViewOfIt) {
+  Fixture f(4, 32, KvType::kF16);
+  const PagePoolConfig& shape = f.pool->config();
+  std::vector<float> memory((KeySummaries::Bytes(shape, 4) + sizeof(float) - 1) / sizeof(float));
+  const std::span<uint8_t> bytes(reinterpret_cast<uint8_t*>(memory.data()),
+                                 KeySummaries::Bytes(shape, 4));
+  auto writer = KeySummaries::CreateOn(shape, 4, bytes);
+  auto reader = KeySummaries::CreateOn(shape, 4, bytes);
+  ASSERT_TRUE(writer.ok() && reader.ok());
+  std::mt19937 rng(3);
+  const std::vector<float> q = Gaussian(rng, 32);
+  EXPECT_EQ(reader.value()->UpperBound(2, 1, 1, q.data()), -INFINITY);
+  for (int offset = 0; offset < 10; ++offset) {
+    const std::vector<float> key = Gaussian(rng, 32);
+    f.Write(2, 1, 1, offset, key.data());
+    writer.value()->Update(2, f.pool->page_data(2), *f.pool, 1, 1, offset);
+  }
+  EXPECT_EQ(reader.value()->summarized(2, 1, 1), 10);
+  EXPECT_EQ(reader.value()->UpperBound(2, 1, 1, q.data()),
+            f.summaries->UpperBound(2, 1, 1, q.data()));
+  EXPECT_EQ(KeySummaries::CreateOn(shape, 4, bytes.first(bytes.size() - 1)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(KeySummaries, QkKeepsANeedlePageAtOneSixteenthResidency) {
   constexpr int kPages = 64;
   constexpr int kKept = kPages / 16;

@@ -29,8 +29,10 @@ struct Stage {
     frames = std::move(PagePool::Create(kv_test::PoolConfig(kFrames, 4, 2, 2, 32, KvType::kF16)))
                  .value();
     auto tier = std::move(CreateKvTier(spec, kPages, frames->page_bytes(), "t")).value();
-    residency =
-        std::move(PageResidency::Create(frames.get(), kPages, std::move(tier), true)).value();
+    residency = std::move(PageResidency::Create(
+                              frames.get(), kPages, std::move(tier),
+                              std::move(KeySummaries::Create(frames->config(), kPages)).value()))
+                    .value();
   }
   Status Apply(const PagingOps& ops) { return residency->Apply(ops, &loss); }
   Status Copy(PageId src, PageId dst) { return residency->Copy(src, dst, &loss); }

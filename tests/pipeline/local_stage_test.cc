@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -544,6 +546,88 @@ TEST(LocalStageErrorsTest, CopiesOutsideThePoolAreRefused) {
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("outside"), std::string::npos) << status.message();
   EXPECT_EQ(stage.value()->Stats().batches, 0u);
+}
+
+// A bounded stage whose pool is shared (a decode stage beside a prefill worker) moves a batch's
+// pages and computes nothing when asked to apply it only; a follower over its region (the
+// worker's stage) then computes the batch in the frames it is given: bitwise the logits of a
+// bounded stage that does both. Each refuses what belongs to the other.
+TEST(LocalStageErrorsTest, AFollowerComputesInTheFramesItsDecodeStageMoved) {
+  SHARDLM_REQUIRE_FIXTURES();
+  auto opened = GgufFile::Open(FixturePath("stories260K.gguf"));
+  ASSERT_TRUE(opened.ok());
+  std::shared_ptr<const GgufFile> file = std::move(opened).value();
+  LocalStageOptions bounded = Options(0, 1);
+  bounded.kv.n_frames = 4;
+  bounded.kv.key_summaries = true;
+  auto alone = LocalStage::Load(file, {0, 5}, bounded);
+  LocalStageOptions shared = bounded;
+  shared.share_kv = true;
+  auto decode = LocalStage::Load(file, {0, 5}, shared);
+  ASSERT_TRUE(alone.ok() && decode.ok());
+  const ShmRegion* region = decode.value()->shared_kv();
+  ASSERT_NE(region, nullptr);
+  auto mapped = ShmRegion::Map(dup(region->fd()), region->size());
+  ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+  LocalStageOptions follows = bounded;
+  follows.kv_region = std::move(mapped).value();
+  auto worker = LocalStage::Load(file, {0, 5}, follows);
+  ASSERT_TRUE(worker.ok()) << worker.status().message();
+
+  // 20 positions over logical pages 9 and 30, placed in frames 2 and 0; the last scores them.
+  std::vector<BatchEntry> entries;
+  for (int pos = 0; pos < 20; ++pos) entries.push_back({1 + pos, pos, 0, pos == 19});
+  entries.back().score_pages = true;
+  const std::vector<PageId> pages = {9, 30};
+  const std::vector<PageList> pages_by_slot = {pages};
+  PagingOps moves;
+  moves.maps = {{.page = 9, .frame = 2}, {.page = 30, .frame = 0}};
+  const size_t n_vocab = size_t(alone.value()->model().config().n_vocab);
+  std::vector<float> want(n_vocab), got(n_vocab, 0.0f);
+  std::vector<float> want_scores(2, -INFINITY), got_scores(2, -INFINITY);
+  StageBatch both{entries, pages_by_slot, {}};
+  both.paging = &moves;
+  both.page_scores = want_scores;
+  ASSERT_TRUE(alone.value()->Run(both, nullptr, want.data()).ok());
+
+  StageBatch apply = both;
+  apply.apply_only = true;
+  apply.page_scores = {};
+  ASSERT_TRUE(decode.value()->Run(apply, nullptr, nullptr).ok());
+  EXPECT_EQ(decode.value()->Stats().batches, 0u);  // moved, not computed
+  const std::vector<PageId> frames = {2, 0};
+  const std::vector<PageList> frames_by_slot = {frames};
+  StageBatch compute{entries, pages_by_slot, {}};
+  compute.frames_by_slot = frames_by_slot;
+  compute.page_scores = got_scores;
+  const Status computed = worker.value()->Run(compute, nullptr, got.data());
+  ASSERT_TRUE(computed.ok()) << computed.message();
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_scores, want_scores);
+  EXPECT_GT(got_scores[0], -INFINITY);
+  // The pages are the decode stage's: it exports what the worker wrote.
+  std::vector<uint8_t> exported(decode.value()->page_bytes() * 2), expected(exported.size());
+  ASSERT_TRUE(decode.value()->ExportPages(pages, exported.data()).ok());
+  ASSERT_TRUE(alone.value()->ExportPages(pages, expected.data()).ok());
+  EXPECT_EQ(exported, expected);
+
+  // What each refuses: the worker moves nothing and has no logical pages of its own; the
+  // decode stage places its own pages; an unbounded stage has nothing to apply.
+  const auto refused = [](const Status& status, const char* why) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(status.message().find(why), std::string::npos) << status.message();
+  };
+  refused(worker.value()->Run(apply, nullptr, nullptr), "without a bounded KV pool of its own");
+  StageBatch with_moves = compute;
+  with_moves.paging = &moves;
+  refused(worker.value()->Run(with_moves, nullptr, got.data()), "moves no pages");
+  refused(worker.value()->Run({entries, pages_by_slot, {}}, nullptr, got.data()),
+          "no frame for each of its pages");
+  refused(worker.value()->ExportPages(pages, exported.data()), "export and import them there");
+  refused(decode.value()->Run(compute, nullptr, got.data()), "places its own pages");
+  auto unbounded = LocalStage::Load(file, {0, 5}, Options(0, 1));
+  ASSERT_TRUE(unbounded.ok());
+  refused(unbounded.value()->Run(apply, nullptr, nullptr), "without a bounded KV pool");
 }
 
 }  // namespace local_stage_test
