@@ -3,7 +3,8 @@
 // server whose second stage is a `shardlm shard` daemon), and the one-command
 // form `serve --disagg prefill=cpu:A,decode=cpu:B` — driven by the official `openai` npm client.
 //
-// Goals: what a user sees: the same greedy text as a colocated server, the request's log line
+// Goals: what a user sees: the same greedy text as a colocated server (bounded KV pool too), the
+// request's log line
 // and /metrics showing the handoff; kill -9 of the worker in the middle of a long prompt fails
 // that request with a 503 while a stream decoding beside it finishes with its full text, and
 // after the worker is restarted the server reconnects by itself and the next long prompt goes
@@ -108,6 +109,28 @@ test('a split decode side, its second stage in a shard daemon, reads the pages t
       await Promise.all([server.kill(), stage.kill()]);
     }
   });
+
+test('under a bounded KV pool a prompt several times the pool, prefilled by the worker, gives ' +
+  'the bounded colocated text', { skip, timeout: kTestTimeout }, async () => {
+  // Pages of 64 positions, 4 resident per sequence; the prompt is several hundred tokens.
+  const pool = ['--kv-pool', '256', '--kv-sink', '16', '--kv-tail', '64', '--kv-reselect', '16'];
+  const [bounded, server] = await Promise.all([
+    startServer(binary, qwenModel, [...kServeArgs, ...pool]),
+    startServer(binary, qwenModel,
+      [...kServeArgs, ...pool, '--disagg', 'prefill=cpu:0,decode=cpu:1']),
+  ]);
+  try {
+    const prompt = longPrompt.repeat(4);
+    assert.equal(await completion(server, prompt, 48), await completion(bounded, prompt, 48));
+    assert.equal(await metric(server, 'prefill_worker_handoffs_total'), 1);
+    assert.ok(await metric(server, 'kv_pool_pages_evicted_total') > 0);
+    // The pages the worker wrote left the pool through the server's own tier.
+    const metrics = await (await fetch(`${server.base}/metrics`)).text();
+    assert.match(metrics, /^shardlm_stage_kv_page_outs_total\{[^}]*\} [1-9]/m);
+  } finally {
+    await Promise.all([server.kill(), bounded.kill()]);
+  }
+});
 
 test('kill -9 of the worker mid-prompt: a 503 for that prompt, the stream beside it finishes, ' +
   'the restarted worker serves the next one', { skip, timeout: kTestTimeout }, async (t) => {
