@@ -14,13 +14,26 @@ phase "Release build"
 scripts/build.sh build "$unity"
 phase "Release tests"
 (cd build && ctest --output-on-failure -j2 --timeout 900)
-# End-to-end: the real `shardlm serve` driven by the official client libraries.
-phase "end-to-end tests"
-(cd tests/e2e && npm ci --no-audit --no-fund && SHARDLM_BIN=../../build/shardlm node --test)
+# End-to-end: the real `shardlm serve` driven by the official client libraries, three test
+# files at a time. They mostly wait (servers starting, timeouts), so they run beside the
+# sanitizer build, which yields the cores to them (nice); their output follows the build's.
+phase "end-to-end tests, beside the AddressSanitizer + UndefinedBehaviorSanitizer build"
+e2e_log="$(mktemp)"
+(cd tests/e2e && npm ci --no-audit --no-fund &&
+  SHARDLM_BIN=../../build/shardlm node --test --test-concurrency=3) >"$e2e_log" 2>&1 &
+e2e_pid=$!
 # The benchmark programs are checked by the Release build; the sanitizer build skips them.
-phase "AddressSanitizer + UndefinedBehaviorSanitizer build"
-scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Sanitize -DSHARDLM_SANITIZE=ON "$unity" \
-  -DSHARDLM_BENCHES=OFF
+nice -n 19 scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Sanitize -DSHARDLM_SANITIZE=ON \
+  "$unity" -DSHARDLM_BENCHES=OFF
+phase "sanitizer build done; waiting for the end-to-end tests"
+e2e_status=0
+wait "$e2e_pid" || e2e_status=$?
+cat "$e2e_log"
+rm -f "$e2e_log"
+if [ "$e2e_status" -ne 0 ]; then
+  echo "== test.sh: the end-to-end tests failed (exit $e2e_status)" >&2
+  exit "$e2e_status"
+fi
 phase "AddressSanitizer + UndefinedBehaviorSanitizer tests"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j2 --timeout 900)
