@@ -86,16 +86,24 @@ std::string DevicesOf(const BenchFlags& f, const BenchResult& r) {
 
 // llama.cpp's names for general.file_type (llama_model_ftype), as llama-bench prints them.
 std::string FileTypeName(const GgufFile& file) {
-  static const std::map<uint64_t, const char*> kNames = {
-      {0, "all F32"},        {1, "F16"},
-      {2, "Q4_0"},           {3, "Q4_1"},
-      {7, "Q8_0"},           {8, "Q5_0"},
-      {9, "Q5_1"},           {10, "Q2_K - Medium"},
-      {11, "Q3_K - Small"},  {12, "Q3_K - Medium"},
-      {13, "Q3_K - Large"},  {14, "Q4_K - Small"},
-      {15, "Q4_K - Medium"}, {16, "Q5_K - Small"},
-      {17, "Q5_K - Medium"}, {18, "Q6_K"},
-      {32, "BF16"}};
+  static const std::map<uint64_t, const char*> kNames = {{0, "all F32"},
+                                                         {1, "F16"},
+                                                         {2, "Q4_0"},
+                                                         {3, "Q4_1"},
+                                                         {7, "Q8_0"},
+                                                         {8, "Q5_0"},
+                                                         {9, "Q5_1"},
+                                                         {10, "Q2_K - Medium"},
+                                                         {11, "Q3_K - Small"},
+                                                         {12, "Q3_K - Medium"},
+                                                         {13, "Q3_K - Large"},
+                                                         {14, "Q4_K - Small"},
+                                                         {15, "Q4_K - Medium"},
+                                                         {16, "Q5_K - Small"},
+                                                         {17, "Q5_K - Medium"},
+                                                         {18, "Q6_K"},
+                                                         {25, "IQ4_NL - 4.5 bpw"},
+                                                         {32, "BF16"}};
   Result<uint64_t> ftype = file.GetUint("general.file_type");
   if (ftype.ok()) {
     auto it = kNames.find(*ftype);

@@ -39,14 +39,15 @@ struct TypeChoice {
 };
 
 constexpr TypeChoice kTypes[] = {
-    {"f32", GgmlType::kF32, 0},      {"f16", GgmlType::kF16, 1},
-    {"bf16", GgmlType::kBF16, 32},   {"q8_0", GgmlType::kQ8_0, 7},
-    {"q4_0", GgmlType::kQ4_0, 2},    {"q4_1", GgmlType::kQ4_1, 3},
-    {"q5_0", GgmlType::kQ5_0, 8},    {"q5_1", GgmlType::kQ5_1, 9},
-    {"q2_k", GgmlType::kQ2_K, 10},   {"q3_k", GgmlType::kQ3_K, 12},
-    {"q4_k", GgmlType::kQ4_K, 15},   {"q5_k", GgmlType::kQ5_K, 17},
-    {"q6_k", GgmlType::kQ6_K, 18},   {"q4_k_m", GgmlType::kQ4_K, 15},
-    {"q5_k_m", GgmlType::kQ5_K, 17}, {"q3_k_m", GgmlType::kQ3_K, 12},
+    {"f32", GgmlType::kF32, 0},       {"f16", GgmlType::kF16, 1},
+    {"bf16", GgmlType::kBF16, 32},    {"q8_0", GgmlType::kQ8_0, 7},
+    {"q4_0", GgmlType::kQ4_0, 2},     {"q4_1", GgmlType::kQ4_1, 3},
+    {"q5_0", GgmlType::kQ5_0, 8},     {"q5_1", GgmlType::kQ5_1, 9},
+    {"q2_k", GgmlType::kQ2_K, 10},    {"q3_k", GgmlType::kQ3_K, 12},
+    {"q4_k", GgmlType::kQ4_K, 15},    {"q5_k", GgmlType::kQ5_K, 17},
+    {"q6_k", GgmlType::kQ6_K, 18},    {"q4_k_m", GgmlType::kQ4_K, 15},
+    {"q5_k_m", GgmlType::kQ5_K, 17},  {"q3_k_m", GgmlType::kQ3_K, 12},
+    {"iq4_nl", GgmlType::kIq4Nl, 25},
 };
 
 const TypeChoice* FindType(const std::string& name) {
@@ -165,8 +166,8 @@ ModelConfig SynthModelConfig(const SynthSpec& s) {
   return config;
 }
 
-// When ne[0] is not a multiple of the block size, llama.cpp falls back to a 32-block type;
-// Q2_K/Q3_K would go to IQ4_NL, which we do not compute, so they take Q4_0.
+// When ne[0] is not a multiple of the block size, llama.cpp falls back to a 32-block type
+// (Q2_K/Q3_K to IQ4_NL).
 GgmlType FitRowLength(GgmlType type, int64_t ne0) {
   auto info = LookupGgmlType(static_cast<uint32_t>(type));
   if (info && ne0 % info->block_size == 0) return type;
@@ -174,7 +175,7 @@ GgmlType FitRowLength(GgmlType type, int64_t ne0) {
   switch (type) {
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
-      fallback = GgmlType::kQ4_0;
+      fallback = GgmlType::kIq4Nl;
       break;
     case GgmlType::kQ4_K:
       fallback = GgmlType::kQ5_0;

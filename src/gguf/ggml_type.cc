@@ -13,23 +13,22 @@ struct Row {
 
 // Block geometry from ggml's type traits (ggml.c, type_traits[]): QK4_0 = QK8_0 = 32,
 // QK_K = 256; type_size is sizeof(block_*) (static_asserted in tensor/quant_blocks.h).
-constexpr std::array<Row, 20> kTypes = {{
+constexpr std::array<Row, 21> kTypes = {{
     {0, {"f32", 1, 4}},       {1, {"f16", 1, 2}},       {2, {"q4_0", 32, 18}},
     {3, {"q4_1", 32, 20}},    {6, {"q5_0", 32, 22}},    {7, {"q5_1", 32, 24}},
     {8, {"q8_0", 32, 34}},    {9, {"q8_1", 32, 36}},    {10, {"q2_K", 256, 84}},
     {11, {"q3_K", 256, 110}}, {12, {"q4_K", 256, 144}}, {13, {"q5_K", 256, 176}},
     {14, {"q6_K", 256, 210}}, {15, {"q8_K", 256, 292}}, {24, {"i8", 1, 1}},
     {25, {"i16", 1, 2}},      {26, {"i32", 1, 4}},      {27, {"i64", 1, 8}},
-    {28, {"f64", 1, 8}},      {30, {"bf16", 1, 2}},
+    {28, {"f64", 1, 8}},      {30, {"bf16", 1, 2}},     {20, {"iq4_nl", 32, 18}},
 }};
 
 // Names of ids we do not compute, so a message can say what the file holds.
-constexpr std::array<std::pair<uint32_t, std::string_view>, 14> kOtherNames = {{
+constexpr std::array<std::pair<uint32_t, std::string_view>, 13> kOtherNames = {{
     {16, "iq2_xxs"},
     {17, "iq2_xs"},
     {18, "iq3_xxs"},
     {19, "iq1_s"},
-    {20, "iq4_nl"},
     {21, "iq3_s"},
     {22, "iq2_s"},
     {23, "iq4_xs"},

@@ -3,8 +3,8 @@
 // This is part of the file format (a tensor's byte size is rows × row_bytes), so it sits in
 // gguf/, below tensor/, which adds the block layouts and kernels.
 // Goals: the exact ids of ggml, so files from llama.cpp read as they are written.
-// Non-goals: types we cannot compute (IQ*, TQ*, MXFP4) are named here only so that errors
-// can say which type a file uses.
+// Non-goals: types we cannot compute yet (most IQ*, TQ*, MXFP4) are named here only so that
+// errors can say which type a file uses.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +28,7 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIq4Nl = 20,
   kI8 = 24,
   kI16 = 25,
   kI32 = 26,

@@ -14,6 +14,7 @@ void FillGenericKernels(TypeTraits& traits) {
   FillGenericFloatKernels(traits);
   FillGenericLegacyKernels(traits);
   FillGenericKQuantKernels(traits);
+  FillGenericIQuantKernels(traits);
   if (const auto info = LookupGgmlType(static_cast<uint32_t>(type))) {
     traits.block_size = info->block_size;
   }

@@ -30,6 +30,7 @@ namespace shardlm::internal {
 void FillGenericFloatKernels(TypeTraits& traits);   // kernels_generic_float.cc
 void FillGenericLegacyKernels(TypeTraits& traits);  // kernels_generic_legacy.cc
 void FillGenericKQuantKernels(TypeTraits& traits);  // kernels_generic_kquants.cc
+void FillGenericIQuantKernels(TypeTraits& traits);  // kernels_generic_iquants.cc
 
 // F32 / F16 / BF16 (kernels_generic_float.cc). Dot products accumulate in double, like
 // ggml's scalar ggml_vec_dot_f32/f16/bf16 (products are rounded to float first).
@@ -63,6 +64,12 @@ void VecDotQ4_1Q8_1(int64_t n, const void* w, const void* a, float* out);
 void VecDotQ5_0Q8_0(int64_t n, const void* w, const void* a, float* out);
 void VecDotQ5_1Q8_1(int64_t n, const void* w, const void* a, float* out);
 void VecDotQ8_0Q8_0(int64_t n, const void* w, const void* a, float* out);
+
+// Non-linear ("i-quant") types (kernels_generic_iquants.cc). IQ4_NL: 32-element blocks of
+// table indices, dotted with Q8_0 activations like Q4_0 (table values instead of q − 8).
+void DequantizeRowIq4Nl(const void* src, float* dst, int64_t n);
+void QuantizeRowIq4Nl(const float* src, void* dst, int64_t n);
+void VecDotIq4NlQ8_0(int64_t n, const void* w, const void* a, float* out);
 
 // K-quants, 256-element super-blocks (kernels_generic_kquants.cc, quantize_kquants.cc).
 void DequantizeRowQ2_K(const void* src, float* dst, int64_t n);
@@ -105,6 +112,14 @@ inline int LaneOf(int e) { return (e & 31) >> 2; }
 
 inline void FmaLanes(float d, const int32_t* lanes, float* acc) {
   for (int l = 0; l < 8; ++l) acc[l] = __builtin_fmaf(d, static_cast<float>(lanes[l]), acc[l]);
+}
+
+// One 32-element block of a dot product in that order: the exact integer products of weights q
+// and activations qa go to 8 lanes, then acc[l] = fma(d, lane l, acc[l]) with d = d_w · d_a.
+inline void BlockLanes(const int* q, const int8_t* qa, float d, float* acc) {
+  int32_t lanes[8] = {};
+  for (int e = 0; e < 32; ++e) lanes[LaneOf(e)] += q[e] * qa[e];
+  FmaLanes(d, lanes, acc);
 }
 
 inline float HorizontalSum8(const float* acc) {

@@ -56,15 +56,6 @@ float QuantizeActBlock(const float* x, int8_t* qs, void* d_out) {
   return d;
 }
 
-// One 32-element block of a dot product in llama.cpp's x86 order (kernels_generic.h): the
-// exact integer products of weights q and activations qa go to 8 lanes, then
-// acc[l] = fma(d, lane l, acc[l]) with d = d_w · d_a.
-void BlockLanes(const int* q, const int8_t* qa, float d, float* acc) {
-  int32_t lanes[8] = {};
-  for (int e = 0; e < kQK; ++e) lanes[LaneOf(e)] += q[e] * qa[e];
-  FmaLanes(d, lanes, acc);
-}
-
 }  // namespace
 
 void DequantizeRowQ4_0(const void* src, float* dst, int64_t n) {

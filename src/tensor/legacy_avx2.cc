@@ -1,6 +1,7 @@
 // AVX2 kernels for the legacy 32-element block types: Q8_0, Q4_0, Q5_0 against Q8_0
-// activations, Q4_1, Q5_1 against Q8_1 activations, and Q8_0 rows dequantized. Registered
-// by kernels_avx2.cc.
+// activations, Q4_1, Q5_1 against Q8_1 activations, and Q8_0 rows dequantized; and for
+// IQ4_NL, a 32-element block type whose quants are levels of a table (a shuffle looks them
+// up), against Q8_0 like Q8_0. Registered by kernels_avx2.cc.
 //
 // Goals: the common 8-bit type at memory speed on AVX2-only CPUs, with a small tile for
 // prefill; the same per-pair op sequence in every tile (simd_tile.h).
@@ -20,42 +21,6 @@ namespace {
 using avx2::Fp16ToF32;
 using avx2::Load32;
 using avx2::ReduceAdd;
-
-struct Q8_0Kernel {
-  template <int NR, int NC>
-  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
-                  int64_t act_stride, float* out, int64_t out_stride) {
-    const int64_t nb = n / kQK;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[NR][NC];
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
-        acc[r][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      __m256i wq[NR], wabs[NR];
-      float wd[NR];
-      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(w + r * w_stride) + b;
-        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(BlockQ8_0));
-        wq[r] = Load32(blk->qs);
-        wabs[r] = _mm256_abs_epi8(wq[r]);
-        wd[r] = Fp16ToF32(blk->d);
-      }
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const auto* ablk = reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b;
-        const __m256i aq = Load32(ablk->qs);
-        const float ad = Fp16ToF32(ablk->d);
-        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const __m256i pairs = _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(aq, wq[r]));
-          const __m256i dot = _mm256_madd_epi16(pairs, ones);
-          acc[r][c] =
-              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(wd[r] * ad), acc[r][c]);
-        }
-      }
-    }
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
-        out[r * out_stride + c] = ReduceAdd(acc[r][c]);
-  }
-};
 
 // Unsigned quants of one block in element order: 16 bytes → 32 nibbles (low nibbles are
 // elements 0-15, high nibbles 16-31).
@@ -78,6 +43,58 @@ inline __m256i FiveBits(const Block* blk) {
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
   return _mm256_or_si256(Nibbles(blk), _mm256_and_si256(set, _mm256_set1_epi8(16)));
 }
+
+struct Q8_0Weights {
+  using Block = BlockQ8_0;
+  static __m256i Quants(const Block* b) { return Load32(b->qs); }
+};
+// IQ4_NL: each nibble looks its level up in the table (one table per 128-bit lane).
+struct Iq4NlWeights {
+  using Block = BlockIq4Nl;
+  static __m256i Quants(const Block* b) {
+    const __m256i levels = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
+    return _mm256_shuffle_epi8(levels, Nibbles(b));
+  }
+};
+
+// Signed-quant weights (policy W: Q8_0, IQ4_NL) · Q8_0 activations: Σ d_w·d_a·Σ w·a.
+template <class W>
+struct SignedKernel {
+  template <int NR, int NC>
+  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                  int64_t act_stride, float* out, int64_t out_stride) {
+    const int64_t nb = n / kQK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[NR][NC];
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i wq[NR], wabs[NR];
+      float wd[NR];
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+        const auto* blk = reinterpret_cast<const typename W::Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(typename W::Block));
+        wq[r] = W::Quants(blk);
+        wabs[r] = _mm256_abs_epi8(wq[r]);
+        wd[r] = Fp16ToF32(blk->d);
+      }
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const auto* ablk = reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b;
+        const __m256i aq = Load32(ablk->qs);
+        const float ad = Fp16ToF32(ablk->d);
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          const __m256i pairs = _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(aq, wq[r]));
+          const __m256i dot = _mm256_madd_epi16(pairs, ones);
+          acc[r][c] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(wd[r] * ad), acc[r][c]);
+        }
+      }
+    }
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        out[r * out_stride + c] = ReduceAdd(acc[r][c]);
+  }
+};
 
 struct Q4_0Weights {
   using Block = BlockQ4_0;
@@ -180,11 +197,14 @@ void DequantizeRowQ8_0Avx2(const void* src, float* dst, int64_t n) {
 void FillLegacyAvx2(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kQ8_0:
-      simd::Install<Q8_0Kernel, 2, 4>(traits);
+      simd::Install<SignedKernel<Q8_0Weights>, 2, 4>(traits);
       traits.dequantize_row = DequantizeRowQ8_0Avx2;
       break;
     case GgmlType::kQ4_0:
       simd::Install<UnsignedKernel<Q4_0Weights>, 2, 4>(traits);
+      break;
+    case GgmlType::kIq4Nl:
+      simd::Install<SignedKernel<Iq4NlWeights>, 2, 4>(traits);
       break;
     case GgmlType::kQ5_0:
       simd::Install<UnsignedKernel<Q5_0Weights>, 2, 4>(traits);

@@ -1,5 +1,6 @@
 // AVX-512 VNNI kernels for the legacy 32-element block types: Q8_0, Q4_0, Q5_0 against
-// Q8_0 activations, Q4_1, Q5_1 against Q8_1 activations, and Q8_0 rows dequantized.
+// Q8_0 activations, Q4_1, Q5_1 against Q8_1 activations, and Q8_0 rows dequantized; and for
+// IQ4_NL (table levels, looked up by a shuffle) against Q8_0 like Q8_0.
 // Registered by kernels_avx512.cc.
 //
 // Goals: decode streams weight rows at memory speed; prefill reuses each loaded weight
@@ -36,46 +37,6 @@ inline __m512 TwoScales(float d0, float d1) {
   return _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
 }
 
-// Q8_0 weights · Q8_0 activations. Two blocks (64 bytes) per step; an odd last block runs
-// with a zero upper half, which adds exact zeros to the same accumulators.
-struct Q8_0Kernel {
-  template <int NR, int NC>
-  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
-                  int64_t act_stride, float* out, int64_t out_stride) {
-    const int64_t nb = n / kQK;
-    const __m512i sign_flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    __m512 acc[NR][NC];
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
-        acc[r][c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 2) {
-      const bool pair = b + 1 < nb;
-      __m512i wq[NR], wstart[NR];
-      __m512 wd[NR];
-      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(w + r * w_stride) + b;
-        simd::PrefetchNextTile<NR>(blk, w_stride, 2 * sizeof(BlockQ8_0));
-        wq[r] = LoadTwo(blk[0].qs, pair ? blk[1].qs : nullptr);
-        // -128·Σw per lane: the start value that cancels the +128 bias of activations.
-        wstart[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), sign_flip, wq[r]));
-        wd[r] = TwoScales(Fp16ToF32(blk[0].d), pair ? Fp16ToF32(blk[1].d) : 0.0f);
-      }
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const auto* ablk = reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b;
-        const __m512i au =
-            _mm512_xor_si512(LoadTwo(ablk[0].qs, pair ? ablk[1].qs : nullptr), sign_flip);
-        const __m512 ad = TwoScales(Fp16ToF32(ablk[0].d), pair ? Fp16ToF32(ablk[1].d) : 0.0f);
-        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const __m512i dot = _mm512_dpbusd_epi32(wstart[r], au, wq[r]);
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], ad), acc[r][c]);
-        }
-      }
-    }
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
-        out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
-  }
-};
-
 // Unsigned-quant weight policies: Quants(b0, b1) = the two blocks' quants as unsigned bytes
 // in element order (upper half zero when b1 is null).
 // Nibbles: 16 bytes per block hold elements 0-15 (low) and 16-31 (high).
@@ -101,6 +62,65 @@ inline __m512i FiveBits(const Block* b0, const Block* b1) {
   const __m512i low = Nibbles(b0, b1);
   return _mm512_mask_add_epi8(low, high, low, _mm512_set1_epi8(16));
 }
+
+struct Q8_0Weights {
+  using Block = BlockQ8_0;
+  static __m512i Quants(const Block* b0, const Block* b1) {
+    return LoadTwo(b0->qs, b1 ? b1->qs : nullptr);
+  }
+};
+// IQ4_NL: each nibble looks its level up in the table (one table per 128-bit lane). A missing
+// second block has zero quants, as Q8_0's LoadTwo gives.
+struct Iq4NlWeights {
+  using Block = BlockIq4Nl;
+  static __m512i Quants(const Block* b0, const Block* b1) {
+    const __m512i levels =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
+    const __m512i q = _mm512_shuffle_epi8(levels, Nibbles(b0, b1));
+    return b1 ? q : _mm512_zextsi256_si512(_mm512_castsi512_si256(q));
+  }
+};
+
+// Signed-quant weights (policy W: Q8_0, IQ4_NL) · Q8_0 activations. Two blocks (64 bytes) per step;
+// an odd last block runs with a zero upper half, which adds exact zeros to the same accumulators.
+template <class W>
+struct SignedKernel {
+  template <int NR, int NC>
+  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                  int64_t act_stride, float* out, int64_t out_stride) {
+    const int64_t nb = n / kQK;
+    const __m512i sign_flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512 acc[NR][NC];
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+      const bool pair = b + 1 < nb;
+      __m512i wq[NR], wstart[NR];
+      __m512 wd[NR];
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+        const auto* blk = reinterpret_cast<const typename W::Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, 2 * sizeof(typename W::Block));
+        wq[r] = W::Quants(&blk[0], pair ? &blk[1] : nullptr);
+        // -128·Σw per lane: the start value that cancels the +128 bias of activations.
+        wstart[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), sign_flip, wq[r]));
+        wd[r] = TwoScales(Fp16ToF32(blk[0].d), pair ? Fp16ToF32(blk[1].d) : 0.0f);
+      }
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const auto* ablk = reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b;
+        const __m512i au =
+            _mm512_xor_si512(LoadTwo(ablk[0].qs, pair ? ablk[1].qs : nullptr), sign_flip);
+        const __m512 ad = TwoScales(Fp16ToF32(ablk[0].d), pair ? Fp16ToF32(ablk[1].d) : 0.0f);
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          const __m512i dot = _mm512_dpbusd_epi32(wstart[r], au, wq[r]);
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(wd[r], ad), acc[r][c]);
+        }
+      }
+    }
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        out[r * out_stride + c] = _mm512_reduce_add_ps(acc[r][c]);
+  }
+};
 
 struct Q4_0Weights {
   using Block = BlockQ4_0;
@@ -258,8 +278,11 @@ void DequantizeRowQ8_0Avx512(const void* src, float* dst, int64_t n) {
 void FillLegacyAvx512(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kQ8_0:
-      simd::Install<Q8_0Kernel, 4, 4>(traits);
+      simd::Install<SignedKernel<Q8_0Weights>, 4, 4>(traits);
       traits.dequantize_row = DequantizeRowQ8_0Avx512;
+      break;
+    case GgmlType::kIq4Nl:
+      simd::Install<SignedKernel<Iq4NlWeights>, 4, 4>(traits);
       break;
     case GgmlType::kQ4_0:
       simd::Install<UnsignedKernel<Q4_0Weights>, 4, 4>(traits);

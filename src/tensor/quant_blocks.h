@@ -74,6 +74,12 @@ struct BlockQ6_K {
   int8_t scales[kQK_K / 16];  // 8-bit scales per 16 elements
   fp16_t d;
 };
+// IQ4_NL: 4-bit indices into a fixed non-linear table of 16 int8 levels (kIq4NlValues), one
+// fp16 scale per 32 elements; low nibbles hold elements 0-15, high nibbles 16-31.
+struct BlockIq4Nl {
+  fp16_t d;  // value = d · kIq4NlValues[q]
+  uint8_t qs[kQK / 2];
+};
 struct BlockQ8_K {  // activations for all K-quants
   float d;
   int8_t qs[kQK_K];
@@ -93,5 +99,10 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIq4Nl) == 18);
+
+// The IQ4_NL (and IQ4_XS) levels, ascending: denser near zero, where weights cluster.
+inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
 
 }  // namespace shardlm

@@ -106,6 +106,9 @@ TEST_F(SynthCliTest, TinyQwen3MatchesTheLlamaCppFixtureLayout) {
   auto q8 = Synth("q8.gguf", "--type q8_0");
   ASSERT_NE(q8, nullptr);
   ExpectLikeFixture(*q8, "qwen3-tiny-q8_0.gguf");
+  auto iq4_nl = Synth("iq4_nl.gguf", "--type iq4_nl");
+  ASSERT_NE(iq4_nl, nullptr);
+  ExpectLikeFixture(*iq4_nl, "qwen3-tiny-iq4_nl.gguf");
 }
 
 // gemma3 in the fixture's shape: the same tensors (post norms, q/k norms, tied head), the

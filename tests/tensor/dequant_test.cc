@@ -74,6 +74,15 @@ TEST(Dequant, Q5_1) {
   });
 }
 
+// IQ4_NL: each nibble (low: elements 0-15, high: 16-31) indexes the table of 16 levels.
+TEST(Dequant, Iq4Nl) {
+  auto b = RandomBlock<BlockIq4Nl>(6);
+  b.d = Fp32ToFp16(0.5f);
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  ExpectDequantized(GgmlType::kIq4Nl, b, 32,
+                    [&](int e) { return levels[Nibble(b.qs, e % 16, e >= 16)] * 0.5f; });
+}
+
 TEST(Dequant, Q8_0) {
   auto b = RandomBlock<BlockQ8_0>(5);
   b.d = Fp32ToFp16(-0.0625f);

@@ -105,12 +105,13 @@ TEST(LlamaCompat, DequantizedFixtureTensorsMatchF32Weights) {
   const auto f32 = OpenFixture("qwen3-tiny-f32.gguf");
   ASSERT_NE(f32, nullptr);
   const std::pair<const char*, double> kCeilings[] = {
-      {"qwen3-tiny-q8_0.gguf", 0.006}, {"qwen3-tiny-q4_0.gguf", 0.12},
-      {"qwen3-tiny-q4_1.gguf", 0.10},  {"qwen3-tiny-q5_0.gguf", 0.06},
-      {"qwen3-tiny-q5_1.gguf", 0.05},  {"qwen3-tiny-q2_k.gguf", 0.35},
-      {"qwen3-tiny-q3_k.gguf", 0.20},  {"qwen3-tiny-q4_k.gguf", 0.10},
-      {"qwen3-tiny-q5_k.gguf", 0.05},  {"qwen3-tiny-q6_k.gguf", 0.025},
-      {"qwen3-tiny-bf16.gguf", 0.003}, {"qwen3-tiny-f16.gguf", 0.0005},
+      {"qwen3-tiny-q8_0.gguf", 0.006},  {"qwen3-tiny-q4_0.gguf", 0.12},
+      {"qwen3-tiny-q4_1.gguf", 0.10},   {"qwen3-tiny-q5_0.gguf", 0.06},
+      {"qwen3-tiny-q5_1.gguf", 0.05},   {"qwen3-tiny-q2_k.gguf", 0.35},
+      {"qwen3-tiny-q3_k.gguf", 0.20},   {"qwen3-tiny-q4_k.gguf", 0.10},
+      {"qwen3-tiny-q5_k.gguf", 0.05},   {"qwen3-tiny-q6_k.gguf", 0.025},
+      {"qwen3-tiny-bf16.gguf", 0.003},  {"qwen3-tiny-f16.gguf", 0.0005},
+      {"qwen3-tiny-iq4_nl.gguf", 0.11},
   };
   for (const auto& [file, ceiling] : kCeilings) {
     SCOPED_TRACE(file);

@@ -84,6 +84,7 @@ std::vector<uint8_t> RandomWeightRow(GgmlType type, int64_t n, std::mt19937& rng
       case GgmlType::kQ4_0:
       case GgmlType::kQ5_0:
       case GgmlType::kQ8_0:
+      case GgmlType::kIq4Nl:
         set(0);
         break;
       case GgmlType::kQ4_1:

@@ -35,6 +35,7 @@ TEST(TypeTraits, ActTypesFollowLlamaCpp) {
   EXPECT_EQ(act(GgmlType::kQ8_0), GgmlType::kQ8_0);
   EXPECT_EQ(act(GgmlType::kQ4_0), GgmlType::kQ8_0);
   EXPECT_EQ(act(GgmlType::kQ5_0), GgmlType::kQ8_0);
+  EXPECT_EQ(act(GgmlType::kIq4Nl), GgmlType::kQ8_0);
   EXPECT_EQ(act(GgmlType::kQ4_1), GgmlType::kQ8_1);
   EXPECT_EQ(act(GgmlType::kQ5_1), GgmlType::kQ8_1);
   for (GgmlType k :
