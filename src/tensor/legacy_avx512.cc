@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels for the legacy 32-element block types: Q8_0, Q4_0, Q5_0 against
 // Q8_0 activations, Q4_1, Q5_1 against Q8_1 activations, and Q8_0 rows dequantized; and for
-// IQ4_NL (table levels, looked up by a shuffle) against Q8_0 like Q8_0.
+// IQ4_NL (table levels, looked up by a shuffle) against Q8_0 like Q4_0.
 // Registered by kernels_avx512.cc.
 //
 // Goals: decode streams weight rows at memory speed; prefill reuses each loaded weight
@@ -69,19 +69,7 @@ struct Q8_0Weights {
     return LoadTwo(b0->qs, b1 ? b1->qs : nullptr);
   }
 };
-// IQ4_NL: each nibble looks its level up in the table (one table per 128-bit lane). A missing
-// second block has zero quants, as Q8_0's LoadTwo gives.
-struct Iq4NlWeights {
-  using Block = BlockIq4Nl;
-  static __m512i Quants(const Block* b0, const Block* b1) {
-    const __m512i levels =
-        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
-    const __m512i q = _mm512_shuffle_epi8(levels, Nibbles(b0, b1));
-    return b1 ? q : _mm512_zextsi256_si512(_mm512_castsi512_si256(q));
-  }
-};
-
-// Signed-quant weights (policy W: Q8_0, IQ4_NL) · Q8_0 activations. Two blocks (64 bytes) per step;
+// Signed-quant weights (policy W: Q8_0) · Q8_0 activations. Two blocks (64 bytes) per step;
 // an odd last block runs with a zero upper half, which adds exact zeros to the same accumulators.
 template <class W>
 struct SignedKernel {
@@ -133,6 +121,19 @@ struct Q5_0Weights {
   using ActBlock = BlockQ8_0;
   static constexpr int kOffset = 16;
   static __m512i Quants(const Block* b0, const Block* b1) { return FiveBits(b0, b1); }
+};
+// IQ4_NL: each nibble looks its level up in a table of the levels + 128 (one table per 128-bit
+// lane), unsigned like the others' quants; the offset 128 comes off as −128·Σa.
+struct Iq4NlWeights {
+  using Block = BlockIq4Nl;
+  using ActBlock = BlockQ8_0;
+  static constexpr int kOffset = 128;
+  static __m512i Quants(const Block* b0, const Block* b1) {
+    const __m512i levels = _mm512_add_epi8(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues))),
+        _mm512_set1_epi8(static_cast<char>(0x80)));
+    return _mm512_shuffle_epi8(levels, Nibbles(b0, b1));
+  }
 };
 struct Q4_1Weights {
   using Block = BlockQ4_1;
@@ -282,7 +283,7 @@ void FillLegacyAvx512(TypeTraits& traits) {
       traits.dequantize_row = DequantizeRowQ8_0Avx512;
       break;
     case GgmlType::kIq4Nl:
-      simd::Install<SignedKernel<Iq4NlWeights>, 4, 4>(traits);
+      simd::Install<UnsignedKernel<Iq4NlWeights>, 4, 4>(traits);
       break;
     case GgmlType::kQ4_0:
       simd::Install<UnsignedKernel<Q4_0Weights>, 4, 4>(traits);
