@@ -103,6 +103,7 @@ std::string FileTypeName(const GgufFile& file) {
                                                          {17, "Q5_K - Medium"},
                                                          {18, "Q6_K"},
                                                          {25, "IQ4_NL - 4.5 bpw"},
+                                                         {30, "IQ4_XS - 4.25 bpw"},
                                                          {32, "BF16"}};
   Result<uint64_t> ftype = file.GetUint("general.file_type");
   if (ftype.ok()) {

@@ -47,7 +47,7 @@ constexpr TypeChoice kTypes[] = {
     {"q4_k", GgmlType::kQ4_K, 15},    {"q5_k", GgmlType::kQ5_K, 17},
     {"q6_k", GgmlType::kQ6_K, 18},    {"q4_k_m", GgmlType::kQ4_K, 15},
     {"q5_k_m", GgmlType::kQ5_K, 17},  {"q3_k_m", GgmlType::kQ3_K, 12},
-    {"iq4_nl", GgmlType::kIq4Nl, 25},
+    {"iq4_nl", GgmlType::kIq4Nl, 25}, {"iq4_xs", GgmlType::kIq4Xs, 30},
 };
 
 const TypeChoice* FindType(const std::string& name) {
@@ -167,7 +167,7 @@ ModelConfig SynthModelConfig(const SynthSpec& s) {
 }
 
 // When ne[0] is not a multiple of the block size, llama.cpp falls back to a 32-block type
-// (Q2_K/Q3_K to IQ4_NL).
+// (Q2_K, Q3_K and IQ4_XS to IQ4_NL).
 GgmlType FitRowLength(GgmlType type, int64_t ne0) {
   auto info = LookupGgmlType(static_cast<uint32_t>(type));
   if (info && ne0 % info->block_size == 0) return type;
@@ -175,6 +175,7 @@ GgmlType FitRowLength(GgmlType type, int64_t ne0) {
   switch (type) {
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
+    case GgmlType::kIq4Xs:
       fallback = GgmlType::kIq4Nl;
       break;
     case GgmlType::kQ4_K:

@@ -29,6 +29,7 @@ enum class GgmlType : uint32_t {
   kQ6_K = 14,
   kQ8_K = 15,
   kIq4Nl = 20,
+  kIq4Xs = 23,
   kI8 = 24,
   kI16 = 25,
   kI32 = 26,

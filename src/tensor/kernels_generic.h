@@ -70,6 +70,12 @@ void VecDotQ8_0Q8_0(int64_t n, const void* w, const void* a, float* out);
 void DequantizeRowIq4Nl(const void* src, float* dst, int64_t n);
 void QuantizeRowIq4Nl(const float* src, void* dst, int64_t n);
 void VecDotIq4NlQ8_0(int64_t n, const void* w, const void* a, float* out);
+// IQ4_XS: the same levels in 256-element super-blocks with a 6-bit scale per 32, dotted with
+// Q8_K activations: each sub-block's exact sum times its scale into the 8 lanes, one fused
+// multiply-add by d_w·d_a per super-block.
+void DequantizeRowIq4Xs(const void* src, float* dst, int64_t n);
+void QuantizeRowIq4Xs(const float* src, void* dst, int64_t n);
+void VecDotIq4XsQ8_K(int64_t n, const void* w, const void* a, float* out);
 
 // K-quants, 256-element super-blocks (kernels_generic_kquants.cc, quantize_kquants.cc).
 void DequantizeRowQ2_K(const void* src, float* dst, int64_t n);

@@ -1,17 +1,21 @@
-// Generic kernels of the non-linear ("i-quant") weight types: IQ4_NL so far.
+// Generic kernels of the non-linear ("i-quant") weight types: IQ4_NL and IQ4_XS so far.
 //
 // IQ4_NL stores, per 32 elements, an fp16 scale and 4-bit indices into kIq4NlValues (16 int8
 // levels, denser near zero). Its dot product takes Q8_0 activations, as Q4_0's does, with the
 // table's level in place of q − 8: the integer sums are exact and the float side is the
 // legacy types' (BlockLanes), so every ISA's kernel can give the same bits.
 //
+// IQ4_XS has the same levels in 256-element super-blocks: a 6-bit scale per 32 elements under
+// one fp16 scale, dotted with Q8_K activations (the K-quants' float side).
+//
 // The quantizer is the usual search for the scale: start from the one that maps the largest
 // magnitude onto the table's end, try 2·kScaleTries + 1 scales around it, keep the one with
 // the least weighted squared error (weights x², as without an importance matrix), then pick
-// each element's nearest level for the scale kept.
+// each element's nearest level for the scale kept (IQ4_XS: for the sub-block's 6-bit scale).
 //
 // Goals: dequantization and dot products that read llama.cpp's files as llama.cpp does.
 // Non-goals: importance-matrix quantization, speed (the ISA files).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -23,6 +27,11 @@ namespace shardlm::internal {
 namespace {
 
 constexpr int kScaleTries = 7;
+
+// The 6-bit scale ls (0..63) of sub-block ib of an IQ4_XS super-block.
+int Iq4XsScale(uint16_t scales_h, const uint8_t* scales_l, int ib) {
+  return ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+}
 
 // Index of the level of kIq4NlValues nearest to x (the lower one on a tie).
 int NearestLevel(float x) {
@@ -53,11 +62,10 @@ void FitScale(const float* x, float inverse_scale, float* sum_qx, float* sum_q2)
   }
 }
 
-void QuantizeBlockIq4Nl(const float* x, BlockIq4Nl* y) {
+// The scale of the least weighted squared error for the 32 elements x (0 for zeros).
+float BestScale(const float* x) {
   const float max = SignedAbsMax(x, kQK);
-  std::memset(y->qs, 0, sizeof(y->qs));
-  y->d = Fp32ToFp16(0.0f);
-  if (std::fabs(max) < 1e-15f) return;
+  if (std::fabs(max) < 1e-15f) return 0.0f;
   // The largest magnitude onto the table's far end (−127, or 113 mirrored).
   float d = -max / kIq4NlValues[0];
   float sum_qx, sum_q2;
@@ -71,20 +79,56 @@ void QuantizeBlockIq4Nl(const float* x, BlockIq4Nl* y) {
       best = d * sum_qx;
     }
   }
-  y->d = Fp32ToFp16(d);
+  return d;
+}
+
+// Each element's nearest level for scale d, packed in 16 bytes (low nibbles: elements 0-15).
+void PackLevels(const float* x, float d, uint8_t* qs) {
   const float inverse = d != 0 ? 1.0f / d : 0.0f;
   for (int j = 0; j < kQK / 2; ++j) {
     const int lo = NearestLevel(inverse * x[j]);
     const int hi = NearestLevel(inverse * x[j + kQK / 2]);
-    y->qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    qs[j] = static_cast<uint8_t>(lo | (hi << 4));
   }
 }
 
-// The block's 32 levels in element order.
-void Levels(const BlockIq4Nl& b, int* q) {
+void QuantizeBlockIq4Nl(const float* x, BlockIq4Nl* y) {
+  const float d = BestScale(x);
+  y->d = Fp32ToFp16(d);
+  PackLevels(x, d, y->qs);
+}
+
+// Each sub-block's best scale, then one fp16 scale for the super-block that maps the largest
+// of them onto −32 and 6-bit multiples of it per sub-block, whose levels are chosen again.
+void QuantizeBlockIq4Xs(const float* x, BlockIq4Xs* y) {
+  float scales[kQK_K / kQK];
+  float max_scale = 0, max_abs = 0;
+  for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+    scales[ib] = BestScale(x + ib * kQK);
+    if (std::fabs(scales[ib]) > max_abs) {
+      max_abs = std::fabs(scales[ib]);
+      max_scale = scales[ib];
+    }
+  }
+  const float d = -max_scale / 32;
+  y->d = Fp32ToFp16(d);
+  y->scales_h = 0;
+  std::memset(y->scales_l, 0, sizeof(y->scales_l));
+  const float inverse = d != 0 ? 1.0f / d : 0.0f;
+  for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+    const int l = std::min(31, std::max(-32, NearestInt(inverse * scales[ib])));
+    PackLevels(x + ib * kQK, d * l, y->qs + ib * kQK / 2);
+    const int ls = l + 32;
+    y->scales_l[ib / 2] |= static_cast<uint8_t>((ls & 0xF) << (4 * (ib % 2)));
+    y->scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * ib));
+  }
+}
+
+// 32 elements' levels in element order from their 16 bytes.
+void Levels(const uint8_t* qs, int* q) {
   for (int j = 0; j < kQK / 2; ++j) {
-    q[j] = kIq4NlValues[b.qs[j] & 0x0F];
-    q[j + kQK / 2] = kIq4NlValues[b.qs[j] >> 4];
+    q[j] = kIq4NlValues[qs[j] & 0x0F];
+    q[j + kQK / 2] = kIq4NlValues[qs[j] >> 4];
   }
 }
 
@@ -95,7 +139,7 @@ void DequantizeRowIq4Nl(const void* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / kQK; ++i) {
     const float d = Fp16ToFp32(x[i].d);
     int q[kQK];
-    Levels(x[i], q);
+    Levels(x[i].qs, q);
     for (int j = 0; j < kQK; ++j) dst[i * kQK + j] = d * static_cast<float>(q[j]);
   }
 }
@@ -111,8 +155,45 @@ void VecDotIq4NlQ8_0(int64_t n, const void* w, const void* a, float* out) {
   float acc[8] = {};
   for (int64_t ib = 0; ib < n / kQK; ++ib) {
     int q[kQK];
-    Levels(x[ib], q);
+    Levels(x[ib].qs, q);
     BlockLanes(q, y[ib].qs, Fp16ToFp32(x[ib].d) * Fp16ToFp32(y[ib].d), acc);
+  }
+  *out = HorizontalSum8(acc);
+}
+
+void DequantizeRowIq4Xs(const void* src, float* dst, int64_t n) {
+  const auto* x = static_cast<const BlockIq4Xs*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = Fp16ToFp32(x[i].d);
+    for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+      const float dl = d * static_cast<float>(Iq4XsScale(x[i].scales_h, x[i].scales_l, ib) - 32);
+      int q[kQK];
+      Levels(x[i].qs + ib * kQK / 2, q);
+      for (int j = 0; j < kQK; ++j) dst[i * kQK_K + ib * kQK + j] = dl * static_cast<float>(q[j]);
+    }
+  }
+}
+
+void QuantizeRowIq4Xs(const float* src, void* dst, int64_t n) {
+  auto* y = static_cast<BlockIq4Xs*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i) QuantizeBlockIq4Xs(src + i * kQK_K, &y[i]);
+}
+
+void VecDotIq4XsQ8_K(int64_t n, const void* w, const void* a, float* out) {
+  const auto* x = static_cast<const BlockIq4Xs*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float acc[8] = {};
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int32_t lanes[8] = {};
+    for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+      const int scale = Iq4XsScale(x[i].scales_h, x[i].scales_l, ib) - 32;
+      int q[kQK];
+      Levels(x[i].qs + ib * kQK / 2, q);
+      int32_t sums[8] = {};
+      for (int e = 0; e < kQK; ++e) sums[LaneOf(e)] += q[e] * y[i].qs[ib * kQK + e];
+      for (int l = 0; l < 8; ++l) lanes[l] += scale * sums[l];
+    }
+    FmaLanes(y[i].d * Fp16ToFp32(x[i].d), lanes, acc);
   }
   *out = HorizontalSum8(acc);
 }
@@ -122,6 +203,10 @@ void FillGenericIQuantKernels(TypeTraits& traits) {
     case GgmlType::kIq4Nl:
       traits = {traits.type,     GgmlType::kQ8_0, kQK, DequantizeRowIq4Nl, QuantizeRowIq4Nl,
                 QuantizeActQ8_0, VecDotIq4NlQ8_0};
+      return;
+    case GgmlType::kIq4Xs:
+      traits = {traits.type,      GgmlType::kQ8_K, kQK_K,          DequantizeRowIq4Xs,
+                QuantizeRowIq4Xs, QuantizeActQ8_K, VecDotIq4XsQ8_K};
       return;
     default:
       return;

@@ -80,6 +80,14 @@ struct BlockIq4Nl {
   fp16_t d;  // value = d · kIq4NlValues[q]
   uint8_t qs[kQK / 2];
 };
+// IQ4_XS: IQ4_NL's levels in 256-element super-blocks of 8 sub-blocks of 32, each with a 6-bit
+// scale (ls − 32, ls = scales_l nibble | 2 bits of scales_h << 4) under one fp16 scale.
+struct BlockIq4Xs {
+  fp16_t d;  // value = d · (ls − 32) · kIq4NlValues[q]
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];  // per sub-block of 32: 16 bytes, low nibbles first
+};
 struct BlockQ8_K {  // activations for all K-quants
   float d;
   int8_t qs[kQK_K];
@@ -100,6 +108,7 @@ static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockIq4Nl) == 18);
+static_assert(sizeof(BlockIq4Xs) == 136);
 
 // The IQ4_NL (and IQ4_XS) levels, ascending: denser near zero, where weights cluster.
 inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

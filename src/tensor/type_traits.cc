@@ -23,7 +23,7 @@ using Table = std::array<TypeTraits, kNumTypes>;
 constexpr GgmlType kComputable[] = {
     GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,  GgmlType::kQ4_1,
     GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K,  GgmlType::kQ3_K,
-    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIq4Nl,
+    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIq4Nl, GgmlType::kIq4Xs,
 };
 
 bool CpuHasAvx2() {

@@ -109,6 +109,9 @@ TEST_F(SynthCliTest, TinyQwen3MatchesTheLlamaCppFixtureLayout) {
   auto iq4_nl = Synth("iq4_nl.gguf", "--type iq4_nl");
   ASSERT_NE(iq4_nl, nullptr);
   ExpectLikeFixture(*iq4_nl, "qwen3-tiny-iq4_nl.gguf");
+  auto iq4_xs = Synth("iq4_xs.gguf", "--type iq4_xs");
+  ASSERT_NE(iq4_xs, nullptr);
+  ExpectLikeFixture(*iq4_xs, "qwen3-tiny-iq4_xs.gguf");
 }
 
 // gemma3 in the fixture's shape: the same tensors (post norms, q/k norms, tied head), the

@@ -83,6 +83,19 @@ TEST(Dequant, Iq4Nl) {
                     [&](int e) { return levels[Nibble(b.qs, e % 16, e >= 16)] * 0.5f; });
 }
 
+// IQ4_XS: sub-block ib's scale is ls − 32 (low 4 bits in scales_l, high 2 in scales_h) times d.
+TEST(Dequant, Iq4Xs) {
+  auto b = RandomBlock<BlockIq4Xs>(7);
+  b.d = Fp32ToFp16(0.25f);
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  ExpectDequantized(GgmlType::kIq4Xs, b, 256, [&](int e) {
+    const int ib = e / 32;
+    const int ls =
+        ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+    return levels[Nibble(b.qs + 16 * ib, e % 16, e % 32 >= 16)] * 0.25f * (ls - 32);
+  });
+}
+
 TEST(Dequant, Q8_0) {
   auto b = RandomBlock<BlockQ8_0>(5);
   b.d = Fp32ToFp16(-0.0625f);

@@ -111,7 +111,7 @@ TEST(LlamaCompat, DequantizedFixtureTensorsMatchF32Weights) {
       {"qwen3-tiny-q3_k.gguf", 0.20},   {"qwen3-tiny-q4_k.gguf", 0.10},
       {"qwen3-tiny-q5_k.gguf", 0.05},   {"qwen3-tiny-q6_k.gguf", 0.025},
       {"qwen3-tiny-bf16.gguf", 0.003},  {"qwen3-tiny-f16.gguf", 0.0005},
-      {"qwen3-tiny-iq4_nl.gguf", 0.11},
+      {"qwen3-tiny-iq4_nl.gguf", 0.11}, {"qwen3-tiny-iq4_xs.gguf", 0.12},
   };
   for (const auto& [file, ceiling] : kCeilings) {
     SCOPED_TRACE(file);

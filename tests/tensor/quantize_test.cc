@@ -36,6 +36,7 @@ const ErrorCeiling kCeilings[] = {
     {GgmlType::kQ5_0, 0.06},   {GgmlType::kQ5_1, 0.05},  {GgmlType::kQ2_K, 0.37},
     {GgmlType::kQ3_K, 0.19},   {GgmlType::kQ4_K, 0.09},  {GgmlType::kQ5_K, 0.045},
     {GgmlType::kQ6_K, 0.023},  {GgmlType::kIq4Nl, 0.11},
+    {GgmlType::kIq4Xs, 0.11},
 };
 
 TEST(Quantize, RoundTripErrorWithinCeilingPerType) {

@@ -106,6 +106,9 @@ std::vector<uint8_t> RandomWeightRow(GgmlType type, int64_t n, std::mt19937& rng
       case GgmlType::kQ6_K:
         set(offsetof(BlockQ6_K, d));
         break;
+      case GgmlType::kIq4Xs:
+        set(offsetof(BlockIq4Xs, d));
+        break;
       default:
         break;
     }

@@ -22,7 +22,8 @@ namespace shardlm::testing {
 inline constexpr GgmlType kComputableTypes[] = {
     GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
     GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K,
-    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIq4Nl};
+    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIq4Nl,
+    GgmlType::kIq4Xs};
 
 // A weight type's name as GGUF files and llama.cpp write it (parameterised test names).
 inline std::string TypeName(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }

@@ -39,7 +39,8 @@ TEST(TypeTraits, ActTypesFollowLlamaCpp) {
   EXPECT_EQ(act(GgmlType::kQ4_1), GgmlType::kQ8_1);
   EXPECT_EQ(act(GgmlType::kQ5_1), GgmlType::kQ8_1);
   for (GgmlType k :
-       {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+       {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+        GgmlType::kIq4Xs}) {
     EXPECT_EQ(act(k), GgmlType::kQ8_K);
   }
   EXPECT_EQ(ActRowBytes(*GetTypeTraits(GgmlType::kQ4_K), 512), 2 * 292);
