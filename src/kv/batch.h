@@ -41,4 +41,10 @@ inline BatchOutputRows CountOutputRows(std::span<const BatchEntry> batch) {
   return rows;
 }
 
+// The same for a batch that may only move pages (apply_only: a prefill worker computes it
+// elsewhere), which gives no rows.
+inline BatchOutputRows CountOutputRows(std::span<const BatchEntry> batch, bool apply_only) {
+  return apply_only ? BatchOutputRows() : CountOutputRows(batch);
+}
+
 }  // namespace shardlm

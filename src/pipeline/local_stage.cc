@@ -204,21 +204,9 @@ Status LocalStage::RunPooled(const StageBatch& batch, const float* hidden_in, fl
   for (const PageCopy& copy : batch.copies) {
     SHARDLM_TRY(residency_->Copy(copy.src, copy.dst, loss));
   }
-  const int page_tokens = pool_->page_tokens();
-  if (batch.apply_only) {
-    // The worker writes them next: their next eviction must take them to the tier.
-    for (const BatchEntry& e : batch.entries) {
-      const size_t slot = size_t(e.slot);
-      const size_t page = size_t(e.position / page_tokens);
-      if (slot >= batch.pages_by_slot.size() || page >= batch.pages_by_slot[slot].size()) {
-        return InvalidArgument("stage {}: entry at position {} of slot {} has no page", info_.index,
-                               e.position, e.slot);
-      }
-      SHARDLM_TRY(CheckPages(batch.pages_by_slot[slot].subspan(page, 1), residency_->n_pages()));
-      residency_->MarkWritten(batch.pages_by_slot[slot][page]);
-    }
-    return Status::Ok();
-  }
+  // A batch applied only: the worker writes the pages next, so their next eviction must take
+  // them to the tier all the same.
+  if (batch.apply_only) return MarkWritten(batch);
   const size_t n_slots = batch.pages_by_slot.size();
   if (frames_by_slot_.size() < n_slots) frames_by_slot_.resize(n_slots);
   frame_lists_.assign(n_slots, PageList());
@@ -239,8 +227,20 @@ Status LocalStage::RunPooled(const StageBatch& batch, const float* hidden_in, fl
   pooled.page_scores = batch.page_scores;
   pooled.attended_by_slot = batch.attended_by_slot;
   SHARDLM_TRY(forward_->RunPooled(batch.entries, frame_lists_, pooled, hidden_in, out));
+  return MarkWritten(batch);
+}
+
+Status LocalStage::MarkWritten(const StageBatch& batch) {
+  const int page_tokens = pool_->page_tokens();
   for (const BatchEntry& e : batch.entries) {
-    residency_->MarkWritten(batch.pages_by_slot[e.slot][e.position / page_tokens]);
+    const size_t slot = size_t(e.slot);
+    const size_t page = size_t(e.position / page_tokens);
+    if (slot >= batch.pages_by_slot.size() || page >= batch.pages_by_slot[slot].size()) {
+      return InvalidArgument("stage {}: entry at position {} of slot {} has no page", info_.index,
+                             e.position, e.slot);
+    }
+    SHARDLM_TRY(CheckPages(batch.pages_by_slot[slot].subspan(page, 1), residency_->n_pages()));
+    residency_->MarkWritten(batch.pages_by_slot[slot][page]);
   }
   return Status::Ok();
 }

@@ -113,6 +113,9 @@ class LocalStage final : public Stage {
   Status ApplyCopies(std::span<const PageCopy> copies);
   // Bounded pool: moves, copies, frame lists, the forward pass, dirty pages.
   Status RunPooled(const StageBatch& batch, const float* hidden_in, float* out);
+  // Bounded pool: the pages the batch's entries write are dirty (their eviction writes them to
+  // the tier). InvalidArgument for an entry without a page.
+  Status MarkWritten(const StageBatch& batch);
   // Bounded pool over a region it was given: the forward pass over the batch's frames.
   Status RunFollower(const StageBatch& batch, const float* hidden_in, float* out);
   // InvalidArgument: a page outside [0, n_pages).

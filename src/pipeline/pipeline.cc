@@ -175,8 +175,7 @@ Status Pipeline::ValidateBatch(const PipelineBatch& batch) const {
     return InvalidArgument("a batch of {} entries exceeds the pipeline's {} tokens per batch",
                            batch.entries.size(), max_batch_tokens_);
   }
-  const BatchOutputRows rows =
-      batch.apply_only ? BatchOutputRows() : CountOutputRows(batch.entries);
+  const BatchOutputRows rows = CountOutputRows(batch.entries, batch.apply_only);
   if (rows.logits > max_logit_rows_) {
     return InvalidArgument("a batch wants {} logits rows but the pipeline holds {}", rows.logits,
                            max_logit_rows_);
@@ -221,8 +220,7 @@ void Pipeline::CopyIn(const PipelineBatch& batch, Job& job) const {
   }
   job.page_scores.assign(n_scores, -std::numeric_limits<float>::infinity());
   job.loss.clear();
-  // A batch applied only gives no rows.
-  job.rows = batch.apply_only ? BatchOutputRows() : CountOutputRows(batch.entries);
+  job.rows = CountOutputRows(batch.entries, batch.apply_only);
   job.status = Status::Ok();
   job.done = false;
 }

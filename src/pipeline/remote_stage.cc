@@ -194,9 +194,7 @@ Status RemoteStage::Handshake() {
     // The daemon's page region follows an accepted reply (none for pages of no bytes).
     shared_kv_.reset();
     const size_t pool_bytes =
-        page_bytes_ == 0
-            ? 0
-            : ShardSharedKvBytes(options_.config, hello_, {hello_.layer_begin, hello_.layer_end});
+        ShardSharedKvBytes(options_.config, hello_, {hello_.layer_begin, hello_.layer_end});
     if (pool_bytes > 0) {
       Result<ReceivedMessage> shared =
           (*channel)->Receive(kMaxSmallReplyBytes, options_.hello_timeout_ms);
@@ -327,9 +325,7 @@ Status RemoteStage::Run(const StageBatch& batch, const float* hidden_in, float* 
   std::lock_guard<std::mutex> lock(io_mu_);
   SHARDLM_TRY(CheckUp());
   const size_t n_tokens = batch.entries.size();
-  // A batch applied only gives no rows.
-  const BatchOutputRows wanted =
-      batch.apply_only ? BatchOutputRows() : CountOutputRows(batch.entries);
+  const BatchOutputRows wanted = CountOutputRows(batch.entries, batch.apply_only);
   if (n_tokens == 0 || n_tokens > size_t(hello_.max_batch_tokens) ||
       (info_.last &&
        (wanted.logits > hello_.max_logit_rows || wanted.embeddings > hello_.max_embedding_rows))) {

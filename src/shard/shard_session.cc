@@ -89,7 +89,7 @@ Status ShardSession::CheckBatch(const ShardRunBatch& batch, BatchOutputRows& row
     return InvalidArgument("batch of {} tokens (1..{} per batch, the session's max_batch_tokens)",
                            batch.entries.size(), hello_.max_batch_tokens);
   }
-  rows = batch.apply_only ? BatchOutputRows() : CountOutputRows(batch.entries);
+  rows = CountOutputRows(batch.entries, batch.apply_only);
   if (stage_->info().last && rows.logits > hello_.max_logit_rows) {
     return InvalidArgument(
         "{} rows want logits (at most {} per batch, the session's "
