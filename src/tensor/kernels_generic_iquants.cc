@@ -132,16 +132,18 @@ void Levels(const uint8_t* qs, int* q) {
   }
 }
 
+// dst[0..32) = d · the levels of 32 elements (their 16 bytes).
+void ScaledLevels(const uint8_t* qs, float d, float* dst) {
+  int q[kQK];
+  Levels(qs, q);
+  for (int j = 0; j < kQK; ++j) dst[j] = d * static_cast<float>(q[j]);
+}
+
 }  // namespace
 
 void DequantizeRowIq4Nl(const void* src, float* dst, int64_t n) {
   const auto* x = static_cast<const BlockIq4Nl*>(src);
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const float d = Fp16ToFp32(x[i].d);
-    int q[kQK];
-    Levels(x[i].qs, q);
-    for (int j = 0; j < kQK; ++j) dst[i * kQK + j] = d * static_cast<float>(q[j]);
-  }
+  for (int64_t i = 0; i < n / kQK; ++i) ScaledLevels(x[i].qs, Fp16ToFp32(x[i].d), dst + i * kQK);
 }
 
 void QuantizeRowIq4Nl(const float* src, void* dst, int64_t n) {
@@ -167,9 +169,7 @@ void DequantizeRowIq4Xs(const void* src, float* dst, int64_t n) {
     const float d = Fp16ToFp32(x[i].d);
     for (int ib = 0; ib < kQK_K / kQK; ++ib) {
       const float dl = d * static_cast<float>(Iq4XsScale(x[i].scales_h, x[i].scales_l, ib) - 32);
-      int q[kQK];
-      Levels(x[i].qs + ib * kQK / 2, q);
-      for (int j = 0; j < kQK; ++j) dst[i * kQK_K + ib * kQK + j] = dl * static_cast<float>(q[j]);
+      ScaledLevels(x[i].qs + ib * kQK / 2, dl, dst + i * kQK_K + ib * kQK);
     }
   }
 }

@@ -97,21 +97,23 @@ void ExpectLikeFixture(const GgufFile& synth, const std::string& fixture) {
 
 TEST_F(SynthCliTest, TinyQwen3MatchesTheLlamaCppFixtureLayout) {
   SHARDLM_REQUIRE_FIXTURES();
-  auto f32 = Synth("f32.gguf", "--arch qwen3 --preset tiny --type f32 --seed 1");
-  ASSERT_NE(f32, nullptr);
-  ExpectLikeFixture(*f32, "qwen3-tiny-f32.gguf");
-  auto mix = Synth("q4km.gguf", "--arch qwen3 --preset tiny --type q4_k_m --seed 1");
-  ASSERT_NE(mix, nullptr);
-  ExpectLikeFixture(*mix, "qwen3-tiny-q4_k_m.gguf");
-  auto q8 = Synth("q8.gguf", "--type q8_0");
-  ASSERT_NE(q8, nullptr);
-  ExpectLikeFixture(*q8, "qwen3-tiny-q8_0.gguf");
-  auto iq4_nl = Synth("iq4_nl.gguf", "--type iq4_nl");
-  ASSERT_NE(iq4_nl, nullptr);
-  ExpectLikeFixture(*iq4_nl, "qwen3-tiny-iq4_nl.gguf");
-  auto iq4_xs = Synth("iq4_xs.gguf", "--type iq4_xs");
-  ASSERT_NE(iq4_xs, nullptr);
-  ExpectLikeFixture(*iq4_xs, "qwen3-tiny-iq4_xs.gguf");
+  const struct {
+    const char* file;
+    const char* args;
+    const char* fixture;
+  } kCases[] = {
+      {"f32.gguf", "--arch qwen3 --preset tiny --type f32 --seed 1", "qwen3-tiny-f32.gguf"},
+      {"q4km.gguf", "--arch qwen3 --preset tiny --type q4_k_m --seed 1", "qwen3-tiny-q4_k_m.gguf"},
+      {"q8.gguf", "--type q8_0", "qwen3-tiny-q8_0.gguf"},
+      {"iq4_nl.gguf", "--type iq4_nl", "qwen3-tiny-iq4_nl.gguf"},
+      {"iq4_xs.gguf", "--type iq4_xs", "qwen3-tiny-iq4_xs.gguf"},
+  };
+  for (const auto& c : kCases) {
+    SCOPED_TRACE(c.fixture);
+    auto synth = Synth(c.file, c.args);
+    ASSERT_NE(synth, nullptr);
+    ExpectLikeFixture(*synth, c.fixture);
+  }
 }
 
 // gemma3 in the fixture's shape: the same tensors (post norms, q/k norms, tied head), the
