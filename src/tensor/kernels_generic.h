@@ -27,10 +27,12 @@
 namespace shardlm::internal {
 
 // Each fills `traits` if traits.type is one of its family's types, else leaves it alone.
-void FillGenericFloatKernels(TypeTraits& traits);   // kernels_generic_float.cc
-void FillGenericLegacyKernels(TypeTraits& traits);  // kernels_generic_legacy.cc
-void FillGenericKQuantKernels(TypeTraits& traits);  // kernels_generic_kquants.cc
-void FillGenericIQuantKernels(TypeTraits& traits);  // kernels_generic_iquants.cc
+void FillGenericFloatKernels(TypeTraits& traits);    // kernels_generic_float.cc
+void FillGenericLegacyKernels(TypeTraits& traits);   // kernels_generic_legacy.cc
+void FillGenericKQuantKernels(TypeTraits& traits);   // kernels_generic_kquants.cc
+void FillGenericIQuantKernels(TypeTraits& traits);   // kernels_generic_iquants.cc
+void FillGenericGridKernels(TypeTraits& traits);     // kernels_generic_grids.cc
+void FillGenericTernaryKernels(TypeTraits& traits);  // kernels_generic_ternary.cc
 
 // F32 / F16 / BF16 (kernels_generic_float.cc). Dot products accumulate in double, like
 // ggml's scalar ggml_vec_dot_f32/f16/bf16 (products are rounded to float first).
@@ -76,6 +78,42 @@ void VecDotIq4NlQ8_0(int64_t n, const void* w, const void* a, float* out);
 void DequantizeRowIq4Xs(const void* src, float* dst, int64_t n);
 void QuantizeRowIq4Xs(const float* src, void* dst, int64_t n);
 void VecDotIq4XsQ8_K(int64_t n, const void* w, const void* a, float* out);
+// MXFP4: IQ4_NL's shape with FP4 values (kMxfp4Values) under a power-of-two scale.
+void DequantizeRowMxfp4(const void* src, float* dst, int64_t n);
+void QuantizeRowMxfp4(const float* src, void* dst, int64_t n);
+void VecDotMxfp4Q8_0(int64_t n, const void* w, const void* a, float* out);
+
+// Grid i-quants, dotted with Q8_K (kernels_generic_grids.cc; quantizers in
+// quantize_grids.cc, not llama-quantize's search: see there).
+void DequantizeRowIq2Xxs(const void* src, float* dst, int64_t n);
+void DequantizeRowIq2Xs(const void* src, float* dst, int64_t n);
+void DequantizeRowIq2S(const void* src, float* dst, int64_t n);
+void DequantizeRowIq3Xxs(const void* src, float* dst, int64_t n);
+void DequantizeRowIq3S(const void* src, float* dst, int64_t n);
+void DequantizeRowIq1S(const void* src, float* dst, int64_t n);
+void DequantizeRowIq1M(const void* src, float* dst, int64_t n);
+void QuantizeRowIq2Xxs(const float* src, void* dst, int64_t n);
+void QuantizeRowIq2Xs(const float* src, void* dst, int64_t n);
+void QuantizeRowIq2S(const float* src, void* dst, int64_t n);
+void QuantizeRowIq3Xxs(const float* src, void* dst, int64_t n);
+void QuantizeRowIq3S(const float* src, void* dst, int64_t n);
+void QuantizeRowIq1S(const float* src, void* dst, int64_t n);
+void QuantizeRowIq1M(const float* src, void* dst, int64_t n);
+void VecDotIq2XxsQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotIq2XsQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotIq2SQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotIq3XxsQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotIq3SQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotIq1SQ8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotIq1MQ8_K(int64_t n, const void* w, const void* a, float* out);
+
+// Ternary types, dotted with Q8_K (kernels_generic_ternary.cc).
+void DequantizeRowTq1_0(const void* src, float* dst, int64_t n);
+void DequantizeRowTq2_0(const void* src, float* dst, int64_t n);
+void QuantizeRowTq1_0(const float* src, void* dst, int64_t n);
+void QuantizeRowTq2_0(const float* src, void* dst, int64_t n);
+void VecDotTq1_0Q8_K(int64_t n, const void* w, const void* a, float* out);
+void VecDotTq2_0Q8_K(int64_t n, const void* w, const void* a, float* out);
 
 // K-quants, 256-element super-blocks (kernels_generic_kquants.cc, quantize_kquants.cc).
 void DequantizeRowQ2_K(const void* src, float* dst, int64_t n);
@@ -126,6 +164,19 @@ inline void BlockLanes(const int* q, const int8_t* qa, float d, float* acc) {
   int32_t lanes[8] = {};
   for (int e = 0; e < 32; ++e) lanes[LaneOf(e)] += q[e] * qa[e];
   FmaLanes(d, lanes, acc);
+}
+
+// lanes[l] += Σ over the 8 32-element groups of a super-block of scale16[e / 16] · q[e] · qa[e],
+// for the elements e with LaneOf(e) == l (lane l: elements 4l..4l+3 of each group; elements 0..15
+// of a group share scale16[2g], 16..31 scale16[2g+1]).
+inline void AddScaledLanes(const int8_t* q, const int8_t* qa, const int* scale16, int32_t* lanes) {
+  for (int g = 0; g < 8; ++g) {
+    for (int l = 0; l < 8; ++l) {
+      int sum = 0;
+      for (int k = 4 * l; k < 4 * l + 4; ++k) sum += q[32 * g + k] * qa[32 * g + k];
+      lanes[l] += scale16[2 * g + l / 4] * sum;
+    }
+  }
 }
 
 inline float HorizontalSum8(const float* acc) {

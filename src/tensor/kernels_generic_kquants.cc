@@ -97,19 +97,6 @@ void UnpackQ5K(const BlockQ5_K& b, int8_t* q) {
   }
 }
 
-// lanes[l] += Σ over the 32-element groups of scale16[e / 16] · q[e] · qa[e], for the
-// elements e with LaneOf(e) == l (lane l: elements 4l..4l+3 of each group; elements 0..15
-// of a group share scale16[2g], 16..31 scale16[2g+1]).
-void AddScaledLanes(const int8_t* q, const int8_t* qa, const int* scale16, int32_t* lanes) {
-  for (int g = 0; g < kQK_K / 32; ++g) {
-    for (int l = 0; l < 8; ++l) {
-      int sum = 0;
-      for (int k = 4 * l; k < 4 * l + 4; ++k) sum += q[32 * g + k] * qa[32 * g + k];
-      lanes[l] += scale16[2 * g + l / 4] * sum;
-    }
-  }
-}
-
 // Σ_j mins[j] · (bsums[2j] + bsums[2j+1]) as ggml's madd of mins by pairwise-added bsums:
 // 4 lanes, lane k covering mins 2k and 2k+1.
 void MinLanes4(const uint8_t* mins, const BlockQ8_K& y, int32_t* lanes) {
