@@ -1,4 +1,5 @@
-// Generic kernels of the non-linear ("i-quant") weight types: IQ4_NL and IQ4_XS so far.
+// Generic kernels of the 4-bit table types: IQ4_NL, IQ4_XS and MXFP4 (kernels_generic_grids.cc
+// has the other i-quants).
 //
 // IQ4_NL stores, per 32 elements, an fp16 scale and 4-bit indices into kIq4NlValues (16 int8
 // levels, denser near zero). Its dot product takes Q8_0 activations, as Q4_0's does, with the
@@ -12,6 +13,9 @@
 // magnitude onto the table's end, try 2·kScaleTries + 1 scales around it, keep the one with
 // the least weighted squared error (weights x², as without an importance matrix), then pick
 // each element's nearest level for the scale kept (IQ4_XS: for the sub-block's 6-bit scale).
+//
+// MXFP4 is IQ4_NL's shape with FP4 (E2M1) values and a power-of-two scale per 32 (OCP
+// microscaling); its quantizer is ggml's, byte for byte.
 //
 // Goals: dequantization and dot products that read llama.cpp's files as llama.cpp does.
 // Non-goals: importance-matrix quantization, speed (the ISA files).
@@ -124,19 +128,50 @@ void QuantizeBlockIq4Xs(const float* x, BlockIq4Xs* y) {
   }
 }
 
-// 32 elements' levels in element order from their 16 bytes.
-void Levels(const uint8_t* qs, int* q) {
+// 32 elements' levels (of `values`: kIq4NlValues or kMxfp4Values) in element order from
+// their 16 bytes.
+void Levels(const uint8_t* qs, int* q, const int8_t* values = kIq4NlValues) {
   for (int j = 0; j < kQK / 2; ++j) {
-    q[j] = kIq4NlValues[qs[j] & 0x0F];
-    q[j + kQK / 2] = kIq4NlValues[qs[j] >> 4];
+    q[j] = values[qs[j] & 0x0F];
+    q[j + kQK / 2] = values[qs[j] >> 4];
   }
 }
 
 // dst[0..32) = d · the levels of 32 elements (their 16 bytes).
-void ScaledLevels(const uint8_t* qs, float d, float* dst) {
+void ScaledLevels(const uint8_t* qs, float d, float* dst, const int8_t* values = kIq4NlValues) {
   int q[kQK];
-  Levels(qs, q);
+  Levels(qs, q, values);
   for (int j = 0; j < kQK; ++j) dst[j] = d * static_cast<float>(q[j]);
+}
+
+// The MXFP4 block scale: 2^(e − 128), the half that undoes kMxfp4Values' doubling (e < 2 are
+// subnormal floats).
+float Mxfp4Scale(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return scale;
+}
+
+// ggml's MXFP4 quantizer: the exponent that puts the largest magnitude in [4, 8) times the
+// scale (FP4's top octave, 4 and 6), then each element's nearest value (the first of ties).
+void QuantizeBlockMxfp4(const float* x, BlockMxfp4* y) {
+  float amax = 0;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  y->e = amax > 0 ? static_cast<uint8_t>(std::floor(std::log2(amax)) - 2 + 127) : 0;
+  const float d = Mxfp4Scale(y->e);
+  auto nearest = [d](float v) {
+    int best = 0;
+    float best_err = std::fabs(kMxfp4Values[0] * d - v);
+    for (int i = 1; i < 16; ++i) {
+      const float err = std::fabs(kMxfp4Values[i] * d - v);
+      if (err < best_err) best = i, best_err = err;
+    }
+    return best;
+  };
+  for (int j = 0; j < kQK / 2; ++j) {
+    y->qs[j] = static_cast<uint8_t>(nearest(x[j]) | (nearest(x[j + kQK / 2]) << 4));
+  }
 }
 
 }  // namespace
@@ -198,6 +233,30 @@ void VecDotIq4XsQ8_K(int64_t n, const void* w, const void* a, float* out) {
   *out = HorizontalSum8(acc);
 }
 
+void DequantizeRowMxfp4(const void* src, float* dst, int64_t n) {
+  const auto* x = static_cast<const BlockMxfp4*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    ScaledLevels(x[i].qs, Mxfp4Scale(x[i].e), dst + i * kQK, kMxfp4Values);
+  }
+}
+
+void QuantizeRowMxfp4(const float* src, void* dst, int64_t n) {
+  auto* y = static_cast<BlockMxfp4*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) QuantizeBlockMxfp4(src + i * kQK, &y[i]);
+}
+
+void VecDotMxfp4Q8_0(int64_t n, const void* w, const void* a, float* out) {
+  const auto* x = static_cast<const BlockMxfp4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc[8] = {};
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    int q[kQK];
+    Levels(x[ib].qs, q, kMxfp4Values);
+    BlockLanes(q, y[ib].qs, Fp16ToFp32(y[ib].d) * Mxfp4Scale(x[ib].e), acc);
+  }
+  *out = HorizontalSum8(acc);
+}
+
 void FillGenericIQuantKernels(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kIq4Nl:
@@ -207,6 +266,10 @@ void FillGenericIQuantKernels(TypeTraits& traits) {
     case GgmlType::kIq4Xs:
       traits = {traits.type,      GgmlType::kQ8_K, kQK_K,          DequantizeRowIq4Xs,
                 QuantizeRowIq4Xs, QuantizeActQ8_K, VecDotIq4XsQ8_K};
+      return;
+    case GgmlType::kMxfp4:
+      traits = {traits.type,     GgmlType::kQ8_0, kQK, DequantizeRowMxfp4, QuantizeRowMxfp4,
+                QuantizeActQ8_0, VecDotMxfp4Q8_0};
       return;
     default:
       return;
