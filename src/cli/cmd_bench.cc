@@ -102,8 +102,18 @@ std::string FileTypeName(const GgufFile& file) {
                                                          {16, "Q5_K - Small"},
                                                          {17, "Q5_K - Medium"},
                                                          {18, "Q6_K"},
+                                                         {19, "IQ2_XXS - 2.0625 bpw"},
+                                                         {20, "IQ2_XS - 2.3125 bpw"},
+                                                         {23, "IQ3_XXS - 3.0625 bpw"},
+                                                         {24, "IQ1_S - 1.5625 bpw"},
                                                          {25, "IQ4_NL - 4.5 bpw"},
+                                                         {26, "IQ3_S - 3.4375 bpw"},
+                                                         {29, "IQ2_M - 2.7 bpw"},
                                                          {30, "IQ4_XS - 4.25 bpw"},
+                                                         {31, "IQ1_M - 1.75 bpw"},
+                                                         {36, "TQ1_0 - 1.69 bpw ternary"},
+                                                         {37, "TQ2_0 - 2.06 bpw ternary"},
+                                                         {38, "MXFP4 MoE"},
                                                          {32, "BF16"}};
   Result<uint64_t> ftype = file.GetUint("general.file_type");
   if (ftype.ok()) {

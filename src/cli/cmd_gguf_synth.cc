@@ -37,7 +37,8 @@ void DeclareFlags(CLI::App& cmd, SynthFlags& f) {
       ->capture_default_str();
   cmd.add_option("--preset", f.preset, "tiny | 0.6b | 1.7b (Qwen3 shapes)")->capture_default_str();
   cmd.add_option("--type", f.type,
-                 "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs | mixes "
+                 "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs "
+                 "iq3_s iq3_xxs iq2_s iq2_xs iq2_xxs iq1_m iq1_s tq1_0 tq2_0 mxfp4 | mixes "
                  "q4_k_m q5_k_m q3_k_m")
       ->capture_default_str();
   cmd.add_option("--seed", f.seed, "PRNG seed (same seed, same file)")->capture_default_str();

@@ -39,15 +39,20 @@ struct TypeChoice {
 };
 
 constexpr TypeChoice kTypes[] = {
-    {"f32", GgmlType::kF32, 0},       {"f16", GgmlType::kF16, 1},
-    {"bf16", GgmlType::kBF16, 32},    {"q8_0", GgmlType::kQ8_0, 7},
-    {"q4_0", GgmlType::kQ4_0, 2},     {"q4_1", GgmlType::kQ4_1, 3},
-    {"q5_0", GgmlType::kQ5_0, 8},     {"q5_1", GgmlType::kQ5_1, 9},
-    {"q2_k", GgmlType::kQ2_K, 10},    {"q3_k", GgmlType::kQ3_K, 12},
-    {"q4_k", GgmlType::kQ4_K, 15},    {"q5_k", GgmlType::kQ5_K, 17},
-    {"q6_k", GgmlType::kQ6_K, 18},    {"q4_k_m", GgmlType::kQ4_K, 15},
-    {"q5_k_m", GgmlType::kQ5_K, 17},  {"q3_k_m", GgmlType::kQ3_K, 12},
-    {"iq4_nl", GgmlType::kIq4Nl, 25}, {"iq4_xs", GgmlType::kIq4Xs, 30},
+    {"f32", GgmlType::kF32, 0},         {"f16", GgmlType::kF16, 1},
+    {"bf16", GgmlType::kBF16, 32},      {"q8_0", GgmlType::kQ8_0, 7},
+    {"q4_0", GgmlType::kQ4_0, 2},       {"q4_1", GgmlType::kQ4_1, 3},
+    {"q5_0", GgmlType::kQ5_0, 8},       {"q5_1", GgmlType::kQ5_1, 9},
+    {"q2_k", GgmlType::kQ2_K, 10},      {"q3_k", GgmlType::kQ3_K, 12},
+    {"q4_k", GgmlType::kQ4_K, 15},      {"q5_k", GgmlType::kQ5_K, 17},
+    {"q6_k", GgmlType::kQ6_K, 18},      {"q4_k_m", GgmlType::kQ4_K, 15},
+    {"q5_k_m", GgmlType::kQ5_K, 17},    {"q3_k_m", GgmlType::kQ3_K, 12},
+    {"iq4_nl", GgmlType::kIq4Nl, 25},   {"iq4_xs", GgmlType::kIq4Xs, 30},
+    {"iq3_s", GgmlType::kIq3S, 26},     {"iq3_xxs", GgmlType::kIq3Xxs, 23},
+    {"iq2_s", GgmlType::kIq2S, 29},     {"iq2_xs", GgmlType::kIq2Xs, 20},
+    {"iq2_xxs", GgmlType::kIq2Xxs, 19}, {"iq1_m", GgmlType::kIq1M, 31},
+    {"iq1_s", GgmlType::kIq1S, 24},     {"tq1_0", GgmlType::kTq1_0, 36},
+    {"tq2_0", GgmlType::kTq2_0, 37},    {"mxfp4", GgmlType::kMxfp4, 38},
 };
 
 const TypeChoice* FindType(const std::string& name) {
@@ -167,7 +172,7 @@ ModelConfig SynthModelConfig(const SynthSpec& s) {
 }
 
 // When ne[0] is not a multiple of the block size, llama.cpp falls back to a 32-block type
-// (Q2_K, Q3_K and IQ4_XS to IQ4_NL).
+// (Q2_K, Q3_K and the i-quants of 256 to IQ4_NL, the ternary types to Q4_0).
 GgmlType FitRowLength(GgmlType type, int64_t ne0) {
   auto info = LookupGgmlType(static_cast<uint32_t>(type));
   if (info && ne0 % info->block_size == 0) return type;
@@ -176,7 +181,18 @@ GgmlType FitRowLength(GgmlType type, int64_t ne0) {
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K:
     case GgmlType::kIq4Xs:
+    case GgmlType::kIq3S:
+    case GgmlType::kIq3Xxs:
+    case GgmlType::kIq2S:
+    case GgmlType::kIq2Xs:
+    case GgmlType::kIq2Xxs:
+    case GgmlType::kIq1M:
+    case GgmlType::kIq1S:
       fallback = GgmlType::kIq4Nl;
+      break;
+    case GgmlType::kTq1_0:
+    case GgmlType::kTq2_0:
+      fallback = GgmlType::kQ4_0;
       break;
     case GgmlType::kQ4_K:
       fallback = GgmlType::kQ5_0;

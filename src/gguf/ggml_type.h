@@ -3,8 +3,8 @@
 // This is part of the file format (a tensor's byte size is rows × row_bytes), so it sits in
 // gguf/, below tensor/, which adds the block layouts and kernels.
 // Goals: the exact ids of ggml, so files from llama.cpp read as they are written.
-// Non-goals: types we cannot compute yet (most IQ*, TQ*, MXFP4) are named here only so that
-// errors can say which type a file uses.
+// Non-goals: types ggml removed (q4_2, q4_3) are named here only so that errors can say which
+// type a file uses.
 #pragma once
 
 #include <cstdint>
@@ -28,14 +28,24 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIq2Xxs = 16,
+  kIq2Xs = 17,
+  kIq3Xxs = 18,
+  kIq1S = 19,
   kIq4Nl = 20,
+  kIq3S = 21,
+  kIq2S = 22,
   kIq4Xs = 23,
   kI8 = 24,
   kI16 = 25,
   kI32 = 26,
   kI64 = 27,
   kF64 = 28,
+  kIq1M = 29,
   kBF16 = 30,
+  kTq1_0 = 34,
+  kTq2_0 = 35,
+  kMxfp4 = 39,
   kSentinel = 40,  // one past the largest id ggml knows today
 };
 

@@ -15,6 +15,8 @@ void FillGenericKernels(TypeTraits& traits) {
   FillGenericLegacyKernels(traits);
   FillGenericKQuantKernels(traits);
   FillGenericIQuantKernels(traits);
+  FillGenericGridKernels(traits);
+  FillGenericTernaryKernels(traits);
   if (const auto info = LookupGgmlType(static_cast<uint32_t>(type))) {
     traits.block_size = info->block_size;
   }

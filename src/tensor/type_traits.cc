@@ -21,9 +21,11 @@ constexpr size_t kNumIsas = static_cast<size_t>(Isa::kSentinel);
 using Table = std::array<TypeTraits, kNumTypes>;
 
 constexpr GgmlType kComputable[] = {
-    GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,  GgmlType::kQ4_1,
-    GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ8_0, GgmlType::kQ2_K,  GgmlType::kQ3_K,
-    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIq4Nl, GgmlType::kIq4Xs,
+    GgmlType::kF32,    GgmlType::kF16,   GgmlType::kBF16,  GgmlType::kQ4_0,   GgmlType::kQ4_1,
+    GgmlType::kQ5_0,   GgmlType::kQ5_1,  GgmlType::kQ8_0,  GgmlType::kQ2_K,   GgmlType::kQ3_K,
+    GgmlType::kQ4_K,   GgmlType::kQ5_K,  GgmlType::kQ6_K,  GgmlType::kIq4Nl,  GgmlType::kIq4Xs,
+    GgmlType::kIq2Xxs, GgmlType::kIq2Xs, GgmlType::kIq2S,  GgmlType::kIq3Xxs, GgmlType::kIq3S,
+    GgmlType::kIq1S,   GgmlType::kIq1M,  GgmlType::kTq1_0, GgmlType::kTq2_0,  GgmlType::kMxfp4,
 };
 
 bool CpuHasAvx2() {

@@ -8,8 +8,9 @@
 // does not depend on what else shares its batch.
 //
 // Numerics follow llama.cpp's x86 CPU backend: activations are converted to `act_type`
-// (Q8_0 for Q8_0/Q4_0/Q5_0, Q8_1 for Q4_1/Q5_1, Q8_K for K-quants, F16 for F16, BF16 for
-// BF16, F32 for F32), integer dot products per block are exact, accumulation is float32.
+// (Q8_0 for Q8_0/Q4_0/Q5_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1, Q8_K for K-quants, IQ4_XS, the
+// grid i-quants and the ternary types, F16 for F16, BF16 for BF16, F32 for F32), integer dot
+// products per block are exact, accumulation is float32.
 #pragma once
 
 #include <cstdint>

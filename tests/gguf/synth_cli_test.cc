@@ -107,6 +107,10 @@ TEST_F(SynthCliTest, TinyQwen3MatchesTheLlamaCppFixtureLayout) {
       {"q8.gguf", "--type q8_0", "qwen3-tiny-q8_0.gguf"},
       {"iq4_nl.gguf", "--type iq4_nl", "qwen3-tiny-iq4_nl.gguf"},
       {"iq4_xs.gguf", "--type iq4_xs", "qwen3-tiny-iq4_xs.gguf"},
+      {"iq3_s.gguf", "--type iq3_s", "qwen3-tiny-iq3_s.gguf"},
+      {"tq1_0.gguf", "--type tq1_0", "qwen3-tiny-tq1_0.gguf"},
+      {"tq2_0.gguf", "--type tq2_0", "qwen3-tiny-tq2_0.gguf"},
+      {"mxfp4.gguf", "--type mxfp4", "qwen3-tiny-mxfp4.gguf"},
   };
   for (const auto& c : kCases) {
     SCOPED_TRACE(c.fixture);

@@ -52,11 +52,7 @@ nlohmann::json ReadJsonFile(const std::string& path) {
 }
 
 const std::vector<std::string>& ModelsWithUnreadableWeightTypes() {
-  static const std::vector<std::string> models = {
-      "qwen3-tiny-iq1_m.gguf",   "qwen3-tiny-iq1_s.gguf",   "qwen3-tiny-iq2_s.gguf",
-      "qwen3-tiny-iq2_xs.gguf",  "qwen3-tiny-iq2_xxs.gguf", "qwen3-tiny-iq3_s.gguf",
-      "qwen3-tiny-iq3_xxs.gguf",  "qwen3-tiny-mxfp4.gguf",
-      "qwen3-tiny-tq1_0.gguf",   "qwen3-tiny-tq2_0.gguf"};
+  static const std::vector<std::string> models = {};
   return models;
 }
 

@@ -4,11 +4,13 @@
 // comparison is bitwise whatever the evaluation order.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "tensor/fp16.h"
+#include "tensor/iquant_grids.h"
 #include "tensor/quant_blocks.h"
 #include "tensor/type_traits.h"
 
@@ -94,6 +96,171 @@ TEST(Dequant, Iq4Xs) {
         ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((b.scales_h >> (2 * ib)) & 3) << 4);
     return levels[Nibble(b.qs + 16 * ib, e % 16, e % 32 >= 16)] * 0.25f * (ls - 32);
   });
+}
+
+// The grid types: element e is in group e / 8 (IQ3: grid entry e / 4), its magnitude is byte
+// e % 8 (e % 4) of the group's grid entry, its sign a stored bit (or, for the 7-bit sign codes,
+// the parity of the other seven).
+int GridByte(uint64_t entry, int k) { return static_cast<int>((entry >> (8 * k)) & 0xFF); }
+uint32_t Word32(const void* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+// Element k's sign (±1) from a 7-bit code whose missing eighth bit makes the negatives even.
+float EvenSign(uint32_t code, int k) {
+  code &= 127;
+  const int bit = k < 7 ? (code >> k) & 1 : __builtin_popcount(code) & 1;
+  return bit ? -1.0f : 1.0f;
+}
+
+TEST(Dequant, Iq2Xxs) {
+  auto b = RandomBlock<BlockIq2Xxs>(8);
+  b.d = Fp32ToFp16(0.5f);
+  ExpectDequantized(GgmlType::kIq2Xxs, b, 256, [&](int e) {
+    const uint32_t indices = Word32(b.qs + 4 * (e / 32)), codes = Word32(b.qs + 4 * (e / 32) + 2);
+    const int l = e % 32 / 8;
+    const float db = 0.5f * (0.5f + static_cast<float>(codes >> 28)) * 0.25f;
+    return db * GridByte(kIq2XxsGrid[(indices >> (8 * l)) & 255], e % 8) *
+           EvenSign(codes >> (7 * l), e % 8);
+  });
+}
+
+// Scales of IQ2_XS / IQ2_S: a nibble per 16 elements.
+float Iq2Db(const uint8_t* scales, int e, float d) {
+  const int s = (scales[e / 32] >> (4 * (e % 32 / 16))) & 15;
+  return d * (0.5f + static_cast<float>(s)) * 0.25f;
+}
+
+TEST(Dequant, Iq2Xs) {
+  auto b = RandomBlock<BlockIq2Xs>(9);
+  b.d = Fp32ToFp16(0.25f);
+  ExpectDequantized(GgmlType::kIq2Xs, b, 256, [&](int e) {
+    const uint16_t q = b.qs[e / 8];
+    return Iq2Db(b.scales, e, 0.25f) * GridByte(kIq2XsGrid[q & 511], e % 8) *
+           EvenSign(q >> 9, e % 8);
+  });
+}
+
+TEST(Dequant, Iq2S) {
+  auto b = RandomBlock<BlockIq2S>(10);
+  b.d = Fp32ToFp16(0.25f);
+  ExpectDequantized(GgmlType::kIq2S, b, 256, [&](int e) {
+    const int g = e / 8;
+    const int index = b.qs[g] | (((b.qh[g / 4] >> (2 * (g % 4))) & 3) << 8);
+    const float sign = (b.qs[32 + g] >> (e % 8)) & 1 ? -1.0f : 1.0f;
+    return Iq2Db(b.scales, e, 0.25f) * GridByte(kIq2SGrid[index], e % 8) * sign;
+  });
+}
+
+TEST(Dequant, Iq3Xxs) {
+  auto b = RandomBlock<BlockIq3Xxs>(11);
+  b.d = Fp32ToFp16(0.5f);
+  ExpectDequantized(GgmlType::kIq3Xxs, b, 256, [&](int e) {
+    const uint32_t codes = Word32(b.qs + 64 + 4 * (e / 32));
+    const float db = 0.5f * (0.5f + static_cast<float>(codes >> 28)) * 0.5f;
+    return db * GridByte(kIq3XxsGrid[b.qs[e / 4]], e % 4) *
+           EvenSign(codes >> (7 * (e % 32 / 8)), e % 8);
+  });
+}
+
+TEST(Dequant, Iq3S) {
+  auto b = RandomBlock<BlockIq3S>(12);
+  b.d = Fp32ToFp16(0.125f);
+  ExpectDequantized(GgmlType::kIq3S, b, 256, [&](int e) {
+    const int g4 = e / 4;  // grid entry; bit g4 % 8 of qh[e / 32] is its index's bit 8
+    const int index = b.qs[g4] | (((b.qh[e / 32] >> (g4 % 8)) & 1) << 8);
+    const int s = (b.scales[e / 64] >> (4 * (e % 64 / 32))) & 15;
+    const float sign = (b.signs[e / 8] >> (e % 8)) & 1 ? -1.0f : 1.0f;
+    return 0.125f * static_cast<float>(1 + 2 * s) * GridByte(kIq3SGrid[index], e % 4) * sign;
+  });
+}
+
+// IQ1: d · (2s + 1) · (grid value in {−1, 0, 1} ± 1/8).
+TEST(Dequant, Iq1S) {
+  auto b = RandomBlock<BlockIq1S>(13);
+  b.d = Fp32ToFp16(0.5f);
+  ExpectDequantized(GgmlType::kIq1S, b, 256, [&](int e) {
+    const int qh = b.qh[e / 32], l = e % 32 / 8;
+    const int index = b.qs[e / 8] | (((qh >> (3 * l)) & 7) << 8);
+    const float shift = qh & 0x8000 ? -0.125f : 0.125f;
+    const auto v = static_cast<int8_t>(GridByte(kIq1SGrid[index], e % 8));
+    return 0.5f * static_cast<float>(2 * ((qh >> 12) & 7) + 1) * (v + shift);
+  });
+}
+
+TEST(Dequant, Iq1M) {
+  auto b = RandomBlock<BlockIq1M>(14);
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, 8);
+  const uint16_t d = Fp32ToFp16(0.25f);
+  for (int i = 0; i < 4; ++i)
+    sc[i] = static_cast<uint16_t>((sc[i] & 0x0FFF) | (((d >> (4 * i)) & 15) << 12));
+  std::memcpy(b.scales, sc, 8);
+  ExpectDequantized(GgmlType::kIq1M, b, 256, [&](int e) {
+    const int g = e / 8;
+    const int nibble = (b.qh[g / 2] >> (4 * (g % 2))) & 15;
+    const int index = b.qs[g] | ((nibble & 7) << 8);
+    const int s = (sc[e / 64] >> (3 * (e % 64 / 16))) & 7;
+    const float shift = nibble & 8 ? -0.125f : 0.125f;
+    const auto v = static_cast<int8_t>(GridByte(kIq1SGrid[index], e % 8));
+    return 0.25f * static_cast<float>(2 * s + 1) * (v + shift);
+  });
+}
+
+// TQ1_0: a byte's trits as a base-3 fraction of 256, the first trit most significant.
+int TritOf(uint8_t byte, int n) {
+  int value = byte * 243 / 256;  // undoes the rounded-up scaling to 0..255 (exact)
+  int trits[5];
+  for (int k = 4; k >= 0; --k) trits[k] = value % 3, value /= 3;
+  return trits[n];
+}
+
+TEST(Dequant, Tq1_0) {
+  BlockTq1_0 b{};
+  std::mt19937 rng(15);
+  int digits[256];
+  // Valid bytes only (what a quantizer writes): 5 random trits each, 4 for the qh bytes.
+  auto pack = [&](int n_trits) {
+    int value = 0;
+    for (int k = 0; k < n_trits; ++k) value = value * 3 + static_cast<int>(rng() % 3);
+    if (n_trits == 4) value *= 3;
+    return static_cast<uint8_t>((value * 256 + 242) / 243);
+  };
+  for (int m = 0; m < 48; ++m) b.qs[m] = pack(5);
+  for (int j = 0; j < 4; ++j) b.qh[j] = pack(4);
+  for (int n = 0; n < 5; ++n) {
+    for (int m = 0; m < 32; ++m) digits[32 * n + m] = TritOf(b.qs[m], n);
+    for (int m = 0; m < 16; ++m) digits[160 + 16 * n + m] = TritOf(b.qs[32 + m], n);
+  }
+  for (int n = 0; n < 4; ++n) {
+    for (int j = 0; j < 4; ++j) digits[240 + 4 * n + j] = TritOf(b.qh[j], n);
+  }
+  b.d = Fp32ToFp16(0.5f);
+  ExpectDequantized(GgmlType::kTq1_0, b, 256, [&](int e) { return 0.5f * (digits[e] - 1); });
+}
+
+TEST(Dequant, Tq2_0) {
+  auto b = RandomBlock<BlockTq2_0>(16);
+  for (uint8_t& q : b.qs) q &= 0x55;  // digits 0 and 1 (−1, 0) and, below, some 2s
+  b.qs[3] = 0xAA;
+  b.d = Fp32ToFp16(2.0f);
+  ExpectDequantized(GgmlType::kTq2_0, b, 256, [&](int e) {
+    const int digit = (b.qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+    return 2.0f * (digit - 1);
+  });
+}
+
+// MXFP4: FP4 (E2M1) values, doubled, under 2^(e − 128).
+TEST(Dequant, Mxfp4) {
+  auto b = RandomBlock<BlockMxfp4>(17);
+  const float fp4[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  for (uint8_t e : {uint8_t{127}, uint8_t{120}, uint8_t{131}}) {
+    b.e = e;
+    ExpectDequantized(GgmlType::kMxfp4, b, 32, [&](int i) {
+      return fp4[Nibble(b.qs, i % 16, i >= 16)] * std::ldexp(1.0f, e - 127);
+    });
+  }
 }
 
 TEST(Dequant, Q8_0) {

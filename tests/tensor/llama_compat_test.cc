@@ -18,14 +18,15 @@ namespace shardlm {
 namespace {
 
 // The float operations of the reference quantizers are reproduced in order, so every block
-// checked must match;
+// checked must match (the grid i-quants have other quantizers, not compared here);
 // F16 and BF16 check the round-to-nearest-even conversions element by element.
 const char* const kFixtures[] = {
-    "qwen3-tiny-q8_0.gguf", "qwen3-tiny-q4_0.gguf",   "qwen3-tiny-q4_1.gguf",
-    "qwen3-tiny-q5_0.gguf", "qwen3-tiny-q5_1.gguf",   "qwen3-tiny-q2_k.gguf",
-    "qwen3-tiny-q3_k.gguf", "qwen3-tiny-q4_k.gguf",   "qwen3-tiny-q5_k.gguf",
-    "qwen3-tiny-q6_k.gguf", "qwen3-tiny-q4_k_m.gguf", "qwen3-tiny-f16.gguf",
-    "qwen3-tiny-bf16.gguf",
+    "qwen3-tiny-q8_0.gguf",  "qwen3-tiny-q4_0.gguf",   "qwen3-tiny-q4_1.gguf",
+    "qwen3-tiny-q5_0.gguf",  "qwen3-tiny-q5_1.gguf",   "qwen3-tiny-q2_k.gguf",
+    "qwen3-tiny-q3_k.gguf",  "qwen3-tiny-q4_k.gguf",   "qwen3-tiny-q5_k.gguf",
+    "qwen3-tiny-q6_k.gguf",  "qwen3-tiny-q4_k_m.gguf", "qwen3-tiny-f16.gguf",
+    "qwen3-tiny-bf16.gguf",  "qwen3-tiny-mxfp4.gguf",  "qwen3-tiny-tq1_0.gguf",
+    "qwen3-tiny-tq2_0.gguf",
 };
 
 std::unique_ptr<GgufFile> OpenFixture(const std::string& name) {
@@ -105,13 +106,18 @@ TEST(LlamaCompat, DequantizedFixtureTensorsMatchF32Weights) {
   const auto f32 = OpenFixture("qwen3-tiny-f32.gguf");
   ASSERT_NE(f32, nullptr);
   const std::pair<const char*, double> kCeilings[] = {
-      {"qwen3-tiny-q8_0.gguf", 0.006},  {"qwen3-tiny-q4_0.gguf", 0.12},
-      {"qwen3-tiny-q4_1.gguf", 0.10},   {"qwen3-tiny-q5_0.gguf", 0.06},
-      {"qwen3-tiny-q5_1.gguf", 0.05},   {"qwen3-tiny-q2_k.gguf", 0.35},
-      {"qwen3-tiny-q3_k.gguf", 0.20},   {"qwen3-tiny-q4_k.gguf", 0.10},
-      {"qwen3-tiny-q5_k.gguf", 0.05},   {"qwen3-tiny-q6_k.gguf", 0.025},
-      {"qwen3-tiny-bf16.gguf", 0.003},  {"qwen3-tiny-f16.gguf", 0.0005},
-      {"qwen3-tiny-iq4_nl.gguf", 0.11}, {"qwen3-tiny-iq4_xs.gguf", 0.12},
+      {"qwen3-tiny-q8_0.gguf", 0.006},   {"qwen3-tiny-q4_0.gguf", 0.12},
+      {"qwen3-tiny-q4_1.gguf", 0.10},    {"qwen3-tiny-q5_0.gguf", 0.06},
+      {"qwen3-tiny-q5_1.gguf", 0.05},    {"qwen3-tiny-q2_k.gguf", 0.35},
+      {"qwen3-tiny-q3_k.gguf", 0.20},    {"qwen3-tiny-q4_k.gguf", 0.10},
+      {"qwen3-tiny-q5_k.gguf", 0.05},    {"qwen3-tiny-q6_k.gguf", 0.025},
+      {"qwen3-tiny-bf16.gguf", 0.003},   {"qwen3-tiny-f16.gguf", 0.0005},
+      {"qwen3-tiny-iq4_nl.gguf", 0.11},  {"qwen3-tiny-iq4_xs.gguf", 0.12},
+      {"qwen3-tiny-mxfp4.gguf", 0.15},   {"qwen3-tiny-iq3_s.gguf", 0.21},
+      {"qwen3-tiny-iq3_xxs.gguf", 0.27}, {"qwen3-tiny-iq2_s.gguf", 0.33},
+      {"qwen3-tiny-iq2_xs.gguf", 0.37},  {"qwen3-tiny-iq2_xxs.gguf", 0.38},
+      {"qwen3-tiny-iq1_m.gguf", 0.70},   {"qwen3-tiny-iq1_s.gguf", 0.40},
+      {"qwen3-tiny-tq1_0.gguf", 0.85},   {"qwen3-tiny-tq2_0.gguf", 0.85},
   };
   for (const auto& [file, ceiling] : kCeilings) {
     SCOPED_TRACE(file);

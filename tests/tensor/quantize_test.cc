@@ -31,12 +31,15 @@ struct ErrorCeiling {
   double relative_rms;
 };
 const ErrorCeiling kCeilings[] = {
-    {GgmlType::kF32, 0.0},     {GgmlType::kF16, 3.5e-4}, {GgmlType::kBF16, 2.7e-3},
-    {GgmlType::kQ8_0, 0.0075}, {GgmlType::kQ4_0, 0.12},  {GgmlType::kQ4_1, 0.10},
-    {GgmlType::kQ5_0, 0.06},   {GgmlType::kQ5_1, 0.05},  {GgmlType::kQ2_K, 0.37},
-    {GgmlType::kQ3_K, 0.19},   {GgmlType::kQ4_K, 0.09},  {GgmlType::kQ5_K, 0.045},
-    {GgmlType::kQ6_K, 0.023},  {GgmlType::kIq4Nl, 0.11},
-    {GgmlType::kIq4Xs, 0.11},
+    {GgmlType::kF32, 0.0},     {GgmlType::kF16, 3.5e-4},  {GgmlType::kBF16, 2.7e-3},
+    {GgmlType::kQ8_0, 0.0075}, {GgmlType::kQ4_0, 0.12},   {GgmlType::kQ4_1, 0.10},
+    {GgmlType::kQ5_0, 0.06},   {GgmlType::kQ5_1, 0.05},   {GgmlType::kQ2_K, 0.37},
+    {GgmlType::kQ3_K, 0.19},   {GgmlType::kQ4_K, 0.09},   {GgmlType::kQ5_K, 0.045},
+    {GgmlType::kQ6_K, 0.023},  {GgmlType::kIq4Nl, 0.11},  {GgmlType::kIq4Xs, 0.11},
+    {GgmlType::kMxfp4, 0.14},  {GgmlType::kTq1_0, 0.85},  {GgmlType::kTq2_0, 0.85},
+    {GgmlType::kIq3S, 0.20},   {GgmlType::kIq3Xxs, 0.26}, {GgmlType::kIq2S, 0.36},
+    {GgmlType::kIq2Xs, 0.41},  {GgmlType::kIq2Xxs, 0.48}, {GgmlType::kIq1M, 0.64},
+    {GgmlType::kIq1S, 0.70},
 };
 
 TEST(Quantize, RoundTripErrorWithinCeilingPerType) {

@@ -109,6 +109,31 @@ std::vector<uint8_t> RandomWeightRow(GgmlType type, int64_t n, std::mt19937& rng
       case GgmlType::kIq4Xs:
         set(offsetof(BlockIq4Xs, d));
         break;
+      case GgmlType::kIq2Xxs:
+      case GgmlType::kIq2Xs:
+      case GgmlType::kIq2S:
+      case GgmlType::kIq3Xxs:
+      case GgmlType::kIq3S:
+      case GgmlType::kIq1S:
+        set(0);
+        break;
+      case GgmlType::kIq1M: {  // the fp16 scale sits in the top nibbles of the four scale words
+        const uint16_t v = RandomScale(rng);
+        for (int i = 0; i < 4; ++i) {
+          uint8_t* word = blk + offsetof(BlockIq1M, scales) + 2 * i;
+          word[1] = static_cast<uint8_t>((word[1] & 0x0F) | (((v >> (4 * i)) & 15) << 4));
+        }
+        break;
+      }
+      case GgmlType::kTq1_0:
+        set(offsetof(BlockTq1_0, d));
+        break;
+      case GgmlType::kTq2_0:
+        set(offsetof(BlockTq2_0, d));
+        break;
+      case GgmlType::kMxfp4:  // scales 2^-8 .. 2^3
+        blk[0] = static_cast<uint8_t>(120 + rng() % 12);
+        break;
       default:
         break;
     }

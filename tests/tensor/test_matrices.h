@@ -20,10 +20,11 @@ namespace shardlm::testing {
 // Every weight type the kernels compute, each with a reference quantizer (the others are
 // refused at load).
 inline constexpr GgmlType kComputableTypes[] = {
-    GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
-    GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K,
-    GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIq4Nl,
-    GgmlType::kIq4Xs};
+    GgmlType::kF32,   GgmlType::kF16,    GgmlType::kBF16,  GgmlType::kQ8_0,  GgmlType::kQ4_0,
+    GgmlType::kQ4_1,  GgmlType::kQ5_0,   GgmlType::kQ5_1,  GgmlType::kQ2_K,  GgmlType::kQ3_K,
+    GgmlType::kQ4_K,  GgmlType::kQ5_K,   GgmlType::kQ6_K,  GgmlType::kIq4Nl, GgmlType::kIq4Xs,
+    GgmlType::kMxfp4, GgmlType::kIq2Xxs, GgmlType::kIq2Xs, GgmlType::kIq2S,  GgmlType::kIq3Xxs,
+    GgmlType::kIq3S,  GgmlType::kIq1S,   GgmlType::kIq1M,  GgmlType::kTq1_0, GgmlType::kTq2_0};
 
 // A weight type's name as GGUF files and llama.cpp write it (parameterised test names).
 inline std::string TypeName(GgmlType type) { return GgmlTypeName(static_cast<uint32_t>(type)); }

@@ -36,11 +36,13 @@ TEST(TypeTraits, ActTypesFollowLlamaCpp) {
   EXPECT_EQ(act(GgmlType::kQ4_0), GgmlType::kQ8_0);
   EXPECT_EQ(act(GgmlType::kQ5_0), GgmlType::kQ8_0);
   EXPECT_EQ(act(GgmlType::kIq4Nl), GgmlType::kQ8_0);
+  EXPECT_EQ(act(GgmlType::kMxfp4), GgmlType::kQ8_0);
   EXPECT_EQ(act(GgmlType::kQ4_1), GgmlType::kQ8_1);
   EXPECT_EQ(act(GgmlType::kQ5_1), GgmlType::kQ8_1);
   for (GgmlType k :
        {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
-        GgmlType::kIq4Xs}) {
+        GgmlType::kIq4Xs, GgmlType::kIq2Xxs, GgmlType::kIq2Xs, GgmlType::kIq2S, GgmlType::kIq3Xxs,
+        GgmlType::kIq3S, GgmlType::kIq1S, GgmlType::kIq1M, GgmlType::kTq1_0, GgmlType::kTq2_0}) {
     EXPECT_EQ(act(k), GgmlType::kQ8_K);
   }
   EXPECT_EQ(ActRowBytes(*GetTypeTraits(GgmlType::kQ4_K), 512), 2 * 292);
@@ -50,7 +52,7 @@ TEST(TypeTraits, ActTypesFollowLlamaCpp) {
 
 TEST(TypeTraits, UncomputableTypesHaveNoRow) {
   for (GgmlType type : {GgmlType::kQ8_1, GgmlType::kQ8_K, GgmlType::kI8, GgmlType::kF64,
-                        GgmlType::kSentinel, static_cast<GgmlType>(16)}) {
+                        GgmlType::kSentinel, static_cast<GgmlType>(4)}) {
     EXPECT_EQ(GetTypeTraits(type), nullptr) << static_cast<int>(type);
   }
   EXPECT_EQ(GetTypeTraitsFor(GgmlType::kF32, Isa::kSentinel), nullptr);
