@@ -43,4 +43,15 @@ inline constexpr std::array<uint64_t, 128> kEvenSignBytes = [] {
   return table;
 }();
 
+// For each byte of 8 explicit signs (IQ2_S, IQ3_S), the signs as bytes +1 / −1.
+inline constexpr std::array<uint64_t, 256> kSignBytes = [] {
+  std::array<uint64_t, 256> table{};
+  for (uint32_t signs = 0; signs < 256; ++signs) {
+    uint64_t bytes = 0;
+    for (int k = 0; k < 8; ++k) bytes |= uint64_t{(signs >> k) & 1 ? 0xFFu : 0x01u} << (8 * k);
+    table[signs] = bytes;
+  }
+  return table;
+}();
+
 }  // namespace shardlm

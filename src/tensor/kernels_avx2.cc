@@ -5,8 +5,8 @@
 //
 // Goals: the registration point; the kernels live per weight-type family in
 // legacy_avx2.cc (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL), kquants_avx2.cc (Q2_K..Q6_K),
-// iquants_avx2.cc (IQ4_XS) and float_avx2.cc (F32, F16). Non-goals: BF16 (generic kernels on
-// AVX2-only CPUs); activation quantization (generic).
+// iquants_avx2.cc (IQ4_XS), grids_avx2.cc (IQ1-IQ3, TQ1_0, TQ2_0) and float_avx2.cc (F32, F16).
+// Non-goals: BF16 (generic kernels on AVX2-only CPUs); activation quantization (generic).
 #include "tensor/kernels_impl.h"
 
 namespace shardlm::internal {
@@ -16,12 +16,14 @@ void FillLegacyAvx2(TypeTraits& traits);
 void FillKQuantsAvx2(TypeTraits& traits);
 void FillFloatAvx2(TypeTraits& traits);
 void FillIQuantsAvx2(TypeTraits& traits);
+void FillGridsAvx2(TypeTraits& traits);
 
 void FillAvx2Kernels(TypeTraits& traits) {
   FillLegacyAvx2(traits);
   FillKQuantsAvx2(traits);
   FillFloatAvx2(traits);
   FillIQuantsAvx2(traits);
+  FillGridsAvx2(traits);
 }
 
 }  // namespace shardlm::internal

@@ -1,0 +1,416 @@
+// AVX2 kernels of the grid i-quants (IQ3_S, IQ3_XXS, IQ2_S, IQ2_XS, IQ2_XXS, IQ1_M, IQ1_S) and
+// the ternary types (TQ1_0, TQ2_0) against Q8_K activations. Registered by kernels_avx2.cc;
+// AVX-512 CPUs use them too.
+//
+// A tile decodes each of its rows' super-blocks once into 256 signed bytes and 16 scales in
+// L1 (grid entries by table loads, signs applied with vpsignb), then every token of the tile
+// reuses them: llama.cpp's kernels decode a block again for every token. Per sub-block of 32
+// and pair, vpmaddubsw takes the values' magnitudes and the activations carrying their signs,
+// vpmaddwd by the scales widens to exact int32 lanes summed over the super-block, and one fused
+// multiply-add by d_w·d_a per super-block adds them to the float lanes: the generic kernels'
+// order (kernels_generic_grids.cc, kernels_generic_ternary.cc), so the results are bitwise
+// theirs. The ternary types keep their unsigned digits 0..2 and subtract the activations' block
+// sums per lane instead, as their generic kernel does.
+// Non-goals: repacked layouts; AVX-512 (VNNI) versions.
+#include <cstring>
+
+#include "tensor/iquant_grids.h"
+#include "tensor/simd_avx2_inl.h"
+#include "tensor/simd_tile.h"
+
+namespace shardlm::internal {
+namespace {
+
+using avx2::Fp16ToF32;
+using avx2::Load32;
+using avx2::ReduceAdd;
+
+// A super-block as the dot product sees it (the generic GridBlock).
+struct Decoded {
+  alignas(32) int8_t q[kQK_K];
+  int16_t scale16[16];
+  alignas(32) int8_t shift[kQK_K];  // IQ1_M: the ±1 sign of each element's 1/8 shift
+  int shift_sum_scale[8];           // IQ1_S: per 32, (shift sign) · scale
+  float d;
+};
+
+uint32_t Word(const void* p) {
+  uint32_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+// 32 values from four 8-wide grid entries and their sign bytes (±1).
+inline void Store4(int8_t* q, uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3, uint64_t s0,
+                   uint64_t s1, uint64_t s2, uint64_t s3) {
+  const __m256i entries = _mm256_set_epi64x(static_cast<int64_t>(e3), static_cast<int64_t>(e2),
+                                            static_cast<int64_t>(e1), static_cast<int64_t>(e0));
+  const __m256i signs = _mm256_set_epi64x(static_cast<int64_t>(s3), static_cast<int64_t>(s2),
+                                          static_cast<int64_t>(s1), static_cast<int64_t>(s0));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_sign_epi8(entries, signs));
+}
+
+// Two 4-wide entries as one 8-byte group.
+inline uint64_t Pair(uint32_t lo, uint32_t hi) { return lo | (uint64_t{hi} << 32); }
+
+void SetScale32(Decoded* g, int ib, int scale) {
+  g->scale16[2 * ib] = g->scale16[2 * ib + 1] = static_cast<int16_t>(scale);
+}
+
+void SetNibbleScales(const uint8_t* scales, Decoded* g) {
+  for (int ib = 0; ib < 8; ++ib) {
+    g->scale16[2 * ib] = static_cast<int16_t>(2 * (scales[ib] & 0xF) + 1);
+    g->scale16[2 * ib + 1] = static_cast<int16_t>(2 * (scales[ib] >> 4) + 1);
+  }
+}
+
+struct Iq2XxsDecoder {
+  using Block = BlockIq2Xxs;
+  static constexpr float kFactor = 0.125f;
+  static void Decode(const Block& b, Decoded* g) {
+    g->d = Fp16ToF32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint32_t idx = Word(b.qs + 4 * ib), codes = Word(b.qs + 4 * ib + 2);
+      SetScale32(g, ib, 2 * static_cast<int>(codes >> 28) + 1);
+      Store4(g->q + 32 * ib, kIq2XxsGrid[idx & 0xFF], kIq2XxsGrid[(idx >> 8) & 0xFF],
+             kIq2XxsGrid[(idx >> 16) & 0xFF], kIq2XxsGrid[idx >> 24], kEvenSignBytes[codes & 127],
+             kEvenSignBytes[(codes >> 7) & 127], kEvenSignBytes[(codes >> 14) & 127],
+             kEvenSignBytes[(codes >> 21) & 127]);
+    }
+  }
+};
+
+struct Iq2XsDecoder {
+  using Block = BlockIq2Xs;
+  static constexpr float kFactor = 0.125f;
+  static void Decode(const Block& b, Decoded* g) {
+    g->d = Fp16ToF32(b.d);
+    SetNibbleScales(b.scales, g);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint16_t* q = b.qs + 4 * ib;
+      Store4(g->q + 32 * ib, kIq2XsGrid[q[0] & 511], kIq2XsGrid[q[1] & 511], kIq2XsGrid[q[2] & 511],
+             kIq2XsGrid[q[3] & 511], kEvenSignBytes[q[0] >> 9], kEvenSignBytes[q[1] >> 9],
+             kEvenSignBytes[q[2] >> 9], kEvenSignBytes[q[3] >> 9]);
+    }
+  }
+};
+
+struct Iq2SDecoder {
+  using Block = BlockIq2S;
+  static constexpr float kFactor = 0.125f;
+  static void Decode(const Block& b, Decoded* g) {
+    g->d = Fp16ToF32(b.d);
+    SetNibbleScales(b.scales, g);
+    const uint8_t* signs = b.qs + kQK_K / 8;
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint8_t* qs = b.qs + 4 * ib;
+      const int qh = b.qh[ib];
+      Store4(g->q + 32 * ib, kIq2SGrid[qs[0] | ((qh << 8) & 0x300)],
+             kIq2SGrid[qs[1] | ((qh << 6) & 0x300)], kIq2SGrid[qs[2] | ((qh << 4) & 0x300)],
+             kIq2SGrid[qs[3] | ((qh << 2) & 0x300)], kSignBytes[signs[4 * ib]],
+             kSignBytes[signs[4 * ib + 1]], kSignBytes[signs[4 * ib + 2]],
+             kSignBytes[signs[4 * ib + 3]]);
+    }
+  }
+};
+
+struct Iq3XxsDecoder {
+  using Block = BlockIq3Xxs;
+  static constexpr float kFactor = 0.25f;
+  static void Decode(const Block& b, Decoded* g) {
+    g->d = Fp16ToF32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const uint32_t codes = Word(b.qs + kQK_K / 4 + 4 * ib);
+      SetScale32(g, ib, 2 * static_cast<int>(codes >> 28) + 1);
+      const uint8_t* q = b.qs + 8 * ib;
+      Store4(g->q + 32 * ib, Pair(kIq3XxsGrid[q[0]], kIq3XxsGrid[q[1]]),
+             Pair(kIq3XxsGrid[q[2]], kIq3XxsGrid[q[3]]), Pair(kIq3XxsGrid[q[4]], kIq3XxsGrid[q[5]]),
+             Pair(kIq3XxsGrid[q[6]], kIq3XxsGrid[q[7]]), kEvenSignBytes[codes & 127],
+             kEvenSignBytes[(codes >> 7) & 127], kEvenSignBytes[(codes >> 14) & 127],
+             kEvenSignBytes[(codes >> 21) & 127]);
+    }
+  }
+};
+
+struct Iq3SDecoder {
+  using Block = BlockIq3S;
+  static constexpr float kFactor = 1.0f;
+  static void Decode(const Block& b, Decoded* g) {
+    g->d = Fp16ToF32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      SetScale32(g, ib, 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1);
+      const uint8_t* q = b.qs + 8 * ib;
+      const int qh = b.qh[ib];
+      uint64_t groups[4];
+      for (int l = 0; l < 4; ++l) {
+        groups[l] = Pair(kIq3SGrid[q[2 * l] | ((qh << (8 - 2 * l)) & 256)],
+                         kIq3SGrid[q[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)]);
+      }
+      const uint8_t* signs = b.signs + 4 * ib;
+      Store4(g->q + 32 * ib, groups[0], groups[1], groups[2], groups[3], kSignBytes[signs[0]],
+             kSignBytes[signs[1]], kSignBytes[signs[2]], kSignBytes[signs[3]]);
+    }
+  }
+};
+
+constexpr uint64_t kPlusOnes = 0x0101010101010101ull;
+
+struct Iq1SDecoder {
+  using Block = BlockIq1S;
+  static constexpr float kFactor = 1.0f;
+  static void Decode(const Block& b, Decoded* g) {
+    g->d = Fp16ToF32(b.d);
+    for (int ib = 0; ib < 8; ++ib) {
+      const int qh = b.qh[ib];
+      const int scale = 2 * ((qh >> 12) & 7) + 1;
+      SetScale32(g, ib, scale);
+      g->shift_sum_scale[ib] = qh & 0x8000 ? -scale : scale;
+      const uint8_t* qs = b.qs + 4 * ib;
+      Store4(g->q + 32 * ib, kIq1SGrid[qs[0] | ((qh << 8) & 0x700)],
+             kIq1SGrid[qs[1] | ((qh << 5) & 0x700)], kIq1SGrid[qs[2] | ((qh << 2) & 0x700)],
+             kIq1SGrid[qs[3] | ((qh >> 1) & 0x700)], kPlusOnes, kPlusOnes, kPlusOnes, kPlusOnes);
+    }
+  }
+};
+
+struct Iq1MDecoder {
+  using Block = BlockIq1M;
+  static constexpr float kFactor = 1.0f;
+  static void Decode(const Block& b, Decoded* g) {
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, sizeof(sc));
+    const auto bits = static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+    g->d = Fp16ToF32(bits);
+    for (int ib = 0; ib < 8; ++ib) {
+      g->scale16[2 * ib] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
+      g->scale16[2 * ib + 1] =
+          static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
+      const uint8_t* qs = b.qs + 4 * ib;
+      const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+      Store4(g->q + 32 * ib, kIq1SGrid[qs[0] | ((h0 << 8) & 0x700)],
+             kIq1SGrid[qs[1] | ((h0 << 4) & 0x700)], kIq1SGrid[qs[2] | ((h1 << 8) & 0x700)],
+             kIq1SGrid[qs[3] | ((h1 << 4) & 0x700)], kPlusOnes, kPlusOnes, kPlusOnes, kPlusOnes);
+      const uint64_t minus = ~uint64_t{0};
+      Store4(g->shift + 32 * ib, h0 & 0x08 ? minus : kPlusOnes, h0 & 0x80 ? minus : kPlusOnes,
+             h1 & 0x08 ? minus : kPlusOnes, h1 & 0x80 ? minus : kPlusOnes, kPlusOnes, kPlusOnes,
+             kPlusOnes, kPlusOnes);
+    }
+  }
+};
+
+// The scales of sub-block ib as 16 int16 lanes (the first 8 cover elements 0..15).
+inline __m256i Scales(const Decoded& g, int ib) {
+  return _mm256_set_m128i(_mm_set1_epi16(g.scale16[2 * ib + 1]), _mm_set1_epi16(g.scale16[2 * ib]));
+}
+
+// How an IQ1 kernel adds its shift: not at all, from the block sums (IQ1_S), per element
+// (IQ1_M).
+enum class Shift { kNone, kBlockSums, kElements };
+
+template <class D, Shift kShift = Shift::kNone>
+struct GridKernel {
+  template <int NR, int NC>
+  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                  int64_t act_stride, float* out, int64_t out_stride) {
+    using Block = typename D::Block;
+    const int64_t nb = n / kQK_K;
+    __m256 acc[NR][NC], shift_acc[NR][NC];
+    float shift_total[NR][NC];
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      shift_acc[r][c] = _mm256_setzero_ps();
+      shift_total[r][c] = 0;
+    }
+    Decoded g[NR];
+    for (int64_t b = 0; b < nb; ++b) {
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+        const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
+        D::Decode(*blk, &g[r]);
+      }
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          __m256i isum = _mm256_setzero_si256(), shift_isum = _mm256_setzero_si256();
+          for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+            const __m256i av = Load32(a->qs + ib * kQK);
+            const __m256i q = Load32(g[r].q + ib * kQK);
+            const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(av, q));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, Scales(g[r], ib)));
+            if constexpr (kShift == Shift::kElements) {
+              const __m256i s = Load32(g[r].shift + ib * kQK);
+              const __m256i spairs =
+                  _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(av, s));
+              shift_isum =
+                  _mm256_add_epi32(shift_isum, _mm256_madd_epi16(spairs, Scales(g[r], ib)));
+            }
+          }
+          const float d = g[r].d * a->d;
+          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc[r][c]);
+          if constexpr (kShift == Shift::kElements) {
+            shift_acc[r][c] =
+                _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(shift_isum), shift_acc[r][c]);
+          }
+          if constexpr (kShift == Shift::kBlockSums) {
+            int sum = 0;
+            for (int ib = 0; ib < 8; ++ib) {
+              sum += (a->bsums[2 * ib] + a->bsums[2 * ib + 1]) * g[r].shift_sum_scale[ib];
+            }
+            shift_total[r][c] =
+                __builtin_fmaf(a->d * g[r].d, static_cast<float>(sum), shift_total[r][c]);
+          }
+        }
+      }
+    }
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      float v = D::kFactor * ReduceAdd(acc[r][c]);
+      if constexpr (kShift == Shift::kElements) v += 0.125f * ReduceAdd(shift_acc[r][c]);
+      if constexpr (kShift == Shift::kBlockSums) v += 0.125f * shift_total[r][c];
+      out[r * out_stride + c] = v;
+    }
+  }
+};
+
+// ---- Ternary types: unsigned digits 0..2, minus the block sums -------------------------------
+
+struct TernaryDigits {
+  alignas(32) uint8_t q[kQK_K];
+  float d;
+};
+
+// Trit n (0 = most significant) of each byte of v: (byte·3^n mod 256)·3 >> 8.
+inline __m256i Trits(__m256i v, int n) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const __m256i lo = _mm256_mullo_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x00FF)),
+                                        _mm256_set1_epi16(kPow3[n]));
+  const __m256i hi = _mm256_mullo_epi16(_mm256_srli_epi16(v, 8), _mm256_set1_epi16(kPow3[n]));
+  // byte·3^n mod 256, then ·3 >> 8 per byte (16-bit lanes hold one byte each).
+  const __m256i lo_t = _mm256_srli_epi16(
+      _mm256_mullo_epi16(_mm256_and_si256(lo, _mm256_set1_epi16(0x00FF)), _mm256_set1_epi16(3)), 8);
+  const __m256i hi_t = _mm256_srli_epi16(
+      _mm256_mullo_epi16(_mm256_and_si256(hi, _mm256_set1_epi16(0x00FF)), _mm256_set1_epi16(3)), 8);
+  return _mm256_or_si256(lo_t, _mm256_slli_epi16(hi_t, 8));
+}
+
+struct Tq1Decoder {
+  using Block = BlockTq1_0;
+  static void Decode(const Block& b, TernaryDigits* t) {
+    t->d = Fp16ToF32(b.d);
+    const __m256i first = Load32(b.qs);
+    for (int n = 0; n < 5; ++n) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(t->q + 32 * n), Trits(first, n));
+    }
+    // Bytes 32..47 twice (elements 160 + 16n + m for trit n of byte m).
+    const __m128i rest = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 32));
+    const __m256i rest2 = _mm256_set_m128i(rest, rest);
+    alignas(32) uint8_t digits[5][32];
+    for (int n = 0; n < 5; ++n) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(digits[n]), Trits(rest2, n));
+    }
+    for (int n = 0; n < 5; ++n) std::memcpy(t->q + 160 + 16 * n, digits[n], 16);
+    for (int n = 0; n < 4; ++n) {
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t byte = static_cast<uint8_t>(b.qh[j] * (n == 0   ? 1
+                                                             : n == 1 ? 3
+                                                             : n == 2 ? 9
+                                                                      : 27));
+        t->q[240 + 4 * n + j] = static_cast<uint8_t>((static_cast<uint16_t>(byte) * 3) >> 8);
+      }
+    }
+  }
+};
+
+struct Tq2Decoder {
+  using Block = BlockTq2_0;
+  static void Decode(const Block& b, TernaryDigits* t) {
+    t->d = Fp16ToF32(b.d);
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int j = 0; j < 2; ++j) {
+      const __m256i v = Load32(b.qs + 32 * j);
+      for (int l = 0; l < 4; ++l) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(t->q + 128 * j + 32 * l),
+                           _mm256_and_si256(_mm256_srli_epi16(v, 2 * l), three));
+      }
+    }
+  }
+};
+
+template <class D>
+struct TernaryKernel {
+  template <int NR, int NC>
+  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                  int64_t act_stride, float* out, int64_t out_stride) {
+    using Block = typename D::Block;
+    const int64_t nb = n / kQK_K;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[NR][NC];
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        acc[r][c] = _mm256_setzero_ps();
+    TernaryDigits t[NR];
+    for (int64_t b = 0; b < nb; ++b) {
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+        const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
+        D::Decode(*blk, &t[r]);
+      }
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+        // Lane l: bsums 2l and 2l + 1 (the activations of elements 32l..32l + 31).
+        const __m256i sums = _mm256_madd_epi16(Load32(a->bsums), ones);
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          __m256i isum = _mm256_setzero_si256();
+          for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+            const __m256i pairs =
+                _mm256_maddubs_epi16(Load32(t[r].q + ib * kQK), Load32(a->qs + ib * kQK));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+          }
+          isum = _mm256_sub_epi32(isum, sums);
+          acc[r][c] =
+              _mm256_fmadd_ps(_mm256_set1_ps(a->d * t[r].d), _mm256_cvtepi32_ps(isum), acc[r][c]);
+        }
+      }
+    }
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c)
+        out[r * out_stride + c] = ReduceAdd(acc[r][c]);
+  }
+};
+
+}  // namespace
+
+// Tiles of 2 rows x 4 tokens: a row's decoded block (about 0.3 KiB) serves 4 tokens.
+void FillGridsAvx2(TypeTraits& traits) {
+  switch (traits.type) {
+    case GgmlType::kIq2Xxs:
+      simd::Install<GridKernel<Iq2XxsDecoder>, 2, 4>(traits);
+      return;
+    case GgmlType::kIq2Xs:
+      simd::Install<GridKernel<Iq2XsDecoder>, 2, 4>(traits);
+      return;
+    case GgmlType::kIq2S:
+      simd::Install<GridKernel<Iq2SDecoder>, 2, 4>(traits);
+      return;
+    case GgmlType::kIq3Xxs:
+      simd::Install<GridKernel<Iq3XxsDecoder>, 2, 4>(traits);
+      return;
+    case GgmlType::kIq3S:
+      simd::Install<GridKernel<Iq3SDecoder>, 2, 4>(traits);
+      return;
+    case GgmlType::kIq1S:
+      simd::Install<GridKernel<Iq1SDecoder, Shift::kBlockSums>, 2, 4>(traits);
+      return;
+    case GgmlType::kIq1M:
+      simd::Install<GridKernel<Iq1MDecoder, Shift::kElements>, 2, 4>(traits);
+      return;
+    case GgmlType::kTq1_0:
+      simd::Install<TernaryKernel<Tq1Decoder>, 2, 4>(traits);
+      return;
+    case GgmlType::kTq2_0:
+      simd::Install<TernaryKernel<Tq2Decoder>, 2, 4>(traits);
+      return;
+    default:
+      return;
+  }
+}
+
+}  // namespace shardlm::internal
