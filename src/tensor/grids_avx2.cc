@@ -25,13 +25,19 @@ using avx2::Fp16ToF32;
 using avx2::Load32;
 using avx2::ReduceAdd;
 
-// A super-block as the dot product sees it (the generic GridBlock).
-struct Decoded {
-  alignas(32) int8_t q[kQK_K];
+// A super-block's header as the dot product sees it: d, the odd scale of each 16 elements
+// and, for IQ1_S, each 32's shift sign times its scale.
+struct Header {
   int16_t scale16[16];
-  alignas(32) int8_t shift[kQK_K];  // IQ1_M: the ±1 sign of each element's 1/8 shift
-  int shift_sum_scale[8];           // IQ1_S: per 32, (shift sign) · scale
+  int shift_sum_scale[8];
   float d;
+};
+
+// One sub-block of 32 as two vectors: magnitudes `mag` (unsigned bytes) and `sgn`, whose byte
+// signs are the values' (zero where the value is), so value · a = mag · sign(a, sgn). IQ1_M also
+// gives the ±1 signs of its 1/8 shifts.
+struct SubBlock {
+  __m256i mag, sgn, shift;
 };
 
 uint32_t Word(const void* p) {
@@ -40,176 +46,210 @@ uint32_t Word(const void* p) {
   return w;
 }
 
-// 32 values from four 8-wide grid entries and their sign bytes (±1).
-inline void Store4(int8_t* q, uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3, uint64_t s0,
-                   uint64_t s1, uint64_t s2, uint64_t s3) {
-  const __m256i entries = _mm256_set_epi64x(static_cast<int64_t>(e3), static_cast<int64_t>(e2),
-                                            static_cast<int64_t>(e1), static_cast<int64_t>(e0));
-  const __m256i signs = _mm256_set_epi64x(static_cast<int64_t>(s3), static_cast<int64_t>(s2),
-                                          static_cast<int64_t>(s1), static_cast<int64_t>(s0));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_sign_epi8(entries, signs));
+inline __m256i Set4(uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3) {
+  return _mm256_set_epi64x(static_cast<int64_t>(e3), static_cast<int64_t>(e2),
+                           static_cast<int64_t>(e1), static_cast<int64_t>(e0));
 }
 
 // Two 4-wide entries as one 8-byte group.
 inline uint64_t Pair(uint32_t lo, uint32_t hi) { return lo | (uint64_t{hi} << 32); }
 
-void SetScale32(Decoded* g, int ib, int scale) {
-  g->scale16[2 * ib] = g->scale16[2 * ib + 1] = static_cast<int16_t>(scale);
+void SetScale32(Header* h, int ib, int scale) {
+  h->scale16[2 * ib] = h->scale16[2 * ib + 1] = static_cast<int16_t>(scale);
 }
 
-void SetNibbleScales(const uint8_t* scales, Decoded* g) {
+void SetNibbleScales(const uint8_t* scales, Header* h) {
   for (int ib = 0; ib < 8; ++ib) {
-    g->scale16[2 * ib] = static_cast<int16_t>(2 * (scales[ib] & 0xF) + 1);
-    g->scale16[2 * ib + 1] = static_cast<int16_t>(2 * (scales[ib] >> 4) + 1);
+    h->scale16[2 * ib] = static_cast<int16_t>(2 * (scales[ib] & 0xF) + 1);
+    h->scale16[2 * ib + 1] = static_cast<int16_t>(2 * (scales[ib] >> 4) + 1);
   }
 }
 
 struct Iq2XxsDecoder {
   using Block = BlockIq2Xxs;
   static constexpr float kFactor = 0.125f;
-  static void Decode(const Block& b, Decoded* g) {
-    g->d = Fp16ToF32(b.d);
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint32_t idx = Word(b.qs + 4 * ib), codes = Word(b.qs + 4 * ib + 2);
-      SetScale32(g, ib, 2 * static_cast<int>(codes >> 28) + 1);
-      Store4(g->q + 32 * ib, kIq2XxsGrid[idx & 0xFF], kIq2XxsGrid[(idx >> 8) & 0xFF],
-             kIq2XxsGrid[(idx >> 16) & 0xFF], kIq2XxsGrid[idx >> 24], kEvenSignBytes[codes & 127],
-             kEvenSignBytes[(codes >> 7) & 127], kEvenSignBytes[(codes >> 14) & 127],
-             kEvenSignBytes[(codes >> 21) & 127]);
-    }
+  static void Head(const Block& b, Header* h) {
+    h->d = Fp16ToF32(b.d);
+    for (int ib = 0; ib < 8; ++ib)
+      SetScale32(h, ib, 2 * static_cast<int>(b.qs[4 * ib + 3] >> 12) + 1);
+  }
+  static SubBlock Sub(const Block& b, int ib) {
+    const uint32_t idx = Word(b.qs + 4 * ib), codes = Word(b.qs + 4 * ib + 2);
+    return {Set4(kIq2XxsGrid[idx & 0xFF], kIq2XxsGrid[(idx >> 8) & 0xFF],
+                 kIq2XxsGrid[(idx >> 16) & 0xFF], kIq2XxsGrid[idx >> 24]),
+            Set4(kEvenSignBytes[codes & 127], kEvenSignBytes[(codes >> 7) & 127],
+                 kEvenSignBytes[(codes >> 14) & 127], kEvenSignBytes[(codes >> 21) & 127]),
+            _mm256_setzero_si256()};
   }
 };
 
 struct Iq2XsDecoder {
   using Block = BlockIq2Xs;
   static constexpr float kFactor = 0.125f;
-  static void Decode(const Block& b, Decoded* g) {
-    g->d = Fp16ToF32(b.d);
-    SetNibbleScales(b.scales, g);
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint16_t* q = b.qs + 4 * ib;
-      Store4(g->q + 32 * ib, kIq2XsGrid[q[0] & 511], kIq2XsGrid[q[1] & 511], kIq2XsGrid[q[2] & 511],
-             kIq2XsGrid[q[3] & 511], kEvenSignBytes[q[0] >> 9], kEvenSignBytes[q[1] >> 9],
-             kEvenSignBytes[q[2] >> 9], kEvenSignBytes[q[3] >> 9]);
-    }
+  static void Head(const Block& b, Header* h) {
+    h->d = Fp16ToF32(b.d);
+    SetNibbleScales(b.scales, h);
+  }
+  static SubBlock Sub(const Block& b, int ib) {
+    const uint16_t* q = b.qs + 4 * ib;
+    return {Set4(kIq2XsGrid[q[0] & 511], kIq2XsGrid[q[1] & 511], kIq2XsGrid[q[2] & 511],
+                 kIq2XsGrid[q[3] & 511]),
+            Set4(kEvenSignBytes[q[0] >> 9], kEvenSignBytes[q[1] >> 9], kEvenSignBytes[q[2] >> 9],
+                 kEvenSignBytes[q[3] >> 9]),
+            _mm256_setzero_si256()};
   }
 };
 
 struct Iq2SDecoder {
   using Block = BlockIq2S;
   static constexpr float kFactor = 0.125f;
-  static void Decode(const Block& b, Decoded* g) {
-    g->d = Fp16ToF32(b.d);
-    SetNibbleScales(b.scales, g);
-    const uint8_t* signs = b.qs + kQK_K / 8;
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* qs = b.qs + 4 * ib;
-      const int qh = b.qh[ib];
-      Store4(g->q + 32 * ib, kIq2SGrid[qs[0] | ((qh << 8) & 0x300)],
-             kIq2SGrid[qs[1] | ((qh << 6) & 0x300)], kIq2SGrid[qs[2] | ((qh << 4) & 0x300)],
-             kIq2SGrid[qs[3] | ((qh << 2) & 0x300)], kSignBytes[signs[4 * ib]],
-             kSignBytes[signs[4 * ib + 1]], kSignBytes[signs[4 * ib + 2]],
-             kSignBytes[signs[4 * ib + 3]]);
-    }
+  static void Head(const Block& b, Header* h) {
+    h->d = Fp16ToF32(b.d);
+    SetNibbleScales(b.scales, h);
+  }
+  static SubBlock Sub(const Block& b, int ib) {
+    const uint8_t* qs = b.qs + 4 * ib;
+    const uint8_t* signs = b.qs + kQK_K / 8 + 4 * ib;
+    const int qh = b.qh[ib];
+    return {Set4(kIq2SGrid[qs[0] | ((qh << 8) & 0x300)], kIq2SGrid[qs[1] | ((qh << 6) & 0x300)],
+                 kIq2SGrid[qs[2] | ((qh << 4) & 0x300)], kIq2SGrid[qs[3] | ((qh << 2) & 0x300)]),
+            Set4(kSignBytes[signs[0]], kSignBytes[signs[1]], kSignBytes[signs[2]],
+                 kSignBytes[signs[3]]),
+            _mm256_setzero_si256()};
   }
 };
 
 struct Iq3XxsDecoder {
   using Block = BlockIq3Xxs;
   static constexpr float kFactor = 0.25f;
-  static void Decode(const Block& b, Decoded* g) {
-    g->d = Fp16ToF32(b.d);
+  static void Head(const Block& b, Header* h) {
+    h->d = Fp16ToF32(b.d);
     for (int ib = 0; ib < 8; ++ib) {
-      const uint32_t codes = Word(b.qs + kQK_K / 4 + 4 * ib);
-      SetScale32(g, ib, 2 * static_cast<int>(codes >> 28) + 1);
-      const uint8_t* q = b.qs + 8 * ib;
-      Store4(g->q + 32 * ib, Pair(kIq3XxsGrid[q[0]], kIq3XxsGrid[q[1]]),
-             Pair(kIq3XxsGrid[q[2]], kIq3XxsGrid[q[3]]), Pair(kIq3XxsGrid[q[4]], kIq3XxsGrid[q[5]]),
-             Pair(kIq3XxsGrid[q[6]], kIq3XxsGrid[q[7]]), kEvenSignBytes[codes & 127],
-             kEvenSignBytes[(codes >> 7) & 127], kEvenSignBytes[(codes >> 14) & 127],
-             kEvenSignBytes[(codes >> 21) & 127]);
+      SetScale32(h, ib, 2 * static_cast<int>(Word(b.qs + kQK_K / 4 + 4 * ib) >> 28) + 1);
     }
+  }
+  static SubBlock Sub(const Block& b, int ib) {
+    const uint32_t codes = Word(b.qs + kQK_K / 4 + 4 * ib);
+    const uint8_t* q = b.qs + 8 * ib;
+    return {
+        Set4(Pair(kIq3XxsGrid[q[0]], kIq3XxsGrid[q[1]]), Pair(kIq3XxsGrid[q[2]], kIq3XxsGrid[q[3]]),
+             Pair(kIq3XxsGrid[q[4]], kIq3XxsGrid[q[5]]),
+             Pair(kIq3XxsGrid[q[6]], kIq3XxsGrid[q[7]])),
+        Set4(kEvenSignBytes[codes & 127], kEvenSignBytes[(codes >> 7) & 127],
+             kEvenSignBytes[(codes >> 14) & 127], kEvenSignBytes[(codes >> 21) & 127]),
+        _mm256_setzero_si256()};
   }
 };
 
 struct Iq3SDecoder {
   using Block = BlockIq3S;
   static constexpr float kFactor = 1.0f;
-  static void Decode(const Block& b, Decoded* g) {
-    g->d = Fp16ToF32(b.d);
-    for (int ib = 0; ib < 8; ++ib) {
-      SetScale32(g, ib, 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1);
-      const uint8_t* q = b.qs + 8 * ib;
-      const int qh = b.qh[ib];
-      uint64_t groups[4];
-      for (int l = 0; l < 4; ++l) {
-        groups[l] = Pair(kIq3SGrid[q[2 * l] | ((qh << (8 - 2 * l)) & 256)],
-                         kIq3SGrid[q[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)]);
-      }
-      const uint8_t* signs = b.signs + 4 * ib;
-      Store4(g->q + 32 * ib, groups[0], groups[1], groups[2], groups[3], kSignBytes[signs[0]],
-             kSignBytes[signs[1]], kSignBytes[signs[2]], kSignBytes[signs[3]]);
-    }
+  static void Head(const Block& b, Header* h) {
+    h->d = Fp16ToF32(b.d);
+    for (int ib = 0; ib < 8; ++ib)
+      SetScale32(h, ib, 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1);
+  }
+  static SubBlock Sub(const Block& b, int ib) {
+    const uint8_t* q = b.qs + 8 * ib;
+    const int qh = b.qh[ib];
+    const uint8_t* signs = b.signs + 4 * ib;
+    auto group = [&](int l) {
+      return Pair(kIq3SGrid[q[2 * l] | ((qh << (8 - 2 * l)) & 256)],
+                  kIq3SGrid[q[2 * l + 1] | ((qh << (7 - 2 * l)) & 256)]);
+    };
+    return {Set4(group(0), group(1), group(2), group(3)),
+            Set4(kSignBytes[signs[0]], kSignBytes[signs[1]], kSignBytes[signs[2]],
+                 kSignBytes[signs[3]]),
+            _mm256_setzero_si256()};
   }
 };
 
 constexpr uint64_t kPlusOnes = 0x0101010101010101ull;
 
+// IQ1 entries are signed (−1, 0, 1): their own signs.
+inline SubBlock SignedSub(__m256i q) { return {_mm256_abs_epi8(q), q, _mm256_setzero_si256()}; }
+
 struct Iq1SDecoder {
   using Block = BlockIq1S;
   static constexpr float kFactor = 1.0f;
-  static void Decode(const Block& b, Decoded* g) {
-    g->d = Fp16ToF32(b.d);
+  static void Head(const Block& b, Header* h) {
+    h->d = Fp16ToF32(b.d);
     for (int ib = 0; ib < 8; ++ib) {
       const int qh = b.qh[ib];
       const int scale = 2 * ((qh >> 12) & 7) + 1;
-      SetScale32(g, ib, scale);
-      g->shift_sum_scale[ib] = qh & 0x8000 ? -scale : scale;
-      const uint8_t* qs = b.qs + 4 * ib;
-      Store4(g->q + 32 * ib, kIq1SGrid[qs[0] | ((qh << 8) & 0x700)],
-             kIq1SGrid[qs[1] | ((qh << 5) & 0x700)], kIq1SGrid[qs[2] | ((qh << 2) & 0x700)],
-             kIq1SGrid[qs[3] | ((qh >> 1) & 0x700)], kPlusOnes, kPlusOnes, kPlusOnes, kPlusOnes);
+      SetScale32(h, ib, scale);
+      h->shift_sum_scale[ib] = qh & 0x8000 ? -scale : scale;
     }
+  }
+  static SubBlock Sub(const Block& b, int ib) {
+    const int qh = b.qh[ib];
+    const uint8_t* qs = b.qs + 4 * ib;
+    return SignedSub(
+        Set4(kIq1SGrid[qs[0] | ((qh << 8) & 0x700)], kIq1SGrid[qs[1] | ((qh << 5) & 0x700)],
+             kIq1SGrid[qs[2] | ((qh << 2) & 0x700)], kIq1SGrid[qs[3] | ((qh >> 1) & 0x700)]));
   }
 };
 
 struct Iq1MDecoder {
   using Block = BlockIq1M;
   static constexpr float kFactor = 1.0f;
-  static void Decode(const Block& b, Decoded* g) {
+  static void Head(const Block& b, Header* h) {
     uint16_t sc[4];
     std::memcpy(sc, b.scales, sizeof(sc));
-    const auto bits = static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                          ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
-    g->d = Fp16ToF32(bits);
+    h->d = Fp16ToF32(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                         ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
     for (int ib = 0; ib < 8; ++ib) {
-      g->scale16[2 * ib] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
-      g->scale16[2 * ib + 1] =
+      h->scale16[2 * ib] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
+      h->scale16[2 * ib + 1] =
           static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
-      const uint8_t* qs = b.qs + 4 * ib;
-      const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-      Store4(g->q + 32 * ib, kIq1SGrid[qs[0] | ((h0 << 8) & 0x700)],
-             kIq1SGrid[qs[1] | ((h0 << 4) & 0x700)], kIq1SGrid[qs[2] | ((h1 << 8) & 0x700)],
-             kIq1SGrid[qs[3] | ((h1 << 4) & 0x700)], kPlusOnes, kPlusOnes, kPlusOnes, kPlusOnes);
-      const uint64_t minus = ~uint64_t{0};
-      Store4(g->shift + 32 * ib, h0 & 0x08 ? minus : kPlusOnes, h0 & 0x80 ? minus : kPlusOnes,
-             h1 & 0x08 ? minus : kPlusOnes, h1 & 0x80 ? minus : kPlusOnes, kPlusOnes, kPlusOnes,
-             kPlusOnes, kPlusOnes);
     }
+  }
+  static SubBlock Sub(const Block& b, int ib) {
+    const uint8_t* qs = b.qs + 4 * ib;
+    const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+    SubBlock sub = SignedSub(
+        Set4(kIq1SGrid[qs[0] | ((h0 << 8) & 0x700)], kIq1SGrid[qs[1] | ((h0 << 4) & 0x700)],
+             kIq1SGrid[qs[2] | ((h1 << 8) & 0x700)], kIq1SGrid[qs[3] | ((h1 << 4) & 0x700)]));
+    const uint64_t minus = ~uint64_t{0};
+    sub.shift = Set4(h0 & 0x08 ? minus : kPlusOnes, h0 & 0x80 ? minus : kPlusOnes,
+                     h1 & 0x08 ? minus : kPlusOnes, h1 & 0x80 ? minus : kPlusOnes);
+    return sub;
   }
 };
 
 // The scales of sub-block ib as 16 int16 lanes (the first 8 cover elements 0..15).
-inline __m256i Scales(const Decoded& g, int ib) {
-  return _mm256_set_m128i(_mm_set1_epi16(g.scale16[2 * ib + 1]), _mm_set1_epi16(g.scale16[2 * ib]));
+inline __m256i Scales(const Header& h, int ib) {
+  return _mm256_set_m128i(_mm_set1_epi16(h.scale16[2 * ib + 1]), _mm_set1_epi16(h.scale16[2 * ib]));
 }
 
 // How an IQ1 kernel adds its shift: not at all, from the block sums (IQ1_S), per element
 // (IQ1_M).
 enum class Shift { kNone, kBlockSums, kElements };
 
+// One (row, token) pair's running sums: exact int32 lanes per super-block, float lanes across.
+struct PairSums {
+  __m256i isum, shift_isum;
+};
+
+template <Shift kShift>
+inline void AddSub(const SubBlock& sub, __m256i a, __m256i scales, PairSums* p) {
+  const __m256i pairs = _mm256_maddubs_epi16(sub.mag, _mm256_sign_epi8(a, sub.sgn));
+  p->isum = _mm256_add_epi32(p->isum, _mm256_madd_epi16(pairs, scales));
+  if constexpr (kShift == Shift::kElements) {
+    const __m256i shift_pairs =
+        _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(a, sub.shift));
+    p->shift_isum = _mm256_add_epi32(p->shift_isum, _mm256_madd_epi16(shift_pairs, scales));
+  }
+}
+
 template <class D, Shift kShift = Shift::kNone>
 struct GridKernel {
+  // A row's decoded super-block, kept for the tile's tokens.
+  struct Decoded {
+    Header h;
+    SubBlock sub[kQK_K / kQK];
+  };
+
   template <int NR, int NC>
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                   int64_t act_stride, float* out, int64_t out_stride) {
@@ -224,41 +264,55 @@ struct GridKernel {
     }
     Decoded g[NR];
     for (int64_t b = 0; b < nb; ++b) {
+      PairSums sums[NR][NC];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
         simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
-        D::Decode(*blk, &g[r]);
+        D::Head(*blk, &g[r].h);
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          sums[r][c] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        }
+      }
+      if constexpr (NR == 1 && NC == 1) {
+        // One pair (decode): each sub-block straight from the table loads into the dot.
+        const Block* blk = reinterpret_cast<const Block*>(w) + b;
+        const auto* a = reinterpret_cast<const BlockQ8_K*>(act) + b;
+        for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+          AddSub<kShift>(D::Sub(*blk, ib), Load32(a->qs + ib * kQK), Scales(g[0].h, ib),
+                         &sums[0][0]);
+        }
+      } else {
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+          for (int ib = 0; ib < kQK_K / kQK; ++ib) g[r].sub[ib] = D::Sub(*blk, ib);
+        }
+        for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+            const __m256i av = Load32(a->qs + ib * kQK);
+            SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+              AddSub<kShift>(g[r].sub[ib], av, Scales(g[r].h, ib), &sums[r][c]);
+            }
+          }
+        }
       }
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
         SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          __m256i isum = _mm256_setzero_si256(), shift_isum = _mm256_setzero_si256();
-          for (int ib = 0; ib < kQK_K / kQK; ++ib) {
-            const __m256i av = Load32(a->qs + ib * kQK);
-            const __m256i q = Load32(g[r].q + ib * kQK);
-            const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(av, q));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, Scales(g[r], ib)));
-            if constexpr (kShift == Shift::kElements) {
-              const __m256i s = Load32(g[r].shift + ib * kQK);
-              const __m256i spairs =
-                  _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(av, s));
-              shift_isum =
-                  _mm256_add_epi32(shift_isum, _mm256_madd_epi16(spairs, Scales(g[r], ib)));
-            }
-          }
-          const float d = g[r].d * a->d;
-          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc[r][c]);
+          const float d = g[r].h.d * a->d;
+          acc[r][c] =
+              _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].isum), acc[r][c]);
           if constexpr (kShift == Shift::kElements) {
-            shift_acc[r][c] =
-                _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(shift_isum), shift_acc[r][c]);
+            shift_acc[r][c] = _mm256_fmadd_ps(
+                _mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].shift_isum), shift_acc[r][c]);
           }
           if constexpr (kShift == Shift::kBlockSums) {
             int sum = 0;
             for (int ib = 0; ib < 8; ++ib) {
-              sum += (a->bsums[2 * ib] + a->bsums[2 * ib + 1]) * g[r].shift_sum_scale[ib];
+              sum += (a->bsums[2 * ib] + a->bsums[2 * ib + 1]) * g[r].h.shift_sum_scale[ib];
             }
             shift_total[r][c] =
-                __builtin_fmaf(a->d * g[r].d, static_cast<float>(sum), shift_total[r][c]);
+                __builtin_fmaf(a->d * g[r].h.d, static_cast<float>(sum), shift_total[r][c]);
           }
         }
       }

@@ -58,7 +58,31 @@ struct Iq4NlWeights {
   }
 };
 
-// Signed-quant weights (policy W: Q8_0, IQ4_NL) · Q8_0 activations: Σ d_w·d_a·Σ w·a.
+// MXFP4: FP4 values (doubled) looked up like IQ4_NL's levels; the scale is 2^(e − 128).
+struct Mxfp4Weights {
+  using Block = BlockMxfp4;
+  static __m256i Quants(const Block* b) {
+    const __m256i values = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    return _mm256_shuffle_epi8(values, Nibbles(b));
+  }
+  static float Scale(const Block* b) {  // the generic kernel's own formula
+    const uint32_t bits = b->e < 2 ? 0x00200000u << b->e : static_cast<uint32_t>(b->e - 1) << 23;
+    return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(bits))));
+  }
+};
+
+// A weight block's float scale: W::Scale where the policy has one, else its fp16 d.
+template <class W>
+float WeightScale(const typename W::Block* b) {
+  if constexpr (requires { W::Scale(b); }) {
+    return W::Scale(b);
+  } else {
+    return Fp16ToF32(b->d);
+  }
+}
+
+// Signed-quant weights (policy W: Q8_0, IQ4_NL, MXFP4) · Q8_0 activations: Σ d_w·d_a·Σ w·a.
 template <class W>
 struct SignedKernel {
   template <int NR, int NC>
@@ -77,7 +101,7 @@ struct SignedKernel {
         simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(typename W::Block));
         wq[r] = W::Quants(blk);
         wabs[r] = _mm256_abs_epi8(wq[r]);
-        wd[r] = Fp16ToF32(blk->d);
+        wd[r] = WeightScale<W>(blk);
       }
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const auto* ablk = reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b;
@@ -205,6 +229,9 @@ void FillLegacyAvx2(TypeTraits& traits) {
       break;
     case GgmlType::kIq4Nl:
       simd::Install<SignedKernel<Iq4NlWeights>, 2, 4>(traits);
+      break;
+    case GgmlType::kMxfp4:
+      simd::Install<SignedKernel<Mxfp4Weights>, 2, 4>(traits);
       break;
     case GgmlType::kQ5_0:
       simd::Install<UnsignedKernel<Q5_0Weights>, 2, 4>(traits);

@@ -1,6 +1,6 @@
 // AVX-512 VNNI kernels for the legacy 32-element block types: Q8_0, Q4_0, Q5_0 against
 // Q8_0 activations, Q4_1, Q5_1 against Q8_1 activations, and Q8_0 rows dequantized; and for
-// IQ4_NL (table levels, looked up by a shuffle) against Q8_0 like Q4_0.
+// IQ4_NL and MXFP4 (table levels, looked up by a shuffle) against Q8_0 like Q4_0.
 // Registered by kernels_avx512.cc.
 //
 // Goals: decode streams weight rows at memory speed; prefill reuses each loaded weight
@@ -135,6 +135,33 @@ struct Iq4NlWeights {
     return _mm512_shuffle_epi8(levels, Nibbles(b0, b1));
   }
 };
+// MXFP4: FP4 values (doubled) + 128, looked up like IQ4_NL's; the scale is 2^(e − 128).
+struct Mxfp4Weights {
+  using Block = BlockMxfp4;
+  using ActBlock = BlockQ8_0;
+  static constexpr int kOffset = 128;
+  static __m512i Quants(const Block* b0, const Block* b1) {
+    const __m512i values = _mm512_add_epi8(
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values))),
+        _mm512_set1_epi8(static_cast<char>(0x80)));
+    return _mm512_shuffle_epi8(values, Nibbles(b0, b1));
+  }
+  static float Scale(const Block& b) {  // the generic kernel's own formula
+    const uint32_t bits = b.e < 2 ? 0x00200000u << b.e : static_cast<uint32_t>(b.e - 1) << 23;
+    return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(bits))));
+  }
+};
+
+// A weight block's float scale: W::Scale where the policy has one, else its fp16 d.
+template <class W>
+float WeightScale(const typename W::Block& b) {
+  if constexpr (requires { W::Scale(b); }) {
+    return W::Scale(b);
+  } else {
+    return Fp16ToF32(b.d);
+  }
+}
+
 struct Q4_1Weights {
   using Block = BlockQ4_1;
   using ActBlock = BlockQ8_1;
@@ -174,7 +201,7 @@ struct UnsignedKernel {
   static RowPart PrepareRow(const Block* blk, bool pair) {
     RowPart row;
     row.q = W::Quants(blk, pair ? blk + 1 : nullptr);
-    row.d = TwoScales(Fp16ToF32(blk[0].d), pair ? Fp16ToF32(blk[1].d) : 0.0f);
+    row.d = TwoScales(WeightScale<W>(blk[0]), pair ? WeightScale<W>(blk[1]) : 0.0f);
     row.m = _mm512_setzero_ps();
     if constexpr (kHasMin) {
       row.m = TwoSingles(Fp16ToF32(blk[0].m), pair ? Fp16ToF32(blk[1].m) : 0.0f);
@@ -284,6 +311,9 @@ void FillLegacyAvx512(TypeTraits& traits) {
       break;
     case GgmlType::kIq4Nl:
       simd::Install<UnsignedKernel<Iq4NlWeights>, 4, 4>(traits);
+      break;
+    case GgmlType::kMxfp4:
+      simd::Install<UnsignedKernel<Mxfp4Weights>, 4, 4>(traits);
       break;
     case GgmlType::kQ4_0:
       simd::Install<UnsignedKernel<Q4_0Weights>, 4, 4>(traits);
