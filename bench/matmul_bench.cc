@@ -40,10 +40,12 @@ constexpr int kThreadCounts[] = {1, 2};
 // Copies of a matrix cycled through at batch 1: 128 MiB of weights in all, 4x the L3.
 constexpr int64_t kDecodeBytes = int64_t{128} << 20;
 
-const GgmlType kAllTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF32,
-                              GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0, GgmlType::kQ5_0,
-                              GgmlType::kQ4_1, GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K,
-                              GgmlType::kQ5_K};
+const GgmlType kAllTypes[] = {
+    GgmlType::kQ8_0, GgmlType::kQ4_K,   GgmlType::kQ6_K,  GgmlType::kF32,   GgmlType::kF16,
+    GgmlType::kBF16, GgmlType::kQ4_0,   GgmlType::kQ5_0,  GgmlType::kQ4_1,  GgmlType::kQ5_1,
+    GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kQ5_K,  GgmlType::kIq4Nl, GgmlType::kIq4Xs,
+    GgmlType::kIq3S, GgmlType::kIq3Xxs, GgmlType::kIq2S,  GgmlType::kIq2Xs, GgmlType::kIq2Xxs,
+    GgmlType::kIq1M, GgmlType::kIq1S,   GgmlType::kTq1_0, GgmlType::kTq2_0, GgmlType::kMxfp4};
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -9,7 +9,8 @@
 # Environment: SHARDLM (build/shardlm), LLAMA_BENCH (../shared/oracle/llama-bench), ROUNDS (3),
 # PP (512), TG (128), REPS (3), THREADS (2), DEPTH (0: none; else the decode test runs after
 # DEPTH positions of context: shardlm's --depth, llama-bench's -d), KV_TYPE (f16, llama-bench's
-# default cache type; both engines use it).
+# default cache type; both engines use it), FIRST_ROUND (1: the rounds' numbers start there, so
+# a caller running one round at a time can still alternate which engine goes first).
 # Prints one JSON line per test on stdout: {"test", "ratio_median", "ratios", "shardlm_ts",
 # "llama_cpp_ts"} (per-round figures in order); the raw lines go to stderr.
 set -euo pipefail
@@ -29,6 +30,7 @@ REPS=${REPS:-3}
 THREADS=${THREADS:-2}
 DEPTH=${DEPTH:-0}
 KV_TYPE=${KV_TYPE:-f16}
+FIRST_ROUND=${FIRST_ROUND:-1}
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -54,7 +56,7 @@ run_llama() {  # $1 = round
       ts: .avg_ts}'
 }
 
-for ((round = 1; round <= ROUNDS; round++)); do
+for ((round = FIRST_ROUND; round < FIRST_ROUND + ROUNDS; round++)); do
   if ((round % 2 == 1)); then
     run_shardlm "$round" >>"$out"
     run_llama "$round" >>"$out"
@@ -62,12 +64,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
     run_llama "$round" >>"$out"
     run_shardlm "$round" >>"$out"
   fi
-  echo "round $round/$ROUNDS done" >&2
+  echo "round $round of $FIRST_ROUND..$((FIRST_ROUND + ROUNDS - 1)) done" >&2
 done
 cat "$out" >&2
 
 jq -s -c 'group_by(.test)[] | . as $rows
-  | [range(1; ($rows | map(.round) | max) + 1)] as $rounds
+  | [range(($rows | map(.round) | min); ($rows | map(.round) | max) + 1)] as $rounds
   | {test: $rows[0].test,
      shardlm_ts: [$rounds[] as $r | $rows[] | select(.round == $r and .engine == "shardlm") | .ts],
      llama_cpp_ts: [$rounds[] as $r | $rows[] | select(.round == $r and .engine == "llama.cpp") | .ts]}

@@ -6,7 +6,8 @@
 // legacy_avx512.cc (32-element blocks), kquants_avx512.cc (256-element K-quants) and
 // float_avx512.cc (F32, F16, BF16), and the Q8_0/Q8_1/Q8_K activation quantizers in
 // act_avx512.cc (byte-identical to the generic ones), and the panel kernels (Q4_K, Q6_K) in
-// panels_avx512.cc. Non-goals: bf16 activation conversion (generic).
+// panels_avx512.cc, and the grid i-quants in grids_avx512.cc. Non-goals: bf16 activation conversion
+// (generic).
 #include "tensor/kernels_impl.h"
 
 namespace shardlm::internal {
@@ -17,6 +18,7 @@ void FillKQuantsAvx512(TypeTraits& traits);
 void FillFloatAvx512(TypeTraits& traits);
 void FillActAvx512(TypeTraits& traits);
 void FillPanelsAvx512(TypeTraits& traits);
+void FillGridsAvx512(TypeTraits& traits);
 
 void FillAvx512Kernels(TypeTraits& traits) {
   FillLegacyAvx512(traits);
@@ -24,6 +26,7 @@ void FillAvx512Kernels(TypeTraits& traits) {
   FillFloatAvx512(traits);
   FillActAvx512(traits);
   FillPanelsAvx512(traits);
+  FillGridsAvx512(traits);
 }
 
 }  // namespace shardlm::internal
