@@ -197,6 +197,26 @@ const char* SectionKindName(SectionKind kind) {
   return "unknown";
 }
 
+// Bytes of one 32-element block of a block dtype; 0 for the others.
+uint64_t BlockBytes(SnapshotDType dtype) {
+  switch (dtype) {
+    case SnapshotDType::kQ8_0:
+      return sizeof(BlockQ8_0);
+    case SnapshotDType::kQ4_0:
+      return sizeof(BlockQ4_0);
+    case SnapshotDType::kQ4_1:
+      return sizeof(BlockQ4_1);
+    case SnapshotDType::kQ5_0:
+      return sizeof(BlockQ5_0);
+    case SnapshotDType::kQ5_1:
+      return sizeof(BlockQ5_1);
+    case SnapshotDType::kIq4Nl:
+      return sizeof(BlockIq4Nl);
+    default:
+      return 0;
+  }
+}
+
 // Bytes of `elements` elements of `dtype`; 0 when the dtype is unknown or the elements do not
 // fill whole blocks.
 uint64_t DTypeBytes(SnapshotDType dtype, uint64_t elements) {
@@ -206,12 +226,11 @@ uint64_t DTypeBytes(SnapshotDType dtype, uint64_t elements) {
       return elements > UINT64_MAX / 4 ? 0 : 4 * elements;
     case SnapshotDType::kF16:
       return elements > UINT64_MAX / 2 ? 0 : 2 * elements;
-    case SnapshotDType::kQ8_0:
-      return elements % kQK != 0 ? 0 : elements / kQK * sizeof(BlockQ8_0);
-    case SnapshotDType::kSentinel:
+    default:
       break;
   }
-  return 0;
+  const uint64_t block = BlockBytes(dtype);
+  return block == 0 || elements % kQK != 0 ? 0 : elements / kQK * block;
 }
 
 Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
@@ -232,14 +251,15 @@ Result<uint64_t> SectionPayloadBytes(const SnapshotSection& s) {
     case SectionKind::kKvPage:
       if (n_layers == 0) return InvalidData("kv_page with no layers");
       if (s.dtype == SnapshotDType::kI32) return InvalidData("kv_page of i32");
-      if (s.dtype == SnapshotDType::kQ8_0 && s.dims[2] % kQK != 0) {
-        return InvalidData("q8_0 kv_page with head_dim {} (not a multiple of {})", s.dims[2], kQK);
+      if (BlockBytes(s.dtype) != 0 && s.dims[2] % kQK != 0) {
+        return InvalidData("kv_page of blocks with head_dim {} (not a multiple of {})", s.dims[2],
+                           kQK);
       }
       factor = 2 * n_layers;  // K and V of each layer
       break;
     case SectionKind::kRecurrentState:
       if (n_layers == 0) return InvalidData("recurrent_state with no layers");
-      if (s.dtype == SnapshotDType::kQ8_0) return InvalidData("recurrent_state of q8_0");
+      if (BlockBytes(s.dtype) != 0) return InvalidData("recurrent_state of a block type");
       break;
     case SectionKind::kLogits:
       if (s.dtype != SnapshotDType::kF32) return InvalidData("logits must be f32");

@@ -86,9 +86,21 @@ enum class SectionKind : uint32_t {
 };
 const char* SectionKindName(SectionKind kind);
 
-// Element type of a section's payload (KV types map onto f32, f16 and q8_0:
-// SnapshotDTypeOf in snapshot_layout.h).
-enum class SnapshotDType : uint32_t { kF32 = 0, kF16 = 1, kI32 = 2, kQ8_0 = 3, kSentinel };
+// Element type of a section's payload (each KV type has its own: SnapshotDTypeOf in
+// snapshot_layout.h). The block types (q8_0 and the 4- and 5-bit ones) hold whole blocks of
+// 32 per row.
+enum class SnapshotDType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kI32 = 2,
+  kQ8_0 = 3,
+  kQ4_0 = 4,
+  kQ4_1 = 5,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kIq4Nl = 8,
+  kSentinel
+};
 
 struct SnapshotSection {
   SectionKind kind = SectionKind::kKvPage;

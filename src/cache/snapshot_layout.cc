@@ -51,6 +51,16 @@ SnapshotDType SnapshotDTypeOf(KvType kv_type) {
       return SnapshotDType::kF16;
     case KvType::kQ8_0:
       return SnapshotDType::kQ8_0;
+    case KvType::kQ4_0:
+      return SnapshotDType::kQ4_0;
+    case KvType::kQ4_1:
+      return SnapshotDType::kQ4_1;
+    case KvType::kQ5_0:
+      return SnapshotDType::kQ5_0;
+    case KvType::kQ5_1:
+      return SnapshotDType::kQ5_1;
+    case KvType::kIq4Nl:
+      return SnapshotDType::kIq4Nl;
     case KvType::kSentinel:
       break;
   }

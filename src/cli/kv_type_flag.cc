@@ -4,7 +4,8 @@
 namespace shardlm::cli {
 
 void DeclareKvTypeFlag(CLI::App& cmd, std::string& kv_type) {
-  cmd.add_option("--kv-type", kv_type, "KV cache element type: f32 | f16 | q8_0")
+  cmd.add_option("--kv-type", kv_type,
+                 "KV cache element type: f32 | f16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | iq4_nl")
       ->capture_default_str();
 }
 

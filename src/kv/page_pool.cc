@@ -5,28 +5,45 @@
 #include <limits>
 
 #include "base/check.h"
+#include "tensor/type_traits.h"
 
 namespace shardlm {
 
-const char* KvTypeName(KvType type) {
-  switch (type) {
-    case KvType::kF32:
-      return "f32";
-    case KvType::kF16:
-      return "f16";
-    case KvType::kQ8_0:
-      return "q8_0";
-    case KvType::kSentinel:
-      break;
+namespace {
+
+// Each KV type with its name and the GGUF type of its rows.
+struct KvTypeRow {
+  KvType type;
+  const char* name;
+  GgmlType element;
+};
+constexpr KvTypeRow kKvTypes[] = {
+    {KvType::kF32, "f32", GgmlType::kF32},    {KvType::kF16, "f16", GgmlType::kF16},
+    {KvType::kQ8_0, "q8_0", GgmlType::kQ8_0}, {KvType::kQ4_0, "q4_0", GgmlType::kQ4_0},
+    {KvType::kQ4_1, "q4_1", GgmlType::kQ4_1}, {KvType::kQ5_0, "q5_0", GgmlType::kQ5_0},
+    {KvType::kQ5_1, "q5_1", GgmlType::kQ5_1}, {KvType::kIq4Nl, "iq4_nl", GgmlType::kIq4Nl},
+};
+
+const KvTypeRow* FindKvType(KvType type) {
+  for (const KvTypeRow& row : kKvTypes) {
+    if (row.type == type) return &row;
   }
-  return "invalid";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* KvTypeName(KvType type) {
+  const KvTypeRow* row = FindKvType(type);
+  return row ? row->name : "invalid";
 }
 
 Result<KvType> ParseKvType(const std::string& name) {
-  if (name == "f32") return KvType::kF32;
-  if (name == "f16") return KvType::kF16;
-  if (name == "q8_0") return KvType::kQ8_0;
-  return InvalidArgument("unknown KV cache type '{}' (use f32, f16 or q8_0)", name);
+  for (const KvTypeRow& row : kKvTypes) {
+    if (name == row.name) return row.type;
+  }
+  return InvalidArgument(
+      "unknown KV cache type '{}' (use f32, f16, q8_0, q4_0, q4_1, q5_0, q5_1 or iq4_nl)", name);
 }
 
 const char* WindowKvName(WindowKv window_kv) {
@@ -48,18 +65,18 @@ Result<WindowKv> ParseWindowKv(const std::string& name) {
 }
 
 GgmlType KvElementType(KvType type) {
-  switch (type) {
-    case KvType::kF32:
-      return GgmlType::kF32;
-    case KvType::kF16:
-      return GgmlType::kF16;
-    case KvType::kQ8_0:
-      return GgmlType::kQ8_0;
-    case KvType::kSentinel:
-      break;
+  const KvTypeRow* row = FindKvType(type);
+  SHARDLM_CHECK_MSG(row != nullptr, "invalid KV type %d", static_cast<int>(type));
+  return row->element;
+}
+
+void KvStoreRow(KvType type, const float* src, void* dst, int64_t n) {
+  const TypeTraits& element = *GetTypeTraits(KvElementType(type));
+  if (type == KvType::kF32 || type == KvType::kF16 || type == KvType::kQ8_0) {
+    element.quantize_act(src, dst, n);
+  } else {
+    element.quantize_row(src, dst, n);
   }
-  SHARDLM_CHECK_MSG(false, "invalid KV type %d", static_cast<int>(type));
-  return GgmlType::kSentinel;
 }
 
 size_t KvRowBytes(KvType type, size_t n) {

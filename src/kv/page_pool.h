@@ -61,14 +61,30 @@ struct PageCopy {
 // Element type of the K and V cache (`--kv-type`). F32 reproduces llama.cpp's goldens
 // (F32 cache); F16 halves the memory; Q8_0 (blocks of 32 int8 with an F16 scale, as
 // llama.cpp's `-ctk q8_0 -ctv q8_0`) takes 34 bytes per 32 elements: 53% of F16, so
-// attention reads about half the bytes and a pool holds 1.9× the positions. Q8_0 needs
-// head_dim % 32 == 0.
-enum class KvType { kF32 = 0, kF16 = 1, kQ8_0 = 2, kSentinel = 3 };
+// attention reads about half the bytes and a pool holds 1.9× the positions. The 4- and 5-bit
+// types of llama.cpp's -ctk/-ctv set (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: 18 to 24 bytes per 32)
+// hold 2.7× to 3.6× F16's positions at a larger error. Block types need head_dim % 32 == 0.
+enum class KvType {
+  kF32 = 0,
+  kF16 = 1,
+  kQ8_0 = 2,
+  kQ4_0 = 3,
+  kQ4_1 = 4,
+  kQ5_0 = 5,
+  kQ5_1 = 6,
+  kIq4Nl = 7,
+  kSentinel = 8
+};
 const char* KvTypeName(KvType type);
-Result<KvType> ParseKvType(const std::string& name);  // "f32" | "f16" | "q8_0"
-// The GGUF element type a KV cache type stores (F32, F16, Q8_0): its TypeTraits convert the
-// rows (quantize_act writes them, dequantize_row reads them) and give their size.
+// "f32" | "f16" | "q8_0" | "q4_0" | "q4_1" | "q5_0" | "q5_1" | "iq4_nl"
+Result<KvType> ParseKvType(const std::string& name);
+// The GGUF element type a KV cache type stores: its TypeTraits convert the rows (KvStoreRow
+// writes them, dequantize_row reads them) and give their size.
 GgmlType KvElementType(KvType type);
+// Writes one row of n elements as `type` stores them: F32, F16 and Q8_0 as activations are
+// converted for a matmul (the same bytes on every ISA); the 4- and 5-bit types with their
+// reference quantizers, as llama.cpp writes its cache.
+void KvStoreRow(KvType type, const float* src, void* dst, int64_t n);
 // Bytes of `n` elements stored as `type` (n % 32 == 0 for Q8_0).
 size_t KvRowBytes(KvType type, size_t n);
 // Whether rows of head_dim elements can be stored as `type`: a valid type, and whole Q8_0

@@ -211,9 +211,9 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
     AttendTileRuns(tile, head_dim, first_col, starts, scores,
                    [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
   } else {
-    // F16 and Q8_0: each run converted once into the scratch after the scores (by the
-    // element type's dequantize_row), and used by every (token, head) of the tile. A run is
-    // whole rows, so whole Q8_0 blocks.
+    // F16 and the block types: each run converted once into the scratch after the scores (by
+    // the element type's dequantize_row), and used by every (token, head) of the tile. A run is
+    // whole rows, so whole blocks.
     const TypeTraits& element = *GetTypeTraits(KvElementType(pool.config().kv_type));
     float* converted =
         scratch + int64_t(tile.n_tokens) * tile.n_heads * (first_col + tile.n_tokens);
@@ -234,10 +234,8 @@ void WriteKv(PagePool& pool, PageList pages, int layer_idx, int position, const 
   const int offset = position % page_tokens;
   const KvLayerShape shape = pool.layer_shape(layer_idx);
   const int64_t head_dim = shape.head_dim;
-  // Rows are stored as activations of the element type are converted for a matmul (a copy for
-  // F32; the same bytes on every ISA, tensor/type_traits.h).
-  const TypeTraits& element = *GetTypeTraits(KvElementType(pool.config().kv_type));
-  auto store = [&](const float* src, void* dst) { element.quantize_act(src, dst, head_dim); };
+  const KvType kv_type = pool.config().kv_type;
+  auto store = [&](const float* src, void* dst) { KvStoreRow(kv_type, src, dst, head_dim); };
   for (int h = 0; h < shape.n_kv_heads; ++h) {
     store(k + h * head_dim, pool.KeyRow(page, layer_idx, h, offset));
     store(v + h * head_dim, pool.ValueRow(page, layer_idx, h, offset));

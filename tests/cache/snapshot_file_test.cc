@@ -180,13 +180,33 @@ TEST(SnapshotFile, Q8_0SectionsAreWholeBlocks) {
   s.kind = SectionKind::kLogits;
   s.dims = {64, 1, 1, 1};
   EXPECT_EQ(SectionPayloadBytes(s).status().code(), StatusCode::kInvalidData);
+  // The 4- and 5-bit types likewise, with their block sizes.
+  const std::pair<SnapshotDType, uint64_t> kBlocks[] = {{SnapshotDType::kQ4_0, 18},
+                                                        {SnapshotDType::kQ4_1, 20},
+                                                        {SnapshotDType::kQ5_0, 22},
+                                                        {SnapshotDType::kQ5_1, 24},
+                                                        {SnapshotDType::kIq4Nl, 18}};
+  for (const auto& [dtype, block] : kBlocks) {
+    s.kind = SectionKind::kKvPage;
+    s.dtype = dtype;
+    s.dims = {2, 1, 64, 1};
+    auto block_bytes = SectionPayloadBytes(s);
+    ASSERT_TRUE(block_bytes.ok()) << block_bytes.status().message();
+    EXPECT_EQ(*block_bytes, 2u * 3 * 2 * 64 / 32 * block);
+    s.dims = {2, 1, 48, 1};
+    EXPECT_EQ(SectionPayloadBytes(s).status().code(), StatusCode::kInvalidData);
+    s.kind = SectionKind::kRecurrentState;
+    s.dims = {64, 1, 1, 1};
+    EXPECT_EQ(SectionPayloadBytes(s).status().code(), StatusCode::kInvalidData);
+  }
 }
 
 TEST(SnapshotLayout, AKvPageSectionIsExactlyAPoolPage) {
-  for (KvType kv_type : {KvType::kF32, KvType::kF16, KvType::kQ8_0}) {
+  for (KvType kv_type : {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kQ4_0, KvType::kQ4_1,
+                         KvType::kQ5_0, KvType::kQ5_1, KvType::kIq4Nl}) {
     SnapshotLayout layout = SmallLayout();
     layout.kv_type = kv_type;
-    if (kv_type == KvType::kQ8_0) layout.head_dim = 64;  // whole blocks of 32
+    if (kv_type != KvType::kF32 && kv_type != KvType::kF16) layout.head_dim = 64;  // blocks of 32
     layout.n_kv_heads = 3;
     for (int stage_idx = 0; stage_idx < 2; ++stage_idx) {
       PagePoolConfig config;

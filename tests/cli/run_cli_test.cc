@@ -116,29 +116,32 @@ TEST(RunCliTest, BadFlagValuesFail) {
   EXPECT_NE(run.err.find("head_dim % 32"), std::string::npos) << run.err;
 }
 
-// A q8_0 KV cache on a model whose heads are whole blocks: `run` says so, and the greedy
-// text of two local stages equals unsplit's.
-TEST(RunCliTest, Q8_0KvRunsAndSplitsLikeUnsplit) {
+// A block-type KV cache (q8_0 and the 4- and 5-bit ones) on a model whose heads are whole
+// blocks: `run` says which, and the greedy text of two local stages equals unsplit's.
+TEST(RunCliTest, BlockKvRunsAndSplitsLikeUnsplit) {
   SHARDLM_REQUIRE_FIXTURES();
-  const std::vector<std::string> base = {"run",
-                                         "-m",
-                                         FixturePath("qwen3-tiny-q8_0.gguf"),
-                                         "-p",
-                                         "Once upon a time",
-                                         "-n",
-                                         "16",
-                                         "--temp",
-                                         "0",
-                                         "--kv-type",
-                                         "q8_0"};
-  ProcessResult whole = RunShardlm(base);
-  ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  EXPECT_NE(whole.err.find("kv: q8_0"), std::string::npos) << whole.err;
-  std::vector<std::string> split_args = base;
-  split_args.insert(split_args.end(), {"--devices", "cpu:0,cpu:1"});
-  ProcessResult split = RunShardlm(split_args);
-  ASSERT_EQ(split.exit_code, 0) << split.err;
-  EXPECT_EQ(split.out, whole.out);
+  for (const std::string kv : {"q8_0", "q4_0", "q5_1", "iq4_nl"}) {
+    SCOPED_TRACE(kv);
+    const std::vector<std::string> base = {"run",
+                                           "-m",
+                                           FixturePath("qwen3-tiny-q8_0.gguf"),
+                                           "-p",
+                                           "Once upon a time",
+                                           "-n",
+                                           "16",
+                                           "--temp",
+                                           "0",
+                                           "--kv-type",
+                                           kv};
+    ProcessResult whole = RunShardlm(base);
+    ASSERT_EQ(whole.exit_code, 0) << whole.err;
+    EXPECT_NE(whole.err.find("kv: " + kv), std::string::npos) << whole.err;
+    std::vector<std::string> split_args = base;
+    split_args.insert(split_args.end(), {"--devices", "cpu:0,cpu:1"});
+    ProcessResult split = RunShardlm(split_args);
+    ASSERT_EQ(split.exit_code, 0) << split.err;
+    EXPECT_EQ(split.out, whole.out);
+  }
 }
 
 TEST(RunCliTest, SeededRunIsReproducibleAndPrintsSeed) {

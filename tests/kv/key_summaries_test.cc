@@ -28,8 +28,8 @@ struct Fixture {
   }
   // Stores `key` at (page, layer, head, offset) as the forward pass does, and summarizes it.
   void Write(PageId page, int layer, int head, int offset, const float* key) {
-    const TypeTraits& element = *GetTypeTraits(KvElementType(pool->config().kv_type));
-    element.quantize_act(key, pool->KeyRow(page, layer, head, offset), pool->config().head_dim);
+    KvStoreRow(pool->config().kv_type, key, pool->KeyRow(page, layer, head, offset),
+               pool->config().head_dim);
     summaries->Update(page, pool->page_data(page), *pool, layer, head, offset);
   }
   std::vector<float> Stored(PageId page, int layer, int head, int offset) const {
@@ -54,7 +54,8 @@ float Dot(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(KeySummaries, TheBoundIsNeverBelowAStoredKeysScore) {
-  for (KvType kv_type : {KvType::kF32, KvType::kF16, KvType::kQ8_0}) {
+  for (KvType kv_type : {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kQ4_0, KvType::kQ4_1,
+                         KvType::kQ5_0, KvType::kQ5_1, KvType::kIq4Nl}) {
     Fixture f(3, 64, kv_type);
     std::mt19937 rng(7);
     for (int offset = 0; offset < 40; ++offset) {

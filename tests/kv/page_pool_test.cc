@@ -3,9 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "pool_config.h"
+#include "tensor/type_traits.h"
 
 namespace shardlm {
 namespace {
@@ -99,8 +104,55 @@ TEST(PagePool, ParseKvType) {
   EXPECT_EQ(ParseKvType("f32").value(), KvType::kF32);
   EXPECT_EQ(ParseKvType("f16").value(), KvType::kF16);
   EXPECT_EQ(ParseKvType("q8_0").value(), KvType::kQ8_0);
-  EXPECT_EQ(ParseKvType("q4_0").status().code(), StatusCode::kInvalidArgument);
+  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"}) {
+    auto type = ParseKvType(name);
+    ASSERT_TRUE(type.ok()) << name;
+    EXPECT_STREQ(KvTypeName(*type), name);
+  }
+  EXPECT_EQ(ParseKvType("q4_2").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseKvType("iq4_xs").status().code(), StatusCode::kInvalidArgument);
   EXPECT_STREQ(KvTypeName(KvType::kQ8_0), "q8_0");
+  EXPECT_STREQ(KvTypeName(KvType::kSentinel), "invalid");
+}
+
+// The 4- and 5-bit KV types: their GGUF block sizes per 32 elements, whole blocks only.
+TEST(PagePool, SmallBlockRowsAreWholeBlocks) {
+  const std::pair<KvType, size_t> kRowBytes[] = {{KvType::kQ4_0, 72},
+                                                 {KvType::kQ4_1, 80},
+                                                 {KvType::kQ5_0, 88},
+                                                 {KvType::kQ5_1, 96},
+                                                 {KvType::kIq4Nl, 72}};
+  for (const auto& [type, bytes] : kRowBytes) {
+    SCOPED_TRACE(KvTypeName(type));
+    EXPECT_EQ(KvRowBytes(type, 128), bytes);
+    EXPECT_TRUE(CheckKvRows(type, 64).ok());
+    EXPECT_FALSE(CheckKvRows(type, 48).ok());
+  }
+}
+
+// A row written and read back: F32, F16 and Q8_0 rows are the matmul activation bytes, the
+// others their types' reference quantizers', within each type's error.
+TEST(PagePool, StoredRowsReadBackWithinTheTypesError) {
+  std::vector<float> row(128);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = std::sin(0.37f * static_cast<float>(i)) * 3;
+  // At most one quantization step of the block (amax 3): 3/127, 3/16 and 3/8 (a step, not half
+  // of one: the symmetric types reach −amax but stop a step short of +amax).
+  const std::pair<KvType, double> kMaxError[] = {
+      {KvType::kF32, 0},     {KvType::kF16, 0.002}, {KvType::kQ8_0, 0.024}, {KvType::kQ5_0, 0.19},
+      {KvType::kQ5_1, 0.19}, {KvType::kQ4_0, 0.38}, {KvType::kQ4_1, 0.38},  {KvType::kIq4Nl, 0.38},
+  };
+  for (const auto& [type, max_error] : kMaxError) {
+    SCOPED_TRACE(KvTypeName(type));
+    std::vector<uint8_t> stored(KvRowBytes(type, row.size()));
+    KvStoreRow(type, row.data(), stored.data(), int64_t(row.size()));
+    std::vector<float> back(row.size());
+    GetTypeTraits(KvElementType(type))
+        ->dequantize_row(stored.data(), back.data(), int64_t(back.size()));
+    double worst = 0;
+    for (size_t i = 0; i < row.size(); ++i)
+      worst = std::max(worst, double(std::fabs(back[i] - row[i])));
+    EXPECT_LE(worst, max_error);
+  }
 }
 
 // Q8_0 rows are 34 bytes per 32 elements; a head_dim that is not whole blocks is refused.

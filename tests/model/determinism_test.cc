@@ -51,6 +51,18 @@ struct ModelCase {
   WindowKv window_kv = WindowKv::kRing;  // where windowed layers keep their KV
 };
 
+// The KV cache types stored in blocks of 32, with how far each may move the logits from an F32
+// cache: Q8_0 keys and values carry up to 1/254 of a block's largest magnitude as error, the
+// 5-bit types about 1/32 and the 4-bit ones 1/16 (IQ4_NL's levels are denser near zero).
+struct BlockKv {
+  KvType type;
+  double atol, rms_tol;
+};
+constexpr BlockKv kBlockKvTypes[] = {
+    {KvType::kQ8_0, 0.5, 0.1}, {KvType::kQ5_0, 2.0, 0.4}, {KvType::kQ5_1, 2.0, 0.4},
+    {KvType::kQ4_0, 3.0, 0.8}, {KvType::kQ4_1, 3.0, 0.8}, {KvType::kIq4Nl, 3.0, 0.8},
+};
+
 class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
@@ -70,7 +82,7 @@ class DeterminismTest : public ::testing::TestWithParam<ModelCase> {
   // Splits the model in two stages ([0, 1) and [1, n_layers)) with `kv_type` pages and
   // expects the whole model's logits bitwise.
   void ExpectSplitEqualsWhole(KvType kv_type);
-  // Whether the model's K/V rows are whole Q8_0 blocks.
+  // Whether the model's K/V rows are whole blocks of 32 (every block KV type's).
   bool Q8_0Fits() {
     auto h = Open(1);
     return h != nullptr && CheckModelKvRows(h->model->config(), KvType::kQ8_0).ok();
@@ -239,11 +251,13 @@ struct TwoStages {
 };
 
 // Stages [0, 1) and [1, n_layers) chained through hidden rows, sharing one allocator's
-// page lists, equal the whole model, with an F32 and with a Q8_0 KV cache.
+// page lists, equal the whole model, with an F32 KV cache and with each block type's.
 TEST_P(DeterminismTest, LayerSplitEqualsWholeModel) {
   if (Q8_0Fits()) {
-    SCOPED_TRACE("q8_0 KV");
-    ExpectSplitEqualsWhole(KvType::kQ8_0);
+    for (const BlockKv& kv : kBlockKvTypes) {
+      SCOPED_TRACE(KvTypeName(kv.type));
+      ExpectSplitEqualsWhole(kv.type);
+    }
   }
   ExpectSplitEqualsWhole(KvType::kF32);
 }
@@ -428,26 +442,31 @@ TEST_P(DeterminismTest, WindowRingEqualsWindowInPages) {
                 "resumed from an imported window vs pages");
 }
 
-TEST_P(DeterminismTest, Q8_0KvIsThreadInvariantAndDecodeEqualsPrefill) {
-  if (!Q8_0Fits()) GTEST_SKIP() << "head_dim is not a multiple of 32: no q8_0 KV cache";
-  auto h1 = Open(1, kAllLayers, KvType::kQ8_0);
-  auto h3 = Open(3, kAllLayers, KvType::kQ8_0);
-  ASSERT_NE(h1, nullptr);
-  ASSERT_NE(h3, nullptr);
-  const std::vector<float> want = OneBatch(*h1);
-  ExpectBitwise(OneBatch(*h3), want, "Q8_0 KV, 3 threads vs 1");
-  ExpectBitwise(TokenByToken(*h1), want, "Q8_0 KV: token-by-token decode vs one-batch prefill");
+TEST_P(DeterminismTest, BlockKvIsThreadInvariantAndDecodeEqualsPrefill) {
+  if (!Q8_0Fits()) GTEST_SKIP() << "head_dim is not a multiple of 32: no block-type KV cache";
+  for (const BlockKv& kv : kBlockKvTypes) {
+    SCOPED_TRACE(KvTypeName(kv.type));
+    auto h1 = Open(1, kAllLayers, kv.type);
+    auto h3 = Open(3, kAllLayers, kv.type);
+    ASSERT_NE(h1, nullptr);
+    ASSERT_NE(h3, nullptr);
+    const std::vector<float> want = OneBatch(*h1);
+    ExpectBitwise(OneBatch(*h3), want, "3 threads vs 1");
+    ExpectBitwise(TokenByToken(*h1), want, "token-by-token decode vs one-batch prefill");
+  }
 }
 
-TEST_P(DeterminismTest, Q8_0KvCacheStaysClose) {
-  if (!Q8_0Fits()) GTEST_SKIP() << "head_dim is not a multiple of 32: no q8_0 KV cache";
-  auto h8 = Open(2, kAllLayers, KvType::kQ8_0);
+TEST_P(DeterminismTest, BlockKvCacheStaysClose) {
+  if (!Q8_0Fits()) GTEST_SKIP() << "head_dim is not a multiple of 32: no block-type KV cache";
   auto h32 = Open(2);
-  ASSERT_NE(h8, nullptr);
-  std::vector<float> want = OneBatch(*h32);
-  std::vector<float> got = OneBatch(*h8);
-  // Q8_0 keys/values carry up to 1/254 of each block's largest magnitude as error.
-  ExpectClose(got.data(), want.data(), want.size(), 0.5, 0.1, "Q8_0 KV vs F32 KV");
+  const std::vector<float> want = OneBatch(*h32);
+  for (const BlockKv& kv : kBlockKvTypes) {
+    SCOPED_TRACE(KvTypeName(kv.type));
+    auto hq = Open(2, kAllLayers, kv.type);
+    ASSERT_NE(hq, nullptr);
+    const std::vector<float> got = OneBatch(*hq);
+    ExpectClose(got.data(), want.data(), want.size(), kv.atol, kv.rms_tol, "against F32 KV");
+  }
 }
 
 TEST_P(DeterminismTest, F16KvCacheStaysClose) {
