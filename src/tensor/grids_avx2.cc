@@ -2,18 +2,17 @@
 // the ternary types (TQ1_0, TQ2_0) against Q8_K activations. Registered by kernels_avx2.cc;
 // AVX-512 CPUs use them too.
 //
-// A tile decodes each of its rows' super-blocks once into 256 signed bytes and 16 scales in
-// L1 (grid entries by table loads, signs applied with vpsignb), then every token of the tile
-// reuses them: llama.cpp's kernels decode a block again for every token. Per sub-block of 32
-// and pair, vpmaddubsw takes the values' magnitudes and the activations carrying their signs,
-// vpmaddwd by the scales widens to exact int32 lanes summed over the super-block, and one fused
-// multiply-add by d_w·d_a per super-block adds them to the float lanes: the generic kernels'
-// order (kernels_generic_grids.cc, kernels_generic_ternary.cc), so the results are bitwise
-// theirs. The ternary types keep their unsigned digits 0..2 and subtract the activations' block
-// sums per lane instead, as their generic kernel does.
-// Non-goals: repacked layouts; AVX-512 (VNNI) versions.
+// The grid types take the shared tile kernel (grid_kernel_inl.h: one decode of a row's
+// super-block per tile, which every token of the tile reuses; llama.cpp's kernels decode a
+// block again for every token); this file brings their decoders: grid entries by table loads,
+// signs as ±1 bytes from tables. The ternary types keep their unsigned digits 0..2 and subtract
+// the activations' block sums per lane instead, as their generic kernel does; the float side is
+// the generic kernels' (kernels_generic_grids.cc, kernels_generic_ternary.cc), so the results
+// are bitwise theirs.
+// Non-goals: repacked layouts.
 #include <cstring>
 
+#include "tensor/grid_kernel_inl.h"
 #include "tensor/iquant_grids.h"
 #include "tensor/simd_avx2_inl.h"
 #include "tensor/simd_tile.h"
@@ -24,14 +23,12 @@ namespace {
 using avx2::Fp16ToF32;
 using avx2::Load32;
 using avx2::ReduceAdd;
-
-// A super-block's header as the dot product sees it: d, the odd scale of each 16 elements
-// and, for IQ1_S, each 32's shift sign times its scale.
-struct Header {
-  int16_t scale16[16];
-  int shift_sum_scale[8];
-  float d;
-};
+using grids::GridKernel;
+using grids::Pair;
+using grids::PairSums;
+using grids::Set4;
+using grids::Shift;
+using grids::Word;
 
 // One sub-block of 32 as two vectors: magnitudes `mag` (unsigned bytes) and `sgn`, whose byte
 // signs are the values' (zero where the value is), so value · a = mag · sign(a, sgn). IQ1_M also
@@ -40,39 +37,27 @@ struct SubBlock {
   __m256i mag, sgn, shift;
 };
 
-uint32_t Word(const void* p) {
-  uint32_t w;
-  std::memcpy(&w, p, sizeof(w));
-  return w;
-}
-
-inline __m256i Set4(uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3) {
-  return _mm256_set_epi64x(static_cast<int64_t>(e3), static_cast<int64_t>(e2),
-                           static_cast<int64_t>(e1), static_cast<int64_t>(e0));
-}
-
-// Two 4-wide entries as one 8-byte group.
-inline uint64_t Pair(uint32_t lo, uint32_t hi) { return lo | (uint64_t{hi} << 32); }
-
-void SetScale32(Header* h, int ib, int scale) {
-  h->scale16[2 * ib] = h->scale16[2 * ib + 1] = static_cast<int16_t>(scale);
-}
-
-void SetNibbleScales(const uint8_t* scales, Header* h) {
-  for (int ib = 0; ib < 8; ++ib) {
-    h->scale16[2 * ib] = static_cast<int16_t>(2 * (scales[ib] & 0xF) + 1);
-    h->scale16[2 * ib + 1] = static_cast<int16_t>(2 * (scales[ib] >> 4) + 1);
+// What every AVX2 decoder gives the tile kernel (grid_kernel_inl.h): its sub-block type and
+// how a sub-block meets a row of activations. vpsignb carries the values' signs onto the
+// activations, vpmaddubsw multiplies by the magnitudes (|pair sum| <= 2·62·127 fits int16),
+// vpmaddwd by the scales widens to exact int32 lanes.
+struct Avx2Ops {
+  using SubBlock = ::shardlm::internal::SubBlock;
+  template <Shift kShift>
+  static void AddSub(const SubBlock& sub, __m256i a, __m256i scales, PairSums* p) {
+    const __m256i pairs = _mm256_maddubs_epi16(sub.mag, _mm256_sign_epi8(a, sub.sgn));
+    p->isum = _mm256_add_epi32(p->isum, _mm256_madd_epi16(pairs, scales));
+    if constexpr (kShift == Shift::kElements) {
+      const __m256i shift_pairs =
+          _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(a, sub.shift));
+      p->shift_isum = _mm256_add_epi32(p->shift_isum, _mm256_madd_epi16(shift_pairs, scales));
+    }
   }
-}
+};
 
-struct Iq2XxsDecoder {
+struct Iq2XxsDecoder : Avx2Ops {
   using Block = BlockIq2Xxs;
   static constexpr float kFactor = 0.125f;
-  static void Head(const Block& b, Header* h) {
-    h->d = Fp16ToF32(b.d);
-    for (int ib = 0; ib < 8; ++ib)
-      SetScale32(h, ib, 2 * static_cast<int>(b.qs[4 * ib + 3] >> 12) + 1);
-  }
   static SubBlock Sub(const Block& b, int ib) {
     const uint32_t idx = Word(b.qs + 4 * ib), codes = Word(b.qs + 4 * ib + 2);
     return {Set4(kIq2XxsGrid[idx & 0xFF], kIq2XxsGrid[(idx >> 8) & 0xFF],
@@ -83,13 +68,9 @@ struct Iq2XxsDecoder {
   }
 };
 
-struct Iq2XsDecoder {
+struct Iq2XsDecoder : Avx2Ops {
   using Block = BlockIq2Xs;
   static constexpr float kFactor = 0.125f;
-  static void Head(const Block& b, Header* h) {
-    h->d = Fp16ToF32(b.d);
-    SetNibbleScales(b.scales, h);
-  }
   static SubBlock Sub(const Block& b, int ib) {
     const uint16_t* q = b.qs + 4 * ib;
     return {Set4(kIq2XsGrid[q[0] & 511], kIq2XsGrid[q[1] & 511], kIq2XsGrid[q[2] & 511],
@@ -100,13 +81,9 @@ struct Iq2XsDecoder {
   }
 };
 
-struct Iq2SDecoder {
+struct Iq2SDecoder : Avx2Ops {
   using Block = BlockIq2S;
   static constexpr float kFactor = 0.125f;
-  static void Head(const Block& b, Header* h) {
-    h->d = Fp16ToF32(b.d);
-    SetNibbleScales(b.scales, h);
-  }
   static SubBlock Sub(const Block& b, int ib) {
     const uint8_t* qs = b.qs + 4 * ib;
     const uint8_t* signs = b.qs + kQK_K / 8 + 4 * ib;
@@ -119,15 +96,9 @@ struct Iq2SDecoder {
   }
 };
 
-struct Iq3XxsDecoder {
+struct Iq3XxsDecoder : Avx2Ops {
   using Block = BlockIq3Xxs;
   static constexpr float kFactor = 0.25f;
-  static void Head(const Block& b, Header* h) {
-    h->d = Fp16ToF32(b.d);
-    for (int ib = 0; ib < 8; ++ib) {
-      SetScale32(h, ib, 2 * static_cast<int>(Word(b.qs + kQK_K / 4 + 4 * ib) >> 28) + 1);
-    }
-  }
   static SubBlock Sub(const Block& b, int ib) {
     const uint32_t codes = Word(b.qs + kQK_K / 4 + 4 * ib);
     const uint8_t* q = b.qs + 8 * ib;
@@ -141,14 +112,9 @@ struct Iq3XxsDecoder {
   }
 };
 
-struct Iq3SDecoder {
+struct Iq3SDecoder : Avx2Ops {
   using Block = BlockIq3S;
   static constexpr float kFactor = 1.0f;
-  static void Head(const Block& b, Header* h) {
-    h->d = Fp16ToF32(b.d);
-    for (int ib = 0; ib < 8; ++ib)
-      SetScale32(h, ib, 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1);
-  }
   static SubBlock Sub(const Block& b, int ib) {
     const uint8_t* q = b.qs + 8 * ib;
     const int qh = b.qh[ib];
@@ -169,18 +135,9 @@ constexpr uint64_t kPlusOnes = 0x0101010101010101ull;
 // IQ1 entries are signed (−1, 0, 1): their own signs.
 inline SubBlock SignedSub(__m256i q) { return {_mm256_abs_epi8(q), q, _mm256_setzero_si256()}; }
 
-struct Iq1SDecoder {
+struct Iq1SDecoder : Avx2Ops {
   using Block = BlockIq1S;
   static constexpr float kFactor = 1.0f;
-  static void Head(const Block& b, Header* h) {
-    h->d = Fp16ToF32(b.d);
-    for (int ib = 0; ib < 8; ++ib) {
-      const int qh = b.qh[ib];
-      const int scale = 2 * ((qh >> 12) & 7) + 1;
-      SetScale32(h, ib, scale);
-      h->shift_sum_scale[ib] = qh & 0x8000 ? -scale : scale;
-    }
-  }
   static SubBlock Sub(const Block& b, int ib) {
     const int qh = b.qh[ib];
     const uint8_t* qs = b.qs + 4 * ib;
@@ -190,20 +147,9 @@ struct Iq1SDecoder {
   }
 };
 
-struct Iq1MDecoder {
+struct Iq1MDecoder : Avx2Ops {
   using Block = BlockIq1M;
   static constexpr float kFactor = 1.0f;
-  static void Head(const Block& b, Header* h) {
-    uint16_t sc[4];
-    std::memcpy(sc, b.scales, sizeof(sc));
-    h->d = Fp16ToF32(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                         ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
-    for (int ib = 0; ib < 8; ++ib) {
-      h->scale16[2 * ib] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
-      h->scale16[2 * ib + 1] =
-          static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
-    }
-  }
   static SubBlock Sub(const Block& b, int ib) {
     const uint8_t* qs = b.qs + 4 * ib;
     const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
@@ -214,115 +160,6 @@ struct Iq1MDecoder {
     sub.shift = Set4(h0 & 0x08 ? minus : kPlusOnes, h0 & 0x80 ? minus : kPlusOnes,
                      h1 & 0x08 ? minus : kPlusOnes, h1 & 0x80 ? minus : kPlusOnes);
     return sub;
-  }
-};
-
-// The scales of sub-block ib as 16 int16 lanes (the first 8 cover elements 0..15).
-inline __m256i Scales(const Header& h, int ib) {
-  return _mm256_set_m128i(_mm_set1_epi16(h.scale16[2 * ib + 1]), _mm_set1_epi16(h.scale16[2 * ib]));
-}
-
-// How an IQ1 kernel adds its shift: not at all, from the block sums (IQ1_S), per element
-// (IQ1_M).
-enum class Shift { kNone, kBlockSums, kElements };
-
-// One (row, token) pair's running sums: exact int32 lanes per super-block, float lanes across.
-struct PairSums {
-  __m256i isum, shift_isum;
-};
-
-template <Shift kShift>
-inline void AddSub(const SubBlock& sub, __m256i a, __m256i scales, PairSums* p) {
-  const __m256i pairs = _mm256_maddubs_epi16(sub.mag, _mm256_sign_epi8(a, sub.sgn));
-  p->isum = _mm256_add_epi32(p->isum, _mm256_madd_epi16(pairs, scales));
-  if constexpr (kShift == Shift::kElements) {
-    const __m256i shift_pairs =
-        _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(a, sub.shift));
-    p->shift_isum = _mm256_add_epi32(p->shift_isum, _mm256_madd_epi16(shift_pairs, scales));
-  }
-}
-
-template <class D, Shift kShift = Shift::kNone>
-struct GridKernel {
-  // A row's decoded super-block, kept for the tile's tokens.
-  struct Decoded {
-    Header h;
-    SubBlock sub[kQK_K / kQK];
-  };
-
-  template <int NR, int NC>
-  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
-                  int64_t act_stride, float* out, int64_t out_stride) {
-    using Block = typename D::Block;
-    const int64_t nb = n / kQK_K;
-    __m256 acc[NR][NC], shift_acc[NR][NC];
-    float shift_total[NR][NC];
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      acc[r][c] = _mm256_setzero_ps();
-      shift_acc[r][c] = _mm256_setzero_ps();
-      shift_total[r][c] = 0;
-    }
-    Decoded g[NR];
-    for (int64_t b = 0; b < nb; ++b) {
-      PairSums sums[NR][NC];
-      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-        const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
-        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
-        D::Head(*blk, &g[r].h);
-        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-          sums[r][c] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        }
-      }
-      if constexpr (NR == 1 && NC == 1) {
-        // One pair (decode): each sub-block straight from the table loads into the dot.
-        const Block* blk = reinterpret_cast<const Block*>(w) + b;
-        const auto* a = reinterpret_cast<const BlockQ8_K*>(act) + b;
-        for (int ib = 0; ib < kQK_K / kQK; ++ib) {
-          AddSub<kShift>(D::Sub(*blk, ib), Load32(a->qs + ib * kQK), Scales(g[0].h, ib),
-                         &sums[0][0]);
-        }
-      } else {
-        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
-          for (int ib = 0; ib < kQK_K / kQK; ++ib) g[r].sub[ib] = D::Sub(*blk, ib);
-        }
-        for (int ib = 0; ib < kQK_K / kQK; ++ib) {
-          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-            const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-            const __m256i av = Load32(a->qs + ib * kQK);
-            SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-              AddSub<kShift>(g[r].sub[ib], av, Scales(g[r].h, ib), &sums[r][c]);
-            }
-          }
-        }
-      }
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const float d = g[r].h.d * a->d;
-          acc[r][c] =
-              _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].isum), acc[r][c]);
-          if constexpr (kShift == Shift::kElements) {
-            shift_acc[r][c] = _mm256_fmadd_ps(
-                _mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].shift_isum), shift_acc[r][c]);
-          }
-          if constexpr (kShift == Shift::kBlockSums) {
-            int sum = 0;
-            for (int ib = 0; ib < 8; ++ib) {
-              sum += (a->bsums[2 * ib] + a->bsums[2 * ib + 1]) * g[r].h.shift_sum_scale[ib];
-            }
-            shift_total[r][c] =
-                __builtin_fmaf(a->d * g[r].h.d, static_cast<float>(sum), shift_total[r][c]);
-          }
-        }
-      }
-    }
-    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      float v = D::kFactor * ReduceAdd(acc[r][c]);
-      if constexpr (kShift == Shift::kElements) v += 0.125f * ReduceAdd(shift_acc[r][c]);
-      if constexpr (kShift == Shift::kBlockSums) v += 0.125f * shift_total[r][c];
-      out[r * out_stride + c] = v;
-    }
   }
 };
 

@@ -124,15 +124,20 @@ struct Q5_0Weights {
 };
 // IQ4_NL: each nibble looks its level up in a table of the levels + 128 (one table per 128-bit
 // lane), unsigned like the others' quants; the offset 128 comes off as −128·Σa.
+// The nibbles of two blocks looked up in a 16-entry table of signed levels, + 128 (unsigned).
+template <class Block>
+__m512i TableQuants(const int8_t* values, const Block* b0, const Block* b1) {
+  const __m512i levels = _mm512_add_epi8(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values))),
+      _mm512_set1_epi8(static_cast<char>(0x80)));
+  return _mm512_shuffle_epi8(levels, Nibbles(b0, b1));
+}
 struct Iq4NlWeights {
   using Block = BlockIq4Nl;
   using ActBlock = BlockQ8_0;
   static constexpr int kOffset = 128;
   static __m512i Quants(const Block* b0, const Block* b1) {
-    const __m512i levels = _mm512_add_epi8(
-        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues))),
-        _mm512_set1_epi8(static_cast<char>(0x80)));
-    return _mm512_shuffle_epi8(levels, Nibbles(b0, b1));
+    return TableQuants(kIq4NlValues, b0, b1);
   }
 };
 // MXFP4: FP4 values (doubled) + 128, looked up like IQ4_NL's; the scale is 2^(e − 128).
@@ -141,10 +146,7 @@ struct Mxfp4Weights {
   using ActBlock = BlockQ8_0;
   static constexpr int kOffset = 128;
   static __m512i Quants(const Block* b0, const Block* b1) {
-    const __m512i values = _mm512_add_epi8(
-        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values))),
-        _mm512_set1_epi8(static_cast<char>(0x80)));
-    return _mm512_shuffle_epi8(values, Nibbles(b0, b1));
+    return TableQuants(kMxfp4Values, b0, b1);
   }
   static float Scale(const Block& b) {  // the generic kernel's own formula
     const uint32_t bits = b.e < 2 ? 0x00200000u << b.e : static_cast<uint32_t>(b.e - 1) << 23;

@@ -1,0 +1,218 @@
+// Internal to the grid kernel files (grids_avx2.cc, grids_avx512.cc, compiled with at least
+// the avx2 flags): what their kernels share. A super-block's header (d and the odd integer
+// scale of each 16 elements) read the same way for every ISA, and the tile kernel: one decode
+// of each row's super-block per tile, exact int32 lanes per super-block, one fused
+// multiply-add by d_w·d_a per super-block and the type's factor at the end, the generic
+// kernels' order (kernels_generic_grids.cc), so every ISA's results are bitwise theirs. The
+// ISA files bring the decoders: how a sub-block's entries and signs are fetched and applied.
+//
+// Anonymous namespace: each including file gets its own copies, compiled for its ISA (no
+// other translation unit can be linked against these bodies).
+#pragma once
+
+#include <cstring>
+
+#include "tensor/intrinsics.h"
+#include "tensor/quant_blocks.h"
+#include "tensor/simd_tile.h"
+
+namespace shardlm::internal::grids {
+namespace {
+
+// (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)): the generic HorizontalSum8.
+inline float ReduceLanes(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+inline uint32_t Word(const void* p) {
+  uint32_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+// Four 8-byte grid entries (or pairs of 4-byte ones) by scalar loads, entry 0 lowest.
+inline __m256i Set4(uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3) {
+  return _mm256_set_epi64x(static_cast<int64_t>(e3), static_cast<int64_t>(e2),
+                           static_cast<int64_t>(e1), static_cast<int64_t>(e0));
+}
+
+// Two 4-wide entries as one 8-byte group.
+inline uint64_t Pair(uint32_t lo, uint32_t hi) { return lo | (uint64_t{hi} << 32); }
+
+// A super-block's header as the dot product sees it: d, the odd scale of each 16 elements
+// and, for IQ1_S, each 32's shift sign times its scale.
+struct Header {
+  int16_t scale16[16];
+  int shift_sum_scale[8];
+  float d;
+};
+
+inline void SetScale32(Header* h, int ib, int scale) {
+  h->scale16[2 * ib] = h->scale16[2 * ib + 1] = static_cast<int16_t>(scale);
+}
+
+// IQ2_XS / IQ2_S: a nibble per 16 elements.
+inline void SetNibbleScales(const uint8_t* scales, Header* h) {
+  for (int ib = 0; ib < 8; ++ib) {
+    h->scale16[2 * ib] = static_cast<int16_t>(2 * (scales[ib] & 0xF) + 1);
+    h->scale16[2 * ib + 1] = static_cast<int16_t>(2 * (scales[ib] >> 4) + 1);
+  }
+}
+
+inline float Fp16(fp16_t h) { return _cvtsh_ss(h); }
+
+inline void Head(const BlockIq2Xxs& b, Header* h) {
+  h->d = Fp16(b.d);
+  for (int ib = 0; ib < 8; ++ib) SetScale32(h, ib, 2 * (b.qs[4 * ib + 3] >> 12) + 1);
+}
+inline void Head(const BlockIq2Xs& b, Header* h) {
+  h->d = Fp16(b.d);
+  SetNibbleScales(b.scales, h);
+}
+inline void Head(const BlockIq2S& b, Header* h) {
+  h->d = Fp16(b.d);
+  SetNibbleScales(b.scales, h);
+}
+inline void Head(const BlockIq3Xxs& b, Header* h) {
+  h->d = Fp16(b.d);
+  for (int ib = 0; ib < 8; ++ib) {
+    SetScale32(h, ib, 2 * static_cast<int>(Word(b.qs + kQK_K / 4 + 4 * ib) >> 28) + 1);
+  }
+}
+inline void Head(const BlockIq3S& b, Header* h) {
+  h->d = Fp16(b.d);
+  for (int ib = 0; ib < 8; ++ib) {
+    SetScale32(h, ib, 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1);
+  }
+}
+inline void Head(const BlockIq1S& b, Header* h) {
+  h->d = Fp16(b.d);
+  for (int ib = 0; ib < 8; ++ib) {
+    const int qh = b.qh[ib];
+    const int scale = 2 * ((qh >> 12) & 7) + 1;
+    SetScale32(h, ib, scale);
+    h->shift_sum_scale[ib] = qh & 0x8000 ? -scale : scale;
+  }
+}
+inline void Head(const BlockIq1M& b, Header* h) {
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, sizeof(sc));
+  h->d = Fp16(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                  ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
+  for (int ib = 0; ib < 8; ++ib) {
+    h->scale16[2 * ib] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
+    h->scale16[2 * ib + 1] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
+  }
+}
+
+// The activations of sub-block ib.
+inline __m256i SubBlockActs(const BlockQ8_K& a, int ib) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + ib * kQK));
+}
+
+// The scales of sub-block ib as 16 int16 lanes (the first 8 cover elements 0..15).
+inline __m256i Scales(const Header& h, int ib) {
+  return _mm256_set_m128i(_mm_set1_epi16(h.scale16[2 * ib + 1]), _mm_set1_epi16(h.scale16[2 * ib]));
+}
+
+// How an IQ1 kernel adds its shift: not at all, from the block sums (IQ1_S), per element
+// (IQ1_M).
+enum class Shift { kNone, kBlockSums, kElements };
+
+// One (row, token) pair's running sums: exact int32 lanes per super-block.
+struct PairSums {
+  __m256i isum, shift_isum;
+};
+
+// The tile kernel of decoder D (an ISA's: D::Block, D::kFactor, D::Sub(block, ib) returning its
+// D::SubBlock, D::D::template AddSub<kShift>(sub, activations, scales, sums); Head(block, header)
+// for the block type is above).
+template <class D, Shift kShift = Shift::kNone>
+struct GridKernel {
+  // A row's decoded super-block, kept for the tile's tokens.
+  struct Decoded {
+    Header h;
+    typename D::SubBlock sub[kQK_K / kQK];
+  };
+
+  template <int NR, int NC>
+  static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
+                  int64_t act_stride, float* out, int64_t out_stride) {
+    using Block = typename D::Block;
+    const int64_t nb = n / kQK_K;
+    __m256 acc[NR][NC], shift_acc[NR][NC];
+    float shift_total[NR][NC];
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      shift_acc[r][c] = _mm256_setzero_ps();
+      shift_total[r][c] = 0;
+    }
+    Decoded g[NR];
+    for (int64_t b = 0; b < nb; ++b) {
+      PairSums sums[NR][NC];
+      SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+        const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+        simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
+        Head(*blk, &g[r].h);
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          sums[r][c] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        }
+      }
+      if constexpr (NR == 1 && NC == 1) {
+        // One pair (decode): each sub-block straight from the table loads into the dot.
+        const Block* blk = reinterpret_cast<const Block*>(w) + b;
+        const auto* a = reinterpret_cast<const BlockQ8_K*>(act) + b;
+        for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+          D::template AddSub<kShift>(D::Sub(*blk, ib), SubBlockActs(*a, ib), Scales(g[0].h, ib),
+                                     &sums[0][0]);
+        }
+      } else {
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+          for (int ib = 0; ib < kQK_K / kQK; ++ib) g[r].sub[ib] = D::Sub(*blk, ib);
+        }
+        for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+            const __m256i av = SubBlockActs(*a, ib);
+            SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+              D::template AddSub<kShift>(g[r].sub[ib], av, Scales(g[r].h, ib), &sums[r][c]);
+            }
+          }
+        }
+      }
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          const float d = g[r].h.d * a->d;
+          acc[r][c] =
+              _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].isum), acc[r][c]);
+          if constexpr (kShift == Shift::kElements) {
+            shift_acc[r][c] = _mm256_fmadd_ps(
+                _mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].shift_isum), shift_acc[r][c]);
+          }
+          if constexpr (kShift == Shift::kBlockSums) {
+            int sum = 0;
+            for (int ib = 0; ib < 8; ++ib) {
+              sum += (a->bsums[2 * ib] + a->bsums[2 * ib + 1]) * g[r].h.shift_sum_scale[ib];
+            }
+            shift_total[r][c] =
+                __builtin_fmaf(a->d * g[r].h.d, static_cast<float>(sum), shift_total[r][c]);
+          }
+        }
+      }
+    }
+    SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      float v = D::kFactor * ReduceLanes(acc[r][c]);
+      if constexpr (kShift == Shift::kElements) v += 0.125f * ReduceLanes(shift_acc[r][c]);
+      if constexpr (kShift == Shift::kBlockSums) v += 0.125f * shift_total[r][c];
+      out[r * out_stride + c] = v;
+    }
+  }
+};
+
+}  // namespace
+}  // namespace shardlm::internal::grids
