@@ -140,16 +140,18 @@ float FitEntries(const GridSearch& grid, const float* t, const float* w, int n, 
 }
 
 // The scale of least weighted error for t[0..n) (see the file comment): the largest magnitude
-// mapped near each of the grid's levels in turn (a grid may lack a constant entry at its top
-// level, IQ3_S has only 1, 1, 1, 1), each fit refined by least squares.
+// mapped near the grid's top two levels and near its smallest (a grid may lack a constant
+// entry at its top level: IQ3_S has only 1, 1, 1, 1), each fit refined by least squares. (All
+// eight levels of the IQ3 grids cost 2.7 times as much, for 1% less error.)
 float BestScale(const GridSearch& grid, const float* t, const float* w, int n) {
   float amax = 0;
   for (int e = 0; e < n; ++e) amax = std::max(amax, std::fabs(t[e]));
   if (amax == 0) return 0;
   int entries[32 / 4];
   float best_scale = amax / static_cast<float>(grid.max_level()), best_err = INFINITY;
-  for (int level : grid.levels()) {
-    if (level <= 0) continue;
+  const std::vector<int>& levels = grid.levels();
+  const int tried[3] = {levels[levels.size() - 1], levels[levels.size() - 2], levels.front()};
+  for (int level : tried) {
     for (int step = -3; step <= 3; ++step) {
       const float scale =
           amax / static_cast<float>(level) * (1.0f + 0.06f * static_cast<float>(step));
