@@ -72,7 +72,8 @@ struct Iq2XsDecoder : Avx2Ops {
   using Block = BlockIq2Xs;
   static constexpr float kFactor = 0.125f;
   static SubBlock Sub(const Block& b, int ib) {
-    const uint16_t* q = b.qs + 4 * ib;
+    uint16_t q[4];  // the block is packed: its uint16 fields may be unaligned
+    std::memcpy(q, b.qs + 4 * ib, sizeof(q));
     return {Set4(kIq2XsGrid[q[0] & 511], kIq2XsGrid[q[1] & 511], kIq2XsGrid[q[2] & 511],
                  kIq2XsGrid[q[3] & 511]),
             Set4(kEvenSignBytes[q[0] >> 9], kEvenSignBytes[q[1] >> 9], kEvenSignBytes[q[2] >> 9],

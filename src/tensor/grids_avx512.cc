@@ -96,7 +96,8 @@ struct Iq2XsDecoder : Avx512Ops {
   using Block = BlockIq2Xs;
   static constexpr float kFactor = 0.125f;
   static SubBlock Sub(const Block& b, int ib) {
-    const uint16_t* q = b.qs + 4 * ib;
+    uint16_t q[4];  // the block is packed: its uint16 fields may be unaligned
+    std::memcpy(q, b.qs + 4 * ib, sizeof(q));
     const uint32_t codes =
         (q[0] >> 9) | ((q[1] >> 9) << 7) | ((q[2] >> 9) << 14) | ((q[3] >> 9) << 21);
     return {Set4(kIq2XsGrid[q[0] & 511], kIq2XsGrid[q[1] & 511], kIq2XsGrid[q[2] & 511],
