@@ -23,7 +23,6 @@ namespace {
 using avx2::Fp16ToF32;
 using avx2::Load32;
 using avx2::ReduceAdd;
-using grids::GridKernel;
 using grids::Pair;
 using grids::PairSums;
 using grids::Set4;
@@ -270,39 +269,14 @@ struct TernaryKernel {
 
 }  // namespace
 
-// Tiles of 2 rows x 4 tokens: a row's decoded block (about 0.3 KiB) serves 4 tokens.
+// The ternary types: tiles of 2 rows x 4 tokens, as the grid types'.
 void FillGridsAvx2(TypeTraits& traits) {
-  switch (traits.type) {
-    case GgmlType::kIq2Xxs:
-      simd::Install<GridKernel<Iq2XxsDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq2Xs:
-      simd::Install<GridKernel<Iq2XsDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq2S:
-      simd::Install<GridKernel<Iq2SDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq3Xxs:
-      simd::Install<GridKernel<Iq3XxsDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq3S:
-      simd::Install<GridKernel<Iq3SDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq1S:
-      simd::Install<GridKernel<Iq1SDecoder, Shift::kBlockSums>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq1M:
-      simd::Install<GridKernel<Iq1MDecoder, Shift::kElements>, 2, 4>(traits);
-      return;
-    case GgmlType::kTq1_0:
-      simd::Install<TernaryKernel<Tq1Decoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kTq2_0:
-      simd::Install<TernaryKernel<Tq2Decoder>, 2, 4>(traits);
-      return;
-    default:
-      return;
+  if (grids::InstallGridKernel<Iq2XxsDecoder, Iq2XsDecoder, Iq2SDecoder, Iq3XxsDecoder, Iq3SDecoder,
+                               Iq1SDecoder, Iq1MDecoder>(traits)) {
+    return;
   }
+  if (traits.type == GgmlType::kTq1_0) simd::Install<TernaryKernel<Tq1Decoder>, 2, 4>(traits);
+  if (traits.type == GgmlType::kTq2_0) simd::Install<TernaryKernel<Tq2Decoder>, 2, 4>(traits);
 }
 
 }  // namespace shardlm::internal

@@ -19,7 +19,6 @@
 namespace shardlm::internal {
 namespace {
 
-using grids::GridKernel;
 using grids::PairSums;
 using grids::Set4;
 using grids::Shift;
@@ -179,31 +178,8 @@ struct Iq1MDecoder : Avx512Ops {
 }  // namespace
 
 void FillGridsAvx512(TypeTraits& traits) {
-  switch (traits.type) {
-    case GgmlType::kIq2Xxs:
-      simd::Install<GridKernel<Iq2XxsDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq2Xs:
-      simd::Install<GridKernel<Iq2XsDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq2S:
-      simd::Install<GridKernel<Iq2SDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq3Xxs:
-      simd::Install<GridKernel<Iq3XxsDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq3S:
-      simd::Install<GridKernel<Iq3SDecoder>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq1S:
-      simd::Install<GridKernel<Iq1SDecoder, Shift::kBlockSums>, 2, 4>(traits);
-      return;
-    case GgmlType::kIq1M:
-      simd::Install<GridKernel<Iq1MDecoder, Shift::kElements>, 2, 4>(traits);
-      return;
-    default:
-      return;
-  }
+  grids::InstallGridKernel<Iq2XxsDecoder, Iq2XsDecoder, Iq2SDecoder, Iq3XxsDecoder, Iq3SDecoder,
+                           Iq1SDecoder, Iq1MDecoder>(traits);
 }
 
 }  // namespace shardlm::internal
