@@ -1,7 +1,7 @@
 // The fixture models left out of the golden tests are exactly those of capabilities still to
 // come: each listed model is still refused as unsupported (when its support lands this fails,
 // and the model must leave the list so its goldens run), and every other model of
-// models.json loads.
+// models.json, every weight type included, loads.
 #include <gtest/gtest.h>
 
 #include "gguf/gguf_file.h"
@@ -10,17 +10,6 @@
 
 namespace shardlm::testing {
 namespace {
-
-TEST(FixtureCoverage, ListedWeightTypesAreStillRefused) {
-  SHARDLM_REQUIRE_FIXTURES();
-  for (const std::string& model : ModelsWithUnreadableWeightTypes()) {
-    auto file = GgufFile::Open(FixturePath(model));
-    ASSERT_FALSE(file.ok()) << model << " opens now: take it off the list";
-    EXPECT_EQ(file.status().code(), StatusCode::kUnsupported) << file.status().message();
-    EXPECT_NE(file.status().message().find("unsupported tensor type"), std::string::npos)
-        << file.status().message();
-  }
-}
 
 TEST(FixtureCoverage, ListedArchitecturesAreStillRefused) {
   SHARDLM_REQUIRE_FIXTURES();
@@ -46,7 +35,7 @@ TEST(FixtureCoverage, EveryOtherModelLoads) {
     EXPECT_TRUE(config.ok()) << model << ": " << config.status().message();
     ++loaded;
   }
-  EXPECT_GE(loaded, 16);
+  EXPECT_GE(loaded, 26);
 }
 
 }  // namespace

@@ -51,11 +51,6 @@ nlohmann::json ReadJsonFile(const std::string& path) {
   return nlohmann::json::parse(ReadTextFile(path));
 }
 
-const std::vector<std::string>& ModelsWithUnreadableWeightTypes() {
-  static const std::vector<std::string> models = {};
-  return models;
-}
-
 const std::vector<std::string>& ModelsOfArchitecturesToCome() {
   static const std::vector<std::string> models = {"laguna-tiny.gguf", "qwen3moe-tiny.gguf",
                                                   "qwen3moe-tiny-q4_k_m.gguf"};
@@ -68,12 +63,8 @@ bool Listed(const std::vector<std::string>& list, const std::string& model) {
 }
 }  // namespace
 
-bool HasUnreadableWeightTypes(const std::string& model_file) {
-  return Listed(ModelsWithUnreadableWeightTypes(), model_file);
-}
-
 bool EngineCannotRunYet(const std::string& model_file) {
-  return HasUnreadableWeightTypes(model_file) || Listed(ModelsOfArchitecturesToCome(), model_file);
+  return Listed(ModelsOfArchitecturesToCome(), model_file);
 }
 
 std::vector<nlohmann::json> RunnableGoldenEntries() {

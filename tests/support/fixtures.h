@@ -24,14 +24,11 @@ std::vector<float> ReadF32File(const std::string& path);
 nlohmann::json ReadJsonFile(const std::string& path);
 std::string ReadTextFile(const std::string& path);
 // Fixture models of capabilities still to come. The fixtures hold acceptance tests of later
-// work too: architectures the engine does not run yet (qwen3moe, laguna) and weight
-// types it cannot read yet (IQ*, TQ*, MXFP4: the GGUF reader refuses their tensors). Tests over
+// work too: architectures the engine does not run yet (qwen3moe, laguna). Tests over
 // golden.json and models.json leave these models out; the FixtureCoverage tests check that each is
-// still refused as unsupported, so an entry must leave these lists, and its goldens start running,
-// once its support lands.
-bool HasUnreadableWeightTypes(const std::string& model_file);
-bool EngineCannotRunYet(const std::string& model_file);  // the above, and other architectures
-const std::vector<std::string>& ModelsWithUnreadableWeightTypes();
+// still refused as unsupported, so an entry must leave the list, and its goldens start running,
+// once its support lands. (Every weight type of the fixtures is readable.)
+bool EngineCannotRunYet(const std::string& model_file);
 const std::vector<std::string>& ModelsOfArchitecturesToCome();
 // golden.json's entries the engine runs today (arch llama, qwen3 or gemma3, readable weights).
 std::vector<nlohmann::json> RunnableGoldenEntries();
