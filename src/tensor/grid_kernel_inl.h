@@ -12,21 +12,14 @@
 
 #include <cstring>
 
-#include "tensor/intrinsics.h"
+#include "tensor/iquant_grids.h"
 #include "tensor/quant_blocks.h"
+#include "tensor/simd_avx2_inl.h"
 #include "tensor/simd_tile.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm::internal::grids {
 namespace {
-
-// (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)): the generic HorizontalSum8.
-inline float ReduceLanes(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
 
 inline uint32_t Word(const void* p) {
   uint32_t w;
@@ -38,6 +31,21 @@ inline uint32_t Word(const void* p) {
 inline __m256i Set4(uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3) {
   return _mm256_set_epi64x(static_cast<int64_t>(e3), static_cast<int64_t>(e2),
                            static_cast<int64_t>(e1), static_cast<int64_t>(e0));
+}
+
+// The four grid entries (values −1, 0, 1) of IQ1 sub-block ib: IQ1_S keeps their index bits 8-10
+// in its qh word, IQ1_M in a nibble per group.
+inline __m256i Iq1SEntries(const BlockIq1S& b, int ib) {
+  const int qh = b.qh[ib];
+  const uint8_t* qs = b.qs + 4 * ib;
+  return Set4(kIq1SGrid[qs[0] | ((qh << 8) & 0x700)], kIq1SGrid[qs[1] | ((qh << 5) & 0x700)],
+              kIq1SGrid[qs[2] | ((qh << 2) & 0x700)], kIq1SGrid[qs[3] | ((qh >> 1) & 0x700)]);
+}
+inline __m256i Iq1MEntries(const BlockIq1M& b, int ib) {
+  const uint8_t* qs = b.qs + 4 * ib;
+  const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+  return Set4(kIq1SGrid[qs[0] | ((h0 << 8) & 0x700)], kIq1SGrid[qs[1] | ((h0 << 4) & 0x700)],
+              kIq1SGrid[qs[2] | ((h1 << 8) & 0x700)], kIq1SGrid[qs[3] | ((h1 << 4) & 0x700)]);
 }
 
 // Two 4-wide entries as one 8-byte group.
@@ -63,34 +71,32 @@ inline void SetNibbleScales(const uint8_t* scales, Header* h) {
   }
 }
 
-inline float Fp16(fp16_t h) { return _cvtsh_ss(h); }
-
 inline void Head(const BlockIq2Xxs& b, Header* h) {
-  h->d = Fp16(b.d);
+  h->d = avx2::Fp16ToF32(b.d);
   for (int ib = 0; ib < 8; ++ib) SetScale32(h, ib, 2 * (b.qs[4 * ib + 3] >> 12) + 1);
 }
 inline void Head(const BlockIq2Xs& b, Header* h) {
-  h->d = Fp16(b.d);
+  h->d = avx2::Fp16ToF32(b.d);
   SetNibbleScales(b.scales, h);
 }
 inline void Head(const BlockIq2S& b, Header* h) {
-  h->d = Fp16(b.d);
+  h->d = avx2::Fp16ToF32(b.d);
   SetNibbleScales(b.scales, h);
 }
 inline void Head(const BlockIq3Xxs& b, Header* h) {
-  h->d = Fp16(b.d);
+  h->d = avx2::Fp16ToF32(b.d);
   for (int ib = 0; ib < 8; ++ib) {
     SetScale32(h, ib, 2 * static_cast<int>(Word(b.qs + kQK_K / 4 + 4 * ib) >> 28) + 1);
   }
 }
 inline void Head(const BlockIq3S& b, Header* h) {
-  h->d = Fp16(b.d);
+  h->d = avx2::Fp16ToF32(b.d);
   for (int ib = 0; ib < 8; ++ib) {
     SetScale32(h, ib, 2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 0xF) + 1);
   }
 }
 inline void Head(const BlockIq1S& b, Header* h) {
-  h->d = Fp16(b.d);
+  h->d = avx2::Fp16ToF32(b.d);
   for (int ib = 0; ib < 8; ++ib) {
     const int qh = b.qh[ib];
     const int scale = 2 * ((qh >> 12) & 7) + 1;
@@ -101,8 +107,8 @@ inline void Head(const BlockIq1S& b, Header* h) {
 inline void Head(const BlockIq1M& b, Header* h) {
   uint16_t sc[4];
   std::memcpy(sc, b.scales, sizeof(sc));
-  h->d = Fp16(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                  ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
+  h->d = avx2::Fp16ToF32(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                             ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
   for (int ib = 0; ib < 8; ++ib) {
     h->scale16[2 * ib] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
     h->scale16[2 * ib + 1] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
@@ -207,8 +213,8 @@ struct GridKernel {
       }
     }
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      float v = D::kFactor * ReduceLanes(acc[r][c]);
-      if constexpr (kShift == Shift::kElements) v += 0.125f * ReduceLanes(shift_acc[r][c]);
+      float v = D::kFactor * avx2::ReduceAdd(acc[r][c]);
+      if constexpr (kShift == Shift::kElements) v += 0.125f * avx2::ReduceAdd(shift_acc[r][c]);
       if constexpr (kShift == Shift::kBlockSums) v += 0.125f * shift_total[r][c];
       out[r * out_stride + c] = v;
     }

@@ -138,24 +138,15 @@ inline SubBlock SignedSub(__m256i q) { return {_mm256_abs_epi8(q), q, _mm256_set
 struct Iq1SDecoder : Avx2Ops {
   using Block = BlockIq1S;
   static constexpr float kFactor = 1.0f;
-  static SubBlock Sub(const Block& b, int ib) {
-    const int qh = b.qh[ib];
-    const uint8_t* qs = b.qs + 4 * ib;
-    return SignedSub(
-        Set4(kIq1SGrid[qs[0] | ((qh << 8) & 0x700)], kIq1SGrid[qs[1] | ((qh << 5) & 0x700)],
-             kIq1SGrid[qs[2] | ((qh << 2) & 0x700)], kIq1SGrid[qs[3] | ((qh >> 1) & 0x700)]));
-  }
+  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEntries(b, ib)); }
 };
 
 struct Iq1MDecoder : Avx2Ops {
   using Block = BlockIq1M;
   static constexpr float kFactor = 1.0f;
   static SubBlock Sub(const Block& b, int ib) {
-    const uint8_t* qs = b.qs + 4 * ib;
     const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-    SubBlock sub = SignedSub(
-        Set4(kIq1SGrid[qs[0] | ((h0 << 8) & 0x700)], kIq1SGrid[qs[1] | ((h0 << 4) & 0x700)],
-             kIq1SGrid[qs[2] | ((h1 << 8) & 0x700)], kIq1SGrid[qs[3] | ((h1 << 4) & 0x700)]));
+    SubBlock sub = SignedSub(grids::Iq1MEntries(b, ib));
     const uint64_t minus = ~uint64_t{0};
     sub.shift = Set4(h0 & 0x08 ? minus : kPlusOnes, h0 & 0x80 ? minus : kPlusOnes,
                      h1 & 0x08 ? minus : kPlusOnes, h1 & 0x80 ? minus : kPlusOnes);

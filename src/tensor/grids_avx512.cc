@@ -148,30 +148,18 @@ SubBlock SignedSub(__m256i q, __mmask32 shift_neg) {
 struct Iq1SDecoder : Avx512Ops {
   using Block = BlockIq1S;
   static constexpr float kFactor = 1.0f;
-  static SubBlock Sub(const Block& b, int ib) {
-    const int qh = b.qh[ib];
-    const uint8_t* qs = b.qs + 4 * ib;
-    return SignedSub(
-        Set4(kIq1SGrid[qs[0] | ((qh << 8) & 0x700)], kIq1SGrid[qs[1] | ((qh << 5) & 0x700)],
-             kIq1SGrid[qs[2] | ((qh << 2) & 0x700)], kIq1SGrid[qs[3] | ((qh >> 1) & 0x700)]),
-        0);
-  }
+  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEntries(b, ib), 0); }
 };
 
 struct Iq1MDecoder : Avx512Ops {
   using Block = BlockIq1M;
   static constexpr float kFactor = 1.0f;
   static SubBlock Sub(const Block& b, int ib) {
-    // Group l's nibble: bits 4l..4l+3 of the two qh bytes; index bits 8-10, then the shift sign.
-    const uint8_t* qs = b.qs + 4 * ib;
-    const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-    const uint32_t nibbles = static_cast<uint32_t>(h0 | (h1 << 8));
-    // The shift sign of group l (bit 4l + 3) for its 8 elements.
+    // Group l's nibble: bits 4l..4l+3 of the two qh bytes; its bit 3 is the shift sign, which
+    // covers the group's 8 elements.
+    const uint32_t nibbles = static_cast<uint32_t>(b.qh[2 * ib] | (b.qh[2 * ib + 1] << 8));
     const uint32_t shift_neg = _pdep_u32(_pext_u32(nibbles, 0x8888u), 0x01010101u) * 0xFFu;
-    return SignedSub(
-        Set4(kIq1SGrid[qs[0] | ((h0 << 8) & 0x700)], kIq1SGrid[qs[1] | ((h0 << 4) & 0x700)],
-             kIq1SGrid[qs[2] | ((h1 << 8) & 0x700)], kIq1SGrid[qs[3] | ((h1 << 4) & 0x700)]),
-        shift_neg);
+    return SignedSub(grids::Iq1MEntries(b, ib), shift_neg);
   }
 };
 

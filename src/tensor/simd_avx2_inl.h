@@ -1,5 +1,5 @@
-// Internal helpers shared by the AVX2 kernel files (*_avx2.cc only: this header needs the
-// avx2/fma/f16c flags those files are compiled with).
+// Internal helpers shared by the AVX2 kernel files and grid_kernel_inl.h (which the AVX-512 grid
+// kernels include too): files compiled with at least the avx2/fma/f16c flags.
 //
 // Goals: one definition of the fixed horizontal reduction, so every AVX2 kernel reduces
 // its lanes in the same order. Non-goals: anything ISA-independent (simd_tile.h).
