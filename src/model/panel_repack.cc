@@ -24,7 +24,8 @@ struct RepackItem {
 bool WantsPanels(const WeightView& view) {
   if (view.data == nullptr || view.panel_bytes != 0 || !HasPanelLayout(view.type)) return false;
   const TypeTraits* traits = GetTypeTraits(view.type);
-  return traits != nullptr && traits->panel_dot != nullptr && view.cols % kQK_K == 0;
+  return traits != nullptr && traits->panel_dot != nullptr &&
+         view.cols % PanelColumns(view.type) == 0;
 }
 
 // Drops this process's mapping of the whole pages inside [data, data + bytes) of the file

@@ -1,4 +1,4 @@
-// Repacking GGUF Q4_K / Q6_K rows into 16-row panels (panels.h).
+// Repacking GGUF Q4_K / Q6_K / Q8_0 rows into 16-row panels (panels.h).
 #include "tensor/panels.h"
 
 #include <algorithm>
@@ -75,34 +75,60 @@ void RepackQ6K(const BlockQ6_K* const* rows, int n_rows, PanelQ6_K* p) {
   }
 }
 
-template <class Block, class Panel, void (*Repack)(const Block* const*, int, Panel*)>
+// Rows' blocks 2k, 2k + 1 → panel block k; the panel's value for (row, column) is the row's.
+void RepackQ80(const BlockQ8_0* const* rows, int n_rows, PanelQ8_0* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const BlockQ8_0& b = rows[r][k];
+      for (int g = 0; g < 8; ++g) {
+        for (int e = 0; e < 4; ++e) p->qs[k][g][4 * r + e] = b.qs[4 * g + e];
+      }
+      p->d[k][r] = b.d;
+    }
+  }
+}
+
+// Repacks with Repack(each row's first GGUF block of a panel block, rows, panel block); a
+// panel block spans kColumns columns, kBlocks GGUF blocks of each row.
+template <class Block, class Panel, int64_t kColumns, int64_t kBlocks,
+          void (*Repack)(const Block* const*, int, Panel*)>
 void RepackAll(const void* src, int64_t row_bytes, int64_t rows, int64_t cols, int64_t first_panel,
                int64_t end_panel, void* dst) {
-  const int64_t nb = cols / kQK_K;
+  const int64_t units = cols / kColumns;
   auto* panels = static_cast<Panel*>(dst);
   const Block* block_rows[kPanelRows];
   for (int64_t panel = first_panel; panel < end_panel; ++panel) {
     const int64_t r0 = panel * kPanelRows;
     const int n_rows = int(std::min<int64_t>(kPanelRows, rows - r0));
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t u = 0; u < units; ++u) {
       for (int r = 0; r < n_rows; ++r) {
         block_rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(src) +
                                                        (r0 + r) * row_bytes) +
-                        b;
+                        kBlocks * u;
       }
-      Repack(block_rows, n_rows, &panels[panel * nb + b]);
+      Repack(block_rows, n_rows, &panels[panel * units + u]);
     }
   }
 }
 
 }  // namespace
 
-bool HasPanelLayout(GgmlType type) { return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K; }
+bool HasPanelLayout(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || type == GgmlType::kQ8_0;
+}
+
+int64_t PanelColumns(GgmlType type) {
+  SHARDLM_CHECK(HasPanelLayout(type));
+  return type == GgmlType::kQ8_0 ? 2 * kQK : kQK_K;
+}
 
 int64_t PanelStrideBytes(GgmlType type, int64_t cols) {
-  SHARDLM_CHECK(HasPanelLayout(type) && cols % kQK_K == 0);
-  const int64_t block = type == GgmlType::kQ4_K ? sizeof(PanelQ4_K) : sizeof(PanelQ6_K);
-  return cols / kQK_K * block;
+  SHARDLM_CHECK(HasPanelLayout(type) && cols % PanelColumns(type) == 0);
+  const int64_t block = type == GgmlType::kQ4_K   ? sizeof(PanelQ4_K)
+                        : type == GgmlType::kQ6_K ? sizeof(PanelQ6_K)
+                                                  : sizeof(PanelQ8_0);
+  return cols / PanelColumns(type) * block;
 }
 
 int64_t PanelMatrixBytes(GgmlType type, int64_t rows, int64_t cols) {
@@ -111,13 +137,17 @@ int64_t PanelMatrixBytes(GgmlType type, int64_t rows, int64_t cols) {
 
 void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t rows, int64_t cols,
                   int64_t first_panel, int64_t end_panel, void* dst) {
-  SHARDLM_CHECK(HasPanelLayout(type) && cols % kQK_K == 0);
-  if (type == GgmlType::kQ4_K) {
-    RepackAll<BlockQ4_K, PanelQ4_K, RepackQ4K>(src, row_bytes, rows, cols, first_panel, end_panel,
-                                               dst);
-  } else {
-    RepackAll<BlockQ6_K, PanelQ6_K, RepackQ6K>(src, row_bytes, rows, cols, first_panel, end_panel,
-                                               dst);
+  SHARDLM_CHECK(HasPanelLayout(type) && cols % PanelColumns(type) == 0);
+  switch (type) {
+    case GgmlType::kQ4_K:
+      return RepackAll<BlockQ4_K, PanelQ4_K, kQK_K, 1, RepackQ4K>(src, row_bytes, rows, cols,
+                                                                  first_panel, end_panel, dst);
+    case GgmlType::kQ6_K:
+      return RepackAll<BlockQ6_K, PanelQ6_K, kQK_K, 1, RepackQ6K>(src, row_bytes, rows, cols,
+                                                                  first_panel, end_panel, dst);
+    default:
+      return RepackAll<BlockQ8_0, PanelQ8_0, 2 * kQK, 2, RepackQ80>(src, row_bytes, rows, cols,
+                                                                    first_panel, end_panel, dst);
   }
 }
 

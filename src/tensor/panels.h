@@ -1,4 +1,4 @@
-// Weight panels: Q4_K and Q6_K matrices repacked, 16 rows at a time, into the layout the
+// Weight panels: Q4_K, Q6_K and Q8_0 matrices repacked, 16 rows at a time, into the layout the
 // batched kernels want (weights are mmapped and never copied, unless repacked: this is the
 // repack).
 //
@@ -11,17 +11,17 @@
 // instruction. Measured (one thread, 3072 × 1024 Q4_K, 8 tokens): 0.10 ms against 0.43 for
 // the row kernels.
 //
-// Layout of a repacked matrix: [panel = 16 rows][super-block of 256 columns] blocks, each
-// panel's blocks contiguous; a last partial panel is padded with zero rows (d = 0), whose
+// Layout of a repacked matrix: [panel = 16 rows][unit of PanelColumns(type) columns] blocks,
+// each panel's blocks contiguous; a last partial panel is padded with zero rows (d = 0), whose
 // outputs nobody reads. Element e of group g (4 columns: 4g..4g+3) of row r sits at byte
 // 4r + e of a 64-byte vector.
 //
-// Goals: a repack that is exact (the panels hold the same numbers as the rows; Q4_K/Q6_K
-// values decode identically), no growth of the bytes decode reads (Q6_K: same size, Q4_K:
-// +2.8%), kernels whose output for a (row, token) pair does not depend on how many tokens
-// share the call (per-lane arithmetic only).
-// Non-goals: other types (they keep their row kernels), repacking at write time (the file on
-// disk stays GGUF), dequantizing a panel row (the embedding lookup reads the file's rows).
+// Goals: a repack that is exact (the panels hold the same numbers as the rows; values decode
+// identically), no growth of the bytes decode reads (Q6_K, Q8_0: same size, Q4_K: +2.8%), kernels
+// whose output for a (row, token) pair does not depend on how many tokens share the call (per-lane
+// arithmetic only). Non-goals: other types (they keep their row kernels), repacking at write time
+// (the file on disk stays GGUF), dequantizing a panel row (the embedding lookup reads the file's
+// rows).
 //
 // Thread safety: free functions, no state.
 #pragma once
@@ -57,14 +57,24 @@ struct PanelQ6_K {
   int8_t scales[8][kPanelRows][2];  // [t][row]: scales of groups 2t and 2t + 1
   fp16_t d[kPanelRows];
 };
+// 16 rows × 64 columns (two GGUF blocks) of Q8_0. Value = d_k·q, block k = 32 columns. Two
+// blocks make 1088 bytes, 17 whole cache lines, so every vector load of a panel is aligned.
+struct PanelQ8_0 {
+  int8_t qs[2][8][64];  // [block k][group g][4r + e]: column 32k + 4g + e of row r
+  fp16_t d[2][kPanelRows];
+};
 #pragma pack(pop)
 static_assert(sizeof(PanelQ4_K) == 2368);
 static_assert(sizeof(PanelQ6_K) == 16 * sizeof(BlockQ6_K));
+static_assert(sizeof(PanelQ8_0) == 2 * 16 * sizeof(BlockQ8_0) && sizeof(PanelQ8_0) % 64 == 0);
 
-// Whether `type` has a panel layout (Q4_K, Q6_K); the kernels are per ISA
+// Whether `type` has a panel layout (Q4_K, Q6_K, Q8_0); the kernels are per ISA
 // (TypeTraits::panel_dot).
 bool HasPanelLayout(GgmlType type);
-// Bytes of one panel: cols / 256 blocks. Requires HasPanelLayout(type), cols % 256 == 0.
+// Columns of one panel block: 256 (K-quants), 64 (Q8_0). Requires HasPanelLayout(type).
+int64_t PanelColumns(GgmlType type);
+// Bytes of one panel: cols / PanelColumns(type) blocks. Requires HasPanelLayout(type) and
+// cols a multiple of PanelColumns(type).
 int64_t PanelStrideBytes(GgmlType type, int64_t cols);
 // Bytes of the whole repacked matrix (rows rounded up to whole panels).
 int64_t PanelMatrixBytes(GgmlType type, int64_t rows, int64_t cols);

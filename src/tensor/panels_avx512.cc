@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels over weight panels (panels.h): 16 rows × up to 8 tokens per call.
-// Registered by kernels_avx512.cc as TypeTraits::panel_dot for Q4_K and Q6_K.
+// Registered by kernels_avx512.cc as TypeTraits::panel_dot for Q4_K, Q6_K and Q8_0.
 //
 // Scheme: int32 lanes are the panel's 16 rows. Per group of 4 columns one vpdpbusd
 // multiplies the unsigned quants of 16 rows by the token's 4 activation bytes (broadcast
@@ -9,6 +9,12 @@
 // becomes float once: F += float(I)·(d·d_act) (− float(M)·(dmin·d_act)). Everything per lane,
 // so a (row, token) output is the same for any token count. Integer bounds: a Q4_K block
 // sum |I| ≤ 256·15·63·128 < 2^31; Q6_K |I| ≤ 256·63·128·128 < 2^31.
+//
+// Q8_0 has signed weights and signed activations, and vpdpbusd multiplies unsigned by
+// signed: the activation bytes are flipped to a + 128 (one XOR with the broadcast), which
+// adds 128·Σw per row; the kernel starts each block's sum at −128·Σw, computed once per block
+// for all tokens (itself a vpdpbusd with 128 in every byte). Per block F += float(I)·(d·d_act),
+// I exact (|I| ≤ 32·128·128).
 //
 // Goals: batched decode and prefill at several times the row kernels' speed (panels.h).
 // Non-goals: AVX2 (it keeps the row layout), other types.
@@ -167,6 +173,40 @@ void PanelQ6K(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_s
   SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
 }
 
+template <int NC>
+void PanelQ80(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride, float* out,
+              int64_t out_stride, int nr) {
+  const int64_t units = n / (2 * kQK);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 f[NC];
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < units; ++u) {
+    const auto* p = reinterpret_cast<const PanelQ8_0*>(panel) + u;
+    PrefetchAhead(p);
+    SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+      __m512i w[8];
+      __m512i offset = _mm512_setzero_si512();
+      SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
+        w[g] = _mm512_loadu_si512(p->qs[k][g]);
+        offset = _mm512_dpbusd_epi32(offset, flip, w[g]);
+      }
+      offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
+      const __m512 d =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d[k])));
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const auto* a = reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + 2 * u + k;
+        __m512i s = offset;
+        SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
+          s = _mm512_dpbusd_epi32(s, _mm512_xor_si512(Bcast32(a->qs + 4 * g), flip), w[g]);
+        }
+        const __m512 ad = _mm512_set1_ps(_cvtsh_ss(a->d));
+        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, ad), f[c]);
+      }
+    }
+  }
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+}
+
 using PanelFn = void (*)(int64_t, const uint8_t*, const uint8_t*, int64_t, float*, int64_t, int);
 
 template <PanelFn... kFns>
@@ -185,6 +225,8 @@ using Q4KTable = PanelTable<PanelQ4K<1>, PanelQ4K<2>, PanelQ4K<3>, PanelQ4K<4>, 
                             PanelQ4K<6>, PanelQ4K<7>, PanelQ4K<8>>;
 using Q6KTable = PanelTable<PanelQ6K<1>, PanelQ6K<2>, PanelQ6K<3>, PanelQ6K<4>, PanelQ6K<5>,
                             PanelQ6K<6>, PanelQ6K<7>, PanelQ6K<8>>;
+using Q80Table = PanelTable<PanelQ80<1>, PanelQ80<2>, PanelQ80<3>, PanelQ80<4>, PanelQ80<5>,
+                            PanelQ80<6>, PanelQ80<7>, PanelQ80<8>>;
 
 }  // namespace
 
@@ -196,6 +238,10 @@ void FillPanelsAvx512(TypeTraits& traits) {
       break;
     case GgmlType::kQ6_K:
       traits.panel_dot = &PanelDot<Q6KTable>;
+      traits.panel_tokens = kMaxTokens;
+      break;
+    case GgmlType::kQ8_0:
+      traits.panel_dot = &PanelDot<Q80Table>;
       traits.panel_tokens = kMaxTokens;
       break;
     default:

@@ -22,7 +22,7 @@ using testing::Matrix;
 using testing::RandomFloats;
 using testing::RunMatMul;
 
-const GgmlType kPanelTypes[] = {GgmlType::kQ4_K, GgmlType::kQ6_K};
+const GgmlType kPanelTypes[] = {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0};
 
 using testing::TypeName;
 
@@ -34,8 +34,13 @@ using testing::TypeName;
 TEST(Panels, Sizes) {
   EXPECT_TRUE(HasPanelLayout(GgmlType::kQ4_K));
   EXPECT_TRUE(HasPanelLayout(GgmlType::kQ6_K));
-  EXPECT_FALSE(HasPanelLayout(GgmlType::kQ8_0));
+  EXPECT_TRUE(HasPanelLayout(GgmlType::kQ8_0));
+  EXPECT_FALSE(HasPanelLayout(GgmlType::kQ4_0));
   EXPECT_EQ(PanelStrideBytes(GgmlType::kQ4_K, 512), 2 * int64_t(sizeof(PanelQ4_K)));
+  // Q8_0 panel blocks are 64 columns: the same bytes as the rows.
+  EXPECT_EQ(PanelColumns(GgmlType::kQ8_0), 64);
+  EXPECT_EQ(PanelStrideBytes(GgmlType::kQ8_0, 192), 3 * int64_t(sizeof(PanelQ8_0)));
+  EXPECT_EQ(PanelMatrixBytes(GgmlType::kQ8_0, 32, 192), 32 * 6 * int64_t(sizeof(BlockQ8_0)));
   // A partial last panel takes a whole panel.
   EXPECT_EQ(PanelMatrixBytes(GgmlType::kQ6_K, 17, 256), 2 * int64_t(sizeof(PanelQ6_K)));
   EXPECT_EQ(PanelMatrixBytes(GgmlType::kQ6_K, 32, 256), 2 * int64_t(sizeof(PanelQ6_K)));
