@@ -78,6 +78,8 @@ void VecDotIq4NlQ8_0(int64_t n, const void* w, const void* a, float* out);
 void DequantizeRowIq4Xs(const void* src, float* dst, int64_t n);
 void QuantizeRowIq4Xs(const float* src, void* dst, int64_t n);
 void VecDotIq4XsQ8_K(int64_t n, const void* w, const void* a, float* out);
+// The 6-bit scale ls (0..63) of sub-block ib of an IQ4_XS super-block (value scale ls − 32).
+int Iq4XsScale(uint16_t scales_h, const uint8_t* scales_l, int ib);
 // MXFP4: IQ4_NL's shape with FP4 values (kMxfp4Values) under a power-of-two scale.
 void DequantizeRowMxfp4(const void* src, float* dst, int64_t n);
 void QuantizeRowMxfp4(const float* src, void* dst, int64_t n);

@@ -32,11 +32,6 @@ namespace {
 
 constexpr int kScaleTries = 7;
 
-// The 6-bit scale ls (0..63) of sub-block ib of an IQ4_XS super-block.
-int Iq4XsScale(uint16_t scales_h, const uint8_t* scales_l, int ib) {
-  return ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
-}
-
 // Index of the level of kIq4NlValues nearest to x (the lower one on a tie).
 int NearestLevel(float x) {
   const int8_t* v = kIq4NlValues;
@@ -175,6 +170,10 @@ void QuantizeBlockMxfp4(const float* x, BlockMxfp4* y) {
 }
 
 }  // namespace
+
+int Iq4XsScale(uint16_t scales_h, const uint8_t* scales_l, int ib) {
+  return ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+}
 
 void DequantizeRowIq4Nl(const void* src, float* dst, int64_t n) {
   const auto* x = static_cast<const BlockIq4Nl*>(src);

@@ -1,10 +1,11 @@
-// Repacking GGUF Q4_K / Q6_K / Q8_0 rows into 16-row panels (panels.h).
+// Repacking GGUF rows into 16-row panels (panels.h).
 #include "tensor/panels.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
+#include "tensor/kernels_generic.h"
 
 namespace shardlm {
 namespace {
@@ -89,6 +90,52 @@ void RepackQ80(const BlockQ8_0* const* rows, int n_rows, PanelQ8_0* p) {
   }
 }
 
+// The 4-bit index of column j of a 32-element block (low nibbles: 0..15, high: 16..31).
+int NibbleQuant(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
+
+// The indices of 32 columns of row r (their 16 GGUF bytes) into panel qs (IQ4_NL's layout).
+void RepackNibbles(const uint8_t* row_qs, int r, uint8_t (*qs)[64]) {
+  for (int pair = 0; pair < 4; ++pair) {
+    for (int e = 0; e < 4; ++e) {
+      const int lo = NibbleQuant(row_qs, 8 * pair + e);
+      const int hi = NibbleQuant(row_qs, 8 * pair + 4 + e);
+      qs[pair][4 * r + e] = uint8_t(lo | (hi << 4));
+    }
+  }
+}
+
+void RepackIq4Nl(const BlockIq4Nl* const* rows, int n_rows, PanelIq4Nl* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
+      p->d[k][r] = rows[r][k].d;
+    }
+  }
+}
+
+void RepackMxfp4(const BlockMxfp4* const* rows, int n_rows, PanelMxfp4* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
+      p->e[k][r] = rows[r][k].e;
+    }
+  }
+}
+
+void RepackIq4Xs(const BlockIq4Xs* const* rows, int n_rows, PanelIq4Xs* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    const BlockIq4Xs& b = *rows[r];
+    for (int j = 0; j < 8; ++j) {
+      RepackNibbles(b.qs + 16 * j, r, p->qs[j]);
+      p->scales[j][r] = int8_t(internal::Iq4XsScale(b.scales_h, b.scales_l, j) - 32);
+    }
+    p->d[r] = b.d;
+  }
+}
+
 // Repacks with Repack(each row's first GGUF block of a panel block, rows, panel block); a
 // panel block spans kColumns columns, kBlocks GGUF blocks of each row.
 template <class Block, class Panel, int64_t kColumns, int64_t kBlocks,
@@ -114,21 +161,42 @@ void RepackAll(const void* src, int64_t row_bytes, int64_t rows, int64_t cols, i
 
 }  // namespace
 
-bool HasPanelLayout(GgmlType type) {
-  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || type == GgmlType::kQ8_0;
+namespace {
+
+// Bytes of one panel block; 0 for types without panels.
+int64_t PanelBlockBytes(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_K:
+      return sizeof(PanelQ4_K);
+    case GgmlType::kQ6_K:
+      return sizeof(PanelQ6_K);
+    case GgmlType::kQ8_0:
+      return sizeof(PanelQ8_0);
+    case GgmlType::kIq4Nl:
+      return sizeof(PanelIq4Nl);
+    case GgmlType::kMxfp4:
+      return sizeof(PanelMxfp4);
+    case GgmlType::kIq4Xs:
+      return sizeof(PanelIq4Xs);
+    default:
+      return 0;
+  }
 }
+
+}  // namespace
+
+bool HasPanelLayout(GgmlType type) { return PanelBlockBytes(type) != 0; }
 
 int64_t PanelColumns(GgmlType type) {
   SHARDLM_CHECK(HasPanelLayout(type));
-  return type == GgmlType::kQ8_0 ? 2 * kQK : kQK_K;
+  const bool super_blocks =
+      type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || type == GgmlType::kIq4Xs;
+  return super_blocks ? kQK_K : 2 * kQK;
 }
 
 int64_t PanelStrideBytes(GgmlType type, int64_t cols) {
   SHARDLM_CHECK(HasPanelLayout(type) && cols % PanelColumns(type) == 0);
-  const int64_t block = type == GgmlType::kQ4_K   ? sizeof(PanelQ4_K)
-                        : type == GgmlType::kQ6_K ? sizeof(PanelQ6_K)
-                                                  : sizeof(PanelQ8_0);
-  return cols / PanelColumns(type) * block;
+  return cols / PanelColumns(type) * PanelBlockBytes(type);
 }
 
 int64_t PanelMatrixBytes(GgmlType type, int64_t rows, int64_t cols) {
@@ -145,9 +213,18 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
     case GgmlType::kQ6_K:
       return RepackAll<BlockQ6_K, PanelQ6_K, kQK_K, 1, RepackQ6K>(src, row_bytes, rows, cols,
                                                                   first_panel, end_panel, dst);
-    default:
+    case GgmlType::kQ8_0:
       return RepackAll<BlockQ8_0, PanelQ8_0, 2 * kQK, 2, RepackQ80>(src, row_bytes, rows, cols,
                                                                     first_panel, end_panel, dst);
+    case GgmlType::kIq4Nl:
+      return RepackAll<BlockIq4Nl, PanelIq4Nl, 2 * kQK, 2, RepackIq4Nl>(
+          src, row_bytes, rows, cols, first_panel, end_panel, dst);
+    case GgmlType::kIq4Xs:
+      return RepackAll<BlockIq4Xs, PanelIq4Xs, kQK_K, 1, RepackIq4Xs>(src, row_bytes, rows, cols,
+                                                                      first_panel, end_panel, dst);
+    default:
+      return RepackAll<BlockMxfp4, PanelMxfp4, 2 * kQK, 2, RepackMxfp4>(
+          src, row_bytes, rows, cols, first_panel, end_panel, dst);
   }
 }
 

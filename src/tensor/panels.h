@@ -1,4 +1,5 @@
-// Weight panels: Q4_K, Q6_K and Q8_0 matrices repacked, 16 rows at a time, into the layout the
+// Weight panels: Q4_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS and MXFP4 matrices repacked, 16 rows at a
+// time, into the layout the
 // batched kernels want (weights are mmapped and never copied, unless repacked: this is the
 // repack).
 //
@@ -17,7 +18,8 @@
 // 4r + e of a 64-byte vector.
 //
 // Goals: a repack that is exact (the panels hold the same numbers as the rows; values decode
-// identically), no growth of the bytes decode reads (Q6_K, Q8_0: same size, Q4_K: +2.8%), kernels
+// identically), no growth of the bytes decode reads (Q6_K, Q8_0, IQ4_NL: same size, Q4_K:
+// +2.8%, IQ4_XS: +2.9%, MXFP4: +6%), kernels
 // whose output for a (row, token) pair does not depend on how many tokens share the call (per-lane
 // arithmetic only). Non-goals: other types (they keep their row kernels), repacking at write time
 // (the file on disk stays GGUF), dequantizing a panel row (the embedding lookup reads the file's
@@ -63,15 +65,39 @@ struct PanelQ8_0 {
   int8_t qs[2][8][64];  // [block k][group g][4r + e]: column 32k + 4g + e of row r
   fp16_t d[2][kPanelRows];
 };
+// 16 rows × 64 columns (two GGUF blocks) of IQ4_NL. Value = d_k·kIq4NlValues[q].
+struct PanelIq4Nl {
+  // [block k][pair p][4r + e]: low nibble = column 32k + 8p + e, high = column 32k + 8p + 4 + e.
+  uint8_t qs[2][4][64];
+  fp16_t d[2][kPanelRows];
+};
+// 16 rows × 64 columns (two GGUF blocks) of MXFP4. Value = 2^(e_k − 128)·kMxfp4Values[q]; qs as
+// IQ4_NL's. 32 bytes of padding keep every panel block on whole cache lines (+6% bytes).
+struct PanelMxfp4 {
+  uint8_t qs[2][4][64];
+  uint8_t e[2][kPanelRows];
+  uint8_t padding[32];
+};
+// 16 rows × 256 columns of IQ4_XS. Value = d·scale_j·kIq4NlValues[q], sub-block j = 32 columns;
+// qs[j] as IQ4_NL's qs of one block. 32 bytes of padding: whole cache lines (+2.9% bytes).
+struct PanelIq4Xs {
+  uint8_t qs[8][4][64];
+  int8_t scales[8][kPanelRows];  // ls − 32
+  fp16_t d[kPanelRows];
+  uint8_t padding[32];
+};
 #pragma pack(pop)
 static_assert(sizeof(PanelQ4_K) == 2368);
 static_assert(sizeof(PanelQ6_K) == 16 * sizeof(BlockQ6_K));
 static_assert(sizeof(PanelQ8_0) == 2 * 16 * sizeof(BlockQ8_0) && sizeof(PanelQ8_0) % 64 == 0);
+static_assert(sizeof(PanelIq4Nl) == 2 * 16 * sizeof(BlockIq4Nl) && sizeof(PanelIq4Nl) % 64 == 0);
+static_assert(sizeof(PanelMxfp4) % 64 == 0 && sizeof(PanelIq4Xs) % 64 == 0);
 
-// Whether `type` has a panel layout (Q4_K, Q6_K, Q8_0); the kernels are per ISA
-// (TypeTraits::panel_dot).
+// Whether `type` has a panel layout (Q4_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, MXFP4); the kernels are
+// per ISA (TypeTraits::panel_dot).
 bool HasPanelLayout(GgmlType type);
-// Columns of one panel block: 256 (K-quants), 64 (Q8_0). Requires HasPanelLayout(type).
+// Columns of one panel block: 256 (K-quants, IQ4_XS), 64 (the 32-element block types). Requires
+// HasPanelLayout(type).
 int64_t PanelColumns(GgmlType type);
 // Bytes of one panel: cols / PanelColumns(type) blocks. Requires HasPanelLayout(type) and
 // cols a multiple of PanelColumns(type).

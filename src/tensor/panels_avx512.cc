@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels over weight panels (panels.h): 16 rows × up to 8 tokens per call.
-// Registered by kernels_avx512.cc as TypeTraits::panel_dot for Q4_K, Q6_K and Q8_0.
+// Registered by kernels_avx512.cc as TypeTraits::panel_dot for every type with panels.
 //
 // Scheme: int32 lanes are the panel's 16 rows. Per group of 4 columns one vpdpbusd
 // multiplies the unsigned quants of 16 rows by the token's 4 activation bytes (broadcast
@@ -10,11 +10,17 @@
 // so a (row, token) output is the same for any token count. Integer bounds: a Q4_K block
 // sum |I| ≤ 256·15·63·128 < 2^31; Q6_K |I| ≤ 256·63·128·128 < 2^31.
 //
-// Q8_0 has signed weights and signed activations, and vpdpbusd multiplies unsigned by
-// signed: the activation bytes are flipped to a + 128 (one XOR with the broadcast), which
-// adds 128·Σw per row; the kernel starts each block's sum at −128·Σw, computed once per block
-// for all tokens (itself a vpdpbusd with 128 in every byte). Per block F += float(I)·(d·d_act),
-// I exact (|I| ≤ 32·128·128).
+// Q8_0, IQ4_NL and MXFP4 have signed weights (IQ4_NL's and MXFP4's: table levels, looked up
+// with vpshufb once per block for all tokens) and signed Q8_0 activations, and vpdpbusd
+// multiplies unsigned by signed: the activation bytes are flipped to a + 128 (one XOR with
+// the broadcast), which adds 128·Σw per row; the kernel starts each block's sum at −128·Σw,
+// computed once per block for all tokens (itself a vpdpbusd with 128 in every byte). Per
+// block F += float(I)·(d·d_act), I exact (|I| ≤ 32·128·128).
+//
+// IQ4_XS takes Q8_K activations, whose block sums pay for the flip on the weights' side
+// instead: its levels are looked up as v + 128 (unsigned), the activations broadcast as they
+// are, and each sub-block's sum S minus 128·(its two bsums) is the exact Σ v·a, times the
+// sub-block scale ls − 32 into I (|I| ≤ 256·127·128·32 < 2^31).
 //
 // Goals: batched decode and prefill at several times the row kernels' speed (panels.h).
 // Non-goals: AVX2 (it keeps the row layout), other types.
@@ -173,11 +179,44 @@ void PanelQ6K(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_s
   SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
 }
 
+// F[c] += dot(w, act block b of token c) · (d · d_act) for the 32 columns of a 32-element
+// block: w[g] holds columns 4g .. 4g + 3 of the 16 rows, signed.
+template <int NC>
+inline void DotSignedBlock(const __m512i (&w)[8], __m512 d, const uint8_t* act, int64_t act_stride,
+                           int64_t b, __m512 (&f)[NC]) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i offset = _mm512_setzero_si512();
+  SHARDLM_UNROLL for (int g = 0; g < 8; ++g) offset = _mm512_dpbusd_epi32(offset, flip, w[g]);
+  offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+    const auto* a = reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b;
+    __m512i s = offset;
+    SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
+      s = _mm512_dpbusd_epi32(s, _mm512_xor_si512(Bcast32(a->qs + 4 * g), flip), w[g]);
+    }
+    const __m512 ad = _mm512_set1_ps(_cvtsh_ss(a->d));
+    f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, ad), f[c]);
+  }
+}
+
+inline __m512 Fp16Row(const fp16_t* d) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+}
+
+// The 16 rows' MXFP4 scales 2^(e − 128) as floats (e < 2: the subnormals 2^−127, 2^−126).
+inline __m512 Mxfp4Row(const uint8_t* e) {
+  const __m512i ev = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e)));
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(ev, one), 23);
+  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), ev);
+  const __mmask16 small = _mm512_cmplt_epu32_mask(ev, _mm512_set1_epi32(2));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal));
+}
+
 template <int NC>
 void PanelQ80(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride, float* out,
               int64_t out_stride, int nr) {
   const int64_t units = n / (2 * kQK);
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 f[NC];
   SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
   for (int64_t u = 0; u < units; ++u) {
@@ -185,23 +224,94 @@ void PanelQ80(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_s
     PrefetchAhead(p);
     SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
       __m512i w[8];
-      __m512i offset = _mm512_setzero_si512();
-      SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
-        w[g] = _mm512_loadu_si512(p->qs[k][g]);
-        offset = _mm512_dpbusd_epi32(offset, flip, w[g]);
+      SHARDLM_UNROLL for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(p->qs[k][g]);
+      DotSignedBlock(w, Fp16Row(p->d[k]), act, act_stride, 2 * u + k, f);
+    }
+  }
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+}
+
+// IQ4_NL and MXFP4: the levels of `values` at the nibbles, block scales by Scale(panel, k).
+template <class Panel, const int8_t* kValues, __m512 (*Scale)(const Panel&, int), int NC>
+void PanelNibbles(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+  const int64_t units = n / (2 * kQK);
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kValues)));
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  __m512 f[NC];
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < units; ++u) {
+    const auto* p = reinterpret_cast<const Panel*>(panel) + u;
+    PrefetchAhead(p);
+    SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+      __m512i w[8];
+      SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
+        const __m512i raw = _mm512_loadu_si512(p->qs[k][pair]);
+        w[2 * pair] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
+        w[2 * pair + 1] =
+            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
       }
-      offset = _mm512_sub_epi32(_mm512_setzero_si512(), offset);
-      const __m512 d =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d[k])));
+      DotSignedBlock(w, Scale(*p, k), act, act_stride, 2 * u + k, f);
+    }
+  }
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+}
+
+__m512 Iq4NlScale(const PanelIq4Nl& p, int k) { return Fp16Row(p.d[k]); }
+__m512 Mxfp4Scale(const PanelMxfp4& p, int k) { return Mxfp4Row(p.e[k]); }
+
+template <int NC>
+void PanelIq4NlDot(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                   float* out, int64_t out_stride, int nr) {
+  PanelNibbles<PanelIq4Nl, kIq4NlValues, Iq4NlScale, NC>(n, panel, act, act_stride, out, out_stride,
+                                                         nr);
+}
+template <int NC>
+void PanelMxfp4Dot(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                   float* out, int64_t out_stride, int nr) {
+  PanelNibbles<PanelMxfp4, kMxfp4Values, Mxfp4Scale, NC>(n, panel, act, act_stride, out, out_stride,
+                                                         nr);
+}
+
+template <int NC>
+void PanelIq4XsDot(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                   float* out, int64_t out_stride, int nr) {
+  const int64_t nb = n / kQK_K;
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  const __m512i table = _mm512_xor_si512(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues))),
+      _mm512_set1_epi8(static_cast<char>(0x80)));
+  __m512 f[NC];
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto* p = reinterpret_cast<const PanelIq4Xs*>(panel) + b;
+    PrefetchAhead(p);
+    __m512i isum[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) {
+      __m512i w[8];
+      SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
+        const __m512i raw = _mm512_loadu_si512(p->qs[j][pair]);
+        w[2 * pair] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
+        w[2 * pair + 1] =
+            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
+      }
+      const __m512i scale =
+          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[j])));
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const auto* a = reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + 2 * u + k;
-        __m512i s = offset;
+        const BlockQ8_K* a = ActBlock(act, act_stride, c, b);
+        __m512i s = _mm512_set1_epi32(-128 * (a->bsums[2 * j] + a->bsums[2 * j + 1]));
         SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
-          s = _mm512_dpbusd_epi32(s, _mm512_xor_si512(Bcast32(a->qs + 4 * g), flip), w[g]);
+          s = _mm512_dpbusd_epi32(s, w[g], Bcast32(a->qs + 32 * j + 4 * g));
         }
-        const __m512 ad = _mm512_set1_ps(_cvtsh_ss(a->d));
-        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, ad), f[c]);
+        isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s, scale));
       }
+    }
+    const __m512 d = Fp16Row(p->d);
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+      f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
     }
   }
   SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
@@ -227,6 +337,15 @@ using Q6KTable = PanelTable<PanelQ6K<1>, PanelQ6K<2>, PanelQ6K<3>, PanelQ6K<4>, 
                             PanelQ6K<6>, PanelQ6K<7>, PanelQ6K<8>>;
 using Q80Table = PanelTable<PanelQ80<1>, PanelQ80<2>, PanelQ80<3>, PanelQ80<4>, PanelQ80<5>,
                             PanelQ80<6>, PanelQ80<7>, PanelQ80<8>>;
+using Iq4NlTable =
+    PanelTable<PanelIq4NlDot<1>, PanelIq4NlDot<2>, PanelIq4NlDot<3>, PanelIq4NlDot<4>,
+               PanelIq4NlDot<5>, PanelIq4NlDot<6>, PanelIq4NlDot<7>, PanelIq4NlDot<8>>;
+using Iq4XsTable =
+    PanelTable<PanelIq4XsDot<1>, PanelIq4XsDot<2>, PanelIq4XsDot<3>, PanelIq4XsDot<4>,
+               PanelIq4XsDot<5>, PanelIq4XsDot<6>, PanelIq4XsDot<7>, PanelIq4XsDot<8>>;
+using Mxfp4Table =
+    PanelTable<PanelMxfp4Dot<1>, PanelMxfp4Dot<2>, PanelMxfp4Dot<3>, PanelMxfp4Dot<4>,
+               PanelMxfp4Dot<5>, PanelMxfp4Dot<6>, PanelMxfp4Dot<7>, PanelMxfp4Dot<8>>;
 
 }  // namespace
 
@@ -242,6 +361,18 @@ void FillPanelsAvx512(TypeTraits& traits) {
       break;
     case GgmlType::kQ8_0:
       traits.panel_dot = &PanelDot<Q80Table>;
+      traits.panel_tokens = kMaxTokens;
+      break;
+    case GgmlType::kIq4Nl:
+      traits.panel_dot = &PanelDot<Iq4NlTable>;
+      traits.panel_tokens = kMaxTokens;
+      break;
+    case GgmlType::kIq4Xs:
+      traits.panel_dot = &PanelDot<Iq4XsTable>;
+      traits.panel_tokens = kMaxTokens;
+      break;
+    case GgmlType::kMxfp4:
+      traits.panel_dot = &PanelDot<Mxfp4Table>;
       traits.panel_tokens = kMaxTokens;
       break;
     default:

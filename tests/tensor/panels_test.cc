@@ -22,7 +22,8 @@ using testing::Matrix;
 using testing::RandomFloats;
 using testing::RunMatMul;
 
-const GgmlType kPanelTypes[] = {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0};
+const GgmlType kPanelTypes[] = {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kIq4Nl,
+                                GgmlType::kMxfp4};
 
 using testing::TypeName;
 
