@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "tensor/fp16.h"
 #include "tensor/kernels_generic.h"
 
 namespace shardlm {
@@ -83,7 +84,7 @@ void RepackQ80(const BlockQ8_0* const* rows, int n_rows, PanelQ8_0* p) {
     for (int k = 0; k < 2; ++k) {
       const BlockQ8_0& b = rows[r][k];
       for (int g = 0; g < 8; ++g) {
-        for (int e = 0; e < 4; ++e) p->qs[k][g][4 * r + e] = b.qs[4 * g + e];
+        for (int e = 0; e < 4; ++e) p->u[k][g][4 * r + e] = uint8_t(b.qs[4 * g + e] + 128);
       }
       p->d[k][r] = b.d;
     }
@@ -186,6 +187,17 @@ int64_t PanelBlockBytes(GgmlType type) {
 }  // namespace
 
 bool HasPanelLayout(GgmlType type) { return PanelBlockBytes(type) != 0; }
+
+void FillQ8_0ActSide(void* act_row, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(act_row);
+  auto* side = reinterpret_cast<PanelActSide*>(static_cast<uint8_t*>(act_row) +
+                                               n / kQK * int64_t(sizeof(BlockQ8_0)));
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    int32_t sum = 0;
+    for (int j = 0; j < kQK; ++j) sum += blocks[b].qs[j];
+    side[b] = {Fp16ToFp32(blocks[b].d), -128 * sum};
+  }
+}
 
 int64_t PanelColumns(GgmlType type) {
   SHARDLM_CHECK(HasPanelLayout(type));

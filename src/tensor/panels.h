@@ -59,10 +59,10 @@ struct PanelQ6_K {
   int8_t scales[8][kPanelRows][2];  // [t][row]: scales of groups 2t and 2t + 1
   fp16_t d[kPanelRows];
 };
-// 16 rows × 64 columns (two GGUF blocks) of Q8_0. Value = d_k·q, block k = 32 columns. Two
-// blocks make 1088 bytes, 17 whole cache lines, so every vector load of a panel is aligned.
+// 16 rows × 64 columns (two GGUF blocks) of Q8_0. Value = d_k·(u − 128), block k = 32 columns.
+// Two blocks make 1088 bytes, 17 whole cache lines, so every vector load of a panel is aligned.
 struct PanelQ8_0 {
-  int8_t qs[2][8][64];  // [block k][group g][4r + e]: column 32k + 4g + e of row r
+  uint8_t u[2][8][64];  // [block k][group g][4r + e]: q + 128 of column 32k + 4g + e of row r
   fp16_t d[2][kPanelRows];
 };
 // 16 rows × 64 columns (two GGUF blocks) of IQ4_NL. Value = d_k·kIq4NlValues[q].
@@ -87,6 +87,17 @@ struct PanelIq4Xs {
   uint8_t padding[32];
 };
 #pragma pack(pop)
+
+// What the panel kernels of Q8_0, IQ4_NL and MXFP4 read per Q8_0 activation block, after the
+// row's blocks (TypeTraits::panel_act_side): their weights are unsigned (w + 128) for
+// vpdpbusd, so each block's sum starts at −128·Σq; and the block scale, converted once.
+struct PanelActSide {
+  float d;         // the block's fp16 d as float
+  int32_t offset;  // −128 · Σ q over the block's 32 activations
+};
+// Writes the PanelActSide of each block of a Q8_0 activation row of n elements after it.
+void FillQ8_0ActSide(void* act_row, int64_t n);
+
 static_assert(sizeof(PanelQ4_K) == 2368);
 static_assert(sizeof(PanelQ6_K) == 16 * sizeof(BlockQ6_K));
 static_assert(sizeof(PanelQ8_0) == 2 * 16 * sizeof(BlockQ8_0) && sizeof(PanelQ8_0) % 64 == 0);

@@ -118,7 +118,7 @@ const TypeTraits* GetTypeTraits(GgmlType type) { return GetTypeTraitsFor(type, D
 
 int64_t ActRowBytes(const TypeTraits& traits, int64_t n) {
   const auto info = LookupGgmlType(static_cast<uint32_t>(traits.act_type));
-  return info ? RowBytes(*info, n) : 0;
+  return info ? RowBytes(*info, n) + n / info->block_size * traits.act_side_bytes : 0;
 }
 
 }  // namespace shardlm

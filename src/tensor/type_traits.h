@@ -47,6 +47,12 @@ struct TypeTraits {
   void (*panel_dot)(int64_t n, const void* panel, const void* act, int64_t act_stride, int nc,
                     float* out, int64_t out_stride, int nr) = nullptr;
   int panel_tokens = 0;
+  // Optional, for panel kernels that read more than act_type's blocks: ActRowBytes leaves
+  // act_side_bytes per act_type block after the row's blocks, and MatMul fills them with
+  // panel_act_side(row, n) after quantize_act (tensor/panels.h: PanelActSide). Alike for
+  // every type of one ISA with the same act_type: MatMul converts once per act_type.
+  void (*panel_act_side)(void* act_row, int64_t n) = nullptr;
+  int act_side_bytes = 0;
 };
 
 // The traits of a type for DetectIsa()'s ISA (the best this CPU supports, or a lower one
@@ -56,7 +62,8 @@ const TypeTraits* GetTypeTraits(GgmlType type);
 // CPU lacks that ISA or the type is not computable.
 const TypeTraits* GetTypeTraitsFor(GgmlType type, Isa isa);
 
-// Bytes of one activation row of n elements converted by traits.quantize_act.
+// Bytes of one activation row of n elements converted by traits.quantize_act, with the
+// panel kernels' side data (act_side_bytes per block) where the traits have it.
 int64_t ActRowBytes(const TypeTraits& traits, int64_t n);
 
 Isa DetectIsa();          // best ISA of this CPU, honouring SHARDLM_ISA=generic|avx2|avx512

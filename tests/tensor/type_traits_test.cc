@@ -50,6 +50,26 @@ TEST(TypeTraits, ActTypesFollowLlamaCpp) {
   EXPECT_EQ(ActRowBytes(*GetTypeTraits(GgmlType::kF16), 64), 128);
 }
 
+// MatMul converts activations once per act_type for every matrix of a call: types sharing an
+// act_type on one ISA must agree on the panel kernels' side data, or a row would be read
+// with another's length.
+TEST(TypeTraits, TypesOfOneActTypeAgreeOnTheActivationRow) {
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    if (!CpuHasIsa(isa)) continue;
+    for (GgmlType a : testing::kComputableTypes) {
+      for (GgmlType b : testing::kComputableTypes) {
+        const TypeTraits& ta = *GetTypeTraitsFor(a, isa);
+        const TypeTraits& tb = *GetTypeTraitsFor(b, isa);
+        if (ta.act_type != tb.act_type) continue;
+        SCOPED_TRACE(testing::TypeName(a) + " and " + testing::TypeName(b) + " on " + IsaName(isa));
+        EXPECT_EQ(ta.act_side_bytes, tb.act_side_bytes);
+        EXPECT_EQ(ta.panel_act_side, tb.panel_act_side);
+        EXPECT_EQ(ActRowBytes(ta, 512), ActRowBytes(tb, 512));
+      }
+    }
+  }
+}
+
 TEST(TypeTraits, UncomputableTypesHaveNoRow) {
   for (GgmlType type : {GgmlType::kQ8_1, GgmlType::kQ8_K, GgmlType::kI8, GgmlType::kF64,
                         GgmlType::kSentinel, static_cast<GgmlType>(4)}) {
