@@ -10,6 +10,7 @@
 
 #include "chat/chat_template.h"
 #include "support/fixtures.h"
+#include "support/sanitizer.h"
 
 namespace shardlm {
 namespace {
@@ -106,7 +107,7 @@ TEST(JinjaFuzz, MutatedTemplatesNeverCrash) {
   std::mt19937 rng(20261122);
   int parsed = 0;
   int rendered = 0;
-  constexpr int kIterations = 20000;
+  constexpr int kIterations = shardlm::testing::CasesUnlessSanitized(20000);
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kIterations; ++i) {
     std::string source = Mutate(sources[i % sources.size()], rng);

@@ -13,6 +13,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/schema_validator.h"
 #include "grammar/token_vocabulary.h"
+#include "support/sanitizer.h"
 
 namespace shardlm {
 namespace constrained_decoding_test {
@@ -121,7 +122,7 @@ TEST(ConstrainedDecoding, RandomSchemasAlwaysGiveValidOutput) {
   for (const auto& [id, bias] : closers) ASSERT_GE(id, 0);
   grammar::testing::RandomSchemas schemas(2024);
   std::mt19937_64 seeds(99);
-  constexpr int kSchemas = 64;
+  constexpr int kSchemas = shardlm::testing::CasesUnlessSanitized(64);
   std::vector<Json> docs;
   std::vector<EngineRequest> requests;
   for (int i = 0; i < kSchemas; ++i) {

@@ -33,6 +33,7 @@
 #include "shard/shard_service.h"
 #include "support/fixture_models.h"
 #include "support/fixtures.h"
+#include "support/sanitizer.h"
 #include "support/temp_dir.h"
 
 namespace shardlm::scheduler_test_util {
@@ -43,11 +44,7 @@ inline const char kQwen35[] = "qwen35-tiny.gguf";  // gated DeltaNet layers
 // Layers of two head shapes, the last two reading earlier layers' KV, per-layer inputs.
 inline const char kGemma4[] = "gemma4-tiny.gguf";
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitizedBuild = true;
-#else
-inline constexpr bool kSanitizedBuild = false;
-#endif
+using shardlm::testing::kSanitizedBuild;
 // The models a long test runs on: `all`, or under a sanitizer, where every step is many times
 // slower, `sanitized` (a few that still reach every kind of layer the test exercises; the
 // Release run covers them all).

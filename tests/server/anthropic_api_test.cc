@@ -12,6 +12,7 @@
 #include "server/json_mutation.h"
 #include "server/mock_engine.h"
 #include "support/fixtures.h"
+#include "support/sanitizer.h"
 
 namespace shardlm::server {
 namespace anthropic_api_test {
@@ -193,7 +194,7 @@ TEST(AnthropicApi, FuzzParserNeverCrashes) {
       R"({"model":"m","max_tokens":5,"system":"s","messages":[{"role":"user","content":"hi"}],"stop_sequences":["x"],"temperature":0.5,"thinking":{"type":"enabled","budget_tokens":1024}})",
       R"({"max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":""},{"type":"tool_use","id":"u","name":"f","input":{"a":[1]}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"u","content":[{"type":"text","text":"r"}],"is_error":false}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"f"}})",
   };
-  const int ok = FuzzThroughTemplates(seeds, 8765, 6000,
+  const int ok = FuzzThroughTemplates(seeds, 8765, shardlm::testing::CasesUnlessSanitized(6000),
                                       [](const Json& body) -> std::optional<ChatCompletionRequest> {
                                         std::string param;
                                         auto r = MessagesRequestFromJSON(body, &param);

@@ -12,6 +12,7 @@
 #include "server/json_mutation.h"
 #include "server/mock_engine.h"
 #include "support/fixtures.h"
+#include "support/sanitizer.h"
 
 namespace shardlm::server {
 namespace openai_types_test {
@@ -132,7 +133,7 @@ TEST(OpenAiTypes, FuzzParserNeverCrashes) {
   auto formatter = ChatFormatter::Create("", tokenizer);
   ASSERT_TRUE(formatter.ok());
   int ok = 0;
-  for (int iter = 0; iter < 20000; ++iter) {
+  for (int iter = 0; iter < shardlm::testing::CasesUnlessSanitized(20000); ++iter) {
     const std::string& seed = seeds[iter % std::size(seeds)];
     std::string text = iter == 0 ? killer : Mutate(seed, rng);
     Result<Json> body = ParseBody(text);
@@ -172,7 +173,7 @@ TEST(OpenAiTypes, FuzzRealTemplatesNeverCrash) {
         ChatFormatter::Create(shardlm::testing::ReadTextFile(entry.path().string()), tokenizer);
     ASSERT_TRUE(formatter.ok()) << entry.path() << ": " << formatter.status().message();
     ++templates;
-    for (int iter = 0; iter < 2000; ++iter) {
+    for (int iter = 0; iter < shardlm::testing::CasesUnlessSanitized(2000); ++iter) {
       Result<Json> body = ParseBody(iter == 0 ? seed : Mutate(seed, rng));
       if (!body.ok()) continue;
       auto chat = ChatCompletionRequestFromJSON(body.value());
