@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "tensor/quant_blocks.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm::internal {
@@ -116,6 +117,9 @@ void QuantizeRowTq1_0(const float* src, void* dst, int64_t n);
 void QuantizeRowTq2_0(const float* src, void* dst, int64_t n);
 void VecDotTq1_0Q8_K(int64_t n, const void* w, const void* a, float* out);
 void VecDotTq2_0Q8_K(int64_t n, const void* w, const void* a, float* out);
+// The digits (0, 1, 2 for −1, 0, 1) of a block's 256 elements, in element order.
+void DigitsTq1(const BlockTq1_0& b, int8_t* q);
+void DigitsTq2(const BlockTq2_0& b, int8_t* q);
 
 // K-quants, 256-element super-blocks (kernels_generic_kquants.cc, quantize_kquants.cc).
 void DequantizeRowQ2_K(const void* src, float* dst, int64_t n);

@@ -25,7 +25,8 @@ int Trit(uint8_t byte, int n) {
   return (static_cast<uint16_t>(shifted) * 3) >> 8;
 }
 
-// The digits (0, 1, 2 for −1, 0, 1) of a block's 256 elements, in element order.
+}  // namespace
+
 void DigitsTq1(const BlockTq1_0& b, int8_t* q) {
   for (int n = 0; n < 5; ++n) {
     for (int m = 0; m < 32; ++m) q[32 * n + m] = static_cast<int8_t>(Trit(b.qs[m], n));
@@ -47,6 +48,8 @@ void DigitsTq2(const BlockTq2_0& b, int8_t* q) {
     }
   }
 }
+
+namespace {
 
 template <typename Block, void (*Digits)(const Block&, int8_t*)>
 void DequantizeTernary(const void* src, float* dst, int64_t n) {

@@ -137,6 +137,22 @@ void RepackIq4Xs(const BlockIq4Xs* const* rows, int n_rows, PanelIq4Xs* p) {
   }
 }
 
+// The digits of rows' blocks into a ternary panel.
+template <class Block, void (*Digits)(const Block&, int8_t*)>
+void RepackTernary(const Block* const* rows, int n_rows, PanelTernary* p) {
+  std::memset(p, 0, sizeof(*p));
+  int8_t q[kQK_K];
+  for (int r = 0; r < n_rows; ++r) {
+    Digits(*rows[r], q);
+    for (int i = 0; i < 16; ++i) {
+      for (int e = 0; e < 4; ++e) {
+        for (int l = 0; l < 4; ++l) p->q[i][4 * r + e] |= uint8_t(q[16 * i + 4 * l + e] << (2 * l));
+      }
+    }
+    p->d[r] = rows[r]->d;
+  }
+}
+
 // Repacks with Repack(each row's first GGUF block of a panel block, rows, panel block); a
 // panel block spans kColumns columns, kBlocks GGUF blocks of each row.
 template <class Block, class Panel, int64_t kColumns, int64_t kBlocks,
@@ -179,6 +195,9 @@ int64_t PanelBlockBytes(GgmlType type) {
       return sizeof(PanelMxfp4);
     case GgmlType::kIq4Xs:
       return sizeof(PanelIq4Xs);
+    case GgmlType::kTq1_0:
+    case GgmlType::kTq2_0:
+      return sizeof(PanelTernary);
     default:
       return 0;
   }
@@ -201,9 +220,9 @@ void FillQ8_0ActSide(void* act_row, int64_t n) {
 
 int64_t PanelColumns(GgmlType type) {
   SHARDLM_CHECK(HasPanelLayout(type));
-  const bool super_blocks =
-      type == GgmlType::kQ4_K || type == GgmlType::kQ6_K || type == GgmlType::kIq4Xs;
-  return super_blocks ? kQK_K : 2 * kQK;
+  const bool small_blocks =
+      type == GgmlType::kQ8_0 || type == GgmlType::kIq4Nl || type == GgmlType::kMxfp4;
+  return small_blocks ? 2 * kQK : kQK_K;
 }
 
 int64_t PanelStrideBytes(GgmlType type, int64_t cols) {
@@ -234,6 +253,14 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
     case GgmlType::kIq4Xs:
       return RepackAll<BlockIq4Xs, PanelIq4Xs, kQK_K, 1, RepackIq4Xs>(src, row_bytes, rows, cols,
                                                                       first_panel, end_panel, dst);
+    case GgmlType::kTq1_0:
+      return RepackAll<BlockTq1_0, PanelTernary, kQK_K, 1,
+                       RepackTernary<BlockTq1_0, internal::DigitsTq1>>(src, row_bytes, rows, cols,
+                                                                       first_panel, end_panel, dst);
+    case GgmlType::kTq2_0:
+      return RepackAll<BlockTq2_0, PanelTernary, kQK_K, 1,
+                       RepackTernary<BlockTq2_0, internal::DigitsTq2>>(src, row_bytes, rows, cols,
+                                                                       first_panel, end_panel, dst);
     default:
       return RepackAll<BlockMxfp4, PanelMxfp4, 2 * kQK, 2, RepackMxfp4>(
           src, row_bytes, rows, cols, first_panel, end_panel, dst);

@@ -1,5 +1,5 @@
-// Weight panels: Q4_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS and MXFP4 matrices repacked, 16 rows at a
-// time, into the layout the
+// Weight panels: Q4_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and TQ2_0 matrices repacked,
+// 16 rows at a time, into the layout the
 // batched kernels want (weights are mmapped and never copied, unless repacked: this is the
 // repack).
 //
@@ -86,6 +86,14 @@ struct PanelIq4Xs {
   fp16_t d[kPanelRows];
   uint8_t padding[32];
 };
+// 16 rows × 256 columns of TQ2_0 or TQ1_0 (whose five trits per byte become 2 bits each here:
+// +22% bytes, read at the memory's speed, where unpacking trits kept decode far below it).
+// Value = d·(q − 1), q ∈ {0, 1, 2}. 32 bytes of padding: whole cache lines.
+struct PanelTernary {
+  uint8_t q[16][64];  // [i][4r + e]: bits 2l, 2l + 1 = q of column 16i + 4l + e of row r
+  fp16_t d[kPanelRows];
+  uint8_t padding[32];
+};
 #pragma pack(pop)
 
 // What the panel kernels of Q8_0, IQ4_NL and MXFP4 read per Q8_0 activation block, after the
@@ -102,12 +110,13 @@ static_assert(sizeof(PanelQ4_K) == 2368);
 static_assert(sizeof(PanelQ6_K) == 16 * sizeof(BlockQ6_K));
 static_assert(sizeof(PanelQ8_0) == 2 * 16 * sizeof(BlockQ8_0) && sizeof(PanelQ8_0) % 64 == 0);
 static_assert(sizeof(PanelIq4Nl) == 2 * 16 * sizeof(BlockIq4Nl) && sizeof(PanelIq4Nl) % 64 == 0);
-static_assert(sizeof(PanelMxfp4) % 64 == 0 && sizeof(PanelIq4Xs) % 64 == 0);
+static_assert(sizeof(PanelMxfp4) % 64 == 0 && sizeof(PanelIq4Xs) % 64 == 0 &&
+              sizeof(PanelTernary) % 64 == 0);
 
-// Whether `type` has a panel layout (Q4_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, MXFP4); the kernels are
-// per ISA (TypeTraits::panel_dot).
+// Whether `type` has a panel layout (the types named at the top); the kernels are per ISA
+// (TypeTraits::panel_dot).
 bool HasPanelLayout(GgmlType type);
-// Columns of one panel block: 256 (K-quants, IQ4_XS), 64 (the 32-element block types). Requires
+// Columns of one panel block: 256 (the 256-element block types), 64 (the 32-element ones). Requires
 // HasPanelLayout(type).
 int64_t PanelColumns(GgmlType type);
 // Bytes of one panel: cols / PanelColumns(type) blocks. Requires HasPanelLayout(type) and

@@ -234,6 +234,46 @@ inline __m512i UnsignedLevels(const int8_t* values) {
       _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
+// TQ1_0 and TQ2_0: Σ (q − 1)·a = Σ q·a − Σ a, the second the block's bsums.
+template <int NC>
+void PanelTernaryDot(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                     float* out, int64_t out_stride, int nr) {
+  const int64_t nb = n / kQK_K;
+  const __m512i two_bits = _mm512_set1_epi8(3);
+  __m512 f[NC];
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto* p = reinterpret_cast<const PanelTernary*>(panel) + b;
+    PrefetchAhead(p);
+    __m512i isum[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      const BlockQ8_K* a = ActBlock(act, act_stride, c, b);
+      int32_t sum = 0;
+      for (int k = 0; k < kQK_K / 16; ++k) sum += a->bsums[k];
+      isum[c] = _mm512_set1_epi32(-sum);
+    }
+    for (int i = 0; i < 16; ++i) {
+      const __m512i raw = _mm512_loadu_si512(p->q[i]);
+      const __m512i q[4] = {_mm512_and_si512(raw, two_bits),
+                            _mm512_and_si512(_mm512_srli_epi16(raw, 2), two_bits),
+                            _mm512_and_si512(_mm512_srli_epi16(raw, 4), two_bits),
+                            _mm512_and_si512(_mm512_srli_epi16(raw, 6), two_bits)};
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * i;
+        SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+          isum[c] = _mm512_dpbusd_epi32(isum[c], q[l], Bcast32(a + 4 * l));
+        }
+      }
+    }
+    const __m512 d = Fp16Row(p->d);
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+      f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
+    }
+  }
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+}
+
 // IQ4_NL and MXFP4: the levels of `values` at the nibbles, block scales by Scale(panel, k).
 template <class Panel, const int8_t* kValues, __m512 (*Scale)(const Panel&, int), int NC>
 void PanelNibbles(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
@@ -343,6 +383,9 @@ using Iq4NlTable =
 using Iq4XsTable =
     PanelTable<PanelIq4XsDot<1>, PanelIq4XsDot<2>, PanelIq4XsDot<3>, PanelIq4XsDot<4>,
                PanelIq4XsDot<5>, PanelIq4XsDot<6>, PanelIq4XsDot<7>, PanelIq4XsDot<8>>;
+using TernaryTable =
+    PanelTable<PanelTernaryDot<1>, PanelTernaryDot<2>, PanelTernaryDot<3>, PanelTernaryDot<4>,
+               PanelTernaryDot<5>, PanelTernaryDot<6>, PanelTernaryDot<7>, PanelTernaryDot<8>>;
 using Mxfp4Table =
     PanelTable<PanelMxfp4Dot<1>, PanelMxfp4Dot<2>, PanelMxfp4Dot<3>, PanelMxfp4Dot<4>,
                PanelMxfp4Dot<5>, PanelMxfp4Dot<6>, PanelMxfp4Dot<7>, PanelMxfp4Dot<8>>;
@@ -374,6 +417,11 @@ void FillPanelsAvx512(TypeTraits& traits) {
       break;
     case GgmlType::kIq4Xs:
       traits.panel_dot = &PanelDot<Iq4XsTable>;
+      traits.panel_tokens = kMaxTokens;
+      break;
+    case GgmlType::kTq1_0:
+    case GgmlType::kTq2_0:
+      traits.panel_dot = &PanelDot<TernaryTable>;
       traits.panel_tokens = kMaxTokens;
       break;
     case GgmlType::kMxfp4:

@@ -22,8 +22,9 @@ using testing::Matrix;
 using testing::RandomFloats;
 using testing::RunMatMul;
 
-const GgmlType kPanelTypes[] = {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ8_0, GgmlType::kIq4Nl,
-                                GgmlType::kMxfp4};
+const GgmlType kPanelTypes[] = {GgmlType::kQ4_K,  GgmlType::kQ6_K,  GgmlType::kQ8_0,
+                                GgmlType::kIq4Nl, GgmlType::kIq4Xs, GgmlType::kMxfp4,
+                                GgmlType::kTq1_0, GgmlType::kTq2_0};
 
 using testing::TypeName;
 
