@@ -105,7 +105,9 @@ void RepackNibbles(const uint8_t* row_qs, int r, uint8_t (*qs)[64]) {
   }
 }
 
-void RepackIq4Nl(const BlockIq4Nl* const* rows, int n_rows, PanelIq4Nl* p) {
+// IQ4_NL and Q4_0 blocks: an fp16 d, then the 16 bytes of nibbles.
+template <class Block>
+void RepackNibbleBlocks(const Block* const* rows, int n_rows, PanelNibbles* p) {
   std::memset(p, 0, sizeof(*p));
   for (int r = 0; r < n_rows; ++r) {
     for (int k = 0; k < 2; ++k) {
@@ -189,8 +191,9 @@ int64_t PanelBlockBytes(GgmlType type) {
       return sizeof(PanelQ6_K);
     case GgmlType::kQ8_0:
       return sizeof(PanelQ8_0);
+    case GgmlType::kQ4_0:
     case GgmlType::kIq4Nl:
-      return sizeof(PanelIq4Nl);
+      return sizeof(PanelNibbles);
     case GgmlType::kMxfp4:
       return sizeof(PanelMxfp4);
     case GgmlType::kIq4Xs:
@@ -220,8 +223,8 @@ void FillQ8_0ActSide(void* act_row, int64_t n) {
 
 int64_t PanelColumns(GgmlType type) {
   SHARDLM_CHECK(HasPanelLayout(type));
-  const bool small_blocks =
-      type == GgmlType::kQ8_0 || type == GgmlType::kIq4Nl || type == GgmlType::kMxfp4;
+  const bool small_blocks = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ||
+                            type == GgmlType::kIq4Nl || type == GgmlType::kMxfp4;
   return small_blocks ? 2 * kQK : kQK_K;
 }
 
@@ -247,8 +250,11 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
     case GgmlType::kQ8_0:
       return RepackAll<BlockQ8_0, PanelQ8_0, 2 * kQK, 2, RepackQ80>(src, row_bytes, rows, cols,
                                                                     first_panel, end_panel, dst);
+    case GgmlType::kQ4_0:
+      return RepackAll<BlockQ4_0, PanelNibbles, 2 * kQK, 2, RepackNibbleBlocks<BlockQ4_0>>(
+          src, row_bytes, rows, cols, first_panel, end_panel, dst);
     case GgmlType::kIq4Nl:
-      return RepackAll<BlockIq4Nl, PanelIq4Nl, 2 * kQK, 2, RepackIq4Nl>(
+      return RepackAll<BlockIq4Nl, PanelNibbles, 2 * kQK, 2, RepackNibbleBlocks<BlockIq4Nl>>(
           src, row_bytes, rows, cols, first_panel, end_panel, dst);
     case GgmlType::kIq4Xs:
       return RepackAll<BlockIq4Xs, PanelIq4Xs, kQK_K, 1, RepackIq4Xs>(src, row_bytes, rows, cols,

@@ -1,5 +1,5 @@
-// Weight panels: Q4_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and TQ2_0 matrices repacked,
-// 16 rows at a time, into the layout the
+// Weight panels: Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and TQ2_0 matrices
+// repacked, 16 rows at a time, into the layout the
 // batched kernels want (weights are mmapped and never copied, unless repacked: this is the
 // repack).
 //
@@ -18,7 +18,7 @@
 // 4r + e of a 64-byte vector.
 //
 // Goals: a repack that is exact (the panels hold the same numbers as the rows; values decode
-// identically), no growth of the bytes decode reads (Q6_K, Q8_0, IQ4_NL: same size, Q4_K:
+// identically), no growth of the bytes decode reads (Q6_K, Q8_0, Q4_0, IQ4_NL: same size, Q4_K:
 // +2.8%, IQ4_XS: +2.9%, MXFP4: +6%), kernels
 // whose output for a (row, token) pair does not depend on how many tokens share the call (per-lane
 // arithmetic only). Non-goals: other types (they keep their row kernels), repacking at write time
@@ -65,8 +65,9 @@ struct PanelQ8_0 {
   uint8_t u[2][8][64];  // [block k][group g][4r + e]: q + 128 of column 32k + 4g + e of row r
   fp16_t d[2][kPanelRows];
 };
-// 16 rows × 64 columns (two GGUF blocks) of IQ4_NL. Value = d_k·kIq4NlValues[q].
-struct PanelIq4Nl {
+// 16 rows × 64 columns (two GGUF blocks) of IQ4_NL or Q4_0. Value = d_k·kIq4NlValues[q] or
+// d_k·(q − 8).
+struct PanelNibbles {
   // [block k][pair p][4r + e]: low nibble = column 32k + 8p + e, high = column 32k + 8p + 4 + e.
   uint8_t qs[2][4][64];
   fp16_t d[2][kPanelRows];
@@ -109,7 +110,8 @@ void FillQ8_0ActSide(void* act_row, int64_t n);
 static_assert(sizeof(PanelQ4_K) == 2368);
 static_assert(sizeof(PanelQ6_K) == 16 * sizeof(BlockQ6_K));
 static_assert(sizeof(PanelQ8_0) == 2 * 16 * sizeof(BlockQ8_0) && sizeof(PanelQ8_0) % 64 == 0);
-static_assert(sizeof(PanelIq4Nl) == 2 * 16 * sizeof(BlockIq4Nl) && sizeof(PanelIq4Nl) % 64 == 0);
+static_assert(sizeof(PanelNibbles) == 2 * 16 * sizeof(BlockIq4Nl) &&
+              sizeof(PanelNibbles) % 64 == 0 && sizeof(BlockQ4_0) == sizeof(BlockIq4Nl));
 static_assert(sizeof(PanelMxfp4) % 64 == 0 && sizeof(PanelIq4Xs) % 64 == 0 &&
               sizeof(PanelTernary) % 64 == 0);
 

@@ -22,6 +22,9 @@
 //
 // Goals: batched decode and prefill at several times the row kernels' speed (panels.h).
 // Non-goals: AVX2 (it keeps the row layout), other types.
+#include <array>
+#include <utility>
+
 #include "tensor/intrinsics.h"
 #include "tensor/panels.h"
 #include "tensor/simd_tile.h"
@@ -55,127 +58,131 @@ inline void Store(float* out, int nr, __m512 v) {
   _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << nr) - 1), v);
 }
 
-template <int NC>
-void PanelQ4K(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride, float* out,
-              int64_t out_stride, int nr) {
-  const int64_t nb = n / kQK_K;
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  __m512 f[NC];
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const auto* p = reinterpret_cast<const PanelQ4_K*>(panel) + b;
-    PrefetchAhead(p);
-    __m512i isum[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      __m512i s[NC];
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm512_setzero_si512();
-      SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
-        const int pair = 4 * j + q;
-        const __m512i raw = _mm512_loadu_si512(p->qs[pair]);
-        const __m512i lo = _mm512_and_si512(raw, nibble);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
-        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-          const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 8 * pair;
-          s[c] = _mm512_dpbusd_epi32(s[c], lo, Bcast32(a));
-          s[c] = _mm512_dpbusd_epi32(s[c], hi, Bcast32(a + 4));
-        }
-      }
-      const __m512i scale =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[j])));
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s[c], scale));
-      }
-    }
-    // Mins: M = Σ_j min_j · (bsum_2j + bsum_2j+1), the (min, min) int16 pair against the
-    // two bsums of sub-block j.
-    __m512i msum[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) msum[c] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      const __m512i m =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->mins[j])));
-      const __m512i pair = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        msum[c] = _mm512_dpwssd_epi32(msum[c], pair,
-                                      Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * j));
-      }
-    }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d)));
-    const __m512 dmin =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->dmin)));
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-      f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-      f[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, ad), f[c]);
-    }
-  }
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
-}
-
-template <int NC>
-void PanelQ6K(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride, float* out,
-              int64_t out_stride, int nr) {
-  const int64_t nb = n / kQK_K;
-  const __m512i six_bits = _mm512_set1_epi8(0x3f);
-  const __m512i fields01 = _mm512_set1_epi8(0x03);
-  const __m512i low_nibble = _mm512_set1_epi8(0x0f);
-  __m512 f[NC];
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const auto* p = reinterpret_cast<const PanelQ6_K*>(panel) + b;
-    PrefetchAhead(p);
-    __m512i isum[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
-    for (int t = 0; t < 8; ++t) {
-      // Scales of groups 2t (low int16 of each lane) and 2t + 1 (high int16).
-      const __m512i pairs =
-          _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->scales[t])));
-      const __m512i group_scale[2] = {_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16),
-                                      _mm512_srai_epi32(pairs, 16)};
-      // The −32 offset, I −= 32·Σ_G scale_G·bsum_G, is one vpdpwssd per token with the pairs
-      // times −32 (|32·scale| ≤ 4096 fits int16; the sum is exactly the same integer).
-      const __m512i offset_pairs =
-          _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pairs, 5));
-      SHARDLM_UNROLL for (int half = 0; half < 2; ++half) {
-        const int g = 2 * t + half;  // 16 columns: k-groups 4g .. 4g + 3
-        const __m512i v0 = _mm512_loadu_si512(p->q[g][0]);
-        const __m512i v1 = _mm512_loadu_si512(p->q[g][1]);
-        const __m512i v2 = _mm512_loadu_si512(p->q[g][2]);
-        // The fourth quant: the top 2 bits of v0, v1, v2 as its bits 0-1, 2-3, 4-5. A 16-bit
-        // shift fills a low byte's top with the high byte's bits; the selects (vpternlogd
-        // 0xE4: mask bit set → first operand, clear → second) take each field from its own
-        // shift and the AND clears bits 6-7.
-        const __m512i low4 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v0, 6),
-                                                       _mm512_srli_epi16(v1, 4), fields01, 0xE4);
-        const __m512i q[4] = {
-            _mm512_and_si512(v0, six_bits), _mm512_and_si512(v1, six_bits),
-            _mm512_and_si512(v2, six_bits),
-            _mm512_and_si512(
-                _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(v2, 2), low_nibble, 0xE4),
-                six_bits)};
+struct Q4KKernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    const int64_t nb = n / kQK_K;
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const auto* p = reinterpret_cast<const PanelQ4_K*>(panel) + b;
+      PrefetchAhead(p);
+      __m512i isum[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j) {
         __m512i s[NC];
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm512_setzero_si512();
+        SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
+          const int pair = 4 * j + q;
+          const __m512i raw = _mm512_loadu_si512(p->qs[pair]);
+          const __m512i lo = _mm512_and_si512(raw, nibble);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 8 * pair;
+            s[c] = _mm512_dpbusd_epi32(s[c], lo, Bcast32(a));
+            s[c] = _mm512_dpbusd_epi32(s[c], hi, Bcast32(a + 4));
+          }
+        }
+        const __m512i scale =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[j])));
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-          const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * g;
-          s[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], Bcast32(a));
-          s[c] = _mm512_dpbusd_epi32(s[c], q[1], Bcast32(a + 4));
-          s[c] = _mm512_dpbusd_epi32(s[c], q[2], Bcast32(a + 8));
-          s[c] = _mm512_dpbusd_epi32(s[c], q[3], Bcast32(a + 12));
-          isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s[c], group_scale[half]));
+          isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s[c], scale));
         }
       }
+      // Mins: M = Σ_j min_j · (bsum_2j + bsum_2j+1), the (min, min) int16 pair against the
+      // two bsums of sub-block j.
+      __m512i msum[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) msum[c] = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j) {
+        const __m512i m =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->mins[j])));
+        const __m512i pair = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          msum[c] = _mm512_dpwssd_epi32(msum[c], pair,
+                                        Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * j));
+        }
+      }
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d)));
+      const __m512 dmin =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->dmin)));
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        isum[c] = _mm512_dpwssd_epi32(isum[c], offset_pairs,
-                                      Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * t));
+        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
+        f[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, ad), f[c]);
       }
     }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d)));
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-      f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
-}
+};
+
+struct Q6KKernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    const int64_t nb = n / kQK_K;
+    const __m512i six_bits = _mm512_set1_epi8(0x3f);
+    const __m512i fields01 = _mm512_set1_epi8(0x03);
+    const __m512i low_nibble = _mm512_set1_epi8(0x0f);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const auto* p = reinterpret_cast<const PanelQ6_K*>(panel) + b;
+      PrefetchAhead(p);
+      __m512i isum[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
+      for (int t = 0; t < 8; ++t) {
+        // Scales of groups 2t (low int16 of each lane) and 2t + 1 (high int16).
+        const __m512i pairs = _mm512_cvtepi8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->scales[t])));
+        const __m512i group_scale[2] = {_mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16),
+                                        _mm512_srai_epi32(pairs, 16)};
+        // The −32 offset, I −= 32·Σ_G scale_G·bsum_G, is one vpdpwssd per token with the pairs
+        // times −32 (|32·scale| ≤ 4096 fits int16; the sum is exactly the same integer).
+        const __m512i offset_pairs =
+            _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(pairs, 5));
+        SHARDLM_UNROLL for (int half = 0; half < 2; ++half) {
+          const int g = 2 * t + half;  // 16 columns: k-groups 4g .. 4g + 3
+          const __m512i v0 = _mm512_loadu_si512(p->q[g][0]);
+          const __m512i v1 = _mm512_loadu_si512(p->q[g][1]);
+          const __m512i v2 = _mm512_loadu_si512(p->q[g][2]);
+          // The fourth quant: the top 2 bits of v0, v1, v2 as its bits 0-1, 2-3, 4-5. A 16-bit
+          // shift fills a low byte's top with the high byte's bits; the selects (vpternlogd
+          // 0xE4: mask bit set → first operand, clear → second) take each field from its own
+          // shift and the AND clears bits 6-7.
+          const __m512i low4 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v0, 6),
+                                                         _mm512_srli_epi16(v1, 4), fields01, 0xE4);
+          const __m512i q[4] = {
+              _mm512_and_si512(v0, six_bits), _mm512_and_si512(v1, six_bits),
+              _mm512_and_si512(v2, six_bits),
+              _mm512_and_si512(
+                  _mm512_ternarylogic_epi32(low4, _mm512_srli_epi16(v2, 2), low_nibble, 0xE4),
+                  six_bits)};
+          __m512i s[NC];
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * g;
+            s[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], Bcast32(a));
+            s[c] = _mm512_dpbusd_epi32(s[c], q[1], Bcast32(a + 4));
+            s[c] = _mm512_dpbusd_epi32(s[c], q[2], Bcast32(a + 8));
+            s[c] = _mm512_dpbusd_epi32(s[c], q[3], Bcast32(a + 12));
+            isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s[c], group_scale[half]));
+          }
+        }
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          isum[c] = _mm512_dpwssd_epi32(isum[c], offset_pairs,
+                                        Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * t));
+        }
+      }
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d)));
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
+      }
+    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+  }
+};
 
 // F[c] += dot(w, act block b of token c) · (d · d_act) for the 32 columns of a 32-element
 // block: w[g] holds columns 4g .. 4g + 3 of the 16 rows as w + 128.
@@ -209,23 +216,28 @@ inline __m512 Mxfp4Row(const uint8_t* e) {
   return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal));
 }
 
-template <int NC>
-void PanelQ80(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride, float* out,
-              int64_t out_stride, int nr) {
-  const int64_t units = n / (2 * kQK);
-  __m512 f[NC];
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
-  for (int64_t u = 0; u < units; ++u) {
-    const auto* p = reinterpret_cast<const PanelQ8_0*>(panel) + u;
-    PrefetchAhead(p);
-    SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
-      __m512i w[8];
-      SHARDLM_UNROLL for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(p->u[k][g]);
-      DotBlock(w, Fp16Row(p->d[k]), act, act_stride, n, 2 * u + k, f);
+struct Q80Kernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    const int64_t units = n / (2 * kQK);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < units; ++u) {
+      const auto* p = reinterpret_cast<const PanelQ8_0*>(panel) + u;
+      PrefetchAhead(p);
+      SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+        __m512i w[8];
+        SHARDLM_UNROLL for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(p->u[k][g]);
+        DotBlock(w, Fp16Row(p->d[k]), act, act_stride, n, 2 * u + k, f);
+      }
     }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
-}
+};
+
+// Q4_0's levels, q − 8, as a table for the nibble kernel.
+constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
 // The 16 levels of `values` + 128 in each 128-bit lane, for vpshufb.
 inline __m512i UnsignedLevels(const int8_t* values) {
@@ -235,160 +247,153 @@ inline __m512i UnsignedLevels(const int8_t* values) {
 }
 
 // TQ1_0 and TQ2_0: Σ (q − 1)·a = Σ q·a − Σ a, the second the block's bsums.
-template <int NC>
-void PanelTernaryDot(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
-                     float* out, int64_t out_stride, int nr) {
-  const int64_t nb = n / kQK_K;
-  const __m512i two_bits = _mm512_set1_epi8(3);
-  __m512 f[NC];
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const auto* p = reinterpret_cast<const PanelTernary*>(panel) + b;
-    PrefetchAhead(p);
-    __m512i isum[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      const BlockQ8_K* a = ActBlock(act, act_stride, c, b);
-      int32_t sum = 0;
-      for (int k = 0; k < kQK_K / 16; ++k) sum += a->bsums[k];
-      isum[c] = _mm512_set1_epi32(-sum);
-    }
-    for (int i = 0; i < 16; ++i) {
-      const __m512i raw = _mm512_loadu_si512(p->q[i]);
-      const __m512i q[4] = {_mm512_and_si512(raw, two_bits),
-                            _mm512_and_si512(_mm512_srli_epi16(raw, 2), two_bits),
-                            _mm512_and_si512(_mm512_srli_epi16(raw, 4), two_bits),
-                            _mm512_and_si512(_mm512_srli_epi16(raw, 6), two_bits)};
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * i;
-        SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
-          isum[c] = _mm512_dpbusd_epi32(isum[c], q[l], Bcast32(a + 4 * l));
-        }
-      }
-    }
-    const __m512 d = Fp16Row(p->d);
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-      f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-    }
-  }
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
-}
-
-// IQ4_NL and MXFP4: the levels of `values` at the nibbles, block scales by Scale(panel, k).
-template <class Panel, const int8_t* kValues, __m512 (*Scale)(const Panel&, int), int NC>
-void PanelNibbles(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+struct TernaryKernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
                   float* out, int64_t out_stride, int nr) {
-  const int64_t units = n / (2 * kQK);
-  const __m512i table = UnsignedLevels(kValues);
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  __m512 f[NC];
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
-  for (int64_t u = 0; u < units; ++u) {
-    const auto* p = reinterpret_cast<const Panel*>(panel) + u;
-    PrefetchAhead(p);
-    SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
-      __m512i w[8];
-      SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
-        const __m512i raw = _mm512_loadu_si512(p->qs[k][pair]);
-        w[2 * pair] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
-        w[2 * pair + 1] =
-            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
-      }
-      DotBlock(w, Scale(*p, k), act, act_stride, n, 2 * u + k, f);
-    }
-  }
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
-}
-
-__m512 Iq4NlScale(const PanelIq4Nl& p, int k) { return Fp16Row(p.d[k]); }
-__m512 Mxfp4Scale(const PanelMxfp4& p, int k) { return Mxfp4Row(p.e[k]); }
-
-template <int NC>
-void PanelIq4NlDot(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
-                   float* out, int64_t out_stride, int nr) {
-  PanelNibbles<PanelIq4Nl, kIq4NlValues, Iq4NlScale, NC>(n, panel, act, act_stride, out, out_stride,
-                                                         nr);
-}
-template <int NC>
-void PanelMxfp4Dot(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
-                   float* out, int64_t out_stride, int nr) {
-  PanelNibbles<PanelMxfp4, kMxfp4Values, Mxfp4Scale, NC>(n, panel, act, act_stride, out, out_stride,
-                                                         nr);
-}
-
-template <int NC>
-void PanelIq4XsDot(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
-                   float* out, int64_t out_stride, int nr) {
-  const int64_t nb = n / kQK_K;
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  const __m512i table = UnsignedLevels(kIq4NlValues);
-  __m512 f[NC];
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const auto* p = reinterpret_cast<const PanelIq4Xs*>(panel) + b;
-    PrefetchAhead(p);
-    __m512i isum[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) {
-      __m512i w[8];
-      SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
-        const __m512i raw = _mm512_loadu_si512(p->qs[j][pair]);
-        w[2 * pair] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
-        w[2 * pair + 1] =
-            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
-      }
-      const __m512i scale =
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[j])));
+    const int64_t nb = n / kQK_K;
+    const __m512i two_bits = _mm512_set1_epi8(3);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const auto* p = reinterpret_cast<const PanelTernary*>(panel) + b;
+      PrefetchAhead(p);
+      __m512i isum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const BlockQ8_K* a = ActBlock(act, act_stride, c, b);
-        __m512i s = _mm512_set1_epi32(-128 * (a->bsums[2 * j] + a->bsums[2 * j + 1]));
-        SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
-          s = _mm512_dpbusd_epi32(s, w[g], Bcast32(a->qs + 32 * j + 4 * g));
+        int32_t sum = 0;
+        for (int k = 0; k < kQK_K / 16; ++k) sum += a->bsums[k];
+        isum[c] = _mm512_set1_epi32(-sum);
+      }
+      for (int i = 0; i < 16; ++i) {
+        const __m512i raw = _mm512_loadu_si512(p->q[i]);
+        const __m512i q[4] = {_mm512_and_si512(raw, two_bits),
+                              _mm512_and_si512(_mm512_srli_epi16(raw, 2), two_bits),
+                              _mm512_and_si512(_mm512_srli_epi16(raw, 4), two_bits),
+                              _mm512_and_si512(_mm512_srli_epi16(raw, 6), two_bits)};
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * i;
+          SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+            isum[c] = _mm512_dpbusd_epi32(isum[c], q[l], Bcast32(a + 4 * l));
+          }
         }
-        isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s, scale));
+      }
+      const __m512 d = Fp16Row(p->d);
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
       }
     }
-    const __m512 d = Fp16Row(p->d);
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-      f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
-  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
-}
+};
+
+// IQ4_NL, Q4_0 and MXFP4: the levels of `values` at the nibbles, block scales by
+// Scale::Of(panel, k).
+template <class Panel, const int8_t* kValues, class Scale>
+struct NibbleKernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    const int64_t units = n / (2 * kQK);
+    const __m512i table = UnsignedLevels(kValues);
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < units; ++u) {
+      const auto* p = reinterpret_cast<const Panel*>(panel) + u;
+      PrefetchAhead(p);
+      SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+        __m512i w[8];
+        SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
+          const __m512i raw = _mm512_loadu_si512(p->qs[k][pair]);
+          w[2 * pair] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
+          w[2 * pair + 1] =
+              _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
+        }
+        DotBlock(w, Scale::Of(*p, k), act, act_stride, n, 2 * u + k, f);
+      }
+    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+  }
+};
+
+struct NibbleScale {
+  static __m512 Of(const PanelNibbles& p, int k) { return Fp16Row(p.d[k]); }
+};
+struct Mxfp4Scale {
+  static __m512 Of(const PanelMxfp4& p, int k) { return Mxfp4Row(p.e[k]); }
+};
+
+using Iq4NlKernel = NibbleKernel<PanelNibbles, kIq4NlValues, NibbleScale>;
+using Q4_0Kernel = NibbleKernel<PanelNibbles, kQ4_0Values, NibbleScale>;
+using Mxfp4Kernel = NibbleKernel<PanelMxfp4, kMxfp4Values, Mxfp4Scale>;
+
+struct Iq4XsKernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    const int64_t nb = n / kQK_K;
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    const __m512i table = UnsignedLevels(kIq4NlValues);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const auto* p = reinterpret_cast<const PanelIq4Xs*>(panel) + b;
+      PrefetchAhead(p);
+      __m512i isum[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j) {
+        __m512i w[8];
+        SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
+          const __m512i raw = _mm512_loadu_si512(p->qs[j][pair]);
+          w[2 * pair] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
+          w[2 * pair + 1] =
+              _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
+        }
+        const __m512i scale =
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[j])));
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          const BlockQ8_K* a = ActBlock(act, act_stride, c, b);
+          __m512i s = _mm512_set1_epi32(-128 * (a->bsums[2 * j] + a->bsums[2 * j + 1]));
+          SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
+            s = _mm512_dpbusd_epi32(s, w[g], Bcast32(a->qs + 32 * j + 4 * g));
+          }
+          isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s, scale));
+        }
+      }
+      const __m512 d = Fp16Row(p->d);
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
+      }
+    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+  }
+};
 
 using PanelFn = void (*)(int64_t, const uint8_t*, const uint8_t*, int64_t, float*, int64_t, int);
 
-template <PanelFn... kFns>
-struct PanelTable {
-  static constexpr PanelFn fns[] = {kFns...};
-};
+// Kernel K's Run<NC> for NC = 1 .. kMaxTokens, by token count.
+template <class K, int... kNc>
+constexpr std::array<PanelFn, sizeof...(kNc)> RunTable(std::integer_sequence<int, kNc...>) {
+  return {&K::template Run<kNc + 1>...};
+}
+template <class K>
+constexpr auto kRunTable = RunTable<K>(std::make_integer_sequence<int, kMaxTokens>());
 
-template <class Table>
+template <class K>
 void PanelDot(int64_t n, const void* panel, const void* act, int64_t act_stride, int nc, float* out,
               int64_t out_stride, int nr) {
-  Table::fns[nc - 1](n, static_cast<const uint8_t*>(panel), static_cast<const uint8_t*>(act),
-                     act_stride, out, out_stride, nr);
+  kRunTable<K>[nc - 1](n, static_cast<const uint8_t*>(panel), static_cast<const uint8_t*>(act),
+                       act_stride, out, out_stride, nr);
 }
 
-using Q4KTable = PanelTable<PanelQ4K<1>, PanelQ4K<2>, PanelQ4K<3>, PanelQ4K<4>, PanelQ4K<5>,
-                            PanelQ4K<6>, PanelQ4K<7>, PanelQ4K<8>>;
-using Q6KTable = PanelTable<PanelQ6K<1>, PanelQ6K<2>, PanelQ6K<3>, PanelQ6K<4>, PanelQ6K<5>,
-                            PanelQ6K<6>, PanelQ6K<7>, PanelQ6K<8>>;
-using Q80Table = PanelTable<PanelQ80<1>, PanelQ80<2>, PanelQ80<3>, PanelQ80<4>, PanelQ80<5>,
-                            PanelQ80<6>, PanelQ80<7>, PanelQ80<8>>;
-using Iq4NlTable =
-    PanelTable<PanelIq4NlDot<1>, PanelIq4NlDot<2>, PanelIq4NlDot<3>, PanelIq4NlDot<4>,
-               PanelIq4NlDot<5>, PanelIq4NlDot<6>, PanelIq4NlDot<7>, PanelIq4NlDot<8>>;
-using Iq4XsTable =
-    PanelTable<PanelIq4XsDot<1>, PanelIq4XsDot<2>, PanelIq4XsDot<3>, PanelIq4XsDot<4>,
-               PanelIq4XsDot<5>, PanelIq4XsDot<6>, PanelIq4XsDot<7>, PanelIq4XsDot<8>>;
-using TernaryTable =
-    PanelTable<PanelTernaryDot<1>, PanelTernaryDot<2>, PanelTernaryDot<3>, PanelTernaryDot<4>,
-               PanelTernaryDot<5>, PanelTernaryDot<6>, PanelTernaryDot<7>, PanelTernaryDot<8>>;
-using Mxfp4Table =
-    PanelTable<PanelMxfp4Dot<1>, PanelMxfp4Dot<2>, PanelMxfp4Dot<3>, PanelMxfp4Dot<4>,
-               PanelMxfp4Dot<5>, PanelMxfp4Dot<6>, PanelMxfp4Dot<7>, PanelMxfp4Dot<8>>;
+template <class K>
+void Install(TypeTraits& traits) {
+  traits.panel_dot = &PanelDot<K>;
+  traits.panel_tokens = kMaxTokens;
+}
 
 }  // namespace
 
@@ -400,36 +405,24 @@ void FillPanelsAvx512(TypeTraits& traits) {
   }
   switch (traits.type) {
     case GgmlType::kQ4_K:
-      traits.panel_dot = &PanelDot<Q4KTable>;
-      traits.panel_tokens = kMaxTokens;
-      break;
+      return Install<Q4KKernel>(traits);
     case GgmlType::kQ6_K:
-      traits.panel_dot = &PanelDot<Q6KTable>;
-      traits.panel_tokens = kMaxTokens;
-      break;
+      return Install<Q6KKernel>(traits);
     case GgmlType::kQ8_0:
-      traits.panel_dot = &PanelDot<Q80Table>;
-      traits.panel_tokens = kMaxTokens;
-      break;
+      return Install<Q80Kernel>(traits);
+    case GgmlType::kQ4_0:
+      return Install<Q4_0Kernel>(traits);
     case GgmlType::kIq4Nl:
-      traits.panel_dot = &PanelDot<Iq4NlTable>;
-      traits.panel_tokens = kMaxTokens;
-      break;
+      return Install<Iq4NlKernel>(traits);
     case GgmlType::kIq4Xs:
-      traits.panel_dot = &PanelDot<Iq4XsTable>;
-      traits.panel_tokens = kMaxTokens;
-      break;
+      return Install<Iq4XsKernel>(traits);
     case GgmlType::kTq1_0:
     case GgmlType::kTq2_0:
-      traits.panel_dot = &PanelDot<TernaryTable>;
-      traits.panel_tokens = kMaxTokens;
-      break;
+      return Install<TernaryKernel>(traits);
     case GgmlType::kMxfp4:
-      traits.panel_dot = &PanelDot<Mxfp4Table>;
-      traits.panel_tokens = kMaxTokens;
-      break;
+      return Install<Mxfp4Kernel>(traits);
     default:
-      break;
+      return;
   }
 }
 
