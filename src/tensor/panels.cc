@@ -105,6 +105,50 @@ void RepackNibbles(const uint8_t* row_qs, int r, uint8_t (*qs)[64]) {
   }
 }
 
+// The 5th bits of 32 columns of row r (a Q5 block's qh: bit j for column j) into the panel's
+// masks.
+void RepackHighBits(const uint8_t* row_qh, int r, uint64_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, row_qh, sizeof(bits));
+  for (int g = 0; g < 8; ++g) {
+    for (int e = 0; e < 4; ++e) qh[g] |= uint64_t((bits >> (4 * g + e)) & 1) << (4 * r + e);
+  }
+}
+
+void RepackQ4_1(const BlockQ4_1* const* rows, int n_rows, PanelQ4_1* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
+      p->d[k][r] = rows[r][k].d;
+      p->m[k][r] = rows[r][k].m;
+    }
+  }
+}
+
+void RepackQ5_0(const BlockQ5_0* const* rows, int n_rows, PanelQ5_0* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
+      RepackHighBits(rows[r][k].qh, r, p->qh[k]);
+      p->d[k][r] = rows[r][k].d;
+    }
+  }
+}
+
+void RepackQ5_1(const BlockQ5_1* const* rows, int n_rows, PanelQ5_1* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
+      RepackHighBits(rows[r][k].qh, r, p->qh[k]);
+      p->d[k][r] = rows[r][k].d;
+      p->m[k][r] = rows[r][k].m;
+    }
+  }
+}
+
 // IQ4_NL and Q4_0 blocks: an fp16 d, then the 16 bytes of nibbles.
 template <class Block>
 void RepackNibbleBlocks(const Block* const* rows, int n_rows, PanelNibbles* p) {
@@ -194,6 +238,12 @@ int64_t PanelBlockBytes(GgmlType type) {
     case GgmlType::kQ4_0:
     case GgmlType::kIq4Nl:
       return sizeof(PanelNibbles);
+    case GgmlType::kQ4_1:
+      return sizeof(PanelQ4_1);
+    case GgmlType::kQ5_0:
+      return sizeof(PanelQ5_0);
+    case GgmlType::kQ5_1:
+      return sizeof(PanelQ5_1);
     case GgmlType::kMxfp4:
       return sizeof(PanelMxfp4);
     case GgmlType::kIq4Xs:
@@ -223,9 +273,10 @@ void FillQ8_0ActSide(void* act_row, int64_t n) {
 
 int64_t PanelColumns(GgmlType type) {
   SHARDLM_CHECK(HasPanelLayout(type));
-  const bool small_blocks = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ||
-                            type == GgmlType::kIq4Nl || type == GgmlType::kMxfp4;
-  return small_blocks ? 2 * kQK : kQK_K;
+  const bool super_blocks = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ||
+                            type == GgmlType::kIq4Xs || type == GgmlType::kTq1_0 ||
+                            type == GgmlType::kTq2_0;
+  return super_blocks ? kQK_K : 2 * kQK;
 }
 
 int64_t PanelStrideBytes(GgmlType type, int64_t cols) {
@@ -253,6 +304,15 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
     case GgmlType::kQ4_0:
       return RepackAll<BlockQ4_0, PanelNibbles, 2 * kQK, 2, RepackNibbleBlocks<BlockQ4_0>>(
           src, row_bytes, rows, cols, first_panel, end_panel, dst);
+    case GgmlType::kQ4_1:
+      return RepackAll<BlockQ4_1, PanelQ4_1, 2 * kQK, 2, RepackQ4_1>(src, row_bytes, rows, cols,
+                                                                     first_panel, end_panel, dst);
+    case GgmlType::kQ5_0:
+      return RepackAll<BlockQ5_0, PanelQ5_0, 2 * kQK, 2, RepackQ5_0>(src, row_bytes, rows, cols,
+                                                                     first_panel, end_panel, dst);
+    case GgmlType::kQ5_1:
+      return RepackAll<BlockQ5_1, PanelQ5_1, 2 * kQK, 2, RepackQ5_1>(src, row_bytes, rows, cols,
+                                                                     first_panel, end_panel, dst);
     case GgmlType::kIq4Nl:
       return RepackAll<BlockIq4Nl, PanelNibbles, 2 * kQK, 2, RepackNibbleBlocks<BlockIq4Nl>>(
           src, row_bytes, rows, cols, first_panel, end_panel, dst);

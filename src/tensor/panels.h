@@ -1,5 +1,5 @@
-// Weight panels: Q4_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and TQ2_0 matrices
-// repacked, 16 rows at a time, into the layout the
+// Weight panels: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and
+// TQ2_0 matrices repacked, 16 rows at a time, into the layout the
 // batched kernels want (weights are mmapped and never copied, unless repacked: this is the
 // repack).
 //
@@ -18,7 +18,8 @@
 // 4r + e of a 64-byte vector.
 //
 // Goals: a repack that is exact (the panels hold the same numbers as the rows; values decode
-// identically), no growth of the bytes decode reads (Q6_K, Q8_0, Q4_0, IQ4_NL: same size, Q4_K:
+// identically), no growth of the bytes decode reads (Q6_K, Q8_0, the other 32-element types but
+// MXFP4: same size, Q4_K:
 // +2.8%, IQ4_XS: +2.9%, MXFP4: +6%), kernels
 // whose output for a (row, token) pair does not depend on how many tokens share the call (per-lane
 // arithmetic only). Non-goals: other types (they keep their row kernels), repacking at write time
@@ -72,6 +73,26 @@ struct PanelNibbles {
   uint8_t qs[2][4][64];
   fp16_t d[2][kPanelRows];
 };
+// 16 rows × 64 columns (two GGUF blocks) of Q4_1: value = d_k·q + m_k; qs as IQ4_NL's.
+struct PanelQ4_1 {
+  uint8_t qs[2][4][64];
+  fp16_t d[2][kPanelRows];
+  fp16_t m[2][kPanelRows];
+};
+// 16 rows × 64 columns of Q5_0 (value = d_k·(q − 16)) and of Q5_1 (d_k·q + m_k): q's low 4 bits
+// as IQ4_NL's qs, its 5th bits one 64-bit mask per group of 4 columns (bit 4r + e: column
+// 32k + 4g + e of row r), which becomes a byte lane mask as it is.
+struct PanelQ5_0 {
+  uint8_t qs[2][4][64];
+  uint64_t qh[2][8];
+  fp16_t d[2][kPanelRows];
+};
+struct PanelQ5_1 {
+  uint8_t qs[2][4][64];
+  uint64_t qh[2][8];
+  fp16_t d[2][kPanelRows];
+  fp16_t m[2][kPanelRows];
+};
 // 16 rows × 64 columns (two GGUF blocks) of MXFP4. Value = 2^(e_k − 128)·kMxfp4Values[q]; qs as
 // IQ4_NL's. 32 bytes of padding keep every panel block on whole cache lines (+6% bytes).
 struct PanelMxfp4 {
@@ -112,6 +133,9 @@ static_assert(sizeof(PanelQ6_K) == 16 * sizeof(BlockQ6_K));
 static_assert(sizeof(PanelQ8_0) == 2 * 16 * sizeof(BlockQ8_0) && sizeof(PanelQ8_0) % 64 == 0);
 static_assert(sizeof(PanelNibbles) == 2 * 16 * sizeof(BlockIq4Nl) &&
               sizeof(PanelNibbles) % 64 == 0 && sizeof(BlockQ4_0) == sizeof(BlockIq4Nl));
+static_assert(sizeof(PanelQ4_1) == 2 * 16 * sizeof(BlockQ4_1) &&
+              sizeof(PanelQ5_0) == 2 * 16 * sizeof(BlockQ5_0) &&
+              sizeof(PanelQ5_1) == 2 * 16 * sizeof(BlockQ5_1));
 static_assert(sizeof(PanelMxfp4) % 64 == 0 && sizeof(PanelIq4Xs) % 64 == 0 &&
               sizeof(PanelTernary) % 64 == 0);
 

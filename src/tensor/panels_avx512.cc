@@ -329,6 +329,84 @@ using Iq4NlKernel = NibbleKernel<PanelNibbles, kIq4NlValues, NibbleScale>;
 using Q4_0Kernel = NibbleKernel<PanelNibbles, kQ4_0Values, NibbleScale>;
 using Mxfp4Kernel = NibbleKernel<PanelMxfp4, kMxfp4Values, Mxfp4Scale>;
 
+// The 16 rows' 4 low bits of two groups per byte (pair p of block k) as two vectors.
+template <class Panel>
+inline void LowNibbles(const Panel& p, int k, __m512i (&w)[8]) {
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
+    const __m512i raw = _mm512_loadu_si512(p.qs[k][pair]);
+    w[2 * pair] = _mm512_and_si512(raw, nibble);
+    w[2 * pair + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+  }
+}
+
+// Sets bit 4 of the bytes whose bit is set in their group's 5th-bit mask (Q5_0, Q5_1).
+template <class Panel>
+inline void AddHighBits(const Panel& p, int k, __m512i (&w)[8]) {
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
+    w[g] = _mm512_or_si512(w[g], _mm512_maskz_mov_epi8(p.qh[k][g], sixteen));
+  }
+}
+
+// Q5_0: q + 112 = (q − 16) + 128, Q8_0 activations.
+struct Q5_0Kernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    const __m512i bias = _mm512_set1_epi8(112);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < n / (2 * kQK); ++u) {
+      const auto* p = reinterpret_cast<const PanelQ5_0*>(panel) + u;
+      PrefetchAhead(p);
+      SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+        __m512i w[8];
+        LowNibbles(*p, k, w);
+        AddHighBits(*p, k, w);
+        SHARDLM_UNROLL for (int g = 0; g < 8; ++g) w[g] = _mm512_add_epi8(w[g], bias);
+        DotBlock(w, Fp16Row(p->d[k]), act, act_stride, n, 2 * u + k, f);
+      }
+    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+  }
+};
+
+// Q4_1 and Q5_1 against Q8_1 activations: Σ (d·q + m)·d_a·a = d·d_a·Σ q·a + m·s_a, q unsigned
+// as it is (no offset), s_a = d_a·Σa as the activation block stores it.
+template <class Panel, bool kHighBits>
+struct MinKernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < n / (2 * kQK); ++u) {
+      const auto* p = reinterpret_cast<const Panel*>(panel) + u;
+      PrefetchAhead(p);
+      SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+        __m512i w[8];
+        LowNibbles(*p, k, w);
+        if constexpr (kHighBits) AddHighBits(*p, k, w);
+        const __m512 d = Fp16Row(p->d[k]), m = Fp16Row(p->m[k]);
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          const auto* a = reinterpret_cast<const BlockQ8_1*>(act + c * act_stride) + 2 * u + k;
+          __m512i s = _mm512_setzero_si512();
+          SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
+            s = _mm512_dpbusd_epi32(s, w[g], Bcast32(a->qs + 4 * g));
+          }
+          const __m512 ad = _mm512_set1_ps(_cvtsh_ss(a->d));
+          f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, ad), f[c]);
+          f[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(_cvtsh_ss(a->s)), f[c]);
+        }
+      }
+    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+  }
+};
+using Q4_1Kernel = MinKernel<PanelQ4_1, false>;
+using Q5_1Kernel = MinKernel<PanelQ5_1, true>;
+
 struct Iq4XsKernel {
   template <int NC>
   static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
@@ -412,6 +490,12 @@ void FillPanelsAvx512(TypeTraits& traits) {
       return Install<Q80Kernel>(traits);
     case GgmlType::kQ4_0:
       return Install<Q4_0Kernel>(traits);
+    case GgmlType::kQ4_1:
+      return Install<Q4_1Kernel>(traits);
+    case GgmlType::kQ5_0:
+      return Install<Q5_0Kernel>(traits);
+    case GgmlType::kQ5_1:
+      return Install<Q5_1Kernel>(traits);
     case GgmlType::kIq4Nl:
       return Install<Iq4NlKernel>(traits);
     case GgmlType::kIq4Xs:
