@@ -56,6 +56,33 @@ void RepackQ4K(const BlockQ4_K* const* rows, int n_rows, PanelQ4_K* p) {
   }
 }
 
+// Column i of a Q5_K row block: Q4_K's nibble, and the 5th bit at bit 2c (first 32 of the
+// 64-column chunk c) or 2c + 1 (second 32) of qh[i % 32].
+int Q5KQuant(const BlockQ5_K& b, int i) {
+  const int chunk = i / 64, l = i % 64;
+  const int low = l < 32 ? b.qs[32 * chunk + l] & 15 : b.qs[32 * chunk + l - 32] >> 4;
+  const int high = (b.qh[l % 32] >> (2 * chunk + l / 32)) & 1;
+  return low | (high << 4);
+}
+
+void RepackQ5K(const BlockQ5_K* const* rows, int n_rows, PanelQ5_K* p) {
+  std::memset(p, 0, sizeof(*p));
+  for (int r = 0; r < n_rows; ++r) {
+    const BlockQ5_K& b = *rows[r];
+    for (int pair = 0; pair < 32; ++pair) {
+      for (int e = 0; e < 4; ++e) {
+        const int lo = Q5KQuant(b, 8 * pair + e), hi = Q5KQuant(b, 8 * pair + 4 + e);
+        p->qs[pair][4 * r + e] = uint8_t((lo & 15) | ((hi & 15) << 4));
+        p->qh[2 * pair] |= uint64_t(lo >> 4) << (4 * r + e);
+        p->qh[2 * pair + 1] |= uint64_t(hi >> 4) << (4 * r + e);
+      }
+    }
+    for (int j = 0; j < 8; ++j) Q4KScaleMin(b.scales, j, &p->scales[j][r], &p->mins[j][r]);
+    p->d[r] = b.d;
+    p->dmin[r] = b.dmin;
+  }
+}
+
 void RepackQ6K(const BlockQ6_K* const* rows, int n_rows, PanelQ6_K* p) {
   std::memset(p, 0, sizeof(*p));
   for (int r = 0; r < n_rows; ++r) {
@@ -231,6 +258,8 @@ int64_t PanelBlockBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_K:
       return sizeof(PanelQ4_K);
+    case GgmlType::kQ5_K:
+      return sizeof(PanelQ5_K);
     case GgmlType::kQ6_K:
       return sizeof(PanelQ6_K);
     case GgmlType::kQ8_0:
@@ -273,9 +302,9 @@ void FillQ8_0ActSide(void* act_row, int64_t n) {
 
 int64_t PanelColumns(GgmlType type) {
   SHARDLM_CHECK(HasPanelLayout(type));
-  const bool super_blocks = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ||
-                            type == GgmlType::kIq4Xs || type == GgmlType::kTq1_0 ||
-                            type == GgmlType::kTq2_0;
+  const bool super_blocks = type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
+                            type == GgmlType::kQ6_K || type == GgmlType::kIq4Xs ||
+                            type == GgmlType::kTq1_0 || type == GgmlType::kTq2_0;
   return super_blocks ? kQK_K : 2 * kQK;
 }
 
@@ -294,6 +323,9 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
   switch (type) {
     case GgmlType::kQ4_K:
       return RepackAll<BlockQ4_K, PanelQ4_K, kQK_K, 1, RepackQ4K>(src, row_bytes, rows, cols,
+                                                                  first_panel, end_panel, dst);
+    case GgmlType::kQ5_K:
+      return RepackAll<BlockQ5_K, PanelQ5_K, kQK_K, 1, RepackQ5K>(src, row_bytes, rows, cols,
                                                                   first_panel, end_panel, dst);
     case GgmlType::kQ6_K:
       return RepackAll<BlockQ6_K, PanelQ6_K, kQK_K, 1, RepackQ6K>(src, row_bytes, rows, cols,

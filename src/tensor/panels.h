@@ -1,4 +1,4 @@
-// Weight panels: Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and
+// Weight panels: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and
 // TQ2_0 matrices repacked, 16 rows at a time, into the layout the
 // batched kernels want (weights are mmapped and never copied, unless repacked: this is the
 // repack).
@@ -19,7 +19,7 @@
 //
 // Goals: a repack that is exact (the panels hold the same numbers as the rows; values decode
 // identically), no growth of the bytes decode reads (Q6_K, Q8_0, the other 32-element types but
-// MXFP4: same size, Q4_K:
+// MXFP4: same size, Q5_K: +2.3%, Q4_K:
 // +2.8%, IQ4_XS: +2.9%, MXFP4: +6%), kernels
 // whose output for a (row, token) pair does not depend on how many tokens share the call (per-lane
 // arithmetic only). Non-goals: other types (they keep their row kernels), repacking at write time
@@ -46,6 +46,16 @@ struct PanelQ4_K {
   uint8_t qs[32][64];
   uint8_t scales[8][kPanelRows];  // [sub-block][row], 6 bits
   uint8_t mins[8][kPanelRows];    // [sub-block][row], 6 bits
+  fp16_t d[kPanelRows];
+  fp16_t dmin[kPanelRows];
+};
+// 16 rows × 256 columns of Q5_K: Q4_K's panel with each element's 5th bit, one 64-bit mask
+// per group of 4 columns (bit 4r + e: column 4g + e of row r), a byte lane mask as it is.
+struct PanelQ5_K {
+  uint8_t qs[32][64];  // the low 4 bits, as PanelQ4_K's
+  uint64_t qh[64];
+  uint8_t scales[8][kPanelRows];
+  uint8_t mins[8][kPanelRows];
   fp16_t d[kPanelRows];
   fp16_t dmin[kPanelRows];
 };
@@ -130,6 +140,7 @@ void FillQ8_0ActSide(void* act_row, int64_t n);
 
 static_assert(sizeof(PanelQ4_K) == 2368);
 static_assert(sizeof(PanelQ6_K) == 16 * sizeof(BlockQ6_K));
+static_assert(sizeof(PanelQ5_K) == 2880 && sizeof(PanelQ5_K) % 64 == 0);
 static_assert(sizeof(PanelQ8_0) == 2 * 16 * sizeof(BlockQ8_0) && sizeof(PanelQ8_0) % 64 == 0);
 static_assert(sizeof(PanelNibbles) == 2 * 16 * sizeof(BlockIq4Nl) &&
               sizeof(PanelNibbles) % 64 == 0 && sizeof(BlockQ4_0) == sizeof(BlockIq4Nl));

@@ -8,7 +8,7 @@
 // Q6_K's −32) go through the activation block sums (bsums) with vpdpwssd. Per block, I
 // becomes float once: F += float(I)·(d·d_act) (− float(M)·(dmin·d_act)). Everything per lane,
 // so a (row, token) output is the same for any token count. Integer bounds: a Q4_K block
-// sum |I| ≤ 256·15·63·128 < 2^31; Q6_K |I| ≤ 256·63·128·128 < 2^31.
+// sum |I| ≤ 256·15·63·128 < 2^31 (Q5_K: 256·31·63·128); Q6_K |I| ≤ 256·63·128·128 < 2^31.
 //
 // Q8_0, IQ4_NL, MXFP4 and IQ4_XS have signed weights and signed activations, and vpdpbusd
 // multiplies unsigned by signed: their weights enter as w + 128 (Q8_0's stored so; the
@@ -58,7 +58,10 @@ inline void Store(float* out, int nr, __m512 v) {
   _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << nr) - 1), v);
 }
 
-struct Q4KKernel {
+// Q4_K and Q5_K (6-bit scales and mins per 32 columns), Q5_K with its 5th bits (one byte-lane
+// mask per group, as Q5_0's).
+template <class Panel, bool kHighBits>
+struct ScaleMinKernel {
   template <int NC>
   static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
                   float* out, int64_t out_stride, int nr) {
@@ -67,7 +70,7 @@ struct Q4KKernel {
     __m512 f[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      const auto* p = reinterpret_cast<const PanelQ4_K*>(panel) + b;
+      const auto* p = reinterpret_cast<const Panel*>(panel) + b;
       PrefetchAhead(p);
       __m512i isum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
@@ -77,8 +80,13 @@ struct Q4KKernel {
         SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
           const int pair = 4 * j + q;
           const __m512i raw = _mm512_loadu_si512(p->qs[pair]);
-          const __m512i lo = _mm512_and_si512(raw, nibble);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+          __m512i lo = _mm512_and_si512(raw, nibble);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+          if constexpr (kHighBits) {
+            const __m512i sixteen = _mm512_set1_epi8(16);
+            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(p->qh[2 * pair], sixteen));
+            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(p->qh[2 * pair + 1], sixteen));
+          }
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
             const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 8 * pair;
             s[c] = _mm512_dpbusd_epi32(s[c], lo, Bcast32(a));
@@ -483,7 +491,9 @@ void FillPanelsAvx512(TypeTraits& traits) {
   }
   switch (traits.type) {
     case GgmlType::kQ4_K:
-      return Install<Q4KKernel>(traits);
+      return Install<ScaleMinKernel<PanelQ4_K, false>>(traits);
+    case GgmlType::kQ5_K:
+      return Install<ScaleMinKernel<PanelQ5_K, true>>(traits);
     case GgmlType::kQ6_K:
       return Install<Q6KKernel>(traits);
     case GgmlType::kQ8_0:
