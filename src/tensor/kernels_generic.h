@@ -137,6 +137,11 @@ void QuantizeRowQ6_K(const float* src, void* dst, int64_t n);
 void QuantizeActQ8_K(const float* src, void* dst, int64_t n);
 void VecDotQ2_KQ8_K(int64_t n, const void* w, const void* a, float* out);
 void VecDotQ3_KQ8_K(int64_t n, const void* w, const void* a, float* out);
+// Unpacked Q2_K / Q3_K quants of one super-block in element order (the dot products' view:
+// Q2_K's 0..3, Q3_K's −4..3), and Q3_K's 16 6-bit scales as bytes (still biased by 32).
+void UnpackQ2(const BlockQ2_K& b, int8_t* q);
+void UnpackQ3(const BlockQ3_K& b, int8_t* q);
+void UnpackQ3Scales(const uint8_t* packed, int8_t* scales);
 void VecDotQ4_KQ8_K(int64_t n, const void* w, const void* a, float* out);
 void VecDotQ5_KQ8_K(int64_t n, const void* w, const void* a, float* out);
 void VecDotQ6_KQ8_K(int64_t n, const void* w, const void* a, float* out);

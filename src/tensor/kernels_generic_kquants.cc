@@ -21,18 +21,6 @@ constexpr uint32_t kKMask1 = 0x3f3f3f3f;
 constexpr uint32_t kKMask2 = 0x0f0f0f0f;
 constexpr uint32_t kKMask3 = 0x03030303;
 
-// The 16 signed 6-bit scales of a Q3_K block, unpacked to bytes (still biased by 32).
-void UnpackQ3Scales(const uint8_t* packed, int8_t* scales) {
-  uint32_t aux[4];
-  std::memcpy(aux, packed, 12);
-  const uint32_t tmp = aux[2];
-  aux[2] = ((aux[0] >> 4) & kKMask2) | (((tmp >> 4) & kKMask3) << 4);
-  aux[3] = ((aux[1] >> 4) & kKMask2) | (((tmp >> 6) & kKMask3) << 4);
-  aux[0] = (aux[0] & kKMask2) | (((tmp >> 0) & kKMask3) << 4);
-  aux[1] = (aux[1] & kKMask2) | (((tmp >> 2) & kKMask3) << 4);
-  std::memcpy(scales, aux, 16);
-}
-
 // Q4_K/Q5_K: 8 scales then 8 mins, 6 bits each, unpacked to bytes.
 void UnpackK4ScalesMins(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
   uint32_t utmp[4];
@@ -60,21 +48,6 @@ void UnpackQ6(const BlockQ6_K& b, int8_t* a) {
     a += 128;
     ql += 64;
     qh += 32;
-  }
-}
-
-// Unpacked quants of one super-block, in element order (the dot products' view).
-void UnpackQ2(const BlockQ2_K& b, int8_t* q) {
-  for (int e = 0; e < kQK_K; ++e) {
-    q[e] = static_cast<int8_t>((b.qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3);
-  }
-}
-
-void UnpackQ3(const BlockQ3_K& b, int8_t* q) {
-  for (int e = 0; e < kQK_K; ++e) {
-    const int low = (b.qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-    const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
-    q[e] = static_cast<int8_t>(low - (high ? 0 : 4));
   }
 }
 
@@ -107,6 +80,31 @@ void MinLanes4(const uint8_t* mins, const BlockQ8_K& y, int32_t* lanes) {
 }
 
 }  // namespace
+
+void UnpackQ3Scales(const uint8_t* packed, int8_t* scales) {
+  uint32_t aux[4];
+  std::memcpy(aux, packed, 12);
+  const uint32_t tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & kKMask2) | (((tmp >> 4) & kKMask3) << 4);
+  aux[3] = ((aux[1] >> 4) & kKMask2) | (((tmp >> 6) & kKMask3) << 4);
+  aux[0] = (aux[0] & kKMask2) | (((tmp >> 0) & kKMask3) << 4);
+  aux[1] = (aux[1] & kKMask2) | (((tmp >> 2) & kKMask3) << 4);
+  std::memcpy(scales, aux, 16);
+}
+
+void UnpackQ2(const BlockQ2_K& b, int8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    q[e] = static_cast<int8_t>((b.qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+  }
+}
+
+void UnpackQ3(const BlockQ3_K& b, int8_t* q) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int low = (b.qs[e / 128 * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    q[e] = static_cast<int8_t>(low - (high ? 0 : 4));
+  }
+}
 
 void DequantizeRowQ2_K(const void* src, float* dst, int64_t n) {
   const auto* x = static_cast<const BlockQ2_K*>(src);

@@ -210,6 +210,46 @@ void RepackIq4Xs(const BlockIq4Xs* const* rows, int n_rows, PanelIq4Xs* p) {
   }
 }
 
+// 2-bit digits of 256 columns (q[column] in 0..3) of row r into a panel's [16][64] layout.
+void PackDigits2(const int8_t* q, int r, uint8_t (*dst)[64]) {
+  for (int i = 0; i < 16; ++i) {
+    for (int e = 0; e < 4; ++e) {
+      for (int l = 0; l < 4; ++l)
+        dst[i][4 * r + e] |= uint8_t((q[16 * i + 4 * l + e] & 3) << (2 * l));
+    }
+  }
+}
+
+void RepackQ2K(const BlockQ2_K* const* rows, int n_rows, PanelQ2_K* p) {
+  std::memset(p, 0, sizeof(*p));
+  int8_t q[kQK_K];
+  for (int r = 0; r < n_rows; ++r) {
+    internal::UnpackQ2(*rows[r], q);
+    PackDigits2(q, r, p->q);
+    for (int i = 0; i < 16; ++i) p->scales[i][r] = rows[r]->scales[i];
+    p->d[r] = rows[r]->d;
+    p->dmin[r] = rows[r]->dmin;
+  }
+}
+
+void RepackQ3K(const BlockQ3_K* const* rows, int n_rows, PanelQ3_K* p) {
+  std::memset(p, 0, sizeof(*p));
+  int8_t q[kQK_K];
+  int8_t scales[16];
+  for (int r = 0; r < n_rows; ++r) {
+    internal::UnpackQ3(*rows[r], q);  // −4..3
+    for (int c = 0; c < kQK_K; ++c) {
+      const int u = q[c] + 4;
+      q[c] = int8_t(u & 3);
+      p->qh[c / 4] |= uint64_t(u >> 2) << (4 * r + c % 4);
+    }
+    PackDigits2(q, r, p->q);
+    internal::UnpackQ3Scales(rows[r]->scales, scales);
+    for (int i = 0; i < 16; ++i) p->scales[i][r] = int8_t(scales[i] - 32);
+    p->d[r] = rows[r]->d;
+  }
+}
+
 // The digits of rows' blocks into a ternary panel.
 template <class Block, void (*Digits)(const Block&, int8_t*)>
 void RepackTernary(const Block* const* rows, int n_rows, PanelTernary* p) {
@@ -217,11 +257,7 @@ void RepackTernary(const Block* const* rows, int n_rows, PanelTernary* p) {
   int8_t q[kQK_K];
   for (int r = 0; r < n_rows; ++r) {
     Digits(*rows[r], q);
-    for (int i = 0; i < 16; ++i) {
-      for (int e = 0; e < 4; ++e) {
-        for (int l = 0; l < 4; ++l) p->q[i][4 * r + e] |= uint8_t(q[16 * i + 4 * l + e] << (2 * l));
-      }
-    }
+    PackDigits2(q, r, p->q);
     p->d[r] = rows[r]->d;
   }
 }
@@ -258,6 +294,10 @@ int64_t PanelBlockBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_K:
       return sizeof(PanelQ4_K);
+    case GgmlType::kQ2_K:
+      return sizeof(PanelQ2_K);
+    case GgmlType::kQ3_K:
+      return sizeof(PanelQ3_K);
     case GgmlType::kQ5_K:
       return sizeof(PanelQ5_K);
     case GgmlType::kQ6_K:
@@ -302,7 +342,8 @@ void FillQ8_0ActSide(void* act_row, int64_t n) {
 
 int64_t PanelColumns(GgmlType type) {
   SHARDLM_CHECK(HasPanelLayout(type));
-  const bool super_blocks = type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
+  const bool super_blocks = type == GgmlType::kQ2_K || type == GgmlType::kQ3_K ||
+                            type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
                             type == GgmlType::kQ6_K || type == GgmlType::kIq4Xs ||
                             type == GgmlType::kTq1_0 || type == GgmlType::kTq2_0;
   return super_blocks ? kQK_K : 2 * kQK;
@@ -323,6 +364,12 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
   switch (type) {
     case GgmlType::kQ4_K:
       return RepackAll<BlockQ4_K, PanelQ4_K, kQK_K, 1, RepackQ4K>(src, row_bytes, rows, cols,
+                                                                  first_panel, end_panel, dst);
+    case GgmlType::kQ2_K:
+      return RepackAll<BlockQ2_K, PanelQ2_K, kQK_K, 1, RepackQ2K>(src, row_bytes, rows, cols,
+                                                                  first_panel, end_panel, dst);
+    case GgmlType::kQ3_K:
+      return RepackAll<BlockQ3_K, PanelQ3_K, kQK_K, 1, RepackQ3K>(src, row_bytes, rows, cols,
                                                                   first_panel, end_panel, dst);
     case GgmlType::kQ5_K:
       return RepackAll<BlockQ5_K, PanelQ5_K, kQK_K, 1, RepackQ5K>(src, row_bytes, rows, cols,

@@ -1,7 +1,6 @@
-// Weight panels: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and
-// TQ2_0 matrices repacked, 16 rows at a time, into the layout the
-// batched kernels want (weights are mmapped and never copied, unless repacked: this is the
-// repack).
+// Weight panels: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4,
+// TQ1_0 and TQ2_0 matrices repacked, 16 rows at a time, into the layout the batched kernels want
+// (weights are mmapped and never copied, unless repacked: this is the repack).
 //
 // In a GGUF row block the 256 weights of one row are contiguous, so a kernel multiplies one
 // row by one token at a time and pays for unpacking, scales and a float epilogue per (row,
@@ -18,8 +17,8 @@
 // 4r + e of a 64-byte vector.
 //
 // Goals: a repack that is exact (the panels hold the same numbers as the rows; values decode
-// identically), no growth of the bytes decode reads (Q6_K, Q8_0, the other 32-element types but
-// MXFP4: same size, Q5_K: +2.3%, Q4_K:
+// identically), no growth of the bytes decode reads (Q2_K, Q6_K, Q8_0, the other 32-element types
+// but MXFP4: same size, Q5_K: +2.3%, Q3_K: +5.5%, Q4_K:
 // +2.8%, IQ4_XS: +2.9%, MXFP4: +6%), kernels
 // whose output for a (row, token) pair does not depend on how many tokens share the call (per-lane
 // arithmetic only). Non-goals: other types (they keep their row kernels), repacking at write time
@@ -48,6 +47,23 @@ struct PanelQ4_K {
   uint8_t mins[8][kPanelRows];    // [sub-block][row], 6 bits
   fp16_t d[kPanelRows];
   fp16_t dmin[kPanelRows];
+};
+// 16 rows × 256 columns of Q2_K. Value = d·scale_i·q − dmin·min_i, i = 16 columns.
+struct PanelQ2_K {
+  uint8_t q[16][64];  // [i][4r + e]: bits 2l, 2l + 1 = q of column 16i + 4l + e of row r
+  uint8_t scales[16][kPanelRows];  // [i][row]: scale (low nibble) and min (high), as GGUF's
+  fp16_t d[kPanelRows];
+  fp16_t dmin[kPanelRows];
+};
+// 16 rows × 256 columns of Q3_K. Value = d·(scale_i − 32)·(u − 4), u = q + 4·h ∈ 0..7: q as
+// PanelQ2_K's, h one 64-bit mask per group g of 4 columns (bit 4r + e: column 4g + e of row r).
+// 32 bytes of padding: whole cache lines (+5.5% bytes).
+struct PanelQ3_K {
+  uint8_t q[16][64];
+  uint64_t qh[64];
+  int8_t scales[16][kPanelRows];  // scale − 32
+  fp16_t d[kPanelRows];
+  uint8_t padding[32];
 };
 // 16 rows × 256 columns of Q5_K: Q4_K's panel with each element's 5th bit, one 64-bit mask
 // per group of 4 columns (bit 4r + e: column 4g + e of row r), a byte lane mask as it is.
@@ -141,6 +157,8 @@ void FillQ8_0ActSide(void* act_row, int64_t n);
 static_assert(sizeof(PanelQ4_K) == 2368);
 static_assert(sizeof(PanelQ6_K) == 16 * sizeof(BlockQ6_K));
 static_assert(sizeof(PanelQ5_K) == 2880 && sizeof(PanelQ5_K) % 64 == 0);
+static_assert(sizeof(PanelQ2_K) == 16 * sizeof(BlockQ2_K) && sizeof(PanelQ2_K) % 64 == 0);
+static_assert(sizeof(PanelQ3_K) % 64 == 0);
 static_assert(sizeof(PanelQ8_0) == 2 * 16 * sizeof(BlockQ8_0) && sizeof(PanelQ8_0) % 64 == 0);
 static_assert(sizeof(PanelNibbles) == 2 * 16 * sizeof(BlockIq4Nl) &&
               sizeof(PanelNibbles) % 64 == 0 && sizeof(BlockQ4_0) == sizeof(BlockIq4Nl));

@@ -254,13 +254,120 @@ inline __m512i UnsignedLevels(const int8_t* values) {
       _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
+// The four 2-bit fields of a digits vector (groups 4i .. 4i + 3 of the 16 rows).
+inline void Digits2(const uint8_t* v, __m512i (&q)[4]) {
+  const __m512i two_bits = _mm512_set1_epi8(3);
+  const __m512i raw = _mm512_loadu_si512(v);
+  SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+    q[l] = _mm512_and_si512(_mm512_srli_epi16(raw, 2 * l), two_bits);
+  }
+}
+
+// Q2_K: per 16 columns S = Σ q·a (4 vpdpbusd), I += S·scale, mins through the bsums (as Q4_K's).
+struct Q2KKernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    const __m512i low_nibble = _mm512_set1_epi32(0x0f);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / kQK_K; ++b) {
+      const auto* p = reinterpret_cast<const PanelQ2_K*>(panel) + b;
+      PrefetchAhead(p);
+      __m512i isum[NC], msum[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        isum[c] = _mm512_setzero_si512();
+        msum[c] = _mm512_setzero_si512();
+      }
+      for (int i = 0; i < 16; ++i) {
+        __m512i q[4];
+        Digits2(p->q[i], q);
+        const __m512i scale = _mm512_and_si512(
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[i]))),
+            low_nibble);
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * i;
+          __m512i s = _mm512_setzero_si512();
+          SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+            s = _mm512_dpbusd_epi32(s, q[l], Bcast32(a + 4 * l));
+          }
+          isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s, scale));
+        }
+      }
+      // Mins: M = Σ_i min_i · bsum_i, the (min_2t, min_2t+1) int16 pair against two bsums.
+      for (int t = 0; t < 8; ++t) {
+        const __m512i m0 = _mm512_srli_epi32(
+            _mm512_cvtepu8_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[2 * t]))),
+            4);
+        const __m512i m1 = _mm512_srli_epi32(
+            _mm512_cvtepu8_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[2 * t + 1]))),
+            4);
+        const __m512i pair = _mm512_or_si512(m0, _mm512_slli_epi32(m1, 16));
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          msum[c] = _mm512_dpwssd_epi32(msum[c], pair,
+                                        Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * t));
+        }
+      }
+      const __m512 d = Fp16Row(p->d), dmin = Fp16Row(p->dmin);
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
+        f[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, ad), f[c]);
+      }
+    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+  }
+};
+
+// Q3_K: u = q + 4·h (the high bit a byte-lane mask per group), per 16 columns
+// S = Σ u·a − 4·bsum, I += S·(scale − 32).
+struct Q3KKernel {
+  template <int NC>
+  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
+                  float* out, int64_t out_stride, int nr) {
+    const __m512i four = _mm512_set1_epi8(4);
+    __m512 f[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / kQK_K; ++b) {
+      const auto* p = reinterpret_cast<const PanelQ3_K*>(panel) + b;
+      PrefetchAhead(p);
+      __m512i isum[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
+      for (int i = 0; i < 16; ++i) {
+        __m512i q[4];
+        Digits2(p->q[i], q);
+        SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+          q[l] = _mm512_or_si512(q[l], _mm512_maskz_mov_epi8(p->qh[4 * i + l], four));
+        }
+        const __m512i scale =
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[i])));
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          const BlockQ8_K* ab = ActBlock(act, act_stride, c, b);
+          __m512i s = _mm512_set1_epi32(-4 * ab->bsums[i]);
+          SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+            s = _mm512_dpbusd_epi32(s, q[l], Bcast32(ab->qs + 16 * i + 4 * l));
+          }
+          isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s, scale));
+        }
+      }
+      const __m512 d = Fp16Row(p->d);
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
+      }
+    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
+  }
+};
+
 // TQ1_0 and TQ2_0: Σ (q − 1)·a = Σ q·a − Σ a, the second the block's bsums.
 struct TernaryKernel {
   template <int NC>
   static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
                   float* out, int64_t out_stride, int nr) {
     const int64_t nb = n / kQK_K;
-    const __m512i two_bits = _mm512_set1_epi8(3);
     __m512 f[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
@@ -274,11 +381,8 @@ struct TernaryKernel {
         isum[c] = _mm512_set1_epi32(-sum);
       }
       for (int i = 0; i < 16; ++i) {
-        const __m512i raw = _mm512_loadu_si512(p->q[i]);
-        const __m512i q[4] = {_mm512_and_si512(raw, two_bits),
-                              _mm512_and_si512(_mm512_srli_epi16(raw, 2), two_bits),
-                              _mm512_and_si512(_mm512_srli_epi16(raw, 4), two_bits),
-                              _mm512_and_si512(_mm512_srli_epi16(raw, 6), two_bits)};
+        __m512i q[4];
+        Digits2(p->q[i], q);
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * i;
           SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
@@ -490,6 +594,10 @@ void FillPanelsAvx512(TypeTraits& traits) {
     traits.act_side_bytes = sizeof(PanelActSide);
   }
   switch (traits.type) {
+    case GgmlType::kQ2_K:
+      return Install<Q2KKernel>(traits);
+    case GgmlType::kQ3_K:
+      return Install<Q3KKernel>(traits);
     case GgmlType::kQ4_K:
       return Install<ScaleMinKernel<PanelQ4_K, false>>(traits);
     case GgmlType::kQ5_K:

@@ -23,9 +23,9 @@ using testing::RandomFloats;
 using testing::RunMatMul;
 
 const GgmlType kPanelTypes[] = {
-    GgmlType::kQ4_K,  GgmlType::kQ5_K,  GgmlType::kQ6_K, GgmlType::kQ8_0,  GgmlType::kQ4_0,
-    GgmlType::kQ4_1,  GgmlType::kQ5_0,  GgmlType::kQ5_1, GgmlType::kIq4Nl, GgmlType::kIq4Xs,
-    GgmlType::kMxfp4, GgmlType::kTq1_0, GgmlType::kTq2_0};
+    GgmlType::kQ2_K,  GgmlType::kQ3_K,  GgmlType::kQ4_K,  GgmlType::kQ5_K,  GgmlType::kQ6_K,
+    GgmlType::kQ8_0,  GgmlType::kQ4_0,  GgmlType::kQ4_1,  GgmlType::kQ5_0,  GgmlType::kQ5_1,
+    GgmlType::kIq4Nl, GgmlType::kIq4Xs, GgmlType::kMxfp4, GgmlType::kTq1_0, GgmlType::kTq2_0};
 
 using testing::TypeName;
 
@@ -38,7 +38,7 @@ TEST(Panels, Sizes) {
   EXPECT_TRUE(HasPanelLayout(GgmlType::kQ4_K));
   EXPECT_TRUE(HasPanelLayout(GgmlType::kQ6_K));
   EXPECT_TRUE(HasPanelLayout(GgmlType::kQ8_0));
-  EXPECT_FALSE(HasPanelLayout(GgmlType::kQ3_K));
+  EXPECT_FALSE(HasPanelLayout(GgmlType::kIq2Xxs));
   EXPECT_EQ(PanelStrideBytes(GgmlType::kQ4_K, 512), 2 * int64_t(sizeof(PanelQ4_K)));
   // Q8_0 panel blocks are 64 columns: the same bytes as the rows.
   EXPECT_EQ(PanelColumns(GgmlType::kQ8_0), 64);
