@@ -5,9 +5,9 @@
 // Goals: the registration point; the kernels live per weight-type family in
 // legacy_avx512.cc (32-element blocks), kquants_avx512.cc (256-element K-quants) and
 // float_avx512.cc (F32, F16, BF16), and the Q8_0/Q8_1/Q8_K activation quantizers in
-// act_avx512.cc (byte-identical to the generic ones), and the panel kernels (Q4_K, Q6_K) in
-// panels_avx512.cc, and the grid i-quants in grids_avx512.cc. Non-goals: bf16 activation
-// conversion (generic).
+// act_avx512.cc (byte-identical to the generic ones), and the panel kernels (every type with
+// panels, tensor/panels.h) in panels_avx512.cc, and the grid i-quants in grids_avx512.cc.
+// Non-goals: bf16 activation conversion (generic).
 #include "tensor/kernels_impl.h"
 
 namespace shardlm::internal {

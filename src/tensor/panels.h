@@ -17,13 +17,14 @@
 // 4r + e of a 64-byte vector.
 //
 // Goals: a repack that is exact (the panels hold the same numbers as the rows; values decode
-// identically), no growth of the bytes decode reads (Q2_K, Q6_K, Q8_0, the other 32-element types
-// but MXFP4: same size, Q5_K: +2.3%, Q3_K: +5.5%, Q4_K:
-// +2.8%, IQ4_XS: +2.9%, MXFP4: +6%), kernels
-// whose output for a (row, token) pair does not depend on how many tokens share the call (per-lane
-// arithmetic only). Non-goals: other types (they keep their row kernels), repacking at write time
-// (the file on disk stays GGUF), dequantizing a panel row (the embedding lookup reads the file's
-// rows).
+// identically), few more bytes for decode to read (Q2_K, Q6_K, Q8_0 and the 32-element types
+// but MXFP4: the same; Q5_K +2.3%, Q4_K +2.8%, IQ4_XS +2.9%, Q3_K +5.5%, MXFP4 +6%, TQ1_0 +22%),
+// kernels whose output for a (row, token) pair does not depend on how many tokens share the
+// call (per-lane arithmetic only).
+// Non-goals: the grid i-quants (IQ1_*, IQ2_*, IQ3_*: a panel would not make their lookups
+// cheaper, and a wider repacked format would grow the memory they are chosen to save; they
+// keep their tile kernels), repacking at write time (the file on disk stays GGUF),
+// dequantizing a panel row (the embedding lookup reads the file's rows).
 //
 // Thread safety: free functions, no state.
 #pragma once
