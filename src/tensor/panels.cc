@@ -142,58 +142,19 @@ void RepackHighBits(const uint8_t* row_qh, int r, uint64_t* qh) {
   }
 }
 
-void RepackQ4_1(const BlockQ4_1* const* rows, int n_rows, PanelQ4_1* p) {
+// The 32-element block types but Q8_0, two GGUF blocks per panel block: the 4 low bits, and
+// whichever of d, m, the 5th bits and e the block has.
+template <class Block, class Panel>
+void RepackSmallBlocks(const Block* const* rows, int n_rows, Panel* p) {
   std::memset(p, 0, sizeof(*p));
   for (int r = 0; r < n_rows; ++r) {
     for (int k = 0; k < 2; ++k) {
-      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
-      p->d[k][r] = rows[r][k].d;
-      p->m[k][r] = rows[r][k].m;
-    }
-  }
-}
-
-void RepackQ5_0(const BlockQ5_0* const* rows, int n_rows, PanelQ5_0* p) {
-  std::memset(p, 0, sizeof(*p));
-  for (int r = 0; r < n_rows; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
-      RepackHighBits(rows[r][k].qh, r, p->qh[k]);
-      p->d[k][r] = rows[r][k].d;
-    }
-  }
-}
-
-void RepackQ5_1(const BlockQ5_1* const* rows, int n_rows, PanelQ5_1* p) {
-  std::memset(p, 0, sizeof(*p));
-  for (int r = 0; r < n_rows; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
-      RepackHighBits(rows[r][k].qh, r, p->qh[k]);
-      p->d[k][r] = rows[r][k].d;
-      p->m[k][r] = rows[r][k].m;
-    }
-  }
-}
-
-// IQ4_NL and Q4_0 blocks: an fp16 d, then the 16 bytes of nibbles.
-template <class Block>
-void RepackNibbleBlocks(const Block* const* rows, int n_rows, PanelNibbles* p) {
-  std::memset(p, 0, sizeof(*p));
-  for (int r = 0; r < n_rows; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
-      p->d[k][r] = rows[r][k].d;
-    }
-  }
-}
-
-void RepackMxfp4(const BlockMxfp4* const* rows, int n_rows, PanelMxfp4* p) {
-  std::memset(p, 0, sizeof(*p));
-  for (int r = 0; r < n_rows; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      RepackNibbles(rows[r][k].qs, r, p->qs[k]);
-      p->e[k][r] = rows[r][k].e;
+      const Block& b = rows[r][k];
+      RepackNibbles(b.qs, r, p->qs[k]);
+      if constexpr (requires { b.d; }) p->d[k][r] = b.d;
+      if constexpr (requires { b.m; }) p->m[k][r] = b.m;
+      if constexpr (requires { b.qh; }) RepackHighBits(b.qh, r, p->qh[k]);
+      if constexpr (requires { b.e; }) p->e[k][r] = b.e;
     }
   }
 }
@@ -381,20 +342,22 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
       return RepackAll<BlockQ8_0, PanelQ8_0, 2 * kQK, 2, RepackQ80>(src, row_bytes, rows, cols,
                                                                     first_panel, end_panel, dst);
     case GgmlType::kQ4_0:
-      return RepackAll<BlockQ4_0, PanelNibbles, 2 * kQK, 2, RepackNibbleBlocks<BlockQ4_0>>(
-          src, row_bytes, rows, cols, first_panel, end_panel, dst);
+      return RepackAll<BlockQ4_0, PanelNibbles, 2 * kQK, 2,
+                       RepackSmallBlocks<BlockQ4_0, PanelNibbles>>(src, row_bytes, rows, cols,
+                                                                   first_panel, end_panel, dst);
     case GgmlType::kQ4_1:
-      return RepackAll<BlockQ4_1, PanelQ4_1, 2 * kQK, 2, RepackQ4_1>(src, row_bytes, rows, cols,
-                                                                     first_panel, end_panel, dst);
-    case GgmlType::kQ5_0:
-      return RepackAll<BlockQ5_0, PanelQ5_0, 2 * kQK, 2, RepackQ5_0>(src, row_bytes, rows, cols,
-                                                                     first_panel, end_panel, dst);
-    case GgmlType::kQ5_1:
-      return RepackAll<BlockQ5_1, PanelQ5_1, 2 * kQK, 2, RepackQ5_1>(src, row_bytes, rows, cols,
-                                                                     first_panel, end_panel, dst);
-    case GgmlType::kIq4Nl:
-      return RepackAll<BlockIq4Nl, PanelNibbles, 2 * kQK, 2, RepackNibbleBlocks<BlockIq4Nl>>(
+      return RepackAll<BlockQ4_1, PanelQ4_1, 2 * kQK, 2, RepackSmallBlocks<BlockQ4_1, PanelQ4_1>>(
           src, row_bytes, rows, cols, first_panel, end_panel, dst);
+    case GgmlType::kQ5_0:
+      return RepackAll<BlockQ5_0, PanelQ5_0, 2 * kQK, 2, RepackSmallBlocks<BlockQ5_0, PanelQ5_0>>(
+          src, row_bytes, rows, cols, first_panel, end_panel, dst);
+    case GgmlType::kQ5_1:
+      return RepackAll<BlockQ5_1, PanelQ5_1, 2 * kQK, 2, RepackSmallBlocks<BlockQ5_1, PanelQ5_1>>(
+          src, row_bytes, rows, cols, first_panel, end_panel, dst);
+    case GgmlType::kIq4Nl:
+      return RepackAll<BlockIq4Nl, PanelNibbles, 2 * kQK, 2,
+                       RepackSmallBlocks<BlockIq4Nl, PanelNibbles>>(src, row_bytes, rows, cols,
+                                                                    first_panel, end_panel, dst);
     case GgmlType::kIq4Xs:
       return RepackAll<BlockIq4Xs, PanelIq4Xs, kQK_K, 1, RepackIq4Xs>(src, row_bytes, rows, cols,
                                                                       first_panel, end_panel, dst);
@@ -407,8 +370,9 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
                        RepackTernary<BlockTq2_0, internal::DigitsTq2>>(src, row_bytes, rows, cols,
                                                                        first_panel, end_panel, dst);
     default:
-      return RepackAll<BlockMxfp4, PanelMxfp4, 2 * kQK, 2, RepackMxfp4>(
-          src, row_bytes, rows, cols, first_panel, end_panel, dst);
+      return RepackAll<BlockMxfp4, PanelMxfp4, 2 * kQK, 2,
+                       RepackSmallBlocks<BlockMxfp4, PanelMxfp4>>(src, row_bytes, rows, cols,
+                                                                  first_panel, end_panel, dst);
   }
 }
 

@@ -58,6 +58,25 @@ inline void Store(float* out, int nr, __m512 v) {
   _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << nr) - 1), v);
 }
 
+inline __m512 Fp16Row(const fp16_t* d) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+}
+
+// The end of a super-block against Q8_K activations: F[c] += float(I[c])·(d·d_act), then, with
+// mins, F[c] −= float(M[c])·(dmin·d_act).
+template <int NC>
+inline void AddSuperBlock(const __m512i (&isum)[NC], __m512 d, const uint8_t* act,
+                          int64_t act_stride, int64_t b, __m512 (&f)[NC],
+                          const __m512i* msum = nullptr, __m512 dmin = _mm512_setzero_ps()) {
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+    const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+    f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
+    if (msum != nullptr) {
+      f[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, ad), f[c]);
+    }
+  }
+}
+
 // Q4_K and Q5_K (6-bit scales and mins per 32 columns), Q5_K with its 5th bits (one byte-lane
 // mask per group, as Q5_0's).
 template <class Panel, bool kHighBits>
@@ -112,14 +131,7 @@ struct ScaleMinKernel {
                                         Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * j));
         }
       }
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d)));
-      const __m512 dmin =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->dmin)));
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-        f[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, ad), f[c]);
-      }
+      AddSuperBlock(isum, Fp16Row(p->d), act, act_stride, b, f, msum, Fp16Row(p->dmin));
     }
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
@@ -182,11 +194,7 @@ struct Q6KKernel {
                                         Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * t));
         }
       }
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->d)));
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-      }
+      AddSuperBlock(isum, Fp16Row(p->d), act, act_stride, b, f);
     }
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
@@ -208,10 +216,6 @@ inline void DotBlock(const __m512i (&w)[8], __m512 d, const uint8_t* act, int64_
     }
     f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(side->d)), f[c]);
   }
-}
-
-inline __m512 Fp16Row(const fp16_t* d) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
 }
 
 // The 16 rows' MXFP4 scales 2^(e − 128) as floats (e < 2: the subnormals 2^−127, 2^−126).
@@ -310,12 +314,7 @@ struct Q2KKernel {
                                         Bcast32(ActBlock(act, act_stride, c, b)->bsums + 2 * t));
         }
       }
-      const __m512 d = Fp16Row(p->d), dmin = Fp16Row(p->dmin);
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-        f[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, ad), f[c]);
-      }
+      AddSuperBlock(isum, Fp16Row(p->d), act, act_stride, b, f, msum, Fp16Row(p->dmin));
     }
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
@@ -352,11 +351,7 @@ struct Q3KKernel {
           isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s, scale));
         }
       }
-      const __m512 d = Fp16Row(p->d);
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-      }
+      AddSuperBlock(isum, Fp16Row(p->d), act, act_stride, b, f);
     }
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
@@ -390,11 +385,7 @@ struct TernaryKernel {
           }
         }
       }
-      const __m512 d = Fp16Row(p->d);
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-      }
+      AddSuperBlock(isum, Fp16Row(p->d), act, act_stride, b, f);
     }
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
@@ -552,11 +543,7 @@ struct Iq4XsKernel {
           isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s, scale));
         }
       }
-      const __m512 d = Fp16Row(p->d);
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
-        f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
-      }
+      AddSuperBlock(isum, Fp16Row(p->d), act, act_stride, b, f);
     }
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) Store(out + c * out_stride, nr, f[c]);
   }
