@@ -40,22 +40,6 @@ int Q6KQuant(const BlockQ6_K& b, int i) {
   return low | (high << 4);
 }
 
-void RepackQ4K(const BlockQ4_K* const* rows, int n_rows, PanelQ4_K* p) {
-  std::memset(p, 0, sizeof(*p));
-  for (int r = 0; r < n_rows; ++r) {
-    const BlockQ4_K& b = *rows[r];
-    for (int pair = 0; pair < 32; ++pair) {
-      for (int e = 0; e < 4; ++e) {
-        const int lo = Q4KQuant(b, 8 * pair + e), hi = Q4KQuant(b, 8 * pair + 4 + e);
-        p->qs[pair][4 * r + e] = uint8_t(lo | (hi << 4));
-      }
-    }
-    for (int j = 0; j < 8; ++j) Q4KScaleMin(b.scales, j, &p->scales[j][r], &p->mins[j][r]);
-    p->d[r] = b.d;
-    p->dmin[r] = b.dmin;
-  }
-}
-
 // Column i of a Q5_K row block: Q4_K's nibble, and the 5th bit at bit 2c (first 32 of the
 // 64-column chunk c) or 2c + 1 (second 32) of qh[i % 32].
 int Q5KQuant(const BlockQ5_K& b, int i) {
@@ -65,16 +49,21 @@ int Q5KQuant(const BlockQ5_K& b, int i) {
   return low | (high << 4);
 }
 
-void RepackQ5K(const BlockQ5_K* const* rows, int n_rows, PanelQ5_K* p) {
+// Q4_K and Q5_K (Quant: a column's 4- or 5-bit quant): the low 4 bits, the 5th bits where the
+// panel has them, the 6-bit scales and mins unpacked.
+template <class Block, class Panel, int (*Quant)(const Block&, int)>
+void RepackScaleMin(const Block* const* rows, int n_rows, Panel* p) {
   std::memset(p, 0, sizeof(*p));
   for (int r = 0; r < n_rows; ++r) {
-    const BlockQ5_K& b = *rows[r];
+    const Block& b = *rows[r];
     for (int pair = 0; pair < 32; ++pair) {
       for (int e = 0; e < 4; ++e) {
-        const int lo = Q5KQuant(b, 8 * pair + e), hi = Q5KQuant(b, 8 * pair + 4 + e);
+        const int lo = Quant(b, 8 * pair + e), hi = Quant(b, 8 * pair + 4 + e);
         p->qs[pair][4 * r + e] = uint8_t((lo & 15) | ((hi & 15) << 4));
-        p->qh[2 * pair] |= uint64_t(lo >> 4) << (4 * r + e);
-        p->qh[2 * pair + 1] |= uint64_t(hi >> 4) << (4 * r + e);
+        if constexpr (requires { p->qh; }) {
+          p->qh[2 * pair] |= uint64_t(lo >> 4) << (4 * r + e);
+          p->qh[2 * pair + 1] |= uint64_t(hi >> 4) << (4 * r + e);
+        }
       }
     }
     for (int j = 0; j < 8; ++j) Q4KScaleMin(b.scales, j, &p->scales[j][r], &p->mins[j][r]);
@@ -324,8 +313,9 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
   SHARDLM_CHECK(HasPanelLayout(type) && cols % PanelColumns(type) == 0);
   switch (type) {
     case GgmlType::kQ4_K:
-      return RepackAll<BlockQ4_K, PanelQ4_K, kQK_K, 1, RepackQ4K>(src, row_bytes, rows, cols,
-                                                                  first_panel, end_panel, dst);
+      return RepackAll<BlockQ4_K, PanelQ4_K, kQK_K, 1,
+                       RepackScaleMin<BlockQ4_K, PanelQ4_K, Q4KQuant>>(src, row_bytes, rows, cols,
+                                                                       first_panel, end_panel, dst);
     case GgmlType::kQ2_K:
       return RepackAll<BlockQ2_K, PanelQ2_K, kQK_K, 1, RepackQ2K>(src, row_bytes, rows, cols,
                                                                   first_panel, end_panel, dst);
@@ -333,8 +323,9 @@ void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t row
       return RepackAll<BlockQ3_K, PanelQ3_K, kQK_K, 1, RepackQ3K>(src, row_bytes, rows, cols,
                                                                   first_panel, end_panel, dst);
     case GgmlType::kQ5_K:
-      return RepackAll<BlockQ5_K, PanelQ5_K, kQK_K, 1, RepackQ5K>(src, row_bytes, rows, cols,
-                                                                  first_panel, end_panel, dst);
+      return RepackAll<BlockQ5_K, PanelQ5_K, kQK_K, 1,
+                       RepackScaleMin<BlockQ5_K, PanelQ5_K, Q5KQuant>>(src, row_bytes, rows, cols,
+                                                                       first_panel, end_panel, dst);
     case GgmlType::kQ6_K:
       return RepackAll<BlockQ6_K, PanelQ6_K, kQK_K, 1, RepackQ6K>(src, row_bytes, rows, cols,
                                                                   first_panel, end_panel, dst);
