@@ -221,31 +221,32 @@ struct GridKernel {
   }
 };
 
-// Installs, for traits.type, the 2 rows x 4 tokens tile kernel of that grid type's decoder (a
-// row's decoded block, about 0.3 KiB, serves 4 tokens); false for the other types.
-template <class Iq2Xxs, class Iq2Xs, class Iq2S, class Iq3Xxs, class Iq3S, class Iq1S, class Iq1M>
+// Installs, for traits.type, the 2 rows x kTokens tile kernel of that grid type's decoder (a
+// row's decoded block, about 0.3 KiB, serves kTokens tokens); false for the other types.
+template <class Iq2Xxs, class Iq2Xs, class Iq2S, class Iq3Xxs, class Iq3S, class Iq1S, class Iq1M,
+          int kTokens = 4>
 bool InstallGridKernel(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kIq2Xxs:
-      simd::Install<GridKernel<Iq2Xxs>, 2, 4>(traits);
+      simd::Install<GridKernel<Iq2Xxs>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq2Xs:
-      simd::Install<GridKernel<Iq2Xs>, 2, 4>(traits);
+      simd::Install<GridKernel<Iq2Xs>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq2S:
-      simd::Install<GridKernel<Iq2S>, 2, 4>(traits);
+      simd::Install<GridKernel<Iq2S>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq3Xxs:
-      simd::Install<GridKernel<Iq3Xxs>, 2, 4>(traits);
+      simd::Install<GridKernel<Iq3Xxs>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq3S:
-      simd::Install<GridKernel<Iq3S>, 2, 4>(traits);
+      simd::Install<GridKernel<Iq3S>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq1S:
-      simd::Install<GridKernel<Iq1S, Shift::kBlockSums>, 2, 4>(traits);
+      simd::Install<GridKernel<Iq1S, Shift::kBlockSums>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq1M:
-      simd::Install<GridKernel<Iq1M, Shift::kElements>, 2, 4>(traits);
+      simd::Install<GridKernel<Iq1M, Shift::kElements>, 2, kTokens>(traits);
       return true;
     default:
       return false;
