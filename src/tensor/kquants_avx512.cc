@@ -5,7 +5,7 @@
 // Goals: one float conversion per super-block and pair; everything inside a super-block
 // is exact int32 arithmetic. Weights are unpacked once per row and reused across the
 // tile's tokens; activations are loaded once per token and reused across its rows.
-// Non-goals: repacked weight layouts (panels_avx512.cc); activation quantization (generic).
+// Non-goals: repacked weight layouts (panels_kquants_avx512.cc); activation quantization (generic).
 //
 // Integer scheme (both types): vpmaddubsw multiplies the unsigned weight quants by the
 // signed activation bytes into int16 pairs (|x| <= 2·63·127, no saturation), then

@@ -1,0 +1,95 @@
+// Internal to the panel kernel files (panels_kquants_avx512.cc, panels_blocks_avx512.cc,
+// compiled with the avx512 flags): what their kernels share. Per-lane arithmetic over 16 row
+// lanes (tensor/panels.h), the token loop's pieces, and the table that turns a kernel's
+// Run<NC> into TypeTraits::panel_dot.
+//
+// Anonymous namespace: each including file gets its own copies, compiled for its ISA.
+#pragma once
+
+#include <array>
+#include <utility>
+
+#include "tensor/intrinsics.h"
+#include "tensor/panels.h"
+#include "tensor/simd_tile.h"
+#include "tensor/type_traits.h"
+
+namespace shardlm::internal::panels {
+namespace {
+
+constexpr int kMaxTokens = 8;
+
+inline __m512i Bcast32(const void* p) {
+  int32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline const BlockQ8_K* ActBlock(const uint8_t* act, int64_t act_stride, int c, int64_t b) {
+  return reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+}
+
+// Asks for every line of the block two ahead (the next panel's first blocks at the end of a
+// panel: panels are contiguous). The hardware prefetcher alone streamed Q6_K panels from
+// DRAM at ~18 GB/s per thread against ~27 for the row kernels with their prefetches.
+template <class Panel>
+inline void PrefetchAhead(const Panel* p) {
+  const char* ahead = reinterpret_cast<const char*>(p + 2);
+  for (size_t line = 0; line < sizeof(Panel); line += 64) __builtin_prefetch(ahead + line, 0, 3);
+}
+
+inline void Store(float* out, int nr, __m512 v) {
+  _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << nr) - 1), v);
+}
+
+inline __m512 Fp16Row(const fp16_t* d) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
+}
+
+// The end of a super-block against Q8_K activations: F[c] += float(I[c])·(d·d_act), then, with
+// mins, F[c] −= float(M[c])·(dmin·d_act).
+template <int NC>
+inline void AddSuperBlock(const __m512i (&isum)[NC], __m512 d, const uint8_t* act,
+                          int64_t act_stride, int64_t b, __m512 (&f)[NC],
+                          const __m512i* msum = nullptr, __m512 dmin = _mm512_setzero_ps()) {
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+    const __m512 ad = _mm512_set1_ps(ActBlock(act, act_stride, c, b)->d);
+    f[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, ad), f[c]);
+    if (msum != nullptr) {
+      f[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[c]), _mm512_mul_ps(dmin, ad), f[c]);
+    }
+  }
+}
+
+// The 16 levels of `values` + 128 in each 128-bit lane, for vpshufb.
+inline __m512i UnsignedLevels(const int8_t* values) {
+  return _mm512_xor_si512(
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values))),
+      _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+
+using PanelFn = void (*)(int64_t, const uint8_t*, const uint8_t*, int64_t, float*, int64_t, int);
+
+// Kernel K's Run<NC> for NC = 1 .. kMaxTokens, by token count.
+template <class K, int... kNc>
+constexpr std::array<PanelFn, sizeof...(kNc)> RunTable(std::integer_sequence<int, kNc...>) {
+  return {&K::template Run<kNc + 1>...};
+}
+template <class K>
+constexpr auto kRunTable = RunTable<K>(std::make_integer_sequence<int, kMaxTokens>());
+
+template <class K>
+void PanelDot(int64_t n, const void* panel, const void* act, int64_t act_stride, int nc, float* out,
+              int64_t out_stride, int nr) {
+  kRunTable<K>[nc - 1](n, static_cast<const uint8_t*>(panel), static_cast<const uint8_t*>(act),
+                       act_stride, out, out_stride, nr);
+}
+
+template <class K>
+void Install(TypeTraits& traits) {
+  traits.panel_dot = &PanelDot<K>;
+  traits.panel_tokens = kMaxTokens;
+}
+
+}  // namespace
+}  // namespace shardlm::internal::panels
