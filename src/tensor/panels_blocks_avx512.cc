@@ -16,17 +16,8 @@
 // Non-goals: AVX2 (it keeps the row layout).
 #include "tensor/panel_kernel_avx512_inl.h"
 
-namespace shardlm::internal {
+namespace shardlm::internal::panels {
 namespace {
-
-using panels::ActBlock;
-using panels::AddSuperBlock;
-using panels::Bcast32;
-using panels::Fp16Row;
-using panels::Install;
-using panels::PrefetchAhead;
-using panels::Store;
-using panels::UnsignedLevels;
 
 // F[c] += dot(w, act block b of token c) · (d · d_act) for the 32 columns of a 32-element
 // block: w[g] holds columns 4g .. 4g + 3 of the 16 rows as w + 128.
@@ -199,6 +190,9 @@ using Q4_1Kernel = MinKernel<PanelQ4_1, false>;
 using Q5_1Kernel = MinKernel<PanelQ5_1, true>;
 
 }  // namespace
+}  // namespace shardlm::internal::panels
+
+namespace shardlm::internal {
 
 void FillBlockPanelsAvx512(TypeTraits& traits) {
   // Every type converting to Q8_0 gets the side data, so that one conversion serves all.
@@ -208,19 +202,19 @@ void FillBlockPanelsAvx512(TypeTraits& traits) {
   }
   switch (traits.type) {
     case GgmlType::kQ8_0:
-      return Install<Q80Kernel>(traits);
+      return panels::Install<panels::Q80Kernel>(traits);
     case GgmlType::kQ4_0:
-      return Install<Q4_0Kernel>(traits);
+      return panels::Install<panels::Q4_0Kernel>(traits);
     case GgmlType::kQ4_1:
-      return Install<Q4_1Kernel>(traits);
+      return panels::Install<panels::Q4_1Kernel>(traits);
     case GgmlType::kQ5_0:
-      return Install<Q5_0Kernel>(traits);
+      return panels::Install<panels::Q5_0Kernel>(traits);
     case GgmlType::kQ5_1:
-      return Install<Q5_1Kernel>(traits);
+      return panels::Install<panels::Q5_1Kernel>(traits);
     case GgmlType::kIq4Nl:
-      return Install<Iq4NlKernel>(traits);
+      return panels::Install<panels::Iq4NlKernel>(traits);
     case GgmlType::kMxfp4:
-      return Install<Mxfp4Kernel>(traits);
+      return panels::Install<panels::Mxfp4Kernel>(traits);
     default:
       return;
   }

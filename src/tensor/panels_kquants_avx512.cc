@@ -19,17 +19,8 @@
 // Non-goals: AVX2 (it keeps the row layout).
 #include "tensor/panel_kernel_avx512_inl.h"
 
-namespace shardlm::internal {
+namespace shardlm::internal::panels {
 namespace {
-
-using panels::ActBlock;
-using panels::AddSuperBlock;
-using panels::Bcast32;
-using panels::Fp16Row;
-using panels::Install;
-using panels::PrefetchAhead;
-using panels::Store;
-using panels::UnsignedLevels;
 
 // Q4_K and Q5_K (6-bit scales and mins per 32 columns), Q5_K with its 5th bits (one byte-lane
 // mask per group, as Q5_0's).
@@ -327,24 +318,27 @@ struct Iq4XsKernel {
 };
 
 }  // namespace
+}  // namespace shardlm::internal::panels
+
+namespace shardlm::internal {
 
 void FillKQuantPanelsAvx512(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kQ2_K:
-      return Install<Q2KKernel>(traits);
+      return panels::Install<panels::Q2KKernel>(traits);
     case GgmlType::kQ3_K:
-      return Install<Q3KKernel>(traits);
+      return panels::Install<panels::Q3KKernel>(traits);
     case GgmlType::kQ4_K:
-      return Install<ScaleMinKernel<PanelQ4_K, false>>(traits);
+      return panels::Install<panels::ScaleMinKernel<PanelQ4_K, false>>(traits);
     case GgmlType::kQ5_K:
-      return Install<ScaleMinKernel<PanelQ5_K, true>>(traits);
+      return panels::Install<panels::ScaleMinKernel<PanelQ5_K, true>>(traits);
     case GgmlType::kQ6_K:
-      return Install<Q6KKernel>(traits);
+      return panels::Install<panels::Q6KKernel>(traits);
     case GgmlType::kIq4Xs:
-      return Install<Iq4XsKernel>(traits);
+      return panels::Install<panels::Iq4XsKernel>(traits);
     case GgmlType::kTq1_0:
     case GgmlType::kTq2_0:
-      return Install<TernaryKernel>(traits);
+      return panels::Install<panels::TernaryKernel>(traits);
     default:
       return;
   }
