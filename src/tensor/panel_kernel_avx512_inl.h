@@ -68,6 +68,22 @@ inline __m512i UnsignedLevels(const int8_t* values) {
       _mm512_set1_epi8(static_cast<char>(0x80)));
 }
 
+// The 4-bit fields of one 32-column block's 4 pair vectors (qs[pair][4r + e]: low nibble =
+// group 2·pair, high = group 2·pair + 1) as its 8 group vectors; with a table, the levels
+// there (vpshufb).
+inline void Nibbles(const uint8_t (*qs)[64], __m512i (&w)[8]) {
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
+    const __m512i raw = _mm512_loadu_si512(qs[pair]);
+    w[2 * pair] = _mm512_and_si512(raw, nibble);
+    w[2 * pair + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+  }
+}
+inline void NibbleLevels(const uint8_t (*qs)[64], __m512i table, __m512i (&w)[8]) {
+  Nibbles(qs, w);
+  SHARDLM_UNROLL for (int g = 0; g < 8; ++g) w[g] = _mm512_shuffle_epi8(table, w[g]);
+}
+
 using PanelFn = void (*)(int64_t, const uint8_t*, const uint8_t*, int64_t, float*, int64_t, int);
 
 // Kernel K's Run<NC> for NC = 1 .. kMaxTokens, by token count.

@@ -79,7 +79,6 @@ struct NibbleKernel {
                   float* out, int64_t out_stride, int nr) {
     const int64_t units = n / (2 * kQK);
     const __m512i table = UnsignedLevels(kValues);
-    const __m512i nibble = _mm512_set1_epi8(0x0f);
     __m512 f[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t u = 0; u < units; ++u) {
@@ -87,12 +86,7 @@ struct NibbleKernel {
       PrefetchAhead(p);
       SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
         __m512i w[8];
-        SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
-          const __m512i raw = _mm512_loadu_si512(p->qs[k][pair]);
-          w[2 * pair] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
-          w[2 * pair + 1] =
-              _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
-        }
+        NibbleLevels(p->qs[k], table, w);
         DotBlock(w, Scale::Of(*p, k), act, act_stride, n, 2 * u + k, f);
       }
     }
@@ -110,17 +104,6 @@ struct Mxfp4Scale {
 using Iq4NlKernel = NibbleKernel<PanelNibbles, kIq4NlValues, NibbleScale>;
 using Q4_0Kernel = NibbleKernel<PanelNibbles, kQ4_0Values, NibbleScale>;
 using Mxfp4Kernel = NibbleKernel<PanelMxfp4, kMxfp4Values, Mxfp4Scale>;
-
-// The 16 rows' 4 low bits of two groups per byte (pair p of block k) as two vectors.
-template <class Panel>
-inline void LowNibbles(const Panel& p, int k, __m512i (&w)[8]) {
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
-    const __m512i raw = _mm512_loadu_si512(p.qs[k][pair]);
-    w[2 * pair] = _mm512_and_si512(raw, nibble);
-    w[2 * pair + 1] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
-  }
-}
 
 // Sets bit 4 of the bytes whose bit is set in their group's 5th-bit mask (Q5_0, Q5_1).
 template <class Panel>
@@ -144,7 +127,7 @@ struct Q5_0Kernel {
       PrefetchAhead(p);
       SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
         __m512i w[8];
-        LowNibbles(*p, k, w);
+        Nibbles(p->qs[k], w);
         AddHighBits(*p, k, w);
         SHARDLM_UNROLL for (int g = 0; g < 8; ++g) w[g] = _mm512_add_epi8(w[g], bias);
         DotBlock(w, Fp16Row(p->d[k]), act, act_stride, n, 2 * u + k, f);
@@ -168,7 +151,7 @@ struct MinKernel {
       PrefetchAhead(p);
       SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
         __m512i w[8];
-        LowNibbles(*p, k, w);
+        Nibbles(p->qs[k], w);
         if constexpr (kHighBits) AddHighBits(*p, k, w);
         const __m512 d = Fp16Row(p->d[k]), m = Fp16Row(p->m[k]);
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {

@@ -283,7 +283,6 @@ struct Iq4XsKernel {
   static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
                   float* out, int64_t out_stride, int nr) {
     const int64_t nb = n / kQK_K;
-    const __m512i nibble = _mm512_set1_epi8(0x0f);
     const __m512i table = UnsignedLevels(kIq4NlValues);
     __m512 f[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
@@ -294,12 +293,7 @@ struct Iq4XsKernel {
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
       for (int j = 0; j < 8; ++j) {
         __m512i w[8];
-        SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
-          const __m512i raw = _mm512_loadu_si512(p->qs[j][pair]);
-          w[2 * pair] = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, nibble));
-          w[2 * pair + 1] =
-              _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
-        }
+        NibbleLevels(p->qs[j], table, w);
         const __m512i scale =
             _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p->scales[j])));
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
