@@ -235,49 +235,92 @@ void RepackAll(const void* src, int64_t row_bytes, int64_t rows, int64_t cols, i
   }
 }
 
-}  // namespace
+// A panel format: its block's bytes and columns, and the repack of rows into it.
+struct PanelFormat {
+  GgmlType type;
+  int64_t block_bytes;
+  int64_t columns;
+  void (*repack)(const void* src, int64_t row_bytes, int64_t rows, int64_t cols,
+                 int64_t first_panel, int64_t end_panel, void* dst);
+};
 
-namespace {
+// Repack(each row's first GGUF block of a panel block, rows, panel block) over kBlocks GGUF
+// blocks of kColumns columns per panel block.
+template <class Block, class Panel, int64_t kColumns, int64_t kBlocks,
+          void (*Repack)(const Block* const*, int, Panel*)>
+constexpr PanelFormat Format(GgmlType type) {
+  return {type, int64_t(sizeof(Panel)), kColumns,
+          &RepackAll<Block, Panel, kColumns, kBlocks, Repack>};
+}
 
-// Bytes of one panel block; 0 for types without panels.
-int64_t PanelBlockBytes(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_K:
-      return sizeof(PanelQ4_K);
-    case GgmlType::kQ2_K:
-      return sizeof(PanelQ2_K);
-    case GgmlType::kQ3_K:
-      return sizeof(PanelQ3_K);
-    case GgmlType::kQ5_K:
-      return sizeof(PanelQ5_K);
-    case GgmlType::kQ6_K:
-      return sizeof(PanelQ6_K);
-    case GgmlType::kQ8_0:
-      return sizeof(PanelQ8_0);
-    case GgmlType::kQ4_0:
-    case GgmlType::kIq4Nl:
-      return sizeof(PanelNibbles);
-    case GgmlType::kQ4_1:
-      return sizeof(PanelQ4_1);
-    case GgmlType::kQ5_0:
-      return sizeof(PanelQ5_0);
-    case GgmlType::kQ5_1:
-      return sizeof(PanelQ5_1);
-    case GgmlType::kMxfp4:
-      return sizeof(PanelMxfp4);
-    case GgmlType::kIq4Xs:
-      return sizeof(PanelIq4Xs);
-    case GgmlType::kTq1_0:
-    case GgmlType::kTq2_0:
-      return sizeof(PanelTernary);
-    default:
-      return 0;
+// Every type with panels: the 256-element types one GGUF block per panel block, the 32-element
+// ones two.
+constexpr PanelFormat kFormats[] = {
+    Format<BlockQ2_K, PanelQ2_K, kQK_K, 1, RepackQ2K>(GgmlType::kQ2_K),
+    Format<BlockQ3_K, PanelQ3_K, kQK_K, 1, RepackQ3K>(GgmlType::kQ3_K),
+    Format<BlockQ4_K, PanelQ4_K, kQK_K, 1, RepackScaleMin<BlockQ4_K, PanelQ4_K, Q4KQuant>>(
+        GgmlType::kQ4_K),
+    Format<BlockQ5_K, PanelQ5_K, kQK_K, 1, RepackScaleMin<BlockQ5_K, PanelQ5_K, Q5KQuant>>(
+        GgmlType::kQ5_K),
+    Format<BlockQ6_K, PanelQ6_K, kQK_K, 1, RepackQ6K>(GgmlType::kQ6_K),
+    Format<BlockIq4Xs, PanelIq4Xs, kQK_K, 1, RepackIq4Xs>(GgmlType::kIq4Xs),
+    Format<BlockTq1_0, PanelTernary, kQK_K, 1, RepackTernary<BlockTq1_0, internal::DigitsTq1>>(
+        GgmlType::kTq1_0),
+    Format<BlockTq2_0, PanelTernary, kQK_K, 1, RepackTernary<BlockTq2_0, internal::DigitsTq2>>(
+        GgmlType::kTq2_0),
+    Format<BlockQ8_0, PanelQ8_0, 2 * kQK, 2, RepackQ80>(GgmlType::kQ8_0),
+    Format<BlockQ4_0, PanelNibbles, 2 * kQK, 2, RepackSmallBlocks<BlockQ4_0, PanelNibbles>>(
+        GgmlType::kQ4_0),
+    Format<BlockQ4_1, PanelQ4_1, 2 * kQK, 2, RepackSmallBlocks<BlockQ4_1, PanelQ4_1>>(
+        GgmlType::kQ4_1),
+    Format<BlockQ5_0, PanelQ5_0, 2 * kQK, 2, RepackSmallBlocks<BlockQ5_0, PanelQ5_0>>(
+        GgmlType::kQ5_0),
+    Format<BlockQ5_1, PanelQ5_1, 2 * kQK, 2, RepackSmallBlocks<BlockQ5_1, PanelQ5_1>>(
+        GgmlType::kQ5_1),
+    Format<BlockIq4Nl, PanelNibbles, 2 * kQK, 2, RepackSmallBlocks<BlockIq4Nl, PanelNibbles>>(
+        GgmlType::kIq4Nl),
+    Format<BlockMxfp4, PanelMxfp4, 2 * kQK, 2, RepackSmallBlocks<BlockMxfp4, PanelMxfp4>>(
+        GgmlType::kMxfp4),
+};
+
+// The format of `type`, nullptr for types without panels.
+const PanelFormat* FormatOf(GgmlType type) {
+  for (const PanelFormat& f : kFormats) {
+    if (f.type == type) return &f;
   }
+  return nullptr;
+}
+
+// The format of `type`, which must have panels and cols a multiple of its columns.
+const PanelFormat& CheckedFormat(GgmlType type, int64_t cols) {
+  const PanelFormat* f = FormatOf(type);
+  SHARDLM_CHECK(f != nullptr && cols % f->columns == 0);
+  return *f;
 }
 
 }  // namespace
 
-bool HasPanelLayout(GgmlType type) { return PanelBlockBytes(type) != 0; }
+bool HasPanelLayout(GgmlType type) { return FormatOf(type) != nullptr; }
+
+int64_t PanelColumns(GgmlType type) {
+  const PanelFormat* f = FormatOf(type);
+  SHARDLM_CHECK(f != nullptr);
+  return f->columns;
+}
+
+int64_t PanelStrideBytes(GgmlType type, int64_t cols) {
+  const PanelFormat& f = CheckedFormat(type, cols);
+  return cols / f.columns * f.block_bytes;
+}
+
+int64_t PanelMatrixBytes(GgmlType type, int64_t rows, int64_t cols) {
+  return (rows + kPanelRows - 1) / kPanelRows * PanelStrideBytes(type, cols);
+}
+
+void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t rows, int64_t cols,
+                  int64_t first_panel, int64_t end_panel, void* dst) {
+  CheckedFormat(type, cols).repack(src, row_bytes, rows, cols, first_panel, end_panel, dst);
+}
 
 void FillQ8_0ActSide(void* act_row, int64_t n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(act_row);
@@ -287,83 +330,6 @@ void FillQ8_0ActSide(void* act_row, int64_t n) {
     int32_t sum = 0;
     for (int j = 0; j < kQK; ++j) sum += blocks[b].qs[j];
     side[b] = {Fp16ToFp32(blocks[b].d), -128 * sum};
-  }
-}
-
-int64_t PanelColumns(GgmlType type) {
-  SHARDLM_CHECK(HasPanelLayout(type));
-  const bool super_blocks = type == GgmlType::kQ2_K || type == GgmlType::kQ3_K ||
-                            type == GgmlType::kQ4_K || type == GgmlType::kQ5_K ||
-                            type == GgmlType::kQ6_K || type == GgmlType::kIq4Xs ||
-                            type == GgmlType::kTq1_0 || type == GgmlType::kTq2_0;
-  return super_blocks ? kQK_K : 2 * kQK;
-}
-
-int64_t PanelStrideBytes(GgmlType type, int64_t cols) {
-  SHARDLM_CHECK(HasPanelLayout(type) && cols % PanelColumns(type) == 0);
-  return cols / PanelColumns(type) * PanelBlockBytes(type);
-}
-
-int64_t PanelMatrixBytes(GgmlType type, int64_t rows, int64_t cols) {
-  return (rows + kPanelRows - 1) / kPanelRows * PanelStrideBytes(type, cols);
-}
-
-void RepackPanels(GgmlType type, const void* src, int64_t row_bytes, int64_t rows, int64_t cols,
-                  int64_t first_panel, int64_t end_panel, void* dst) {
-  SHARDLM_CHECK(HasPanelLayout(type) && cols % PanelColumns(type) == 0);
-  switch (type) {
-    case GgmlType::kQ4_K:
-      return RepackAll<BlockQ4_K, PanelQ4_K, kQK_K, 1,
-                       RepackScaleMin<BlockQ4_K, PanelQ4_K, Q4KQuant>>(src, row_bytes, rows, cols,
-                                                                       first_panel, end_panel, dst);
-    case GgmlType::kQ2_K:
-      return RepackAll<BlockQ2_K, PanelQ2_K, kQK_K, 1, RepackQ2K>(src, row_bytes, rows, cols,
-                                                                  first_panel, end_panel, dst);
-    case GgmlType::kQ3_K:
-      return RepackAll<BlockQ3_K, PanelQ3_K, kQK_K, 1, RepackQ3K>(src, row_bytes, rows, cols,
-                                                                  first_panel, end_panel, dst);
-    case GgmlType::kQ5_K:
-      return RepackAll<BlockQ5_K, PanelQ5_K, kQK_K, 1,
-                       RepackScaleMin<BlockQ5_K, PanelQ5_K, Q5KQuant>>(src, row_bytes, rows, cols,
-                                                                       first_panel, end_panel, dst);
-    case GgmlType::kQ6_K:
-      return RepackAll<BlockQ6_K, PanelQ6_K, kQK_K, 1, RepackQ6K>(src, row_bytes, rows, cols,
-                                                                  first_panel, end_panel, dst);
-    case GgmlType::kQ8_0:
-      return RepackAll<BlockQ8_0, PanelQ8_0, 2 * kQK, 2, RepackQ80>(src, row_bytes, rows, cols,
-                                                                    first_panel, end_panel, dst);
-    case GgmlType::kQ4_0:
-      return RepackAll<BlockQ4_0, PanelNibbles, 2 * kQK, 2,
-                       RepackSmallBlocks<BlockQ4_0, PanelNibbles>>(src, row_bytes, rows, cols,
-                                                                   first_panel, end_panel, dst);
-    case GgmlType::kQ4_1:
-      return RepackAll<BlockQ4_1, PanelQ4_1, 2 * kQK, 2, RepackSmallBlocks<BlockQ4_1, PanelQ4_1>>(
-          src, row_bytes, rows, cols, first_panel, end_panel, dst);
-    case GgmlType::kQ5_0:
-      return RepackAll<BlockQ5_0, PanelQ5_0, 2 * kQK, 2, RepackSmallBlocks<BlockQ5_0, PanelQ5_0>>(
-          src, row_bytes, rows, cols, first_panel, end_panel, dst);
-    case GgmlType::kQ5_1:
-      return RepackAll<BlockQ5_1, PanelQ5_1, 2 * kQK, 2, RepackSmallBlocks<BlockQ5_1, PanelQ5_1>>(
-          src, row_bytes, rows, cols, first_panel, end_panel, dst);
-    case GgmlType::kIq4Nl:
-      return RepackAll<BlockIq4Nl, PanelNibbles, 2 * kQK, 2,
-                       RepackSmallBlocks<BlockIq4Nl, PanelNibbles>>(src, row_bytes, rows, cols,
-                                                                    first_panel, end_panel, dst);
-    case GgmlType::kIq4Xs:
-      return RepackAll<BlockIq4Xs, PanelIq4Xs, kQK_K, 1, RepackIq4Xs>(src, row_bytes, rows, cols,
-                                                                      first_panel, end_panel, dst);
-    case GgmlType::kTq1_0:
-      return RepackAll<BlockTq1_0, PanelTernary, kQK_K, 1,
-                       RepackTernary<BlockTq1_0, internal::DigitsTq1>>(src, row_bytes, rows, cols,
-                                                                       first_panel, end_panel, dst);
-    case GgmlType::kTq2_0:
-      return RepackAll<BlockTq2_0, PanelTernary, kQK_K, 1,
-                       RepackTernary<BlockTq2_0, internal::DigitsTq2>>(src, row_bytes, rows, cols,
-                                                                       first_panel, end_panel, dst);
-    default:
-      return RepackAll<BlockMxfp4, PanelMxfp4, 2 * kQK, 2,
-                       RepackSmallBlocks<BlockMxfp4, PanelMxfp4>>(src, row_bytes, rows, cols,
-                                                                  first_panel, end_panel, dst);
   }
 }
 
