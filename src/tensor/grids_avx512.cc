@@ -56,10 +56,11 @@ __m256i Bytes8(const uint8_t* p) {
 }
 
 // One sub-block of 32: magnitudes, the mask of negative values, and (IQ1_M) the mask of the
-// negative 1/8 shifts.
+// negative 1/8 shifts, one bit per pair of elements.
 struct SubBlock {
   __m256i mag;
-  __mmask32 neg, shift_neg;
+  __mmask32 neg;
+  __mmask16 shift_neg;
 };
 
 // What every AVX-512 decoder gives the tile kernel (grid_kernel_inl.h): its sub-block type and
@@ -73,9 +74,13 @@ struct Avx512Ops {
     const __m256i pairs = _mm256_maddubs_epi16(sub.mag, signed_a);
     p->isum = _mm256_add_epi32(p->isum, _mm256_madd_epi16(pairs, scales));
     if constexpr (kShift == Shift::kElements) {
-      const __m256i shifted = _mm256_mask_sub_epi8(a, sub.shift_neg, _mm256_setzero_si256(), a);
-      const __m256i shift_pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), shifted);
-      p->shift_isum = _mm256_add_epi32(p->shift_isum, _mm256_madd_epi16(shift_pairs, scales));
+      // The shift's sign goes on the scales (per row and sub-block) instead of the activations
+      // (per pair): the pair sums of a token's activations serve both rows of a tile, the
+      // signed scales all its tokens, and the int32 lanes are the same.
+      const __m256i a_pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), a);
+      const __m256i signed_scales =
+          _mm256_mask_sub_epi16(scales, sub.shift_neg, _mm256_setzero_si256(), scales);
+      p->shift_isum = _mm256_add_epi32(p->shift_isum, _mm256_madd_epi16(a_pairs, signed_scales));
     }
   }
 };
@@ -141,7 +146,7 @@ struct Iq3SDecoder : Avx512Ops {
 };
 
 // IQ1 entries are signed (−1, 0, 1): magnitudes and the mask of their negatives.
-SubBlock SignedSub(__m256i q, __mmask32 shift_neg) {
+SubBlock SignedSub(__m256i q, __mmask16 shift_neg) {
   return {_mm256_abs_epi8(q), _mm256_movepi8_mask(q), shift_neg};
 }
 
@@ -156,10 +161,10 @@ struct Iq1MDecoder : Avx512Ops {
   static constexpr float kFactor = 1.0f;
   static SubBlock Sub(const Block& b, int ib) {
     // Group l's nibble: bits 4l..4l+3 of the two qh bytes; its bit 3 is the shift sign, which
-    // covers the group's 8 elements.
+    // covers the group's 8 elements: 4 pairs.
     const uint32_t nibbles = static_cast<uint32_t>(b.qh[2 * ib] | (b.qh[2 * ib + 1] << 8));
-    const uint32_t shift_neg = _pdep_u32(_pext_u32(nibbles, 0x8888u), 0x01010101u) * 0xFFu;
-    return SignedSub(grids::Iq1MEntries(b, ib), shift_neg);
+    const uint32_t shift_neg = _pdep_u32(_pext_u32(nibbles, 0x8888u), 0x1111u) * 0xFu;
+    return SignedSub(grids::Iq1MEntries(b, ib), static_cast<__mmask16>(shift_neg));
   }
 };
 
