@@ -104,11 +104,15 @@ inline void Head(const BlockIq1S& b, Header* h) {
     h->shift_sum_scale[ib] = qh & 0x8000 ? -scale : scale;
   }
 }
+// IQ1_M's d: the top nibbles of its four scale words.
+inline float Iq1MD(const uint16_t sc[4]) {
+  return avx2::Fp16ToF32(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
+                                             ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
+}
 inline void Head(const BlockIq1M& b, Header* h) {
   uint16_t sc[4];
   std::memcpy(sc, b.scales, sizeof(sc));
-  h->d = avx2::Fp16ToF32(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
-                                             ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
+  h->d = Iq1MD(sc);
   for (int ib = 0; ib < 8; ++ib) {
     h->scale16[2 * ib] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1);
     h->scale16[2 * ib + 1] = static_cast<int16_t>(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
@@ -132,6 +136,15 @@ enum class Shift { kNone, kBlockSums, kElements };
 // One (row, token) pair's running sums: exact int32 lanes per super-block.
 struct PairSums {
   __m256i isum, shift_isum;
+};
+
+// A decoder with its own path for one row and one token (decode): D::DotSuperBlock(block,
+// activations, header, sums) sets the header fields the kernel's epilogue reads (d; IQ1_S's
+// shift sums) and a super-block's int32 lanes, the same as the sub-block path's.
+template <class D>
+concept HasSuperBlockDot = requires(const typename D::Block& b, const BlockQ8_K& a, Header* h,
+                                    PairSums* p) {
+  D::DotSuperBlock(b, a, h, p);
 };
 
 // The tile kernel of decoder D (an ISA's: D::Block, D::kFactor, D::Sub(block, ib) returning its
@@ -158,17 +171,21 @@ struct GridKernel {
       shift_total[r][c] = 0;
     }
     Decoded g[NR];
+    constexpr bool kSuperBlockDot = NR == 1 && NC == 1 && HasSuperBlockDot<D>;
     for (int64_t b = 0; b < nb; ++b) {
       PairSums sums[NR][NC];
       SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
         const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
         simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
-        Head(*blk, &g[r].h);
+        if constexpr (!kSuperBlockDot) Head(*blk, &g[r].h);
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           sums[r][c] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         }
       }
-      if constexpr (NR == 1 && NC == 1) {
+      if constexpr (kSuperBlockDot) {
+        D::DotSuperBlock(reinterpret_cast<const Block*>(w)[b],
+                         reinterpret_cast<const BlockQ8_K*>(act)[b], &g[0].h, &sums[0][0]);
+      } else if constexpr (NR == 1 && NC == 1) {
         // One pair (decode): each sub-block straight from the table loads into the dot.
         const Block* blk = reinterpret_cast<const Block*>(w) + b;
         const auto* a = reinterpret_cast<const BlockQ8_K*>(act) + b;

@@ -145,6 +145,26 @@ struct Iq3SDecoder : Avx512Ops {
   }
 };
 
+// The IQ1 decode paths (DotSuperBlock) take two sub-blocks per 512-bit vector: their 8 grid
+// entries by one gather (index qs[g] | high[g], high holding bits 8-10), the dot of the signed
+// entries with the activations in int32 lanes by each 128-bit lane's scale, and at the end the
+// two sub-blocks' lanes added (integers: the sub-block path's 8 lanes, summed in another order).
+__m512i GatherPair(const uint8_t* qs, __m256i high) {
+  uint64_t bytes;
+  std::memcpy(&bytes, qs, sizeof(bytes));
+  const __m256i idx =
+      _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))), high);
+  return _mm512_i32gather_epi64(idx, kIq1SGrid.data(), 8);
+}
+__m512i SignedDot(__m512i q, __m512i a, __m512i scales) {
+  const __m512i signed_a =
+      _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(q), _mm512_setzero_si512(), a);
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(q), signed_a), scales);
+}
+__m256i FoldHalves(__m512i lanes) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(lanes), _mm512_extracti64x4_epi64(lanes, 1));
+}
+
 // IQ1 entries are signed (−1, 0, 1): magnitudes and the mask of their negatives.
 SubBlock SignedSub(__m256i q, __mmask16 shift_neg) {
   return {_mm256_abs_epi8(q), _mm256_movepi8_mask(q), shift_neg};
@@ -154,6 +174,27 @@ struct Iq1SDecoder : Avx512Ops {
   using Block = BlockIq1S;
   static constexpr float kFactor = 1.0f;
   static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEntries(b, ib), 0); }
+
+  // Decode: two sub-blocks per step; the shift comes from the header's sums after the lanes.
+  static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
+    grids::Head(b, h);
+    __m512i isum = _mm512_setzero_si512();
+    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+      // Group g of the pair: index bits 8-10 in bits 3·(g%4).. of its sub-block's qh word.
+      const uint32_t qh = Word(b.qh + ib);
+      const __m256i high = _mm256_slli_epi32(
+          _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh)),
+                                             _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25)),
+                           _mm256_set1_epi32(7)),
+          8);
+      const __m512i scales =
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(h->scale16[2 * ib])),
+                             _mm256_set1_epi16(h->scale16[2 * ib + 2]), 1);
+      isum = _mm512_add_epi32(isum, SignedDot(GatherPair(b.qs + 4 * ib, high),
+                                              _mm512_loadu_si512(a.qs + ib * kQK), scales));
+    }
+    p->isum = FoldHalves(isum);
+  }
 };
 
 struct Iq1MDecoder : Avx512Ops {
@@ -165,6 +206,52 @@ struct Iq1MDecoder : Avx512Ops {
     const uint32_t nibbles = static_cast<uint32_t>(b.qh[2 * ib] | (b.qh[2 * ib + 1] << 8));
     const uint32_t shift_neg = _pdep_u32(_pext_u32(nibbles, 0x8888u), 0x1111u) * 0xFu;
     return SignedSub(grids::Iq1MEntries(b, ib), static_cast<__mmask16>(shift_neg));
+  }
+
+  // Decode (one row, one token): the 16 scales from one register, the shift's sign on them as in
+  // Sub, two sub-blocks per step.
+  static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
+    uint16_t sc[4];
+    std::memcpy(sc, b.scales, sizeof(sc));
+    h->d = grids::Iq1MD(sc);
+    uint64_t sc64;
+    std::memcpy(&sc64, b.scales, sizeof(sc64));
+    // Scale i (of 16 elements): 2 · ((word i/4 >> 3 · (i%4)) & 7) + 1.
+    const __m256i words = _mm256_permutexvar_epi16(
+        _mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+        _mm256_castsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(sc64))));
+    const __m256i fields = _mm256_and_si256(
+        _mm256_srlv_epi16(words, _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)),
+        _mm256_set1_epi16(7));
+    const __m512i scales = _mm512_castsi256_si512(
+        _mm256_add_epi16(_mm256_slli_epi16(fields, 1), _mm256_set1_epi16(1)));
+    // 128-bit lane k of a pair's scales: scale 4·pair + k, 8 times.
+    const __m512i lane_scale =
+        _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002,
+                         0x0002000200020002, 0x0001000100010001, 0x0001000100010001, 0, 0);
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i isum = zero, shift_isum = zero;
+    for (int pair = 0; pair < kQK_K / kQK / 2; ++pair) {
+      const int ib = 2 * pair;
+      // Group g of the pair: index bits 8-10 in nibble g's bits 0-2, its shift sign in bit 3.
+      const uint32_t nibbles = Word(b.qh + 2 * ib);
+      const __m256i high = _mm256_slli_epi32(
+          _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(nibbles)),
+                                             _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                           _mm256_set1_epi32(7)),
+          8);
+      const __m512i av = _mm512_loadu_si512(a.qs + ib * kQK);
+      const __m512i pair_scales = _mm512_permutexvar_epi16(
+          _mm512_add_epi16(lane_scale, _mm512_set1_epi16(4 * pair)), scales);
+      isum = _mm512_add_epi32(isum, SignedDot(GatherPair(b.qs + 4 * ib, high), av, pair_scales));
+      const __mmask32 shift_neg = _pdep_u32(_pext_u32(nibbles, 0x88888888u), 0x11111111u) * 0xFu;
+      const __m512i a_pairs = _mm512_maddubs_epi16(_mm512_set1_epi8(1), av);
+      shift_isum = _mm512_add_epi32(
+          shift_isum, _mm512_madd_epi16(a_pairs, _mm512_mask_sub_epi16(pair_scales, shift_neg, zero,
+                                                                       pair_scales)));
+    }
+    p->isum = FoldHalves(isum);
+    p->shift_isum = FoldHalves(shift_isum);
   }
 };
 
