@@ -147,6 +147,16 @@ concept HasSuperBlockDot = requires(const typename D::Block& b, const BlockQ8_K&
   D::DotSuperBlock(b, a, h, p);
 };
 
+// An ISA whose tiles take two sub-blocks per step: D::Pair (two sub-blocks with their scales),
+// D::MakePair(header, sub-block ib, sub-block ib + 1, ib), D::PairActs(activations, ib),
+// D::AddPair<kShift>(pair, acts, acc) into a D::PairAcc, and D::Fold(acc, sums) giving the
+// one-sub-block path's int32 lanes.
+template <class D>
+concept HasPairTiles = requires {
+  typename D::Pair;
+  typename D::PairAcc;
+};
+
 // The tile kernel of decoder D (an ISA's: D::Block, D::kFactor, D::Sub(block, ib) returning its
 // D::SubBlock, D::D::template AddSub<kShift>(sub, activations, scales, sums); Head(block, header)
 // for the block type is above).
@@ -192,6 +202,27 @@ struct GridKernel {
         for (int ib = 0; ib < kQK_K / kQK; ++ib) {
           D::template AddSub<kShift>(D::Sub(*blk, ib), SubBlockActs(*a, ib), Scales(g[0].h, ib),
                                      &sums[0][0]);
+        }
+      } else if constexpr (HasPairTiles<D>) {
+        // Token by token, the tile's rows' decoded pairs against its activations: a token's
+        // sums stay in registers.
+        typename D::Pair pairs[NR][kQK_K / kQK / 2];
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
+          for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+            pairs[r][ib / 2] = D::MakePair(g[r].h, D::Sub(*blk, ib), D::Sub(*blk, ib + 1), ib);
+          }
+        }
+        for (int c = 0; c < NC; ++c) {
+          const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+          typename D::PairAcc acc[NR];
+          SHARDLM_UNROLL for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+            const auto av = D::PairActs(*a, ib);
+            SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+              D::template AddPair<kShift>(pairs[r][ib / 2], av, &acc[r]);
+            }
+          }
+          SHARDLM_UNROLL for (int r = 0; r < NR; ++r) D::Fold(acc[r], &sums[r][c]);
         }
       } else {
         SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
