@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "base/elapsed.h"
 #include "engine/scheduler.h"
 #include "engine/scheduler_impl.h"
 #include "engine/scheduler_request.h"
@@ -15,14 +16,6 @@
 #include "pipeline/remote_stage.h"
 
 namespace shardlm {
-namespace {
-
-double MsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-}  // namespace
 
 Status Scheduler::ConnectPrefillWorker(std::optional<Fingerprint128> fingerprint) {
   if (!fingerprint) {

@@ -5,15 +5,9 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/elapsed.h"
 
 namespace shardlm {
-namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 Result<std::unique_ptr<PageResidency>> PageResidency::Create(
     PagePool* frames, int n_pages, std::unique_ptr<KvTier> tier,

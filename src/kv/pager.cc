@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "base/check.h"
+#include "base/elapsed.h"
 
 namespace shardlm {
 
@@ -263,8 +264,7 @@ Status Pager::Prepare(int slot, std::span<const PageId> pages, int begin, int en
     s.attended.push_back(i);
     s.ids.push_back(pages[i]);
   }
-  stats_.select_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  stats_.select_seconds += SecondsSince(started);
   return Status::Ok();
 }
 

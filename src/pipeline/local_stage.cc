@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/elapsed.h"
 #include "kv/shared_kv_layout.h"
 #include "model/prefault.h"
 #include "pipeline/model_loader.h"
@@ -192,8 +193,7 @@ Status LocalStage::Run(const StageBatch& batch, const float* hidden_in, float* o
     SHARDLM_TRY(ApplyCopies(batch.copies));
     SHARDLM_TRY(forward_->Run(batch.entries, batch.pages_by_slot, hidden_in, out));
   }
-  Count(batch, hidden_in != nullptr,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  Count(batch, hidden_in != nullptr, SecondsSince(start));
   return Status::Ok();
 }
 

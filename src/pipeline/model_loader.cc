@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "base/elapsed.h"
 #include "model/prefault.h"
 
 namespace shardlm {
@@ -14,8 +15,7 @@ namespace shardlm {
 void ReportPanels(const Model& model, const std::string& label,
                   std::chrono::steady_clock::time_point start, bool show_progress) {
   if (!show_progress || model.panels().matrices() == 0) return;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = SecondsSince(start);
   std::fprintf(stderr, "loading %s: %d matrices repacked into panels (%.2f MiB) in %.2f s\n",
                label.c_str(), model.panels().matrices(),
                double(model.panels().bytes()) / (1024.0 * 1024.0), seconds);
@@ -46,8 +46,7 @@ Result<LoadedModel> LoadModelFile(const std::string& path, const LoadOptions& op
   auto tokenizer = Tokenizer::FromGguf(*loaded.file);
   if (!tokenizer.ok()) return tokenizer.status().WithContext(path);
   loaded.tokenizer = std::move(tokenizer).value();
-  loaded.load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  loaded.load_seconds = SecondsSince(start);
   return loaded;
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "base/elapsed.h"
 #include "base/thread_name.h"
 #include "pipeline/stage_factory.h"
 
@@ -265,8 +266,7 @@ void Pipeline::RunStage(int stage_idx, Job& job) {
   float* out = last ? job.outputs.data() : job.hidden[(stage_idx + 1) % 2].data();
   const auto start = std::chrono::steady_clock::now();
   job.status = stage.Run(job.view(), hidden_in, out);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = SecondsSince(start);
 
   const uint64_t row_bytes = uint64_t(config_.n_embd) * sizeof(float);
   std::lock_guard<std::mutex> lock(mu_);

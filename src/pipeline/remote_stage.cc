@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "base/elapsed.h"
 #include "ipc/socket_dir.h"
 #include "model/model.h"
 #include "pipeline/shard_geometry.h"
@@ -20,10 +21,6 @@ namespace {
 
 // A HelloReply or a PagesReply is small: a few numbers and an error text.
 constexpr uint32_t kMaxSmallReplyBytes = 64 << 10;
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 Status CheckOptions(const RemoteStageOptions& o) {
   if (o.socket_path.empty()) return InvalidArgument("remote stage {}: empty socket path", o.index);

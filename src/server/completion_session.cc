@@ -3,12 +3,10 @@
 
 #include <fmt/format.h>
 
+#include "base/elapsed.h"
+
 namespace shardlm::server {
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
 
 // The end of a response id ("chatcmpl-0a1b2c3d00000007" → "00000007"): enough to tell apart
 // the tool calls of concurrent responses in a log.

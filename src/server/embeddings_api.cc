@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/elapsed.h"
 #include "server/completion_session.h"
 #include "server/embedding_runner.h"
 #include "server/request_parser.h"
@@ -133,10 +134,6 @@ std::variant<std::vector<std::vector<TokenId>>, ApiError> Tokenize(
     prompts.push_back(std::move(tokens));
   }
   return prompts;
-}
-
-double MsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 
+#include "base/elapsed.h"
 #include "cache/confined_path.h"
 #include "cache/private_folder.h"
 #include "server/completion_session.h"
@@ -12,10 +13,6 @@ namespace shardlm::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 Result<SlotAction> ParseAction(std::string_view action) {
   if (action == "save") return SlotAction::kSave;

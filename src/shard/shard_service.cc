@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/elapsed.h"
 #include "base/thread_name.h"
 #include "gguf/fingerprint.h"
 #include "ipc/shm_region.h"
@@ -33,10 +34,6 @@ constexpr int kBusyHelloTimeoutMs = 2000;
 // How long a new connection waits for the current session to end before it is refused as busy:
 // covers the teardown of a session whose server just disconnected (freeing its pool).
 constexpr int kSessionEndGraceMs = 500;
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::string Mib(size_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20)); }
 

@@ -7,14 +7,11 @@
 #include <thread>
 #include <vector>
 
+#include "base/elapsed.h"
 #include "pipeline/shard_geometry.h"
 
 namespace shardlm {
 namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::chrono::milliseconds HeartbeatInterval(uint32_t heartbeat_ms) {
   if (heartbeat_ms == 0) return std::chrono::milliseconds{0};
