@@ -117,14 +117,23 @@ struct Avx512Ops {
   struct PairAcc {
     __m512i isum = _mm512_setzero_si512(), shift_isum = _mm512_setzero_si512();
   };
+  // A pair from its parts: `shift_neg` negates the scales per pair of elements (IQ1_M).
+  static Pair PairOf(__m512i mag, __mmask64 neg, __m512i scales, __mmask32 shift_neg) {
+    return {mag, scales, _mm512_mask_sub_epi16(scales, shift_neg, _mm512_setzero_si512(), scales),
+            neg};
+  }
+  // IQ1's signed entries (−1, 0, 1) as a pair.
+  static Pair SignedPair(__m512i q, __m512i scales, __mmask32 shift_neg) {
+    return PairOf(_mm512_abs_epi8(q), _mm512_movepi8_mask(q), scales, shift_neg);
+  }
+  // The header's 16 scales in the first 16 int16 lanes (PairScales' input).
+  static __m512i HeaderScales(const grids::Header& h) {
+    return _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h.scale16)));
+  }
   static Pair MakePair(const grids::Header& h, const SubBlock& lo, const SubBlock& hi, int ib) {
-    const __m512i scales = PairScales(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h.scale16))),
-        ib);
-    const __mmask32 shift_neg = lo.shift_neg | (static_cast<uint32_t>(hi.shift_neg) << 16);
-    return {_mm512_inserti64x4(_mm512_castsi256_si512(lo.mag), hi.mag, 1), scales,
-            _mm512_mask_sub_epi16(scales, shift_neg, _mm512_setzero_si512(), scales),
-            lo.neg | (static_cast<uint64_t>(hi.neg) << 32)};
+    return PairOf(_mm512_inserti64x4(_mm512_castsi256_si512(lo.mag), hi.mag, 1),
+                  lo.neg | (static_cast<uint64_t>(hi.neg) << 32), PairScales(HeaderScales(h), ib),
+                  lo.shift_neg | (static_cast<uint32_t>(hi.shift_neg) << 16));
   }
   static __m512i PairActs(const BlockQ8_K& a, int ib) {
     return _mm512_loadu_si512(a.qs + ib * kQK);
@@ -213,11 +222,6 @@ __m512i GatherPair(const uint8_t* qs, __m256i high) {
       _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))), high);
   return _mm512_i32gather_epi64(idx, kIq1SGrid.data(), 8);
 }
-// Signed entries (−1, 0, 1) against activations.
-__m512i SignedDot(__m512i q, __m512i a, __m512i scales) {
-  return PairDot(_mm512_abs_epi8(q), _mm512_movepi8_mask(q), a, scales);
-}
-
 // IQ1 entries are signed (−1, 0, 1): magnitudes and the mask of their negatives.
 SubBlock SignedSub(__m256i q, __mmask16 shift_neg) {
   return {_mm256_abs_epi8(q), _mm256_movepi8_mask(q), shift_neg};
@@ -228,10 +232,11 @@ struct Iq1SDecoder : Avx512Ops {
   static constexpr float kFactor = 1.0f;
   static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEntries(b, ib), 0); }
 
-  // Decode: two sub-blocks per step; the shift comes from the header's sums after the lanes.
+  // Decode: two sub-blocks per step, as a tile's pairs; the shift comes from the header's sums
+  // after the lanes.
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     grids::Head(b, h);
-    __m512i isum = _mm512_setzero_si512();
+    PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
       // Group g of the pair: index bits 8-10 in bits 3·(g%4).. of its sub-block's qh word.
       const uint32_t qh = Word(b.qh + ib);
@@ -240,13 +245,15 @@ struct Iq1SDecoder : Avx512Ops {
                                              _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25)),
                            _mm256_set1_epi32(7)),
           8);
+      // One scale per sub-block (read as scalars: a vector load of the header just written
+      // element by element would wait for the stores).
       const __m512i scales =
           _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(h->scale16[2 * ib])),
                              _mm256_set1_epi16(h->scale16[2 * ib + 2]), 1);
-      isum = _mm512_add_epi32(isum, SignedDot(GatherPair(b.qs + 4 * ib, high),
-                                              _mm512_loadu_si512(a.qs + ib * kQK), scales));
+      AddPair<Shift::kNone>(SignedPair(GatherPair(b.qs + 4 * ib, high), scales, 0), PairActs(a, ib),
+                            &acc);
     }
-    p->isum = FoldHalves(isum);
+    Fold(acc, p);
   }
 };
 
@@ -261,14 +268,14 @@ struct Iq1MDecoder : Avx512Ops {
     return SignedSub(grids::Iq1MEntries(b, ib), static_cast<__mmask16>(shift_neg));
   }
 
-  // Decode (one row, one token): the 16 scales from one register, the shift's sign on them as in
-  // Sub, two sub-blocks per step.
+  // Decode (one row, one token): two sub-blocks per step, as a tile's pairs, the 16 scales
+  // from one register instead of the header's scalar loop.
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
-    uint16_t sc[4];
-    std::memcpy(sc, b.scales, sizeof(sc));
-    h->d = grids::Iq1MD(sc);
     uint64_t sc64;
     std::memcpy(&sc64, b.scales, sizeof(sc64));
+    uint16_t sc[4];
+    std::memcpy(sc, &sc64, sizeof(sc));
+    h->d = grids::Iq1MD(sc);
     // Scale i (of 16 elements): 2 · ((word i/4 >> 3 · (i%4)) & 7) + 1.
     const __m256i words = _mm256_permutexvar_epi16(
         _mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
@@ -278,27 +285,22 @@ struct Iq1MDecoder : Avx512Ops {
         _mm256_set1_epi16(7));
     const __m512i scales = _mm512_castsi256_si512(
         _mm256_add_epi16(_mm256_slli_epi16(fields, 1), _mm256_set1_epi16(1)));
-    const __m512i zero = _mm512_setzero_si512();
-    __m512i isum = zero, shift_isum = zero;
+    PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      // Group g of the pair: index bits 8-10 in nibble g's bits 0-2, its shift sign in bit 3.
+      // Group g of the pair: index bits 8-10 in nibble g's bits 0-2, its shift sign in bit 3
+      // (4 pairs of elements).
       const uint32_t nibbles = Word(b.qh + 2 * ib);
       const __m256i high = _mm256_slli_epi32(
           _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(nibbles)),
                                              _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
                            _mm256_set1_epi32(7)),
           8);
-      const __m512i av = _mm512_loadu_si512(a.qs + ib * kQK);
-      const __m512i pair_scales = PairScales(scales, ib);
-      isum = _mm512_add_epi32(isum, SignedDot(GatherPair(b.qs + 4 * ib, high), av, pair_scales));
       const __mmask32 shift_neg = _pdep_u32(_pext_u32(nibbles, 0x88888888u), 0x11111111u) * 0xFu;
-      const __m512i a_pairs = _mm512_maddubs_epi16(_mm512_set1_epi8(1), av);
-      shift_isum = _mm512_add_epi32(
-          shift_isum, _mm512_madd_epi16(a_pairs, _mm512_mask_sub_epi16(pair_scales, shift_neg, zero,
-                                                                       pair_scales)));
+      AddPair<Shift::kElements>(
+          SignedPair(GatherPair(b.qs + 4 * ib, high), PairScales(scales, ib), shift_neg),
+          PairActs(a, ib), &acc);
     }
-    p->isum = FoldHalves(isum);
-    p->shift_isum = FoldHalves(shift_isum);
+    Fold(acc, p);
   }
 };
 
