@@ -3,11 +3,13 @@
 //
 // The shared tile kernel (grid_kernel_inl.h: one decode of a row's super-block per tile, the
 // generic kernels' integer lanes and float order, so the results are bitwise theirs) with
-// decoders that use what AVX-512 adds: grid entries fetched by one gather per sub-block instead of
-// scalar loads and inserts, and signs kept as a 32-bit mask (one bit per element) that negates
-// the activations with one masked subtraction; the 7-bit sign codes become that mask with a
-// bit deposit and a parity fold, without a table. Tiles (and the IQ1 decode paths) multiply two
-// decoded sub-blocks per 512-bit step: IQ1_M's pp512 went 1.5x, IQ2_XS's 1.2x when they did.
+// decoders that use what AVX-512 adds: signs kept as a mask (one bit per element) that negates
+// the activations with one masked subtraction, the 7-bit sign codes turned into that mask
+// without a table, and two decoded sub-blocks multiplied per 512-bit step (IQ1_M's pp512 went
+// 1.5x, IQ2_XS's 1.2x when they did). Decode (one row, one token) has its own path per type,
+// DotSuperBlock, which takes a super-block's indices, signs and scales in vectors at once
+// (Qwen3-0.6B tg, 2 threads: IQ2_XS 1.56x, IQ3_XXS and IQ3_S 1.4x, IQ2_XXS and IQ2_S 1.25x,
+// IQ1_M 1.17x).
 #include <cstring>
 
 #include "tensor/grid_kernel_inl.h"
@@ -39,9 +41,11 @@ __m256i Gather4(const uint64_t* grid, __m128i idx) {
   return _mm256_i32gather_epi64(reinterpret_cast<const long long*>(grid), idx, 8);
 }
 // (Scalar loads, Set4, are faster on this machine (Zen 5) than a 4-entry gather wherever the
-// indices come cheaply: IQ2_XXS, IQ2_XS; the gathers win where computing the indices in
-// vectors saves more: IQ2_S, and the 8-entry ones of IQ3. One 8-entry gather for two
-// sub-blocks lost to the scalar loads in decode too: IQ2_XXS 27 -> 21 t/s, IQ3_XXS 22 -> 20.)
+// indices come cheaply: IQ2_XXS, IQ2_XS; in the tiles the gathers win where computing the
+// indices in vectors saves more: IQ2_S, and the 8-entry ones of IQ3. In decode, whose
+// DotSuperBlock computes a super-block's indices in vectors, scalar loads beat the gathers for
+// every type: IQ3_XXS 1.37x with them against 1.0x with one 16-entry gather per pair, IQ1_M
+// 1.17x against an 8-entry gather, IQ2_XXS 27 -> 21 t/s when it tried one.)
 // Eight 4-wide grid entries at the int32 indices `idx`.
 __m256i Gather8(const uint32_t* grid, __m256i idx) {
   return _mm256_i32gather_epi32(reinterpret_cast<const int*>(grid), idx, 4);
@@ -153,6 +157,100 @@ struct Avx512Ops {
   }
 };
 
+// The decode paths of the other grid types (DotSuperBlock: one row, one token) take a
+// super-block's fields in vectors at once: its grid indices are masked in one register and
+// read back from the stack for the scalar grid loads, its 32 sign codes become the sign bytes
+// in one register, its 16 scales come from one register; then two sub-blocks per step as the
+// tiles' pairs. Per sub-block that leaves the four index and four grid loads of the scalar path
+// and no scalar bit arithmetic.
+//
+// Lane g of 32 int16 lanes holds g: the group whose index bits a lane computes.
+__m512i GroupLanes() {
+  return _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
+                          13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+}
+// 32 groups' grid indices: byte g of `low`, or'ed with `high`'s lane g (bits 8 and up).
+void StoreIndices(const uint8_t* low, __m512i high, uint16_t idx[32]) {
+  _mm512_storeu_si512(
+      idx,
+      _mm512_or_si512(
+          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(low))), high));
+}
+
+// Eight 8-wide grid entries (two sub-blocks) by scalar loads: groups 0-3 at indices lo[0..3],
+// groups 4-7 at hi[0..3].
+template <class Index>
+__m512i Entries8(const uint64_t* grid, const Index* lo, const Index* hi) {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(Set4(grid[lo[0]], grid[lo[1]], grid[lo[2]], grid[lo[3]])),
+      Set4(grid[hi[0]], grid[hi[1]], grid[hi[2]], grid[hi[3]]), 1);
+}
+
+// The 32 groups' sign bytes from their 7-bit codes (int16 lanes of `codes`), bit 7 the parity
+// that makes each group's negatives even (EvenSignMask's bytes): the masks of the four pairs of
+// sub-blocks, 64 bits each.
+void EvenSignMasks(__m512i codes, uint64_t masks[4]) {
+  __m512i parity = _mm512_xor_si512(codes, _mm512_srli_epi16(codes, 4));
+  parity = _mm512_xor_si512(parity, _mm512_srli_epi16(parity, 2));
+  parity = _mm512_xor_si512(parity, _mm512_srli_epi16(parity, 1));
+  const __m512i bytes =
+      _mm512_or_si512(codes, _mm512_slli_epi16(_mm512_and_si512(parity, _mm512_set1_epi16(1)), 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(masks), _mm512_cvtepi16_epi8(bytes));
+}
+
+// IQ2_XS / IQ2_S: the 16 scales (a nibble per 16 elements, low nibble first) in int16 lanes
+// 0..15, PairScales' input.
+__m512i NibbleScales(const uint8_t* scales) {
+  uint64_t packed;
+  std::memcpy(&packed, scales, sizeof(packed));
+  const __m128i bytes = _mm_cvtsi64_si128(static_cast<long long>(packed));
+  const __m128i nibble = _mm_set1_epi8(0xF);
+  const __m256i s = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
+      _mm_and_si128(bytes, nibble), _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble)));
+  return _mm512_castsi256_si512(_mm256_add_epi16(_mm256_slli_epi16(s, 1), _mm256_set1_epi16(1)));
+}
+
+// IQ2_XXS / IQ3_XXS: per sub-block a word of four 7-bit sign codes (bits 7l..7l+6) and the
+// scale in bits 28-31; `words` holds the super-block's eight. The masks of the pairs of
+// sub-blocks, as EvenSignMasks.
+void SignWordMasks(__m256i words, uint64_t masks[4]) {
+  // Code l of word ib into 32-bit lane 4·ib + l (words 0-3, then 4-7).
+  const __m512i word = _mm512_castsi256_si512(words);
+  const __m512i of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i shift = _mm512_set_epi32(21, 14, 7, 0, 21, 14, 7, 0, 21, 14, 7, 0, 21, 14, 7, 0);
+  const __m512i code = _mm512_set1_epi32(0x7F);
+  const __m512i lo =
+      _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(of_lane, word), shift), code);
+  const __m512i hi = _mm512_and_si512(
+      _mm512_srlv_epi32(
+          _mm512_permutexvar_epi32(_mm512_add_epi32(of_lane, _mm512_set1_epi32(4)), word), shift),
+      code);
+  EvenSignMasks(_mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(lo)),
+                                   _mm512_cvtepi32_epi16(hi), 1),
+                masks);
+}
+// Their 16 scales (two lanes per sub-block) in int16 lanes 0..15, PairScales' input.
+__m512i WordScales(__m256i words) {
+  const __m256i s = _mm256_srli_epi32(words, 28);
+  const __m256i both = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+  return _mm512_castsi256_si512(_mm256_add_epi16(_mm256_slli_epi16(both, 1), _mm256_set1_epi16(1)));
+}
+
+// Sixteen 4-wide grid entries (two sub-blocks) at the indices idx[0..15], by scalar loads.
+template <class Index>
+__m512i Entries16(const uint32_t* grid, const Index* idx) {
+  const auto two = [&](int k) { return grids::Pair(grid[idx[k]], grid[idx[k + 1]]); };
+  return _mm512_inserti64x4(_mm512_castsi256_si512(Set4(two(0), two(2), two(4), two(6))),
+                            Set4(two(8), two(10), two(12), two(14)), 1);
+}
+
+// IQ2_S / IQ3_S keep a sign bit per element: the mask of sub-blocks ib, ib + 1 is 8 of its bytes.
+uint64_t SignBytes(const uint8_t* signs, int ib) {
+  uint64_t mask;
+  std::memcpy(&mask, signs + 4 * ib, sizeof(mask));
+  return mask;
+}
+
 struct Iq2XxsDecoder : Avx512Ops {
   using Block = BlockIq2Xxs;
   static constexpr float kFactor = 0.125f;
@@ -161,6 +259,23 @@ struct Iq2XxsDecoder : Avx512Ops {
     return {Set4(kIq2XxsGrid[bytes[0]], kIq2XxsGrid[bytes[1]], kIq2XxsGrid[bytes[2]],
                  kIq2XxsGrid[bytes[3]]),
             EvenSignMask(Word(bytes + 4)), 0};
+  }
+
+  static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
+    h->d = avx2::Fp16ToF32(b.d);
+    // Per sub-block 8 bytes: the four groups' indices, then the word of signs and scale.
+    const __m256i words = _mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_loadu_si512(b.qs), 32));
+    uint64_t neg[4];
+    SignWordMasks(words, neg);
+    const __m512i scales = WordScales(words);
+    const auto* idx = reinterpret_cast<const uint8_t*>(b.qs);
+    PairAcc acc;
+    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+      const __m512i mag = Entries8(kIq2XxsGrid.data(), idx + 8 * ib, idx + 8 * ib + 8);
+      AddPair<Shift::kNone>(PairOf(mag, neg[ib / 2], PairScales(scales, ib), 0), PairActs(a, ib),
+                            &acc);
+    }
+    Fold(acc, p);
   }
 };
 
@@ -176,6 +291,23 @@ struct Iq2XsDecoder : Avx512Ops {
                  kIq2XsGrid[q[3] & 511]),
             EvenSignMask(codes), 0};
   }
+
+  static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
+    h->d = avx2::Fp16ToF32(b.d);
+    const __m512i q = _mm512_loadu_si512(b.qs);  // per group: 9-bit index, 7-bit sign code
+    uint16_t idx[kQK_K / 8];
+    _mm512_storeu_si512(idx, _mm512_and_si512(q, _mm512_set1_epi16(511)));
+    uint64_t neg[4];
+    EvenSignMasks(_mm512_srli_epi16(q, 9), neg);
+    const __m512i scales = NibbleScales(b.scales);
+    PairAcc acc;
+    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+      const __m512i mag = Entries8(kIq2XsGrid.data(), idx + 4 * ib, idx + 4 * ib + 4);
+      AddPair<Shift::kNone>(PairOf(mag, neg[ib / 2], PairScales(scales, ib), 0), PairActs(a, ib),
+                            &acc);
+    }
+    Fold(acc, p);
+  }
 };
 
 struct Iq2SDecoder : Avx512Ops {
@@ -189,6 +321,32 @@ struct Iq2SDecoder : Avx512Ops {
     const __m128i idx = _mm_or_si128(Bytes4(b.qs + 4 * ib), high);
     return {Gather4(kIq2SGrid.data(), idx), Word(b.qs + kQK_K / 8 + 4 * ib), 0};
   }
+
+  static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
+    h->d = avx2::Fp16ToF32(b.d);
+    // Group g's index: byte g of qs, bits 8-9 from bits 2·(g%4) of qh[g/4].
+    uint64_t qh;
+    std::memcpy(&qh, b.qh, sizeof(qh));
+    const __m512i g = GroupLanes();
+    const __m512i qh_of_group = _mm512_permutexvar_epi16(
+        _mm512_srli_epi16(g, 2),
+        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(qh)))));
+    // (qh >> 2·(g % 4)) << 8 as one shift left by 8 − 2·(g % 4).
+    const __m512i left = _mm512_sub_epi16(
+        _mm512_set1_epi16(8), _mm512_slli_epi16(_mm512_and_si512(g, _mm512_set1_epi16(3)), 1));
+    uint16_t idx[kQK_K / 8];
+    StoreIndices(b.qs,
+                 _mm512_and_si512(_mm512_sllv_epi16(qh_of_group, left), _mm512_set1_epi16(0x300)),
+                 idx);
+    const __m512i scales = NibbleScales(b.scales);
+    PairAcc acc;
+    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+      const __m512i mag = Entries8(kIq2SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4);
+      AddPair<Shift::kNone>(PairOf(mag, SignBytes(b.qs + kQK_K / 8, ib), PairScales(scales, ib), 0),
+                            PairActs(a, ib), &acc);
+    }
+    Fold(acc, p);
+  }
 };
 
 struct Iq3XxsDecoder : Avx512Ops {
@@ -197,6 +355,21 @@ struct Iq3XxsDecoder : Avx512Ops {
   static SubBlock Sub(const Block& b, int ib) {
     return {Gather8(kIq3XxsGrid.data(), Bytes8(b.qs + 8 * ib)),
             EvenSignMask(Word(b.qs + kQK_K / 4 + 4 * ib)), 0};
+  }
+
+  static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
+    h->d = avx2::Fp16ToF32(b.d);
+    const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + kQK_K / 4));
+    uint64_t neg[4];
+    SignWordMasks(words, neg);
+    const __m512i scales = WordScales(words);
+    PairAcc acc;
+    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+      AddPair<Shift::kNone>(PairOf(Entries16(kIq3XxsGrid.data(), b.qs + 8 * ib), neg[ib / 2],
+                                   PairScales(scales, ib), 0),
+                            PairActs(a, ib), &acc);
+    }
+    Fold(acc, p);
   }
 };
 
@@ -211,17 +384,46 @@ struct Iq3SDecoder : Avx512Ops {
     const __m256i idx = _mm256_or_si256(Bytes8(b.qs + 8 * ib), high);
     return {Gather8(kIq3SGrid.data(), idx), Word(b.signs + 4 * ib), 0};
   }
+
+  static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
+    h->d = avx2::Fp16ToF32(b.d);
+    // Sub-block ib's scale: nibble ib % 2 of scales[ib / 2], in int16 lanes 2·ib, 2·ib + 1.
+    const __m128i bytes = _mm_cvtsi32_si128(static_cast<int>(Word(b.scales)));
+    const __m128i nibble = _mm_set1_epi8(0xF);
+    const __m128i s = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(
+        _mm_and_si128(bytes, nibble), _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble)));
+    const __m256i s16 = _mm256_set_m128i(_mm_unpackhi_epi16(s, s), _mm_unpacklo_epi16(s, s));
+    const __m512i scales =
+        _mm512_castsi256_si512(_mm256_add_epi16(_mm256_slli_epi16(s16, 1), _mm256_set1_epi16(1)));
+    // Entry j's index: byte j of qs, bit 8 from bit j % 8 of qh[j / 8].
+    uint64_t qh;
+    std::memcpy(&qh, b.qh, sizeof(qh));
+    const __m512i qh_words =
+        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(qh))));
+    const __m512i j = GroupLanes();
+    const __m512i bit = _mm512_and_si512(j, _mm512_set1_epi16(7));
+    uint16_t idx[kQK_K / 4];
+    for (int half = 0; half < 2; ++half) {
+      const __m512i qh_of_entry = _mm512_permutexvar_epi16(
+          _mm512_add_epi16(_mm512_srli_epi16(j, 3),
+                           _mm512_set1_epi16(static_cast<int16_t>(4 * half))),
+          qh_words);
+      StoreIndices(
+          b.qs + 32 * half,
+          _mm512_slli_epi16(
+              _mm512_and_si512(_mm512_srlv_epi16(qh_of_entry, bit), _mm512_set1_epi16(1)), 8),
+          idx + 32 * half);
+    }
+    PairAcc acc;
+    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+      AddPair<Shift::kNone>(PairOf(Entries16(kIq3SGrid.data(), idx + 8 * ib),
+                                   SignBytes(b.signs, ib), PairScales(scales, ib), 0),
+                            PairActs(a, ib), &acc);
+    }
+    Fold(acc, p);
+  }
 };
 
-// The IQ1 decode paths (DotSuperBlock: one row, one token) take two sub-blocks per step too:
-// their 8 grid entries by one gather (index qs[g] | high[g], high holding bits 8-10).
-__m512i GatherPair(const uint8_t* qs, __m256i high) {
-  uint64_t bytes;
-  std::memcpy(&bytes, qs, sizeof(bytes));
-  const __m256i idx =
-      _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))), high);
-  return _mm512_i32gather_epi64(idx, kIq1SGrid.data(), 8);
-}
 // IQ1 entries are signed (−1, 0, 1): magnitudes and the mask of their negatives.
 SubBlock SignedSub(__m256i q, __mmask16 shift_neg) {
   return {_mm256_abs_epi8(q), _mm256_movepi8_mask(q), shift_neg};
@@ -236,22 +438,29 @@ struct Iq1SDecoder : Avx512Ops {
   // after the lanes.
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     grids::Head(b, h);
+    // Group g's index: qs[g], bits 8-10 from bits 3·(g % 4) of qh[g / 4].
+    const __m512i g = GroupLanes();
+    const __m512i qh_of_group = _mm512_permutexvar_epi16(
+        _mm512_srli_epi16(g, 2),
+        _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh))));
+    const __m512i field =
+        _mm512_mullo_epi16(_mm512_and_si512(g, _mm512_set1_epi16(3)), _mm512_set1_epi16(3));
+    uint16_t idx[kQK_K / 8];
+    StoreIndices(
+        b.qs,
+        _mm512_slli_epi16(
+            _mm512_and_si512(_mm512_srlv_epi16(qh_of_group, field), _mm512_set1_epi16(7)), 8),
+        idx);
     PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      // Group g of the pair: index bits 8-10 in bits 3·(g%4).. of its sub-block's qh word.
-      const uint32_t qh = Word(b.qh + ib);
-      const __m256i high = _mm256_slli_epi32(
-          _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh)),
-                                             _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25)),
-                           _mm256_set1_epi32(7)),
-          8);
       // One scale per sub-block (read as scalars: a vector load of the header just written
       // element by element would wait for the stores).
       const __m512i scales =
           _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(h->scale16[2 * ib])),
                              _mm256_set1_epi16(h->scale16[2 * ib + 2]), 1);
-      AddPair<Shift::kNone>(SignedPair(GatherPair(b.qs + 4 * ib, high), scales, 0), PairActs(a, ib),
-                            &acc);
+      AddPair<Shift::kNone>(
+          SignedPair(Entries8(kIq1SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4), scales, 0),
+          PairActs(a, ib), &acc);
     }
     Fold(acc, p);
   }
@@ -285,19 +494,23 @@ struct Iq1MDecoder : Avx512Ops {
         _mm256_set1_epi16(7));
     const __m512i scales = _mm512_castsi256_si512(
         _mm256_add_epi16(_mm256_slli_epi16(fields, 1), _mm256_set1_epi16(1)));
+    // Group g's index: qs[g], bits 8-10 from bits 0-2 of nibble g of qh.
+    const __m512i g = GroupLanes();
+    const __m512i nibble = _mm512_srlv_epi16(
+        _mm512_permutexvar_epi16(_mm512_srli_epi16(g, 1),
+                                 _mm512_castsi256_si512(_mm256_cvtepu8_epi16(
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh))))),
+        _mm512_slli_epi16(_mm512_and_si512(g, _mm512_set1_epi16(1)), 2));
+    uint16_t idx[kQK_K / 8];
+    StoreIndices(b.qs, _mm512_slli_epi16(_mm512_and_si512(nibble, _mm512_set1_epi16(7)), 8), idx);
     PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      // Group g of the pair: index bits 8-10 in nibble g's bits 0-2, its shift sign in bit 3
-      // (4 pairs of elements).
+      // Nibble g's bit 3: the shift sign of group g (4 pairs of elements).
       const uint32_t nibbles = Word(b.qh + 2 * ib);
-      const __m256i high = _mm256_slli_epi32(
-          _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(nibbles)),
-                                             _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                           _mm256_set1_epi32(7)),
-          8);
       const __mmask32 shift_neg = _pdep_u32(_pext_u32(nibbles, 0x88888888u), 0x11111111u) * 0xFu;
       AddPair<Shift::kElements>(
-          SignedPair(GatherPair(b.qs + 4 * ib, high), PairScales(scales, ib), shift_neg),
+          SignedPair(Entries8(kIq1SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4),
+                     PairScales(scales, ib), shift_neg),
           PairActs(a, ib), &acc);
     }
     Fold(acc, p);
