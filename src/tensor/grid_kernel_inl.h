@@ -52,10 +52,11 @@ inline __m256i Iq1MEntries(const BlockIq1M& b, int ib) {
 inline uint64_t Pair(uint32_t lo, uint32_t hi) { return lo | (uint64_t{hi} << 32); }
 
 // A super-block's header as the dot product sees it: d, the odd scale of each 16 elements
-// and, for IQ1_S, each 32's shift sign times its scale.
+// and, for IQ1_S, that scale times its 32's shift sign (the factor of each of the activations'
+// 16-element sums).
 struct Header {
   int16_t scale16[16];
-  int shift_sum_scale[8];
+  int16_t shift_scale16[16];
   float d;
 };
 
@@ -101,7 +102,8 @@ inline void Head(const BlockIq1S& b, Header* h) {
     const int qh = b.qh[ib];
     const int scale = 2 * ((qh >> 12) & 7) + 1;
     SetScale32(h, ib, scale);
-    h->shift_sum_scale[ib] = qh & 0x8000 ? -scale : scale;
+    h->shift_scale16[2 * ib] = h->shift_scale16[2 * ib + 1] =
+        static_cast<int16_t>(qh & 0x8000 ? -scale : scale);
   }
 }
 // IQ1_M's d: the top nibbles of its four scale words.
@@ -250,12 +252,15 @@ struct GridKernel {
                 _mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].shift_isum), shift_acc[r][c]);
           }
           if constexpr (kShift == Shift::kBlockSums) {
-            int sum = 0;
-            for (int ib = 0; ib < 8; ++ib) {
-              sum += (a->bsums[2 * ib] + a->bsums[2 * ib + 1]) * g[r].h.shift_sum_scale[ib];
-            }
-            shift_total[r][c] =
-                __builtin_fmaf(a->d * g[r].h.d, static_cast<float>(sum), shift_total[r][c]);
+            // Σ bsums[j] · shift_scale16[j]: an exact integer, the generic kernel's.
+            const __m256i products =
+                _mm256_madd_epi16(avx2::Load32(a->bsums), avx2::Load32(g[r].h.shift_scale16));
+            __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(products),
+                                        _mm256_extracti128_si256(products, 1));
+            sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(1, 0, 3, 2)));
+            sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(2, 3, 0, 1)));
+            shift_total[r][c] = __builtin_fmaf(
+                a->d * g[r].h.d, static_cast<float>(_mm_cvtsi128_si32(sum)), shift_total[r][c]);
           }
         }
       }
