@@ -131,6 +131,47 @@ inline void Head(const BlockIq1M& b, Header* h) {
   }
 }
 
+// The decode paths' header in registers (both ISAs): the 16 scales 2·s + 1 as int16 lanes.
+inline __m256i OddScales(__m256i s) {
+  return _mm256_add_epi16(_mm256_slli_epi16(s, 1), _mm256_set1_epi16(1));
+}
+// The nibbles of `n` bytes (low nibble first) as 2·n int16 lanes.
+inline __m256i Nibbles16(uint64_t packed) {
+  const __m128i bytes = _mm_cvtsi64_si128(static_cast<long long>(packed));
+  const __m128i nibble = _mm_set1_epi8(0xF);
+  return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(bytes, nibble),
+                                                _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble)));
+}
+// Two int16 lanes per sub-block from one value per sub-block (8 lanes).
+inline __m256i PerSubBlock(__m128i v) {
+  return _mm256_set_m128i(_mm_unpackhi_epi16(v, v), _mm_unpacklo_epi16(v, v));
+}
+// IQ2_XS / IQ2_S: a nibble per 16 elements.
+inline __m256i NibbleScales(const uint8_t* scales) {
+  uint64_t packed;
+  std::memcpy(&packed, scales, sizeof(packed));
+  return OddScales(Nibbles16(packed));
+}
+// IQ3_S: a nibble per 32 elements.
+inline __m256i Iq3SScales(const uint8_t* scales) {
+  return OddScales(PerSubBlock(_mm256_castsi256_si128(Nibbles16(Word(scales)))));
+}
+// IQ2_XXS / IQ3_XXS: the scale in bits 28-31 of each sub-block's word (dword lanes of `words`).
+inline __m256i WordScales(__m256i words) {
+  const __m256i s = _mm256_srli_epi32(words, 28);
+  return OddScales(_mm256_or_si256(s, _mm256_slli_epi32(s, 16)));
+}
+// IQ1_S: each sub-block's qh word holds the scale in bits 12-14 and the shift's sign in bit 15;
+// the header's scales and its signed shift scales.
+inline __m256i Iq1SScales(__m128i qh, Header* h) {
+  const __m128i scale =
+      _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1),
+                    _mm_set1_epi16(1));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->shift_scale16),
+                      PerSubBlock(_mm_sign_epi16(scale, _mm_or_si128(qh, _mm_set1_epi16(1)))));
+  return PerSubBlock(scale);
+}
+
 // The activations of sub-block ib.
 inline __m256i SubBlockActs(const BlockQ8_K& a, int ib) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + ib * kQK));

@@ -106,25 +106,9 @@ inline void EvenSignMasks(__m256i lo, __m256i hi, uint32_t masks[8]) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(masks), bytes);
 }
 
-// The header's 16 scales 2·s + 1 from s in the int16 lanes of `s`.
-inline void StoreScales(__m256i s, grids::Header* h) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->scale16),
-                      _mm256_add_epi16(_mm256_slli_epi16(s, 1), _mm256_set1_epi16(1)));
-}
-// IQ2_XS / IQ2_S: a nibble per 16 elements, low nibble first.
-inline void StoreNibbleScales(const uint8_t* scales, grids::Header* h) {
-  uint64_t packed;
-  std::memcpy(&packed, scales, sizeof(packed));
-  const __m128i bytes = _mm_cvtsi64_si128(static_cast<long long>(packed));
-  const __m128i nibble = _mm_set1_epi8(0xF);
-  StoreScales(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
-                  _mm_and_si128(bytes, nibble), _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble))),
-              h);
-}
-// IQ2_XXS / IQ3_XXS: the scale in bits 28-31 of each sub-block's word (dword lanes of `words`).
-inline void StoreWordScales(__m256i words, grids::Header* h) {
-  const __m256i s = _mm256_srli_epi32(words, 28);
-  StoreScales(_mm256_or_si256(s, _mm256_slli_epi32(s, 16)), h);
+// The header's 16 scales with one store.
+inline void StoreScales(__m256i scales, grids::Header* h) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->scale16), scales);
 }
 // 16 groups' indices: bytes of `low`, or'ed with `high`'s lanes.
 inline void StoreIndices16(const uint8_t* low, __m256i high, uint16_t idx[16]) {
@@ -161,7 +145,7 @@ struct Iq2XxsDecoder : Avx2Ops {
     const __m256i words =
         _mm256_blend_epi32(_mm256_permutevar8x32_epi32(Load32(b.qs), odd),
                            _mm256_permutevar8x32_epi32(Load32(b.qs + 16), odd), 0xF0);
-    StoreWordScales(words, h);
+    StoreScales(grids::WordScales(words), h);
     const auto* bytes = reinterpret_cast<const uint8_t*>(b.qs);
     AddSubBlocks<Shift::kNone>(a, *h, p, [&](int ib) {
       const uint8_t* q = bytes + 8 * ib;
@@ -195,7 +179,7 @@ struct Iq2XsDecoder : Avx2Ops {
                         _mm256_and_si256(q1, _mm256_set1_epi16(511)));
     uint32_t neg[kQK_K / kQK];
     EvenSignMasks(_mm256_srli_epi16(q0, 9), _mm256_srli_epi16(q1, 9), neg);
-    StoreNibbleScales(b.scales, h);
+    StoreScales(grids::NibbleScales(b.scales), h);
     AddSubBlocks<Shift::kNone>(a, *h, p, [&](int ib) {
       const uint16_t* i = idx + 4 * ib;
       return SubBlock{Set4(kIq2XsGrid[i[0]], kIq2XsGrid[i[1]], kIq2XsGrid[i[2]], kIq2XsGrid[i[3]]),
@@ -235,7 +219,7 @@ struct Iq2SDecoder : Avx2Ops {
         b.qs + 16,
         _mm256_and_si256(_mm256_mullo_epi16(LaneBytes<4, 4>(qh_bytes), shift), high_bits),
         idx + 16);
-    StoreNibbleScales(b.scales, h);
+    StoreScales(grids::NibbleScales(b.scales), h);
     AddSubBlocks<Shift::kNone>(a, *h, p, [&](int ib) {
       const uint16_t* i = idx + 4 * ib;
       return SubBlock{Set4(kIq2SGrid[i[0]], kIq2SGrid[i[1]], kIq2SGrid[i[2]], kIq2SGrid[i[3]]),
@@ -261,7 +245,7 @@ struct Iq3XxsDecoder : Avx2Ops {
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = Fp16ToF32(b.d);
-    StoreWordScales(Load32(b.qs + kQK_K / 4), h);
+    StoreScales(grids::WordScales(Load32(b.qs + kQK_K / 4)), h);
     AddSubBlocks<Shift::kNone>(a, *h, p, [&](int ib) {
       const uint8_t* q = b.qs + 8 * ib;
       return SubBlock{Set4(Pair(kIq3XxsGrid[q[0]], kIq3XxsGrid[q[1]]),
@@ -293,12 +277,7 @@ struct Iq3SDecoder : Avx2Ops {
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = Fp16ToF32(b.d);
-    // Sub-block ib's scale: nibble ib % 2 of scales[ib / 2], in int16 lanes 2·ib, 2·ib + 1.
-    const __m128i bytes = _mm_cvtsi32_si128(static_cast<int>(Word(b.scales)));
-    const __m128i nibble = _mm_set1_epi8(0xF);
-    const __m128i s = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(
-        _mm_and_si128(bytes, nibble), _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble)));
-    StoreScales(_mm256_set_m128i(_mm_unpackhi_epi16(s, s), _mm_unpacklo_epi16(s, s)), h);
+    StoreScales(grids::Iq3SScales(b.scales), h);
     // Entry j's index: byte j of qs, bit 8 from bit j % 8 of qh[j / 8].
     uint64_t qh;
     std::memcpy(&qh, b.qh, sizeof(qh));
@@ -335,18 +314,7 @@ struct Iq1SDecoder : Avx2Ops {
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = Fp16ToF32(b.d);
-    // Sub-block ib's qh word: index bits in 0-11, scale s in bits 12-14, shift sign in bit 15.
-    const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh));
-    const __m128i scale =
-        _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1),
-                      _mm_set1_epi16(1));
-    const __m128i signed_scale = _mm_sign_epi16(scale, _mm_or_si128(qh, _mm_set1_epi16(1)));
-    _mm256_storeu_si256(
-        reinterpret_cast<__m256i*>(h->scale16),
-        _mm256_set_m128i(_mm_unpackhi_epi16(scale, scale), _mm_unpacklo_epi16(scale, scale)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->shift_scale16),
-                        _mm256_set_m128i(_mm_unpackhi_epi16(signed_scale, signed_scale),
-                                         _mm_unpacklo_epi16(signed_scale, signed_scale)));
+    StoreScales(grids::Iq1SScales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)), h), h);
     AddSubBlocks<Shift::kNone>(a, *h, p,
                                [&](int ib) { return SignedSub(grids::Iq1SEntries(b, ib)); });
   }
@@ -373,10 +341,10 @@ struct Iq1MDecoder : Avx2Ops {
     // Scale i (of 16 elements): bits 3·(i % 4).. of word i / 4, brought to bits 13-15 by a
     // multiply with 2^(13 − 3·(i % 4)).
     const __m256i words = _mm256_set1_epi64x(static_cast<int64_t>(sc64));
-    StoreScales(_mm256_srli_epi16(_mm256_mullo_epi16(LaneBytes<0, 4, true>(words),
-                                                     _mm256_set1_epi64x(0x0010008004002000)),
-                                  13),
-                h);
+    const __m256i fields = _mm256_srli_epi16(
+        _mm256_mullo_epi16(LaneBytes<0, 4, true>(words), _mm256_set1_epi64x(0x0010008004002000)),
+        13);
+    StoreScales(grids::OddScales(fields), h);
     // Group g's index: qs[g], bits 8-10 from bits 0-2 of nibble g of qh: byte g / 2 times 256
     // (low nibble) or 16 (high), masked.
     const __m256i qh =

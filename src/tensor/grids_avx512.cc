@@ -189,17 +189,8 @@ void EvenSignMasks(__m512i codes, uint64_t masks[4]) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(masks), _mm512_cvtepi16_epi8(bytes));
 }
 
-// IQ2_XS / IQ2_S: the 16 scales (a nibble per 16 elements, low nibble first) in int16 lanes
-// 0..15, PairScales' input.
-__m512i NibbleScales(const uint8_t* scales) {
-  uint64_t packed;
-  std::memcpy(&packed, scales, sizeof(packed));
-  const __m128i bytes = _mm_cvtsi64_si128(static_cast<long long>(packed));
-  const __m128i nibble = _mm_set1_epi8(0xF);
-  const __m256i s = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(
-      _mm_and_si128(bytes, nibble), _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble)));
-  return _mm512_castsi256_si512(_mm256_add_epi16(_mm256_slli_epi16(s, 1), _mm256_set1_epi16(1)));
-}
+// The header's 16 scales (grid_kernel_inl.h) as PairScales' input.
+__m512i Scales512(__m256i scales16) { return _mm512_castsi256_si512(scales16); }
 
 // IQ2_XXS / IQ3_XXS: per sub-block a word of four 7-bit sign codes (bits 7l..7l+6) and the
 // scale in bits 28-31; `words` holds the super-block's eight. The masks of the pairs of
@@ -220,13 +211,6 @@ void SignWordMasks(__m256i words, uint64_t masks[4]) {
                                    _mm512_cvtepi32_epi16(hi), 1),
                 masks);
 }
-// Their 16 scales (two lanes per sub-block) in int16 lanes 0..15, PairScales' input.
-__m512i WordScales(__m256i words) {
-  const __m256i s = _mm256_srli_epi32(words, 28);
-  const __m256i both = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
-  return _mm512_castsi256_si512(_mm256_add_epi16(_mm256_slli_epi16(both, 1), _mm256_set1_epi16(1)));
-}
-
 // Sixteen 4-wide grid entries (two sub-blocks) at the indices idx[0..15], by scalar loads.
 template <class Index>
 __m512i Entries16(const uint32_t* grid, const Index* idx) {
@@ -258,7 +242,7 @@ struct Iq2XxsDecoder : Avx512Ops {
     const __m256i words = _mm512_cvtepi64_epi32(_mm512_srli_epi64(_mm512_loadu_si512(b.qs), 32));
     uint64_t neg[4];
     SignWordMasks(words, neg);
-    const __m512i scales = WordScales(words);
+    const __m512i scales = Scales512(grids::WordScales(words));
     const auto* idx = reinterpret_cast<const uint8_t*>(b.qs);
     PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
@@ -290,7 +274,7 @@ struct Iq2XsDecoder : Avx512Ops {
     _mm512_storeu_si512(idx, _mm512_and_si512(q, _mm512_set1_epi16(511)));
     uint64_t neg[4];
     EvenSignMasks(_mm512_srli_epi16(q, 9), neg);
-    const __m512i scales = NibbleScales(b.scales);
+    const __m512i scales = Scales512(grids::NibbleScales(b.scales));
     PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
       const __m512i mag = Entries8(kIq2XsGrid.data(), idx + 4 * ib, idx + 4 * ib + 4);
@@ -329,7 +313,7 @@ struct Iq2SDecoder : Avx512Ops {
     StoreIndices(b.qs,
                  _mm512_and_si512(_mm512_sllv_epi16(qh_of_group, left), _mm512_set1_epi16(0x300)),
                  idx);
-    const __m512i scales = NibbleScales(b.scales);
+    const __m512i scales = Scales512(grids::NibbleScales(b.scales));
     PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
       const __m512i mag = Entries8(kIq2SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4);
@@ -353,7 +337,7 @@ struct Iq3XxsDecoder : Avx512Ops {
     const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs + kQK_K / 4));
     uint64_t neg[4];
     SignWordMasks(words, neg);
-    const __m512i scales = WordScales(words);
+    const __m512i scales = Scales512(grids::WordScales(words));
     PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
       AddPair<Shift::kNone>(PairOf(Entries16(kIq3XxsGrid.data(), b.qs + 8 * ib), neg[ib / 2],
@@ -378,14 +362,7 @@ struct Iq3SDecoder : Avx512Ops {
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = avx2::Fp16ToF32(b.d);
-    // Sub-block ib's scale: nibble ib % 2 of scales[ib / 2], in int16 lanes 2·ib, 2·ib + 1.
-    const __m128i bytes = _mm_cvtsi32_si128(static_cast<int>(Word(b.scales)));
-    const __m128i nibble = _mm_set1_epi8(0xF);
-    const __m128i s = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(
-        _mm_and_si128(bytes, nibble), _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble)));
-    const __m256i s16 = _mm256_set_m128i(_mm_unpackhi_epi16(s, s), _mm_unpacklo_epi16(s, s));
-    const __m512i scales =
-        _mm512_castsi256_si512(_mm256_add_epi16(_mm256_slli_epi16(s16, 1), _mm256_set1_epi16(1)));
+    const __m512i scales = Scales512(grids::Iq3SScales(b.scales));
     // Entry j's index: byte j of qs, bit 8 from bit j % 8 of qh[j / 8].
     uint64_t qh;
     std::memcpy(&qh, b.qh, sizeof(qh));
@@ -429,19 +406,8 @@ struct Iq1SDecoder : Avx512Ops {
   // scales from one register, the shift from them and the activations' sums after the lanes.
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = avx2::Fp16ToF32(b.d);
-    // Sub-block ib's qh word: index bits in 0-11, scale s in bits 12-14, shift sign in bit 15.
     const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh));
-    const __m128i scale =
-        _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1),
-                      _mm_set1_epi16(1));
-    const __m128i signed_scale =
-        _mm_mask_sub_epi16(scale, _mm_movepi16_mask(qh), _mm_setzero_si128(), scale);
-    // Per 16 elements (two lanes per sub-block).
-    const __m256i scales16 =
-        _mm256_set_m128i(_mm_unpackhi_epi16(scale, scale), _mm_unpacklo_epi16(scale, scale));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->shift_scale16),
-                        _mm256_set_m128i(_mm_unpackhi_epi16(signed_scale, signed_scale),
-                                         _mm_unpacklo_epi16(signed_scale, signed_scale)));
+    const __m512i scales = Scales512(grids::Iq1SScales(qh, h));
     // Group g's index: qs[g], bits 8-10 from bits 3·(g % 4) of qh[g / 4].
     const __m512i g = GroupLanes();
     const __m512i qh_of_group =
@@ -457,7 +423,7 @@ struct Iq1SDecoder : Avx512Ops {
     PairAcc acc;
     for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
       AddPair<Shift::kNone>(SignedPair(Entries8(kIq1SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4),
-                                       PairScales(_mm512_castsi256_si512(scales16), ib), 0),
+                                       PairScales(scales, ib), 0),
                             PairActs(a, ib), &acc);
     }
     Fold(acc, p);
@@ -490,8 +456,7 @@ struct Iq1MDecoder : Avx512Ops {
     const __m256i fields = _mm256_and_si256(
         _mm256_srlv_epi16(words, _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)),
         _mm256_set1_epi16(7));
-    const __m512i scales = _mm512_castsi256_si512(
-        _mm256_add_epi16(_mm256_slli_epi16(fields, 1), _mm256_set1_epi16(1)));
+    const __m512i scales = Scales512(grids::OddScales(fields));
     // Group g's index: qs[g], bits 8-10 from bits 0-2 of nibble g of qh.
     const __m512i g = GroupLanes();
     const __m512i nibble = _mm512_srlv_epi16(
