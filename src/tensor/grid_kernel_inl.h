@@ -121,6 +121,15 @@ inline float Iq1MD(const uint16_t sc[4]) {
   return avx2::Fp16ToF32(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
                                              ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
 }
+// IQ1_M's four scale words as one integer, d set from them (the decode paths).
+inline uint64_t Iq1MScaleWords(const BlockIq1M& b, Header* h) {
+  uint64_t sc64;
+  std::memcpy(&sc64, b.scales, sizeof(sc64));
+  uint16_t sc[4];
+  std::memcpy(sc, &sc64, sizeof(sc));
+  h->d = Iq1MD(sc);
+  return sc64;
+}
 inline void Head(const BlockIq1M& b, Header* h) {
   uint16_t sc[4];
   std::memcpy(sc, b.scales, sizeof(sc));

@@ -333,11 +333,7 @@ struct Iq1MDecoder : Avx2Ops {
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
-    uint64_t sc64;
-    std::memcpy(&sc64, b.scales, sizeof(sc64));
-    uint16_t sc[4];
-    std::memcpy(sc, &sc64, sizeof(sc));
-    h->d = grids::Iq1MD(sc);
+    const uint64_t sc64 = grids::Iq1MScaleWords(b, h);
     // Scale i (of 16 elements): bits 3·(i % 4).. of word i / 4, brought to bits 13-15 by a
     // multiply with 2^(13 − 3·(i % 4)).
     const __m256i words = _mm256_set1_epi64x(static_cast<int64_t>(sc64));

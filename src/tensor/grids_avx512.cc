@@ -146,6 +146,13 @@ struct Avx512Ops {
     p->isum = FoldHalves(acc.isum);
     p->shift_isum = FoldHalves(acc.shift_isum);
   }
+  // A decode path's super-block: pair_of(ib) for sub-blocks ib, ib + 1 against the activations.
+  template <Shift kShift, class PairOfSubBlocks>
+  static void AddPairs(const BlockQ8_K& a, PairSums* p, PairOfSubBlocks pair_of) {
+    PairAcc acc;
+    for (int ib = 0; ib < kQK_K / kQK; ib += 2) AddPair<kShift>(pair_of(ib), PairActs(a, ib), &acc);
+    Fold(acc, p);
+  }
 };
 
 // The decode paths of the other grid types (DotSuperBlock: one row, one token) take a
@@ -244,13 +251,10 @@ struct Iq2XxsDecoder : Avx512Ops {
     SignWordMasks(words, neg);
     const __m512i scales = Scales512(grids::WordScales(words));
     const auto* idx = reinterpret_cast<const uint8_t*>(b.qs);
-    PairAcc acc;
-    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      const __m512i mag = Entries8(kIq2XxsGrid.data(), idx + 8 * ib, idx + 8 * ib + 8);
-      AddPair<Shift::kNone>(PairOf(mag, neg[ib / 2], PairScales(scales, ib), 0), PairActs(a, ib),
-                            &acc);
-    }
-    Fold(acc, p);
+    AddPairs<Shift::kNone>(a, p, [&](int ib) {
+      return PairOf(Entries8(kIq2XxsGrid.data(), idx + 8 * ib, idx + 8 * ib + 8), neg[ib / 2],
+                    PairScales(scales, ib), 0);
+    });
   }
 };
 
@@ -275,13 +279,10 @@ struct Iq2XsDecoder : Avx512Ops {
     uint64_t neg[4];
     EvenSignMasks(_mm512_srli_epi16(q, 9), neg);
     const __m512i scales = Scales512(grids::NibbleScales(b.scales));
-    PairAcc acc;
-    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      const __m512i mag = Entries8(kIq2XsGrid.data(), idx + 4 * ib, idx + 4 * ib + 4);
-      AddPair<Shift::kNone>(PairOf(mag, neg[ib / 2], PairScales(scales, ib), 0), PairActs(a, ib),
-                            &acc);
-    }
-    Fold(acc, p);
+    AddPairs<Shift::kNone>(a, p, [&](int ib) {
+      return PairOf(Entries8(kIq2XsGrid.data(), idx + 4 * ib, idx + 4 * ib + 4), neg[ib / 2],
+                    PairScales(scales, ib), 0);
+    });
   }
 };
 
@@ -314,13 +315,10 @@ struct Iq2SDecoder : Avx512Ops {
                  _mm512_and_si512(_mm512_sllv_epi16(qh_of_group, left), _mm512_set1_epi16(0x300)),
                  idx);
     const __m512i scales = Scales512(grids::NibbleScales(b.scales));
-    PairAcc acc;
-    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      const __m512i mag = Entries8(kIq2SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4);
-      AddPair<Shift::kNone>(PairOf(mag, SignBytes(b.qs + kQK_K / 8, ib), PairScales(scales, ib), 0),
-                            PairActs(a, ib), &acc);
-    }
-    Fold(acc, p);
+    AddPairs<Shift::kNone>(a, p, [&](int ib) {
+      return PairOf(Entries8(kIq2SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4),
+                    SignBytes(b.qs + kQK_K / 8, ib), PairScales(scales, ib), 0);
+    });
   }
 };
 
@@ -338,13 +336,10 @@ struct Iq3XxsDecoder : Avx512Ops {
     uint64_t neg[4];
     SignWordMasks(words, neg);
     const __m512i scales = Scales512(grids::WordScales(words));
-    PairAcc acc;
-    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      AddPair<Shift::kNone>(PairOf(Entries16(kIq3XxsGrid.data(), b.qs + 8 * ib), neg[ib / 2],
-                                   PairScales(scales, ib), 0),
-                            PairActs(a, ib), &acc);
-    }
-    Fold(acc, p);
+    AddPairs<Shift::kNone>(a, p, [&](int ib) {
+      return PairOf(Entries16(kIq3XxsGrid.data(), b.qs + 8 * ib), neg[ib / 2],
+                    PairScales(scales, ib), 0);
+    });
   }
 };
 
@@ -382,13 +377,10 @@ struct Iq3SDecoder : Avx512Ops {
               _mm512_and_si512(_mm512_srlv_epi16(qh_of_entry, bit), _mm512_set1_epi16(1)), 8),
           idx + 32 * half);
     }
-    PairAcc acc;
-    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      AddPair<Shift::kNone>(PairOf(Entries16(kIq3SGrid.data(), idx + 8 * ib),
-                                   SignBytes(b.signs, ib), PairScales(scales, ib), 0),
-                            PairActs(a, ib), &acc);
-    }
-    Fold(acc, p);
+    AddPairs<Shift::kNone>(a, p, [&](int ib) {
+      return PairOf(Entries16(kIq3SGrid.data(), idx + 8 * ib), SignBytes(b.signs, ib),
+                    PairScales(scales, ib), 0);
+    });
   }
 };
 
@@ -420,13 +412,10 @@ struct Iq1SDecoder : Avx512Ops {
         _mm512_slli_epi16(
             _mm512_and_si512(_mm512_srlv_epi16(qh_of_group, field), _mm512_set1_epi16(7)), 8),
         idx);
-    PairAcc acc;
-    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
-      AddPair<Shift::kNone>(SignedPair(Entries8(kIq1SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4),
-                                       PairScales(scales, ib), 0),
-                            PairActs(a, ib), &acc);
-    }
-    Fold(acc, p);
+    AddPairs<Shift::kNone>(a, p, [&](int ib) {
+      return SignedPair(Entries8(kIq1SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4),
+                        PairScales(scales, ib), 0);
+    });
   }
 };
 
@@ -444,11 +433,7 @@ struct Iq1MDecoder : Avx512Ops {
   // Decode (one row, one token): two sub-blocks per step, as a tile's pairs, the 16 scales
   // from one register instead of the header's scalar loop.
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
-    uint64_t sc64;
-    std::memcpy(&sc64, b.scales, sizeof(sc64));
-    uint16_t sc[4];
-    std::memcpy(sc, &sc64, sizeof(sc));
-    h->d = grids::Iq1MD(sc);
+    const uint64_t sc64 = grids::Iq1MScaleWords(b, h);
     // Scale i (of 16 elements): 2 · ((word i/4 >> 3 · (i%4)) & 7) + 1.
     const __m256i words = _mm256_permutexvar_epi16(
         _mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
@@ -466,17 +451,13 @@ struct Iq1MDecoder : Avx512Ops {
         _mm512_slli_epi16(_mm512_and_si512(g, _mm512_set1_epi16(1)), 2));
     uint16_t idx[kQK_K / 8];
     StoreIndices(b.qs, _mm512_slli_epi16(_mm512_and_si512(nibble, _mm512_set1_epi16(7)), 8), idx);
-    PairAcc acc;
-    for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
+    AddPairs<Shift::kElements>(a, p, [&](int ib) {
       // Nibble g's bit 3: the shift sign of group g (4 pairs of elements).
       const uint32_t nibbles = Word(b.qh + 2 * ib);
       const __mmask32 shift_neg = _pdep_u32(_pext_u32(nibbles, 0x88888888u), 0x11111111u) * 0xFu;
-      AddPair<Shift::kElements>(
-          SignedPair(Entries8(kIq1SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4),
-                     PairScales(scales, ib), shift_neg),
-          PairActs(a, ib), &acc);
-    }
-    Fold(acc, p);
+      return SignedPair(Entries8(kIq1SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4),
+                        PairScales(scales, ib), shift_neg);
+    });
   }
 };
 
