@@ -27,16 +27,6 @@ inline uint32_t Word(const void* p) {
   return w;
 }
 
-// The 32 sign bits of four groups' 7-bit codes (code l in bits 7l..7l+6 of `codes`): each
-// code's bits in a byte, and bit 7 of the byte the parity that makes its negatives even.
-inline uint32_t EvenSignMask(uint32_t codes) {
-  const uint32_t spread = _pdep_u32(codes, 0x7F7F7F7Fu);
-  uint32_t parity = spread ^ (spread >> 4);
-  parity ^= parity >> 2;
-  parity ^= parity >> 1;
-  return spread | ((parity & 0x01010101u) << 7);
-}
-
 // Four 8-byte grid entries (or pairs of 4-byte ones) by scalar loads, entry 0 lowest.
 inline __m256i Set4(uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3) {
   return _mm256_set_epi64x(static_cast<int64_t>(e3), static_cast<int64_t>(e2),

@@ -106,6 +106,29 @@ inline void EvenSignMasks(__m256i lo, __m256i hi, uint32_t masks[8]) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(masks), bytes);
 }
 
+// IQ2_XXS / IQ3_XXS: per sub-block a word of four 7-bit sign codes (bits 7l..7l + 6, the scale
+// above them); `words` holds the eight. Their masks, each code's byte with its parity bit, by
+// shifts and masks: a bit deposit (pdep) would be microcoded on the AVX2 CPUs before Zen 3.
+// (On this Zen 5, where pdep is fast, against a pdep per sub-block: IQ2_XXS decode 1.14x,
+// IQ3_XXS 0.90-0.98x.)
+inline void SignWordMasks(__m256i words, uint32_t masks[8]) {
+  const __m256i code = _mm256_set1_epi32(0x7F);
+  __m256i spread = _mm256_and_si256(words, code);
+  for (int l = 1; l < 4; ++l) {
+    spread = _mm256_or_si256(
+        spread, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(words, 7 * l), code), 8 * l));
+  }
+  // Bit 0 of each byte: the parity of that byte (the shifts never carry a higher byte's bits
+  // down to bit 0).
+  __m256i parity = _mm256_xor_si256(spread, _mm256_srli_epi32(spread, 4));
+  parity = _mm256_xor_si256(parity, _mm256_srli_epi32(parity, 2));
+  parity = _mm256_xor_si256(parity, _mm256_srli_epi32(parity, 1));
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(masks),
+      _mm256_or_si256(
+          spread, _mm256_slli_epi32(_mm256_and_si256(parity, _mm256_set1_epi32(0x01010101)), 7)));
+}
+
 // The header's 16 scales with one store.
 inline void StoreScales(__m256i scales, grids::Header* h) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->scale16), scales);
@@ -146,12 +169,14 @@ struct Iq2XxsDecoder : Avx2Ops {
         _mm256_blend_epi32(_mm256_permutevar8x32_epi32(Load32(b.qs), odd),
                            _mm256_permutevar8x32_epi32(Load32(b.qs + 16), odd), 0xF0);
     StoreScales(grids::WordScales(words), h);
+    uint32_t neg[kQK_K / kQK];
+    SignWordMasks(words, neg);
     const auto* bytes = reinterpret_cast<const uint8_t*>(b.qs);
     AddSubBlocks<Shift::kNone>(a, *h, p, [&](int ib) {
       const uint8_t* q = bytes + 8 * ib;
       return SubBlock{
           Set4(kIq2XxsGrid[q[0]], kIq2XxsGrid[q[1]], kIq2XxsGrid[q[2]], kIq2XxsGrid[q[3]]),
-          SignsOfMask(grids::EvenSignMask(Word(q + 4))), _mm256_setzero_si256()};
+          SignsOfMask(neg[ib]), _mm256_setzero_si256()};
     });
   }
 };
@@ -245,15 +270,17 @@ struct Iq3XxsDecoder : Avx2Ops {
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = Fp16ToF32(b.d);
-    StoreScales(grids::WordScales(Load32(b.qs + kQK_K / 4)), h);
+    const __m256i words = Load32(b.qs + kQK_K / 4);
+    StoreScales(grids::WordScales(words), h);
+    uint32_t neg[kQK_K / kQK];
+    SignWordMasks(words, neg);
     AddSubBlocks<Shift::kNone>(a, *h, p, [&](int ib) {
       const uint8_t* q = b.qs + 8 * ib;
       return SubBlock{Set4(Pair(kIq3XxsGrid[q[0]], kIq3XxsGrid[q[1]]),
                            Pair(kIq3XxsGrid[q[2]], kIq3XxsGrid[q[3]]),
                            Pair(kIq3XxsGrid[q[4]], kIq3XxsGrid[q[5]]),
                            Pair(kIq3XxsGrid[q[6]], kIq3XxsGrid[q[7]])),
-                      SignsOfMask(grids::EvenSignMask(Word(b.qs + kQK_K / 4 + 4 * ib))),
-                      _mm256_setzero_si256()};
+                      SignsOfMask(neg[ib]), _mm256_setzero_si256()};
     });
   }
 };

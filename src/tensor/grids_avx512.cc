@@ -21,11 +21,21 @@
 namespace shardlm::internal {
 namespace {
 
-using grids::EvenSignMask;
 using grids::PairSums;
 using grids::Set4;
 using grids::Shift;
 using grids::Word;
+
+// The 32 sign bits of four groups' 7-bit codes (code l in bits 7l..7l+6 of `codes`): each
+// code's bits in a byte, and bit 7 of the byte the parity that makes its negatives even. (A bit
+// deposit is fast on every AVX-512 CPU; the AVX2 kernels avoid it: microcoded before Zen 3.)
+uint32_t EvenSignMask(uint32_t codes) {
+  const uint32_t spread = _pdep_u32(codes, 0x7F7F7F7Fu);
+  uint32_t parity = spread ^ (spread >> 4);
+  parity ^= parity >> 2;
+  parity ^= parity >> 1;
+  return spread | ((parity & 0x01010101u) << 7);
+}
 
 // Four 8-wide grid entries at the int32 indices `idx`.
 __m256i Gather4(const uint64_t* grid, __m128i idx) {
