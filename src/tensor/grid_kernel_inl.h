@@ -327,7 +327,7 @@ struct GridKernel {
 // Installs, for traits.type, the 2 rows x kTokens tile kernel of that grid type's decoder (a
 // row's decoded block, about 0.3 KiB, serves kTokens tokens); false for the other types.
 template <class Iq2Xxs, class Iq2Xs, class Iq2S, class Iq3Xxs, class Iq3S, class Iq1S, class Iq1M,
-          int kTokens = 4>
+          int kTokens>
 bool InstallGridKernel(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kIq2Xxs:

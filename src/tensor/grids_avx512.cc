@@ -475,8 +475,8 @@ struct Iq1MDecoder : Avx512Ops {
 
 // Tiles of 2 rows x 16 tokens: a row's decoded super-block serves 16 tokens. With 32 vector
 // registers the wider tiles pay: Qwen3-0.6B pp512 (2 threads) IQ2_XS 102 t/s at 2 x 4, 129-144
-// at 2 x 8, 164-168 at 2 x 16; IQ1_M 65-71, 80-90, 100-101. The AVX2 kernels keep 2 x 4
-// (16 registers).
+// at 2 x 8, 164-168 at 2 x 16; IQ1_M 65-71, 80-90, 100-101. The AVX2 kernels (16 registers)
+// take 2 x 8.
 void FillGridsAvx512(TypeTraits& traits) {
   grids::InstallGridKernel<Iq2XxsDecoder, Iq2XsDecoder, Iq2SDecoder, Iq3XxsDecoder, Iq3SDecoder,
                            Iq1SDecoder, Iq1MDecoder, 16>(traits);
