@@ -111,15 +111,6 @@ inline float Iq1MD(const uint16_t sc[4]) {
   return avx2::Fp16ToF32(static_cast<fp16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) |
                                              ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000)));
 }
-// IQ1_M's four scale words as one integer, d set from them (the decode paths).
-inline uint64_t Iq1MScaleWords(const BlockIq1M& b, Header* h) {
-  uint64_t sc64;
-  std::memcpy(&sc64, b.scales, sizeof(sc64));
-  uint16_t sc[4];
-  std::memcpy(sc, &sc64, sizeof(sc));
-  h->d = Iq1MD(sc);
-  return sc64;
-}
 inline void Head(const BlockIq1M& b, Header* h) {
   uint16_t sc[4];
   std::memcpy(sc, b.scales, sizeof(sc));
@@ -169,6 +160,23 @@ inline __m256i Iq1SScales(__m128i qh, Header* h) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->shift_scale16),
                       PerSubBlock(_mm_sign_epi16(scale, _mm_or_si128(qh, _mm_set1_epi16(1)))));
   return PerSubBlock(scale);
+}
+
+// IQ1_M: 16 3-bit scales in the low 12 bits of four words (scale i: bits 3·(i % 4).. of word
+// i / 4), d in their top nibbles; sets d. Lane i takes word i / 4 (a byte shuffle of the four
+// words broadcast), a multiply by 2^(13 − 3·(i % 4)) brings its field to bits 13-15.
+inline __m256i Iq1MScales(const BlockIq1M& b, Header* h) {
+  uint64_t sc64;
+  std::memcpy(&sc64, b.scales, sizeof(sc64));
+  uint16_t sc[4];
+  std::memcpy(sc, &sc64, sizeof(sc));
+  h->d = Iq1MD(sc);
+  const __m256i word_of_lane = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4,
+                                                5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7);
+  const __m256i words =
+      _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<int64_t>(sc64)), word_of_lane);
+  return OddScales(
+      _mm256_srli_epi16(_mm256_mullo_epi16(words, _mm256_set1_epi64x(0x0010008004002000)), 13));
 }
 
 // The activations of sub-block ib.

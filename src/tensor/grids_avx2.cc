@@ -65,20 +65,19 @@ struct Avx2Ops {
 // index arithmetic: a few ALU operations per entry, 2-5% faster than the stored indices.
 
 // 16-bit lane i of the result: byte kFirst + i / kPer of `bytes` (whose two 128-bit lanes hold
-// the same 16 bytes), high byte zero; kWords: word kFirst + i / kPer instead.
-template <int kFirst, int kPer, bool kWords = false>
+// the same 16 bytes), high byte zero.
+template <int kFirst, int kPer>
 inline constexpr auto kLaneBytes = [] {
   std::array<int8_t, 32> ctrl{};
   for (int i = 0; i < 16; ++i) {
-    const int src = kFirst + i / kPer;
-    ctrl[2 * i] = static_cast<int8_t>(kWords ? 2 * src : src);
-    ctrl[2 * i + 1] = static_cast<int8_t>(kWords ? 2 * src + 1 : -128);
+    ctrl[2 * i] = static_cast<int8_t>(kFirst + i / kPer);
+    ctrl[2 * i + 1] = -128;
   }
   return ctrl;
 }();
-template <int kFirst, int kPer, bool kWords = false>
+template <int kFirst, int kPer>
 __m256i LaneBytes(__m256i bytes) {
-  return _mm256_shuffle_epi8(bytes, Load32(kLaneBytes<kFirst, kPer, kWords>.data()));
+  return _mm256_shuffle_epi8(bytes, Load32(kLaneBytes<kFirst, kPer>.data()));
 }
 
 // The ±1 bytes of a sub-block's 32 sign bits (bit k: element k negative).
@@ -90,27 +89,29 @@ inline __m256i SignsOfMask(uint32_t mask) {
   return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(1));
 }
 
+// Bytes each holding a 7-bit sign code with bit 7 set to the parity that makes the group's
+// negatives even. Bit 0 of each byte of the fold is that byte's parity: the shifts bring a
+// higher byte's bits no lower than bit 4.
+inline __m256i WithParityBits(__m256i codes) {
+  __m256i parity = _mm256_xor_si256(codes, _mm256_srli_epi16(codes, 4));
+  parity = _mm256_xor_si256(parity, _mm256_srli_epi16(parity, 2));
+  parity = _mm256_xor_si256(parity, _mm256_srli_epi16(parity, 1));
+  return _mm256_or_si256(codes,
+                         _mm256_slli_epi16(_mm256_and_si256(parity, _mm256_set1_epi8(1)), 7));
+}
+
 // 32 groups' 7-bit sign codes (int16 lanes of `lo`, `hi`) as the four-group sign masks of the
-// eight sub-blocks, each code's byte with the parity bit that makes its negatives even.
+// eight sub-blocks.
 inline void EvenSignMasks(__m256i lo, __m256i hi, uint32_t masks[8]) {
-  const auto with_parity = [](__m256i codes) {
-    __m256i parity = _mm256_xor_si256(codes, _mm256_srli_epi16(codes, 4));
-    parity = _mm256_xor_si256(parity, _mm256_srli_epi16(parity, 2));
-    parity = _mm256_xor_si256(parity, _mm256_srli_epi16(parity, 1));
-    return _mm256_or_si256(codes,
-                           _mm256_slli_epi16(_mm256_and_si256(parity, _mm256_set1_epi16(1)), 7));
-  };
   // packus interleaves the 128-bit lanes; the permute puts the bytes back in order.
-  const __m256i bytes =
-      _mm256_permute4x64_epi64(_mm256_packus_epi16(with_parity(lo), with_parity(hi)), 0xD8);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(masks), bytes);
+  const __m256i codes = _mm256_permute4x64_epi64(_mm256_packus_epi16(lo, hi), 0xD8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(masks), WithParityBits(codes));
 }
 
 // IQ2_XXS / IQ3_XXS: per sub-block a word of four 7-bit sign codes (bits 7l..7l + 6, the scale
-// above them); `words` holds the eight. Their masks, each code's byte with its parity bit, by
-// shifts and masks: a bit deposit (pdep) would be microcoded on the AVX2 CPUs before Zen 3.
-// (On this Zen 5, where pdep is fast, against a pdep per sub-block: IQ2_XXS decode 1.14x,
-// IQ3_XXS 0.90-0.98x.)
+// above them); `words` holds the eight. Their masks, by shifts and masks: a bit deposit (pdep)
+// would be microcoded on the AVX2 CPUs before Zen 3. (On this Zen 5, where pdep is fast,
+// against a pdep per sub-block: IQ2_XXS decode 1.14x, IQ3_XXS 0.90-0.98x.)
 inline void SignWordMasks(__m256i words, uint32_t masks[8]) {
   const __m256i code = _mm256_set1_epi32(0x7F);
   __m256i spread = _mm256_and_si256(words, code);
@@ -118,15 +119,7 @@ inline void SignWordMasks(__m256i words, uint32_t masks[8]) {
     spread = _mm256_or_si256(
         spread, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(words, 7 * l), code), 8 * l));
   }
-  // Bit 0 of each byte: the parity of that byte (the shifts never carry a higher byte's bits
-  // down to bit 0).
-  __m256i parity = _mm256_xor_si256(spread, _mm256_srli_epi32(spread, 4));
-  parity = _mm256_xor_si256(parity, _mm256_srli_epi32(parity, 2));
-  parity = _mm256_xor_si256(parity, _mm256_srli_epi32(parity, 1));
-  _mm256_storeu_si256(
-      reinterpret_cast<__m256i*>(masks),
-      _mm256_or_si256(
-          spread, _mm256_slli_epi32(_mm256_and_si256(parity, _mm256_set1_epi32(0x01010101)), 7)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(masks), WithParityBits(spread));
 }
 
 // The header's 16 scales with one store.
@@ -360,14 +353,7 @@ struct Iq1MDecoder : Avx2Ops {
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
-    const uint64_t sc64 = grids::Iq1MScaleWords(b, h);
-    // Scale i (of 16 elements): bits 3·(i % 4).. of word i / 4, brought to bits 13-15 by a
-    // multiply with 2^(13 − 3·(i % 4)).
-    const __m256i words = _mm256_set1_epi64x(static_cast<int64_t>(sc64));
-    const __m256i fields = _mm256_srli_epi16(
-        _mm256_mullo_epi16(LaneBytes<0, 4, true>(words), _mm256_set1_epi64x(0x0010008004002000)),
-        13);
-    StoreScales(grids::OddScales(fields), h);
+    StoreScales(grids::Iq1MScales(b, h), h);
     // Group g's index: qs[g], bits 8-10 from bits 0-2 of nibble g of qh: byte g / 2 times 256
     // (low nibble) or 16 (high), masked.
     const __m256i qh =

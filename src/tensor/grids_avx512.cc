@@ -441,17 +441,9 @@ struct Iq1MDecoder : Avx512Ops {
   }
 
   // Decode (one row, one token): two sub-blocks per step, as a tile's pairs, the 16 scales
-  // from one register instead of the header's scalar loop.
+  // from one register (grids::Iq1MScales) instead of the header's scalar loop.
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
-    const uint64_t sc64 = grids::Iq1MScaleWords(b, h);
-    // Scale i (of 16 elements): 2 · ((word i/4 >> 3 · (i%4)) & 7) + 1.
-    const __m256i words = _mm256_permutexvar_epi16(
-        _mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-        _mm256_castsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(sc64))));
-    const __m256i fields = _mm256_and_si256(
-        _mm256_srlv_epi16(words, _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)),
-        _mm256_set1_epi16(7));
-    const __m512i scales = Scales512(grids::OddScales(fields));
+    const __m512i scales = Scales512(grids::Iq1MScales(b, h));
     // Group g's index: qs[g], bits 8-10 from bits 0-2 of nibble g of qh.
     const __m512i g = GroupLanes();
     const __m512i nibble = _mm512_srlv_epi16(
