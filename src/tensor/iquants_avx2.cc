@@ -81,9 +81,12 @@ struct Iq4XsKernel {
 
 }  // namespace
 
-// Tile 2 rows x 2 tokens, as the K-quants'.
+// Tile 2 rows x 2 tokens, as the K-quants'; decode takes a tile's 2 rows together
+// (simd_tile.h).
 void FillIQuantsAvx2(TypeTraits& traits) {
-  if (traits.type == GgmlType::kIq4Xs) simd::Install<Iq4XsKernel, 2, 2>(traits);
+  if (traits.type == GgmlType::kIq4Xs) {
+    simd::Install<Iq4XsKernel, 2, 2, simd::DecodeRows::kTogether>(traits);
+  }
 }
 
 }  // namespace shardlm::internal

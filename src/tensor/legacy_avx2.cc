@@ -217,30 +217,31 @@ void DequantizeRowQ8_0Avx2(const void* src, float* dst, int64_t n) {
 }  // namespace
 
 // Tile 2 rows x 4 tokens: 8 accumulators + 2 registers per row + 1 per token + temporaries
-// fit the 16 ymm registers.
+// fit the 16 ymm registers. Decode takes a tile's 2 rows together (simd_tile.h).
 void FillLegacyAvx2(TypeTraits& traits) {
+  constexpr auto kDecode = simd::DecodeRows::kTogether;
   switch (traits.type) {
     case GgmlType::kQ8_0:
-      simd::Install<SignedKernel<Q8_0Weights>, 2, 4>(traits);
+      simd::Install<SignedKernel<Q8_0Weights>, 2, 4, kDecode>(traits);
       traits.dequantize_row = DequantizeRowQ8_0Avx2;
       break;
     case GgmlType::kQ4_0:
-      simd::Install<UnsignedKernel<Q4_0Weights>, 2, 4>(traits);
+      simd::Install<UnsignedKernel<Q4_0Weights>, 2, 4, kDecode>(traits);
       break;
     case GgmlType::kIq4Nl:
-      simd::Install<SignedKernel<Iq4NlWeights>, 2, 4>(traits);
+      simd::Install<SignedKernel<Iq4NlWeights>, 2, 4, kDecode>(traits);
       break;
     case GgmlType::kMxfp4:
-      simd::Install<SignedKernel<Mxfp4Weights>, 2, 4>(traits);
+      simd::Install<SignedKernel<Mxfp4Weights>, 2, 4, kDecode>(traits);
       break;
     case GgmlType::kQ5_0:
-      simd::Install<UnsignedKernel<Q5_0Weights>, 2, 4>(traits);
+      simd::Install<UnsignedKernel<Q5_0Weights>, 2, 4, kDecode>(traits);
       break;
     case GgmlType::kQ4_1:
-      simd::Install<UnsignedKernel<Q4_1Weights>, 2, 4>(traits);
+      simd::Install<UnsignedKernel<Q4_1Weights>, 2, 4, kDecode>(traits);
       break;
     case GgmlType::kQ5_1:
-      simd::Install<UnsignedKernel<Q5_1Weights>, 2, 4>(traits);
+      simd::Install<UnsignedKernel<Q5_1Weights>, 2, 4, kDecode>(traits);
       break;
     default:
       break;

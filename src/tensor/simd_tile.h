@@ -64,31 +64,45 @@ struct TileTable {
 template <class K, int kMaxR, int kMaxC>
 inline constexpr TileTable<K, kMaxR, kMaxC> kTileTable{};
 
-// A tile with a single token (decode) walks its rows one after another through the 1x1
-// kernel (bitwise what vec_dot gives, by construction), so the weights are read as one
-// sequential stream. Measured on Zen 4 (one thread, 256 MiB of weights) this streams ~2x
-// faster than interleaving 4 rows: Q8_0 25 vs 12 GB/s, Q4_K 24 vs 16, Q6_K 22 vs 10,
-// F16 28 vs 18. A kernel may provide RunRows(n, w, w_stride, nr, act, out, out_stride)
-// doing the same with its activation preparation hoisted out of the row loop; it must
-// give, row by row, exactly what Run<1, 1> gives.
-template <class K, int kMaxR, int kMaxC>
+// How a tile with a single token (decode) goes through its rows.
+enum class DecodeRows {
+  // One after another through the 1x1 kernel, so the weights are read as one sequential
+  // stream. Measured on Zen 4 (one thread, 256 MiB of weights) this streams ~2x faster than
+  // interleaving 4 rows: Q8_0 25 vs 12 GB/s, Q4_K 24 vs 16, Q6_K 22 vs 10, F16 28 vs 18. A
+  // kernel may provide RunRows(n, w, w_stride, nr, act, out, out_stride) doing the same with
+  // its activation preparation hoisted out of the row loop; it must give, row by row, exactly
+  // what Run<1, 1> gives.
+  kOneByOne,
+  // Together, as the tile Run<nr, 1> (bitwise the 1x1 kernel's per row, by the tile contract):
+  // the rows share the activation loads and run as two independent dependency chains, which
+  // pays where decode is bound by a kernel's instructions rather than by the memory: on a Zen 3
+  // (AVX2 only) one core decodes Q4_K at ~10 GB/s, half what it can read. Qwen3-0.6B tg64
+  // there, paired against kOneByOne: at 1 thread Q4_K_M 1.18x, Q4_0 1.11x (medians of 4); at 2
+  // threads Q8_0 1.18x, IQ4_NL 1.14x, IQ4_XS 1.09x, Q4_0 1.0x, but Q4_K_M 0.97x and TQ2_0
+  // 0.90x (medians of 3 and 7), so the K-quants and the ternary types keep kOneByOne.
+  kTogether,
+};
+
+template <class K, int kMaxR, int kMaxC, DecodeRows kDecode>
 void VecDotTile(int64_t n, const void* w, int64_t w_stride, int nr, const void* act,
                 int64_t act_stride, int nc, float* out, int64_t out_stride) {
   if (nc == 1) {
     // Decode: ask for the rows of the next tile while these stream (the task's rows are
     // contiguous, so that is where this thread reads next).
     PrefetchRowsAhead(w, w_stride, nr);
-    if constexpr (requires { &K::RunRows; }) {
-      // Same per-row sequence, with the activation-side work done once for all rows.
-      K::RunRows(n, static_cast<const uint8_t*>(w), w_stride, nr, static_cast<const uint8_t*>(act),
-                 out, out_stride);
+    if constexpr (kDecode == DecodeRows::kOneByOne) {
+      if constexpr (requires { &K::RunRows; }) {
+        // Same per-row sequence, with the activation-side work done once for all rows.
+        K::RunRows(n, static_cast<const uint8_t*>(w), w_stride, nr,
+                   static_cast<const uint8_t*>(act), out, out_stride);
+        return;
+      }
+      for (int r = 0; r < nr; ++r) {
+        K::template Run<1, 1>(n, static_cast<const uint8_t*>(w) + r * w_stride, 0,
+                              static_cast<const uint8_t*>(act), 0, out + r * out_stride, 0);
+      }
       return;
     }
-    for (int r = 0; r < nr; ++r) {
-      K::template Run<1, 1>(n, static_cast<const uint8_t*>(w) + r * w_stride, 0,
-                            static_cast<const uint8_t*>(act), 0, out + r * out_stride, 0);
-    }
-    return;
   }
   kTileTable<K, kMaxR, kMaxC>.fns[(nr - 1) * kMaxC + (nc - 1)](
       n, static_cast<const uint8_t*>(w), w_stride, static_cast<const uint8_t*>(act), act_stride,
@@ -102,10 +116,10 @@ void VecDot(int64_t n, const void* w_row, const void* act_row, float* out) {
 }
 
 // Installs both entry points of K with a kMaxR x kMaxC tile.
-template <class K, int kMaxR, int kMaxC>
+template <class K, int kMaxR, int kMaxC, DecodeRows kDecode = DecodeRows::kOneByOne>
 void Install(TypeTraits& traits) {
   traits.vec_dot = &VecDot<K>;
-  traits.vec_dot_tile = &VecDotTile<K, kMaxR, kMaxC>;
+  traits.vec_dot_tile = &VecDotTile<K, kMaxR, kMaxC, kDecode>;
   traits.tile_rows = kMaxR;
   traits.tile_cols = kMaxC;
 }
