@@ -8,15 +8,17 @@
 # Per type and round: the ratios shardlm / llama.cpp, and decode's weight rate: tg t/s times
 # the file's bytes (Qwen3-0.6B ties its head to the embedding, so a token reads about every
 # byte of the file), in GB/s, as a fraction of the measured bandwidth and of Q4_K_M's rate in
-# the same round. Figures are medians over rounds.
+# the same round. Figures are medians over rounds (with two, the lower one); the ratios of
+# every round are printed too, so that a noisy machine's spread shows.
 #
 # Usage: bench/types_bench.sh [TYPE...]   (default: q4_k_m q8_0 and every IQ, TQ, MXFP4 type)
 # Environment: SHARDLM (build/shardlm), READ_BANDWIDTH (build/bench/read_bandwidth), DIR
 # (/tmp: the synth models, shardlm-qwen3-0.6b-TYPE.gguf), ROUNDS (3), REPS (2), THREADS (2),
 # and vs_llama_bench.sh's LLAMA_BENCH, PP, TG.
-# Prints one JSON line per type: {"type", "pp_ratio", "tg_ratio", "shardlm_pp", "shardlm_tg",
-# "llama_pp", "llama_tg", "decode_gb_s", "of_bandwidth", "of_q4_k_m_rate", "bandwidth_gb_s"},
-# then a Markdown table of the same on stderr.
+# Prints one JSON line per type: {"type", "pp_ratio", "tg_ratio", "pp_ratios", "tg_ratios"
+# (per round, in order), "shardlm_pp", "shardlm_tg", "llama_pp", "llama_tg", "decode_gb_s",
+# "of_bandwidth", "of_q4_k_m_rate", "bandwidth_gb_s"}, then a Markdown table of the same on
+# stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 SHARDLM=${SHARDLM:-build/shardlm}
@@ -65,6 +67,8 @@ jq -s -c 'def median: sort | .[(length - 1) / 2 | floor];
   | {type: $r[0].type,
      pp_ratio: ($pp | map(.shardlm / .llama) | median),
      tg_ratio: ($tg | map(.shardlm / .llama) | median),
+     pp_ratios: ($pp | sort_by(.round) | map(.shardlm / .llama * 100 | round / 100)),
+     tg_ratios: ($tg | sort_by(.round) | map(.shardlm / .llama * 100 | round / 100)),
      shardlm_pp: ($pp | map(.shardlm) | median), shardlm_tg: ($tg | map(.shardlm) | median),
      llama_pp: ($pp | map(.llama) | median), llama_tg: ($tg | map(.llama) | median),
      decode_gb_s: ($tg | map(.shardlm * .bytes / 1e9) | median),
@@ -72,6 +76,6 @@ jq -s -c 'def median: sort | .[(length - 1) / 2 | floor];
      of_q4_k_m_rate: ($tg | map(.shardlm * .bytes / 1e9 / $ref["\(.round)"]) | median),
      bandwidth_gb_s: ($tg | map(.bandwidth) | median)}' "$rows" >"$summary"
 cat "$summary"
-jq -rs '"| type | pp512 shardlm | pp512 llama.cpp | ratio | tg128 shardlm | tg128 llama.cpp | ratio | decode GB/s | of bandwidth | of Q4_K_M rate |",
-    "|---|---|---|---|---|---|---|---|---|---|",
-    (.[] | "| \(.type) | \(.shardlm_pp | floor) | \(.llama_pp | floor) | \(.pp_ratio * 100 | round / 100)x | \(.shardlm_tg * 10 | round / 10) | \(.llama_tg * 10 | round / 10) | \(.tg_ratio * 100 | round / 100)x | \(.decode_gb_s * 10 | round / 10) | \(.of_bandwidth * 100 | round)% | \(.of_q4_k_m_rate * 100 | round)% |")' "$summary" >&2
+jq -rs '"| type | pp512 shardlm | pp512 llama.cpp | ratio | per round | tg128 shardlm | tg128 llama.cpp | ratio | per round | decode GB/s | of bandwidth | of Q4_K_M rate |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    (.[] | "| \(.type) | \(.shardlm_pp | floor) | \(.llama_pp | floor) | \(.pp_ratio * 100 | round / 100)x | \(.pp_ratios | join(", ")) | \(.shardlm_tg * 10 | round / 10) | \(.llama_tg * 10 | round / 10) | \(.tg_ratio * 100 | round / 100)x | \(.tg_ratios | join(", ")) | \(.decode_gb_s * 10 | round / 10) | \(.of_bandwidth * 100 | round)% | \(.of_q4_k_m_rate * 100 | round)% |")' "$summary" >&2
