@@ -17,6 +17,7 @@ void FillKQuantsAvx2(TypeTraits& traits);
 void FillFloatAvx2(TypeTraits& traits);
 void FillIQuantsAvx2(TypeTraits& traits);
 void FillGridsAvx2(TypeTraits& traits);
+void FillBlockPanelsAvx2(TypeTraits& traits);
 
 void FillAvx2Kernels(TypeTraits& traits) {
   FillLegacyAvx2(traits);
@@ -24,6 +25,7 @@ void FillAvx2Kernels(TypeTraits& traits) {
   FillFloatAvx2(traits);
   FillIQuantsAvx2(traits);
   FillGridsAvx2(traits);
+  FillBlockPanelsAvx2(traits);
 }
 
 }  // namespace shardlm::internal

@@ -29,9 +29,18 @@ const GgmlType kPanelTypes[] = {
 
 using testing::TypeName;
 
-#define SHARDLM_REQUIRE_PANEL_KERNELS()                                        \
-  if (!testing::HasPanelKernel(GgmlType::kQ4_K)) {                             \
-    GTEST_SKIP() << "this CPU has no panel kernels (AVX-512 VNNI): rows only"; \
+// The panel types this CPU has panel kernels for (AVX-512 VNNI: all; AVX2: some).
+std::vector<GgmlType> TypesWithPanelKernels() {
+  std::vector<GgmlType> types;
+  for (GgmlType type : kPanelTypes) {
+    if (testing::HasPanelKernel(type)) types.push_back(type);
+  }
+  return types;
+}
+
+#define SHARDLM_REQUIRE_PANEL_KERNELS()                         \
+  if (TypesWithPanelKernels().empty()) {                        \
+    GTEST_SKIP() << "this CPU has no panel kernels: rows only"; \
   }
 
 TEST(Panels, Sizes) {
@@ -53,7 +62,7 @@ TEST(Panels, Sizes) {
 TEST(Panels, GiveWhatTheRowsGive) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
   constexpr int64_t kCols = 512, kRows = 40;  // 2 whole panels + 8 rows
-  for (GgmlType type : kPanelTypes) {
+  for (GgmlType type : TypesWithPanelKernels()) {
     const Matrix rows = MakeMatrix(type, kRows, kCols, 41);
     const Matrix panels = MakeMatrix(type, kRows, kCols, 41, /*panels=*/true);
     for (int64_t n_tokens : {1, 5, 11}) {
@@ -77,7 +86,7 @@ TEST(Panels, GiveWhatTheRowsGive) {
 
 TEST(Panels, BitwiseIdenticalForAnyThreadCount) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
-  for (GgmlType type : kPanelTypes) {
+  for (GgmlType type : TypesWithPanelKernels()) {
     SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, 77, 512, 1, true);
     for (int64_t n_tokens : {1, 13}) {
@@ -87,12 +96,12 @@ TEST(Panels, BitwiseIdenticalForAnyThreadCount) {
   }
 }
 
-// A kernel call takes up to 8 tokens: 19 tokens are calls of 8, 8 and 3, and every token
-// must get the bits it gets alone (a call of 1).
+// A kernel call takes up to 8 tokens (AVX2: 4): 19 tokens are calls of 8, 8 and 3 (4, 4, 4, 4
+// and 3), and every token must get the bits it gets alone (a call of 1).
 TEST(Panels, TokenAloneEqualsTokenInsideBatch) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
   constexpr int64_t kCols = 512, kRows = 70, kBatch = 19;
-  for (GgmlType type : kPanelTypes) {
+  for (GgmlType type : TypesWithPanelKernels()) {
     SCOPED_TRACE(TypeName(type));
     const Matrix m = MakeMatrix(type, kRows, kCols, 3, true);
     testing::ExpectTokensAloneAsInBatch(m, RandomFloats(kBatch * kCols, 4), kBatch);
@@ -104,8 +113,9 @@ TEST(Panels, TokenAloneEqualsTokenInsideBatch) {
 
 TEST(PanelsDeathTest, DequantizeRowOfPanelsAborts) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
-  const Matrix m = MakeMatrix(GgmlType::kQ4_K, 16, 256, 5, true);
-  std::vector<float> row(256);
+  const GgmlType type = TypesWithPanelKernels().front();
+  const Matrix m = MakeMatrix(type, 16, 2 * PanelColumns(type), 5, true);
+  std::vector<float> row(2 * PanelColumns(type));
   EXPECT_DEATH(DequantizeRow(m.view, 0, row.data()), "panel");
 }
 
