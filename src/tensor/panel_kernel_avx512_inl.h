@@ -1,15 +1,13 @@
 // Internal to the panel kernel files (panels_kquants_avx512.cc, panels_blocks_avx512.cc,
 // compiled with the avx512 flags): what their kernels share. Per-lane arithmetic over 16 row
-// lanes (tensor/panels.h), the token loop's pieces, and the table that turns a kernel's
-// Run<NC> into TypeTraits::panel_dot.
+// lanes (tensor/panels.h), the token loop's pieces, and Install (panel_dispatch_inl.h at 8
+// tokens per call).
 //
 // Anonymous namespace: each including file gets its own copies, compiled for its ISA.
 #pragma once
 
-#include <array>
-#include <utility>
-
 #include "tensor/intrinsics.h"
+#include "tensor/panel_dispatch_inl.h"
 #include "tensor/panels.h"
 #include "tensor/simd_tile.h"
 #include "tensor/type_traits.h"
@@ -27,15 +25,6 @@ inline __m512i Bcast32(const void* p) {
 
 inline const BlockQ8_K* ActBlock(const uint8_t* act, int64_t act_stride, int c, int64_t b) {
   return reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-}
-
-// Asks for every line of the block two ahead (the next panel's first blocks at the end of a
-// panel: panels are contiguous). The hardware prefetcher alone streamed Q6_K panels from
-// DRAM at ~18 GB/s per thread against ~27 for the row kernels with their prefetches.
-template <class Panel>
-inline void PrefetchAhead(const Panel* p) {
-  const char* ahead = reinterpret_cast<const char*>(p + 2);
-  for (size_t line = 0; line < sizeof(Panel); line += 64) __builtin_prefetch(ahead + line, 0, 3);
 }
 
 inline void Store(float* out, int nr, __m512 v) {
@@ -84,27 +73,9 @@ inline void NibbleLevels(const uint8_t (*qs)[64], __m512i table, __m512i (&w)[8]
   SHARDLM_UNROLL for (int g = 0; g < 8; ++g) w[g] = _mm512_shuffle_epi8(table, w[g]);
 }
 
-using PanelFn = void (*)(int64_t, const uint8_t*, const uint8_t*, int64_t, float*, int64_t, int);
-
-// Kernel K's Run<NC> for NC = 1 .. kMaxTokens, by token count.
-template <class K, int... kNc>
-constexpr std::array<PanelFn, sizeof...(kNc)> RunTable(std::integer_sequence<int, kNc...>) {
-  return {&K::template Run<kNc + 1>...};
-}
-template <class K>
-constexpr auto kRunTable = RunTable<K>(std::make_integer_sequence<int, kMaxTokens>());
-
-template <class K>
-void PanelDot(int64_t n, const void* panel, const void* act, int64_t act_stride, int nc, float* out,
-              int64_t out_stride, int nr) {
-  kRunTable<K>[nc - 1](n, static_cast<const uint8_t*>(panel), static_cast<const uint8_t*>(act),
-                       act_stride, out, out_stride, nr);
-}
-
 template <class K>
 void Install(TypeTraits& traits) {
-  traits.panel_dot = &PanelDot<K>;
-  traits.panel_tokens = kMaxTokens;
+  InstallPanelKernel<K, kMaxTokens>(traits);
 }
 
 }  // namespace

@@ -23,14 +23,12 @@
 // kernels: tg 1.54x, pp512 2.2x). Non-goals: the other panel types on AVX2 (for now).
 #include <immintrin.h>
 
-#include <array>
-#include <utility>
-
+#include "tensor/panel_dispatch_inl.h"
 #include "tensor/panels.h"
 #include "tensor/simd_tile.h"
 #include "tensor/type_traits.h"
 
-namespace shardlm::internal {
+namespace shardlm::internal::panels {
 namespace {
 
 // Tokens per call: a half's int16 sums and float accumulators (2 per token) and the unpacked
@@ -41,12 +39,6 @@ __m256i Bcast32(const void* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
-}
-
-template <class Panel>
-void PrefetchAhead(const Panel* p) {
-  const char* ahead = reinterpret_cast<const char*>(p + 2);
-  for (size_t line = 0; line < sizeof(Panel); line += 64) __builtin_prefetch(ahead + line, 0, 3);
 }
 
 // The 8 rows' scales of block k of a panel, half `half`, as floats.
@@ -170,23 +162,15 @@ struct NibblePanelKernel {
   }
 };
 
-using PanelFn = void (*)(int64_t, const uint8_t*, const uint8_t*, int64_t, float*, int64_t, int);
-
-template <class K, int... kNc>
-constexpr std::array<PanelFn, sizeof...(kNc)> RunTable(std::integer_sequence<int, kNc...>) {
-  return {&K::template Run<kNc + 1>...};
-}
-template <class K>
-constexpr auto kRunTable = RunTable<K>(std::make_integer_sequence<int, kMaxTokens>());
-
-template <class K>
-void PanelDot(int64_t n, const void* panel, const void* act, int64_t act_stride, int nc, float* out,
-              int64_t out_stride, int nr) {
-  kRunTable<K>[nc - 1](n, static_cast<const uint8_t*>(panel), static_cast<const uint8_t*>(act),
-                       act_stride, out, out_stride, nr);
+template <class W>
+void Install(TypeTraits& traits) {
+  InstallPanelKernel<NibblePanelKernel<W>, kMaxTokens>(traits);
 }
 
 }  // namespace
+}  // namespace shardlm::internal::panels
+
+namespace shardlm::internal {
 
 void FillBlockPanelsAvx2(TypeTraits& traits) {
   // Every type converting to Q8_0 gets the side data, so that one conversion serves all.
@@ -196,18 +180,14 @@ void FillBlockPanelsAvx2(TypeTraits& traits) {
   }
   switch (traits.type) {
     case GgmlType::kQ4_0:
-      traits.panel_dot = &PanelDot<NibblePanelKernel<Q4_0Weights>>;
-      break;
+      return panels::Install<panels::Q4_0Weights>(traits);
     case GgmlType::kIq4Nl:
-      traits.panel_dot = &PanelDot<NibblePanelKernel<Iq4NlWeights>>;
-      break;
+      return panels::Install<panels::Iq4NlWeights>(traits);
     case GgmlType::kMxfp4:
-      traits.panel_dot = &PanelDot<NibblePanelKernel<Mxfp4Weights>>;
-      break;
+      return panels::Install<panels::Mxfp4Weights>(traits);
     default:
       return;
   }
-  traits.panel_tokens = kMaxTokens;
 }
 
 }  // namespace shardlm::internal
