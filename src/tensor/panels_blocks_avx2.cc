@@ -5,7 +5,7 @@
 // Q8_0.
 //
 // Scheme: a 64-byte panel vector is two 256-bit halves, rows 0-7 and rows 8-15; the kernel goes
-// over the panel once per half (the second pass reads the lines the first brought in). Per
+// over the panel once per half (panel_kernel_avx2_inl.h). Per
 // group of 4 columns and token, vpmaddubsw multiplies unsigned weights of 8 rows by the token's
 // 4 activation bytes (broadcast) into int16 pairs; vpmaddwd by ones widens them to int32 lanes,
 // one per row.
@@ -20,31 +20,12 @@
 //
 // Goals: decode and prefill with the unpacking shared by the tokens of a call and the scales
 // applied to 8 rows at once (Qwen3-0.6B Q4_0 on a Zen 3, 2 threads, paired against the row
-// kernels: tg 1.54x, pp512 2.2x). Non-goals: the other panel types on AVX2 (for now).
-#include <immintrin.h>
-
-#include "tensor/panel_dispatch_inl.h"
-#include "tensor/panels.h"
-#include "tensor/simd_tile.h"
-#include "tensor/type_traits.h"
+// kernels: tg 1.54x, pp512 2.2x). Non-goals: Q8_0, Q4_1, Q5_0, Q5_1 on AVX2 (for now: row
+// kernels).
+#include "tensor/panel_kernel_avx2_inl.h"
 
 namespace shardlm::internal::panels {
 namespace {
-
-// Tokens per call: a half's int16 sums and float accumulators (2 per token) and the unpacked
-// pair fit the 16 ymm registers at 4.
-constexpr int kMaxTokens = 4;
-
-__m256i Bcast32(const void* p) {
-  int32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-// The 8 rows' scales of block k of a panel, half `half`, as floats.
-inline __m256 HalfFp16(const fp16_t* d, int half) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + 8 * half)));
-}
 
 // Q4_0: unsigned nibbles, start −8·Σa.
 struct Q4_0Weights {
@@ -75,7 +56,7 @@ struct Mxfp4Weights {
 };
 
 template <class W>
-struct NibblePanelKernel {
+struct NibblePanelKernel : ByHalves<NibblePanelKernel<W>> {
   using Panel = typename W::Panel;
 
   // Rows 8·half .. 8·half + 7 of the panel, NC tokens, into f[c] (lane i: row 8·half + i).
@@ -140,31 +121,11 @@ struct NibblePanelKernel {
       }
     }
   }
-
-  template <int NC>
-  static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
-                  float* out, int64_t out_stride, int nr) {
-    for (int half = 0; half < 2 && 8 * half < nr; ++half) {
-      __m256 f[NC];
-      RunHalf<NC>(n, panel, act, act_stride, half, f);
-      const int rows = nr - 8 * half < 8 ? nr - 8 * half : 8;
-      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-        float* o = out + c * out_stride + 8 * half;
-        if (rows == 8) {
-          _mm256_storeu_ps(o, f[c]);
-        } else {
-          alignas(32) float tmp[8];
-          _mm256_store_ps(tmp, f[c]);
-          for (int r = 0; r < rows; ++r) o[r] = tmp[r];
-        }
-      }
-    }
-  }
 };
 
 template <class W>
-void Install(TypeTraits& traits) {
-  InstallPanelKernel<NibblePanelKernel<W>, kMaxTokens>(traits);
+void InstallNibbles(TypeTraits& traits) {
+  Install<NibblePanelKernel<W>>(traits);
 }
 
 }  // namespace
@@ -180,11 +141,11 @@ void FillBlockPanelsAvx2(TypeTraits& traits) {
   }
   switch (traits.type) {
     case GgmlType::kQ4_0:
-      return panels::Install<panels::Q4_0Weights>(traits);
+      return panels::InstallNibbles<panels::Q4_0Weights>(traits);
     case GgmlType::kIq4Nl:
-      return panels::Install<panels::Iq4NlWeights>(traits);
+      return panels::InstallNibbles<panels::Iq4NlWeights>(traits);
     case GgmlType::kMxfp4:
-      return panels::Install<panels::Mxfp4Weights>(traits);
+      return panels::InstallNibbles<panels::Mxfp4Weights>(traits);
     default:
       return;
   }

@@ -102,7 +102,8 @@ TEST(MatMulMany, EqualsSeparateMatMuls) {
     if (panels && !testing::HasPanelKernel(GgmlType::kQ4_K)) continue;
     const Matrix v = MakeMatrix(GgmlType::kQ8_0, 19, kCols, 23);
     const Matrix q = MakeMatrix(GgmlType::kQ4_K, 70, kCols, 21, panels);
-    const Matrix k = MakeMatrix(GgmlType::kQ6_K, 37, kCols, 22, panels);
+    const Matrix k = MakeMatrix(GgmlType::kQ6_K, 37, kCols, 22,
+                                panels && testing::HasPanelKernel(GgmlType::kQ6_K));
     for (int64_t n_tokens : {1, 9, 70}) {
       const std::vector<float> x = RandomFloats(n_tokens * kCols, 24);
       for (int n_threads : {1, 2, 3}) {
@@ -133,7 +134,8 @@ TEST(MatMulGated, EqualsTwoMatMulsThenCombine) {
   for (bool panels : {false, true}) {
     if (panels && !testing::HasPanelKernel(GgmlType::kQ4_K)) continue;
     const Matrix gate = MakeMatrix(GgmlType::kQ4_K, kRows, kCols, 31, panels);
-    const Matrix up = MakeMatrix(GgmlType::kQ6_K, kRows, kCols, 32, panels);
+    const Matrix up = MakeMatrix(GgmlType::kQ6_K, kRows, kCols, 32,
+                                 panels && testing::HasPanelKernel(GgmlType::kQ6_K));
     for (int64_t n_tokens : {1, 8, 67}) {
       const std::vector<float> x = RandomFloats(n_tokens * kCols, 33);
       std::vector<float> want = RunMatMul(gate, x, n_tokens, 1);
