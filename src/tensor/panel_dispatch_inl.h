@@ -1,6 +1,7 @@
 // Internal to the panel kernel files of every ISA (panels_*_avx512.cc, panels_blocks_avx2.cc):
 // what turns a kernel's Run<NC> (NC tokens per call, up to the ISA's register budget) into
-// TypeTraits::panel_dot, and the prefetch of the panel blocks ahead. ISA-neutral.
+// TypeTraits::panel_dot, the activation side data, and the prefetch of the panel blocks ahead.
+// ISA-neutral.
 //
 // Anonymous namespace: each including file gets its own copies, compiled for its ISA.
 #pragma once
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "tensor/panels.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm::internal::panels {
@@ -40,6 +42,16 @@ void PanelDot(int64_t n, const void* panel, const void* act, int64_t act_stride,
   kRunTable<K, kMaxTokens>[nc - 1](n, static_cast<const uint8_t*>(panel),
                                    static_cast<const uint8_t*>(act), act_stride, out, out_stride,
                                    nr);
+}
+
+// The activation side data (PanelActSide) of the 32-element panel kernels, for every type that
+// converts to Q8_0, whether or not it has panels itself: so that one conversion serves all the
+// matrices of a fused call.
+inline void InstallQ8_0ActSide(TypeTraits& traits) {
+  if (traits.act_type == GgmlType::kQ8_0) {
+    traits.panel_act_side = &FillQ8_0ActSide;
+    traits.act_side_bytes = sizeof(PanelActSide);
+  }
 }
 
 // Sets K as the type's panel kernel, taking up to kMaxTokens tokens per call.

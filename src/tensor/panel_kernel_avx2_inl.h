@@ -11,6 +11,7 @@
 
 #include "tensor/panel_dispatch_inl.h"
 #include "tensor/panels.h"
+#include "tensor/simd_avx2_inl.h"
 #include "tensor/simd_tile.h"
 #include "tensor/type_traits.h"
 
@@ -30,6 +31,15 @@ __m256i Bcast32(const void* p) {
 // The 8 rows' scales of block k of a panel, half `half`, as floats.
 inline __m256 HalfFp16(const fp16_t* d, int half) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + 8 * half)));
+}
+
+// The two 4-bit fields of a pair vector's half `half` (qs[4r + e]: low nibble = one group of
+// 4 columns, high = the next; panels.h), rows 8·half .. 8·half + 7.
+inline void HalfNibbles(const uint8_t* pair_vector, int half, __m256i (&q)[2]) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i raw = avx2::Load32(pair_vector + 32 * half);
+  q[0] = _mm256_and_si256(raw, nibble);
+  q[1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
 }
 
 // K::RunHalf<NC>(n, panel, act, act_stride, half, f) computes rows 8·half .. 8·half + 7 of

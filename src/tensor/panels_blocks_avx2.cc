@@ -65,7 +65,6 @@ struct NibblePanelKernel : ByHalves<NibblePanelKernel<W>> {
                       int half, __m256 (&f)[NC]) {
     const int64_t units = n / (2 * kQK);
     const int64_t side_offset = n / kQK * int64_t(sizeof(BlockQ8_0));
-    const __m256i nibble = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i table = _mm256_setzero_si256();
     if constexpr (!W::kUnsigned) {
@@ -81,10 +80,8 @@ struct NibblePanelKernel : ByHalves<NibblePanelKernel<W>> {
         __m256i s[NC];
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
         SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
-          const __m256i raw =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qs[k][pair] + 32 * half));
-          const __m256i q[2] = {_mm256_and_si256(raw, nibble),
-                                _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble)};
+          __m256i q[2];
+          HalfNibbles(p->qs[k][pair], half, q);
           SHARDLM_UNROLL for (int l = 0; l < 2; ++l) {
             const int group = 2 * pair + l;
             if constexpr (W::kUnsigned) {
@@ -134,11 +131,7 @@ void InstallNibbles(TypeTraits& traits) {
 namespace shardlm::internal {
 
 void FillBlockPanelsAvx2(TypeTraits& traits) {
-  // Every type converting to Q8_0 gets the side data, so that one conversion serves all.
-  if (traits.act_type == GgmlType::kQ8_0) {
-    traits.panel_act_side = &FillQ8_0ActSide;
-    traits.act_side_bytes = sizeof(PanelActSide);
-  }
+  panels::InstallQ8_0ActSide(traits);
   switch (traits.type) {
     case GgmlType::kQ4_0:
       return panels::InstallNibbles<panels::Q4_0Weights>(traits);

@@ -179,11 +179,7 @@ using Q5_1Kernel = MinKernel<PanelQ5_1, true>;
 namespace shardlm::internal {
 
 void FillBlockPanelsAvx512(TypeTraits& traits) {
-  // Every type converting to Q8_0 gets the side data, so that one conversion serves all.
-  if (traits.act_type == GgmlType::kQ8_0) {
-    traits.panel_act_side = &FillQ8_0ActSide;
-    traits.act_side_bytes = sizeof(PanelActSide);
-  }
+  panels::InstallQ8_0ActSide(traits);
   switch (traits.type) {
     case GgmlType::kQ8_0:
       return panels::Install<panels::Q80Kernel>(traits);

@@ -26,7 +26,6 @@ struct Q4KPanelKernel : ByHalves<Q4KPanelKernel> {
   template <int NC>
   static void RunHalf(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
                       int half, __m256 (&f)[NC]) {
-    const __m256i nibble = _mm256_set1_epi8(0x0f);
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / kQK_K; ++b) {
       const auto* p = reinterpret_cast<const PanelQ4_K*>(panel) + b;
@@ -40,16 +39,14 @@ struct Q4KPanelKernel : ByHalves<Q4KPanelKernel> {
       for (int j = 0; j < 8; ++j) {
         __m256i s[NC];
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
-        SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
-          const int pair = 4 * j + q;
-          const __m256i raw =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->qs[pair] + 32 * half));
-          const __m256i lo = _mm256_and_si256(raw, nibble);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+        SHARDLM_UNROLL for (int i = 0; i < 4; ++i) {
+          const int pair = 4 * j + i;
+          __m256i q[2];
+          HalfNibbles(p->qs[pair], half, q);
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
             const int8_t* qs = a[c]->qs + 8 * pair;
-            s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(lo, Bcast32(qs)));
-            s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(hi, Bcast32(qs + 4)));
+            s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[0], Bcast32(qs)));
+            s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[1], Bcast32(qs + 4)));
           }
         }
         const __m256i scale = RowPairs(p->scales[j], half);
