@@ -4,8 +4,8 @@
 // kernels_avx2.cc, with the activation side data (PanelActSide) for every type that converts to
 // Q8_0.
 //
-// Scheme: a 64-byte panel vector is two 256-bit halves, rows 0-7 and rows 8-15; the kernel goes
-// over the panel once per half (panel_kernel_avx2_inl.h). Per
+// Scheme: a 64-byte panel vector is two 256-bit halves, rows 0-7 and rows 8-15, each computed
+// on its own (panel_kernel_avx2_inl.h: in one pass over the panel for decode). Per
 // group of 4 columns and token, vpmaddubsw multiplies unsigned weights of 8 rows by the token's
 // 4 activation bytes (broadcast) into int16 pairs; vpmaddwd by ones widens them to int32 lanes,
 // one per row.
@@ -58,12 +58,14 @@ struct Mxfp4Weights {
 template <class W>
 struct NibblePanelKernel : ByHalves<NibblePanelKernel<W>> {
   using Panel = typename W::Panel;
+  static constexpr int64_t kColumns = 2 * kQK;
 
-  // Rows 8·half .. 8·half + 7 of the panel, NC tokens, into f[c] (lane i: row 8·half + i).
+  // Panel block u (two 32-column blocks) at p, rows 8·half .. 8·half + 7, NC tokens, into
+  // f[c] (lane i: row 8·half + i).
   template <int NC>
-  static void RunHalf(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
-                      int half, __m256 (&f)[NC]) {
-    const int64_t units = n / (2 * kQK);
+  [[gnu::always_inline]] static void AddBlock(int64_t n, const Panel* p, int64_t u,
+                                              const uint8_t* act, int64_t act_stride, int half,
+                                              __m256 (&f)[NC]) {
     const int64_t side_offset = n / kQK * int64_t(sizeof(BlockQ8_0));
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i table = _mm256_setzero_si256();
@@ -71,50 +73,42 @@ struct NibblePanelKernel : ByHalves<NibblePanelKernel<W>> {
       table = _mm256_broadcastsi128_si256(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(W::Values())));
     }
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm256_setzero_ps();
-    for (int64_t u = 0; u < units; ++u) {
-      const auto* p = reinterpret_cast<const Panel*>(panel) + u;
-      if (half == 0) PrefetchAhead(p);
-      SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
-        const int64_t b = 2 * u + k;
-        __m256i s[NC];
-        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
-        SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
-          __m256i q[2];
-          HalfNibbles(p->qs[k][pair], half, q);
-          SHARDLM_UNROLL for (int l = 0; l < 2; ++l) {
-            const int group = 2 * pair + l;
-            if constexpr (W::kUnsigned) {
-              SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-                const int8_t* a =
-                    (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
-                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[l], Bcast32(a + 4 * group)));
-              }
-            } else {
-              const __m256i level = _mm256_shuffle_epi8(table, q[l]);
-              const __m256i magnitude = _mm256_abs_epi8(level);
-              SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-                const int8_t* a =
-                    (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
-                const __m256i pairs = _mm256_maddubs_epi16(
-                    magnitude, _mm256_sign_epi8(Bcast32(a + 4 * group), level));
-                s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
-              }
+    SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+      const int64_t b = 2 * u + k;
+      __m256i s[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
+      SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
+        __m256i q[2];
+        HalfNibbles(p->qs[k][pair], half, q);
+        SHARDLM_UNROLL for (int l = 0; l < 2; ++l) {
+          const int group = 2 * pair + l;
+          if constexpr (W::kUnsigned) {
+            SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+              const int8_t* a = (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
+              s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[l], Bcast32(a + 4 * group)));
+            }
+          } else {
+            const __m256i level = _mm256_shuffle_epi8(table, q[l]);
+            const __m256i magnitude = _mm256_abs_epi8(level);
+            SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+              const int8_t* a = (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
+              const __m256i pairs =
+                  _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(Bcast32(a + 4 * group), level));
+              s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
             }
           }
         }
-        const __m256 d = W::Scale(*p, k, half);
-        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-          const auto* side =
-              reinterpret_cast<const PanelActSide*>(act + c * act_stride + side_offset) + b;
-          __m256i i = s[c];
-          if constexpr (W::kUnsigned) {
-            i = _mm256_add_epi32(_mm256_madd_epi16(s[c], ones),
-                                 _mm256_set1_epi32(side->offset / 16));
-          }
-          f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(d, _mm256_set1_ps(side->d)),
-                                 f[c]);
+      }
+      const __m256 d = W::Scale(*p, k, half);
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const auto* side =
+            reinterpret_cast<const PanelActSide*>(act + c * act_stride + side_offset) + b;
+        __m256i i = s[c];
+        if constexpr (W::kUnsigned) {
+          i = _mm256_add_epi32(_mm256_madd_epi16(s[c], ones), _mm256_set1_epi32(side->offset / 16));
         }
+        f[c] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(d, _mm256_set1_ps(side->d)), f[c]);
       }
     }
   }
