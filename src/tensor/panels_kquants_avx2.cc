@@ -1,4 +1,4 @@
-// AVX2 kernels over the panels of Q4_K and Q6_K (panels.h: 16 rows x 256 columns per panel
+// AVX2 kernels over the panels of Q4_K, Q6_K and IQ4_XS (panels.h: 16 rows x 256 columns per panel
 // block), for CPUs without AVX-512. Registered by kernels_avx2.cc.
 //
 // Scheme (panel_kernel_avx2_inl.h: two 8-row halves): per group of 4 columns and token,
@@ -11,6 +11,7 @@
 // - Q6_K: quants up to 63, so two groups per int16 sum (2·2·63·128 < 2^15), two per 16-column
 //   group G scaled by its scale_G. The −32 of q − 32 goes through the bsums as on AVX-512: one
 //   vpmaddwd of (−32·scale_2t, −32·scale_2t+1) against bsums 2t, 2t + 1.
+// - IQ4_XS: signed levels, one vpmaddwd by the sub-block's scale per group (see its kernel).
 // The integers are the AVX-512 kernels' (Σ S·scale, Σ min·bsums, the −32 offset) and the float
 // step per super-block is its AddSuperBlock, so the outputs are bitwise the AVX-512 panels'.
 //
@@ -28,6 +29,13 @@ inline __m256i RowPairs(const uint8_t* row_bytes, int half) {
   const __m256i v =
       _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_bytes + 8 * half)));
   return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
+// The same for signed bytes (IQ4_XS's ls − 32).
+inline __m256i SignedRowPairs(const int8_t* row_bytes, int half) {
+  const __m256i v =
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_bytes + 8 * half)));
+  return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
 }
 
 struct Q4KPanelKernel : ByHalves<Q4KPanelKernel> {
@@ -152,6 +160,53 @@ struct Q6KPanelKernel : ByHalves<Q6KPanelKernel> {
   }
 };
 
+// IQ4_XS: Value = d·(ls_j − 32)·kIq4NlValues[q], sub-block j = 32 columns, qs[j] as IQ4_NL's
+// panel block. Signed levels (vpshufb of the nibbles, once per block for all tokens): the
+// magnitudes multiply the activations with the levels' signs (vpsignb; pairs of at most
+// 2·127·127 < 2^15), and each group's pairs go through one vpmaddwd by the sub-block's scale
+// (each int32 lane holding its row's scale twice), which widens and scales at once:
+// I = Σ_j scale_j·Σ v·a, the AVX-512 kernel's integer.
+struct Iq4XsPanelKernel : ByHalves<Iq4XsPanelKernel> {
+  using Panel = PanelIq4Xs;
+  static constexpr int64_t kColumns = kQK_K;
+
+  template <int NC>
+  [[gnu::always_inline]] static void AddBlock(int64_t, const Panel* p, int64_t b,
+                                              const uint8_t* act, int64_t act_stride, int half,
+                                              __m256 (&f)[NC]) {
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
+    const BlockQ8_K* a[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+    }
+    __m256i isum[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i scale = SignedRowPairs(p->scales[j], half);
+      SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
+        __m256i q[2];
+        HalfNibbles(p->qs[j][pair], half, q);
+        SHARDLM_UNROLL for (int l = 0; l < 2; ++l) {
+          const __m256i level = _mm256_shuffle_epi8(table, q[l]);
+          const __m256i magnitude = _mm256_abs_epi8(level);
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            const int8_t* qs = a[c]->qs + 32 * j + 4 * (2 * pair + l);
+            const __m256i pairs =
+                _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(Bcast32(qs), level));
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pairs, scale));
+          }
+        }
+      }
+    }
+    const __m256 d = HalfFp16(p->d, half);
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(a[c]->d)),
+                             f[c]);
+    }
+  }
+};
+
 }  // namespace
 }  // namespace shardlm::internal::panels
 
@@ -163,6 +218,8 @@ void FillKQuantPanelsAvx2(TypeTraits& traits) {
       return panels::Install<panels::Q4KPanelKernel>(traits);
     case GgmlType::kQ6_K:
       return panels::Install<panels::Q6KPanelKernel>(traits);
+    case GgmlType::kIq4Xs:
+      return panels::Install<panels::Iq4XsPanelKernel>(traits);
     default:
       return;
   }
