@@ -1,5 +1,5 @@
-// AVX2 kernels over the panels of Q4_K, Q6_K and IQ4_XS (panels.h: 16 rows x 256 columns per panel
-// block), for CPUs without AVX-512. Registered by kernels_avx2.cc.
+// AVX2 kernels over the panels of Q4_K, Q5_K, Q6_K and IQ4_XS (panels.h: 16 rows x 256 columns per
+// panel block), for CPUs without AVX-512. Registered by kernels_avx2.cc.
 //
 // Scheme (panel_kernel_avx2_inl.h: two 8-row halves): per group of 4 columns and token,
 // vpmaddubsw multiplies the unsigned quants of 8 rows by the token's 4 activation bytes into
@@ -7,7 +7,8 @@
 // holding its row's scale twice) widens and scales them at once.
 // - Q4_K: a sub-block's eight groups summed in int16 (nibbles: 8·2·15·127 < 2^15, exact). The
 //   mins go through the activations' bsums: one vpmaddwd of (min, min) against bsums 2j, 2j + 1
-//   per sub-block.
+//   per sub-block. Q5_K the same with its 5th bits ORed in (one byte-lane mask per group
+//   expanded by vpshufb and a compare), two sums per sub-block (4·2·31·127 < 2^15).
 // - Q6_K: quants up to 63, so two groups per int16 sum (2·2·63·128 < 2^15), two per 16-column
 //   group G scaled by its scale_G. The −32 of q − 32 goes through the bsums as on AVX-512: one
 //   vpmaddwd of (−32·scale_2t, −32·scale_2t+1) against bsums 2t, 2t + 1.
@@ -18,7 +19,7 @@
 // Goals: decode at the memory's speed and prefill with the unpacking shared by the tokens of a
 // call (Qwen3-0.6B on a Zen 3, 2 threads, paired against the row kernels: Q6_K pp512
 // 1.5-2.1x, tg 1.14x; Q4_K_M, whose head and a few matrices are Q6_K, tg 1.14x).
-// Non-goals: Q2_K, Q3_K, Q5_K on AVX2 (for now: row kernels).
+// Non-goals: Q2_K, Q3_K, TQ1_0, TQ2_0 on AVX2 (for now: row kernels).
 #include "tensor/panel_kernel_avx2_inl.h"
 
 namespace shardlm::internal::panels {
@@ -38,8 +39,24 @@ inline __m256i SignedRowPairs(const int8_t* row_bytes, int half) {
   return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
 }
 
-struct Q4KPanelKernel : ByHalves<Q4KPanelKernel> {
-  using Panel = PanelQ4_K;
+// The 5th bits of Q5_K's group of 4 columns whose 64-bit mask is `mask` (bit 4r + e: column e of
+// row r), rows of half `half`, as 16 in each byte lane whose bit is set: byte k of the half
+// vector takes mask byte k / 8 (vpshufb) and tests bit k % 8.
+inline __m256i FifthBits(uint64_t mask, int half) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  const __m256i bytes = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(uint32_t(mask >> (32 * half)))), spread);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit),
+                          _mm256_set1_epi8(16));
+}
+
+// Q4_K and Q5_K (6-bit scales and mins per 32 columns), Q5_K with its 5th bits: its quants go
+// up to 31, so its int16 sums take two pairs of groups (4·2·31·127 < 2^15), Q4_K's all four.
+template <class PanelType, bool kHighBits>
+struct ScaleMinPanelKernel : ByHalves<ScaleMinPanelKernel<PanelType, kHighBits>> {
+  using Panel = PanelType;
   static constexpr int64_t kColumns = kQK_K;
 
   template <int NC>
@@ -53,19 +70,29 @@ struct Q4KPanelKernel : ByHalves<Q4KPanelKernel> {
     __m256i isum[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
+      const __m256i scale = RowPairs(p->scales[j], half);
       __m256i s[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
       SHARDLM_UNROLL for (int i = 0; i < 4; ++i) {
         const int pair = 4 * j + i;
         __m256i q[2];
         HalfNibbles(p->qs[pair], half, q);
+        if constexpr (kHighBits) {
+          q[0] = _mm256_or_si256(q[0], FifthBits(p->qh[2 * pair], half));
+          q[1] = _mm256_or_si256(q[1], FifthBits(p->qh[2 * pair + 1], half));
+        }
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           const int8_t* qs = a[c]->qs + 8 * pair;
           s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[0], Bcast32(qs)));
           s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[1], Bcast32(qs + 4)));
         }
+        if (kHighBits && i == 1) {
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s[c], scale));
+            s[c] = _mm256_setzero_si256();
+          }
+        }
       }
-      const __m256i scale = RowPairs(p->scales[j], half);
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s[c], scale));
       }
@@ -215,7 +242,9 @@ namespace shardlm::internal {
 void FillKQuantPanelsAvx2(TypeTraits& traits) {
   switch (traits.type) {
     case GgmlType::kQ4_K:
-      return panels::Install<panels::Q4KPanelKernel>(traits);
+      return panels::Install<panels::ScaleMinPanelKernel<PanelQ4_K, false>>(traits);
+    case GgmlType::kQ5_K:
+      return panels::Install<panels::ScaleMinPanelKernel<PanelQ5_K, true>>(traits);
     case GgmlType::kQ6_K:
       return panels::Install<panels::Q6KPanelKernel>(traits);
     case GgmlType::kIq4Xs:
