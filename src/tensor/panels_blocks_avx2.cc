@@ -1,4 +1,4 @@
-// AVX2 kernels over the panels of Q4_0, IQ4_NL and MXFP4 (panels.h: 16 rows x 64 columns per
+// AVX2 kernels over the panels of Q8_0, Q4_0, IQ4_NL and MXFP4 (panels.h: 16 rows x 64 columns per
 // panel block), for CPUs without AVX-512, where decode is bound by the row kernels'
 // instructions (a Zen 3 core decodes Q4_K at ~10 GB/s of the ~22 it reads). Registered by
 // kernels_avx2.cc, with the activation side data (PanelActSide) for every type that converts to
@@ -12,38 +12,59 @@
 // - Q4_0: the nibbles q as they are, pairs of at most 2·15·127, so a block's eight groups are
 //   summed in int16 (8·3810 < 2^15, exact) before one widening; the −8 of q − 8 enters as the
 //   block's start −8·Σa (PanelActSide::offset / 16, exact: the offset is −128·Σa).
-// - IQ4_NL, MXFP4: signed levels (vpshufb of the nibbles, once per block for all tokens); the
-//   magnitudes multiply the activations with the levels' signs (vpsignb), pairs of at most
-//   2·127·127 < 2^15, widened per group.
+// - IQ4_NL, MXFP4, Q8_0: signed levels (IQ4_NL, MXFP4: vpshufb of the nibbles; Q8_0: the
+//   stored q + 128 XOR 0x80), once per block for all tokens; the magnitudes multiply the
+//   activations with the levels' signs (vpsignb), pairs of at most 2·128·127 < 2^15, widened
+//   per group.
 // Either way a block's integer sum I is the AVX-512 kernels' and F += float(I)·(d·d_act) is
 // their float step: the outputs are bitwise the AVX-512 panels'.
 //
 // Goals: decode and prefill with the unpacking shared by the tokens of a call and the scales
 // applied to 8 rows at once (Qwen3-0.6B Q4_0 on a Zen 3, 2 threads, paired against the row
-// kernels: tg 1.54x, pp512 2.2x). Non-goals: Q8_0, Q4_1, Q5_0, Q5_1 on AVX2 (for now: row
-// kernels).
+// kernels: tg 1.54x, pp512 2.2x). Non-goals: Q4_1, Q5_0, Q5_1 on AVX2 (for now: row kernels).
 #include "tensor/panel_kernel_avx2_inl.h"
 
 namespace shardlm::internal::panels {
 namespace {
 
+// The 4-bit field of group g (of 8) of a nibble panel's block k, rows of half `half`.
+inline __m256i NibbleGroup(const uint8_t (*pairs)[64], int g, int half) {
+  __m256i q[2];
+  HalfNibbles(pairs[g / 2], half, q);
+  return q[g % 2];
+}
+// vpshufb's table of 16 signed levels.
+inline __m256i LevelTable(const int8_t* values) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
+}
+
+// Per weight type: Group(p, k, g, half), the 8 rows' weights of group g (4 columns) of block
+// k, unsigned (kUnsigned: the nibbles) or signed levels; Scale(p, k, half), the rows' block
+// scales as floats.
 // Q4_0: unsigned nibbles, start −8·Σa.
 struct Q4_0Weights {
   using Panel = PanelNibbles;
   static constexpr bool kUnsigned = true;
+  static __m256i Group(const Panel& p, int k, int g, int half) {
+    return NibbleGroup(p.qs[k], g, half);
+  }
   static __m256 Scale(const Panel& p, int k, int half) { return HalfFp16(p.d[k], half); }
 };
 // IQ4_NL and MXFP4: signed levels from a table.
 struct Iq4NlWeights {
   using Panel = PanelNibbles;
   static constexpr bool kUnsigned = false;
-  static const int8_t* Values() { return kIq4NlValues; }
+  static __m256i Group(const Panel& p, int k, int g, int half) {
+    return _mm256_shuffle_epi8(LevelTable(kIq4NlValues), NibbleGroup(p.qs[k], g, half));
+  }
   static __m256 Scale(const Panel& p, int k, int half) { return HalfFp16(p.d[k], half); }
 };
 struct Mxfp4Weights {
   using Panel = PanelMxfp4;
   static constexpr bool kUnsigned = false;
-  static const int8_t* Values() { return kMxfp4Values; }
+  static __m256i Group(const Panel& p, int k, int g, int half) {
+    return _mm256_shuffle_epi8(LevelTable(kMxfp4Values), NibbleGroup(p.qs[k], g, half));
+  }
   // 2^(e − 128) as floats (e < 2: the subnormals 2^−127, 2^−126).
   static __m256 Scale(const Panel& p, int k, int half) {
     const __m256i e =
@@ -54,9 +75,21 @@ struct Mxfp4Weights {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
   }
 };
+// Q8_0: the panel holds u = q + 128 (for the AVX-512 kernels' vpdpbusd); q = u XOR 0x80 as a
+// signed byte. A q of −128 (not made by the Q8_0 quantizer, possible in a file) is exact too:
+// its magnitude, 0x80, is 128 to vpmaddubsw's unsigned side, and 2·128·127 < 2^15.
+struct Q8_0Weights {
+  using Panel = PanelQ8_0;
+  static constexpr bool kUnsigned = false;
+  static __m256i Group(const Panel& p, int k, int g, int half) {
+    return _mm256_xor_si256(avx2::Load32(p.u[k][g] + 32 * half),
+                            _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
+  static __m256 Scale(const Panel& p, int k, int half) { return HalfFp16(p.d[k], half); }
+};
 
 template <class W>
-struct NibblePanelKernel : ByHalves<NibblePanelKernel<W>> {
+struct BlockPanelKernel : ByHalves<BlockPanelKernel<W>> {
   using Panel = typename W::Panel;
   static constexpr int64_t kColumns = 2 * kQK;
 
@@ -68,34 +101,24 @@ struct NibblePanelKernel : ByHalves<NibblePanelKernel<W>> {
                                               __m256 (&f)[NC]) {
     const int64_t side_offset = n / kQK * int64_t(sizeof(BlockQ8_0));
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i table = _mm256_setzero_si256();
-    if constexpr (!W::kUnsigned) {
-      table = _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(W::Values())));
-    }
     SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
       const int64_t b = 2 * u + k;
       __m256i s[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
-      SHARDLM_UNROLL for (int pair = 0; pair < 4; ++pair) {
-        __m256i q[2];
-        HalfNibbles(p->qs[k][pair], half, q);
-        SHARDLM_UNROLL for (int l = 0; l < 2; ++l) {
-          const int group = 2 * pair + l;
-          if constexpr (W::kUnsigned) {
-            SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-              const int8_t* a = (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
-              s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[l], Bcast32(a + 4 * group)));
-            }
-          } else {
-            const __m256i level = _mm256_shuffle_epi8(table, q[l]);
-            const __m256i magnitude = _mm256_abs_epi8(level);
-            SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-              const int8_t* a = (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
-              const __m256i pairs =
-                  _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(Bcast32(a + 4 * group), level));
-              s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
-            }
+      SHARDLM_UNROLL for (int group = 0; group < 8; ++group) {
+        const __m256i w = W::Group(*p, k, group, half);
+        if constexpr (W::kUnsigned) {
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            const int8_t* a = (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
+            s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(w, Bcast32(a + 4 * group)));
+          }
+        } else {
+          const __m256i magnitude = _mm256_abs_epi8(w);
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            const int8_t* a = (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
+            const __m256i pairs =
+                _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(Bcast32(a + 4 * group), w));
+            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
           }
         }
       }
@@ -115,8 +138,8 @@ struct NibblePanelKernel : ByHalves<NibblePanelKernel<W>> {
 };
 
 template <class W>
-void InstallNibbles(TypeTraits& traits) {
-  Install<NibblePanelKernel<W>>(traits);
+void InstallBlocks(TypeTraits& traits) {
+  Install<BlockPanelKernel<W>>(traits);
 }
 
 }  // namespace
@@ -127,12 +150,14 @@ namespace shardlm::internal {
 void FillBlockPanelsAvx2(TypeTraits& traits) {
   panels::InstallQ8_0ActSide(traits);
   switch (traits.type) {
+    case GgmlType::kQ8_0:
+      return panels::InstallBlocks<panels::Q8_0Weights>(traits);
     case GgmlType::kQ4_0:
-      return panels::InstallNibbles<panels::Q4_0Weights>(traits);
+      return panels::InstallBlocks<panels::Q4_0Weights>(traits);
     case GgmlType::kIq4Nl:
-      return panels::InstallNibbles<panels::Iq4NlWeights>(traits);
+      return panels::InstallBlocks<panels::Iq4NlWeights>(traits);
     case GgmlType::kMxfp4:
-      return panels::InstallNibbles<panels::Mxfp4Weights>(traits);
+      return panels::InstallBlocks<panels::Mxfp4Weights>(traits);
     default:
       return;
   }

@@ -84,6 +84,46 @@ TEST(Panels, GiveWhatTheRowsGive) {
   }
 }
 
+// Q8_0 weights at both ends of int8: the Q8_0 quantizer makes ±127, but a file may hold −128,
+// which the panels store as 0 (q + 128) and the AVX2 kernel takes back by XOR 0x80 and a
+// magnitude of 128. Panels and rows give what the dequantized weights give.
+TEST(Panels, Q8_0WeightsAtTheInt8EndsAreExact) {
+  if (!testing::HasPanelKernel(GgmlType::kQ8_0)) GTEST_SKIP() << "no Q8_0 panel kernel here";
+  constexpr int64_t kCols = 256, kRows = 24, kTokens = 3;
+  Matrix rows = MakeMatrix(GgmlType::kQ8_0, kRows, kCols, 7);
+  auto* blocks = reinterpret_cast<BlockQ8_0*>(rows.bytes.data());
+  for (int64_t b = 0; b < kRows * kCols / kQK; ++b) {
+    for (int i = 0; i < kQK; ++i) blocks[b].qs[i] = int8_t((i + b) % 3 == 0 ? 127 : -128);
+  }
+  Matrix panels;
+  panels.panel_bytes.assign(size_t(PanelMatrixBytes(GgmlType::kQ8_0, kRows, kCols)), 0);
+  RepackPanels(GgmlType::kQ8_0, rows.bytes.data(), rows.view.row_bytes, kRows, kCols, 0,
+               (kRows + kPanelRows - 1) / kPanelRows, panels.panel_bytes.data());
+  panels.view = rows.view;
+  panels.view.data = panels.panel_bytes.data();
+  panels.view.panel_bytes = PanelStrideBytes(GgmlType::kQ8_0, kCols);
+
+  const std::vector<float> x = RandomFloats(kTokens * kCols, 8);
+  const std::vector<float> from_rows = RunMatMul(rows, x, kTokens, 1);
+  const std::vector<float> from_panels = RunMatMul(panels, x, kTokens, 1);
+  std::vector<float> w_row(kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    DequantizeRow(rows.view, r, w_row.data());
+    for (int64_t t = 0; t < kTokens; ++t) {
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < kCols; ++k) {
+        want += double(w_row[k]) * x[t * kCols + k];
+        mag += std::fabs(double(w_row[k]) * x[t * kCols + k]);
+      }
+      // The activations' Q8_0 rounding: ~1% of the magnitude; a −128 read as +128 or
+      // saturated would be off by far more.
+      EXPECT_NEAR(from_rows[t * kRows + r], want, 0.02 * mag) << "rows, row " << r;
+      EXPECT_NEAR(from_panels[t * kRows + r], from_rows[t * kRows + r], 1e-6 * mag + 1e-7)
+          << "panels, row " << r << " token " << t;
+    }
+  }
+}
+
 TEST(Panels, BitwiseIdenticalForAnyThreadCount) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
   for (GgmlType type : TypesWithPanelKernels()) {
