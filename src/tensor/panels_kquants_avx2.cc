@@ -1,5 +1,5 @@
-// AVX2 kernels over the panels of Q4_K, Q5_K, Q6_K and IQ4_XS (panels.h: 16 rows x 256 columns per
-// panel block), for CPUs without AVX-512. Registered by kernels_avx2.cc.
+// AVX2 kernels over the panels of Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0 and TQ2_0 (panels.h: 16 rows x
+// 256 columns per panel block), for CPUs without AVX-512. Registered by kernels_avx2.cc.
 //
 // Scheme (panel_kernel_avx2_inl.h: two 8-row halves): per group of 4 columns and token,
 // vpmaddubsw multiplies the unsigned quants of 8 rows by the token's 4 activation bytes into
@@ -13,13 +13,14 @@
 //   group G scaled by its scale_G. The −32 of q − 32 goes through the bsums as on AVX-512: one
 //   vpmaddwd of (−32·scale_2t, −32·scale_2t+1) against bsums 2t, 2t + 1.
 // - IQ4_XS: signed levels, one vpmaddwd by the sub-block's scale per group (see its kernel).
+// - TQ1_0, TQ2_0: 2-bit digits, a whole block summed in int16, the −1 through the bsums.
 // The integers are the AVX-512 kernels' (Σ S·scale, Σ min·bsums, the −32 offset) and the float
 // step per super-block is its AddSuperBlock, so the outputs are bitwise the AVX-512 panels'.
 //
 // Goals: decode at the memory's speed and prefill with the unpacking shared by the tokens of a
 // call (Qwen3-0.6B on a Zen 3, 2 threads, paired against the row kernels: Q6_K pp512
 // 1.5-2.1x, tg 1.14x; Q4_K_M, whose head and a few matrices are Q6_K, tg 1.14x).
-// Non-goals: Q2_K, Q3_K, TQ1_0, TQ2_0 on AVX2 (for now: row kernels).
+// Non-goals: Q2_K, Q3_K on AVX2 (for now: row kernels).
 #include "tensor/panel_kernel_avx2_inl.h"
 
 namespace shardlm::internal::panels {
@@ -234,6 +235,47 @@ struct Iq4XsPanelKernel : ByHalves<Iq4XsPanelKernel> {
   }
 };
 
+// TQ1_0 and TQ2_0: Value = d·(q − 1), q ∈ {0, 1, 2} in 2-bit fields (PanelTernary). Pairs of
+// at most 2·2·127, so the whole block's 64 groups are summed in int16 (64·508 < 2^15) and
+// widened once; Σ (q − 1)·a = Σ q·a − Σ a, the second the block's bsums, as on AVX-512.
+struct TernaryPanelKernel : ByHalves<TernaryPanelKernel> {
+  using Panel = PanelTernary;
+  static constexpr int64_t kColumns = kQK_K;
+
+  template <int NC>
+  [[gnu::always_inline]] static void AddBlock(int64_t, const Panel* p, int64_t b,
+                                              const uint8_t* act, int64_t act_stride, int half,
+                                              __m256 (&f)[NC]) {
+    const __m256i two_bits = _mm256_set1_epi8(3);
+    const BlockQ8_K* a[NC];
+    __m256i s[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+      s[c] = _mm256_setzero_si256();
+    }
+    for (int i = 0; i < 16; ++i) {
+      const __m256i raw = avx2::Load32(p->q[i] + 32 * half);
+      SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * l), two_bits);
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          s[c] =
+              _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q, Bcast32(a[c]->qs + 16 * i + 4 * l)));
+        }
+      }
+    }
+    const __m256 d = HalfFp16(p->d, half);
+    const __m256i ones = _mm256_set1_epi16(1);
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      int32_t bsum = 0;
+      for (int k = 0; k < kQK_K / 16; ++k) bsum += a[c]->bsums[k];
+      const __m256i isum =
+          _mm256_add_epi32(_mm256_madd_epi16(s[c], ones), _mm256_set1_epi32(-bsum));
+      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(a[c]->d)),
+                             f[c]);
+    }
+  }
+};
+
 }  // namespace
 }  // namespace shardlm::internal::panels
 
@@ -249,6 +291,9 @@ void FillKQuantPanelsAvx2(TypeTraits& traits) {
       return panels::Install<panels::Q6KPanelKernel>(traits);
     case GgmlType::kIq4Xs:
       return panels::Install<panels::Iq4XsPanelKernel>(traits);
+    case GgmlType::kTq1_0:
+    case GgmlType::kTq2_0:
+      return panels::Install<panels::TernaryPanelKernel>(traits);
     default:
       return;
   }
