@@ -6,8 +6,8 @@
 // Goals: the registration point; the kernels live per weight-type family in
 // legacy_avx2.cc (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL), kquants_avx2.cc (Q2_K..Q6_K),
 // iquants_avx2.cc (IQ4_XS), grids_avx2.cc (IQ1-IQ3, TQ1_0, TQ2_0), float_avx2.cc (F32, F16) and
-// panels_blocks_avx2.cc, panels_kquants_avx2.cc (weight panels of Q8_0, Q4_0, IQ4_NL, MXFP4, Q4_K,
-// Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0).
+// panels_blocks_avx2.cc, panels_kquants_avx2.cc (weight panels of Q8_0, Q4_0, IQ4_NL, MXFP4 and
+// the 256-column types).
 // Non-goals: BF16 (generic kernels on AVX2-only CPUs); activation quantization (generic).
 #include "tensor/kernels_impl.h"
 

@@ -1,5 +1,6 @@
-// AVX2 kernels over the panels of Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0 and TQ2_0 (panels.h: 16 rows x
-// 256 columns per panel block), for CPUs without AVX-512. Registered by kernels_avx2.cc.
+// AVX2 kernels over the panels of the 256-column types (panels.h: 16 rows x 256 columns per panel
+// block): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ1_0, TQ2_0, for CPUs without AVX-512. Registered
+// by kernels_avx2.cc.
 //
 // Scheme (panel_kernel_avx2_inl.h: two 8-row halves): per group of 4 columns and token,
 // vpmaddubsw multiplies the unsigned quants of 8 rows by the token's 4 activation bytes into
@@ -14,13 +15,14 @@
 //   vpmaddwd of (−32·scale_2t, −32·scale_2t+1) against bsums 2t, 2t + 1.
 // - IQ4_XS: signed levels, one vpmaddwd by the sub-block's scale per group (see its kernel).
 // - TQ1_0, TQ2_0: 2-bit digits, a whole block summed in int16, the −1 through the bsums.
+// - Q2_K, Q3_K: 2-bit digits (Q3_K's third bit as Q5_K's fifth), 16 columns per int16 sum and
+//   scale; Q2_K's mins, Q3_K's −4 through the bsums.
 // The integers are the AVX-512 kernels' (Σ S·scale, Σ min·bsums, the −32 offset) and the float
 // step per super-block is its AddSuperBlock, so the outputs are bitwise the AVX-512 panels'.
 //
 // Goals: decode at the memory's speed and prefill with the unpacking shared by the tokens of a
 // call (Qwen3-0.6B on a Zen 3, 2 threads, paired against the row kernels: Q6_K pp512
 // 1.5-2.1x, tg 1.14x; Q4_K_M, whose head and a few matrices are Q6_K, tg 1.14x).
-// Non-goals: Q2_K, Q3_K on AVX2 (for now: row kernels).
 #include "tensor/panel_kernel_avx2_inl.h"
 
 namespace shardlm::internal::panels {
@@ -40,17 +42,23 @@ inline __m256i SignedRowPairs(const int8_t* row_bytes, int half) {
   return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
 }
 
-// The 5th bits of Q5_K's group of 4 columns whose 64-bit mask is `mask` (bit 4r + e: column e of
-// row r), rows of half `half`, as 16 in each byte lane whose bit is set: byte k of the half
-// vector takes mask byte k / 8 (vpshufb) and tests bit k % 8.
-inline __m256i FifthBits(uint64_t mask, int half) {
+// The high bits of a group of 4 columns whose 64-bit mask is `mask` (bit 4r + e: column e of
+// row r; Q5_K's 5th bits, Q3_K's 3rd), rows of half `half`, as `value` in each byte lane whose
+// bit is set: byte k of the half vector takes mask byte k / 8 (vpshufb) and tests bit k % 8.
+inline __m256i HighBits(uint64_t mask, int half, char value) {
   const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
   const __m256i bytes = _mm256_shuffle_epi8(
       _mm256_set1_epi32(static_cast<int32_t>(uint32_t(mask >> (32 * half)))), spread);
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit),
-                          _mm256_set1_epi8(16));
+                          _mm256_set1_epi8(value));
+}
+
+// The 2-bit field l (bits 2l, 2l + 1) of each byte of a digits vector (PanelQ2_K, PanelQ3_K,
+// PanelTernary: group 4i + l).
+inline __m256i Digit(__m256i raw, int l) {
+  return _mm256_and_si256(_mm256_srli_epi16(raw, 2 * l), _mm256_set1_epi8(3));
 }
 
 // Q4_K and Q5_K (6-bit scales and mins per 32 columns), Q5_K with its 5th bits: its quants go
@@ -79,8 +87,8 @@ struct ScaleMinPanelKernel : ByHalves<ScaleMinPanelKernel<PanelType, kHighBits>>
         __m256i q[2];
         HalfNibbles(p->qs[pair], half, q);
         if constexpr (kHighBits) {
-          q[0] = _mm256_or_si256(q[0], FifthBits(p->qh[2 * pair], half));
-          q[1] = _mm256_or_si256(q[1], FifthBits(p->qh[2 * pair + 1], half));
+          q[0] = _mm256_or_si256(q[0], HighBits(p->qh[2 * pair], half, 16));
+          q[1] = _mm256_or_si256(q[1], HighBits(p->qh[2 * pair + 1], half, 16));
         }
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           const int8_t* qs = a[c]->qs + 8 * pair;
@@ -246,7 +254,6 @@ struct TernaryPanelKernel : ByHalves<TernaryPanelKernel> {
   [[gnu::always_inline]] static void AddBlock(int64_t, const Panel* p, int64_t b,
                                               const uint8_t* act, int64_t act_stride, int half,
                                               __m256 (&f)[NC]) {
-    const __m256i two_bits = _mm256_set1_epi8(3);
     const BlockQ8_K* a[NC];
     __m256i s[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
@@ -256,7 +263,7 @@ struct TernaryPanelKernel : ByHalves<TernaryPanelKernel> {
     for (int i = 0; i < 16; ++i) {
       const __m256i raw = avx2::Load32(p->q[i] + 32 * half);
       SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
-        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * l), two_bits);
+        const __m256i q = Digit(raw, l);
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           s[c] =
               _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q, Bcast32(a[c]->qs + 16 * i + 4 * l)));
@@ -276,6 +283,126 @@ struct TernaryPanelKernel : ByHalves<TernaryPanelKernel> {
   }
 };
 
+// Q2_K: Value = d·scale_i·q − dmin·min_i, i = 16 columns (4 groups of one digits vector), scale
+// and min the low and high nibble of one byte. S_i = Σ q·a in int16 (4·2·3·127), one vpmaddwd
+// by the scale; the mins through the bsums, one vpmaddwd of (min_2t, min_2t+1) against bsums
+// 2t, 2t + 1, as on AVX-512.
+struct Q2KPanelKernel : ByHalves<Q2KPanelKernel> {
+  using Panel = PanelQ2_K;
+  static constexpr int64_t kColumns = kQK_K;
+
+  // Byte b of the 8 rows' scale bytes of 16 columns i, each in both int16 of its int32 lane:
+  // the low nibbles (scales), or the high ones (mins) of i in the low int16 and of i + 1 in
+  // the high one.
+  static __m256i Rows32(const uint8_t* row_bytes, int half) {
+    return _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_bytes + 8 * half)));
+  }
+
+  template <int NC>
+  [[gnu::always_inline]] static void AddBlock(int64_t, const Panel* p, int64_t b,
+                                              const uint8_t* act, int64_t act_stride, int half,
+                                              __m256 (&f)[NC]) {
+    const __m256i low_nibble = _mm256_set1_epi32(0x0f);
+    const BlockQ8_K* a[NC];
+    __m256i isum[NC], msum[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+      isum[c] = msum[c] = _mm256_setzero_si256();
+    }
+    for (int i = 0; i < 16; ++i) {
+      const __m256i raw = avx2::Load32(p->q[i] + 32 * half);
+      const __m256i scale_bytes = _mm256_and_si256(Rows32(p->scales[i], half), low_nibble);
+      const __m256i scale = _mm256_or_si256(scale_bytes, _mm256_slli_epi32(scale_bytes, 16));
+      __m256i s[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
+      SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+        const __m256i q = Digit(raw, l);
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          s[c] =
+              _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q, Bcast32(a[c]->qs + 16 * i + 4 * l)));
+        }
+      }
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s[c], scale));
+      }
+    }
+    for (int t = 0; t < 8; ++t) {
+      const __m256i m0 = _mm256_srli_epi32(Rows32(p->scales[2 * t], half), 4);
+      const __m256i m1 = _mm256_srli_epi32(Rows32(p->scales[2 * t + 1], half), 4);
+      const __m256i mins = _mm256_or_si256(m0, _mm256_slli_epi32(m1, 16));
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        msum[c] = _mm256_add_epi32(msum[c], _mm256_madd_epi16(mins, Bcast32(a[c]->bsums + 2 * t)));
+      }
+    }
+    const __m256 d = HalfFp16(p->d, half), dmin = HalfFp16(p->dmin, half);
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      const __m256 ad = _mm256_set1_ps(a[c]->d);
+      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, ad), f[c]);
+      f[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, ad), f[c]);
+    }
+  }
+};
+
+// Q3_K: Value = d·(scale_i − 32)·(u − 4), u = q + 4·h, i = 16 columns. S_i = Σ u·a in int16
+// (4·2·7·127), one vpmaddwd by the scale; the −4 through the bsums, one vpmaddwd of
+// (−4·scale_2t, −4·scale_2t+1) against bsums 2t, 2t + 1: the AVX-512 kernel's
+// I = Σ_i scale_i·(Σ u·a − 4·bsum_i).
+struct Q3KPanelKernel : ByHalves<Q3KPanelKernel> {
+  using Panel = PanelQ3_K;
+  static constexpr int64_t kColumns = kQK_K;
+
+  template <int NC>
+  [[gnu::always_inline]] static void AddBlock(int64_t, const Panel* p, int64_t b,
+                                              const uint8_t* act, int64_t act_stride, int half,
+                                              __m256 (&f)[NC]) {
+    const BlockQ8_K* a[NC];
+    __m256i isum[NC];
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+      isum[c] = _mm256_setzero_si256();
+    }
+    for (int t = 0; t < 8; ++t) {
+      // Per row lane the int16 pair (scale_2t, scale_2t+1) (as Q6_K's), each scale twice, and
+      // the pair times −4.
+      const __m256i v0 = _mm256_cvtepi8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p->scales[2 * t] + 8 * half)));
+      const __m256i v1 = _mm256_cvtepi8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p->scales[2 * t + 1] + 8 * half)));
+      const __m256i scale[2] = {_mm256_blend_epi16(v0, _mm256_slli_epi32(v0, 16), 0xAA),
+                                _mm256_blend_epi16(v1, _mm256_slli_epi32(v1, 16), 0xAA)};
+      const __m256i pairs = _mm256_blend_epi16(v0, _mm256_slli_epi32(v1, 16), 0xAA);
+      const __m256i offset_pairs =
+          _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(pairs, 2));
+      SHARDLM_UNROLL for (int h = 0; h < 2; ++h) {
+        const int i = 2 * t + h;
+        const __m256i raw = avx2::Load32(p->q[i] + 32 * half);
+        __m256i s[NC];
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
+        SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+          const __m256i u = _mm256_or_si256(Digit(raw, l), HighBits(p->qh[4 * i + l], half, 4));
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            s[c] =
+                _mm256_add_epi16(s[c], _mm256_maddubs_epi16(u, Bcast32(a[c]->qs + 16 * i + 4 * l)));
+          }
+        }
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s[c], scale[h]));
+        }
+      }
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        isum[c] = _mm256_add_epi32(isum[c],
+                                   _mm256_madd_epi16(offset_pairs, Bcast32(a[c]->bsums + 2 * t)));
+      }
+    }
+    const __m256 d = HalfFp16(p->d, half);
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(a[c]->d)),
+                             f[c]);
+    }
+  }
+};
+
 }  // namespace
 }  // namespace shardlm::internal::panels
 
@@ -283,6 +410,10 @@ namespace shardlm::internal {
 
 void FillKQuantPanelsAvx2(TypeTraits& traits) {
   switch (traits.type) {
+    case GgmlType::kQ2_K:
+      return panels::Install<panels::Q2KPanelKernel>(traits);
+    case GgmlType::kQ3_K:
+      return panels::Install<panels::Q3KPanelKernel>(traits);
     case GgmlType::kQ4_K:
       return panels::Install<panels::ScaleMinPanelKernel<PanelQ4_K, false>>(traits);
     case GgmlType::kQ5_K:

@@ -16,8 +16,7 @@
 // by its scale ls − 32 (|I| ≤ 256·127·128·32 < 2^31).
 //
 // Goals: batched decode and prefill at several times the row kernels' speed (panels.h).
-// Non-goals: AVX2 (panels_kquants_avx2.cc has all but Q2_K and Q3_K, which keep the row layout
-// there).
+// Non-goals: AVX2 (panels_kquants_avx2.cc).
 #include "tensor/panel_kernel_avx512_inl.h"
 
 namespace shardlm::internal::panels {
