@@ -41,6 +41,20 @@ inline void HalfNibbles(const uint8_t* pair_vector, int half, __m256i (&q)[2]) {
   q[1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
 }
 
+// The high bits of a group of 4 columns whose 64-bit mask is `mask` (bit 4r + e: column e of
+// row r; the 5th bits of Q5_0, Q5_1 and Q5_K, Q3_K's 3rd), rows of half `half`, as `value` in each
+// byte lane whose bit is set: byte k of the half vector takes mask byte k / 8 (vpshufb) and tests
+// bit k % 8.
+inline __m256i HighBits(uint64_t mask, int half, char value) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
+  const __m256i bytes = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(uint32_t(mask >> (32 * half)))), spread);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit),
+                          _mm256_set1_epi8(value));
+}
+
 // Tokens up to which ByHalves computes both halves of a block in one pass over the panel.
 constexpr int kOnePassTokens = 2;
 

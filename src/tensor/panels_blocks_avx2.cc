@@ -1,27 +1,28 @@
-// AVX2 kernels over the panels of Q8_0, Q4_0, IQ4_NL and MXFP4 (panels.h: 16 rows x 64 columns per
-// panel block), for CPUs without AVX-512, where decode is bound by the row kernels'
-// instructions (a Zen 3 core decodes Q4_K at ~10 GB/s of the ~22 it reads). Registered by
-// kernels_avx2.cc, with the activation side data (PanelActSide) for every type that converts to
-// Q8_0.
+// AVX2 kernels over the panels of the 32-element block types, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// IQ4_NL and MXFP4 (panels.h: 16 rows x 64 columns per panel block), for CPUs without AVX-512,
+// where decode is bound by the row kernels' instructions (a Zen 3 core decodes Q4_K at ~10 GB/s of
+// the ~22 it reads). Registered by kernels_avx2.cc, with the activation side data (PanelActSide)
+// for every type that converts to Q8_0.
 //
 // Scheme: a 64-byte panel vector is two 256-bit halves, rows 0-7 and rows 8-15, each computed
-// on its own (panel_kernel_avx2_inl.h: in one pass over the panel for decode). Per
-// group of 4 columns and token, vpmaddubsw multiplies unsigned weights of 8 rows by the token's
+// on its own (panel_kernel_avx2_inl.h: in one pass over the panel for decode). Per group of 4
+// columns and token, vpmaddubsw multiplies unsigned weights of 8 rows by the token's
 // 4 activation bytes (broadcast) into int16 pairs; vpmaddwd by ones widens them to int32 lanes,
 // one per row.
 // - Q4_0: the nibbles q as they are, pairs of at most 2·15·127, so a block's eight groups are
 //   summed in int16 (8·3810 < 2^15, exact) before one widening; the −8 of q − 8 enters as the
 //   block's start −8·Σa (PanelActSide::offset / 16, exact: the offset is −128·Σa).
-// - IQ4_NL, MXFP4, Q8_0: signed levels (IQ4_NL, MXFP4: vpshufb of the nibbles; Q8_0: the
-//   stored q + 128 XOR 0x80), once per block for all tokens; the magnitudes multiply the
-//   activations with the levels' signs (vpsignb), pairs of at most 2·128·127 < 2^15, widened
+// - IQ4_NL, MXFP4, Q8_0, Q5_0: signed levels (IQ4_NL, MXFP4: vpshufb of the nibbles; Q8_0: the
+//   stored q + 128 XOR 0x80; Q5_0: q − 16), once per block for all tokens; the magnitudes multiply
+//   the activations with the levels' signs (vpsignb), pairs of at most 2·128·127 < 2^15, widened
 //   per group.
+// - Q4_1, Q5_1: q unsigned as it is against Q8_1 activations, the mins through their sums.
 // Either way a block's integer sum I is the AVX-512 kernels' and F += float(I)·(d·d_act) is
 // their float step: the outputs are bitwise the AVX-512 panels'.
 //
 // Goals: decode and prefill with the unpacking shared by the tokens of a call and the scales
 // applied to 8 rows at once (Qwen3-0.6B Q4_0 on a Zen 3, 2 threads, paired against the row
-// kernels: tg 1.54x, pp512 2.2x). Non-goals: Q4_1, Q5_0, Q5_1 on AVX2 (for now: row kernels).
+// kernels: tg 1.54x, pp512 2.2x).
 #include "tensor/panel_kernel_avx2_inl.h"
 
 namespace shardlm::internal::panels {
@@ -88,6 +89,18 @@ struct Q8_0Weights {
   static __m256 Scale(const Panel& p, int k, int half) { return HalfFp16(p.d[k], half); }
 };
 
+// Q5_0: q − 16 as signed levels, q the nibble with its 5th bit.
+struct Q5_0Weights {
+  using Panel = PanelQ5_0;
+  static constexpr bool kUnsigned = false;
+  static __m256i Group(const Panel& p, int k, int g, int half) {
+    const __m256i q =
+        _mm256_or_si256(NibbleGroup(p.qs[k], g, half), HighBits(p.qh[k][g], half, 16));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+  }
+  static __m256 Scale(const Panel& p, int k, int half) { return HalfFp16(p.d[k], half); }
+};
+
 template <class W>
 struct BlockPanelKernel : ByHalves<BlockPanelKernel<W>> {
   using Panel = typename W::Panel;
@@ -137,6 +150,44 @@ struct BlockPanelKernel : ByHalves<BlockPanelKernel<W>> {
   }
 };
 
+// Q4_1 and Q5_1 against Q8_1 activations: Σ (d·q + m)·d_a·a = d·d_a·Σ q·a + m·s_a, q unsigned
+// as it is, its pairs (at most 2·31·127) widened per group; the AVX-512 kernel's integer and
+// float steps.
+template <class PanelType, bool kHighBits>
+struct MinPanelKernel : ByHalves<MinPanelKernel<PanelType, kHighBits>> {
+  using Panel = PanelType;
+  static constexpr int64_t kColumns = 2 * kQK;
+
+  template <int NC>
+  [[gnu::always_inline]] static void AddBlock(int64_t, const Panel* p, int64_t u,
+                                              const uint8_t* act, int64_t act_stride, int half,
+                                              __m256 (&f)[NC]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+      const BlockQ8_1* a[NC];
+      __m256i s[NC];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        a[c] = reinterpret_cast<const BlockQ8_1*>(act + c * act_stride) + 2 * u + k;
+        s[c] = _mm256_setzero_si256();
+      }
+      SHARDLM_UNROLL for (int g = 0; g < 8; ++g) {
+        __m256i q = NibbleGroup(p->qs[k], g, half);
+        if constexpr (kHighBits) q = _mm256_or_si256(q, HighBits(p->qh[k][g], half, 16));
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          const __m256i pairs = _mm256_maddubs_epi16(q, Bcast32(a[c]->qs + 4 * g));
+          s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
+        }
+      }
+      const __m256 d = HalfFp16(p->d[k], half), m = HalfFp16(p->m[k], half);
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        const __m256 ad = _mm256_set1_ps(_cvtsh_ss(a[c]->d));
+        f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(d, ad), f[c]);
+        f[c] = _mm256_fmadd_ps(m, _mm256_set1_ps(_cvtsh_ss(a[c]->s)), f[c]);
+      }
+    }
+  }
+};
+
 template <class W>
 void InstallBlocks(TypeTraits& traits) {
   Install<BlockPanelKernel<W>>(traits);
@@ -154,6 +205,12 @@ void FillBlockPanelsAvx2(TypeTraits& traits) {
       return panels::InstallBlocks<panels::Q8_0Weights>(traits);
     case GgmlType::kQ4_0:
       return panels::InstallBlocks<panels::Q4_0Weights>(traits);
+    case GgmlType::kQ4_1:
+      return panels::Install<panels::MinPanelKernel<PanelQ4_1, false>>(traits);
+    case GgmlType::kQ5_0:
+      return panels::InstallBlocks<panels::Q5_0Weights>(traits);
+    case GgmlType::kQ5_1:
+      return panels::Install<panels::MinPanelKernel<PanelQ5_1, true>>(traits);
     case GgmlType::kIq4Nl:
       return panels::InstallBlocks<panels::Iq4NlWeights>(traits);
     case GgmlType::kMxfp4:

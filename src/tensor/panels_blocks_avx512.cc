@@ -13,8 +13,7 @@
 // left IQ4_NL's Qwen3-0.6B pp512 at 520 t/s against 620 this way (2 threads).
 //
 // Goals: batched decode and prefill at several times the row kernels' speed (panels.h).
-// Non-goals: AVX2 (panels_blocks_avx2.cc has Q4_0, IQ4_NL and MXFP4; the others keep the row
-// layout there).
+// Non-goals: AVX2 (panels_blocks_avx2.cc).
 #include "tensor/panel_kernel_avx512_inl.h"
 
 namespace shardlm::internal::panels {

@@ -42,19 +42,6 @@ inline __m256i SignedRowPairs(const int8_t* row_bytes, int half) {
   return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
 }
 
-// The high bits of a group of 4 columns whose 64-bit mask is `mask` (bit 4r + e: column e of
-// row r; Q5_K's 5th bits, Q3_K's 3rd), rows of half `half`, as `value` in each byte lane whose
-// bit is set: byte k of the half vector takes mask byte k / 8 (vpshufb) and tests bit k % 8.
-inline __m256i HighBits(uint64_t mask, int half, char value) {
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i bit = _mm256_set1_epi64x(int64_t(0x8040201008040201));
-  const __m256i bytes = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int32_t>(uint32_t(mask >> (32 * half)))), spread);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit),
-                          _mm256_set1_epi8(value));
-}
-
 // The 2-bit field l (bits 2l, 2l + 1) of each byte of a digits vector (PanelQ2_K, PanelQ3_K,
 // PanelTernary: group 4i + l).
 inline __m256i Digit(__m256i raw, int l) {
