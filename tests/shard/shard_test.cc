@@ -32,6 +32,7 @@
 #include "shard/shard_service.h"
 #include "support/fixtures.h"
 #include "support/spawn.h"
+#include "support/temp_dir.h"
 
 extern char** environ;
 
@@ -45,10 +46,13 @@ constexpr int kSlots = 3;
 constexpr int kPages = 40;  // more than one page transfer (kShardPagesPerTransfer)
 constexpr int kMaxBatch = 32;
 
+// Removed at exit: a daemon the test kills leaves its socket file behind.
 std::string TempSocket(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("shardlm_shard_" + std::to_string(::getpid()) + "_" + name + ".sock"))
-      .string();
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("shardlm_shard_" + std::to_string(::getpid()) + "_" + name + ".sock");
+  testing_util::RemovedAtExit::Paths().Add(path);
+  return path.string();
 }
 
 bool Contains(const std::string& text, const std::string& part) {

@@ -8,7 +8,8 @@
 // Non-goals: folders other users may enter (other_user.h makes those).
 //
 // Thread safety: none (one test owns its folder). Lifetime: TempDir removes its folder in
-// its destructor; FreshDir's folder stays until the next FreshDir of the same name.
+// its destructor; FreshDir's folder stays until the next FreshDir of the same name or the
+// process's exit (a test binary that crashes leaves its FreshDir folders behind).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,8 +19,17 @@
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace shardlm::testing_util {
+
+// Removes `dir` and what it holds (or a file), giving the owner back write permission first.
+inline void RemoveFolder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::add, ec);
+  std::filesystem::remove_all(dir, ec);
+}
 
 class TempDir {
  public:
@@ -28,12 +38,7 @@ class TempDir {
     if (::mkdtemp(pattern.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << pattern;
     path_ = pattern;
   }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
-                                 std::filesystem::perm_options::add, ec);
-    std::filesystem::remove_all(path_, ec);
-  }
+  ~TempDir() { RemoveFolder(path_); }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
@@ -45,13 +50,33 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// An empty folder <temp>/<prefix>_<pid>_<name>, emptied if it exists.
+// Removes the paths added to it when the process exits (a static's destructor): the FreshDir
+// folders and the sockets of daemons a test kills, whose names carry the process id and so are
+// never made again by a later run (every ctest run left ~60 of them in the temporary folder).
+class RemovedAtExit {
+ public:
+  static RemovedAtExit& Paths() {
+    static RemovedAtExit paths;
+    return paths;
+  }
+  void Add(const std::filesystem::path& path) { paths_.push_back(path); }
+  ~RemovedAtExit() {
+    for (const std::filesystem::path& path : paths_) RemoveFolder(path);
+  }
+
+ private:
+  RemovedAtExit() = default;
+  std::vector<std::filesystem::path> paths_;
+};
+
+// An empty folder <temp>/<prefix>_<pid>_<name>, emptied if it exists, removed at exit.
 inline std::filesystem::path FreshDir(const std::string& prefix, const std::string& name) {
   namespace fs = std::filesystem;
   fs::path dir =
       fs::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
+  RemovedAtExit::Paths().Add(dir);
   return dir;
 }
 
