@@ -42,6 +42,30 @@ inline __m256i SignedRowPairs(const int8_t* row_bytes, int half) {
   return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
 }
 
+// The Q8_K activation blocks b of the NC tokens.
+template <int NC>
+inline void ActBlocks(const uint8_t* act, int64_t act_stride, int64_t b,
+                      const BlockQ8_K* (&a)[NC]) {
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+    a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
+  }
+}
+
+// The end of a super-block, the AVX-512 kernels' float step: F[c] += float(I[c])·(d·d_act),
+// then, with mins, F[c] −= float(M[c])·(dmin·d_act).
+template <int NC>
+inline void AddSuperBlock(const __m256i (&isum)[NC], __m256 d, const BlockQ8_K* const (&a)[NC],
+                          __m256 (&f)[NC], const __m256i* msum = nullptr,
+                          __m256 dmin = _mm256_setzero_ps()) {
+  SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+    const __m256 ad = _mm256_set1_ps(a[c]->d);
+    f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, ad), f[c]);
+    if (msum != nullptr) {
+      f[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, ad), f[c]);
+    }
+  }
+}
+
 // The 2-bit field l (bits 2l, 2l + 1) of each byte of a digits vector (PanelQ2_K, PanelQ3_K,
 // PanelTernary: group 4i + l).
 inline __m256i Digit(__m256i raw, int l) {
@@ -60,9 +84,7 @@ struct ScaleMinPanelKernel : ByHalves<ScaleMinPanelKernel<PanelType, kHighBits>>
                                               const uint8_t* act, int64_t act_stride, int half,
                                               __m256 (&f)[NC]) {
     const BlockQ8_K* a[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-    }
+    ActBlocks(act, act_stride, b, a);
     __m256i isum[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
@@ -102,12 +124,7 @@ struct ScaleMinPanelKernel : ByHalves<ScaleMinPanelKernel<PanelType, kHighBits>>
         msum[c] = _mm256_add_epi32(msum[c], _mm256_madd_epi16(m, Bcast32(a[c]->bsums + 2 * j)));
       }
     }
-    const __m256 d = HalfFp16(p->d, half), dmin = HalfFp16(p->dmin, half);
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      const __m256 ad = _mm256_set1_ps(a[c]->d);
-      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, ad), f[c]);
-      f[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, ad), f[c]);
-    }
+    AddSuperBlock(isum, HalfFp16(p->d, half), a, f, msum, HalfFp16(p->dmin, half));
   }
 };
 
@@ -140,9 +157,7 @@ struct Q6KPanelKernel : ByHalves<Q6KPanelKernel> {
                                               const uint8_t* act, int64_t act_stride, int half,
                                               __m256 (&f)[NC]) {
     const BlockQ8_K* a[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-    }
+    ActBlocks(act, act_stride, b, a);
     __m256i isum[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
     for (int t = 0; t < 8; ++t) {
@@ -175,11 +190,7 @@ struct Q6KPanelKernel : ByHalves<Q6KPanelKernel> {
                                    _mm256_madd_epi16(offset_pairs, Bcast32(a[c]->bsums + 2 * t)));
       }
     }
-    const __m256 d = HalfFp16(p->d, half);
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(a[c]->d)),
-                             f[c]);
-    }
+    AddSuperBlock(isum, HalfFp16(p->d, half), a, f);
   }
 };
 
@@ -200,9 +211,7 @@ struct Iq4XsPanelKernel : ByHalves<Iq4XsPanelKernel> {
     const __m256i table = _mm256_broadcastsi128_si256(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
     const BlockQ8_K* a[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-    }
+    ActBlocks(act, act_stride, b, a);
     __m256i isum[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
@@ -222,11 +231,7 @@ struct Iq4XsPanelKernel : ByHalves<Iq4XsPanelKernel> {
         }
       }
     }
-    const __m256 d = HalfFp16(p->d, half);
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(a[c]->d)),
-                             f[c]);
-    }
+    AddSuperBlock(isum, HalfFp16(p->d, half), a, f);
   }
 };
 
@@ -242,11 +247,9 @@ struct TernaryPanelKernel : ByHalves<TernaryPanelKernel> {
                                               const uint8_t* act, int64_t act_stride, int half,
                                               __m256 (&f)[NC]) {
     const BlockQ8_K* a[NC];
+    ActBlocks(act, act_stride, b, a);
     __m256i s[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-      s[c] = _mm256_setzero_si256();
-    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
     for (int i = 0; i < 16; ++i) {
       const __m256i raw = avx2::Load32(p->q[i] + 32 * half);
       SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
@@ -257,16 +260,14 @@ struct TernaryPanelKernel : ByHalves<TernaryPanelKernel> {
         }
       }
     }
-    const __m256 d = HalfFp16(p->d, half);
     const __m256i ones = _mm256_set1_epi16(1);
+    __m256i isum[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
       int32_t bsum = 0;
       for (int k = 0; k < kQK_K / 16; ++k) bsum += a[c]->bsums[k];
-      const __m256i isum =
-          _mm256_add_epi32(_mm256_madd_epi16(s[c], ones), _mm256_set1_epi32(-bsum));
-      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(a[c]->d)),
-                             f[c]);
+      isum[c] = _mm256_add_epi32(_mm256_madd_epi16(s[c], ones), _mm256_set1_epi32(-bsum));
     }
+    AddSuperBlock(isum, HalfFp16(p->d, half), a, f);
   }
 };
 
@@ -292,11 +293,9 @@ struct Q2KPanelKernel : ByHalves<Q2KPanelKernel> {
                                               __m256 (&f)[NC]) {
     const __m256i low_nibble = _mm256_set1_epi32(0x0f);
     const BlockQ8_K* a[NC];
+    ActBlocks(act, act_stride, b, a);
     __m256i isum[NC], msum[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-      isum[c] = msum[c] = _mm256_setzero_si256();
-    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = msum[c] = _mm256_setzero_si256();
     for (int i = 0; i < 16; ++i) {
       const __m256i raw = avx2::Load32(p->q[i] + 32 * half);
       const __m256i scale_bytes = _mm256_and_si256(Rows32(p->scales[i], half), low_nibble);
@@ -322,12 +321,7 @@ struct Q2KPanelKernel : ByHalves<Q2KPanelKernel> {
         msum[c] = _mm256_add_epi32(msum[c], _mm256_madd_epi16(mins, Bcast32(a[c]->bsums + 2 * t)));
       }
     }
-    const __m256 d = HalfFp16(p->d, half), dmin = HalfFp16(p->dmin, half);
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      const __m256 ad = _mm256_set1_ps(a[c]->d);
-      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, ad), f[c]);
-      f[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[c]), _mm256_mul_ps(dmin, ad), f[c]);
-    }
+    AddSuperBlock(isum, HalfFp16(p->d, half), a, f, msum, HalfFp16(p->dmin, half));
   }
 };
 
@@ -344,11 +338,9 @@ struct Q3KPanelKernel : ByHalves<Q3KPanelKernel> {
                                               const uint8_t* act, int64_t act_stride, int half,
                                               __m256 (&f)[NC]) {
     const BlockQ8_K* a[NC];
+    ActBlocks(act, act_stride, b, a);
     __m256i isum[NC];
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
-      isum[c] = _mm256_setzero_si256();
-    }
+    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
     for (int t = 0; t < 8; ++t) {
       // Per row lane the int16 pair (scale_2t, scale_2t+1) (as Q6_K's), each scale twice, and
       // the pair times −4.
@@ -382,11 +374,7 @@ struct Q3KPanelKernel : ByHalves<Q3KPanelKernel> {
                                    _mm256_madd_epi16(offset_pairs, Bcast32(a[c]->bsums + 2 * t)));
       }
     }
-    const __m256 d = HalfFp16(p->d, half);
-    SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      f[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, _mm256_set1_ps(a[c]->d)),
-                             f[c]);
-    }
+    AddSuperBlock(isum, HalfFp16(p->d, half), a, f);
   }
 };
 
