@@ -58,6 +58,13 @@ TEST(Panels, Sizes) {
   EXPECT_EQ(PanelMatrixBytes(GgmlType::kQ6_K, 32, 256), 2 * int64_t(sizeof(PanelQ6_K)));
 }
 
+// Σ |w·x| over a row: the scale of a dot product's rounding.
+double DotMagnitude(const std::vector<float>& w_row, const float* x) {
+  double mag = 0;
+  for (size_t k = 0; k < w_row.size(); ++k) mag += std::fabs(double(w_row[k]) * x[k]);
+  return mag;
+}
+
 // Both layouts compute exact integer sums per block; only the float accumulation differs.
 TEST(Panels, GiveWhatTheRowsGive) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
@@ -74,8 +81,7 @@ TEST(Panels, GiveWhatTheRowsGive) {
       for (int64_t r = 0; r < kRows; ++r) {
         DequantizeRow(rows.view, r, w_row.data());
         for (int64_t t = 0; t < n_tokens; ++t) {
-          double mag = 0;
-          for (int64_t k = 0; k < kCols; ++k) mag += std::fabs(double(w_row[k]) * x[t * kCols + k]);
+          const double mag = DotMagnitude(w_row, x.data() + t * kCols);
           ASSERT_LE(std::fabs(got[t * kRows + r] - want[t * kRows + r]), 1e-6 * mag + 1e-7)
               << "row " << r << " token " << t;
         }
@@ -95,13 +101,8 @@ TEST(Panels, Q8_0WeightsAtTheInt8EndsAreExact) {
   for (int64_t b = 0; b < kRows * kCols / kQK; ++b) {
     for (int i = 0; i < kQK; ++i) blocks[b].qs[i] = int8_t((i + b) % 3 == 0 ? 127 : -128);
   }
-  Matrix panels;
-  panels.panel_bytes.assign(size_t(PanelMatrixBytes(GgmlType::kQ8_0, kRows, kCols)), 0);
-  RepackPanels(GgmlType::kQ8_0, rows.bytes.data(), rows.view.row_bytes, kRows, kCols, 0,
-               (kRows + kPanelRows - 1) / kPanelRows, panels.panel_bytes.data());
-  panels.view = rows.view;
-  panels.view.data = panels.panel_bytes.data();
-  panels.view.panel_bytes = PanelStrideBytes(GgmlType::kQ8_0, kCols);
+  Matrix panels = rows;
+  testing::RepackMatrix(&panels);
 
   const std::vector<float> x = RandomFloats(kTokens * kCols, 8);
   const std::vector<float> from_rows = RunMatMul(rows, x, kTokens, 1);
@@ -110,11 +111,9 @@ TEST(Panels, Q8_0WeightsAtTheInt8EndsAreExact) {
   for (int64_t r = 0; r < kRows; ++r) {
     DequantizeRow(rows.view, r, w_row.data());
     for (int64_t t = 0; t < kTokens; ++t) {
-      double want = 0, mag = 0;
-      for (int64_t k = 0; k < kCols; ++k) {
-        want += double(w_row[k]) * x[t * kCols + k];
-        mag += std::fabs(double(w_row[k]) * x[t * kCols + k]);
-      }
+      const double mag = DotMagnitude(w_row, x.data() + t * kCols);
+      double want = 0;
+      for (int64_t k = 0; k < kCols; ++k) want += double(w_row[k]) * x[t * kCols + k];
       // The activations' Q8_0 rounding: ~1% of the magnitude; a −128 read as +128 or
       // saturated would be off by far more.
       EXPECT_NEAR(from_rows[t * kRows + r], want, 0.02 * mag) << "rows, row " << r;

@@ -51,6 +51,16 @@ inline bool HasPanelKernel(GgmlType type) {
   return HasPanelLayout(type) && traits != nullptr && traits->panel_dot != nullptr;
 }
 
+// Repacks m's rows (bytes) into panels and points its view at them.
+inline void RepackMatrix(Matrix* m) {
+  const WeightView& v = m->view;
+  m->panel_bytes.assign(size_t(PanelMatrixBytes(v.type, v.rows, v.cols)), 0xee);
+  RepackPanels(v.type, m->bytes.data(), v.row_bytes, v.rows, v.cols, 0,
+               (v.rows + kPanelRows - 1) / kPanelRows, m->panel_bytes.data());
+  m->view.data = m->panel_bytes.data();
+  m->view.panel_bytes = PanelStrideBytes(v.type, v.cols);
+}
+
 inline Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed,
                          bool panels = false) {
   const TypeTraits* traits = GetTypeTraits(type);
@@ -63,13 +73,7 @@ inline Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t see
     traits->quantize_row(src.data() + r * cols, m.bytes.data() + r * row_bytes, cols);
   }
   m.view = {type, cols, rows, m.bytes.data(), row_bytes};
-  if (panels) {
-    m.panel_bytes.assign(size_t(PanelMatrixBytes(type, rows, cols)), 0xee);
-    RepackPanels(type, m.bytes.data(), row_bytes, rows, cols, 0,
-                 (rows + kPanelRows - 1) / kPanelRows, m.panel_bytes.data());
-    m.view.data = m.panel_bytes.data();
-    m.view.panel_bytes = PanelStrideBytes(type, cols);
-  }
+  if (panels) RepackMatrix(&m);
   return m;
 }
 
