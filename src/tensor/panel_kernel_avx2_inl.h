@@ -59,11 +59,11 @@ inline __m256i HighBits(uint64_t mask, int half, char value) {
 constexpr int kOnePassTokens = 2;
 
 // Asks for part `part` (0: the first half of the lines, 1: the rest) of the panel block at p.
-// Decode asks for a block two ahead in two parts, one before each half's work: all of its
-// 37-53 lines at once stalled the kernel on the prefetches themselves (the samples sat on
-// the prefetch loop), and Q4_K and Q6_K panels streamed from DRAM at ~10 GB/s per thread
-// against ~12-14 in two parts. Prefetching every other line, or in 16 slices spread
-// through the block, did no better.
+// Decode asks for a block two ahead in two parts, one before each half's work: all lines of a
+// 256-column block (37-53) at once stalled the kernel on the prefetches themselves (the samples sat
+// on the prefetch loop), and Q4_K and Q6_K panels streamed from DRAM at ~10 GB/s per thread against
+// ~12-14 in two parts. Prefetching every other line, or in 16 slices spread through the block, did
+// no better.
 template <class Panel>
 inline void PrefetchPart(const Panel* p, int part) {
   const char* base = reinterpret_cast<const char*>(p);
