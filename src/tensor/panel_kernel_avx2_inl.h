@@ -41,6 +41,15 @@ inline void HalfNibbles(const uint8_t* pair_vector, int half, __m256i (&q)[2]) {
   q[1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
 }
 
+// Signed levels of 8 rows (magnitude = |level|) times a token's 4 activation bytes at act, as
+// vpmaddubsw's int16 pairs: the magnitudes against the activations with the levels' signs
+// (vpsignb). Exact while no activation byte is −128 (the Q8_0 and Q8_K quantizers round to
+// ±127); a level of −128 is exact too (its magnitude 0x80 is 128 to the unsigned side), pairs
+// of at most 2·128·127 < 2^15.
+inline __m256i SignedPairs(__m256i magnitude, __m256i level, const int8_t* act) {
+  return _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(Bcast32(act), level));
+}
+
 // The high bits of a group of 4 columns whose 64-bit mask is `mask` (bit 4r + e: column e of
 // row r; the 5th bits of Q5_0, Q5_1 and Q5_K, Q3_K's 3rd), rows of half `half`, as `value` in each
 // byte lane whose bit is set: byte k of the half vector takes mask byte k / 8 (vpshufb) and tests

@@ -11,11 +11,13 @@
 namespace shardlm {
 namespace {
 
-// The 256 quants of a Q4_K row block in column order: low nibbles of qs[32c .. 32c+32) are
-// columns 64c .. 64c+32, high nibbles the next 32. Decoded a whole block at a time, in loops
-// the compiler vectorizes: one column at a time (a function of the column index) took most of
-// the load time of a Q4_K_M or Q6_K model (1.5-1.7 s of a 0.6B one on two Zen 3 cores).
-void Q4KQuants(const BlockQ4_K& b, uint8_t (&q)[kQK_K]) {
+// The 256 quants of a Q4_K row block (Q5_K's low 4 bits) in column order: low nibbles of
+// qs[32c .. 32c+32) are columns 64c .. 64c+32, high nibbles the next 32. Decoded a whole block at a
+// time, in loops the compiler vectorizes: one column at a time (a function of the column index)
+// took most of the load time of a Q4_K_M or Q6_K model (1.5-1.7 s of a 0.6B one on two Zen 3
+// cores).
+template <class Block>
+void NibbleQuants(const Block& b, uint8_t (&q)[kQK_K]) {
   for (int chunk = 0; chunk < 4; ++chunk) {
     for (int l = 0; l < 32; ++l) {
       q[64 * chunk + l] = b.qs[32 * chunk + l] & 15;
@@ -55,12 +57,11 @@ void Q6KQuants(const BlockQ6_K& b, uint8_t (&q)[kQK_K]) {
 // The 256 quants (0..31) of a Q5_K row block: Q4_K's nibbles, and the 5th bit of column
 // 64c + l at bit 2c (l < 32) or 2c + 1 (l ≥ 32) of qh[l % 32].
 void Q5KQuants(const BlockQ5_K& b, uint8_t (&q)[kQK_K]) {
+  NibbleQuants(b, q);
   for (int chunk = 0; chunk < 4; ++chunk) {
     for (int l = 0; l < 32; ++l) {
-      q[64 * chunk + l] =
-          uint8_t((b.qs[32 * chunk + l] & 15) | (((b.qh[l] >> (2 * chunk)) & 1) << 4));
-      q[64 * chunk + 32 + l] =
-          uint8_t((b.qs[32 * chunk + l] >> 4) | (((b.qh[l] >> (2 * chunk + 1)) & 1) << 4));
+      q[64 * chunk + l] |= ((b.qh[l] >> (2 * chunk)) & 1) << 4;
+      q[64 * chunk + 32 + l] |= ((b.qh[l] >> (2 * chunk + 1)) & 1) << 4;
     }
   }
 }
@@ -278,8 +279,8 @@ constexpr PanelFormat Format(GgmlType type) {
 constexpr PanelFormat kFormats[] = {
     Format<BlockQ2_K, PanelQ2_K, kQK_K, 1, RepackQ2K>(GgmlType::kQ2_K),
     Format<BlockQ3_K, PanelQ3_K, kQK_K, 1, RepackQ3K>(GgmlType::kQ3_K),
-    Format<BlockQ4_K, PanelQ4_K, kQK_K, 1, RepackScaleMin<BlockQ4_K, PanelQ4_K, Q4KQuants>>(
-        GgmlType::kQ4_K),
+    Format<BlockQ4_K, PanelQ4_K, kQK_K, 1,
+           RepackScaleMin<BlockQ4_K, PanelQ4_K, NibbleQuants<BlockQ4_K>>>(GgmlType::kQ4_K),
     Format<BlockQ5_K, PanelQ5_K, kQK_K, 1, RepackScaleMin<BlockQ5_K, PanelQ5_K, Q5KQuants>>(
         GgmlType::kQ5_K),
     Format<BlockQ6_K, PanelQ6_K, kQK_K, 1, RepackQ6K>(GgmlType::kQ6_K),

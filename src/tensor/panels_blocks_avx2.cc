@@ -129,9 +129,8 @@ struct BlockPanelKernel : ByHalves<BlockPanelKernel<W>> {
           const __m256i magnitude = _mm256_abs_epi8(w);
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
             const int8_t* a = (reinterpret_cast<const BlockQ8_0*>(act + c * act_stride) + b)->qs;
-            const __m256i pairs =
-                _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(Bcast32(a + 4 * group), w));
-            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pairs, ones));
+            s[c] = _mm256_add_epi32(
+                s[c], _mm256_madd_epi16(SignedPairs(magnitude, w, a + 4 * group), ones));
           }
         }
       }
@@ -188,11 +187,6 @@ struct MinPanelKernel : ByHalves<MinPanelKernel<PanelType, kHighBits>> {
   }
 };
 
-template <class W>
-void InstallBlocks(TypeTraits& traits) {
-  Install<BlockPanelKernel<W>>(traits);
-}
-
 }  // namespace
 }  // namespace shardlm::internal::panels
 
@@ -202,19 +196,19 @@ void FillBlockPanelsAvx2(TypeTraits& traits) {
   panels::InstallQ8_0ActSide(traits);
   switch (traits.type) {
     case GgmlType::kQ8_0:
-      return panels::InstallBlocks<panels::Q8_0Weights>(traits);
+      return panels::Install<panels::BlockPanelKernel<panels::Q8_0Weights>>(traits);
     case GgmlType::kQ4_0:
-      return panels::InstallBlocks<panels::Q4_0Weights>(traits);
+      return panels::Install<panels::BlockPanelKernel<panels::Q4_0Weights>>(traits);
     case GgmlType::kQ4_1:
       return panels::Install<panels::MinPanelKernel<PanelQ4_1, false>>(traits);
     case GgmlType::kQ5_0:
-      return panels::InstallBlocks<panels::Q5_0Weights>(traits);
+      return panels::Install<panels::BlockPanelKernel<panels::Q5_0Weights>>(traits);
     case GgmlType::kQ5_1:
       return panels::Install<panels::MinPanelKernel<PanelQ5_1, true>>(traits);
     case GgmlType::kIq4Nl:
-      return panels::InstallBlocks<panels::Iq4NlWeights>(traits);
+      return panels::Install<panels::BlockPanelKernel<panels::Iq4NlWeights>>(traits);
     case GgmlType::kMxfp4:
-      return panels::InstallBlocks<panels::Mxfp4Weights>(traits);
+      return panels::Install<panels::BlockPanelKernel<panels::Mxfp4Weights>>(traits);
     default:
       return;
   }

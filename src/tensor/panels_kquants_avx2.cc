@@ -28,10 +28,15 @@
 namespace shardlm::internal::panels {
 namespace {
 
+// The unsigned bytes of the 8 rows of a half (row_bytes[row]), one per int32 lane.
+inline __m256i Rows32(const uint8_t* row_bytes, int half) {
+  return _mm256_cvtepu8_epi32(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_bytes + 8 * half)));
+}
+
 // Row scales of one sub-block, 8 rows of a half, each in both int16 of its int32 lane.
 inline __m256i RowPairs(const uint8_t* row_bytes, int half) {
-  const __m256i v =
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_bytes + 8 * half)));
+  const __m256i v = Rows32(row_bytes, half);
   return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
 }
 
@@ -224,9 +229,8 @@ struct Iq4XsPanelKernel : ByHalves<Iq4XsPanelKernel> {
           const __m256i magnitude = _mm256_abs_epi8(level);
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
             const int8_t* qs = a[c]->qs + 32 * j + 4 * (2 * pair + l);
-            const __m256i pairs =
-                _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(Bcast32(qs), level));
-            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pairs, scale));
+            isum[c] = _mm256_add_epi32(isum[c],
+                                       _mm256_madd_epi16(SignedPairs(magnitude, level, qs), scale));
           }
         }
       }
@@ -279,27 +283,19 @@ struct Q2KPanelKernel : ByHalves<Q2KPanelKernel> {
   using Panel = PanelQ2_K;
   static constexpr int64_t kColumns = kQK_K;
 
-  // Byte b of the 8 rows' scale bytes of 16 columns i, each in both int16 of its int32 lane:
-  // the low nibbles (scales), or the high ones (mins) of i in the low int16 and of i + 1 in
-  // the high one.
-  static __m256i Rows32(const uint8_t* row_bytes, int half) {
-    return _mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row_bytes + 8 * half)));
-  }
-
   template <int NC>
   [[gnu::always_inline]] static void AddBlock(int64_t, const Panel* p, int64_t b,
                                               const uint8_t* act, int64_t act_stride, int half,
                                               __m256 (&f)[NC]) {
-    const __m256i low_nibble = _mm256_set1_epi32(0x0f);
+    const __m256i low_nibbles = _mm256_set1_epi32(0x000f000f);
     const BlockQ8_K* a[NC];
     ActBlocks(act, act_stride, b, a);
     __m256i isum[NC], msum[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = msum[c] = _mm256_setzero_si256();
     for (int i = 0; i < 16; ++i) {
       const __m256i raw = avx2::Load32(p->q[i] + 32 * half);
-      const __m256i scale_bytes = _mm256_and_si256(Rows32(p->scales[i], half), low_nibble);
-      const __m256i scale = _mm256_or_si256(scale_bytes, _mm256_slli_epi32(scale_bytes, 16));
+      // The scales (low nibbles), each twice.
+      const __m256i scale = _mm256_and_si256(RowPairs(p->scales[i], half), low_nibbles);
       __m256i s[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
       SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
@@ -342,15 +338,11 @@ struct Q3KPanelKernel : ByHalves<Q3KPanelKernel> {
     __m256i isum[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
     for (int t = 0; t < 8; ++t) {
-      // Per row lane the int16 pair (scale_2t, scale_2t+1) (as Q6_K's), each scale twice, and
-      // the pair times −4.
-      const __m256i v0 = _mm256_cvtepi8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p->scales[2 * t] + 8 * half)));
-      const __m256i v1 = _mm256_cvtepi8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p->scales[2 * t + 1] + 8 * half)));
-      const __m256i scale[2] = {_mm256_blend_epi16(v0, _mm256_slli_epi32(v0, 16), 0xAA),
-                                _mm256_blend_epi16(v1, _mm256_slli_epi32(v1, 16), 0xAA)};
-      const __m256i pairs = _mm256_blend_epi16(v0, _mm256_slli_epi32(v1, 16), 0xAA);
+      // Each scale twice per row lane; the int16 pair (scale_2t, scale_2t+1) (as Q6_K's) times
+      // −4.
+      const __m256i scale[2] = {SignedRowPairs(p->scales[2 * t], half),
+                                SignedRowPairs(p->scales[2 * t + 1], half)};
+      const __m256i pairs = _mm256_blend_epi16(scale[0], scale[1], 0xAA);
       const __m256i offset_pairs =
           _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(pairs, 2));
       SHARDLM_UNROLL for (int h = 0; h < 2; ++h) {
