@@ -189,14 +189,32 @@ inline __m256i Scales(const Header& h, int ib) {
   return _mm256_set_m128i(_mm_set1_epi16(h.scale16[2 * ib + 1]), _mm_set1_epi16(h.scale16[2 * ib]));
 }
 
-// How an IQ1 kernel adds its shift: not at all, from the block sums (IQ1_S), per element
-// (IQ1_M).
-enum class Shift { kNone, kBlockSums, kElements };
-
 // One (row, token) pair's running sums: exact int32 lanes per super-block.
 struct PairSums {
   __m256i isum, shift_isum;
 };
+
+// How an IQ1 kernel adds its shift: not at all, from the block sums (IQ1_S), per element
+// (IQ1_M), or per group of 8 from the activations' 4-element sums (IQ1_M on AVX2: the side
+// data Q8KActSide against the row's signed group scales, D::GroupShifts; the same int32 lanes
+// as kElements for a fraction of the work per token).
+enum class Shift { kNone, kBlockSums, kElements, kGroupSums };
+
+// A Q8_K activation row's side data (Q8KActSide) for super-block b: after the row's nb blocks.
+inline const Q8KActSide& ActSide(const uint8_t* act_row, int64_t nb, int64_t b) {
+  return reinterpret_cast<const Q8KActSide*>(act_row + nb * sizeof(BlockQ8_K))[b];
+}
+
+// The shift lanes of one (row, token) pair from the row's signed group scales `w` (sub-block
+// pair p's in w[p], int16 lanes ordered as Q8KActSide::sum4[p]): one vpmaddwd per pair puts
+// group j of both sub-blocks into int32 lane j, where kElements's products of that group land.
+inline void AddGroupShifts(const __m256i w[4], const Q8KActSide& side, PairSums* p) {
+  __m256i sum = _mm256_madd_epi16(w[0], avx2::Load32(side.sum4[0]));
+  for (int q = 1; q < 4; ++q) {
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(w[q], avx2::Load32(side.sum4[q])));
+  }
+  p->shift_isum = _mm256_add_epi32(p->shift_isum, sum);
+}
 
 // A decoder with its own path for one row and one token (decode): D::DotSuperBlock(block,
 // activations, header, sums) sets the header fields the kernel's epilogue reads (d; IQ1_S's
@@ -226,7 +244,9 @@ struct GridKernel {
   struct Decoded {
     Header h;
     typename D::SubBlock sub[kQK_K / kQK];
+    __m256i shift_w[4];  // kGroupSums: the signed group scales (D::GroupShifts)
   };
+  static constexpr bool kShiftLanes = kShift == Shift::kElements || kShift == Shift::kGroupSums;
 
   template <int NR, int NC>
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
@@ -299,13 +319,21 @@ struct GridKernel {
           }
         }
       }
+      if constexpr (kShift == Shift::kGroupSums) {
+        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
+          D::GroupShifts(reinterpret_cast<const Block*>(w + r * w_stride)[b], g[r].h, g[r].shift_w);
+          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+            AddGroupShifts(g[r].shift_w, ActSide(act + c * act_stride, nb, b), &sums[r][c]);
+          }
+        }
+      }
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
         SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
           const float d = g[r].h.d * a->d;
           acc[r][c] =
               _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].isum), acc[r][c]);
-          if constexpr (kShift == Shift::kElements) {
+          if constexpr (kShiftLanes) {
             shift_acc[r][c] = _mm256_fmadd_ps(
                 _mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].shift_isum), shift_acc[r][c]);
           }
@@ -325,7 +353,7 @@ struct GridKernel {
     }
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
       float v = D::kFactor * avx2::ReduceAdd(acc[r][c]);
-      if constexpr (kShift == Shift::kElements) v += 0.125f * avx2::ReduceAdd(shift_acc[r][c]);
+      if constexpr (kShiftLanes) v += 0.125f * avx2::ReduceAdd(shift_acc[r][c]);
       if constexpr (kShift == Shift::kBlockSums) v += 0.125f * shift_total[r][c];
       out[r * out_stride + c] = v;
     }
@@ -354,10 +382,10 @@ bool InstallGridKernel(TypeTraits& traits) {
       simd::Install<GridKernel<Iq3S>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq1S:
-      simd::Install<GridKernel<Iq1S, Shift::kBlockSums>, 2, kTokens>(traits);
+      simd::Install<GridKernel<Iq1S, Iq1S::kShift>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq1M:
-      simd::Install<GridKernel<Iq1M, Shift::kElements>, 2, kTokens>(traits);
+      simd::Install<GridKernel<Iq1M, Iq1M::kShift>, 2, kTokens>(traits);
       return true;
     default:
       return false;

@@ -8,7 +8,11 @@
 // signs as ±1 bytes from tables; decode (one row, one token) has its own path per type,
 // DotSuperBlock, with a super-block's scales, indices and signs in vectors (Qwen3-0.6B tg,
 // 2 threads, forced to AVX2: IQ3_S 2.0x, IQ1_M 1.77x, IQ2_S 1.34x, IQ2_XS 1.25x, IQ2_XXS
-// 1.19x, IQ3_XXS 1.16x, IQ1_S 1.02x). The ternary types keep their unsigned digits 0..2 and
+// 1.19x, IQ3_XXS 1.16x, IQ1_S 1.02x). IQ1_M takes its shifts per group of 8 from the
+// activations' 4-element sums (Q8KActSide, filled here for every Q8_K row) against the row's
+// signed group scales: one vpmaddwd per sub-block pair and token instead of a second dot
+// product per sub-block (Qwen3-0.6B IQ1_M, 2 threads, paired: pp512 1.14-1.44x, tg 1.03-1.13x).
+// The ternary types keep their unsigned digits 0..2 and
 // subtract the activations' block sums per lane instead, as their generic kernel does; the float
 // side is the generic kernels' (kernels_generic_grids.cc, kernels_generic_ternary.cc), so the
 // results are bitwise theirs. Non-goals: repacked layouts.
@@ -322,13 +326,12 @@ struct Iq3SDecoder : Avx2Ops {
   }
 };
 
-constexpr uint64_t kPlusOnes = 0x0101010101010101ull;
-
 // IQ1 entries are signed (−1, 0, 1): their own signs.
 inline SubBlock SignedSub(__m256i q) { return {_mm256_abs_epi8(q), q, _mm256_setzero_si256()}; }
 
 struct Iq1SDecoder : Avx2Ops {
   using Block = BlockIq1S;
+  static constexpr Shift kShift = Shift::kBlockSums;
   static constexpr float kFactor = 1.0f;
   static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEntries(b, ib)); }
 
@@ -340,16 +343,41 @@ struct Iq1SDecoder : Avx2Ops {
   }
 };
 
+// IQ1_M's shifts per group of 8 (kGroupSums): the row's group scales, signed by the shift, in
+// the order of the activations' 4-element sums (Q8KActSide). For sub-block pair p, int16 lane
+// 2j + t is group j / 2 of sub-block 2p + t with the scale of its half j / 4: both are field
+// k = 2t + j / 4 of the pair's four (scales: scale16[4p + k]; shift signs: byte qh[4p + k], bit
+// 3 for even groups, bit 7 for odd ones).
+inline constexpr auto kPairFieldOfLane = [] {
+  std::array<int8_t, 32> scale{}, byte{};
+  for (int lane = 0; lane < 16; ++lane) {
+    const int j = lane / 2, t = lane % 2, k = 2 * t + j / 4, at = 2 * lane;
+    scale[at] = static_cast<int8_t>(2 * k), scale[at + 1] = static_cast<int8_t>(2 * k + 1);
+    byte[at] = static_cast<int8_t>(k), byte[at + 1] = -128;
+  }
+  return std::array<std::array<int8_t, 32>, 2>{scale, byte};
+}();
+
 struct Iq1MDecoder : Avx2Ops {
   using Block = BlockIq1M;
   static constexpr float kFactor = 1.0f;
-  static SubBlock Sub(const Block& b, int ib) {
-    const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-    SubBlock sub = SignedSub(grids::Iq1MEntries(b, ib));
-    const uint64_t minus = ~uint64_t{0};
-    sub.shift = Set4(h0 & 0x08 ? minus : kPlusOnes, h0 & 0x80 ? minus : kPlusOnes,
-                     h1 & 0x08 ? minus : kPlusOnes, h1 & 0x80 ? minus : kPlusOnes);
-    return sub;
+  static constexpr Shift kShift = Shift::kGroupSums;
+  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1MEntries(b, ib)); }
+
+  static void GroupShifts(const Block& b, const grids::Header& h, __m256i w[4]) {
+    const __m256i shift_bit =
+        _mm256_setr_epi16(8, 8, 8, 8, 0x80, 0x80, 0x80, 0x80, 8, 8, 8, 8, 0x80, 0x80, 0x80, 0x80);
+    for (int p = 0; p < 4; ++p) {
+      uint64_t scales;
+      std::memcpy(&scales, h.scale16 + 4 * p, sizeof(scales));
+      const __m256i scale = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<int64_t>(scales)),
+                                                Load32(kPairFieldOfLane[0].data()));
+      const __m256i qh =
+          _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(Word(b.qh + 4 * p))),
+                              Load32(kPairFieldOfLane[1].data()));
+      const __m256i negative = _mm256_cmpeq_epi16(_mm256_and_si256(qh, shift_bit), shift_bit);
+      w[p] = _mm256_sign_epi16(scale, _mm256_or_si256(negative, _mm256_set1_epi16(1)));
+    }
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
@@ -366,21 +394,33 @@ struct Iq1MDecoder : Avx2Ops {
     StoreIndices16(b.qs + 16,
                    _mm256_and_si256(_mm256_mullo_epi16(LaneBytes<8, 2>(qh), shift), high_bits),
                    idx + 16);
-    // Bit 3 of nibble l: the shift sign of group l's 8 elements (16-bit lanes 4l..4l + 3).
-    const __m256i sign_bit = _mm256_setr_epi16(8, 8, 8, 8, 0x80, 0x80, 0x80, 0x80, 0x800, 0x800,
-                                               0x800, 0x800, -0x8000, -0x8000, -0x8000, -0x8000);
-    AddSubBlocks<Shift::kElements>(a, *h, p, [&](int ib) {
+    AddSubBlocks<Shift::kNone>(a, *h, p, [&](int ib) {
       const uint16_t* i = idx + 4 * ib;
-      SubBlock sub =
-          SignedSub(Set4(kIq1SGrid[i[0]], kIq1SGrid[i[1]], kIq1SGrid[i[2]], kIq1SGrid[i[3]]));
-      const __m256i nibbles =
-          _mm256_set1_epi16(static_cast<int16_t>(b.qh[2 * ib] | (b.qh[2 * ib + 1] << 8)));
-      sub.shift = _mm256_or_si256(_mm256_cmpeq_epi16(_mm256_and_si256(nibbles, sign_bit), sign_bit),
-                                  _mm256_set1_epi8(1));
-      return sub;
+      return SignedSub(Set4(kIq1SGrid[i[0]], kIq1SGrid[i[1]], kIq1SGrid[i[2]], kIq1SGrid[i[3]]));
     });
   }
 };
+
+// The Q8KActSide of each block of a Q8_K activation row of n elements, after it: a sub-block's
+// 4-element sums are the int32 lanes of vpmaddubsw by ones then vpmaddwd by ones; the pair's
+// two sub-blocks interleave as the low and high halves of those lanes.
+void FillQ8KActSide(void* act_row, int64_t n) {
+  const int64_t nb = n / kQK_K;
+  const auto* blocks = static_cast<const BlockQ8_K*>(act_row);
+  auto* side =
+      reinterpret_cast<Q8KActSide*>(static_cast<uint8_t*>(act_row) + nb * sizeof(BlockQ8_K));
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int p = 0; p < 4; ++p) {
+      const __m256i first =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, Load32(blocks[b].qs + 64 * p)), ones16);
+      const __m256i second = _mm256_madd_epi16(
+          _mm256_maddubs_epi16(ones8, Load32(blocks[b].qs + 64 * p + 32)), ones16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(side[b].sum4[p]),
+                          _mm256_blend_epi16(first, _mm256_slli_epi32(second, 16), 0xAA));
+    }
+  }
+}
 
 // ---- Ternary types: unsigned digits 0..2, minus the block sums -------------------------------
 
@@ -493,6 +533,12 @@ struct TernaryKernel {
 // IQ1_S 1.22-1.32x, IQ2_XS 1.22-1.28x, IQ3_XXS 1.13-1.47x; 2 x 16 spills more than it saves
 // (IQ3_XXS 0.92-0.99x of 2 x 8, IQ1_M 1.11x). The ternary types: 2 x 4.
 void FillGridsAvx2(TypeTraits& traits) {
+  // Every type converting to Q8_K carries the side data, so that one conversion serves all
+  // the matrices of a fused call (IQ1_M's among them).
+  if (traits.act_type == GgmlType::kQ8_K) {
+    traits.act_side = &FillQ8KActSide;
+    traits.act_side_bytes = sizeof(Q8KActSide);
+  }
   if (grids::InstallGridKernel<Iq2XxsDecoder, Iq2XsDecoder, Iq2SDecoder, Iq3XxsDecoder, Iq3SDecoder,
                                Iq1SDecoder, Iq1MDecoder, 8>(traits)) {
     return;

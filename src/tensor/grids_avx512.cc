@@ -401,6 +401,7 @@ SubBlock SignedSub(__m256i q, __mmask16 shift_neg) {
 
 struct Iq1SDecoder : Avx512Ops {
   using Block = BlockIq1S;
+  static constexpr Shift kShift = Shift::kBlockSums;
   static constexpr float kFactor = 1.0f;
   static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEntries(b, ib), 0); }
 
@@ -431,6 +432,7 @@ struct Iq1SDecoder : Avx512Ops {
 
 struct Iq1MDecoder : Avx512Ops {
   using Block = BlockIq1M;
+  static constexpr Shift kShift = Shift::kElements;
   static constexpr float kFactor = 1.0f;
   static SubBlock Sub(const Block& b, int ib) {
     // Group l's nibble: bits 4l..4l+3 of the two qh bytes; its bit 3 is the shift sign, which

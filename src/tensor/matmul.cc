@@ -252,8 +252,7 @@ void PlanParts(std::span<const MatMulOutput> outputs, const float* x, int64_t n_
       if (traits.act_type == GgmlType::kF32) continue;
       const int64_t row_bytes = ActRowBytes(traits, cols);
       uint8_t* row = scratch.act[j].data() + t * row_bytes;
-      traits.quantize_act(x + t * cols, row, cols);
-      if (traits.panel_act_side != nullptr) traits.panel_act_side(row, cols);
+      QuantizeActRow(traits, x + t * cols, row, cols);
     }
   };
   if (n_tokens == 1) {

@@ -49,7 +49,7 @@ void PanelDot(int64_t n, const void* panel, const void* act, int64_t act_stride,
 // matrices of a fused call.
 inline void InstallQ8_0ActSide(TypeTraits& traits) {
   if (traits.act_type == GgmlType::kQ8_0) {
-    traits.panel_act_side = &FillQ8_0ActSide;
+    traits.act_side = &FillQ8_0ActSide;
     traits.act_side_bytes = sizeof(PanelActSide);
   }
 }

@@ -146,7 +146,7 @@ struct PanelTernary {
 #pragma pack(pop)
 
 // What the panel kernels of Q8_0, IQ4_NL and MXFP4 read per Q8_0 activation block, after the
-// row's blocks (TypeTraits::panel_act_side): their weights are unsigned (w + 128) for
+// row's blocks (TypeTraits::act_side): their weights are unsigned (w + 128) for
 // vpdpbusd, so each block's sum starts at −128·Σq; and the block scale, converted once.
 struct PanelActSide {
   float d;         // the block's fp16 d as float

@@ -121,4 +121,9 @@ int64_t ActRowBytes(const TypeTraits& traits, int64_t n) {
   return info ? RowBytes(*info, n) + n / info->block_size * traits.act_side_bytes : 0;
 }
 
+void QuantizeActRow(const TypeTraits& traits, const float* src, void* dst, int64_t n) {
+  traits.quantize_act(src, dst, n);
+  if (traits.act_side != nullptr) traits.act_side(dst, n);
+}
+
 }  // namespace shardlm

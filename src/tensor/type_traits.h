@@ -47,11 +47,12 @@ struct TypeTraits {
   void (*panel_dot)(int64_t n, const void* panel, const void* act, int64_t act_stride, int nc,
                     float* out, int64_t out_stride, int nr) = nullptr;
   int panel_tokens = 0;
-  // Optional, for panel kernels that read more than act_type's blocks: ActRowBytes leaves
-  // act_side_bytes per act_type block after the row's blocks, and MatMul fills them with
-  // panel_act_side(row, n) after quantize_act (tensor/panels.h: PanelActSide). Alike for
-  // every type of one ISA with the same act_type: MatMul converts once per act_type.
-  void (*panel_act_side)(void* act_row, int64_t n) = nullptr;
+  // Optional, for kernels that read more than act_type's blocks: ActRowBytes leaves
+  // act_side_bytes per act_type block after the row's blocks, and QuantizeActRow fills them
+  // with act_side(row, n) after quantize_act (the 32-element panels' PanelActSide in
+  // tensor/panels.h, the grid kernels' Q8KActSide in tensor/quant_blocks.h). Alike for every
+  // type of one ISA with the same act_type: MatMul converts once per act_type.
+  void (*act_side)(void* act_row, int64_t n) = nullptr;
   int act_side_bytes = 0;
 };
 
@@ -62,9 +63,12 @@ const TypeTraits* GetTypeTraits(GgmlType type);
 // CPU lacks that ISA or the type is not computable.
 const TypeTraits* GetTypeTraitsFor(GgmlType type, Isa isa);
 
-// Bytes of one activation row of n elements converted by traits.quantize_act, with the
-// panel kernels' side data (act_side_bytes per block) where the traits have it.
+// Bytes of one activation row of n elements converted by QuantizeActRow: act_type's blocks,
+// then the kernels' side data (act_side_bytes per block) where the traits have it.
 int64_t ActRowBytes(const TypeTraits& traits, int64_t n);
+// The activation row every kernel of `traits` reads (vec_dot, vec_dot_tile, panel_dot):
+// quantize_act, then the side data. dst holds ActRowBytes(traits, n).
+void QuantizeActRow(const TypeTraits& traits, const float* src, void* dst, int64_t n);
 
 Isa DetectIsa();          // best ISA of this CPU, honouring SHARDLM_ISA=generic|avx2|avx512
 bool CpuHasIsa(Isa isa);  // whether this CPU runs `isa`'s kernels, whatever SHARDLM_ISA says

@@ -79,7 +79,7 @@ TEST(MatMul, EveryElementIsOneVecDot) {
     const TypeTraits* traits = GetTypeTraits(type);
     std::vector<uint8_t> act(ActRowBytes(*traits, kCols));
     for (int64_t t = 0; t < kTokens; ++t) {
-      traits->quantize_act(x.data() + t * kCols, act.data(), kCols);
+      QuantizeActRow(*traits, x.data() + t * kCols, act.data(), kCols);
       for (int64_t r = 0; r < kRows; ++r) {
         float want = 0;
         traits->vec_dot(kCols, m.bytes.data() + r * m.view.row_bytes, act.data(), &want);

@@ -149,33 +149,34 @@ TypeTraits Traits(GgmlType type, void (*fill)(TypeTraits&)) {
   return traits;
 }
 
-// rows x cols matrices of weights and quantized activations, rows padded by `pad` bytes.
+// rows x cols matrices of weights and quantized activations, rows padded by `pad` bytes; the
+// activation rows as the kernels of `traits` read them (QuantizeActRow: the act_type blocks,
+// alike on every ISA, then the side data of traits' ISA, which other ISAs' kernels skip).
 struct Operands {
   int64_t n = 0, w_stride = 0, act_stride = 0;
   std::vector<uint8_t> w, act;
   std::vector<std::vector<float>> w_deq, x;
 };
 
-Operands MakeOperands(const TypeTraits& generic, int64_t n, int rows, int cols, int pad,
+Operands MakeOperands(const TypeTraits& traits, int64_t n, int rows, int cols, int pad,
                       std::mt19937& rng) {
   Operands op;
   op.n = n;
-  const GgmlType act = generic.act_type;
-  op.w_stride = RowBytes(*LookupGgmlType(uint32_t(generic.type)), n) + pad;
-  op.act_stride = RowBytes(*LookupGgmlType(uint32_t(act)), n) + pad;
+  op.w_stride = RowBytes(*LookupGgmlType(uint32_t(traits.type)), n) + pad;
+  op.act_stride = ActRowBytes(traits, n) + pad;
   op.w.assign(op.w_stride * rows, 0);
   op.act.assign(op.act_stride * cols, 0);
   std::normal_distribution<float> gauss(0.0f, 1.0f);
   for (int r = 0; r < rows; ++r) {
-    const auto row = RandomWeightRow(generic.type, n, rng);
+    const auto row = RandomWeightRow(traits.type, n, rng);
     std::memcpy(op.w.data() + r * op.w_stride, row.data(), row.size());
     op.w_deq.emplace_back(n);
-    generic.dequantize_row(row.data(), op.w_deq.back().data(), n);
+    traits.dequantize_row(row.data(), op.w_deq.back().data(), n);
   }
   for (int c = 0; c < cols; ++c) {
     op.x.emplace_back(n);
     for (auto& v : op.x.back()) v = gauss(rng);
-    generic.quantize_act(op.x.back().data(), op.act.data() + c * op.act_stride, n);
+    QuantizeActRow(traits, op.x.back().data(), op.act.data() + c * op.act_stride, n);
   }
   return op;
 }
@@ -201,7 +202,7 @@ TEST(SimdIsa, VecDotMatchesGeneric) {
       if (fast.vec_dot == generic.vec_dot) continue;  // not accelerated on this ISA
       const int64_t bs = std::max<int64_t>(BlockSize(type), 32);
       for (int64_t n : {bs, 3 * bs, 1024 * bs / 32, BlockSize(type) == 1 ? int64_t{1000} : bs}) {
-        const Operands op = MakeOperands(generic, n, 3, 3, 0, rng);
+        const Operands op = MakeOperands(fast, n, 3, 3, 0, rng);
         double worst = 0, worst_err = 0, worst_tol = 0;
         for (int r = 0; r < 3; ++r) {
           for (int c = 0; c < 3; ++c) {
