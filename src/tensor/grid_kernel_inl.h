@@ -33,13 +33,20 @@ inline __m256i Set4(uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3) {
                            static_cast<int64_t>(e1), static_cast<int64_t>(e0));
 }
 
-// The four grid entries (values −1, 0, 1) of IQ1 sub-block ib: IQ1_S keeps their index bits 8-10
-// in its qh word, IQ1_M in a nibble per group.
-inline __m256i Iq1SEntries(const BlockIq1S& b, int ib) {
-  const int qh = b.qh[ib];
+// The four grid entries (values −1, 0, 1) of IQ1 sub-block ib, and IQ1_S's indices of them:
+// IQ1_S keeps their index bits 8-10 in its qh word, IQ1_M in a nibble per group.
+struct Indices4 {
+  uint32_t i[4];
+};
+inline Indices4 Iq1SIndices(const BlockIq1S& b, int ib) {
+  const uint32_t qh = b.qh[ib];
   const uint8_t* qs = b.qs + 4 * ib;
-  return Set4(kIq1SGrid[qs[0] | ((qh << 8) & 0x700)], kIq1SGrid[qs[1] | ((qh << 5) & 0x700)],
-              kIq1SGrid[qs[2] | ((qh << 2) & 0x700)], kIq1SGrid[qs[3] | ((qh >> 1) & 0x700)]);
+  return {{qs[0] | ((qh << 8) & 0x700), qs[1] | ((qh << 5) & 0x700), qs[2] | ((qh << 2) & 0x700),
+           qs[3] | ((qh >> 1) & 0x700)}};
+}
+inline __m256i Iq1SEntries(const BlockIq1S& b, int ib) {
+  const Indices4 x = Iq1SIndices(b, ib);
+  return Set4(kIq1SGrid[x.i[0]], kIq1SGrid[x.i[1]], kIq1SGrid[x.i[2]], kIq1SGrid[x.i[3]]);
 }
 inline __m256i Iq1MEntries(const BlockIq1M& b, int ib) {
   const uint8_t* qs = b.qs + 4 * ib;

@@ -148,6 +148,11 @@ inline __m256i SignsOfLaneMask(__m256i masks, int j) {
   return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(1));
 }
 
+// 128-bit half h of v in both lanes.
+inline __m256i Half(__m256i v, int h) {
+  return h ? _mm256_permute2x128_si256(v, v, 0x11) : _mm256_permute2x128_si256(v, v, 0x00);
+}
+
 // vpshufb controls: sub-block j's two scales (int16 words 2j, 2j + 1 of a 128-bit lane holding
 // four sub-blocks' scale16) to every word of the low and the high lane, the elements 0..15
 // and 16..31 the sub-block's pairs keep there.
@@ -159,29 +164,32 @@ inline constexpr auto kScalesOfQuarter = [] {
   return ctrl;
 }();
 
-// Sub-blocks 0..7 from their scales and sign masks in vectors (`scales`: int16 lane i the
-// header's scale16[i]; `masks`: dword lane ib sub-block ib's 32 sign bits): each 128-bit half
-// broadcast to both lanes once, then per sub-block one in-lane shuffle for its scales and one
-// for its signs, with no store and reload; grid_of(ib) gives the sub-block's magnitudes. Against
-// the scales and masks stored in the header and read back per sub-block, IQ2_XXS decode took
-// 0.88x the time per super-block (one thread, L2-resident rows, best of 300).
+// Sub-blocks 0..7 of a decode path with their scales in a register (`scales`: int16 lane i the
+// header's scale16[i]): a sub-block's scale vector is one in-lane shuffle of its half broadcast
+// to both lanes, with no store and reload; sub_of(ib) gives the sub-block. Against the scales
+// (and sign masks) stored in the header and read back per sub-block, IQ2_XXS decode took 0.88x
+// the time per super-block (one thread, L2-resident rows, best of 300).
+template <class SubOf>
+void AddQuarterBlocks(const BlockQ8_K& a, __m256i scales, PairSums* p, SubOf sub_of) {
+  SHARDLM_UNROLL for (int ib = 0; ib < kQK_K / kQK; ++ib) {
+    const __m256i scale =
+        _mm256_shuffle_epi8(Half(scales, ib / 4), Load32(kScalesOfQuarter[ib % 4].data()));
+    const SubBlock sub = sub_of(ib);
+    const __m256i pairs =
+        _mm256_maddubs_epi16(sub.mag, _mm256_sign_epi8(grids::SubBlockActs(a, ib), sub.sgn));
+    p->isum = _mm256_add_epi32(p->isum, _mm256_madd_epi16(pairs, scale));
+  }
+}
+
+// The types with sign masks (`masks`: dword lane ib sub-block ib's 32 bits): sub-block ib's
+// ±1 bytes are one in-lane shuffle of its half of them; grid_of(ib) gives its magnitudes.
 template <class GridOf>
 void AddQuarterBlocks(const BlockQ8_K& a, __m256i scales, __m256i masks, PairSums* p,
                       GridOf grid_of) {
-  for (int half = 0; half < 2; ++half) {
-    const __m256i s = half ? _mm256_permute2x128_si256(scales, scales, 0x11)
-                           : _mm256_permute2x128_si256(scales, scales, 0x00);
-    const __m256i m = half ? _mm256_permute2x128_si256(masks, masks, 0x11)
-                           : _mm256_permute2x128_si256(masks, masks, 0x00);
-    SHARDLM_UNROLL for (int j = 0; j < 4; ++j) {
-      const int ib = 4 * half + j;
-      const __m256i scale = _mm256_shuffle_epi8(s, Load32(kScalesOfQuarter[j].data()));
-      const __m256i signed_acts =
-          _mm256_sign_epi8(grids::SubBlockActs(a, ib), SignsOfLaneMask(m, j));
-      const __m256i pairs = _mm256_maddubs_epi16(grid_of(ib), signed_acts);
-      p->isum = _mm256_add_epi32(p->isum, _mm256_madd_epi16(pairs, scale));
-    }
-  }
+  AddQuarterBlocks(a, scales, p, [&](int ib) {
+    return SubBlock{grid_of(ib), SignsOfLaneMask(Half(masks, ib / 4), ib % 4),
+                    _mm256_setzero_si256()};
+  });
 }
 
 // The header's 16 scales with one store.
@@ -194,14 +202,6 @@ inline void StoreIndices16(const uint8_t* low, __m256i high, uint16_t idx[16]) {
       reinterpret_cast<__m256i*>(idx),
       _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(low))),
                       high));
-}
-
-// Sub-blocks 0..7 of a decode path: sub_of(ib) against the activations with the header's scales.
-template <Shift kShift, class SubOf>
-void AddSubBlocks(const BlockQ8_K& a, const grids::Header& h, PairSums* p, SubOf sub_of) {
-  for (int ib = 0; ib < kQK_K / kQK; ++ib) {
-    Avx2Ops::AddSub<kShift>(sub_of(ib), grids::SubBlockActs(a, ib), grids::Scales(h, ib), p);
-  }
 }
 
 struct Iq2XxsDecoder : Avx2Ops {
@@ -379,9 +379,12 @@ struct Iq1SDecoder : Avx2Ops {
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = Fp16ToF32(b.d);
-    StoreScales(grids::Iq1SScales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)), h), h);
-    AddSubBlocks<Shift::kNone>(a, *h, p,
-                               [&](int ib) { return SignedSub(grids::Iq1SEntries(b, ib)); });
+    AddQuarterBlocks(a,
+                     grids::Iq1SScales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)), h),
+                     p, [&](int ib) {
+                       const grids::Indices4 x = grids::Iq1SIndices(b, ib);
+                       return SignedSub(Gather4(kIq1SGrid.data(), x.i[0], x.i[1], x.i[2], x.i[3]));
+                     });
   }
 };
 
@@ -423,7 +426,8 @@ struct Iq1MDecoder : Avx2Ops {
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
-    StoreScales(grids::Iq1MScales(b, h), h);
+    const __m256i scales = grids::Iq1MScales(b, h);
+    StoreScales(scales, h);  // GroupShifts reads them
     // Group g's index: qs[g], bits 8-10 from bits 0-2 of nibble g of qh: byte g / 2 times 256
     // (low nibble) or 16 (high), masked.
     const __m256i qh =
@@ -436,9 +440,9 @@ struct Iq1MDecoder : Avx2Ops {
     StoreIndices16(b.qs + 16,
                    _mm256_and_si256(_mm256_mullo_epi16(LaneBytes<8, 2>(qh), shift), high_bits),
                    idx + 16);
-    AddSubBlocks<Shift::kNone>(a, *h, p, [&](int ib) {
+    AddQuarterBlocks(a, scales, p, [&](int ib) {
       const uint16_t* i = idx + 4 * ib;
-      return SignedSub(Set4(kIq1SGrid[i[0]], kIq1SGrid[i[1]], kIq1SGrid[i[2]], kIq1SGrid[i[3]]));
+      return SignedSub(Gather4(kIq1SGrid.data(), i[0], i[1], i[2], i[3]));
     });
   }
 };
