@@ -6,16 +6,17 @@
 // super-block per tile, which every token of the tile reuses; llama.cpp's kernels decode a
 // block again for every token); this file brings their decoders: grid entries by table loads,
 // signs as ±1 bytes from tables; decode (one row, one token) has its own path per type,
-// DotSuperBlock, with a super-block's scales, indices and signs in vectors (Qwen3-0.6B tg,
-// 2 threads, forced to AVX2: IQ3_S 2.0x, IQ1_M 1.77x, IQ2_S 1.34x, IQ2_XS 1.25x, IQ2_XXS
-// 1.19x, IQ3_XXS 1.16x, IQ1_S 1.02x). IQ1_M takes its shifts per group of 8 from the
+// DotSuperBlock, with a super-block's scales, indices and signs in vectors (the first such
+// paths, Qwen3-0.6B tg, 2 threads, forced to AVX2 on a Zen 5: IQ3_S 2.0x, IQ1_M 1.77x, IQ2_S
+// 1.34x, IQ2_XS 1.25x, IQ2_XXS 1.19x, IQ3_XXS 1.16x, IQ1_S 1.02x), and their scales and sign
+// masks kept in registers (AddQuarterBlocks). IQ1_M takes its shifts per group of 8 from the
 // activations' 4-element sums (Q8KActSide, filled here for every Q8_K row) against the row's
 // signed group scales: one vpmaddwd per sub-block pair and token instead of a second dot
-// product per sub-block (Qwen3-0.6B IQ1_M, 2 threads, paired: pp512 1.14-1.44x, tg 1.03-1.13x).
-// The ternary types keep their unsigned digits 0..2 and
-// subtract the activations' block sums per lane instead, as their generic kernel does; the float
-// side is the generic kernels' (kernels_generic_grids.cc, kernels_generic_ternary.cc), so the
-// results are bitwise theirs. Non-goals: repacked layouts.
+// product per sub-block (Qwen3-0.6B IQ1_M on a Zen 3, 2 threads, paired: pp512 1.14-1.44x).
+// The ternary types keep their unsigned digits 0..2 and subtract the activations' block sums
+// per lane instead, as their generic kernel does; the float side is the generic kernels'
+// (kernels_generic_grids.cc, kernels_generic_ternary.cc), so the results are bitwise theirs.
+// Non-goals: repacked layouts.
 #include <array>
 #include <cstring>
 
