@@ -207,18 +207,20 @@ struct PairSums {
 // as kElements for a fraction of the work per token).
 enum class Shift { kNone, kBlockSums, kElements, kGroupSums };
 
-// A Q8_K activation row's side data (Q8KActSide) for super-block b: after the row's nb blocks.
-inline const Q8KActSide& ActSide(const uint8_t* act_row, int64_t nb, int64_t b) {
-  return reinterpret_cast<const Q8KActSide*>(act_row + nb * sizeof(BlockQ8_K))[b];
+// A Q8_K activation row's side data (Q8KActSide) for super-block b: after the row's nb blocks,
+// as bytes (a row may start on any byte, and unaligned vector loads read it).
+inline const uint8_t* ActSide(const uint8_t* act_row, int64_t nb, int64_t b) {
+  return act_row + nb * sizeof(BlockQ8_K) + b * sizeof(Q8KActSide);
 }
 
 // The shift lanes of one (row, token) pair from the row's signed group scales `w` (sub-block
 // pair p's in w[p], int16 lanes ordered as Q8KActSide::sum4[p]): one vpmaddwd per pair puts
 // group j of both sub-blocks into int32 lane j, where kElements's products of that group land.
-inline void AddGroupShifts(const __m256i w[4], const Q8KActSide& side, PairSums* p) {
-  __m256i sum = _mm256_madd_epi16(w[0], avx2::Load32(side.sum4[0]));
+inline void AddGroupShifts(const __m256i w[4], const uint8_t* side, PairSums* p) {
+  constexpr int kPairBytes = sizeof(Q8KActSide::sum4[0]);
+  __m256i sum = _mm256_madd_epi16(w[0], avx2::Load32(side));
   for (int q = 1; q < 4; ++q) {
-    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(w[q], avx2::Load32(side.sum4[q])));
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(w[q], avx2::Load32(side + q * kPairBytes)));
   }
   p->shift_isum = _mm256_add_epi32(p->shift_isum, sum);
 }

@@ -454,8 +454,7 @@ struct Iq1MDecoder : Avx2Ops {
 void FillQ8KActSide(void* act_row, int64_t n) {
   const int64_t nb = n / kQK_K;
   const auto* blocks = static_cast<const BlockQ8_K*>(act_row);
-  auto* side =
-      reinterpret_cast<Q8KActSide*>(static_cast<uint8_t*>(act_row) + nb * sizeof(BlockQ8_K));
+  uint8_t* side = static_cast<uint8_t*>(act_row) + nb * sizeof(BlockQ8_K);  // any byte
   const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
     for (int p = 0; p < 4; ++p) {
@@ -463,7 +462,8 @@ void FillQ8KActSide(void* act_row, int64_t n) {
           _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, Load32(blocks[b].qs + 64 * p)), ones16);
       const __m256i second = _mm256_madd_epi16(
           _mm256_maddubs_epi16(ones8, Load32(blocks[b].qs + 64 * p + 32)), ones16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(side[b].sum4[p]),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(side + b * sizeof(Q8KActSide) +
+                                                     p * sizeof(Q8KActSide::sum4[0])),
                           _mm256_blend_epi16(first, _mm256_slli_epi32(second, 16), 0xAA));
     }
   }

@@ -148,10 +148,14 @@ struct PanelTernary {
 // What the panel kernels of Q8_0, IQ4_NL and MXFP4 read per Q8_0 activation block, after the
 // row's blocks (TypeTraits::act_side): their weights are unsigned (w + 128) for
 // vpdpbusd, so each block's sum starts at −128·Σq; and the block scale, converted once.
+// Packed: it starts 34·(blocks) bytes into the row, on any 2-byte boundary.
+#pragma pack(push, 1)
 struct PanelActSide {
   float d;         // the block's fp16 d as float
   int32_t offset;  // −128 · Σ q over the block's 32 activations
 };
+#pragma pack(pop)
+static_assert(sizeof(PanelActSide) == 8);
 // Writes the PanelActSide of each block of a Q8_0 activation row of n elements after it.
 void FillQ8_0ActSide(void* act_row, int64_t n);
 

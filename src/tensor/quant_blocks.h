@@ -169,7 +169,8 @@ struct BlockQ8_K {  // activations for all K-quants
 // sub-block pair p (sub-blocks 2p, 2p + 1) and 4-element group j of a sub-block (its
 // elements 4j..4j + 3), entry sum4[p][2j + t] sums group j of sub-block 2p + t; so a pair's
 // products land in int32 lane j, the lane the sub-blocks' own dot products keep group j in.
-// |sum| <= 4·127 fits int16. The AVX2 IQ1_M kernel takes its per-group shifts from these.
+// |sum| <= 4·128 fits int16. The AVX2 IQ1_M kernel takes its per-group shifts from these. A
+// row starts on any byte: the kernels read it as bytes with unaligned loads.
 struct Q8KActSide {
   int16_t sum4[kQK_K / 64][16];
 };
