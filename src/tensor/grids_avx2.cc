@@ -38,10 +38,10 @@ using grids::Shift;
 using grids::Word;
 
 // One sub-block of 32 as two vectors: magnitudes `mag` (unsigned bytes) and `sgn`, whose byte
-// signs are the values' (zero where the value is), so value · a = mag · sign(a, sgn). IQ1_M also
-// gives the ±1 signs of its 1/8 shifts.
+// signs are the values' (zero where the value is), so value · a = mag · sign(a, sgn). (IQ1_M's
+// shifts come per group, Shift::kGroupSums, not per element.)
 struct SubBlock {
-  __m256i mag, sgn, shift;
+  __m256i mag, sgn;
 };
 
 // What every AVX2 decoder gives the tile kernel (grid_kernel_inl.h): its sub-block type and
@@ -52,13 +52,9 @@ struct Avx2Ops {
   using SubBlock = ::shardlm::internal::SubBlock;
   template <Shift kShift>
   static void AddSub(const SubBlock& sub, __m256i a, __m256i scales, PairSums* p) {
+    static_assert(kShift != Shift::kElements, "the AVX2 sub-blocks carry no per-element shifts");
     const __m256i pairs = _mm256_maddubs_epi16(sub.mag, _mm256_sign_epi8(a, sub.sgn));
     p->isum = _mm256_add_epi32(p->isum, _mm256_madd_epi16(pairs, scales));
-    if constexpr (kShift == Shift::kElements) {
-      const __m256i shift_pairs =
-          _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(a, sub.shift));
-      p->shift_isum = _mm256_add_epi32(p->shift_isum, _mm256_madd_epi16(shift_pairs, scales));
-    }
   }
 };
 
@@ -67,9 +63,9 @@ struct Avx2Ops {
 // which a sub-block's scale vector and ±1 sign bytes are one in-lane shuffle each
 // (AddQuarterBlocks), and the grid indices computed in registers and read back from the stack
 // for the table loads, which broadcast loads and blends merge (Gather4) where the entries are
-// 8 bytes. Then sub-block by sub-block as the tiles (the same int32 lanes). The IQ1 types keep
-// the header's scales per sub-block (their entries carry their signs), IQ1_S its scalar index
-// arithmetic: a few ALU operations per entry, 2-5% faster than the stored indices.
+// 8 bytes. Then sub-block by sub-block as the tiles (the same int32 lanes). The IQ1 types'
+// entries carry their own signs; IQ1_S keeps its scalar index arithmetic: a few ALU operations
+// per entry, 2-5% faster than the stored indices.
 
 // 16-bit lane i of the result: byte kFirst + i / kPer of `bytes` (whose two 128-bit lanes hold
 // the same 16 bytes), high byte zero.
@@ -188,8 +184,7 @@ template <class GridOf>
 void AddQuarterBlocks(const BlockQ8_K& a, __m256i scales, __m256i masks, PairSums* p,
                       GridOf grid_of) {
   AddQuarterBlocks(a, scales, p, [&](int ib) {
-    return SubBlock{grid_of(ib), SignsOfLaneMask(Half(masks, ib / 4), ib % 4),
-                    _mm256_setzero_si256()};
+    return SubBlock{grid_of(ib), SignsOfLaneMask(Half(masks, ib / 4), ib % 4)};
   });
 }
 
@@ -213,8 +208,7 @@ struct Iq2XxsDecoder : Avx2Ops {
     return {Set4(kIq2XxsGrid[idx & 0xFF], kIq2XxsGrid[(idx >> 8) & 0xFF],
                  kIq2XxsGrid[(idx >> 16) & 0xFF], kIq2XxsGrid[idx >> 24]),
             Set4(kEvenSignBytes[codes & 127], kEvenSignBytes[(codes >> 7) & 127],
-                 kEvenSignBytes[(codes >> 14) & 127], kEvenSignBytes[(codes >> 21) & 127]),
-            _mm256_setzero_si256()};
+                 kEvenSignBytes[(codes >> 14) & 127], kEvenSignBytes[(codes >> 21) & 127])};
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
@@ -241,8 +235,7 @@ struct Iq2XsDecoder : Avx2Ops {
     return {Set4(kIq2XsGrid[q[0] & 511], kIq2XsGrid[q[1] & 511], kIq2XsGrid[q[2] & 511],
                  kIq2XsGrid[q[3] & 511]),
             Set4(kEvenSignBytes[q[0] >> 9], kEvenSignBytes[q[1] >> 9], kEvenSignBytes[q[2] >> 9],
-                 kEvenSignBytes[q[3] >> 9]),
-            _mm256_setzero_si256()};
+                 kEvenSignBytes[q[3] >> 9])};
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
@@ -272,8 +265,7 @@ struct Iq2SDecoder : Avx2Ops {
     return {Set4(kIq2SGrid[qs[0] | ((qh << 8) & 0x300)], kIq2SGrid[qs[1] | ((qh << 6) & 0x300)],
                  kIq2SGrid[qs[2] | ((qh << 4) & 0x300)], kIq2SGrid[qs[3] | ((qh << 2) & 0x300)]),
             Set4(kSignBytes[signs[0]], kSignBytes[signs[1]], kSignBytes[signs[2]],
-                 kSignBytes[signs[3]]),
-            _mm256_setzero_si256()};
+                 kSignBytes[signs[3]])};
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
@@ -311,8 +303,7 @@ struct Iq3XxsDecoder : Avx2Ops {
              Pair(kIq3XxsGrid[q[4]], kIq3XxsGrid[q[5]]),
              Pair(kIq3XxsGrid[q[6]], kIq3XxsGrid[q[7]])),
         Set4(kEvenSignBytes[codes & 127], kEvenSignBytes[(codes >> 7) & 127],
-             kEvenSignBytes[(codes >> 14) & 127], kEvenSignBytes[(codes >> 21) & 127]),
-        _mm256_setzero_si256()};
+             kEvenSignBytes[(codes >> 14) & 127], kEvenSignBytes[(codes >> 21) & 127])};
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
@@ -340,13 +331,11 @@ struct Iq3SDecoder : Avx2Ops {
     };
     return {Set4(group(0), group(1), group(2), group(3)),
             Set4(kSignBytes[signs[0]], kSignBytes[signs[1]], kSignBytes[signs[2]],
-                 kSignBytes[signs[3]]),
-            _mm256_setzero_si256()};
+                 kSignBytes[signs[3]])};
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = Fp16ToF32(b.d);
-
     // Entry j's index: byte j of qs, bit 8 from bit j % 8 of qh[j / 8].
     uint64_t qh;
     std::memcpy(&qh, b.qh, sizeof(qh));
@@ -370,7 +359,7 @@ struct Iq3SDecoder : Avx2Ops {
 };
 
 // IQ1 entries are signed (−1, 0, 1): their own signs.
-inline SubBlock SignedSub(__m256i q) { return {_mm256_abs_epi8(q), q, _mm256_setzero_si256()}; }
+inline SubBlock SignedSub(__m256i q) { return {_mm256_abs_epi8(q), q}; }
 
 struct Iq1SDecoder : Avx2Ops {
   using Block = BlockIq1S;
