@@ -654,8 +654,21 @@ class DaemonProcess {
     }
     return false;
   }
-  // SIGSTOP / SIGCONT: the process stays alive and its socket open.
-  void Pause(bool paused) { ::kill(pid_, paused ? SIGSTOP : SIGCONT); }
+  // SIGSTOP / SIGCONT: the process stays alive and its socket open. kill() only queues the
+  // signal: until the daemon's threads are scheduled and stop, they may still answer a request,
+  // so this waits for the kernel to report the child stopped (or running again).
+  void Pause(bool paused) {
+    ::kill(pid_, paused ? SIGSTOP : SIGCONT);
+    int status = 0;
+    while (::waitpid(pid_, &status, paused ? WUNTRACED : WCONTINUED) == pid_) {
+      if (paused ? WIFSTOPPED(status) : WIFCONTINUED(status)) return;
+      if (WIFEXITED(status) || WIFSIGNALED(status)) {
+        ADD_FAILURE() << "the daemon ended while being paused or resumed";
+        pid_ = -1;
+        return;
+      }
+    }
+  }
   // Sends `sig` (0: none, just wait) and reaps the process; its exit code (128 + signal when
   // killed).
   int Signal(int sig) {
