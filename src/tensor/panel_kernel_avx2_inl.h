@@ -27,6 +27,12 @@ __m256i Bcast32(const void* p) {
   return _mm256_set1_epi32(v);
 }
 
+// Ends the compiler's freedom to reassociate the integer sums it accumulates in v: with a
+// block's groups and tokens unrolled, GCC rewrote Σ over groups into a tree of products that
+// are all live at once and spilled ~110 ymm registers per panel block to the stack. Placed
+// after each group, the sums run in order in registers. No instruction is emitted.
+inline void InRegister(__m256i& v) { __asm__("" : "+x"(v)); }
+
 // The 8 rows' scales of block k of a panel, half `half`, as floats.
 inline __m256 HalfFp16(const fp16_t* d, int half) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + 8 * half)));
@@ -66,6 +72,14 @@ inline __m256i HighBits(uint64_t mask, int half, char value) {
 
 // Tokens up to which ByHalves computes both halves of a block in one pass over the panel.
 constexpr int kOnePassTokens = 2;
+
+// InRegister in the tiles (NC > kOnePassTokens), where several tokens' sums compete for the
+// registers; decode's one or two tokens keep the compiler's schedule (Q4_K's decode kernel
+// took 1.08x the time with the barrier).
+template <int NC>
+inline void TileInRegister(__m256i& v) {
+  if constexpr (NC > kOnePassTokens) InRegister(v);
+}
 
 // Asks for part `part` (0: the first half of the lines, 1: the rest) of the panel block at p.
 // Decode asks for a block two ahead in two parts, one before each half's work: all lines of a

@@ -108,6 +108,7 @@ struct ScaleMinPanelKernel : ByHalves<ScaleMinPanelKernel<PanelType, kHighBits>>
           const int8_t* qs = a[c]->qs + 8 * pair;
           s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[0], Bcast32(qs)));
           s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q[1], Bcast32(qs + 4)));
+          TileInRegister<NC>(s[c]);
         }
         if (kHighBits && i == 1) {
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
@@ -231,6 +232,7 @@ struct Iq4XsPanelKernel : ByHalves<Iq4XsPanelKernel> {
             const int8_t* qs = a[c]->qs + 32 * j + 4 * (2 * pair + l);
             isum[c] = _mm256_add_epi32(isum[c],
                                        _mm256_madd_epi16(SignedPairs(magnitude, level, qs), scale));
+            TileInRegister<NC>(isum[c]);
           }
         }
       }
@@ -261,6 +263,7 @@ struct TernaryPanelKernel : ByHalves<TernaryPanelKernel> {
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           s[c] =
               _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q, Bcast32(a[c]->qs + 16 * i + 4 * l)));
+          TileInRegister<NC>(s[c]);
         }
       }
     }
@@ -303,6 +306,7 @@ struct Q2KPanelKernel : ByHalves<Q2KPanelKernel> {
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           s[c] =
               _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q, Bcast32(a[c]->qs + 16 * i + 4 * l)));
+          TileInRegister<NC>(s[c]);
         }
       }
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
@@ -355,6 +359,7 @@ struct Q3KPanelKernel : ByHalves<Q3KPanelKernel> {
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
             s[c] =
                 _mm256_add_epi16(s[c], _mm256_maddubs_epi16(u, Bcast32(a[c]->qs + 16 * i + 4 * l)));
+            TileInRegister<NC>(s[c]);
           }
         }
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {

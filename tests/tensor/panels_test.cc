@@ -90,6 +90,47 @@ TEST(Panels, GiveWhatTheRowsGive) {
   }
 }
 
+// Every weight at the end of its type's levels (a block's first weight at the other end, so
+// that the types with a minimum span the range too) against activations that quantize to ±127:
+// the largest integer sums a block can give, where int16 sums of several groups in the AVX2
+// kernels would overflow first. Panels give what the rows give.
+TEST(Panels, LevelsAtTheirEndsAgainstFullActivations) {
+  SHARDLM_REQUIRE_PANEL_KERNELS();
+  constexpr int64_t kCols = 512, kRows = 32, kTokens = 4;
+  std::vector<float> w(kRows * kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    const float sign = r % 2 == 0 ? 1.0f : -1.0f;
+    for (int64_t k = 0; k < kCols; ++k) w[r * kCols + k] = (k % kQK == 0 ? -0.05f : 0.05f) * sign;
+  }
+  // Tokens: all +1, all −1, and each with one element per block of the other sign.
+  std::vector<float> x(kTokens * kCols);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t k = 0; k < kCols; ++k) {
+      const float sign = t % 2 == 0 ? 1.0f : -1.0f;
+      x[t * kCols + k] = t >= 2 && k % kQK == 5 ? -sign : sign;
+    }
+  }
+  for (GgmlType type : TypesWithPanelKernels()) {
+    SCOPED_TRACE(TypeName(type));
+    const Matrix rows = testing::QuantizeMatrix(type, kRows, kCols, w);
+    const Matrix panels = testing::QuantizeMatrix(type, kRows, kCols, w, /*panels=*/true);
+    // One token (decode's one pass) and all of them (the tiles).
+    for (int64_t n_tokens : {int64_t{1}, kTokens}) {
+      const std::vector<float> want = RunMatMul(rows, x, n_tokens, 1);
+      const std::vector<float> got = RunMatMul(panels, x, n_tokens, 1);
+      std::vector<float> w_row(kCols);
+      for (int64_t r = 0; r < kRows; ++r) {
+        DequantizeRow(rows.view, r, w_row.data());
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          const double mag = DotMagnitude(w_row, x.data() + t * kCols);
+          ASSERT_LE(std::fabs(got[t * kRows + r] - want[t * kRows + r]), 1e-6 * mag + 1e-7)
+              << n_tokens << " tokens, row " << r << " token " << t;
+        }
+      }
+    }
+  }
+}
+
 // Q8_0 weights at both ends of int8: the Q8_0 quantizer makes ±127, but a file may hold −128,
 // which the panels store as 0 (q + 128) and the AVX2 kernel takes back by XOR 0x80 and a
 // magnitude of 128. Panels and rows give what the dequantized weights give.

@@ -61,20 +61,26 @@ inline void RepackMatrix(Matrix* m) {
   m->view.panel_bytes = PanelStrideBytes(v.type, v.cols);
 }
 
-inline Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed,
-                         bool panels = false) {
+// The rows x cols floats of src through the type's quantizer.
+inline Matrix QuantizeMatrix(GgmlType type, int64_t rows, int64_t cols,
+                             const std::vector<float>& src, bool panels = false) {
   const TypeTraits* traits = GetTypeTraits(type);
   const auto info = LookupGgmlType(static_cast<uint32_t>(type));
   Matrix m;
   const int64_t row_bytes = RowBytes(*info, cols);
   m.bytes.resize(static_cast<size_t>(rows * row_bytes));
-  const std::vector<float> src = RandomFloats(static_cast<size_t>(rows * cols), seed, 0.05f);
   for (int64_t r = 0; r < rows; ++r) {
     traits->quantize_row(src.data() + r * cols, m.bytes.data() + r * row_bytes, cols);
   }
   m.view = {type, cols, rows, m.bytes.data(), row_bytes};
   if (panels) RepackMatrix(&m);
   return m;
+}
+
+inline Matrix MakeMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed,
+                         bool panels = false) {
+  return QuantizeMatrix(type, rows, cols,
+                        RandomFloats(static_cast<size_t>(rows * cols), seed, 0.05f), panels);
 }
 
 inline std::vector<float> RunMatMul(const Matrix& m, const std::vector<float>& x, int64_t n_tokens,
