@@ -1,8 +1,9 @@
 // kernel_bench: one weight type's MatMul kernel alone, over a matrix that fits the L2 cache,
-// the best of many short trials. Without --panels it times the row kernel as MatMul calls it
-// in decode (vec_dot_tile, two rows and one token per call); with --panels, the panel kernel
-// (panel_dot) over the matrix repacked into panels, --tokens tokens per call (1-2: decode's one
-// pass over a panel, 3 and more: prefill's tiles). On a shared machine whose speed drifts the
+// the best of many short trials. Without --panels it times the row kernel as MatMul calls it:
+// in decode (one token: vec_dot_tile, two rows per call) or in prefill (--tokens N: tiles of
+// the type's tile_rows rows and N tokens); with --panels, the panel kernel (panel_dot) over
+// the matrix repacked into panels, --tokens tokens per call (1-2: decode's one pass over a
+// panel, 3 and more: prefill's tiles). On a shared machine whose speed drifts the
 // best time filters out what other processes took, so two builds run one after the other
 // differ by what their kernels do; it is the figure that guides work on a kernel bound by its
 // instructions (the grid i-quants' decode, every type's prefill). How fast a whole matrix
@@ -59,8 +60,10 @@ void BenchType(GgmlType type, const Options& options) {
                  name.c_str(), options.tokens, static_cast<long long>(cols));
     return;
   }
-  if (!options.panels && options.tokens != 1) {
-    std::fprintf(stderr, "--tokens needs --panels (the row kernel is timed as decode calls it)\n");
+  if (!options.panels && options.tokens > 1 &&
+      (traits->vec_dot_tile == nullptr || options.tokens > traits->tile_cols)) {
+    std::fprintf(stderr, "skipping %s: no tile kernel for %d tokens\n", name.c_str(),
+                 options.tokens);
     return;
   }
   const int64_t row_bytes = RowBytes(*info, cols);
@@ -86,7 +89,9 @@ void BenchType(GgmlType type, const Options& options) {
     QuantizeActRow(*traits, row.data(), act.data() + c * act_bytes, cols);
   }
   std::vector<float> out(kRows * options.tokens);
-  const int tile = std::max(1, std::min(2, traits->tile_rows));
+  // Rows per row-kernel call: decode's two, or the tiles' tile_rows.
+  const int tile = options.tokens == 1 ? std::max(1, std::min(2, traits->tile_rows))
+                                       : traits->tile_rows;
   double best = 1e30;
   for (int trial = 0; trial < options.trials; ++trial) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -100,8 +105,9 @@ void BenchType(GgmlType type, const Options& options) {
       }
       for (int64_t r = 0; r < kRows; r += tile) {
         if (traits->vec_dot_tile != nullptr) {
-          traits->vec_dot_tile(cols, w.data() + r * row_bytes, row_bytes, tile, act.data(), 0, 1,
-                               out.data() + r, 1);
+          traits->vec_dot_tile(cols, w.data() + r * row_bytes, row_bytes, tile, act.data(),
+                               act_bytes, options.tokens, out.data() + r * options.tokens,
+                               options.tokens);
         } else {
           traits->vec_dot(cols, w.data() + r * row_bytes, act.data(), out.data() + r);
         }
