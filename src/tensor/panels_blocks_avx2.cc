@@ -91,7 +91,7 @@ struct Q4_0Weights {
   static __m256 Scale(const Panel& p, int k, int half) { return HalfFp16(p.d[k], half); }
 };
 // IQ4_NL: signed levels −127..113 from a table. Unsigned, u = level + 127 ≤ 240 is too wide for
-// vpmaddubsw's pairs: as two nibbles 16·h + l it took twice the multiplies and 1.2-1.4x the
+// vpmaddubsw's pairs: as two nibbles 16·h + l it took twice the multiplies and 1.1-1.4x the
 // signed path's time on a Zen 3.
 struct Iq4NlWeights {
   using Panel = PanelNibbles;
