@@ -65,7 +65,28 @@ double DotMagnitude(const std::vector<float>& w_row, const float* x) {
   return mag;
 }
 
-// Both layouts compute exact integer sums per block; only the float accumulation differs.
+// Both layouts compute exact integer sums per block; only the float accumulation differs:
+// every output of n_tokens tokens of x through `panels` within rounding of the rows' one.
+::testing::AssertionResult PanelsGiveRows(const Matrix& rows, const Matrix& panels,
+                                          const std::vector<float>& x, int64_t n_tokens) {
+  const int64_t n_rows = rows.view.rows, cols = rows.view.cols;
+  const std::vector<float> want = RunMatMul(rows, x, n_tokens, 1);
+  const std::vector<float> got = RunMatMul(panels, x, n_tokens, 1);
+  std::vector<float> w_row(cols);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    DequantizeRow(rows.view, r, w_row.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const double mag = DotMagnitude(w_row, x.data() + t * cols);
+      const float g = got[t * n_rows + r], w = want[t * n_rows + r];
+      if (!(std::fabs(g - w) <= 1e-6 * mag + 1e-7)) {
+        return ::testing::AssertionFailure()
+               << n_tokens << " tokens, row " << r << " token " << t << ": " << g << " vs " << w;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(Panels, GiveWhatTheRowsGive) {
   SHARDLM_REQUIRE_PANEL_KERNELS();
   constexpr int64_t kCols = 512, kRows = 40;  // 2 whole panels + 8 rows
@@ -74,18 +95,7 @@ TEST(Panels, GiveWhatTheRowsGive) {
     const Matrix panels = MakeMatrix(type, kRows, kCols, 41, /*panels=*/true);
     for (int64_t n_tokens : {1, 5, 11}) {
       SCOPED_TRACE(TypeName(type) + ", tokens " + std::to_string(n_tokens));
-      const std::vector<float> x = RandomFloats(n_tokens * kCols, 42);
-      const std::vector<float> want = RunMatMul(rows, x, n_tokens, 1);
-      const std::vector<float> got = RunMatMul(panels, x, n_tokens, 1);
-      std::vector<float> w_row(kCols);
-      for (int64_t r = 0; r < kRows; ++r) {
-        DequantizeRow(rows.view, r, w_row.data());
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          const double mag = DotMagnitude(w_row, x.data() + t * kCols);
-          ASSERT_LE(std::fabs(got[t * kRows + r] - want[t * kRows + r]), 1e-6 * mag + 1e-7)
-              << "row " << r << " token " << t;
-        }
-      }
+      ASSERT_TRUE(PanelsGiveRows(rows, panels, RandomFloats(n_tokens * kCols, 42), n_tokens));
     }
   }
 }
@@ -116,17 +126,7 @@ TEST(Panels, LevelsAtTheirEndsAgainstFullActivations) {
     const Matrix panels = testing::QuantizeMatrix(type, kRows, kCols, w, /*panels=*/true);
     // One token (decode's one pass) and all of them (the tiles).
     for (int64_t n_tokens : {int64_t{1}, kTokens}) {
-      const std::vector<float> want = RunMatMul(rows, x, n_tokens, 1);
-      const std::vector<float> got = RunMatMul(panels, x, n_tokens, 1);
-      std::vector<float> w_row(kCols);
-      for (int64_t r = 0; r < kRows; ++r) {
-        DequantizeRow(rows.view, r, w_row.data());
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          const double mag = DotMagnitude(w_row, x.data() + t * kCols);
-          ASSERT_LE(std::fabs(got[t * kRows + r] - want[t * kRows + r]), 1e-6 * mag + 1e-7)
-              << n_tokens << " tokens, row " << r << " token " << t;
-        }
-      }
+      ASSERT_TRUE(PanelsGiveRows(rows, panels, x, n_tokens));
     }
   }
 }
