@@ -29,7 +29,7 @@ __m256i Bcast32(const void* p) {
 
 // Ends the compiler's freedom to reassociate the integer sums it accumulates in v: with a
 // block's groups and tokens unrolled, GCC rewrote Σ over groups into a tree of products that
-// are all live at once and spilled ~110 ymm registers per panel block to the stack. Placed
+// are all live at once, and spilled and reloaded ~110 ymm values per panel block. Placed
 // after each group, the sums run in order in registers. No instruction is emitted.
 inline void InRegister(__m256i& v) { __asm__("" : "+x"(v)); }
 
