@@ -138,7 +138,7 @@ struct Q5_0Weights {
   using Panel = PanelQ5_0;
   static constexpr int kOffset = 16, kGroupsPerSum = 4;
   static __m256i Group(const Panel& p, int k, int g, int half) {
-    return _mm256_or_si256(NibbleGroup(p.qs[k], g, half), HighBits(p.qh[k][g], half, 16));
+    return _mm256_or_si256(NibbleGroup(p.qs[k], g, half), HighBits(&p.qh[k][g], half, 16));
   }
   static __m256 Scale(const Panel& p, int k, int half) { return HalfFp16(p.d[k], half); }
 };
@@ -216,7 +216,7 @@ struct MinPanelKernel : ByHalves<MinPanelKernel<PanelType, kHighBits>> {
       UnsignedBlockSums<NC, kHighBits ? 4 : 8>(
           [&](int g) {
             const __m256i q = NibbleGroup(p->qs[k], g, half);
-            if constexpr (kHighBits) return _mm256_or_si256(q, HighBits(p->qh[k][g], half, 16));
+            if constexpr (kHighBits) return _mm256_or_si256(q, HighBits(&p->qh[k][g], half, 16));
             return q;
           },
           qs, s);

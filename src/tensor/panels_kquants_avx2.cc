@@ -101,8 +101,8 @@ struct ScaleMinPanelKernel : ByHalves<ScaleMinPanelKernel<PanelType, kHighBits>>
         __m256i q[2];
         HalfNibbles(p->qs[pair], half, q);
         if constexpr (kHighBits) {
-          q[0] = _mm256_or_si256(q[0], HighBits(p->qh[2 * pair], half, 16));
-          q[1] = _mm256_or_si256(q[1], HighBits(p->qh[2 * pair + 1], half, 16));
+          q[0] = _mm256_or_si256(q[0], HighBits(&p->qh[2 * pair], half, 16));
+          q[1] = _mm256_or_si256(q[1], HighBits(&p->qh[2 * pair + 1], half, 16));
         }
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
           const int8_t* qs = a[c]->qs + 8 * pair;
@@ -355,7 +355,7 @@ struct Q3KPanelKernel : ByHalves<Q3KPanelKernel> {
         __m256i s[NC];
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
         SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
-          const __m256i u = _mm256_or_si256(Digit(raw, l), HighBits(p->qh[4 * i + l], half, 4));
+          const __m256i u = _mm256_or_si256(Digit(raw, l), HighBits(&p->qh[4 * i + l], half, 4));
           SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
             s[c] =
                 _mm256_add_epi16(s[c], _mm256_maddubs_epi16(u, Bcast32(a[c]->qs + 16 * i + 4 * l)));
