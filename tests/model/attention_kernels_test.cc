@@ -70,9 +70,9 @@ TEST(AttentionKernels, TilesMatchSingleQueries) {
   for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
     const AttentionKernels* k = GetAttentionKernelsFor(isa);
     if (k == nullptr) continue;
-    for (int n : {16, 40, 128, 136}) {
+    for (int n : {16, 40, 43, 128, 136}) {
       for (int n_q : {1, 4, 7}) {
-        for (int n_rows : {1, 5, 8}) {
+        for (int n_rows : {1, 5, 8, 71}) {
           std::vector<std::vector<float>> q_data, row_data, w_data;
           std::vector<const float*> qs, rows, ws;
           for (int q = 0; q < n_q; ++q) q_data.push_back(RandomRow(n, 100 + q));
