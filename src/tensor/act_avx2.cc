@@ -13,16 +13,10 @@
 // Non-goals: NaN inputs (the generic code assumes NaN-free activations too).
 #include <cstring>
 
-#include "tensor/kernels_impl.h"
-#include "tensor/quant_blocks.h"
-#include "tensor/simd_avx2_inl.h"
+#include "tensor/act_blocks_inl.h"
 
 namespace shardlm::internal {
 namespace {
-
-inline fp16_t F32ToFp16(float f) {
-  return static_cast<fp16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
 
 inline __m256 Abs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 
@@ -59,7 +53,7 @@ inline float QuantizeBlock32(const float* x, int8_t* qs, fp16_t* d_half, int* su
   const float amax = ReduceMax(
       _mm256_max_ps(_mm256_max_ps(Abs(v[0]), Abs(v[1])), _mm256_max_ps(Abs(v[2]), Abs(v[3]))));
   const float d = amax / 127.f;
-  *d_half = F32ToFp16(d);
+  *d_half = act::F32ToFp16(d);
   const float id = amax != 0.0f ? 127.f / amax : 0.0f;
   const __m256 vid = _mm256_set1_ps(id);
   __m256i q[4];
@@ -69,27 +63,6 @@ inline float QuantizeBlock32(const float* x, int8_t* qs, fp16_t* d_half, int* su
     *sum = ReduceAdd(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
   }
   return d;
-}
-
-void QuantizeActQ8_0Avx2(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ8_0*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    fp16_t d;
-    QuantizeBlock32(src + i * kQK, y[i].qs, &d, nullptr);
-    std::memcpy(&y[i].d, &d, sizeof(d));
-  }
-}
-
-void QuantizeActQ8_1Avx2(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ8_1*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    fp16_t d_half;
-    int sum = 0;
-    const float d = QuantizeBlock32(src + i * kQK, y[i].qs, &d_half, &sum);
-    const fp16_t s = F32ToFp16(d * static_cast<float>(sum));
-    std::memcpy(&y[i].d, &d_half, sizeof(d_half));
-    std::memcpy(&y[i].s, &s, sizeof(s));
-  }
 }
 
 // Q8_K: max = the first element of largest magnitude (with its sign), iscale = −127/max,
@@ -135,19 +108,7 @@ void QuantizeActQ8_KAvx2(const float* src, void* dst, int64_t n) {
 }  // namespace
 
 void FillActAvx2(TypeTraits& traits) {
-  switch (traits.act_type) {
-    case GgmlType::kQ8_0:
-      traits.quantize_act = QuantizeActQ8_0Avx2;
-      break;
-    case GgmlType::kQ8_1:
-      traits.quantize_act = QuantizeActQ8_1Avx2;
-      break;
-    case GgmlType::kQ8_K:
-      traits.quantize_act = QuantizeActQ8_KAvx2;
-      break;
-    default:
-      break;
-  }
+  act::InstallActQuantizers<QuantizeBlock32, QuantizeActQ8_KAvx2>(traits);
 }
 
 }  // namespace shardlm::internal

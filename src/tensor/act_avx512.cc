@@ -13,16 +13,10 @@
 
 #include <cstring>
 
-#include "tensor/intrinsics.h"
-#include "tensor/kernels_impl.h"
-#include "tensor/quant_blocks.h"
+#include "tensor/act_blocks_inl.h"
 
 namespace shardlm::internal {
 namespace {
-
-inline fp16_t F32ToFp16(float f) {
-  return static_cast<fp16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
 
 inline __m512 Abs(__m512 v) { return _mm512_abs_ps(v); }
 
@@ -32,7 +26,7 @@ inline float QuantizeBlock32(const float* x, int8_t* qs, fp16_t* d_half, int* su
   const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(Abs(x0), Abs(x1)));
   const float d = amax / 127.f;
-  *d_half = F32ToFp16(d);
+  *d_half = act::F32ToFp16(d);
   const float id = amax != 0.0f ? 127.f / amax : 0.0f;
   const __m512 vid = _mm512_set1_ps(id);
   const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid));
@@ -41,27 +35,6 @@ inline float QuantizeBlock32(const float* x, int8_t* qs, fp16_t* d_half, int* su
   _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
   if (sum != nullptr) *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
   return d;
-}
-
-void QuantizeActQ8_0Avx512(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ8_0*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    fp16_t d;
-    QuantizeBlock32(src + i * kQK, y[i].qs, &d, nullptr);
-    std::memcpy(&y[i].d, &d, sizeof(d));
-  }
-}
-
-void QuantizeActQ8_1Avx512(const float* src, void* dst, int64_t n) {
-  auto* y = static_cast<BlockQ8_1*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    fp16_t d_half;
-    int sum = 0;
-    const float d = QuantizeBlock32(src + i * kQK, y[i].qs, &d_half, &sum);
-    const fp16_t s = F32ToFp16(d * static_cast<float>(sum));
-    std::memcpy(&y[i].d, &d_half, sizeof(d_half));
-    std::memcpy(&y[i].s, &s, sizeof(s));
-  }
 }
 
 // Q8_K: max = the first element of largest magnitude (with its sign), iscale = −127/max,
@@ -102,19 +75,7 @@ void QuantizeActQ8_KAvx512(const float* src, void* dst, int64_t n) {
 }  // namespace
 
 void FillActAvx512(TypeTraits& traits) {
-  switch (traits.act_type) {
-    case GgmlType::kQ8_0:
-      traits.quantize_act = QuantizeActQ8_0Avx512;
-      break;
-    case GgmlType::kQ8_1:
-      traits.quantize_act = QuantizeActQ8_1Avx512;
-      break;
-    case GgmlType::kQ8_K:
-      traits.quantize_act = QuantizeActQ8_KAvx512;
-      break;
-    default:
-      break;
-  }
+  act::InstallActQuantizers<QuantizeBlock32, QuantizeActQ8_KAvx512>(traits);
 }
 
 }  // namespace shardlm::internal
