@@ -88,8 +88,8 @@ void AxpyRowsAvx2(const float* w, const float* const* rows, int n_rows, float* y
 }
 
 // One query at a time: a 2 × 2 block of queries and rows (eight FMA chains, one load per FMA)
-// measured no faster in a 2048-token prefill on a Zen 3, where a third of this kernel's samples
-// sit on each dot's lane reduction and most of the rest on the loads of the rows.
+// measured no faster in a 2048-token prefill on a Zen 3, and with the four dots' lanes reduced
+// together (two dots per register, the same tree) slower (1.15x this kernel's share).
 void DotTileAvx2(const float* const* qs, int n_q, const float* const* rows, int n_rows, int n,
                  float* const* outs) {
   for (int q = 0; q < n_q; ++q) DotRowsAvx2(qs[q], rows, n_rows, n, outs[q]);
