@@ -6,8 +6,7 @@
 // Anonymous namespace: each including file gets its own copies, compiled for its ISA.
 #pragma once
 
-#include <immintrin.h>
-
+#include "tensor/intrinsics.h"
 #include "tensor/panel_dispatch_inl.h"
 #include "tensor/panels.h"
 #include "tensor/simd_avx2_inl.h"
