@@ -17,13 +17,22 @@
 namespace shardlm::internal::panels {
 namespace {
 
-// Asks for every line of the block two ahead (the next panel's first blocks at the end of a
-// panel: panels are contiguous). The hardware prefetcher alone streamed Q6_K panels from
-// DRAM at ~18 GB/s per thread against ~27 for the row kernels with their prefetches.
-template <class Panel>
-inline void PrefetchAhead(const Panel* p) {
-  const char* ahead = reinterpret_cast<const char*>(p + 2);
-  for (size_t line = 0; line < sizeof(Panel); line += 64) __builtin_prefetch(ahead + line, 0, 3);
+// Asks for part `part` of kParts of the lines of the block two ahead of p (the next panel's
+// first blocks at the end of a panel: panels are contiguous). A kernel asks for one part at each
+// step of its work on a block. The hardware prefetcher alone streamed Q6_K panels from DRAM at
+// ~18 GB/s per thread against ~27 for the row kernels with their prefetches; all 37-53 lines of
+// a 256-column block asked for at once stalled the core on the prefetches themselves (Zen 3: the
+// samples sat on the prefetch loop), and spread over the block's steps decode ran 1.1-1.5x
+// faster on Zen 4 (Q4_K_M, Q5_K_M, Q6_K, Q3_K_M).
+//
+// Each part is a fixed count of lines (the last may reach into the next block, which is
+// harmless): GCC deletes a loop of prefetches whose count it does not know at compile time.
+template <int kParts = 1, class Panel>
+inline void PrefetchAhead(const Panel* p, int part = 0) {
+  constexpr size_t kLines = (sizeof(Panel) + 63) / 64;
+  constexpr size_t kPartLines = (kLines + kParts - 1) / kParts;
+  const char* ahead = reinterpret_cast<const char*>(p + 2) + 64 * kPartLines * part;
+  for (size_t line = 0; line < kPartLines; ++line) __builtin_prefetch(ahead + 64 * line, 0, 3);
 }
 
 using PanelFn = void (*)(int64_t, const uint8_t*, const uint8_t*, int64_t, float*, int64_t, int);

@@ -82,22 +82,6 @@ inline void TileInRegister(__m256i& v) {
   if constexpr (NC > kOnePassTokens) InRegister(v);
 }
 
-// Asks for part `part` (0: the first half of the lines, 1: the rest) of the panel block at p.
-// Decode asks for a block two ahead in two parts, one before each half's work: all lines of a
-// 256-column block (37-53) at once stalled the kernel on the prefetches themselves (the samples sat
-// on the prefetch loop), and Q4_K and Q6_K panels streamed from DRAM at ~10 GB/s per thread against
-// ~12-14 in two parts. Prefetching every other line, or in 16 slices spread through the block, did
-// no better.
-template <class Panel>
-inline void PrefetchPart(const Panel* p, int part) {
-  const char* base = reinterpret_cast<const char*>(p);
-  constexpr size_t kLines = (sizeof(Panel) + 63) / 64;
-  const size_t end = part == 0 ? kLines / 2 : kLines;
-  for (size_t line = part == 0 ? 0 : kLines / 2; line < end; ++line) {
-    __builtin_prefetch(base + 64 * line, 0, 3);
-  }
-}
-
 // Runs kernel K over a panel, K::Panel being its blocks of K::kColumns columns each:
 // K::AddBlock<NC>(n, p, b, act, act_stride, half, f) adds block b (at p) of rows
 // 8·half .. 8·half + 7 for NC tokens into f (lane i: row 8·half + i).
@@ -107,6 +91,9 @@ inline void PrefetchPart(const Panel* p, int part) {
 // prefetching the next panel during the second. Above kOnePassTokens two halves'
 // accumulators do not fit the registers: one half at a time, the second pass reading the
 // lines the first brought in (there the kernels are bound by their multiplies, not memory).
+// Decode asks for the block two ahead in two parts, one before each half: the whole block at
+// once held Q4_K and Q6_K panels at ~10 GB/s per thread from DRAM against ~12-14 in two parts
+// (Zen 3); every other line, or 16 slices spread through the block, did no better.
 template <class K>
 struct ByHalves {
   template <int NC>
@@ -119,9 +106,9 @@ struct ByHalves {
       __m256 f[2][NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[0][c] = f[1][c] = _mm256_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
-        PrefetchPart(blocks + b + 2, 0);
+        PrefetchAhead<2>(blocks + b, 0);
         K::template AddBlock<NC>(n, blocks + b, b, act, act_stride, 0, f[0]);
-        PrefetchPart(blocks + b + 2, 1);
+        PrefetchAhead<2>(blocks + b, 1);
         if (halves == 2) K::template AddBlock<NC>(n, blocks + b, b, act, act_stride, 1, f[1]);
       }
       for (int half = 0; half < halves; ++half) StoreHalf(f[half], half, out, out_stride, nr);

@@ -56,8 +56,8 @@ struct Q80Kernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t u = 0; u < units; ++u) {
       const auto* p = reinterpret_cast<const PanelQ8_0*>(panel) + u;
-      PrefetchAhead(p);
       SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+        PrefetchAhead<2>(p, k);
         __m512i w[8];
         SHARDLM_UNROLL for (int g = 0; g < 8; ++g) w[g] = _mm512_loadu_si512(p->u[k][g]);
         DotBlock(w, Fp16Row(p->d[k]), act, act_stride, n, 2 * u + k, f);
@@ -83,8 +83,8 @@ struct NibbleKernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t u = 0; u < units; ++u) {
       const auto* p = reinterpret_cast<const Panel*>(panel) + u;
-      PrefetchAhead(p);
       SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+        PrefetchAhead<2>(p, k);
         __m512i w[8];
         NibbleLevels(p->qs[k], table, w);
         DotBlock(w, Scale::Of(*p, k), act, act_stride, n, 2 * u + k, f);
@@ -124,8 +124,8 @@ struct Q5_0Kernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t u = 0; u < n / (2 * kQK); ++u) {
       const auto* p = reinterpret_cast<const PanelQ5_0*>(panel) + u;
-      PrefetchAhead(p);
       SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+        PrefetchAhead<2>(p, k);
         __m512i w[8];
         Nibbles(p->qs[k], w);
         AddHighBits(*p, k, w);
@@ -148,8 +148,8 @@ struct MinKernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t u = 0; u < n / (2 * kQK); ++u) {
       const auto* p = reinterpret_cast<const Panel*>(panel) + u;
-      PrefetchAhead(p);
       SHARDLM_UNROLL for (int k = 0; k < 2; ++k) {
+        PrefetchAhead<2>(p, k);
         __m512i w[8];
         Nibbles(p->qs[k], w);
         if constexpr (kHighBits) AddHighBits(*p, k, w);

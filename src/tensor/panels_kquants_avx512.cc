@@ -35,10 +35,10 @@ struct ScaleMinKernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const auto* p = reinterpret_cast<const Panel*>(panel) + b;
-      PrefetchAhead(p);
       __m512i isum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
       for (int j = 0; j < 8; ++j) {
+        PrefetchAhead<8>(p, j);
         __m512i s[NC];
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) s[c] = _mm512_setzero_si512();
         SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
@@ -94,10 +94,10 @@ struct Q6KKernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const auto* p = reinterpret_cast<const PanelQ6_K*>(panel) + b;
-      PrefetchAhead(p);
       __m512i isum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
       for (int t = 0; t < 8; ++t) {
+        PrefetchAhead<8>(p, t);
         // Scales of groups 2t (low int16 of each lane) and 2t + 1 (high int16).
         const __m512i pairs = _mm512_cvtepi8_epi16(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p->scales[t])));
@@ -164,13 +164,13 @@ struct Q2KKernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / kQK_K; ++b) {
       const auto* p = reinterpret_cast<const PanelQ2_K*>(panel) + b;
-      PrefetchAhead(p);
       __m512i isum[NC], msum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         isum[c] = _mm512_setzero_si512();
         msum[c] = _mm512_setzero_si512();
       }
       for (int i = 0; i < 16; ++i) {
+        PrefetchAhead<16>(p, i);
         __m512i q[4];
         Digits2(p->q[i], q);
         const __m512i scale = _mm512_and_si512(
@@ -218,10 +218,10 @@ struct Q3KKernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < n / kQK_K; ++b) {
       const auto* p = reinterpret_cast<const PanelQ3_K*>(panel) + b;
-      PrefetchAhead(p);
       __m512i isum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
       for (int i = 0; i < 16; ++i) {
+        PrefetchAhead<16>(p, i);
         __m512i q[4];
         Digits2(p->q[i], q);
         SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
@@ -254,7 +254,6 @@ struct TernaryKernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const auto* p = reinterpret_cast<const PanelTernary*>(panel) + b;
-      PrefetchAhead(p);
       __m512i isum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const BlockQ8_K* a = ActBlock(act, act_stride, c, b);
@@ -263,6 +262,7 @@ struct TernaryKernel {
         isum[c] = _mm512_set1_epi32(-sum);
       }
       for (int i = 0; i < 16; ++i) {
+        PrefetchAhead<16>(p, i);
         __m512i q[4];
         Digits2(p->q[i], q);
         SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
@@ -288,10 +288,10 @@ struct Iq4XsKernel {
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const auto* p = reinterpret_cast<const PanelIq4Xs*>(panel) + b;
-      PrefetchAhead(p);
       __m512i isum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) isum[c] = _mm512_setzero_si512();
       for (int j = 0; j < 8; ++j) {
+        PrefetchAhead<8>(p, j);
         __m512i w[8];
         NibbleLevels(p->qs[j], table, w);
         const __m512i scale =
