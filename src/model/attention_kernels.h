@@ -63,6 +63,15 @@ inline T SumLanes(const T* lanes) {
   return s2[0] + s2[1];
 }
 
+// y[col, n) += Σ_r w[r]·rows[r][col, n), row after row in axpy's per-element order: the
+// columns a SIMD axpy_rows or axpy_tile leaves after its vector blocks.
+inline void AxpyRowsTail(const float* w, const float* const* rows, int n_rows, int col, float* y,
+                         int n) {
+  for (int r = 0; r < n_rows; ++r) {
+    for (int i = col; i < n; ++i) y[i] = std::fma(w[r], rows[r][i], y[i]);
+  }
+}
+
 void FillAttentionAvx2(AttentionKernels& k);    // attention_kernels_avx2.cc
 void FillAttentionAvx512(AttentionKernels& k);  // attention_kernels_avx512.cc
 }  // namespace internal

@@ -80,11 +80,7 @@ void AxpyRowsAvx2(const float* w, const float* const* rows, int n_rows, float* y
   int col = 0;
   for (; col + 64 <= n; col += 64) AxpyRowsBlock<8>(w, rows, n_rows, col, y);
   for (; col + 8 <= n; col += 8) AxpyRowsBlock<1>(w, rows, n_rows, col, y);
-  if (col < n) {
-    for (int r = 0; r < n_rows; ++r) {
-      for (int i = col; i < n; ++i) y[i] = std::fma(w[r], rows[r][i], y[i]);
-    }
-  }
+  AxpyRowsTail(w, rows, n_rows, col, y, n);
 }
 
 // One query at a time: a 2 × 2 block of queries and rows (eight FMA chains, one load per FMA)
@@ -126,11 +122,7 @@ void AxpyTileAvx2(const float* const* ws, int n_q, const float* const* rows, int
     int col = 0;
     for (; col + 32 <= n; col += 32) AxpyBlock2<4>(ws + q0, rows, n_rows, col, ys + q0);
     for (; col + 8 <= n; col += 8) AxpyBlock2<1>(ws + q0, rows, n_rows, col, ys + q0);
-    for (int q = q0; col < n && q < q0 + 2; ++q) {
-      for (int r = 0; r < n_rows; ++r) {
-        for (int i = col; i < n; ++i) ys[q][i] = std::fma(ws[q][r], rows[r][i], ys[q][i]);
-      }
-    }
+    for (int q = q0; q < q0 + 2; ++q) AxpyRowsTail(ws[q], rows, n_rows, col, ys[q], n);
   }
   for (; q0 < n_q; ++q0) AxpyRowsAvx2(ws[q0], rows, n_rows, ys[q0], n);
 }

@@ -106,11 +106,7 @@ void AxpyRowsAvx512(const float* w, const float* const* rows, int n_rows, float*
   for (; col + 128 <= n; col += 128) AxpyRowsBlock<8>(w, rows, n_rows, col, y);
   for (; col + 64 <= n; col += 64) AxpyRowsBlock<4>(w, rows, n_rows, col, y);
   for (; col + 16 <= n; col += 16) AxpyRowsBlock<1>(w, rows, n_rows, col, y);
-  if (col < n) {
-    for (int r = 0; r < n_rows; ++r) {
-      for (int i = col; i < n; ++i) y[i] = std::fma(w[r], rows[r][i], y[i]);
-    }
-  }
+  AxpyRowsTail(w, rows, n_rows, col, y, n);
 }
 
 // 4 queries × 4 rows: 16 accumulators, 8 loads per 16 FMAs.
@@ -189,11 +185,7 @@ void AxpyTileAvx512(const float* const* ws, int n_q, const float* const* rows, i
     int col = 0;
     for (; col + 64 <= n; col += 64) AxpyBlock4<4>(ws + q0, rows, n_rows, col, ys + q0);
     for (; col + 16 <= n; col += 16) AxpyBlock4<1>(ws + q0, rows, n_rows, col, ys + q0);
-    for (int q = q0; col < n && q < q0 + 4; ++q) {
-      for (int r = 0; r < n_rows; ++r) {
-        for (int i = col; i < n; ++i) ys[q][i] = std::fma(ws[q][r], rows[r][i], ys[q][i]);
-      }
-    }
+    for (int q = q0; q < q0 + 4; ++q) AxpyRowsTail(ws[q], rows, n_rows, col, ys[q], n);
   }
   for (; q0 < n_q; ++q0) AxpyRowsAvx512(ws[q0], rows, n_rows, ys[q0], n);
 }
