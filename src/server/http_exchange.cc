@@ -18,11 +18,12 @@ namespace {
 namespace http = boost::beast::http;
 using Parser = http::request_parser<http::string_body>;
 
-// How long, and how much past the body limit, a refused client's bytes are read and dropped
-// before its connection closes (DrainBeforeClose): enough for a client on a fast link to
-// finish writing the body it started and read the refusal.
+// How long a refused client's bytes are read and dropped before its connection closes
+// (DrainBeforeClose): enough for a client on a fast link to finish writing the body it
+// started and read the refusal. Bounded in time only: a byte bound ends the drain early for
+// the fastest clients, exactly those that would otherwise finish, and a slow client holds
+// the worker this long either way.
 constexpr std::chrono::milliseconds kDrainTime{2000};
-constexpr size_t kDrainSlack = size_t{1} << 20;
 
 // Polls one descriptor, retrying EINTR with the time left. Returns revents (0: timed out).
 short PollOne(int fd, short events, std::chrono::milliseconds timeout) {
@@ -116,16 +117,14 @@ class Exchange : public ResponseWriter {
 // request's body): our side is shut for writing and the rest read and dropped for a while.
 // Closing with unread bytes would send a reset, and the client would lose the response it
 // has not read yet (a client writes its whole body before it reads).
-void DrainBeforeClose(Connection& conn, const TransportOptions& options) {
+void DrainBeforeClose(Connection& conn) {
   ::shutdown(conn.fd, SHUT_WR);
   const auto end = SteadyClock::now() + kDrainTime;
-  size_t drained = 0;
   std::string sink;
-  while (drained < options.max_body_bytes + kDrainSlack && SteadyClock::now() < end) {
+  for (auto now = SteadyClock::now(); now < end; now = SteadyClock::now()) {
     sink.clear();
-    const IoResult r = ReadSome(conn, kDrainTime, sink, 1 << 16);
-    if (r != IoResult::kOk) return;
-    drained += sink.size();
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(end - now);
+    if (ReadSome(conn, left, sink, 1 << 16) != IoResult::kOk) return;
   }
 }
 
@@ -135,7 +134,7 @@ bool Fail(Connection& conn, const TransportOptions& options, HttpService& servic
   Exchange exchange(conn, options, service, request, /*keep_alive=*/false);
   exchange.Send(service.ErrorBody(request, status, message));
   exchange.Finish();
-  DrainBeforeClose(conn, options);
+  DrainBeforeClose(conn);
   return false;
 }
 
@@ -288,7 +287,7 @@ bool ServeExchange(Connection& conn, const TransportOptions& options, HttpServic
     Exchange exchange(conn, options, service, request, bodyless && parser.keep_alive());
     exchange.Send(*refusal);
     const bool keep = exchange.Finish();
-    if (!bodyless) DrainBeforeClose(conn, options);
+    if (!bodyless) DrainBeforeClose(conn);
     return keep;
   }
   if (parser.content_length() && *parser.content_length() > options.max_body_bytes) {

@@ -78,6 +78,24 @@ TEST_F(TransportTest, ChunkedBodiesAreReadUnderTheLimit) {
   ExpectServing();
 }
 
+// A client that writes its whole body before it reads a byte (most do), here 32 times the
+// limit: the server refuses at the limit, then reads and drops the rest until the client is
+// done. Closing early would reset the connection, and the client would see a broken write
+// instead of the 413 already sent to it.
+TEST_F(TransportTest, AClientThatWritesItsWholeOversizedBodyReadsTheRefusal) {
+  StartServer();
+  RawConnection big(server_->port());
+  const std::string chunk = fmt::format("{:x}\r\n{}\r\n", 1 << 20, std::string(1 << 20, 'x'));
+  std::string body;
+  for (int i = 0; i < 32; ++i) body += chunk;
+  EXPECT_TRUE(big.Send(Head("POST", "/v1/completions", "Transfer-Encoding: chunked\r\n") + body +
+                       "0\r\n\r\n"));
+  const std::string answer = big.ReadUntil("}}", 5s);
+  EXPECT_NE(answer.find("413 Payload Too Large"), std::string::npos) << answer.substr(0, 300);
+  EXPECT_EQ(engine_->Stats().requests_total, 0);
+  ExpectServing();
+}
+
 TEST_F(TransportTest, RefusalsComeBeforeTheBody) {
   StartServer();
   // A web page's "simple" cross-origin POST (text/plain, no preflight): refused, never run.
