@@ -48,22 +48,23 @@ inline __m256i Iq1SEntries(const BlockIq1S& b, int ib) {
   const Indices4 x = Iq1SIndices(b, ib);
   return Set4(kIq1SGrid[x.i[0]], kIq1SGrid[x.i[1]], kIq1SGrid[x.i[2]], kIq1SGrid[x.i[3]]);
 }
-inline __m256i Iq1MEntries(const BlockIq1M& b, int ib) {
+inline Indices4 Iq1MIndices(const BlockIq1M& b, int ib) {
   const uint8_t* qs = b.qs + 4 * ib;
-  const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-  return Set4(kIq1SGrid[qs[0] | ((h0 << 8) & 0x700)], kIq1SGrid[qs[1] | ((h0 << 4) & 0x700)],
-              kIq1SGrid[qs[2] | ((h1 << 8) & 0x700)], kIq1SGrid[qs[3] | ((h1 << 4) & 0x700)]);
+  const uint32_t h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
+  return {{qs[0] | ((h0 << 8) & 0x700), qs[1] | ((h0 << 4) & 0x700), qs[2] | ((h1 << 8) & 0x700),
+           qs[3] | ((h1 << 4) & 0x700)}};
+}
+inline __m256i Iq1MEntries(const BlockIq1M& b, int ib) {
+  const Indices4 x = Iq1MIndices(b, ib);
+  return Set4(kIq1SGrid[x.i[0]], kIq1SGrid[x.i[1]], kIq1SGrid[x.i[2]], kIq1SGrid[x.i[3]]);
 }
 
 // Two 4-wide entries as one 8-byte group.
 inline uint64_t Pair(uint32_t lo, uint32_t hi) { return lo | (uint64_t{hi} << 32); }
 
-// A super-block's header as the dot product sees it: d, the odd scale of each 16 elements
-// and, for IQ1_S, that scale times its 32's shift sign (the factor of each of the activations'
-// 16-element sums).
+// A super-block's header as the dot product sees it: d and the odd scale of each 16 elements.
 struct Header {
   int16_t scale16[16];
-  int16_t shift_scale16[16];
   float d;
 };
 
@@ -105,13 +106,7 @@ inline void Head(const BlockIq3S& b, Header* h) {
 }
 inline void Head(const BlockIq1S& b, Header* h) {
   h->d = avx2::Fp16ToF32(b.d);
-  for (int ib = 0; ib < 8; ++ib) {
-    const int qh = b.qh[ib];
-    const int scale = 2 * ((qh >> 12) & 7) + 1;
-    SetScale32(h, ib, scale);
-    h->shift_scale16[2 * ib] = h->shift_scale16[2 * ib + 1] =
-        static_cast<int16_t>(qh & 0x8000 ? -scale : scale);
-  }
+  for (int ib = 0; ib < 8; ++ib) SetScale32(h, ib, 2 * ((b.qh[ib] >> 12) & 7) + 1);
 }
 // IQ1_M's d: the top nibbles of its four scale words.
 inline float Iq1MD(const uint16_t sc[4]) {
@@ -158,15 +153,10 @@ inline __m256i WordScales(__m256i words) {
   const __m256i s = _mm256_srli_epi32(words, 28);
   return OddScales(_mm256_or_si256(s, _mm256_slli_epi32(s, 16)));
 }
-// IQ1_S: each sub-block's qh word holds the scale in bits 12-14 and the shift's sign in bit 15;
-// the header's scales and its signed shift scales.
-inline __m256i Iq1SScales(__m128i qh, Header* h) {
-  const __m128i scale =
-      _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1),
-                    _mm_set1_epi16(1));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->shift_scale16),
-                      PerSubBlock(_mm_sign_epi16(scale, _mm_or_si128(qh, _mm_set1_epi16(1)))));
-  return PerSubBlock(scale);
+// IQ1_S: each sub-block's qh word holds the scale in bits 12-14 (and the shift's sign in bit
+// 15); the header's scales.
+inline __m256i Iq1SScales(__m128i qh) {
+  return OddScales(PerSubBlock(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7))));
 }
 
 // IQ1_M: 16 3-bit scales in the low 12 bits of four words (scale i: bits 3·(i % 4).. of word
@@ -186,6 +176,43 @@ inline __m256i Iq1MScales(const BlockIq1M& b, Header* h) {
       _mm256_srli_epi16(_mm256_mullo_epi16(words, _mm256_set1_epi64x(0x0010008004002000)), 13));
 }
 
+// IQ1's values in eighths (the tile kernel's note): from the entries q (−1, 0, 1) and the
+// bytes `shift` (−1 where an element's shift is −1/8, +1 where +1/8), 8q + shift: |value| <= 9,
+// never 0.
+inline __m256i Iq1Eighths(__m256i q, __m256i shift) {
+  return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), q), shift);
+}
+// IQ1_S: sub-block ib's shift is negative where bit 15 of its qh word is set.
+inline __m256i Iq1SShift(const BlockIq1S& b, int ib) {
+  return _mm256_set1_epi8(static_cast<char>(1 - ((b.qh[ib] >> 14) & 2)));
+}
+// The same for the decode paths, from the 8 qh words at once: `shifts` holds sub-block ib's
+// shift (±1) in byte 2·ib of both 128-bit lanes (Iq1SShifts), one in-lane broadcast each.
+inline __m256i Iq1SShifts(__m128i qh) {
+  return _mm256_broadcastsi128_si256(_mm_or_si128(_mm_srai_epi16(qh, 15), _mm_set1_epi16(1)));
+}
+inline __m256i Iq1SShiftOf(__m256i shifts, int ib) {
+  return _mm256_shuffle_epi8(shifts, _mm256_set1_epi8(static_cast<char>(2 * ib)));
+}
+// IQ1_M: a group's shift is negative where bit 3 of its nibble is set. Sub-block ib's groups
+// 4·ib + l have theirs in byte qh[2·ib + l / 2], bit 3 (l even) or 7; `qh16` holds the 16 qh
+// bytes in both 128-bit lanes.
+inline __m256i Iq1MShift(__m256i qh16, int ib) {
+  const __m256i byte_of_element =
+      _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1,
+                                       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+                      _mm256_set1_epi8(static_cast<char>(2 * ib)));
+  const __m256i bit =
+      _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, -128, -128, -128, -128, -128, -128, -128, -128, 8, 8,
+                       8, 8, 8, 8, 8, 8, -128, -128, -128, -128, -128, -128, -128, -128);
+  const __m256i negative =
+      _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh16, byte_of_element), bit), bit);
+  return _mm256_or_si256(negative, _mm256_set1_epi8(1));
+}
+inline __m256i Iq1MQh16(const BlockIq1M& b) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)));
+}
+
 // The activations of sub-block ib.
 inline __m256i SubBlockActs(const BlockQ8_K& a, int ib) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + ib * kQK));
@@ -198,36 +225,12 @@ inline __m256i Scales(const Header& h, int ib) {
 
 // One (row, token) pair's running sums: exact int32 lanes per super-block.
 struct PairSums {
-  __m256i isum, shift_isum;
+  __m256i isum;
 };
 
-// How an IQ1 kernel adds its shift: not at all, from the block sums (IQ1_S), per element
-// (IQ1_M), or per group of 8 from the activations' 4-element sums (IQ1_M on AVX2: the side
-// data Q8KActSide against the row's signed group scales, D::GroupShifts; the same int32 lanes
-// as kElements for a fraction of the work per token).
-enum class Shift { kNone, kBlockSums, kElements, kGroupSums };
-
-// A Q8_K activation row's side data (Q8KActSide) for super-block b: after the row's nb blocks,
-// as bytes (a row may start on any byte, and unaligned vector loads read it).
-inline const uint8_t* ActSide(const uint8_t* act_row, int64_t nb, int64_t b) {
-  return act_row + nb * sizeof(BlockQ8_K) + b * sizeof(Q8KActSide);
-}
-
-// The shift lanes of one (row, token) pair from the row's signed group scales `w` (sub-block
-// pair p's in w[p], int16 lanes ordered as Q8KActSide::sum4[p]): one vpmaddwd per pair puts
-// group j of both sub-blocks into int32 lane j, where kElements's products of that group land.
-inline void AddGroupShifts(const __m256i w[4], const uint8_t* side, PairSums* p) {
-  constexpr int kPairBytes = sizeof(Q8KActSide::sum4[0]);
-  __m256i sum = _mm256_madd_epi16(w[0], avx2::Load32(side));
-  for (int q = 1; q < 4; ++q) {
-    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(w[q], avx2::Load32(side + q * kPairBytes)));
-  }
-  p->shift_isum = _mm256_add_epi32(p->shift_isum, sum);
-}
-
 // A decoder with its own path for one row and one token (decode): D::DotSuperBlock(block,
-// activations, header, sums) sets the header fields the kernel's epilogue reads (d; IQ1_S's
-// shift sums) and a super-block's int32 lanes, the same as the sub-block path's.
+// activations, header, sums) sets the header's d and a super-block's int32 lanes, the same as
+// the sub-block path's.
 template <class D>
 concept HasSuperBlockDot = requires(const typename D::Block& b, const BlockQ8_K& a, Header* h,
                                     PairSums* p) {
@@ -236,7 +239,7 @@ concept HasSuperBlockDot = requires(const typename D::Block& b, const BlockQ8_K&
 
 // An ISA whose tiles take two sub-blocks per step: D::Pair (two sub-blocks with their scales),
 // D::MakePair(header, sub-block ib, sub-block ib + 1, ib), D::PairActs(activations, ib),
-// D::AddPair<kShift>(pair, acts, acc) into a D::PairAcc, and D::Fold(acc, sums) giving the
+// D::AddPair(pair, acts, acc) into a D::PairAcc, and D::Fold(acc, sums) giving the
 // one-sub-block path's int32 lanes.
 template <class D>
 concept HasPairTiles = requires {
@@ -245,29 +248,25 @@ concept HasPairTiles = requires {
 };
 
 // The tile kernel of decoder D (an ISA's: D::Block, D::kFactor, D::Sub(block, ib) returning its
-// D::SubBlock, D::D::template AddSub<kShift>(sub, activations, scales, sums); Head(block, header)
-// for the block type is above).
-template <class D, Shift kShift = Shift::kNone>
+// D::SubBlock, D::AddSub(sub, activations, scales, sums); Head(block, header) for the block
+// type is above). The IQ1 decoders give their values in eighths (8·grid ± 1, the shift joined
+// as an integer) and a factor of 1/8, as the generic kernels do.
+template <class D>
 struct GridKernel {
   // A row's decoded super-block, kept for the tile's tokens.
   struct Decoded {
     Header h;
     typename D::SubBlock sub[kQK_K / kQK];
-    __m256i shift_w[4];  // kGroupSums: the signed group scales (D::GroupShifts)
   };
-  static constexpr bool kShiftLanes = kShift == Shift::kElements || kShift == Shift::kGroupSums;
 
   template <int NR, int NC>
   static void Run(int64_t n, const uint8_t* w, int64_t w_stride, const uint8_t* act,
                   int64_t act_stride, float* out, int64_t out_stride) {
     using Block = typename D::Block;
     const int64_t nb = n / kQK_K;
-    __m256 acc[NR][NC], shift_acc[NR][NC];
-    float shift_total[NR][NC];
+    __m256 acc[NR][NC];
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
       acc[r][c] = _mm256_setzero_ps();
-      shift_acc[r][c] = _mm256_setzero_ps();
-      shift_total[r][c] = 0;
     }
     Decoded g[NR];
     constexpr bool kSuperBlockDot = NR == 1 && NC == 1 && HasSuperBlockDot<D>;
@@ -277,9 +276,7 @@ struct GridKernel {
         const Block* blk = reinterpret_cast<const Block*>(w + r * w_stride) + b;
         simd::PrefetchNextTile<NR>(blk, w_stride, sizeof(Block));
         if constexpr (!kSuperBlockDot) Head(*blk, &g[r].h);
-        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-          sums[r][c] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        }
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) sums[r][c] = {_mm256_setzero_si256()};
       }
       if constexpr (kSuperBlockDot) {
         D::DotSuperBlock(reinterpret_cast<const Block*>(w)[b],
@@ -289,8 +286,7 @@ struct GridKernel {
         const Block* blk = reinterpret_cast<const Block*>(w) + b;
         const auto* a = reinterpret_cast<const BlockQ8_K*>(act) + b;
         for (int ib = 0; ib < kQK_K / kQK; ++ib) {
-          D::template AddSub<kShift>(D::Sub(*blk, ib), SubBlockActs(*a, ib), Scales(g[0].h, ib),
-                                     &sums[0][0]);
+          D::AddSub(D::Sub(*blk, ib), SubBlockActs(*a, ib), Scales(g[0].h, ib), &sums[0][0]);
         }
       } else if constexpr (HasPairTiles<D>) {
         // Token by token, the tile's rows' decoded pairs against its activations: a token's
@@ -307,9 +303,7 @@ struct GridKernel {
           typename D::PairAcc acc[NR];
           SHARDLM_UNROLL for (int ib = 0; ib < kQK_K / kQK; ib += 2) {
             const auto av = D::PairActs(*a, ib);
-            SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-              D::template AddPair<kShift>(pairs[r][ib / 2], av, &acc[r]);
-            }
+            SHARDLM_UNROLL for (int r = 0; r < NR; ++r) D::AddPair(pairs[r][ib / 2], av, &acc[r]);
           }
           SHARDLM_UNROLL for (int r = 0; r < NR; ++r) D::Fold(acc[r], &sums[r][c]);
         }
@@ -323,48 +317,21 @@ struct GridKernel {
             const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
             const __m256i av = SubBlockActs(*a, ib);
             SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-              D::template AddSub<kShift>(g[r].sub[ib], av, Scales(g[r].h, ib), &sums[r][c]);
+              D::AddSub(g[r].sub[ib], av, Scales(g[r].h, ib), &sums[r][c]);
             }
-          }
-        }
-      }
-      if constexpr (kShift == Shift::kGroupSums) {
-        SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          D::GroupShifts(reinterpret_cast<const Block*>(w + r * w_stride)[b], g[r].h, g[r].shift_w);
-          SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-            AddGroupShifts(g[r].shift_w, ActSide(act + c * act_stride, nb, b), &sums[r][c]);
           }
         }
       }
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const auto* a = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + b;
         SHARDLM_UNROLL for (int r = 0; r < NR; ++r) {
-          const float d = g[r].h.d * a->d;
-          acc[r][c] =
-              _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].isum), acc[r][c]);
-          if constexpr (kShiftLanes) {
-            shift_acc[r][c] = _mm256_fmadd_ps(
-                _mm256_set1_ps(d), _mm256_cvtepi32_ps(sums[r][c].shift_isum), shift_acc[r][c]);
-          }
-          if constexpr (kShift == Shift::kBlockSums) {
-            // Σ bsums[j] · shift_scale16[j]: an exact integer, the generic kernel's.
-            const __m256i products =
-                _mm256_madd_epi16(avx2::Load32(a->bsums), avx2::Load32(g[r].h.shift_scale16));
-            __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(products),
-                                        _mm256_extracti128_si256(products, 1));
-            sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(1, 0, 3, 2)));
-            sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(2, 3, 0, 1)));
-            shift_total[r][c] = __builtin_fmaf(
-                a->d * g[r].h.d, static_cast<float>(_mm_cvtsi128_si32(sum)), shift_total[r][c]);
-          }
+          acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(g[r].h.d * a->d),
+                                      _mm256_cvtepi32_ps(sums[r][c].isum), acc[r][c]);
         }
       }
     }
     SHARDLM_UNROLL for (int r = 0; r < NR; ++r) SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-      float v = D::kFactor * avx2::ReduceAdd(acc[r][c]);
-      if constexpr (kShiftLanes) v += 0.125f * avx2::ReduceAdd(shift_acc[r][c]);
-      if constexpr (kShift == Shift::kBlockSums) v += 0.125f * shift_total[r][c];
-      out[r * out_stride + c] = v;
+      out[r * out_stride + c] = D::kFactor * avx2::ReduceAdd(acc[r][c]);
     }
   }
 };
@@ -391,10 +358,10 @@ bool InstallGridKernel(TypeTraits& traits) {
       simd::Install<GridKernel<Iq3S>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq1S:
-      simd::Install<GridKernel<Iq1S, Iq1S::kShift>, 2, kTokens>(traits);
+      simd::Install<GridKernel<Iq1S>, 2, kTokens>(traits);
       return true;
     case GgmlType::kIq1M:
-      simd::Install<GridKernel<Iq1M, Iq1M::kShift>, 2, kTokens>(traits);
+      simd::Install<GridKernel<Iq1M>, 2, kTokens>(traits);
       return true;
     default:
       return false;

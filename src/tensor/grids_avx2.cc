@@ -9,10 +9,9 @@
 // DotSuperBlock, with a super-block's scales, indices and signs in vectors (the first such
 // paths, Qwen3-0.6B tg, 2 threads, forced to AVX2 on a Zen 5: IQ3_S 2.0x, IQ1_M 1.77x, IQ2_S
 // 1.34x, IQ2_XS 1.25x, IQ2_XXS 1.19x, IQ3_XXS 1.16x, IQ1_S 1.02x), and their scales and sign
-// masks kept in registers (AddQuarterBlocks). IQ1_M takes its shifts per group of 8 from the
-// activations' 4-element sums (Q8KActSide, filled here for every Q8_K row) against the row's
-// signed group scales: one vpmaddwd per sub-block pair and token instead of a second dot
-// product per sub-block (Qwen3-0.6B IQ1_M on a Zen 3, 2 threads, paired: pp512 1.14-1.44x).
+// masks kept in registers (AddQuarterBlocks). The IQ1 types count their values in eighths
+// (8·grid ± 1: the ±1/8 shift joined to each value), so one dot product per sub-block holds
+// both.
 // The ternary types keep their unsigned digits 0..2 and subtract the activations' block sums
 // per lane instead, as their generic kernel does; the float side is the generic kernels'
 // (kernels_generic_grids.cc, kernels_generic_ternary.cc), so the results are bitwise theirs.
@@ -34,12 +33,10 @@ using avx2::ReduceAdd;
 using grids::Pair;
 using grids::PairSums;
 using grids::Set4;
-using grids::Shift;
 using grids::Word;
 
 // One sub-block of 32 as two vectors: magnitudes `mag` (unsigned bytes) and `sgn`, whose byte
-// signs are the values' (zero where the value is), so value · a = mag · sign(a, sgn). (IQ1_M's
-// shifts come per group, Shift::kGroupSums, not per element.)
+// signs are the values' (zero where the value is), so value · a = mag · sign(a, sgn).
 struct SubBlock {
   __m256i mag, sgn;
 };
@@ -50,9 +47,7 @@ struct SubBlock {
 // vpmaddwd by the scales widens to exact int32 lanes.
 struct Avx2Ops {
   using SubBlock = ::shardlm::internal::SubBlock;
-  template <Shift kShift>
   static void AddSub(const SubBlock& sub, __m256i a, __m256i scales, PairSums* p) {
-    static_assert(kShift != Shift::kElements, "the AVX2 sub-blocks carry no per-element shifts");
     const __m256i pairs = _mm256_maddubs_epi16(sub.mag, _mm256_sign_epi8(a, sub.sgn));
     p->isum = _mm256_add_epi32(p->isum, _mm256_madd_epi16(pairs, scales));
   }
@@ -188,10 +183,6 @@ void AddQuarterBlocks(const BlockQ8_K& a, __m256i scales, __m256i masks, PairSum
   });
 }
 
-// The header's 16 scales with one store.
-inline void StoreScales(__m256i scales, grids::Header* h) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(h->scale16), scales);
-}
 // 16 groups' indices: bytes of `low`, or'ed with `high`'s lanes.
 inline void StoreIndices16(const uint8_t* low, __m256i high, uint16_t idx[16]) {
   _mm256_storeu_si256(
@@ -358,70 +349,41 @@ struct Iq3SDecoder : Avx2Ops {
   }
 };
 
-// IQ1 entries are signed (−1, 0, 1): their own signs.
+// IQ1's values in eighths (grids::Iq1Eighths) carry their own signs.
 inline SubBlock SignedSub(__m256i q) { return {_mm256_abs_epi8(q), q}; }
 
 struct Iq1SDecoder : Avx2Ops {
   using Block = BlockIq1S;
-  static constexpr Shift kShift = Shift::kBlockSums;
-  static constexpr float kFactor = 1.0f;
-  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEntries(b, ib)); }
+  static constexpr float kFactor = 0.125f;
+  static SubBlock Sub(const Block& b, int ib) {
+    return SignedSub(grids::Iq1Eighths(grids::Iq1SEntries(b, ib), grids::Iq1SShift(b, ib)));
+  }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = Fp16ToF32(b.d);
-    AddQuarterBlocks(a,
-                     grids::Iq1SScales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)), h),
-                     p, [&](int ib) {
-                       const grids::Indices4 x = grids::Iq1SIndices(b, ib);
-                       return SignedSub(Gather4(kIq1SGrid.data(), x.i[0], x.i[1], x.i[2], x.i[3]));
-                     });
+    const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh));
+    const __m256i shifts = grids::Iq1SShifts(qh);
+    AddQuarterBlocks(a, grids::Iq1SScales(qh), p, [&](int ib) {
+      const grids::Indices4 x = grids::Iq1SIndices(b, ib);
+      return SignedSub(grids::Iq1Eighths(Gather4(kIq1SGrid.data(), x.i[0], x.i[1], x.i[2], x.i[3]),
+                                         grids::Iq1SShiftOf(shifts, ib)));
+    });
   }
 };
 
-// IQ1_M's shifts per group of 8 (kGroupSums): the row's group scales, signed by the shift, in
-// the order of the activations' 4-element sums (Q8KActSide). For sub-block pair p, int16 lane
-// 2j + t is group j / 2 of sub-block 2p + t with the scale of its half j / 4: both are field
-// k = 2t + j / 4 of the pair's four (scales: scale16[4p + k]; shift signs: byte qh[4p + k], bit
-// 3 for even groups, bit 7 for odd ones).
-inline constexpr auto kPairFieldOfLane = [] {
-  std::array<int8_t, 32> scale{}, byte{};
-  for (int lane = 0; lane < 16; ++lane) {
-    const int j = lane / 2, t = lane % 2, k = 2 * t + j / 4, at = 2 * lane;
-    scale[at] = static_cast<int8_t>(2 * k), scale[at + 1] = static_cast<int8_t>(2 * k + 1);
-    byte[at] = static_cast<int8_t>(k), byte[at + 1] = -128;
-  }
-  return std::array<std::array<int8_t, 32>, 2>{scale, byte};
-}();
-
 struct Iq1MDecoder : Avx2Ops {
   using Block = BlockIq1M;
-  static constexpr float kFactor = 1.0f;
-  static constexpr Shift kShift = Shift::kGroupSums;
-  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1MEntries(b, ib)); }
-
-  static void GroupShifts(const Block& b, const grids::Header& h, __m256i w[4]) {
-    const __m256i shift_bit =
-        _mm256_setr_epi16(8, 8, 8, 8, 0x80, 0x80, 0x80, 0x80, 8, 8, 8, 8, 0x80, 0x80, 0x80, 0x80);
-    for (int p = 0; p < 4; ++p) {
-      uint64_t scales;
-      std::memcpy(&scales, h.scale16 + 4 * p, sizeof(scales));
-      const __m256i scale = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<int64_t>(scales)),
-                                                Load32(kPairFieldOfLane[0].data()));
-      const __m256i qh =
-          _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(Word(b.qh + 4 * p))),
-                              Load32(kPairFieldOfLane[1].data()));
-      const __m256i negative = _mm256_cmpeq_epi16(_mm256_and_si256(qh, shift_bit), shift_bit);
-      w[p] = _mm256_sign_epi16(scale, _mm256_or_si256(negative, _mm256_set1_epi16(1)));
-    }
+  static constexpr float kFactor = 0.125f;
+  static SubBlock Sub(const Block& b, int ib) {
+    return SignedSub(
+        grids::Iq1Eighths(grids::Iq1MEntries(b, ib), grids::Iq1MShift(grids::Iq1MQh16(b), ib)));
   }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     const __m256i scales = grids::Iq1MScales(b, h);
-    StoreScales(scales, h);  // GroupShifts reads them
     // Group g's index: qs[g], bits 8-10 from bits 0-2 of nibble g of qh: byte g / 2 times 256
     // (low nibble) or 16 (high), masked.
-    const __m256i qh =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)));
+    const __m256i qh = grids::Iq1MQh16(b);
     const __m256i shift = _mm256_set1_epi32(0x00100100);
     const __m256i high_bits = _mm256_set1_epi16(0x700);
     uint16_t idx[kQK_K / 8];
@@ -432,31 +394,11 @@ struct Iq1MDecoder : Avx2Ops {
                    idx + 16);
     AddQuarterBlocks(a, scales, p, [&](int ib) {
       const uint16_t* i = idx + 4 * ib;
-      return SignedSub(Gather4(kIq1SGrid.data(), i[0], i[1], i[2], i[3]));
+      return SignedSub(grids::Iq1Eighths(Gather4(kIq1SGrid.data(), i[0], i[1], i[2], i[3]),
+                                         grids::Iq1MShift(qh, ib)));
     });
   }
 };
-
-// The Q8KActSide of each block of a Q8_K activation row of n elements, after it: a sub-block's
-// 4-element sums are the int32 lanes of vpmaddubsw by ones then vpmaddwd by ones; the pair's
-// two sub-blocks interleave as the low and high halves of those lanes.
-void FillQ8KActSide(void* act_row, int64_t n) {
-  const int64_t nb = n / kQK_K;
-  const auto* blocks = static_cast<const BlockQ8_K*>(act_row);
-  uint8_t* side = static_cast<uint8_t*>(act_row) + nb * sizeof(BlockQ8_K);  // any byte
-  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int p = 0; p < 4; ++p) {
-      const __m256i first =
-          _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, Load32(blocks[b].qs + 64 * p)), ones16);
-      const __m256i second = _mm256_madd_epi16(
-          _mm256_maddubs_epi16(ones8, Load32(blocks[b].qs + 64 * p + 32)), ones16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(side + b * sizeof(Q8KActSide) +
-                                                     p * sizeof(Q8KActSide::sum4[0])),
-                          _mm256_blend_epi16(first, _mm256_slli_epi32(second, 16), 0xAA));
-    }
-  }
-}
 
 // ---- Ternary types: unsigned digits 0..2, minus the block sums -------------------------------
 
@@ -569,12 +511,6 @@ struct TernaryKernel {
 // IQ1_S 1.22-1.32x, IQ2_XS 1.22-1.28x, IQ3_XXS 1.13-1.47x; 2 x 16 spills more than it saves
 // (IQ3_XXS 0.92-0.99x of 2 x 8, IQ1_M 1.11x). The ternary types: 2 x 4.
 void FillGridsAvx2(TypeTraits& traits) {
-  // Every type converting to Q8_K carries the side data, so that one conversion serves all
-  // the matrices of a fused call (IQ1_M's among them).
-  if (traits.act_type == GgmlType::kQ8_K) {
-    traits.act_side = &FillQ8KActSide;
-    traits.act_side_bytes = sizeof(Q8KActSide);
-  }
   if (grids::InstallGridKernel<Iq2XxsDecoder, Iq2XsDecoder, Iq2SDecoder, Iq3XxsDecoder, Iq3SDecoder,
                                Iq1SDecoder, Iq1MDecoder, 8>(traits)) {
     return;

@@ -5,7 +5,7 @@
 // Layout, as the kernels read them: entry i of an 8-wide grid is a uint64 whose byte k is
 // element k's magnitude (IQ2: 8, 25 or 43; IQ1_S: −1, 0 or 1 as int8), of a 4-wide grid a
 // uint32 (IQ3_XXS: 4..62, IQ3_S: 1..15, odd). They are built at compile time from packed
-// codes (iquant_grids.cc), each element a 2- or 3-bit index into its grid's levels.
+// codes (below), each element a 2- or 3-bit index into its grid's levels.
 //
 // Sign codes: IQ2_XXS, IQ2_XS and IQ3_XXS store 7 of a group's 8 signs; the eighth makes the
 // number of negative signs even (EvenSigns).
@@ -17,6 +17,22 @@
 #include <cstdint>
 
 namespace shardlm {
+
+// The levels a grid's packed codes index: IQ2 magnitudes, IQ3 magnitudes, IQ1 values (int8).
+inline constexpr uint8_t kIq2Levels[3] = {8, 25, 43};
+inline constexpr uint8_t kIq3XxsLevels[8] = {4, 12, 20, 28, 36, 44, 52, 62};
+inline constexpr uint8_t kIq3SLevels[8] = {1, 3, 5, 7, 9, 11, 13, 15};
+inline constexpr uint8_t kIq1Levels[3] = {0xFF, 0, 1};  // int8 −1, 0, 1
+
+// The packed codes the grids are built from: element k of entry i is bits [b·k, b·k + b) of
+// code i, an index into the grid's levels (b = 2 for the 8-wide grids, 3 for the 4-wide
+// ones). Kernels that decode entries with vector permutes look these up instead of the grids.
+extern const std::array<uint16_t, 256> kIq2XxsCodes;
+extern const std::array<uint16_t, 512> kIq2XsCodes;
+extern const std::array<uint16_t, 1024> kIq2SCodes;
+extern const std::array<uint16_t, 256> kIq3XxsCodes;
+extern const std::array<uint16_t, 512> kIq3SCodes;
+extern const std::array<uint16_t, 2048> kIq1SCodes;
 
 extern const std::array<uint64_t, 256> kIq2XxsGrid;
 extern const std::array<uint64_t, 512> kIq2XsGrid;

@@ -1,6 +1,6 @@
 // AVX-512 kernels: overrides of the generic traits rows for the types this ISA accelerates.
 // Compiled with the avx512 flags (CMakeLists.txt); only called when the CPU has avx512
-// (Zen 4 / Ice Lake and later: f, bw, vl, dq, vnni, bf16).
+// (Zen 4, Sapphire Rapids and later: f, bw, vl, dq, vnni, bf16, vbmi).
 //
 // Goals: the registration point; the kernels live per weight-type family in
 // legacy_avx512.cc (32-element blocks), kquants_avx512.cc (256-element K-quants) and

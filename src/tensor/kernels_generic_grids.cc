@@ -6,8 +6,8 @@
 // Dequantization then follows ggml's float formulas; the dot product against Q8_K takes the
 // K-quants' float side (exact integer lanes per super-block, one fused multiply-add by
 // d_w·d_a), then the type's constant factor (the 1/8 of IQ2, the 1/4 of IQ3_XXS), as
-// llama.cpp's x86 kernels do. IQ1's shift is a second integer sum: per super-block from the
-// activation block sums (IQ1_S) or per element like the values (IQ1_M).
+// llama.cpp's x86 kernels do. IQ1's ±1/8 shift joins its values as integers: each element
+// counts 8·grid ± 1 in the lanes, and the factor is 1/8.
 //
 // Goals: files from llama.cpp read as llama.cpp reads them. Non-goals: speed (ISA files).
 #include <cstring>
@@ -189,15 +189,21 @@ void DequantizeIq1(const void* src, float* dst, int64_t n, float (*scale_of)(con
   }
 }
 
-float Iq1SScale(const BlockIq1S& b) { return Fp16ToFp32(b.d); }
 float Iq1MScale(const BlockIq1M& b) {
   uint16_t sc[4];
   std::memcpy(sc, b.scales, sizeof(sc));
   return Fp16ToFp32(Iq1MScaleBits(sc));
 }
 
-// factor · Σ_blocks fma(d_w·d_a, lanes): the IQ2/IQ3 dot products.
-template <typename Block, void (*Decode)(const Block&, GridBlock*)>
+// The super-block scale d of the types that keep it in a field (all but IQ1_M).
+template <typename Block>
+float HeaderScale(const Block& b) {
+  return Fp16ToFp32(b.d);
+}
+
+// factor · Σ_blocks fma(d_w·d_a, lanes).
+template <typename Block, void (*Decode)(const Block&, GridBlock*),
+          float (*kScaleOf)(const Block&) = HeaderScale<Block>>
 float GridDot(int64_t n, const void* w, const void* a, float factor) {
   const auto* x = static_cast<const Block*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
@@ -207,9 +213,19 @@ float GridDot(int64_t n, const void* w, const void* a, float factor) {
     Decode(x[i], &g);
     int32_t lanes[8] = {};
     AddScaledLanes(g.q, y[i].qs, g.scale16, lanes);
-    FmaLanes(Fp16ToFp32(x[i].d) * y[i].d, lanes, acc);
+    FmaLanes(kScaleOf(x[i]) * y[i].d, lanes, acc);
   }
   return factor * HorizontalSum8(acc);
+}
+
+// IQ1's values in eighths: 8·grid ± 1 (|·| <= 9), the shift joined to the value as an integer,
+// so one lane sum holds both; the dot product's factor is then 1/8.
+template <typename Block, void (*Decode)(const Block&, GridBlock*)>
+void DecodeEighths(const Block& b, GridBlock* g) {
+  Decode(b, g);
+  for (int e = 0; e < kQK_K; ++e) {
+    g->q[e] = static_cast<int8_t>(8 * g->q[e] + g->shift_sign[e / 8]);
+  }
 }
 
 }  // namespace
@@ -230,7 +246,7 @@ void DequantizeRowIq3S(const void* src, float* dst, int64_t n) {
   DequantizeGrid<BlockIq3S, DecodeIq3S, DbForm::kIq3S>(src, dst, n);
 }
 void DequantizeRowIq1S(const void* src, float* dst, int64_t n) {
-  DequantizeIq1<BlockIq1S, DecodeIq1S>(src, dst, n, Iq1SScale);
+  DequantizeIq1<BlockIq1S, DecodeIq1S>(src, dst, n, HeaderScale<BlockIq1S>);
 }
 void DequantizeRowIq1M(const void* src, float* dst, int64_t n) {
   DequantizeIq1<BlockIq1M, DecodeIq1M>(src, dst, n, Iq1MScale);
@@ -252,48 +268,11 @@ void VecDotIq3SQ8_K(int64_t n, const void* w, const void* a, float* out) {
   *out = GridDot<BlockIq3S, DecodeIq3S>(n, w, a, 1.0f);
 }
 
-// IQ1_S: the shift's sum per 32 elements comes from the activations' block sums, into one float
-// accumulated per super-block: Σ fma(d, shift sum) · 1/8 after the lanes.
 void VecDotIq1SQ8_K(int64_t n, const void* w, const void* a, float* out) {
-  const auto* x = static_cast<const BlockIq1S*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
-  float acc[8] = {};
-  float shift_acc = 0;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    GridBlock g;
-    DecodeIq1S(x[i], &g);
-    int32_t lanes[8] = {};
-    AddScaledLanes(g.q, y[i].qs, g.scale16, lanes);
-    int shift_sum = 0;
-    for (int ib = 0; ib < 8; ++ib) {
-      shift_sum +=
-          (y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1]) * g.shift_sign[4 * ib] * g.scale16[2 * ib];
-    }
-    const float d = y[i].d * Fp16ToFp32(x[i].d);
-    FmaLanes(d, lanes, acc);
-    shift_acc = __builtin_fmaf(d, static_cast<float>(shift_sum), shift_acc);
-  }
-  *out = HorizontalSum8(acc) + 0.125f * shift_acc;
+  *out = GridDot<BlockIq1S, DecodeEighths<BlockIq1S, DecodeIq1S>>(n, w, a, 0.125f);
 }
-
-// IQ1_M: the shift's sign per 8 elements, summed in lanes like the values.
 void VecDotIq1MQ8_K(int64_t n, const void* w, const void* a, float* out) {
-  const auto* x = static_cast<const BlockIq1M*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
-  float acc[8] = {}, shift_acc[8] = {};
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    GridBlock g;
-    DecodeIq1M(x[i], &g);
-    int8_t shifts[kQK_K];
-    for (int e = 0; e < kQK_K; ++e) shifts[e] = g.shift_sign[e / 8];
-    int32_t lanes[8] = {}, shift_lanes[8] = {};
-    AddScaledLanes(g.q, y[i].qs, g.scale16, lanes);
-    AddScaledLanes(shifts, y[i].qs, g.scale16, shift_lanes);
-    const float d = y[i].d * Iq1MScale(x[i]);
-    FmaLanes(d, lanes, acc);
-    FmaLanes(d, shift_lanes, shift_acc);
-  }
-  *out = HorizontalSum8(acc) + 0.125f * HorizontalSum8(shift_acc);
+  *out = GridDot<BlockIq1M, DecodeEighths<BlockIq1M, DecodeIq1M>, Iq1MScale>(n, w, a, 0.125f);
 }
 
 void FillGenericGridKernels(TypeTraits& traits) {

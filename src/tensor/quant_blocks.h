@@ -164,17 +164,6 @@ struct BlockQ8_K {  // activations for all K-quants
 };
 #pragma pack(pop)
 
-// Side data of a Q8_K activation block (TypeTraits::act_side), after the row's blocks: the sum
-// of each 4 activations, ordered for vpmaddwd against a super-block's per-group weights. For
-// sub-block pair p (sub-blocks 2p, 2p + 1) and 4-element group j of a sub-block (its
-// elements 4j..4j + 3), entry sum4[p][2j + t] sums group j of sub-block 2p + t; so a pair's
-// products land in int32 lane j, the lane the sub-blocks' own dot products keep group j in.
-// |sum| <= 4·128 fits int16. The AVX2 IQ1_M kernel takes its per-group shifts from these. A
-// row starts on any byte: the kernels read it as bytes with unaligned loads.
-struct Q8KActSide {
-  int16_t sum4[kQK_K / 64][16];
-};
-
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -199,7 +188,6 @@ static_assert(sizeof(BlockIq1M) == 56);
 static_assert(sizeof(BlockTq1_0) == 54);
 static_assert(sizeof(BlockTq2_0) == 66);
 static_assert(sizeof(BlockMxfp4) == 17);
-static_assert(sizeof(Q8KActSide) == 128);
 
 // The IQ4_NL (and IQ4_XS) levels, ascending: denser near zero, where weights cluster.
 inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

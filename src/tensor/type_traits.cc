@@ -38,7 +38,8 @@ bool CpuHasAvx512() {
   return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
          __builtin_cpu_supports("avx512vnni") &&
-         __builtin_cpu_supports("avx512bf16");  // kernels_avx512.cc may use vdpbf16ps
+         __builtin_cpu_supports("avx512bf16") &&  // kernels_avx512.cc may use vdpbf16ps
+         __builtin_cpu_supports("avx512vbmi");    // and the grid kernels byte permutes
 }
 
 Isa BestCpuIsa() {

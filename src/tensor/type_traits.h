@@ -50,8 +50,8 @@ struct TypeTraits {
   // Optional, for kernels that read more than act_type's blocks: ActRowBytes leaves
   // act_side_bytes per act_type block after the row's blocks, and QuantizeActRow fills them
   // with act_side(row, n) after quantize_act (the 32-element panels' PanelActSide in
-  // tensor/panels.h, the grid kernels' Q8KActSide in tensor/quant_blocks.h). Alike for every
-  // type of one ISA with the same act_type: MatMul converts once per act_type.
+  // tensor/panels.h). Alike for every type of one ISA with the same act_type: MatMul converts
+  // once per act_type.
   void (*act_side)(void* act_row, int64_t n) = nullptr;
   int act_side_bytes = 0;
 };
