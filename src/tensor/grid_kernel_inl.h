@@ -212,6 +212,13 @@ inline __m256i Iq1MShift(__m256i qh16, int ib) {
 inline __m256i Iq1MQh16(const BlockIq1M& b) {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh)));
 }
+// The tiles' sub-block ib of each IQ1 type in eighths (each ISA wraps it in its SubBlock).
+inline __m256i Iq1SEighths(const BlockIq1S& b, int ib) {
+  return Iq1Eighths(Iq1SEntries(b, ib), Iq1SShift(b, ib));
+}
+inline __m256i Iq1MEighths(const BlockIq1M& b, int ib) {
+  return Iq1Eighths(Iq1MEntries(b, ib), Iq1MShift(Iq1MQh16(b), ib));
+}
 
 // The activations of sub-block ib.
 inline __m256i SubBlockActs(const BlockQ8_K& a, int ib) {

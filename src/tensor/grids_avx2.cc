@@ -355,9 +355,7 @@ inline SubBlock SignedSub(__m256i q) { return {_mm256_abs_epi8(q), q}; }
 struct Iq1SDecoder : Avx2Ops {
   using Block = BlockIq1S;
   static constexpr float kFactor = 0.125f;
-  static SubBlock Sub(const Block& b, int ib) {
-    return SignedSub(grids::Iq1Eighths(grids::Iq1SEntries(b, ib), grids::Iq1SShift(b, ib)));
-  }
+  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEighths(b, ib)); }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = Fp16ToF32(b.d);
@@ -374,10 +372,7 @@ struct Iq1SDecoder : Avx2Ops {
 struct Iq1MDecoder : Avx2Ops {
   using Block = BlockIq1M;
   static constexpr float kFactor = 0.125f;
-  static SubBlock Sub(const Block& b, int ib) {
-    return SignedSub(
-        grids::Iq1Eighths(grids::Iq1MEntries(b, ib), grids::Iq1MShift(grids::Iq1MQh16(b), ib)));
-  }
+  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1MEighths(b, ib)); }
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     const __m256i scales = grids::Iq1MScales(b, h);

@@ -92,7 +92,8 @@ __m256i FoldHalves(__m512i lanes) {
 
 // What every AVX-512 decoder gives the tile kernel (grid_kernel_inl.h): its sub-block type and
 // how a sub-block meets a row of activations: the mask negates them (one masked subtraction),
-// vpmaddubsw multiplies by the magnitudes, vpmaddwd by the scales widens to exact int32 lanes.
+// vpmaddubsw multiplies by the magnitudes, vpdpwssd by the scales widens to exact int32 lanes
+// and adds them.
 struct Avx512Ops {
   using SubBlock = ::shardlm::internal::SubBlock;
   static void AddSub(const SubBlock& sub, __m256i a, __m256i scales, PairSums* p) {
@@ -460,9 +461,7 @@ __m512i Iq1PairEighths(__m512i q, __mmask64 negative) {
 struct Iq1SDecoder : Avx512Ops {
   using Block = BlockIq1S;
   static constexpr float kFactor = 0.125f;
-  static SubBlock Sub(const Block& b, int ib) {
-    return SignedSub(grids::Iq1Eighths(grids::Iq1SEntries(b, ib), grids::Iq1SShift(b, ib)));
-  }
+  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1SEighths(b, ib)); }
 
   // Decode: two sub-blocks per step, as a tile's pairs; the header's scales from one register,
   // the sub-blocks' shift signs (bit 15 of their qh words) from one mask.
@@ -486,10 +485,7 @@ struct Iq1SDecoder : Avx512Ops {
 struct Iq1MDecoder : Avx512Ops {
   using Block = BlockIq1M;
   static constexpr float kFactor = 0.125f;
-  static SubBlock Sub(const Block& b, int ib) {
-    return SignedSub(
-        grids::Iq1Eighths(grids::Iq1MEntries(b, ib), grids::Iq1MShift(grids::Iq1MQh16(b), ib)));
-  }
+  static SubBlock Sub(const Block& b, int ib) { return SignedSub(grids::Iq1MEighths(b, ib)); }
 
   // Decode (one row, one token): two sub-blocks per step, as a tile's pairs, the 16 scales
   // from one register (grids::Iq1MScales) instead of the header's scalar loop.
