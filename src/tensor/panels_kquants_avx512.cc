@@ -245,31 +245,56 @@ struct Q3KKernel {
 };
 
 // TQ1_0 and TQ2_0: Σ (q − 1)·a = Σ q·a − Σ a, the second the block's bsums.
+//
+// With up to 4 tokens each token sums each of the 4 fields l of a digits byte in a chain of
+// its own, from the byte masked in place (4^l·q, no shift: one instruction less per field)
+// and divided by 4^l once per block: exact, as every term of chain l is a multiple of 4^l
+// (|chain| ≤ 16·4·192·128 < 2^31). The chains also keep a block's 64 vpdpbusd per token
+// from being one dependent sequence, which bound decode by the instruction's latency (kernel
+// alone, one token, Zen 4: 3.3 -> 2.2 ns per block, 1.5x). With more tokens (prefill) their chains
+// are independent already and the registers hold one sum per token.
 struct TernaryKernel {
   template <int NC>
   static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
                   float* out, int64_t out_stride, int nr) {
+    constexpr bool kFieldChains = NC <= 4;
+    constexpr int kChains = kFieldChains ? 4 : 1;
     const int64_t nb = n / kQK_K;
     __m512 f[NC];
     SHARDLM_UNROLL for (int c = 0; c < NC; ++c) f[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const auto* p = reinterpret_cast<const PanelTernary*>(panel) + b;
+      __m512i chain[NC][kChains];
+      SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+        SHARDLM_UNROLL for (int k = 0; k < kChains; ++k) chain[c][k] = _mm512_setzero_si512();
+      }
+      for (int i = 0; i < 16; ++i) {
+        PrefetchAhead<16>(p, i);
+        __m512i q[4];
+        if constexpr (kFieldChains) {
+          const __m512i raw = _mm512_loadu_si512(p->q[i]);
+          SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+            q[l] = _mm512_and_si512(raw, _mm512_set1_epi8(static_cast<char>(3 << (2 * l))));
+          }
+        } else {
+          Digits2(p->q[i], q);
+        }
+        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
+          const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * i;
+          SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
+            __m512i& s = chain[c][l % kChains];
+            s = _mm512_dpbusd_epi32(s, q[l], Bcast32(a + 4 * l));
+          }
+        }
+      }
       __m512i isum[NC];
       SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
         const BlockQ8_K* a = ActBlock(act, act_stride, c, b);
         int32_t sum = 0;
         for (int k = 0; k < kQK_K / 16; ++k) sum += a->bsums[k];
-        isum[c] = _mm512_set1_epi32(-sum);
-      }
-      for (int i = 0; i < 16; ++i) {
-        PrefetchAhead<16>(p, i);
-        __m512i q[4];
-        Digits2(p->q[i], q);
-        SHARDLM_UNROLL for (int c = 0; c < NC; ++c) {
-          const int8_t* a = ActBlock(act, act_stride, c, b)->qs + 16 * i;
-          SHARDLM_UNROLL for (int l = 0; l < 4; ++l) {
-            isum[c] = _mm512_dpbusd_epi32(isum[c], q[l], Bcast32(a + 4 * l));
-          }
+        isum[c] = _mm512_sub_epi32(chain[c][0], _mm512_set1_epi32(sum));
+        SHARDLM_UNROLL for (int k = 1; k < kChains; ++k) {
+          isum[c] = _mm512_add_epi32(isum[c], _mm512_srai_epi32(chain[c][k], 2 * k));
         }
       }
       AddSuperBlock(isum, Fp16Row(p->d), act, act_stride, b, f);
