@@ -143,31 +143,25 @@ struct Avx512Ops {
 // The decode paths (DotSuperBlock: one row, one token) take a super-block's fields in vectors
 // at once: its 16 scales from one register, its signs as masks, its grid entries by vector
 // permutes where the grid has 256 or 512 entries (below), else by scalar loads at indices
-// computed in one register and read back from the stack; then two sub-blocks per step as the
-// tiles' pairs.
+// packed four to a word (PackedIndices); then two sub-blocks per step as the tiles' pairs.
 //
-// Lane g of 32 int16 lanes holds g: the group whose index bits a lane computes.
-__m512i GroupLanes() {
-  return _mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14,
-                          13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+// Four grid indices in the 16-bit lanes of a word, by two bit deposits: the bytes at qs, and
+// the low bits of `high` spread over the lanes' set bits of kHighBits (IQ2_S: two per lane,
+// bits 8-9; IQ1: three, bits 8-10). Then 8 entries by scalar loads at two such words' lanes.
+template <uint64_t kHighBits>
+[[gnu::always_inline]] inline uint64_t PackedIndices(const uint8_t* qs, uint64_t high) {
+  return _pdep_u64(Word(qs), 0x00FF00FF00FF00FFu) | _pdep_u64(high, kHighBits);
 }
-// 32 groups' grid indices: byte g of `low`, or'ed with `high`'s lane g (bits 8 and up).
-void StoreIndices(const uint8_t* low, __m512i high, uint16_t idx[32]) {
-  _mm512_storeu_si512(
-      idx,
-      _mm512_or_si512(
-          _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(low))), high));
+[[gnu::always_inline]] inline __m256i PackedEntries4(const uint64_t* grid, uint64_t idx) {
+  return Set4(grid[idx & 0xFFFF], grid[(idx >> 16) & 0xFFFF], grid[(idx >> 32) & 0xFFFF],
+              grid[idx >> 48]);
 }
-
-// Eight 8-wide grid entries (two sub-blocks) by scalar loads: groups 0-3 at indices lo[0..3],
-// groups 4-7 at hi[0..3].
-template <class Index>
-[[gnu::always_inline]] inline __m512i Entries8(const uint64_t* grid, const Index* lo,
-                                               const Index* hi) {
-  return _mm512_inserti64x4(
-      _mm512_castsi256_si512(Set4(grid[lo[0]], grid[lo[1]], grid[lo[2]], grid[lo[3]])),
-      Set4(grid[hi[0]], grid[hi[1]], grid[hi[2]], grid[hi[3]]), 1);
+[[gnu::always_inline]] inline __m512i PackedEntries8(const uint64_t* grid, uint64_t lo,
+                                                     uint64_t hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(PackedEntries4(grid, lo)),
+                            PackedEntries4(grid, hi), 1);
 }
+constexpr uint64_t kIq1HighBits = 0x0700070007000700u;
 
 // The header's 16 scales (grid_kernel_inl.h) as PairScales' input.
 __m512i Scales512(__m256i scales16) { return _mm512_castsi256_si512(scales16); }
@@ -356,26 +350,15 @@ struct Iq2SDecoder : Avx512Ops {
 
   static void DotSuperBlock(const Block& b, const BlockQ8_K& a, grids::Header* h, PairSums* p) {
     h->d = avx2::Fp16ToF32(b.d);
-    // Group g's index: byte g of qs, bits 8-9 from bits 2·(g%4) of qh[g/4].
-    uint64_t qh;
-    std::memcpy(&qh, b.qh, sizeof(qh));
-    const __m512i g = GroupLanes();
-    const __m512i qh_of_group = _mm512_permutexvar_epi16(
-        _mm512_srli_epi16(g, 2),
-        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(qh)))));
-    // (qh >> 2·(g % 4)) << 8 as one shift left by 8 − 2·(g % 4).
-    const __m512i left = _mm512_sub_epi16(
-        _mm512_set1_epi16(8), _mm512_slli_epi16(_mm512_and_si512(g, _mm512_set1_epi16(3)), 1));
-    // (1024 entries: the permutes of vector lookups, 16 per 32 indices, cost more than these
-    // scalar loads.)
-    uint16_t idx[kQK_K / 8];
-    StoreIndices(b.qs,
-                 _mm512_and_si512(_mm512_sllv_epi16(qh_of_group, left), _mm512_set1_epi16(0x300)),
-                 idx);
+    // Group 4·ib + k's index: byte of qs, bits 8-9 from bits 2k of qh[ib]. (1024 entries: the
+    // permutes of vector lookups, 16 per 32 indices, cost more than these scalar loads.)
     const __m512i scales = Scales512(grids::NibbleScales(b.scales));
     AddPairs(a, p, [&](int ib) {
-      return PairOf(Entries8(kIq2SGrid.data(), idx + 4 * ib, idx + 4 * ib + 4),
-                    SignBytes(b.qs + kQK_K / 8, ib), PairScales(scales, ib));
+      constexpr uint64_t kHighBits = 0x0300030003000300u;
+      return PairOf(
+          PackedEntries8(kIq2SGrid.data(), PackedIndices<kHighBits>(b.qs + 4 * ib, b.qh[ib]),
+                         PackedIndices<kHighBits>(b.qs + 4 * ib + 4, b.qh[ib + 1])),
+          SignBytes(b.qs + kQK_K / 8, ib), PairScales(scales, ib));
     });
   }
 };
@@ -461,19 +444,6 @@ __m512i Iq1PairEighths(__m512i q, __mmask8 negative_groups) {
   return _mm512_permutexvar_epi8(index, _mm512_load_si512(kIq1EighthsOfEntry.data()));
 }
 
-// Four 11-bit IQ1 grid indices in the 16-bit lanes of a word: bytes of qs, the 12 bits of
-// `high` deposited three to a lane at bits 8-10.
-inline uint64_t Iq1PackedIndices(const uint8_t* qs, uint64_t high) {
-  return _pdep_u64(Word(qs), 0x00FF00FF00FF00FFu) | _pdep_u64(high, 0x0700070007000700u);
-}
-inline __m256i Iq1Entries4(uint64_t idx) {
-  return Set4(kIq1SGrid[idx & 0xFFFF], kIq1SGrid[(idx >> 16) & 0xFFFF],
-              kIq1SGrid[(idx >> 32) & 0xFFFF], kIq1SGrid[idx >> 48]);
-}
-inline __m512i Iq1Entries8(uint64_t lo, uint64_t hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(Iq1Entries4(lo)), Iq1Entries4(hi), 1);
-}
-
 struct Iq1SDecoder : Avx512Ops {
   using Block = BlockIq1S;
   static constexpr float kFactor = 0.125f;
@@ -487,12 +457,13 @@ struct Iq1SDecoder : Avx512Ops {
     const __m512i scales = Scales512(grids::Iq1SScales(qh));
     // Sub-block ib's shift sign (bit 15 of its word) for each of its four groups.
     const uint32_t negative = _pdep_u32(_mm_movepi16_mask(qh), 0x11111111u) * 0xFu;
-    // The grid indices four to a word by bit deposits (Iq1PackedIndices): decode's kernel
+    // The grid indices four to a word by bit deposits (PackedIndices): decode's kernel
     // alone 1.11x against the scalar arithmetic per index (grids::Iq1SIndices), which was
     // 1.08-1.15x against the indices computed in one register and read back from the stack.
     AddPairs(a, p, [&](int ib) {
-      const __m512i q = Iq1Entries8(Iq1PackedIndices(b.qs + 4 * ib, b.qh[ib]),
-                                    Iq1PackedIndices(b.qs + 4 * ib + 4, b.qh[ib + 1]));
+      const __m512i q =
+          PackedEntries8(kIq1SGrid.data(), PackedIndices<kIq1HighBits>(b.qs + 4 * ib, b.qh[ib]),
+                         PackedIndices<kIq1HighBits>(b.qs + 4 * ib + 4, b.qh[ib + 1]));
       return SignedPair(Iq1PairEighths(q, static_cast<__mmask8>(negative >> (4 * ib))),
                         PairScales(scales, ib));
     });
@@ -527,9 +498,9 @@ struct Iq1MDecoder : Avx512Ops {
       // The groups' index bits 8-10: each nibble's low three bits (1.07x against the scalar
       // arithmetic per index).
       const uint32_t h = Word(b.qh + 2 * ib);
-      const __m512i q =
-          Iq1Entries8(Iq1PackedIndices(b.qs + 4 * ib, _pext_u32(h, 0x7777u)),
-                      Iq1PackedIndices(b.qs + 4 * ib + 4, _pext_u32(h >> 16, 0x7777u)));
+      const __m512i q = PackedEntries8(
+          kIq1SGrid.data(), PackedIndices<kIq1HighBits>(b.qs + 4 * ib, _pext_u32(h, 0x7777u)),
+          PackedIndices<kIq1HighBits>(b.qs + 4 * ib + 4, _pext_u32(h >> 16, 0x7777u)));
       return SignedPair(Iq1PairEighths(q, static_cast<__mmask8>(negative >> (4 * ib))),
                         PairScales(scales, ib));
     });
