@@ -10,6 +10,7 @@
 #include "base/check.h"
 #include "model/attention.h"
 #include "model/delta_net.h"
+#include "model/forward_activations.h"
 #include "model/ops.h"
 #include "model/per_layer_inputs.h"
 #include "tensor/matmul.h"
@@ -17,22 +18,6 @@
 namespace shardlm {
 
 namespace {
-// What the rope angles of a layer depend on.
-struct RopeVariant {
-  float base = 0.0f;
-  float freq_scale = 1.0f;
-  int n_rot = 0;
-  bool freq_factors = false;
-  friend bool operator==(const RopeVariant&, const RopeVariant&) = default;
-};
-
-// Where a layer's KV is: the page pool or the window rings, and its layer index there (-1: the
-// layer has none).
-struct KvPlace {
-  bool ring = false;
-  int index = -1;
-};
-
 // Each stage-local layer's KV place: a layer with KV of its own takes the next index of its
 // store, a layer sharing another's KV reads that layer's place.
 std::vector<KvPlace> PlaceStageKv(const Model& model, WindowKv window_kv) {
@@ -58,52 +43,6 @@ std::vector<KvPlace> PlaceStageKv(const Model& model, WindowKv window_kv) {
 }
 
 }  // namespace
-
-// Every buffer is sized once for max_batch_tokens (B) rows; a batch uses its first rows.
-struct ForwardPass::Activations {
-  std::vector<float> x;   // [B][n_embd] residual stream
-  std::vector<float> xn;  // [B][n_embd] normed input of the current sublayer
-  // The attention rows have the current layer's shape (LayerConfig), sized for the widest.
-  std::vector<float> q;  // [B][n_head][head_dim_k]
-  // Layers with an output gate: attn_q's rows [B][n_head][q | gate], and the gates.
-  std::vector<float> q_gated;    // [B][2 × q_dim]
-  std::vector<float> attn_gate;  // [B][n_head][head_dim_v]
-  std::vector<float> k;          // [B][n_head_kv][head_dim_k]
-  std::vector<float> v;          // [B][n_head_kv][head_dim_v]
-  std::vector<float> attn;       // [B][n_head][head_dim_v] attention output
-  std::vector<float> proj;       // [B][n_embd] attn_output / ffn_down result
-  std::vector<float> gate;       // [B][n_ff] gate projection, then SiLU(gate)·up
-  std::vector<float> up;         // [B][n_ff]
-  // [rope variant][B][n_rot] (cos, sin) per rotated pair: one variant per distinct rope
-  // (RopeVariant) among the stage's layers.
-  std::vector<float> rope;
-  std::vector<RopeVariant> rope_variants;
-  std::vector<int> rope_variant_of;  // [stage-local layer]
-  // Per-layer inputs (gemma4) of every model layer; the stage reads its own.
-  PerLayerInputs per_layer;
-  std::vector<float> scores;       // [n_threads][scores_per_worker] AttendTile scratch
-  std::vector<int32_t> head_rows;  // [B] batch index of each logits row
-  std::vector<int32_t> embd_rows;  // [B] batch index of each embedding row
-  std::vector<int32_t> slot_next;  // [n_slots] last position + 1 (−1: slot unused)
-  std::vector<Tile> tiles;         // [<= B] attention tiles of the batch
-  // Bounded pool with scores: per scoring entry, its slot's pages × kv heads of partial
-  // scores ([entry][kv head][page]), where each entry's block starts, and its page count.
-  std::vector<float> score_partial;
-  std::vector<size_t> score_block;
-  std::vector<int32_t> score_entries;  // batch index of each scoring entry
-  std::vector<float> score_bounds;     // [n_threads][most pages of a scoring entry]
-  size_t score_bounds_stride = 0;
-  MatMulScratch scratch;
-  // Recurrent layers: their state per slot and their buffers (stages without one: null).
-  std::unique_ptr<RecurrentStates> states;
-  // Windowed layers under WindowKv::kRing: their KV per slot (stages without one: null).
-  std::unique_ptr<WindowRings> rings;
-  std::vector<KvPlace> kv_place;  // [stage-local layer]
-  DeltaNetScratch delta_net;
-  size_t max_ctx = 0;            // positions a sequence can hold: the pool's capacity
-  int tile_tokens = 1;           // TileTokensFor(gqa_group), for the largest group
-  size_t scores_per_worker = 0;  // AttendTileScratch(tile_tokens × gqa_group, max_ctx), largest
-};
 
 namespace {
 
@@ -269,128 +208,6 @@ Status ForwardPass::ImportState(int slot, int32_t position, std::span<const uint
     SHARDLM_TRY(act_->states->Restore(slot, src.first(recurrent), position));
   }
   if (act_->rings) return act_->rings->Import(slot, position, src.subspan(recurrent));
-  return Status::Ok();
-}
-
-Status ForwardPass::Validate(std::span<const BatchEntry> batch,
-                             std::span<const PageList> pages_by_slot, const float* hidden_in,
-                             const float* out) {
-  if (batch.empty() || batch.size() > size_t(max_batch_tokens_)) {
-    return InvalidArgument("batch of {} tokens (must be 1..{})", batch.size(), max_batch_tokens_);
-  }
-  if (!model_.is_first_stage() && hidden_in == nullptr) {
-    return InvalidArgument("stage [{}, {}) needs hidden rows as input", model_.layers().begin,
-                           model_.layers().end);
-  }
-  if (out == nullptr) return InvalidArgument("no output buffer for the stage's rows");
-  act_->slot_next.assign(pages_by_slot.size(), -1);
-  if (act_->states) act_->states->EnsureSlots(int(pages_by_slot.size()));
-  for (const BatchEntry& e : batch) {
-    SHARDLM_TRY(ValidateEntry(e, pages_by_slot, hidden_in != nullptr));
-  }
-  return Status::Ok();
-}
-
-// Per slot, positions are consecutive and covered by the slot's pages.
-Status ForwardPass::ValidateEntry(const BatchEntry& e, std::span<const PageList> pages_by_slot,
-                                  bool has_hidden) {
-  if (e.slot < 0 || size_t(e.slot) >= pages_by_slot.size() || pages_by_slot[e.slot].empty()) {
-    return InvalidArgument("batch entry has slot {} without pages", e.slot);
-  }
-  const PageList pages = pages_by_slot[e.slot];
-  if (!has_hidden && (e.token < 0 || e.token >= config_.n_vocab)) {
-    return InvalidArgument("token id {} is outside the vocabulary [0, {})", e.token,
-                           config_.n_vocab);
-  }
-  int32_t& next = act_->slot_next[e.slot];
-  const bool first = next < 0;
-  if (first) SHARDLM_TRY(ValidatePages(e.slot, pages));
-  if ((first && e.position < 0) || (!first && e.position != next)) {
-    return InvalidArgument("slot {}: position {} does not continue the sequence (expected {})",
-                           e.slot, e.position, first ? 0 : next);
-  }
-  // A recurrent state or a window ring cannot be rewound or shared: a sequence starts at 0 or
-  // continues where its slot's state is.
-  if (first && act_->states && e.position != 0 && act_->states->position(e.slot) != e.position) {
-    return InvalidArgument(
-        "slot {}: position {} does not continue the recurrent state, which holds {} positions",
-        e.slot, e.position, act_->states->position(e.slot));
-  }
-  if (first && act_->rings) {
-    SHARDLM_TRY(act_->rings->EnsureSlot(e.slot));
-    act_->rings->EnsurePages(pages.size());
-    if (e.position != 0 && act_->rings->position(e.slot) != e.position) {
-      return InvalidArgument(
-          "slot {}: position {} does not continue the window state, which holds {} positions",
-          e.slot, e.position, act_->rings->position(e.slot));
-    }
-  }
-  if (pooled_ == nullptr && size_t(e.position) >= act_->max_ctx) {
-    return OutOfRange("slot {}: position {} exceeds the KV pool capacity of {} positions", e.slot,
-                      e.position, act_->max_ctx);
-  }
-  if (size_t(e.position) >= pages.size() * size_t(pool_.page_tokens())) {
-    return InvalidArgument("slot {}: position {} is past its {} pages of {} positions", e.slot,
-                           e.position, pages.size(), pool_.page_tokens());
-  }
-  if (pages[e.position / pool_.page_tokens()] == kNoPage) {
-    return InvalidArgument("slot {}: position {} is written but its page is not resident", e.slot,
-                           e.position);
-  }
-  next = e.position + 1;
-  return Status::Ok();
-}
-
-Status ForwardPass::ValidatePages(int slot, PageList pages) const {
-  // Under a bounded pool attention walks the slot's list of read pages: it must name exactly
-  // the resident ones (the others are kNoPage), or name none when every page is resident.
-  const std::span<const int32_t> read =
-      pooled_ != nullptr && size_t(slot) < pooled_->attended_by_slot.size()
-          ? pooled_->attended_by_slot[slot]
-          : std::span<const int32_t>();
-  size_t listed = 0;  // entries of `read` matched so far
-  int n_read = 0;
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (pooled_ != nullptr && pages[i] == kNoPage) {
-      if (read.empty()) {
-        return InvalidArgument(
-            "slot {}: logical page {} is not resident, and no list names the "
-            "pages attention reads",
-            slot, i);
-      }
-      continue;
-    }
-    if (pages[i] < 0 || pages[i] >= pool_.n_pages()) {
-      return InvalidArgument("slot {}: logical page {} has id {}, outside the pool's [0, {})", slot,
-                             i, pages[i], pool_.n_pages());
-    }
-    if (!read.empty()) {
-      if (listed >= read.size() || read[listed] != int32_t(i)) {
-        return InvalidArgument(
-            "slot {}: logical page {} is resident but not in its list of read "
-            "pages",
-            slot, i);
-      }
-      ++listed;
-    }
-    ++n_read;
-  }
-  if (listed != read.size()) {
-    return InvalidArgument("slot {}: its list of read pages names {} pages, {} are resident", slot,
-                           read.size(), listed);
-  }
-  // Attention's scratch holds the pool's positions: no more pages than the pool may be read
-  // (unbounded, the position check below bounds what is read).
-  if (pooled_ != nullptr && n_read > pool_.n_pages()) {
-    return InvalidArgument("slot {}: {} pages read, the pool holds {}", slot, n_read,
-                           pool_.n_pages());
-  }
-  if (pooled_ != nullptr && !pooled_->ids_by_slot.empty() &&
-      (size_t(slot) >= pooled_->ids_by_slot.size() ||
-       pooled_->ids_by_slot[slot].size() != pages.size())) {
-    return InvalidArgument("slot {}: its logical page ids do not match its {} pages", slot,
-                           pages.size());
-  }
   return Status::Ok();
 }
 
@@ -662,95 +479,6 @@ void ForwardPass::Attention(int layer_idx, std::span<const BatchEntry> batch,
     }
     AttendTile(pool_, pages_by_slot[e.slot], place.index, head_dim, query, scratch);
   });
-}
-
-// Sizes the scoring entries' partial scores: [entry][kv head][page], -infinity to start.
-Status ForwardPass::PrepareScores(std::span<const BatchEntry> batch,
-                                  std::span<const PageList> pages_by_slot) {
-  act_->score_entries.clear();
-  act_->score_block.clear();
-  act_->score_bounds_stride = 0;
-  size_t partial = 0;
-  size_t scores = 0;
-  const bool scoring = pooled_->summaries != nullptr;
-  for (size_t t = 0; t < batch.size(); ++t) {
-    if (!batch[t].score_pages) continue;
-    if (!scoring || batch[t].slot < 0 || size_t(batch[t].slot) >= pages_by_slot.size()) {
-      return InvalidArgument("batch entry {} asks for page scores the stage cannot give", t);
-    }
-    act_->score_entries.push_back(int32_t(t));
-    act_->score_block.push_back(partial);
-    const size_t n_pages = pages_by_slot[batch[t].slot].size();
-    partial += n_pages * size_t(config_.n_head_kv);
-    scores += n_pages;
-    act_->score_bounds_stride = std::max(act_->score_bounds_stride, n_pages);
-  }
-  if (scores > pooled_->page_scores.size()) {
-    return InvalidArgument("page scores of {} pages do not fit the {} given", scores,
-                           pooled_->page_scores.size());
-  }
-  act_->score_partial.assign(partial, -std::numeric_limits<float>::infinity());
-  act_->score_bounds.resize(size_t(threads_.size()) * act_->score_bounds_stride);
-  return Status::Ok();
-}
-
-// One task per kv head: the keys the batch wrote in this layer enter their pages' summaries
-// (in batch order: a sequence's positions ascend), then each scoring entry's query heads
-// bound every page of its sequence: for query head h, page j scores
-// bound_h(j) − max_j' bound_h(j'), and the entry keeps per page the maximum over its heads
-// and layers. Maximum and subtraction are exact, so the scores do not depend on which stage
-// holds which layers.
-void ForwardPass::SummarizeAndScore(int layer_idx, std::span<const BatchEntry> batch,
-                                    std::span<const PageList> pages_by_slot) {
-  const LayerConfig& layer = LayerConfigOf(layer_idx);
-  const int head_dim = layer.head_dim_k;
-  const int kv_layer = act_->kv_place[size_t(layer_idx)].index;
-  const int page_tokens = pool_.page_tokens();
-  const float scale = layer.kq_scale;
-  KeySummaries& summaries = *pooled_->summaries;
-  threads_.ParallelFor(size_t(layer.n_head_kv), [&](size_t g, size_t worker) {
-    for (const BatchEntry& e : batch) {
-      const int page_idx = e.position / page_tokens;
-      const PageId frame = pages_by_slot[e.slot][page_idx];
-      summaries.Update(pooled_->ids_by_slot[e.slot][page_idx], pool_.page_data(frame), pool_,
-                       kv_layer, int(g), e.position % page_tokens);
-    }
-    for (size_t k = 0; k < act_->score_entries.size(); ++k) {
-      const int32_t t = act_->score_entries[k];
-      const PageList ids = pooled_->ids_by_slot[batch[t].slot];
-      float* partial = &act_->score_partial[act_->score_block[k] + g * ids.size()];
-      // Each page's bound is computed once per query head, then normalized by the best.
-      float* bounds = &act_->score_bounds[worker * act_->score_bounds_stride];
-      for (int h = 0; h < layer.gqa_group(); ++h) {
-        const float* q =
-            &act_->q[size_t(t) * layer.q_dim() + (g * layer.gqa_group() + h) * head_dim];
-        float best = -std::numeric_limits<float>::infinity();
-        for (size_t j = 0; j < ids.size(); ++j) {
-          bounds[j] = summaries.UpperBound(ids[j], kv_layer, int(g), q) * scale;
-          best = std::max(best, bounds[j]);
-        }
-        for (size_t j = 0; j < ids.size(); ++j) {
-          if (bounds[j] > -std::numeric_limits<float>::infinity()) {
-            partial[j] = std::max(partial[j], bounds[j] - best);
-          }
-        }
-      }
-    }
-  });
-}
-
-// Each scoring entry's scores: the maximum over kv heads, raised into the caller's buffer.
-void ForwardPass::FinishScores(std::span<const BatchEntry> batch) {
-  if (pooled_->summaries == nullptr) return;
-  float* out = pooled_->page_scores.data();
-  for (size_t k = 0; k < act_->score_entries.size(); ++k) {
-    const size_t n_pages = pooled_->ids_by_slot[batch[act_->score_entries[k]].slot].size();
-    for (int g = 0; g < config_.n_head_kv; ++g) {
-      const float* partial = &act_->score_partial[act_->score_block[k] + size_t(g) * n_pages];
-      for (size_t j = 0; j < n_pages; ++j) out[j] = std::max(out[j], partial[j]);
-    }
-    out += n_pages;
-  }
 }
 
 // x += W_down · (act(W_gate · xn) ⊙ W_up · xn), xn the FFN's normed input, act SiLU or GELU;
