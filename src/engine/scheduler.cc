@@ -1,10 +1,10 @@
-// Scheduler implementation: options, creation, the instruction inbox, the engine thread's
-// loop of actions (recover, admit; submit and collect live in scheduler_batch.cc), slot
-// bookkeeping, faults and stats (see scheduler.h).
+// Scheduler implementation: creation, the instruction inbox, the engine thread's loop of
+// actions (recover, admit; submit and collect live in scheduler_batch.cc), slot bookkeeping,
+// faults and stats (see scheduler.h). Its options are scheduler_options.cc, the checks of a
+// request before it is queued scheduler_checks.cc.
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -17,83 +17,6 @@
 #include "kv/page_allocator.h"
 
 namespace shardlm {
-Status SchedulerOptions::Validate() const {
-  if (n_parallel < 1 || n_ctx < 2 || n_batch < 1 || max_queue < 0 || threads < 0 ||
-      page_tokens < 1 || prefill_chunk < 0 || cache_pages < 0 || prompt_logit_rows < 1) {
-    return InvalidArgument(
-        "bad scheduler options: parallel {} (>= 1), ctx-size {} (>= 2), batch {} (>= 1), "
-        "max-queue {} (>= 0), threads {} (>= 0), page tokens {} (>= 1), prefill chunk {} "
-        "(>= 0), cache pages {} (>= 0), prompt logit rows {} (>= 1)",
-        n_parallel, n_ctx, n_batch, max_queue, threads, page_tokens, prefill_chunk, cache_pages,
-        prompt_logit_rows);
-  }
-  if (slot_save_budget == 0 || slot_io_wait.count() < 0) {
-    return InvalidArgument("bad slot options: save budget {} bytes (> 0), io wait {} ms (>= 0)",
-                           slot_save_budget, slot_io_wait.count());
-  }
-  if (!kv_cache_dir.empty() && !prefix_cache) {
-    return InvalidArgument(
-        "the disk tier of the prefix cache (--kv-cache-dir) needs the memory prefix cache: "
-        "drop --no-prefix-cache");
-  }
-  if (n_batch < n_parallel) {
-    return InvalidArgument(
-        "the batch size ({}) must be at least --parallel ({}): every running sequence "
-        "decodes one token per step",
-        n_batch, n_parallel);
-  }
-  if (kv_pool.pool_tokens < 0) {
-    return InvalidArgument("--kv-pool {} must be positive", kv_pool.pool_tokens);
-  }
-  if (bounded_kv()) SHARDLM_TRY(Pager().Validate());
-  if (disagg_min_tokens < 1) {
-    return InvalidArgument("--disagg-min-tokens {} must be at least 1", disagg_min_tokens);
-  }
-  return Status::Ok();
-}
-
-bool SchedulerOptions::bounded_kv() const {
-  const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
-  return kv_pool.bounded() && (kv_pool.pool_tokens + page_tokens - 1) / page_tokens < pages_per_seq;
-}
-
-PagerConfig SchedulerOptions::Pager() const {
-  PagerConfig config;
-  config.n_pages = Kv().n_pages;
-  config.page_tokens = page_tokens;
-  config.n_slots = n_parallel;
-  config.pool = kv_pool;
-  return config;
-}
-
-KvGeometry SchedulerOptions::Kv() const {
-  const int pages_per_seq = (n_ctx + page_tokens - 1) / page_tokens;
-  KvGeometry kv;
-  kv.n_pages = n_parallel * pages_per_seq + cache_pages;
-  kv.page_tokens = page_tokens;
-  kv.kv_type = kv_type;
-  kv.window_kv = window_kv;
-  kv.max_batch_tokens = n_batch;
-  if (bounded_kv()) {
-    // Every slot's resident set in frames; the other pages in each stage's tier.
-    kv.n_frames = n_parallel * ((kv_pool.pool_tokens + page_tokens - 1) / page_tokens);
-    kv.tier = kv_tier;
-    kv.key_summaries = kv_pool.select == PageSelect::kQk;
-  }
-  return kv;
-}
-
-PipelineOptions SchedulerOptions::ToPipelineOptions() const {
-  PipelineOptions pipeline;
-  pipeline.placement = placement;
-  pipeline.threads = threads;
-  pipeline.kv = Kv();
-  // One row to sample per running sequence, plus the prompt rows of prompt logprobs.
-  pipeline.max_logit_rows = n_parallel + prompt_logit_rows;
-  pipeline.max_embedding_rows = embeddings ? n_batch : 0;
-  pipeline.share_kv = !prefill_worker.empty();
-  return pipeline;
-}
 
 Scheduler::Scheduler(const Tokenizer& tokenizer, const SchedulerOptions& options)
     : tokenizer_(tokenizer), options_(options) {}
@@ -266,86 +189,6 @@ size_t Scheduler::kv_bytes() const {
 PipelineCounters Scheduler::pipeline_counters() const { return state_->pipeline->counters(); }
 
 std::vector<StageStats> Scheduler::stage_stats() const { return state_->pipeline->Stats(); }
-
-Status Scheduler::CheckRequest(const EngineRequest& request) const {
-  const int n_prompt = int(request.prompt.size());
-  if (n_prompt == 0) return InvalidArgument("the prompt is empty (no tokens)");
-  const int32_t n_vocab = config_.n_vocab;
-  for (TokenId id : request.prompt) {
-    if (id < 0 || id >= n_vocab) {
-      return InvalidArgument("prompt token id {} is outside the vocabulary [0, {})", id, n_vocab);
-    }
-  }
-  SHARDLM_TRY(CheckPromptOutputs(request));
-  // An embedding's prompt may fill the context: nothing is generated after it.
-  if (request.kind == RequestKind::kEmbedding && n_prompt > options_.n_ctx) {
-    return OutOfRange(
-        "context_length_exceeded: the input has {} tokens but a sequence holds {} positions "
-        "(raise --ctx-size)",
-        n_prompt, options_.n_ctx);
-  }
-  if (request.kind == RequestKind::kGenerate && n_prompt + 1 > options_.n_ctx) {
-    return OutOfRange(
-        "context_length_exceeded: the prompt has {} tokens but a sequence holds {} positions "
-        "(prompt + at least 1 generated token must fit; raise --ctx-size)",
-        n_prompt, options_.n_ctx);
-  }
-  if (request.max_tokens < -1) {
-    return InvalidArgument("max_tokens must be >= 0 (or -1 for no limit), got {}",
-                           request.max_tokens);
-  }
-  for (TokenId id : request.rendered_specials) {
-    if (id < 0 || id >= n_vocab) {
-      return InvalidArgument("rendered special token id {} is outside the vocabulary [0, {})", id,
-                             n_vocab);
-    }
-  }
-  if (request.pin_prefix < 0) {
-    return InvalidArgument("pin_prefix {} is negative", request.pin_prefix);
-  }
-  for (const auto& [begin, end] : request.pins) {
-    if (begin < 0 || begin >= end || end > options_.n_ctx) {
-      return InvalidArgument("pin [{}, {}) is not a range of positions inside [0, {})", begin, end,
-                             options_.n_ctx);
-    }
-  }
-  if (state_->pager != nullptr && !request.pins.empty()) {
-    const PagerConfig& pool = state_->pager->config();
-    const int pinned = state_->pager->PinnedPages(request.pins);
-    if (pinned + pool.min_pool_pages() > pool.pool_pages()) {
-      return InvalidArgument(
-          "pins: {} pinned pages of {} positions with --kv-sink {} and --kv-tail {} need {} "
-          "pages, --kv-pool {} holds {}",
-          pinned, pool.page_tokens, pool.pool.sink_tokens, pool.pool.tail_tokens,
-          pinned + pool.min_pool_pages(), pool.pool.pool_tokens, pool.pool_pages());
-    }
-  }
-  for (const auto& [id, bias] : request.logit_bias) {
-    if (id < 0 || id >= n_vocab || !std::isfinite(bias)) {
-      return InvalidArgument(
-          "logit_bias: token {} (bias {}) is outside the vocabulary [0, {}) "
-          "or not a finite number",
-          id, bias, n_vocab);
-    }
-  }
-  return request.sampling.Validate();
-}
-
-Status Scheduler::CheckPromptOutputs(const EngineRequest& request) const {
-  if (request.kind >= RequestKind::kSentinel) {
-    return InvalidArgument("unknown request kind {}", int(request.kind));
-  }
-  if (request.kind != RequestKind::kEmbedding) return Status::Ok();
-  if (!info_.embeddings) {
-    return Unsupported(
-        "this server computes no embeddings: start it with --embeddings (the model then "
-        "serves /v1/embeddings beside completions)");
-  }
-  if (request.want_prompt_logprobs) {
-    return InvalidArgument("an embedding request has no prompt logprobs (it computes no logits)");
-  }
-  return Status::Ok();
-}
 
 Result<RequestId> Scheduler::Submit(EngineRequest request, RequestCallbacks callbacks) {
   std::vector<std::pair<EngineRequest, RequestCallbacks>> one;

@@ -1,7 +1,8 @@
 // Scheduler internals: the engine thread's state (slots, waiting requests, batches in
 // flight, prefix cache, slot tasks, counters), shared by scheduler.cc (instructions,
-// actions, faults, stats), scheduler_batch.cc (building, submitting and collecting batches)
-// and scheduler_slots.cc (retained sequences, slot save/restore transfers).
+// actions, faults, stats), scheduler_checks.cc (a request's checks against the pager),
+// scheduler_batch.cc (building, submitting and collecting batches) and scheduler_slots.cc
+// (retained sequences, slot save/restore transfers).
 //
 // Goals: one definition of what the engine thread owns; no logic beyond small helpers.
 // Non-goals: anything other threads may see (that lives in Scheduler, guarded by mu_).
