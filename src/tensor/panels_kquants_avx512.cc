@@ -251,8 +251,8 @@ struct Q3KKernel {
 // and divided by 4^l once per block: exact, as every term of chain l is a multiple of 4^l
 // (|chain| ≤ 16·4·192·128 < 2^31). The chains also keep a block's 64 vpdpbusd per token
 // from being one dependent sequence, which bound decode by the instruction's latency (kernel
-// alone, one token, Zen 4: 3.3 -> 2.2 ns per block, 1.5x). With more tokens (prefill) their chains
-// are independent already and the registers hold one sum per token.
+// alone, one token, Zen 4: 3.3-3.7 -> 2.2 ns per block). With more tokens (prefill) their
+// chains are independent already and the registers hold one sum per token.
 struct TernaryKernel {
   template <int NC>
   static void Run(int64_t n, const uint8_t* panel, const uint8_t* act, int64_t act_stride,
