@@ -1,8 +1,5 @@
 // ForwardPass's checks of a batch before it runs: sizes, token ids, positions that continue
 // each slot's sequence and its state, and page lists that match the pool (see forward.h).
-#include <algorithm>
-#include <limits>
-
 #include "model/forward.h"
 #include "model/forward_activations.h"
 
