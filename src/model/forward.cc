@@ -2,9 +2,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "base/check.h"
