@@ -10,7 +10,7 @@
 namespace shardlm {
 namespace {
 
-// Row pointers gathered per kernel call: one run of consecutive positions inside a page.
+// The longest run of consecutive positions inside a page visited (and prefetched) at once.
 constexpr int kMaxRunRows = 64;
 
 // The K (or V) rows of one kv head over positions [0, n_ctx), as runs of n <= kMaxRunRows
@@ -71,23 +71,67 @@ int ColumnsBefore(std::span<const int32_t> read_pages, int page_tokens, int posi
   return position % page_tokens + int(end - read_pages.begin()) * page_tokens;
 }
 
+// Rows per kernel call inside a run. A run converted whole (64 F16 rows: 32 KiB of F32) filled
+// L1, and the memory idled while the kernels used it: one thread read a 16 KiB run of F16 rows
+// at 6-8 GB/s (Zen 4). In pieces, each preceded by prefetches of its share of the next run's
+// stored rows, the next run streams in while this one is used: 18 GB/s with pieces of 8 rows.
+constexpr int kPieceRows = 16;
+
+// Asks for [p, p + bytes) to come into L2 (not L1: the piece in use stays there).
+inline void PrefetchToL2(const uint8_t* p, size_t bytes) {
+  if (bytes == 0) return;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+  for (uintptr_t line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; line < end; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 1);
+  }
+}
+
+// A run's stored rows: raw, n rows of row_bytes.
+struct StoredRun {
+  const uint8_t* raw = nullptr;
+  int n = 0;
+};
+
+// The run at or after `pos` on a read page; none (n = 0) past the last.
+StoredRun RunFrom(const KvRuns& runs, int pos) {
+  StoredRun run;
+  pos = runs.Next(pos);
+  if (pos < runs.n_ctx()) run.raw = runs.At(pos, &run.n);
+  return run;
+}
+
 // Calls fn(pos, col, n, rows) for the runs of `runs` from position `first` on, in position
-// order; col is the run's first column (its index among the read positions from `first`:
-// the position minus `first` when every page is read); rows[r] is the F32 row of position pos + r:
-// as_f32(raw, n) gives the run's stored rows as F32 rows head_dim apart (the stored rows themselves
-// for an F32 cache, a converted copy for F16).
-template <typename AsF32, typename Fn>
-void ForEachRun(const KvRuns& runs, int first, int64_t head_dim, AsF32&& as_f32, Fn&& fn) {
-  const float* rows[kMaxRunRows];
+// order, each in pieces of at most kPieceRows rows; col is the piece's first column (its index
+// among the read positions from `first`: the position minus `first` when every page is read);
+// rows[r] is the row of position pos + r: as_rows(raw, n) gives n stored rows from raw as rows
+// head_dim elements apart that the kernels read (the stored rows themselves for an F32 cache and
+// for an F16 one read by the *_f16 kernels, a copy converted to F32 otherwise). Each piece
+// first prefetches its share of the next run, and the last run's pieces the first run of `then`
+// (the V rows after the K rows; null: none).
+template <typename Row, typename AsRows, typename Fn>
+void ForEachRun(const KvRuns& runs, const KvRuns* then, int first, int64_t head_dim,
+                size_t row_bytes, AsRows&& as_rows, Fn&& fn) {
+  const Row* rows[kPieceRows];
   int col = 0;
-  for (int pos = runs.Next(first); pos < runs.n_ctx(); pos = runs.Next(pos)) {
-    int n = 0;
-    const uint8_t* raw = runs.At(pos, &n);
-    const float* run = as_f32(raw, n);
-    for (int r = 0; r < n; ++r) rows[r] = run + r * head_dim;
-    fn(pos, col, n, rows);
-    pos += n;
-    col += n;
+  int pos = runs.Next(first);
+  StoredRun run = RunFrom(runs, pos);
+  while (run.n > 0) {
+    const int next_pos = runs.Next(pos + run.n);
+    const StoredRun next = next_pos < runs.n_ctx() ? RunFrom(runs, next_pos)
+                           : then != nullptr       ? RunFrom(*then, first)
+                                                   : StoredRun{};
+    const size_t next_bytes = size_t(next.n) * row_bytes;
+    for (int r0 = 0; r0 < run.n; r0 += kPieceRows) {
+      const int m = std::min(kPieceRows, run.n - r0);
+      const size_t from = next_bytes * r0 / run.n, to = next_bytes * (r0 + m) / run.n;
+      PrefetchToL2(next.raw + from, to - from);
+      const Row* piece = as_rows(run.raw + r0 * row_bytes, m);
+      for (int r = 0; r < m; ++r) rows[r] = piece + r * head_dim;
+      fn(pos + r0, col + r0, m, rows);
+    }
+    col += run.n;
+    pos = next_pos;
+    run = next_pos < runs.n_ctx() ? next : StoredRun{};
   }
 }
 
@@ -109,12 +153,23 @@ struct TokenStarts {
   int col[kMaxTileTokens];
 };
 
+// The tile kernels over rows of one element type (F32, or F16 widened as loaded). A query that
+// sees only part of a run goes through them alone (n_q = 1: bitwise dot_rows, axpy_rows).
+template <typename Row>
+struct RowKernels {
+  void (*dot_tile)(const float* const* qs, int n_q, const Row* const* rows, int n_rows, int n,
+                   float* const* outs);
+  void (*axpy_tile)(const float* const* ws, int n_q, const Row* const* rows, int n_rows,
+                    float* const* ys, int n);
+};
+
 // Scores, softmax and values of a tile, given how to visit K and V rows: visit(values, fn)
 // calls fn(pos, col, n, rows) for runs of rows in position order (rows[r] at position
 // pos + r, column col + r). first_col: the column of the tile's first position.
-template <typename VisitRows>
+template <typename Row, typename VisitRows>
 void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
-                    const TokenStarts& starts, float* scores, VisitRows&& visit) {
+                    const TokenStarts& starts, float* scores, RowKernels<Row> rk,
+                    VisitRows&& visit) {
   const AttentionKernels& kern = GetAttentionKernels();
   const int ctx = first_col + tile.n_tokens;  // row stride of scores
   // Token i's score of column c is at score_row(i, h)[c − starts.col[i]].
@@ -128,7 +183,7 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
   };
   RunQueries full;
   // scores[i][h][pos] = q_ih · k_pos (softmax applies the scale)
-  visit(false, [&](int pos, int col, int n, const float* const* rows) {
+  visit(false, [&](int pos, int col, int n, const Row* const* rows) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
       int skip = 0;
@@ -139,11 +194,12 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
           full.in[full.n] = query(i, h);
           full.out[full.n++] = s;
         } else {
-          kern.dot_rows(query(i, h), rows + skip, m, head_dim, s);
+          const float* q = query(i, h);
+          rk.dot_tile(&q, 1, rows + skip, m, head_dim, &s);
         }
       }
     }
-    kern.dot_tile(full.in, full.n, rows, n, head_dim, full.out);
+    rk.dot_tile(full.in, full.n, rows, n, head_dim, full.out);
   });
   for (int i = 0; i < tile.n_tokens; ++i) {
     for (int h = 0; h < tile.n_heads; ++h) {
@@ -152,7 +208,7 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
     std::fill(out_head(i, 0), out_head(i, 0) + int64_t(tile.n_heads) * head_dim, 0.0f);
   }
   // out[i][h] = Σ_pos p[i][h][pos] · v_pos, in position order
-  visit(true, [&](int pos, int col, int n, const float* const* rows) {
+  visit(true, [&](int pos, int col, int n, const Row* const* rows) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
       int skip = 0;
@@ -163,18 +219,19 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
           full.in[full.n] = p;
           full.out[full.n++] = out_head(i, h);
         } else {
-          kern.axpy_rows(p, rows + skip, m, out_head(i, h), head_dim);
+          float* y = out_head(i, h);
+          rk.axpy_tile(&p, 1, rows + skip, m, &y, head_dim);
         }
       }
     }
-    kern.axpy_tile(full.in, full.n, rows, n, full.out, head_dim);
+    rk.axpy_tile(full.in, full.n, rows, n, full.out, head_dim);
   });
 }
 
 }  // namespace
 
 size_t AttendTileScratch(int max_queries, size_t max_ctx, int head_dim) {
-  return size_t(max_queries) * max_ctx + size_t(kMaxRunRows) * head_dim;
+  return size_t(max_queries) * max_ctx + size_t(kPieceRows) * head_dim;
 }
 
 void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_dim,
@@ -203,26 +260,40 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   float* scores = scratch;
   const KvRuns keys(pool, pages, tile.read_pages, layer_idx, false, tile.kv_head, n_ctx);
   const KvRuns values(pool, pages, tile.read_pages, layer_idx, true, tile.kv_head, n_ctx);
-  auto visit = [&](bool v, auto&& as_f32, auto&& fn) {
-    ForEachRun(v ? values : keys, first, head_dim, as_f32, fn);
+  const size_t row_bytes = KvRowBytes(pool.config().kv_type, head_dim);
+  // Runs the tile over rows that as_rows(raw, n) gives (see ForEachRun) with the kernels rk.
+  auto attend = [&]<typename Row>(RowKernels<Row> rk, auto&& as_rows) {
+    AttendTileRuns(tile, head_dim, first_col, starts, scores, rk, [&](bool v, auto&& fn) {
+      if (v) {
+        ForEachRun<Row>(values, nullptr, first, head_dim, row_bytes, as_rows, fn);
+      } else {
+        ForEachRun<Row>(keys, &values, first, head_dim, row_bytes, as_rows, fn);
+      }
+    });
   };
-  if (pool.config().kv_type == KvType::kF32) {
-    auto as_f32 = [](const uint8_t* raw, int) { return reinterpret_cast<const float*>(raw); };
-    AttendTileRuns(tile, head_dim, first_col, starts, scores,
-                   [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
+  const AttentionKernels& kern = GetAttentionKernels();
+  const KvType kv_type = pool.config().kv_type;
+  if (kv_type == KvType::kF32) {
+    attend(RowKernels<float>{kern.dot_tile, kern.axpy_tile},
+           [](const uint8_t* raw, int) { return reinterpret_cast<const float*>(raw); });
+  } else if (kv_type == KvType::kF16 && tile.n_tokens == 1) {
+    // Decode over an F16 cache: the kernels widen each row as they load it, the memory's
+    // stream never waiting on a conversion pass (with a few queries per row, converting
+    // first saves nothing).
+    attend(RowKernels<fp16_t>{kern.dot_tile_f16, kern.axpy_tile_f16},
+           [](const uint8_t* raw, int) { return reinterpret_cast<const fp16_t*>(raw); });
   } else {
-    // F16 and the block types: each run converted once into the scratch after the scores (by
-    // the element type's dequantize_row), and used by every (token, head) of the tile. A run is
-    // whole rows, so whole blocks.
-    const TypeTraits& element = *GetTypeTraits(KvElementType(pool.config().kv_type));
+    // F16 (prefill tiles) and the block types: each piece of a run converted once into the
+    // scratch after the scores (by the element type's dequantize_row), and used by every
+    // (token, head) of the tile. A piece is whole rows, so whole blocks.
+    const TypeTraits& element = *GetTypeTraits(KvElementType(kv_type));
     float* converted =
         scratch + int64_t(tile.n_tokens) * tile.n_heads * (first_col + tile.n_tokens);
-    auto as_f32 = [&](const uint8_t* raw, int n) -> const float* {
-      element.dequantize_row(raw, converted, int64_t(n) * head_dim);
-      return converted;
-    };
-    AttendTileRuns(tile, head_dim, first_col, starts, scores,
-                   [&](bool v, auto&& fn) { visit(v, as_f32, fn); });
+    attend(RowKernels<float>{kern.dot_tile, kern.axpy_tile},
+           [&](const uint8_t* raw, int n) -> const float* {
+             element.dequantize_row(raw, converted, int64_t(n) * head_dim);
+             return converted;
+           });
   }
 }
 

@@ -6,18 +6,21 @@
 namespace shardlm {
 namespace {
 
-float DotGeneric(const float* a, const float* b, int n) {
+template <typename Row>
+float DotGeneric(const float* a, const Row* b, int n) {
   float lanes[16] = {};
   const int n16 = n - n % 16;
   for (int i = 0; i < n16; i += 16) {
-    for (int j = 0; j < 16; ++j) lanes[j] = std::fma(a[i + j], b[i + j], lanes[j]);
+    for (int j = 0; j < 16; ++j)
+      lanes[j] = std::fma(a[i + j], internal::RowValue(b, i + j), lanes[j]);
   }
   float sum = internal::SumLanes(lanes);
-  for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
+  for (int i = n16; i < n; ++i) sum = std::fma(a[i], internal::RowValue(b, i), sum);
   return sum;
 }
 
-void DotRowsGeneric(const float* q, const float* const* rows, int n_rows, int n, float* out) {
+template <typename Row>
+void DotRowsGeneric(const float* q, const Row* const* rows, int n_rows, int n, float* out) {
   for (int r = 0; r < n_rows; ++r) out[r] = DotGeneric(q, rows[r], n);
 }
 
@@ -25,16 +28,19 @@ void AxpyGeneric(float a, const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
-void AxpyRowsGeneric(const float* w, const float* const* rows, int n_rows, float* y, int n) {
-  for (int r = 0; r < n_rows; ++r) AxpyGeneric(w[r], rows[r], y, n);
+template <typename Row>
+void AxpyRowsGeneric(const float* w, const Row* const* rows, int n_rows, float* y, int n) {
+  internal::AxpyRowsTail(w, rows, n_rows, 0, y, n);
 }
 
-void DotTileGeneric(const float* const* qs, int n_q, const float* const* rows, int n_rows, int n,
+template <typename Row>
+void DotTileGeneric(const float* const* qs, int n_q, const Row* const* rows, int n_rows, int n,
                     float* const* outs) {
   for (int q = 0; q < n_q; ++q) DotRowsGeneric(qs[q], rows, n_rows, n, outs[q]);
 }
 
-void AxpyTileGeneric(const float* const* ws, int n_q, const float* const* rows, int n_rows,
+template <typename Row>
+void AxpyTileGeneric(const float* const* ws, int n_q, const Row* const* rows, int n_rows,
                      float* const* ys, int n) {
   for (int q = 0; q < n_q; ++q) AxpyRowsGeneric(ws[q], rows, n_rows, ys[q], n);
 }
@@ -64,13 +70,15 @@ void SoftmaxGeneric(float* x, int n, float scale) {
 
 AttentionKernels Build(Isa isa) {
   AttentionKernels k;
-  k.dot = DotGeneric;
-  k.dot_rows = DotRowsGeneric;
+  k.dot = DotGeneric<float>;
+  k.dot_rows = DotRowsGeneric<float>;
   k.axpy = AxpyGeneric;
-  k.axpy_rows = AxpyRowsGeneric;
-  k.dot_tile = DotTileGeneric;
-  k.axpy_tile = AxpyTileGeneric;
+  k.axpy_rows = AxpyRowsGeneric<float>;
+  k.dot_tile = DotTileGeneric<float>;
+  k.axpy_tile = AxpyTileGeneric<float>;
   k.softmax = SoftmaxGeneric;
+  k.dot_tile_f16 = DotTileGeneric<fp16_t>;
+  k.axpy_tile_f16 = AxpyTileGeneric<fp16_t>;
   if (isa == Isa::kAvx2 || isa == Isa::kAvx512) internal::FillAttentionAvx2(k);
   if (isa == Isa::kAvx512) internal::FillAttentionAvx512(k);
   return k;

@@ -1,6 +1,7 @@
 // Attention row kernels (q·k dot, p·v accumulate) with one fixed arithmetic order shared by
-// every ISA, so generic, AVX2 and AVX-512 give bitwise-equal results. F16 and Q8_0 cache rows
-// are converted by their element type's TypeTraits (dequantize_row, quantize_act).
+// every ISA, so generic, AVX2 and AVX-512 give bitwise-equal results. F16 cache rows are either
+// widened inside the *_f16 tile kernels or, like the block types' (Q8_0, Q4_0, ...), converted
+// by their element type's TypeTraits (dequantize_row, quantize_act).
 //
 // Order: Dot splits [0, n16) (n16 = n rounded down to 16) into 16 lanes, lane j taking the
 // elements i ≡ j (mod 16) in increasing i with a fused multiply-add; the lanes are summed by
@@ -12,7 +13,8 @@
 // order), sums the exponentials in double over the same 16 lanes + SumLanes tree + tail as
 // Dot, and multiplies by the float reciprocal of the sum.
 // Goals: attention that keeps up with the matmuls; ISA chosen once (DetectIsa).
-// Non-goals: element types other than F32 (conversions are the type traits').
+// Rows are F32, or F16 for the *_f16 tiles (decode over an F16 cache). Non-goals: other element
+// types (a block-type cache's rows are converted by the type traits first).
 //
 // Thread safety: the table is immutable after first use.
 #pragma once
@@ -22,6 +24,7 @@
 #include <cstdint>
 
 #include "model/fast_exp.h"
+#include "tensor/fp16.h"
 #include "tensor/type_traits.h"
 
 namespace shardlm {
@@ -44,6 +47,13 @@ struct AttentionKernels {
                     float* const* ys, int n) = nullptr;
   // x[i] ← exp(s_i − m) / Σ_j exp(s_j − m) with s_i = x[i]·scale and m = max_j s_j (n >= 1).
   void (*softmax)(float* x, int n, float scale) = nullptr;
+  // dot_tile and axpy_tile over rows of IEEE halves (an F16 cache's stored rows, widened as they
+  // are loaded instead of converted into a buffer first): bitwise what dot_tile and axpy_tile
+  // give on the widened rows.
+  void (*dot_tile_f16)(const float* const* qs, int n_q, const fp16_t* const* rows, int n_rows,
+                       int n, float* const* outs) = nullptr;
+  void (*axpy_tile_f16)(const float* const* ws, int n_q, const fp16_t* const* rows, int n_rows,
+                        float* const* ys, int n) = nullptr;
 };
 
 // Kernels for DetectIsa().
@@ -63,12 +73,17 @@ inline T SumLanes(const T* lanes) {
   return s2[0] + s2[1];
 }
 
+// Element i of a row as float: F32 rows as they are, F16 rows widened (exactly).
+inline float RowValue(const float* row, int i) { return row[i]; }
+inline float RowValue(const fp16_t* row, int i) { return Fp16ToFp32(row[i]); }
+
 // y[col, n) += Σ_r w[r]·rows[r][col, n), row after row in axpy's per-element order: the
 // columns a SIMD axpy_rows or axpy_tile leaves after its vector blocks.
-inline void AxpyRowsTail(const float* w, const float* const* rows, int n_rows, int col, float* y,
+template <typename Row>
+inline void AxpyRowsTail(const float* w, const Row* const* rows, int n_rows, int col, float* y,
                          int n) {
   for (int r = 0; r < n_rows; ++r) {
-    for (int i = col; i < n; ++i) y[i] = std::fma(w[r], rows[r][i], y[i]);
+    for (int i = col; i < n; ++i) y[i] = std::fma(w[r], RowValue(rows[r], i), y[i]);
   }
 }
 

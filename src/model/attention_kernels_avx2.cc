@@ -10,40 +10,49 @@
 namespace shardlm::internal {
 namespace {
 
+// 8 elements of a row from p: F32 as they are, F16 widened by vcvtph2ps (exact).
+inline __m256 LoadRow(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 LoadRow(const fp16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // SumLanes' tree in registers: (j, j+8), (j, j+4), (j, j+2), (j, j+1); then the tail.
-inline float Finish(__m256 lo, __m256 hi, const float* a, const float* b, int n16, int n) {
+template <typename Row>
+inline float Finish(__m256 lo, __m256 hi, const float* a, const Row* b, int n16, int n) {
   const __m256 s8 = _mm256_add_ps(lo, hi);
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   float sum = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
-  for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
+  for (int i = n16; i < n; ++i) sum = std::fma(a[i], RowValue(b, i), sum);
   return sum;
 }
 
-float DotAvx2(const float* a, const float* b, int n) {
+template <typename Row>
+float DotAvx2(const float* a, const Row* b, int n) {
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
   const int n16 = n - n % 16;
   for (int i = 0; i < n16; i += 16) {
-    lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), lo);
-    hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), hi);
+    lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), LoadRow(b + i), lo);
+    hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), LoadRow(b + i + 8), hi);
   }
   return Finish(lo, hi, a, b, n16, n);
 }
 
 // Two rows at a time (four FMA chains); each row's arithmetic is exactly DotAvx2's.
-void DotRowsAvx2(const float* q, const float* const* rows, int n_rows, int n, float* out) {
+template <typename Row>
+void DotRowsAvx2(const float* q, const Row* const* rows, int n_rows, int n, float* out) {
   const int n16 = n - n % 16;
   int r = 0;
   for (; r + 2 <= n_rows; r += 2) {
     __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
-    const float* k0 = rows[r];
-    const float* k1 = rows[r + 1];
+    const Row* k0 = rows[r];
+    const Row* k1 = rows[r + 1];
     for (int i = 0; i < n16; i += 16) {
       const __m256 qlo = _mm256_loadu_ps(q + i), qhi = _mm256_loadu_ps(q + i + 8);
-      lo0 = _mm256_fmadd_ps(qlo, _mm256_loadu_ps(k0 + i), lo0);
-      hi0 = _mm256_fmadd_ps(qhi, _mm256_loadu_ps(k0 + i + 8), hi0);
-      lo1 = _mm256_fmadd_ps(qlo, _mm256_loadu_ps(k1 + i), lo1);
-      hi1 = _mm256_fmadd_ps(qhi, _mm256_loadu_ps(k1 + i + 8), hi1);
+      lo0 = _mm256_fmadd_ps(qlo, LoadRow(k0 + i), lo0);
+      hi0 = _mm256_fmadd_ps(qhi, LoadRow(k0 + i + 8), hi0);
+      lo1 = _mm256_fmadd_ps(qlo, LoadRow(k1 + i), lo1);
+      hi1 = _mm256_fmadd_ps(qhi, LoadRow(k1 + i + 8), hi1);
     }
     out[r] = Finish(lo0, hi0, q, k0, n16, n);
     out[r + 1] = Finish(lo1, hi1, q, k1, n16, n);
@@ -61,22 +70,23 @@ void AxpyAvx2(float a, const float* x, float* y, int n) {
 }
 
 // kRegs registers of y[col, col + 8·kRegs) stay loaded while every row is folded in.
-template <int kRegs>
-void AxpyRowsBlock(const float* w, const float* const* rows, int n_rows, int col, float* y) {
+template <int kRegs, typename Row>
+void AxpyRowsBlock(const float* w, const Row* const* rows, int n_rows, int col, float* y) {
   __m256 acc[kRegs];
   SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[j] = _mm256_loadu_ps(y + col + 8 * j);
   for (int r = 0; r < n_rows; ++r) {
     const __m256 wr = _mm256_set1_ps(w[r]);
-    const float* x = rows[r] + col;
+    const Row* x = rows[r] + col;
     SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) {
-      acc[j] = _mm256_fmadd_ps(wr, _mm256_loadu_ps(x + 8 * j), acc[j]);
+      acc[j] = _mm256_fmadd_ps(wr, LoadRow(x + 8 * j), acc[j]);
     }
   }
   SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) _mm256_storeu_ps(y + col + 8 * j, acc[j]);
 }
 
 // Column blocks of 64 (eight independent FMA chains), then 8, then the scalar tail.
-void AxpyRowsAvx2(const float* w, const float* const* rows, int n_rows, float* y, int n) {
+template <typename Row>
+void AxpyRowsAvx2(const float* w, const Row* const* rows, int n_rows, float* y, int n) {
   int col = 0;
   for (; col + 64 <= n; col += 64) AxpyRowsBlock<8>(w, rows, n_rows, col, y);
   for (; col + 8 <= n; col += 8) AxpyRowsBlock<1>(w, rows, n_rows, col, y);
@@ -86,24 +96,25 @@ void AxpyRowsAvx2(const float* w, const float* const* rows, int n_rows, float* y
 // One query at a time: a 2 × 2 block of queries and rows (eight FMA chains, one load per FMA)
 // measured no faster in a 2048-token prefill on a Zen 3, and with the four dots' lanes reduced
 // together (two dots per register, the same tree) slower (1.15x this kernel's share).
-void DotTileAvx2(const float* const* qs, int n_q, const float* const* rows, int n_rows, int n,
+template <typename Row>
+void DotTileAvx2(const float* const* qs, int n_q, const Row* const* rows, int n_rows, int n,
                  float* const* outs) {
   for (int q = 0; q < n_q; ++q) DotRowsAvx2(qs[q], rows, n_rows, n, outs[q]);
 }
 
 // Queries q0, q0 + 1 × kRegs registers of y[col, col + 8·kRegs): per row kRegs loads and two
 // broadcasts for 2·kRegs FMAs (AxpyRowsBlock: a load per FMA).
-template <int kRegs>
-void AxpyBlock2(const float* const* ws, const float* const* rows, int n_rows, int col,
+template <int kRegs, typename Row>
+void AxpyBlock2(const float* const* ws, const Row* const* rows, int n_rows, int col,
                 float* const* ys) {
   __m256 acc[2][kRegs];
   SHARDLM_UNROLL for (int q = 0; q < 2; ++q) {
     SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[q][j] = _mm256_loadu_ps(ys[q] + col + 8 * j);
   }
   for (int r = 0; r < n_rows; ++r) {
-    const float* x = rows[r] + col;
+    const Row* x = rows[r] + col;
     __m256 v[kRegs];
-    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) v[j] = _mm256_loadu_ps(x + 8 * j);
+    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) v[j] = LoadRow(x + 8 * j);
     SHARDLM_UNROLL for (int q = 0; q < 2; ++q) {
       const __m256 w = _mm256_set1_ps(ws[q][r]);
       SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[q][j] =
@@ -115,7 +126,8 @@ void AxpyBlock2(const float* const* ws, const float* const* rows, int n_rows, in
   }
 }
 
-void AxpyTileAvx2(const float* const* ws, int n_q, const float* const* rows, int n_rows,
+template <typename Row>
+void AxpyTileAvx2(const float* const* ws, int n_q, const Row* const* rows, int n_rows,
                   float* const* ys, int n) {
   int q0 = 0;
   for (; q0 + 2 <= n_q; q0 += 2) {
@@ -178,13 +190,15 @@ void SoftmaxAvx2(float* x, int n, float scale) {
 }  // namespace
 
 void FillAttentionAvx2(AttentionKernels& k) {
-  k.dot = DotAvx2;
-  k.dot_rows = DotRowsAvx2;
+  k.dot = DotAvx2<float>;
+  k.dot_rows = DotRowsAvx2<float>;
   k.axpy = AxpyAvx2;
-  k.axpy_rows = AxpyRowsAvx2;
-  k.dot_tile = DotTileAvx2;
-  k.axpy_tile = AxpyTileAvx2;
+  k.axpy_rows = AxpyRowsAvx2<float>;
+  k.dot_tile = DotTileAvx2<float>;
+  k.axpy_tile = AxpyTileAvx2<float>;
   k.softmax = SoftmaxAvx2;
+  k.dot_tile_f16 = DotTileAvx2<fp16_t>;
+  k.axpy_tile_f16 = AxpyTileAvx2<fp16_t>;
 }
 
 }  // namespace shardlm::internal

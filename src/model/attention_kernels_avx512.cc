@@ -38,35 +38,43 @@ inline void ReduceLanes4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
   out[3] = lanes[12];
 }
 
+// 16 elements of a row from p: F32 as they are, F16 widened by vcvtph2ps (exact).
+inline __m512 LoadRow(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 LoadRow(const fp16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // The lanes' sum, then the tail [n16, n) in order.
-inline float Finish(__m512 acc, const float* a, const float* b, int n16, int n) {
+template <typename Row>
+inline float Finish(__m512 acc, const float* a, const Row* b, int n16, int n) {
   float sum = ReduceLanes(acc);
-  for (int i = n16; i < n; ++i) sum = std::fma(a[i], b[i], sum);
+  for (int i = n16; i < n; ++i) sum = std::fma(a[i], RowValue(b, i), sum);
   return sum;
 }
 
-float DotAvx512(const float* a, const float* b, int n) {
+template <typename Row>
+float DotAvx512(const float* a, const Row* b, int n) {
   __m512 acc = _mm512_setzero_ps();
   const int n16 = n - n % 16;
-  for (int i = 0; i < n16; i += 16) {
-    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-  }
+  for (int i = 0; i < n16; i += 16)
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), LoadRow(b + i), acc);
   return Finish(acc, a, b, n16, n);
 }
 
 // Four rows at a time: four independent FMA chains hide the FMA latency; each row's
 // arithmetic is exactly DotAvx512's.
-void DotRowsAvx512(const float* q, const float* const* rows, int n_rows, int n, float* out) {
+template <typename Row>
+void DotRowsAvx512(const float* q, const Row* const* rows, int n_rows, int n, float* out) {
   const int n16 = n - n % 16;
   int r = 0;
   for (; r + 4 <= n_rows; r += 4) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int i = 0; i < n16; i += 16) {
       const __m512 vq = _mm512_loadu_ps(q + i);
-      a0 = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows[r] + i), a0);
-      a1 = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows[r + 1] + i), a1);
-      a2 = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows[r + 2] + i), a2);
-      a3 = _mm512_fmadd_ps(vq, _mm512_loadu_ps(rows[r + 3] + i), a3);
+      a0 = _mm512_fmadd_ps(vq, LoadRow(rows[r] + i), a0);
+      a1 = _mm512_fmadd_ps(vq, LoadRow(rows[r + 1] + i), a1);
+      a2 = _mm512_fmadd_ps(vq, LoadRow(rows[r + 2] + i), a2);
+      a3 = _mm512_fmadd_ps(vq, LoadRow(rows[r + 3] + i), a3);
     }
     out[r] = Finish(a0, q, rows[r], n16, n);
     out[r + 1] = Finish(a1, q, rows[r + 1], n16, n);
@@ -86,22 +94,23 @@ void AxpyAvx512(float a, const float* x, float* y, int n) {
 }
 
 // kRegs registers of y[col, col + 16·kRegs) stay loaded while every row is folded in.
-template <int kRegs>
-void AxpyRowsBlock(const float* w, const float* const* rows, int n_rows, int col, float* y) {
+template <int kRegs, typename Row>
+void AxpyRowsBlock(const float* w, const Row* const* rows, int n_rows, int col, float* y) {
   __m512 acc[kRegs];
   SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[j] = _mm512_loadu_ps(y + col + 16 * j);
   for (int r = 0; r < n_rows; ++r) {
     const __m512 wr = _mm512_set1_ps(w[r]);
-    const float* x = rows[r] + col;
+    const Row* x = rows[r] + col;
     SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) {
-      acc[j] = _mm512_fmadd_ps(wr, _mm512_loadu_ps(x + 16 * j), acc[j]);
+      acc[j] = _mm512_fmadd_ps(wr, LoadRow(x + 16 * j), acc[j]);
     }
   }
   SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) _mm512_storeu_ps(y + col + 16 * j, acc[j]);
 }
 
 // Column blocks of 128 (eight independent FMA chains), then 64, 16, then the scalar tail.
-void AxpyRowsAvx512(const float* w, const float* const* rows, int n_rows, float* y, int n) {
+template <typename Row>
+void AxpyRowsAvx512(const float* w, const Row* const* rows, int n_rows, float* y, int n) {
   int col = 0;
   for (; col + 128 <= n; col += 128) AxpyRowsBlock<8>(w, rows, n_rows, col, y);
   for (; col + 64 <= n; col += 64) AxpyRowsBlock<4>(w, rows, n_rows, col, y);
@@ -110,18 +119,19 @@ void AxpyRowsAvx512(const float* w, const float* const* rows, int n_rows, float*
 }
 
 // 4 queries × 4 rows: 16 accumulators, 8 loads per 16 FMAs.
-void DotBlock4x4(const float* const* qs, const float* const* rows, int n, float* const* outs,
+template <typename Row>
+void DotBlock4x4(const float* const* qs, const Row* const* rows, int n, float* const* outs,
                  int r0) {
   const int n16 = n - n % 16;
   __m512 acc[4][4];
   SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
     SHARDLM_UNROLL for (int r = 0; r < 4; ++r) acc[q][r] = _mm512_setzero_ps();
   }
-  const float* k_rows[4] = {rows[r0], rows[r0 + 1], rows[r0 + 2], rows[r0 + 3]};
+  const Row* k_rows[4] = {rows[r0], rows[r0 + 1], rows[r0 + 2], rows[r0 + 3]};
   const float* q_rows[4] = {qs[0], qs[1], qs[2], qs[3]};
   for (int i = 0; i < n16; i += 16) {
     __m512 vk[4];
-    SHARDLM_UNROLL for (int r = 0; r < 4; ++r) vk[r] = _mm512_loadu_ps(k_rows[r] + i);
+    SHARDLM_UNROLL for (int r = 0; r < 4; ++r) vk[r] = LoadRow(k_rows[r] + i);
     SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
       const __m512 vq = _mm512_loadu_ps(q_rows[q] + i);
       SHARDLM_UNROLL for (int r = 0; r < 4; ++r) acc[q][r] = _mm512_fmadd_ps(vq, vk[r], acc[q][r]);
@@ -131,14 +141,15 @@ void DotBlock4x4(const float* const* qs, const float* const* rows, int n, float*
     float sums[4];
     ReduceLanes4(acc[q][0], acc[q][1], acc[q][2], acc[q][3], sums);
     for (int r = 0; r < 4; ++r) {
-      const float* row = rows[r0 + r];
-      for (int i = n16; i < n; ++i) sums[r] = std::fma(qs[q][i], row[i], sums[r]);
+      const Row* row = rows[r0 + r];
+      for (int i = n16; i < n; ++i) sums[r] = std::fma(qs[q][i], RowValue(row, i), sums[r]);
       outs[q][r0 + r] = sums[r];
     }
   }
 }
 
-void DotTileAvx512(const float* const* qs, int n_q, const float* const* rows, int n_rows, int n,
+template <typename Row>
+void DotTileAvx512(const float* const* qs, int n_q, const Row* const* rows, int n_rows, int n,
                    float* const* outs) {
   int q0 = 0;
   for (; q0 + 4 <= n_q; q0 += 4) {
@@ -153,8 +164,8 @@ void DotTileAvx512(const float* const* qs, int n_q, const float* const* rows, in
 
 // 4 queries × kRegs registers of y[col, col + 16·kRegs): per row kRegs loads, 4 broadcasts,
 // 4·kRegs FMAs.
-template <int kRegs>
-void AxpyBlock4(const float* const* ws, const float* const* rows, int n_rows, int col,
+template <int kRegs, typename Row>
+void AxpyBlock4(const float* const* ws, const Row* const* rows, int n_rows, int col,
                 float* const* ys) {
   __m512 acc[4][kRegs];
   const float* w_rows[4] = {ws[0], ws[1], ws[2], ws[3]};
@@ -164,8 +175,8 @@ void AxpyBlock4(const float* const* ws, const float* const* rows, int n_rows, in
   }
   for (int r = 0; r < n_rows; ++r) {
     __m512 v[kRegs];
-    const float* x = rows[r] + col;
-    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) v[j] = _mm512_loadu_ps(x + 16 * j);
+    const Row* x = rows[r] + col;
+    SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) v[j] = LoadRow(x + 16 * j);
     SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
       const __m512 w = _mm512_set1_ps(w_rows[q][r]);
       SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[q][j] =
@@ -178,7 +189,8 @@ void AxpyBlock4(const float* const* ws, const float* const* rows, int n_rows, in
   }
 }
 
-void AxpyTileAvx512(const float* const* ws, int n_q, const float* const* rows, int n_rows,
+template <typename Row>
+void AxpyTileAvx512(const float* const* ws, int n_q, const Row* const* rows, int n_rows,
                     float* const* ys, int n) {
   int q0 = 0;
   for (; q0 + 4 <= n_q; q0 += 4) {
@@ -235,13 +247,15 @@ void SoftmaxAvx512(float* x, int n, float scale) {
 }  // namespace
 
 void FillAttentionAvx512(AttentionKernels& k) {
-  k.dot = DotAvx512;
-  k.dot_rows = DotRowsAvx512;
+  k.dot = DotAvx512<float>;
+  k.dot_rows = DotRowsAvx512<float>;
   k.axpy = AxpyAvx512;
-  k.axpy_rows = AxpyRowsAvx512;
-  k.dot_tile = DotTileAvx512;
-  k.axpy_tile = AxpyTileAvx512;
+  k.axpy_rows = AxpyRowsAvx512<float>;
+  k.dot_tile = DotTileAvx512<float>;
+  k.axpy_tile = AxpyTileAvx512<float>;
   k.softmax = SoftmaxAvx512;
+  k.dot_tile_f16 = DotTileAvx512<fp16_t>;
+  k.axpy_tile_f16 = AxpyTileAvx512<fp16_t>;
 }
 
 }  // namespace shardlm::internal

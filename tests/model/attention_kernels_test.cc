@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/ops.h"
+#include "tensor/fp16.h"
 #include "tensor/test_matrices.h"
 
 namespace shardlm {
@@ -97,6 +98,65 @@ TEST(AttentionKernels, TilesMatchSingleQueries) {
               const float want = generic->dot(qs[q], rows[r], n);
               ASSERT_EQ(std::memcmp(&want, &dots[q][r], 4), 0)
                   << IsaName(isa) << " dot_tile n=" << n << " q=" << q << " r=" << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The F16 tiles (decode over an F16 cache) against the generic F32 row kernels on the widened
+// rows: the same bits, for every ISA, with a subnormal and the largest finite half among them.
+TEST(AttentionKernels, F16TilesMatchF32TilesOnWidenedRows) {
+  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    const AttentionKernels* k = GetAttentionKernelsFor(isa);
+    if (k == nullptr) continue;
+    ASSERT_NE(k->dot_tile_f16, nullptr) << IsaName(isa);
+    ASSERT_NE(k->axpy_tile_f16, nullptr) << IsaName(isa);
+    for (int n : {16, 40, 43, 128, 136}) {
+      for (int n_q : {1, 2, 4, 7}) {
+        for (int n_rows : {1, 5, 16, 71}) {
+          std::vector<std::vector<float>> q_data, w_data, wide_data;
+          std::vector<std::vector<fp16_t>> half_data;
+          for (int q = 0; q < n_q; ++q) q_data.push_back(RandomRow(n, 100 + q));
+          for (int q = 0; q < n_q; ++q) w_data.push_back(RandomRow(n_rows, 300 + q));
+          for (int r = 0; r < n_rows; ++r) {
+            std::vector<float> row = RandomRow(n, 200 + r);
+            row[0] = 6e-8f * float(r + 1);  // a subnormal half
+            if (n > 1) row[1] = 65504.0f;   // the largest half
+            std::vector<fp16_t> half(static_cast<size_t>(n));
+            std::vector<float> wide(static_cast<size_t>(n));
+            for (int i = 0; i < n; ++i) {
+              half[size_t(i)] = Fp32ToFp16(row[size_t(i)]);
+              wide[size_t(i)] = Fp16ToFp32(half[size_t(i)]);
+            }
+            half_data.push_back(std::move(half));
+            wide_data.push_back(std::move(wide));
+          }
+          std::vector<const float*> qs, ws, wide_rows;
+          std::vector<const fp16_t*> half_rows;
+          for (auto& v : q_data) qs.push_back(v.data());
+          for (auto& v : w_data) ws.push_back(v.data());
+          for (auto& v : wide_data) wide_rows.push_back(v.data());
+          for (auto& v : half_data) half_rows.push_back(v.data());
+          std::vector<std::vector<float>> dots(n_q, std::vector<float>(n_rows));
+          std::vector<std::vector<float>> ys(n_q, RandomRow(n, 400));
+          std::vector<float*> dot_ptrs, y_ptrs;
+          for (auto& v : dots) dot_ptrs.push_back(v.data());
+          for (auto& v : ys) y_ptrs.push_back(v.data());
+          k->dot_tile_f16(qs.data(), n_q, half_rows.data(), n_rows, n, dot_ptrs.data());
+          k->axpy_tile_f16(ws.data(), n_q, half_rows.data(), n_rows, y_ptrs.data(), n);
+          for (int q = 0; q < n_q; ++q) {
+            std::vector<float> want_y = RandomRow(n, 400);
+            generic->axpy_rows(ws[q], wide_rows.data(), n_rows, want_y.data(), n);
+            ASSERT_EQ(std::memcmp(want_y.data(), ys[q].data(), 4 * n), 0)
+                << IsaName(isa) << " axpy_tile_f16 n=" << n << " n_q=" << n_q << " q=" << q;
+            for (int r = 0; r < n_rows; ++r) {
+              const float want = generic->dot(qs[q], wide_rows[r], n);
+              ASSERT_EQ(std::memcmp(&want, &dots[q][r], 4), 0)
+                  << IsaName(isa) << " dot_tile_f16 n=" << n << " q=" << q << " r=" << r;
             }
           }
         }
