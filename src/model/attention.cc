@@ -72,19 +72,10 @@ int ColumnsBefore(std::span<const int32_t> read_pages, int page_tokens, int posi
 }
 
 // Rows per kernel call inside a run. A run converted whole (64 F16 rows: 32 KiB of F32) filled
-// L1, and the memory idled while the kernels used it: one thread read a 16 KiB run of F16 rows
-// at 6-8 GB/s (Zen 4). In pieces, each preceded by prefetches of its share of the next run's
-// stored rows, the next run streams in while this one is used: 18 GB/s with pieces of 8 rows.
+// L1, and the memory idled while the kernels used it: one thread read F16 rows at 6-8 GB/s (Zen
+// 4). Each piece's kernels also ask for the piece's share of the next run (Ahead), so the next
+// run streams in while this one is used.
 constexpr int kPieceRows = 16;
-
-// Asks for [p, p + bytes) to come into L2 (not L1: the piece in use stays there).
-inline void PrefetchToL2(const uint8_t* p, size_t bytes) {
-  if (bytes == 0) return;
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
-  for (uintptr_t line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; line < end; line += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 1);
-  }
-}
 
 // A run's stored rows: raw, n rows of row_bytes.
 struct StoredRun {
@@ -105,9 +96,9 @@ StoredRun RunFrom(const KvRuns& runs, int pos) {
 // among the read positions from `first`: the position minus `first` when every page is read);
 // rows[r] is the row of position pos + r: as_rows(raw, n) gives n stored rows from raw as rows
 // head_dim elements apart that the kernels read (the stored rows themselves for an F32 cache and
-// for an F16 one read by the *_f16 kernels, a copy converted to F32 otherwise). Each piece
-// first prefetches its share of the next run, and the last run's pieces the first run of `then`
-// (the V rows after the K rows; null: none).
+// for an F16 one read by the *_f16 kernels, a copy converted to F32 otherwise). ahead: the
+// piece's share of the next run's stored rows, for the kernels to ask for (the last run's
+// pieces: of the first run of `then`, the V rows after the K rows; null: none).
 template <typename Row, typename AsRows, typename Fn>
 void ForEachRun(const KvRuns& runs, const KvRuns* then, int first, int64_t head_dim,
                 size_t row_bytes, AsRows&& as_rows, Fn&& fn) {
@@ -124,10 +115,10 @@ void ForEachRun(const KvRuns& runs, const KvRuns* then, int first, int64_t head_
     for (int r0 = 0; r0 < run.n; r0 += kPieceRows) {
       const int m = std::min(kPieceRows, run.n - r0);
       const size_t from = next_bytes * r0 / run.n, to = next_bytes * (r0 + m) / run.n;
-      PrefetchToL2(next.raw + from, to - from);
+      const Ahead ahead = next.n > 0 ? Ahead{next.raw + from, to - from} : Ahead{};
       const Row* piece = as_rows(run.raw + r0 * row_bytes, m);
       for (int r = 0; r < m; ++r) rows[r] = piece + r * head_dim;
-      fn(pos + r0, col + r0, m, rows);
+      fn(pos + r0, col + r0, m, rows, ahead);
     }
     col += run.n;
     pos = next_pos;
@@ -158,14 +149,16 @@ struct TokenStarts {
 template <typename Row>
 struct RowKernels {
   void (*dot_tile)(const float* const* qs, int n_q, const Row* const* rows, int n_rows, int n,
-                   float* const* outs);
+                   float* const* outs, Ahead ahead);
   void (*axpy_tile)(const float* const* ws, int n_q, const Row* const* rows, int n_rows,
-                    float* const* ys, int n);
+                    float* const* ys, int n, Ahead ahead);
 };
 
 // Scores, softmax and values of a tile, given how to visit K and V rows: visit(values, fn)
-// calls fn(pos, col, n, rows) for runs of rows in position order (rows[r] at position
-// pos + r, column col + r). first_col: the column of the tile's first position.
+// calls fn(pos, col, n, rows, ahead) for runs of rows in position order (rows[r] at position
+// pos + r, column col + r; ahead: what to ask for meanwhile, given to the tile call, or to the
+// lone queries' calls when no query sees the whole run). first_col: the column of the tile's
+// first position.
 template <typename Row, typename VisitRows>
 void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
                     const TokenStarts& starts, float* scores, RowKernels<Row> rk,
@@ -182,8 +175,15 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
     return std::min(n, tile.first_position + i + 1 - pos) - *skip;
   };
   RunQueries full;
+  // A piece no query sees whole (a window's first piece) asks for its share at once.
+  auto AskFor = [](Ahead& ahead, int n_full) {
+    if (n_full == 0) {
+      internal::AskAhead(ahead, 0, 1, 1);
+      ahead = {};
+    }
+  };
   // scores[i][h][pos] = q_ih · k_pos (softmax applies the scale)
-  visit(false, [&](int pos, int col, int n, const Row* const* rows) {
+  visit(false, [&](int pos, int col, int n, const Row* const* rows, Ahead ahead) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
       int skip = 0;
@@ -195,11 +195,12 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
           full.out[full.n++] = s;
         } else {
           const float* q = query(i, h);
-          rk.dot_tile(&q, 1, rows + skip, m, head_dim, &s);
+          rk.dot_tile(&q, 1, rows + skip, m, head_dim, &s, Ahead{});
         }
       }
     }
-    rk.dot_tile(full.in, full.n, rows, n, head_dim, full.out);
+    AskFor(ahead, full.n);
+    rk.dot_tile(full.in, full.n, rows, n, head_dim, full.out, ahead);
   });
   for (int i = 0; i < tile.n_tokens; ++i) {
     for (int h = 0; h < tile.n_heads; ++h) {
@@ -208,7 +209,7 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
     std::fill(out_head(i, 0), out_head(i, 0) + int64_t(tile.n_heads) * head_dim, 0.0f);
   }
   // out[i][h] = Σ_pos p[i][h][pos] · v_pos, in position order
-  visit(true, [&](int pos, int col, int n, const Row* const* rows) {
+  visit(true, [&](int pos, int col, int n, const Row* const* rows, Ahead ahead) {
     full.n = 0;
     for (int i = 0; i < tile.n_tokens; ++i) {
       int skip = 0;
@@ -220,11 +221,12 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
           full.out[full.n++] = out_head(i, h);
         } else {
           float* y = out_head(i, h);
-          rk.axpy_tile(&p, 1, rows + skip, m, &y, head_dim);
+          rk.axpy_tile(&p, 1, rows + skip, m, &y, head_dim, Ahead{});
         }
       }
     }
-    rk.axpy_tile(full.in, full.n, rows, n, full.out, head_dim);
+    AskFor(ahead, full.n);
+    rk.axpy_tile(full.in, full.n, rows, n, full.out, head_dim, ahead);
   });
 }
 

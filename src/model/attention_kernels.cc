@@ -20,8 +20,12 @@ float DotGeneric(const float* a, const Row* b, int n) {
 }
 
 template <typename Row>
-void DotRowsGeneric(const float* q, const Row* const* rows, int n_rows, int n, float* out) {
-  for (int r = 0; r < n_rows; ++r) out[r] = DotGeneric(q, rows[r], n);
+void DotRowsGeneric(const float* q, const Row* const* rows, int n_rows, int n, float* out,
+                    Ahead ahead) {
+  for (int r = 0; r < n_rows; ++r) {
+    internal::AskAhead(ahead, r, r + 1, n_rows);
+    out[r] = DotGeneric(q, rows[r], n);
+  }
 }
 
 void AxpyGeneric(float a, const float* x, float* y, int n) {
@@ -33,16 +37,20 @@ void AxpyRowsGeneric(const float* w, const Row* const* rows, int n_rows, float* 
   internal::AxpyRowsTail(w, rows, n_rows, 0, y, n);
 }
 
+// Every query's pass over the rows asks for `ahead` (see AskAhead).
 template <typename Row>
 void DotTileGeneric(const float* const* qs, int n_q, const Row* const* rows, int n_rows, int n,
-                    float* const* outs) {
-  for (int q = 0; q < n_q; ++q) DotRowsGeneric(qs[q], rows, n_rows, n, outs[q]);
+                    float* const* outs, Ahead ahead) {
+  for (int q = 0; q < n_q; ++q) DotRowsGeneric(qs[q], rows, n_rows, n, outs[q], ahead);
 }
 
 template <typename Row>
 void AxpyTileGeneric(const float* const* ws, int n_q, const Row* const* rows, int n_rows,
-                     float* const* ys, int n) {
-  for (int q = 0; q < n_q; ++q) AxpyRowsGeneric(ws[q], rows, n_rows, ys[q], n);
+                     float* const* ys, int n, Ahead ahead) {
+  for (int q = 0; q < n_q; ++q) {
+    internal::AskAhead(ahead, 0, n_rows, n_rows);
+    AxpyRowsGeneric(ws[q], rows, n_rows, ys[q], n);
+  }
 }
 
 void SoftmaxGeneric(float* x, int n, float scale) {
@@ -71,7 +79,9 @@ void SoftmaxGeneric(float* x, int n, float scale) {
 AttentionKernels Build(Isa isa) {
   AttentionKernels k;
   k.dot = DotGeneric<float>;
-  k.dot_rows = DotRowsGeneric<float>;
+  k.dot_rows = [](const float* q, const float* const* rows, int n_rows, int n, float* out) {
+    DotRowsGeneric<float>(q, rows, n_rows, n, out, {});
+  };
   k.axpy = AxpyGeneric;
   k.axpy_rows = AxpyRowsGeneric<float>;
   k.dot_tile = DotTileGeneric<float>;

@@ -40,10 +40,12 @@ float DotAvx2(const float* a, const Row* b, int n) {
 
 // Two rows at a time (four FMA chains); each row's arithmetic is exactly DotAvx2's.
 template <typename Row>
-void DotRowsAvx2(const float* q, const Row* const* rows, int n_rows, int n, float* out) {
+void DotRowsAvx2(const float* q, const Row* const* rows, int n_rows, int n, float* out,
+                 Ahead ahead) {
   const int n16 = n - n % 16;
   int r = 0;
   for (; r + 2 <= n_rows; r += 2) {
+    AskAhead(ahead, r, r + 2, n_rows);
     __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
     const Row* k0 = rows[r];
     const Row* k1 = rows[r + 1];
@@ -57,6 +59,7 @@ void DotRowsAvx2(const float* q, const Row* const* rows, int n_rows, int n, floa
     out[r] = Finish(lo0, hi0, q, k0, n16, n);
     out[r + 1] = Finish(lo1, hi1, q, k1, n16, n);
   }
+  AskAhead(ahead, r, n_rows, n_rows);
   for (; r < n_rows; ++r) out[r] = DotAvx2(q, rows[r], n);
 }
 
@@ -71,10 +74,12 @@ void AxpyAvx2(float a, const float* x, float* y, int n) {
 
 // kRegs registers of y[col, col + 8·kRegs) stay loaded while every row is folded in.
 template <int kRegs, typename Row>
-void AxpyRowsBlock(const float* w, const Row* const* rows, int n_rows, int col, float* y) {
+void AxpyRowsBlock(const float* w, const Row* const* rows, int n_rows, int col, float* y,
+                   Ahead ahead) {
   __m256 acc[kRegs];
   SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[j] = _mm256_loadu_ps(y + col + 8 * j);
   for (int r = 0; r < n_rows; ++r) {
+    AskAhead(ahead, r, r + 1, n_rows);
     const __m256 wr = _mm256_set1_ps(w[r]);
     const Row* x = rows[r] + col;
     SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) {
@@ -84,12 +89,15 @@ void AxpyRowsBlock(const float* w, const Row* const* rows, int n_rows, int col, 
   SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) _mm256_storeu_ps(y + col + 8 * j, acc[j]);
 }
 
-// Column blocks of 64 (eight independent FMA chains), then 8, then the scalar tail.
+// Column blocks of 64 (eight independent FMA chains), then 8, then the scalar tail; the first
+// block asks for `ahead` (the tail, when there is no block).
 template <typename Row>
-void AxpyRowsAvx2(const float* w, const Row* const* rows, int n_rows, float* y, int n) {
+void AxpyRowsAvx2(const float* w, const Row* const* rows, int n_rows, float* y, int n,
+                  Ahead ahead) {
   int col = 0;
-  for (; col + 64 <= n; col += 64) AxpyRowsBlock<8>(w, rows, n_rows, col, y);
-  for (; col + 8 <= n; col += 8) AxpyRowsBlock<1>(w, rows, n_rows, col, y);
+  for (; col + 64 <= n; col += 64, ahead = {}) AxpyRowsBlock<8>(w, rows, n_rows, col, y, ahead);
+  for (; col + 8 <= n; col += 8, ahead = {}) AxpyRowsBlock<1>(w, rows, n_rows, col, y, ahead);
+  AskAhead(ahead, 0, n_rows, n_rows);
   AxpyRowsTail(w, rows, n_rows, col, y, n);
 }
 
@@ -98,20 +106,21 @@ void AxpyRowsAvx2(const float* w, const Row* const* rows, int n_rows, float* y, 
 // together (two dots per register, the same tree) slower (1.15x this kernel's share).
 template <typename Row>
 void DotTileAvx2(const float* const* qs, int n_q, const Row* const* rows, int n_rows, int n,
-                 float* const* outs) {
-  for (int q = 0; q < n_q; ++q) DotRowsAvx2(qs[q], rows, n_rows, n, outs[q]);
+                 float* const* outs, Ahead ahead) {
+  for (int q = 0; q < n_q; ++q) DotRowsAvx2(qs[q], rows, n_rows, n, outs[q], ahead);
 }
 
 // Queries q0, q0 + 1 × kRegs registers of y[col, col + 8·kRegs): per row kRegs loads and two
 // broadcasts for 2·kRegs FMAs (AxpyRowsBlock: a load per FMA).
 template <int kRegs, typename Row>
 void AxpyBlock2(const float* const* ws, const Row* const* rows, int n_rows, int col,
-                float* const* ys) {
+                float* const* ys, Ahead ahead) {
   __m256 acc[2][kRegs];
   SHARDLM_UNROLL for (int q = 0; q < 2; ++q) {
     SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[q][j] = _mm256_loadu_ps(ys[q] + col + 8 * j);
   }
   for (int r = 0; r < n_rows; ++r) {
+    AskAhead(ahead, r, r + 1, n_rows);
     const Row* x = rows[r] + col;
     __m256 v[kRegs];
     SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) v[j] = LoadRow(x + 8 * j);
@@ -126,17 +135,24 @@ void AxpyBlock2(const float* const* ws, const Row* const* rows, int n_rows, int 
   }
 }
 
+// Every pass over the rows asks for `ahead` (see AskAhead).
 template <typename Row>
 void AxpyTileAvx2(const float* const* ws, int n_q, const Row* const* rows, int n_rows,
-                  float* const* ys, int n) {
+                  float* const* ys, int n, Ahead ahead) {
   int q0 = 0;
   for (; q0 + 2 <= n_q; q0 += 2) {
     int col = 0;
-    for (; col + 32 <= n; col += 32) AxpyBlock2<4>(ws + q0, rows, n_rows, col, ys + q0);
-    for (; col + 8 <= n; col += 8) AxpyBlock2<1>(ws + q0, rows, n_rows, col, ys + q0);
+    Ahead pass = ahead;  // the first column block's
+    for (; col + 32 <= n; col += 32, pass = {}) {
+      AxpyBlock2<4>(ws + q0, rows, n_rows, col, ys + q0, pass);
+    }
+    for (; col + 8 <= n; col += 8, pass = {}) {
+      AxpyBlock2<1>(ws + q0, rows, n_rows, col, ys + q0, pass);
+    }
+    AskAhead(pass, 0, n_rows, n_rows);
     for (int q = q0; q < q0 + 2; ++q) AxpyRowsTail(ws[q], rows, n_rows, col, ys[q], n);
   }
-  for (; q0 < n_q; ++q0) AxpyRowsAvx2(ws[q0], rows, n_rows, ys[q0], n);
+  for (; q0 < n_q; ++q0) AxpyRowsAvx2(ws[q0], rows, n_rows, ys[q0], n, ahead);
 }
 
 // Lanes 0-15 of the double sums as four registers of 4; SumLanes<double>'s tree.
@@ -191,9 +207,13 @@ void SoftmaxAvx2(float* x, int n, float scale) {
 
 void FillAttentionAvx2(AttentionKernels& k) {
   k.dot = DotAvx2<float>;
-  k.dot_rows = DotRowsAvx2<float>;
+  k.dot_rows = [](const float* q, const float* const* rows, int n_rows, int n, float* out) {
+    DotRowsAvx2<float>(q, rows, n_rows, n, out, {});
+  };
   k.axpy = AxpyAvx2;
-  k.axpy_rows = AxpyRowsAvx2<float>;
+  k.axpy_rows = [](const float* w, const float* const* rows, int n_rows, float* y, int n) {
+    AxpyRowsAvx2<float>(w, rows, n_rows, y, n, {});
+  };
   k.dot_tile = DotTileAvx2<float>;
   k.axpy_tile = AxpyTileAvx2<float>;
   k.softmax = SoftmaxAvx2;

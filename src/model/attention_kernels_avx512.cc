@@ -64,10 +64,12 @@ float DotAvx512(const float* a, const Row* b, int n) {
 // Four rows at a time: four independent FMA chains hide the FMA latency; each row's
 // arithmetic is exactly DotAvx512's.
 template <typename Row>
-void DotRowsAvx512(const float* q, const Row* const* rows, int n_rows, int n, float* out) {
+void DotRowsAvx512(const float* q, const Row* const* rows, int n_rows, int n, float* out,
+                   Ahead ahead) {
   const int n16 = n - n % 16;
   int r = 0;
   for (; r + 4 <= n_rows; r += 4) {
+    AskAhead(ahead, r, r + 4, n_rows);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int i = 0; i < n16; i += 16) {
       const __m512 vq = _mm512_loadu_ps(q + i);
@@ -81,6 +83,7 @@ void DotRowsAvx512(const float* q, const Row* const* rows, int n_rows, int n, fl
     out[r + 2] = Finish(a2, q, rows[r + 2], n16, n);
     out[r + 3] = Finish(a3, q, rows[r + 3], n16, n);
   }
+  AskAhead(ahead, r, n_rows, n_rows);
   for (; r < n_rows; ++r) out[r] = DotAvx512(q, rows[r], n);
 }
 
@@ -95,10 +98,12 @@ void AxpyAvx512(float a, const float* x, float* y, int n) {
 
 // kRegs registers of y[col, col + 16·kRegs) stay loaded while every row is folded in.
 template <int kRegs, typename Row>
-void AxpyRowsBlock(const float* w, const Row* const* rows, int n_rows, int col, float* y) {
+void AxpyRowsBlock(const float* w, const Row* const* rows, int n_rows, int col, float* y,
+                   Ahead ahead) {
   __m512 acc[kRegs];
   SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) acc[j] = _mm512_loadu_ps(y + col + 16 * j);
   for (int r = 0; r < n_rows; ++r) {
+    AskAhead(ahead, r, r + 1, n_rows);
     const __m512 wr = _mm512_set1_ps(w[r]);
     const Row* x = rows[r] + col;
     SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) {
@@ -108,13 +113,16 @@ void AxpyRowsBlock(const float* w, const Row* const* rows, int n_rows, int col, 
   SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) _mm512_storeu_ps(y + col + 16 * j, acc[j]);
 }
 
-// Column blocks of 128 (eight independent FMA chains), then 64, 16, then the scalar tail.
+// Column blocks of 128 (eight independent FMA chains), then 64, 16, then the scalar tail; the
+// first block asks for `ahead` (the tail, when there is no block).
 template <typename Row>
-void AxpyRowsAvx512(const float* w, const Row* const* rows, int n_rows, float* y, int n) {
+void AxpyRowsAvx512(const float* w, const Row* const* rows, int n_rows, float* y, int n,
+                    Ahead ahead) {
   int col = 0;
-  for (; col + 128 <= n; col += 128) AxpyRowsBlock<8>(w, rows, n_rows, col, y);
-  for (; col + 64 <= n; col += 64) AxpyRowsBlock<4>(w, rows, n_rows, col, y);
-  for (; col + 16 <= n; col += 16) AxpyRowsBlock<1>(w, rows, n_rows, col, y);
+  for (; col + 128 <= n; col += 128, ahead = {}) AxpyRowsBlock<8>(w, rows, n_rows, col, y, ahead);
+  for (; col + 64 <= n; col += 64, ahead = {}) AxpyRowsBlock<4>(w, rows, n_rows, col, y, ahead);
+  for (; col + 16 <= n; col += 16, ahead = {}) AxpyRowsBlock<1>(w, rows, n_rows, col, y, ahead);
+  AskAhead(ahead, 0, n_rows, n_rows);
   AxpyRowsTail(w, rows, n_rows, col, y, n);
 }
 
@@ -148,25 +156,30 @@ void DotBlock4x4(const float* const* qs, const Row* const* rows, int n, float* c
   }
 }
 
+// Every pass over the rows (a block of 4 queries, or one) asks for `ahead` (see AskAhead).
 template <typename Row>
 void DotTileAvx512(const float* const* qs, int n_q, const Row* const* rows, int n_rows, int n,
-                   float* const* outs) {
+                   float* const* outs, Ahead ahead) {
   int q0 = 0;
   for (; q0 + 4 <= n_q; q0 += 4) {
     int r0 = 0;
-    for (; r0 + 4 <= n_rows; r0 += 4) DotBlock4x4(qs + q0, rows, n, outs + q0, r0);
+    for (; r0 + 4 <= n_rows; r0 += 4) {
+      AskAhead(ahead, r0, r0 + 4, n_rows);
+      DotBlock4x4(qs + q0, rows, n, outs + q0, r0);
+    }
+    AskAhead(ahead, r0, n_rows, n_rows);
     for (int q = q0; q < q0 + 4; ++q) {
       for (int r = r0; r < n_rows; ++r) outs[q][r] = DotAvx512(qs[q], rows[r], n);
     }
   }
-  for (; q0 < n_q; ++q0) DotRowsAvx512(qs[q0], rows, n_rows, n, outs[q0]);
+  for (; q0 < n_q; ++q0) DotRowsAvx512(qs[q0], rows, n_rows, n, outs[q0], ahead);
 }
 
 // 4 queries × kRegs registers of y[col, col + 16·kRegs): per row kRegs loads, 4 broadcasts,
 // 4·kRegs FMAs.
 template <int kRegs, typename Row>
 void AxpyBlock4(const float* const* ws, const Row* const* rows, int n_rows, int col,
-                float* const* ys) {
+                float* const* ys, Ahead ahead) {
   __m512 acc[4][kRegs];
   const float* w_rows[4] = {ws[0], ws[1], ws[2], ws[3]};
   SHARDLM_UNROLL for (int q = 0; q < 4; ++q) {
@@ -174,6 +187,7 @@ void AxpyBlock4(const float* const* ws, const Row* const* rows, int n_rows, int 
         _mm512_loadu_ps(ys[q] + col + 16 * j);
   }
   for (int r = 0; r < n_rows; ++r) {
+    AskAhead(ahead, r, r + 1, n_rows);
     __m512 v[kRegs];
     const Row* x = rows[r] + col;
     SHARDLM_UNROLL for (int j = 0; j < kRegs; ++j) v[j] = LoadRow(x + 16 * j);
@@ -189,17 +203,24 @@ void AxpyBlock4(const float* const* ws, const Row* const* rows, int n_rows, int 
   }
 }
 
+// Every pass over the rows (a block of 4 queries, or one) asks for `ahead` (see AskAhead).
 template <typename Row>
 void AxpyTileAvx512(const float* const* ws, int n_q, const Row* const* rows, int n_rows,
-                    float* const* ys, int n) {
+                    float* const* ys, int n, Ahead ahead) {
   int q0 = 0;
   for (; q0 + 4 <= n_q; q0 += 4) {
     int col = 0;
-    for (; col + 64 <= n; col += 64) AxpyBlock4<4>(ws + q0, rows, n_rows, col, ys + q0);
-    for (; col + 16 <= n; col += 16) AxpyBlock4<1>(ws + q0, rows, n_rows, col, ys + q0);
+    Ahead pass = ahead;  // the first column block's
+    for (; col + 64 <= n; col += 64, pass = {}) {
+      AxpyBlock4<4>(ws + q0, rows, n_rows, col, ys + q0, pass);
+    }
+    for (; col + 16 <= n; col += 16, pass = {}) {
+      AxpyBlock4<1>(ws + q0, rows, n_rows, col, ys + q0, pass);
+    }
+    AskAhead(pass, 0, n_rows, n_rows);
     for (int q = q0; q < q0 + 4; ++q) AxpyRowsTail(ws[q], rows, n_rows, col, ys[q], n);
   }
-  for (; q0 < n_q; ++q0) AxpyRowsAvx512(ws[q0], rows, n_rows, ys[q0], n);
+  for (; q0 < n_q; ++q0) AxpyRowsAvx512(ws[q0], rows, n_rows, ys[q0], n, ahead);
 }
 
 // SumLanes<double> of lanes 0-7 (lo) and 8-15 (hi).
@@ -248,9 +269,13 @@ void SoftmaxAvx512(float* x, int n, float scale) {
 
 void FillAttentionAvx512(AttentionKernels& k) {
   k.dot = DotAvx512<float>;
-  k.dot_rows = DotRowsAvx512<float>;
+  k.dot_rows = [](const float* q, const float* const* rows, int n_rows, int n, float* out) {
+    DotRowsAvx512<float>(q, rows, n_rows, n, out, {});
+  };
   k.axpy = AxpyAvx512;
-  k.axpy_rows = AxpyRowsAvx512<float>;
+  k.axpy_rows = [](const float* w, const float* const* rows, int n_rows, float* y, int n) {
+    AxpyRowsAvx512<float>(w, rows, n_rows, y, n, {});
+  };
   k.dot_tile = DotTileAvx512<float>;
   k.axpy_tile = AxpyTileAvx512<float>;
   k.softmax = SoftmaxAvx512;

@@ -87,8 +87,11 @@ TEST(AttentionKernels, TilesMatchSingleQueries) {
           std::vector<float*> dot_ptrs, y_ptrs;
           for (auto& v : dots) dot_ptrs.push_back(v.data());
           for (auto& v : ys) y_ptrs.push_back(v.data());
-          k->dot_tile(qs.data(), n_q, rows.data(), n_rows, n, dot_ptrs.data());
-          k->axpy_tile(ws.data(), n_q, rows.data(), n_rows, y_ptrs.data(), n);
+          // What the kernels ask for meanwhile changes nothing they compute.
+          const std::vector<uint8_t> next_run(size_t(n_rows) * n * 4 + 3);
+          const Ahead ahead{next_run.data() + 3, next_run.size() - 3};
+          k->dot_tile(qs.data(), n_q, rows.data(), n_rows, n, dot_ptrs.data(), ahead);
+          k->axpy_tile(ws.data(), n_q, rows.data(), n_rows, y_ptrs.data(), n, ahead);
           for (int q = 0; q < n_q; ++q) {
             std::vector<float> want_y = RandomRow(n, 400);
             generic->axpy_rows(ws[q], rows.data(), n_rows, want_y.data(), n);
@@ -146,8 +149,10 @@ TEST(AttentionKernels, F16TilesMatchF32TilesOnWidenedRows) {
           std::vector<float*> dot_ptrs, y_ptrs;
           for (auto& v : dots) dot_ptrs.push_back(v.data());
           for (auto& v : ys) y_ptrs.push_back(v.data());
-          k->dot_tile_f16(qs.data(), n_q, half_rows.data(), n_rows, n, dot_ptrs.data());
-          k->axpy_tile_f16(ws.data(), n_q, half_rows.data(), n_rows, y_ptrs.data(), n);
+          const std::vector<uint8_t> next_run(size_t(n_rows) * n * 2);
+          const Ahead ahead{next_run.data(), next_run.size()};
+          k->dot_tile_f16(qs.data(), n_q, half_rows.data(), n_rows, n, dot_ptrs.data(), ahead);
+          k->axpy_tile_f16(ws.data(), n_q, half_rows.data(), n_rows, y_ptrs.data(), n, ahead);
           for (int q = 0; q < n_q; ++q) {
             std::vector<float> want_y = RandomRow(n, 400);
             generic->axpy_rows(ws[q], wide_rows.data(), n_rows, want_y.data(), n);
