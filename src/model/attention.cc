@@ -156,9 +156,9 @@ struct RowKernels {
 
 // Scores, softmax and values of a tile, given how to visit K and V rows: visit(values, fn)
 // calls fn(pos, col, n, rows, ahead) for runs of rows in position order (rows[r] at position
-// pos + r, column col + r; ahead: what to ask for meanwhile, given to the tile call, or to the
-// lone queries' calls when no query sees the whole run). first_col: the column of the tile's
-// first position.
+// pos + r, column col + r; ahead: what to ask for meanwhile, given to the tile call, or asked
+// for at once when no query sees the whole piece). first_col: the column of the tile's first
+// position.
 template <typename Row, typename VisitRows>
 void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
                     const TokenStarts& starts, float* scores, RowKernels<Row> rk,

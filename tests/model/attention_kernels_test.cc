@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/ops.h"
@@ -65,44 +66,59 @@ TEST(AttentionKernels, EveryIsaMatchesGenericBitwise) {
   }
 }
 
+// Runs a tile kernel pair over `rows` (wide: the same rows as F32) for n_q random queries and
+// checks every query against the generic one-query kernels on the F32 rows, bitwise. What the
+// kernels ask for meanwhile (a buffer as long as the rows, at an odd address) changes nothing.
+template <typename Row, typename DotTile, typename AxpyTile>
+void ExpectTilesMatchGeneric(DotTile dot_tile, AxpyTile axpy_tile,
+                             const std::vector<const Row*>& rows,
+                             const std::vector<const float*>& wide, int n, int n_q,
+                             const std::string& what) {
+  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
+  const int n_rows = int(rows.size());
+  std::vector<std::vector<float>> q_data, w_data;
+  std::vector<const float*> qs, ws;
+  for (int q = 0; q < n_q; ++q) q_data.push_back(RandomRow(n, 100 + q));
+  for (int q = 0; q < n_q; ++q) w_data.push_back(RandomRow(n_rows, 300 + q));
+  for (auto& v : q_data) qs.push_back(v.data());
+  for (auto& v : w_data) ws.push_back(v.data());
+  std::vector<std::vector<float>> dots(n_q, std::vector<float>(n_rows));
+  std::vector<std::vector<float>> ys(n_q, RandomRow(n, 400));
+  std::vector<float*> dot_ptrs, y_ptrs;
+  for (auto& v : dots) dot_ptrs.push_back(v.data());
+  for (auto& v : ys) y_ptrs.push_back(v.data());
+  const std::vector<uint8_t> next_run(size_t(n_rows) * n * sizeof(Row) + 3);
+  const Ahead ahead{next_run.data() + 3, next_run.size() - 3};
+  dot_tile(qs.data(), n_q, rows.data(), n_rows, n, dot_ptrs.data(), ahead);
+  axpy_tile(ws.data(), n_q, rows.data(), n_rows, y_ptrs.data(), n, ahead);
+  for (int q = 0; q < n_q; ++q) {
+    std::vector<float> want_y = RandomRow(n, 400);
+    generic->axpy_rows(ws[q], wide.data(), n_rows, want_y.data(), n);
+    ASSERT_EQ(std::memcmp(want_y.data(), ys[q].data(), 4 * n), 0)
+        << what << " axpy n=" << n << " n_q=" << n_q << " q=" << q;
+    for (int r = 0; r < n_rows; ++r) {
+      const float want = generic->dot(qs[q], wide[r], n);
+      ASSERT_EQ(std::memcmp(&want, &dots[q][r], 4), 0)
+          << what << " dot n=" << n << " q=" << q << " r=" << r;
+    }
+  }
+}
+
 // The query-blocked kernels against one query at a time (generic), for block remainders.
 TEST(AttentionKernels, TilesMatchSingleQueries) {
-  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
   for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
     const AttentionKernels* k = GetAttentionKernelsFor(isa);
     if (k == nullptr) continue;
     for (int n : {16, 40, 43, 128, 136}) {
       for (int n_q : {1, 4, 7}) {
         for (int n_rows : {1, 5, 8, 71}) {
-          std::vector<std::vector<float>> q_data, row_data, w_data;
-          std::vector<const float*> qs, rows, ws;
-          for (int q = 0; q < n_q; ++q) q_data.push_back(RandomRow(n, 100 + q));
+          std::vector<std::vector<float>> row_data;
+          std::vector<const float*> rows;
           for (int r = 0; r < n_rows; ++r) row_data.push_back(RandomRow(n, 200 + r));
-          for (int q = 0; q < n_q; ++q) w_data.push_back(RandomRow(n_rows, 300 + q));
-          for (auto& v : q_data) qs.push_back(v.data());
           for (auto& v : row_data) rows.push_back(v.data());
-          for (auto& v : w_data) ws.push_back(v.data());
-          std::vector<std::vector<float>> dots(n_q, std::vector<float>(n_rows));
-          std::vector<std::vector<float>> ys(n_q, RandomRow(n, 400));
-          std::vector<float*> dot_ptrs, y_ptrs;
-          for (auto& v : dots) dot_ptrs.push_back(v.data());
-          for (auto& v : ys) y_ptrs.push_back(v.data());
-          // What the kernels ask for meanwhile changes nothing they compute.
-          const std::vector<uint8_t> next_run(size_t(n_rows) * n * 4 + 3);
-          const Ahead ahead{next_run.data() + 3, next_run.size() - 3};
-          k->dot_tile(qs.data(), n_q, rows.data(), n_rows, n, dot_ptrs.data(), ahead);
-          k->axpy_tile(ws.data(), n_q, rows.data(), n_rows, y_ptrs.data(), n, ahead);
-          for (int q = 0; q < n_q; ++q) {
-            std::vector<float> want_y = RandomRow(n, 400);
-            generic->axpy_rows(ws[q], rows.data(), n_rows, want_y.data(), n);
-            ASSERT_EQ(std::memcmp(want_y.data(), ys[q].data(), 4 * n), 0)
-                << IsaName(isa) << " axpy_tile n=" << n << " n_q=" << n_q << " q=" << q;
-            for (int r = 0; r < n_rows; ++r) {
-              const float want = generic->dot(qs[q], rows[r], n);
-              ASSERT_EQ(std::memcmp(&want, &dots[q][r], 4), 0)
-                  << IsaName(isa) << " dot_tile n=" << n << " q=" << q << " r=" << r;
-            }
-          }
+          ExpectTilesMatchGeneric(k->dot_tile, k->axpy_tile, rows, rows, n, n_q,
+                                  std::string(IsaName(isa)) + " F32 tile");
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
     }
@@ -112,7 +128,6 @@ TEST(AttentionKernels, TilesMatchSingleQueries) {
 // The F16 tiles (decode over an F16 cache) against the generic F32 row kernels on the widened
 // rows: the same bits, for every ISA, with a subnormal and the largest finite half among them.
 TEST(AttentionKernels, F16TilesMatchF32TilesOnWidenedRows) {
-  const AttentionKernels* generic = GetAttentionKernelsFor(Isa::kGeneric);
   for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
     const AttentionKernels* k = GetAttentionKernelsFor(isa);
     if (k == nullptr) continue;
@@ -121,10 +136,8 @@ TEST(AttentionKernels, F16TilesMatchF32TilesOnWidenedRows) {
     for (int n : {16, 40, 43, 128, 136}) {
       for (int n_q : {1, 2, 4, 7}) {
         for (int n_rows : {1, 5, 16, 71}) {
-          std::vector<std::vector<float>> q_data, w_data, wide_data;
+          std::vector<std::vector<float>> wide_data;
           std::vector<std::vector<fp16_t>> half_data;
-          for (int q = 0; q < n_q; ++q) q_data.push_back(RandomRow(n, 100 + q));
-          for (int q = 0; q < n_q; ++q) w_data.push_back(RandomRow(n_rows, 300 + q));
           for (int r = 0; r < n_rows; ++r) {
             std::vector<float> row = RandomRow(n, 200 + r);
             row[0] = 6e-8f * float(r + 1);  // a subnormal half
@@ -138,32 +151,13 @@ TEST(AttentionKernels, F16TilesMatchF32TilesOnWidenedRows) {
             half_data.push_back(std::move(half));
             wide_data.push_back(std::move(wide));
           }
-          std::vector<const float*> qs, ws, wide_rows;
+          std::vector<const float*> wide_rows;
           std::vector<const fp16_t*> half_rows;
-          for (auto& v : q_data) qs.push_back(v.data());
-          for (auto& v : w_data) ws.push_back(v.data());
           for (auto& v : wide_data) wide_rows.push_back(v.data());
           for (auto& v : half_data) half_rows.push_back(v.data());
-          std::vector<std::vector<float>> dots(n_q, std::vector<float>(n_rows));
-          std::vector<std::vector<float>> ys(n_q, RandomRow(n, 400));
-          std::vector<float*> dot_ptrs, y_ptrs;
-          for (auto& v : dots) dot_ptrs.push_back(v.data());
-          for (auto& v : ys) y_ptrs.push_back(v.data());
-          const std::vector<uint8_t> next_run(size_t(n_rows) * n * 2);
-          const Ahead ahead{next_run.data(), next_run.size()};
-          k->dot_tile_f16(qs.data(), n_q, half_rows.data(), n_rows, n, dot_ptrs.data(), ahead);
-          k->axpy_tile_f16(ws.data(), n_q, half_rows.data(), n_rows, y_ptrs.data(), n, ahead);
-          for (int q = 0; q < n_q; ++q) {
-            std::vector<float> want_y = RandomRow(n, 400);
-            generic->axpy_rows(ws[q], wide_rows.data(), n_rows, want_y.data(), n);
-            ASSERT_EQ(std::memcmp(want_y.data(), ys[q].data(), 4 * n), 0)
-                << IsaName(isa) << " axpy_tile_f16 n=" << n << " n_q=" << n_q << " q=" << q;
-            for (int r = 0; r < n_rows; ++r) {
-              const float want = generic->dot(qs[q], wide_rows[r], n);
-              ASSERT_EQ(std::memcmp(&want, &dots[q][r], 4), 0)
-                  << IsaName(isa) << " dot_tile_f16 n=" << n << " q=" << q << " r=" << r;
-            }
-          }
+          ExpectTilesMatchGeneric(k->dot_tile_f16, k->axpy_tile_f16, half_rows, wide_rows, n, n_q,
+                                  std::string(IsaName(isa)) + " F16 tile");
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
     }
