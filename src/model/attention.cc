@@ -71,11 +71,13 @@ int ColumnsBefore(std::span<const int32_t> read_pages, int page_tokens, int posi
   return position % page_tokens + int(end - read_pages.begin()) * page_tokens;
 }
 
-// Rows per kernel call inside a run. A run converted whole (64 F16 rows: 32 KiB of F32) filled
-// L1, and the memory idled while the kernels used it: one thread read F16 rows at 6-8 GB/s (Zen
-// 4). Each piece's kernels also ask for the piece's share of the next run (Ahead), so the next
-// run streams in while this one is used.
-constexpr int kPieceRows = 16;
+// Rows per kernel call inside a run in decode (one-token tiles). A run converted whole (64 F16
+// rows: 32 KiB of F32) filled L1, and the memory idled while the kernels used it: one thread read
+// F16 rows at 6-8 GB/s (Zen 4). Each piece's kernels also ask for the piece's share of the next
+// run (Ahead), so the next run streams in while this one is used. Prefill tiles, whose rows serve
+// up to 64 queries, keep whole runs: in pieces of 16 a Q4_K_M pp2048 took 1.08x the time (each
+// piece reloads and stores the queries' accumulators and is asked for again by every pass).
+constexpr int kDecodePieceRows = 16;
 
 // A run's stored rows: raw, n rows of row_bytes.
 struct StoredRun {
@@ -92,7 +94,7 @@ StoredRun RunFrom(const KvRuns& runs, int pos) {
 }
 
 // Calls fn(pos, col, n, rows) for the runs of `runs` from position `first` on, in position
-// order, each in pieces of at most kPieceRows rows; col is the piece's first column (its index
+// order, each in pieces of at most piece_rows rows; col is the piece's first column (its index
 // among the read positions from `first`: the position minus `first` when every page is read);
 // rows[r] is the row of position pos + r: as_rows(raw, n) gives n stored rows from raw as rows
 // head_dim elements apart that the kernels read (the stored rows themselves for an F32 cache and
@@ -101,8 +103,8 @@ StoredRun RunFrom(const KvRuns& runs, int pos) {
 // pieces: of the first run of `then`, the V rows after the K rows; null: none).
 template <typename Row, typename AsRows, typename Fn>
 void ForEachRun(const KvRuns& runs, const KvRuns* then, int first, int64_t head_dim,
-                size_t row_bytes, AsRows&& as_rows, Fn&& fn) {
-  const Row* rows[kPieceRows];
+                size_t row_bytes, int piece_rows, AsRows&& as_rows, Fn&& fn) {
+  const Row* rows[kMaxRunRows];
   int col = 0;
   int pos = runs.Next(first);
   StoredRun run = RunFrom(runs, pos);
@@ -112,8 +114,8 @@ void ForEachRun(const KvRuns& runs, const KvRuns* then, int first, int64_t head_
                            : then != nullptr       ? RunFrom(*then, first)
                                                    : StoredRun{};
     const size_t next_bytes = size_t(next.n) * row_bytes;
-    for (int r0 = 0; r0 < run.n; r0 += kPieceRows) {
-      const int m = std::min(kPieceRows, run.n - r0);
+    for (int r0 = 0; r0 < run.n; r0 += piece_rows) {
+      const int m = std::min(piece_rows, run.n - r0);
       const size_t from = next_bytes * r0 / run.n, to = next_bytes * (r0 + m) / run.n;
       const Ahead ahead = next.n > 0 ? Ahead{next.raw + from, to - from} : Ahead{};
       const Row* piece = as_rows(run.raw + r0 * row_bytes, m);
@@ -233,7 +235,7 @@ void AttendTileRuns(const AttentionTile& tile, int head_dim, int first_col,
 }  // namespace
 
 size_t AttendTileScratch(int max_queries, size_t max_ctx, int head_dim) {
-  return size_t(max_queries) * max_ctx + size_t(kPieceRows) * head_dim;
+  return size_t(max_queries) * max_ctx + size_t(kMaxRunRows) * head_dim;
 }
 
 void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_dim,
@@ -263,13 +265,14 @@ void AttendTile(const PagePool& pool, PageList pages, int layer_idx, int head_di
   const KvRuns keys(pool, pages, tile.read_pages, layer_idx, false, tile.kv_head, n_ctx);
   const KvRuns values(pool, pages, tile.read_pages, layer_idx, true, tile.kv_head, n_ctx);
   const size_t row_bytes = KvRowBytes(pool.config().kv_type, head_dim);
+  const int piece_rows = tile.n_tokens == 1 ? kDecodePieceRows : kMaxRunRows;
   // Runs the tile over rows that as_rows(raw, n) gives (see ForEachRun) with the kernels rk.
   auto attend = [&]<typename Row>(RowKernels<Row> rk, auto&& as_rows) {
     AttendTileRuns(tile, head_dim, first_col, starts, scores, rk, [&](bool v, auto&& fn) {
       if (v) {
-        ForEachRun<Row>(values, nullptr, first, head_dim, row_bytes, as_rows, fn);
+        ForEachRun<Row>(values, nullptr, first, head_dim, row_bytes, piece_rows, as_rows, fn);
       } else {
-        ForEachRun<Row>(keys, &values, first, head_dim, row_bytes, as_rows, fn);
+        ForEachRun<Row>(keys, &values, first, head_dim, row_bytes, piece_rows, as_rows, fn);
       }
     });
   };

@@ -65,8 +65,8 @@ struct AttentionTile {
 };
 
 // Floats of scratch AttendTile needs for tiles of up to `max_queries` (token, head) pairs over
-// up to `max_ctx` positions: the scores, then one piece of a run of K or V rows converted to
-// F32 (caches of F16 and the block types).
+// up to `max_ctx` positions: the scores, then one run of K or V rows converted to F32 (caches of
+// F16 and the block types).
 size_t AttendTileScratch(int max_queries, size_t max_ctx, int head_dim);
 
 // Attention of every (token, head) of `tile` over the KV of `pages` in layer `layer_idx`
