@@ -7,7 +7,7 @@
 // in a shuffled order (a long-running server's pages are not in position order). Each trial
 // attends one query token at position D - 1 in every (layer, kv head); the figure is the best
 // trial's time per token and the KV bytes it read per second (the whole cache: every row of
-// every layer once). At depth the cache is far larger than the caches, so that is the rate
+// every layer once). At depth the KV is far larger than the CPU's caches, so that is the rate
 // decode at depth reads its KV at.
 //
 // Output: one JSON line per depth on stdout.

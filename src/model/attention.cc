@@ -79,8 +79,9 @@ int ColumnsBefore(std::span<const int32_t> read_pages, int page_tokens, int posi
 // piece reloads and stores the queries' accumulators and is asked for again by every pass).
 constexpr int kDecodePieceRows = 16;
 
-// A run's stored rows: raw, n rows of row_bytes.
+// A run's stored rows: positions [pos, pos + n), n rows of row_bytes from raw.
 struct StoredRun {
+  int pos = 0;
   const uint8_t* raw = nullptr;
   int n = 0;
 };
@@ -88,8 +89,8 @@ struct StoredRun {
 // The run at or after `pos` on a read page; none (n = 0) past the last.
 StoredRun RunFrom(const KvRuns& runs, int pos) {
   StoredRun run;
-  pos = runs.Next(pos);
-  if (pos < runs.n_ctx()) run.raw = runs.At(pos, &run.n);
+  run.pos = runs.Next(pos);
+  if (run.pos < runs.n_ctx()) run.raw = runs.At(run.pos, &run.n);
   return run;
 }
 
@@ -106,13 +107,12 @@ void ForEachRun(const KvRuns& runs, const KvRuns* then, int first, int64_t head_
                 size_t row_bytes, int piece_rows, AsRows&& as_rows, Fn&& fn) {
   const Row* rows[kMaxRunRows];
   int col = 0;
-  int pos = runs.Next(first);
-  StoredRun run = RunFrom(runs, pos);
+  StoredRun run = RunFrom(runs, first);
   while (run.n > 0) {
-    const int next_pos = runs.Next(pos + run.n);
-    const StoredRun next = next_pos < runs.n_ctx() ? RunFrom(runs, next_pos)
-                           : then != nullptr       ? RunFrom(*then, first)
-                                                   : StoredRun{};
+    const StoredRun after = RunFrom(runs, run.pos + run.n);
+    const StoredRun next = after.n > 0       ? after
+                           : then != nullptr ? RunFrom(*then, first)
+                                             : StoredRun{};
     const size_t next_bytes = size_t(next.n) * row_bytes;
     for (int r0 = 0; r0 < run.n; r0 += piece_rows) {
       const int m = std::min(piece_rows, run.n - r0);
@@ -120,11 +120,10 @@ void ForEachRun(const KvRuns& runs, const KvRuns* then, int first, int64_t head_
       const Ahead ahead = next.n > 0 ? Ahead{next.raw + from, to - from} : Ahead{};
       const Row* piece = as_rows(run.raw + r0 * row_bytes, m);
       for (int r = 0; r < m; ++r) rows[r] = piece + r * head_dim;
-      fn(pos + r0, col + r0, m, rows, ahead);
+      fn(run.pos + r0, col + r0, m, rows, ahead);
     }
     col += run.n;
-    pos = next_pos;
-    run = next_pos < runs.n_ctx() ? next : StoredRun{};
+    run = after;
   }
 }
 
